@@ -1,0 +1,83 @@
+"""The ``edgert`` command line: a thin layer over the library.
+
+Each subcommand lives in ``apps/commands/<name>.py`` with ``add_parser(subparsers)`` and
+``run(args) -> int``. Errors a user can cause are ``EdgertError``: printed as one sentence on stderr
+with a non-zero exit code and no traceback (``--debug`` shows it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from importlib import metadata
+
+from edgert.runtime.errors import EdgertError
+
+COMMANDS = ("export", "run", "info", "demo")
+
+EPILOG = """examples:
+  edgert export zoo:mobilenet_v2 -o mobilenet_v2.edgert   PyTorch -> checked ONNX bundle
+  edgert export net.py:build --weights w.pth --input-shape 1x3x224x224 --dynamic-batch
+  edgert run mobilenet_v2.edgert photo.jpg --top-k 3       classify images with a bundle
+  edgert info                                              what this machine offers
+  edgert demo                                              the built-in end-to-end demo
+"""
+
+
+def version() -> str:
+    try:
+        return metadata.version("edgert")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="edgert",
+        description="Edge inference for NVIDIA Jetson: PyTorch -> ONNX -> TensorRT, measured and power-capped.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"edgert {version()}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"edgert.apps.commands.{name}").add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING,
+        format="edgert: %(levelname)s: %(message)s",
+    )
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except EdgertError as exc:
+        if args.debug:
+            raise
+        print(f"edgert {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"edgert {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+        if args.debug:
+            raise
+        print(
+            f"edgert {args.command}: internal error: {type(exc).__name__}: {exc} "
+            "(run with --debug for the traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

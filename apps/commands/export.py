@@ -1,0 +1,114 @@
+"""edgert export: PyTorch (or ONNX) model -> bundle folder, checked against PyTorch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+HELP = """MODEL is one of:
+  zoo:mobilenet_v2 | zoo:digits_cnn     built-in trained models (no download)
+  path/to/file.py:build                 a factory returning a torch.nn.Module (--weights loads a state_dict)
+  package.module:build                  the same, from an importable module
+  model.ts / model.pt                   TorchScript (torch.jit.save)
+  model.pt2                             an ExportedProgram (torch.export.save)
+  model.pt --trust-pickle               a pickled whole module (runs code from the file: trust it first)
+  model.onnx                            validated, shape-inferred and wrapped into a bundle
+
+The default opset is 17, the newest that TensorRT 8.5 (JetPack 5) parses; TensorRT 10 (JetPack 6)
+parses newer ones.
+"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "export",
+        help="PyTorch -> checked ONNX bundle (e.g. edgert export zoo:mobilenet_v2)",
+        description="Export a trained model to an edgert bundle (manifest.json + model.onnx), "
+        "checked against PyTorch with ONNX Runtime.",
+        epilog=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("-o", "--output", metavar="OUT", help="bundle folder (default ./NAME.edgert)")
+    p.add_argument("--name", help="model name (default from MODEL)")
+    p.add_argument(
+        "--input-shape",
+        metavar="1x3x224x224",
+        help="example input shape; comma-separate several inputs",
+    )
+    p.add_argument(
+        "--dynamic-batch", action="store_true", help="make axis 0 of inputs and outputs dynamic"
+    )
+    p.add_argument(
+        "--max-batch",
+        type=int,
+        metavar="N",
+        help="largest batch for engines (implies --dynamic-batch; default 32)",
+    )
+    p.add_argument(
+        "--opset",
+        type=int,
+        default=17,
+        help="ONNX opset (default 17: TensorRT 8.5 / JetPack 5 parses up to 17)",
+    )
+    p.add_argument(
+        "--weights", metavar="FILE", help="state_dict for a factory, loaded with weights_only=True"
+    )
+    p.add_argument("--no-simplify", action="store_true", help="skip onnxslim simplification")
+    p.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="allow loading a pickled whole module (runs code)",
+    )
+    p.add_argument(
+        "--atol", type=float, default=1e-4, help="parity absolute tolerance (default 1e-4)"
+    )
+    p.add_argument(
+        "--rtol", type=float, default=1e-3, help="parity relative tolerance (default 1e-3)"
+    )
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from edgert.export import export_model
+
+    result = export_model(
+        args.model,
+        args.output,
+        name=args.name,
+        input_shape=args.input_shape,
+        dynamic_batch=args.dynamic_batch,
+        max_batch=args.max_batch,
+        opset=args.opset,
+        weights=args.weights,
+        simplify=not args.no_simplify,
+        trust_pickle=args.trust_pickle,
+        atol=args.atol,
+        rtol=args.rtol,
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "bundle": str(result.bundle),
+                    "seconds": round(result.seconds, 3),
+                    "parity": result.parity.to_dict(),
+                }
+            )
+        )
+        return 0
+    m = result.manifest
+    print(f"exported {args.model} -> {result.bundle} in {result.seconds:.1f} s")
+    for spec in m["inputs"]:
+        print(f"  input  {spec['name']}: {spec['dtype']} {spec['shape']}")
+    for spec in m["outputs"]:
+        print(f"  output {spec['name']}: {spec['dtype']} {spec['shape']}")
+    simp = m["export"].get("simplify", {})
+    if simp.get("applied"):
+        print(f"  onnxslim: {simp['nodes_before']} -> {simp['nodes']} nodes")
+    for line in result.parity.lines():
+        print(line)
+    if "test_accuracy" in m.get("metrics", {}):
+        print(f"  test accuracy (PyTorch): {m['metrics']['test_accuracy']:.4f}")
+    return 0

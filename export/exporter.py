@@ -1,0 +1,271 @@
+"""export_model: MODEL -> checked ONNX -> parity against PyTorch -> bundle folder (atomically)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import platform
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from edgert.runtime import atomic, bundle
+from edgert.runtime.errors import ExportError, ModelError, OutputError, ParityError, require
+
+from . import onnx_export
+from .parity import ParityReport, random_inputs, run_cases
+from .source import SourceModel, load_source
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BATCH = 32
+PARITY_BATCH = 3  # dynamic-batch parity runs at batch >= 3 as well as 1
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    bundle: Path
+    parity: ParityReport
+    seconds: float
+    manifest: dict
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in text.lower().split("x"))
+    except ValueError:
+        raise ModelError(f"input shape {text!r} is not of the form 1x3x224x224") from None
+    if not dims or any(d <= 0 for d in dims):
+        raise ModelError(f"input shape {text!r} must have positive dimensions")
+    return dims
+
+
+def parse_shapes(text: str) -> list[tuple[int, ...]]:
+    return [parse_shape(part) for part in text.split(",") if part.strip()]
+
+
+def export_model(
+    model: str,
+    out: str | Path | None = None,
+    *,
+    name: str | None = None,
+    input_shape: str | list[tuple[int, ...]] | None = None,
+    dynamic_batch: bool = False,
+    max_batch: int | None = None,
+    opset: int = onnx_export.DEFAULT_OPSET,
+    weights: str | None = None,
+    simplify: bool = True,
+    trust_pickle: bool = False,
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+) -> ExportResult:
+    """Export MODEL to a bundle folder and return its path with the parity report.
+
+    Nothing is written unless every step (export, checks, parity) succeeds.
+    """
+    start = time.perf_counter()
+    if max_batch is not None:
+        if max_batch < 1:
+            raise ModelError("--max-batch must be at least 1")
+        dynamic_batch = True
+    src = load_source(model, weights=weights, trust_pickle=trust_pickle)
+    name = name or src.name
+    target = Path(out) if out else Path(f"{name}.edgert")
+    _check_target(target)
+    if src.kind == "onnx":
+        if input_shape:
+            raise ModelError(
+                "--input-shape applies to PyTorch models; an ONNX file keeps its own shapes"
+            )
+        onnx_model, parity, export_info = _from_onnx(src, atol, rtol)
+    else:
+        shapes = input_shape if isinstance(input_shape, list) else None
+        if isinstance(input_shape, str):
+            shapes = parse_shapes(input_shape)
+        shapes = shapes or src.input_shapes
+        if not shapes:
+            raise ModelError(
+                f"--input-shape is required for {src.kind} models (e.g. --input-shape 1x3x224x224)"
+            )
+        onnx_model, parity, export_info = _from_torch(
+            src, shapes, opset, dynamic_batch, max_batch or DEFAULT_MAX_BATCH, simplify, atol, rtol
+        )
+    if not parity.passed:
+        worst = max(
+            (o for c in parity.cases for o in c.outputs if not o.passed), key=lambda o: o.max_abs
+        )
+        raise ParityError(
+            f"ONNX output {worst.name} differs from PyTorch beyond tolerance: max abs error "
+            f"{worst.max_abs:.3e} (atol {atol:g}), max rel error {worst.max_rel:.3e} (rtol {rtol:g}), "
+            f"cosine {worst.cosine:.6f}; nothing was written",
+            report=parity,
+        )
+    export_info["seconds"] = round(time.perf_counter() - start, 3)
+    manifest = _manifest(src, name, onnx_model, parity, export_info)
+    _set_metadata(onnx_model, manifest)
+    data = onnx_model.SerializeToString()
+    manifest["hashes"]["model.onnx"] = bundle.sha256_bytes(data)
+    with atomic.staged_directory(target) as stage:
+        atomic.write_bytes(stage / bundle.MODEL, data)
+        bundle.write_manifest(stage, manifest)
+        (stage / bundle.ENGINES).mkdir()
+    seconds = time.perf_counter() - start
+    log.info("exported %s to %s in %.1f s", model, target, seconds)
+    return ExportResult(target, parity, seconds, manifest)
+
+
+def _check_target(target: Path) -> None:
+    if (
+        target.exists()
+        and not bundle.is_bundle(target)
+        and (target.is_file() or any(target.iterdir()))
+    ):
+        raise OutputError(f"{target} exists and is not an edgert bundle; refusing to replace it")
+
+
+def _from_torch(src, shapes, opset, dynamic_batch, max_batch, simplify, atol, rtol):
+    torch = require("torch", "pip install 'edgert[export]'", "exporting a PyTorch model")
+    names = src.input_names if src.input_names and len(src.input_names) == len(shapes) else None
+    names = names or (["input"] if len(shapes) == 1 else [f"input_{i}" for i in range(len(shapes))])
+    model = onnx_export.torch_to_onnx(
+        torch, src.module, shapes, names, src.output_names, opset, dynamic_batch
+    )
+    info = {"opset": opset, "dynamic_batch": dynamic_batch, "exporter": "torch.onnx (TorchScript)"}
+    if simplify:
+        model, info["simplify"] = onnx_export.simplify(model)
+    else:
+        info["simplify"] = {"applied": False, "reason": "--no-simplify"}
+    if dynamic_batch:
+        info["batch"] = {"min": 1, "opt": 1, "max": max_batch}
+    session = _session(model)
+    output_names = [o.name for o in session.get_outputs()]
+
+    def reference(feeds):
+        return onnx_export.run_module(torch, src.module, tuple(torch.from_numpy(f) for f in feeds))
+
+    def candidate(feeds):
+        return session.run(output_names, dict(zip(names, feeds, strict=True)))
+
+    cases = [("random, batch 1", random_inputs(shapes, 1, seed=1))]
+    if dynamic_batch:
+        batch = min(max(PARITY_BATCH, shapes[0][0]), max_batch)
+        cases.append((f"random, batch {batch}", random_inputs(shapes, batch, seed=2)))
+    elif shapes[0][0] != 1:
+        cases = [(f"random, batch {shapes[0][0]}", random_inputs(shapes, shapes[0][0], seed=1))]
+    if src.samples is not None and len(shapes) == 1:
+        cases += _real_cases(src.samples, shapes[0], dynamic_batch, max_batch)
+    report = run_cases(reference, candidate, output_names, cases, atol, rtol)
+    return model, report, info
+
+
+def _real_cases(samples: np.ndarray, shape: tuple[int, ...], dynamic: bool, max_batch: int):
+    if tuple(samples.shape[1:]) != tuple(shape[1:]):
+        return []  # the user chose another input size than the zoo's recorded preprocessing
+    if dynamic:
+        batch = samples[: min(len(samples), max_batch, 16)]
+        return [(f"real images, batch {len(batch)}", [batch])]
+    b = shape[0]
+    groups = [samples[i : i + b] for i in range(0, min(len(samples), 8 * b), b)]
+    return [(f"real images #{i}", [g]) for i, g in enumerate(groups) if len(g) == b]
+
+
+def _from_onnx(src: SourceModel, atol: float, rtol: float):
+    import onnx
+
+    try:
+        model = onnx.load(str(src.onnx_path))
+    except Exception as exc:
+        raise ModelError(
+            f"{src.onnx_path} cannot be loaded: {onnx_export._first_line(exc)}"
+        ) from exc
+    model = onnx_export.check_onnx(model)
+    session = _session(model)  # proves ONNX Runtime can run it
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    info = {
+        "opset": opset,
+        "dynamic_batch": any(d < 0 for d in _specs(model.graph.input, model)[0].shape[:1]),
+        "exporter": "existing ONNX file",
+        "ort_providers": session.get_providers(),
+    }
+    report = ParityReport(
+        atol, rtol, (), skipped="the source is ONNX: there is no PyTorch reference"
+    )
+    src.hashes["source"] = bundle.sha256_file(src.onnx_path)
+    return model, report, info
+
+
+def _session(model):
+    ort = require("onnxruntime", "pip install onnxruntime", "checking the export")
+    try:
+        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise ExportError(
+            f"ONNX Runtime cannot load the exported model: {onnx_export._first_line(exc)}"
+        ) from exc
+
+
+def _specs(values, model) -> list[bundle.TensorSpec]:
+    from onnx import helper
+
+    inits = {i.name for i in model.graph.initializer}
+    specs = []
+    for v in values:
+        if v.name in inits:
+            continue
+        tt = v.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).name
+        specs.append(bundle.TensorSpec(v.name, dtype, dims))
+    return specs
+
+
+def tool_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for dist in ("edgert", "torch", "onnx", "onnxruntime", "onnxslim", "numpy"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[dist] = metadata.version(dist)
+    return versions
+
+
+def _manifest(src: SourceModel, name: str, model, parity: ParityReport, export_info: dict) -> dict:
+    labels = src.labels
+    task = src.task
+    return {
+        "format": bundle.FORMAT,
+        "name": name,
+        "task": task,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "inputs": [s.to_dict() for s in _specs(model.graph.input, model)],
+        "outputs": [s.to_dict() for s in _specs(model.graph.output, model)],
+        "preprocessing": src.preprocessing.to_dict() if src.preprocessing else None,
+        "labels": list(labels) if labels else None,
+        "source": {"kind": src.kind, "spec": src.spec},
+        "hashes": dict(src.hashes),
+        "export": export_info,
+        "parity": parity.to_dict(),
+        "metrics": src.metrics,
+        "tools": tool_versions(),
+    }
+
+
+def _set_metadata(model, manifest: dict) -> None:
+    """The essentials also travel inside model.onnx, for tools that only see the ONNX file."""
+    props = {
+        "edgert.format": manifest["format"],
+        "edgert.name": manifest["name"],
+        "edgert.task": manifest["task"],
+        "edgert.preprocessing": json.dumps(manifest["preprocessing"]),
+        "edgert.labels": json.dumps(manifest["labels"]),
+        "edgert.source": json.dumps(manifest["source"]),
+    }
+    keep = [p for p in model.metadata_props if not p.key.startswith("edgert.")]
+    del model.metadata_props[:]
+    model.metadata_props.extend(keep)
+    for key, value in props.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value

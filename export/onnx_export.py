@@ -1,0 +1,162 @@
+"""PyTorch module -> checked, shape-inferred (and optionally simplified) ONNX model."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import warnings
+from typing import Any
+
+import numpy as np
+
+from edgert.runtime.errors import ExportError, ShapeError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OPSET = 17  # the newest opset TensorRT 8.5 (JetPack 5) parses
+
+
+def example_inputs(torch, shapes: list[tuple[int, ...]], seed: int = 0) -> tuple[Any, ...]:
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(*shape, generator=gen) for shape in shapes)
+
+
+def run_module(torch, module, inputs: tuple) -> list[np.ndarray]:
+    """Run the module on torch inputs, returning its outputs as a flat list of numpy arrays."""
+    with torch.no_grad():
+        out = module(*inputs)
+    return [t.detach().cpu().numpy() for t in flatten_outputs(torch, out)]
+
+
+def flatten_outputs(torch, out) -> list:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, list | tuple):
+        flat = []
+        for item in out:
+            flat.extend(flatten_outputs(torch, item))
+        return flat
+    if isinstance(out, dict):
+        return flatten_outputs(torch, list(out.values()))
+    raise ExportError(
+        f"the model returned {type(out).__name__}; ONNX export needs tensors (or tuples of them)"
+    )
+
+
+def shape_text(shape: tuple[int, ...]) -> str:
+    return "x".join(str(d) for d in shape)
+
+
+def torch_to_onnx(
+    torch,
+    module,
+    input_shapes: list[tuple[int, ...]],
+    input_names: list[str],
+    output_names: list[str] | None,
+    opset: int = DEFAULT_OPSET,
+    dynamic_batch: bool = False,
+):
+    """Export with the TorchScript-based exporter (it targets opset 17 exactly; the dynamo exporter
+    cannot down-convert below 18), then ``onnx.checker`` and shape inference."""
+    import onnx
+
+    module.eval()
+    inputs = example_inputs(torch, input_shapes)
+    try:
+        outputs = run_module(torch, module, inputs)
+    except ExportError:
+        raise
+    except Exception as exc:
+        shapes = ", ".join(shape_text(s) for s in input_shapes)
+        raise ShapeError(f"the model rejects input shape {shapes}: {_first_line(exc)}") from exc
+    if output_names is None or len(output_names) != len(outputs):
+        output_names = (
+            ["output"] if len(outputs) == 1 else [f"output_{i}" for i in range(len(outputs))]
+        )
+    dynamic_axes = None
+    if dynamic_batch:
+        dynamic_axes = {n: {0: "batch"} for n in [*input_names, *output_names]}
+    buf = io.BytesIO()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                module,
+                inputs,
+                buf,
+                dynamo=False,
+                opset_version=opset,
+                input_names=input_names,
+                output_names=output_names,
+                dynamic_axes=dynamic_axes,
+                do_constant_folding=True,
+            )
+    except Exception as exc:
+        raise ExportError(_explain_export_failure(exc, opset)) from exc
+    try:
+        model = onnx.load_from_string(buf.getvalue())
+        onnx.checker.check_model(model, full_check=True)
+        model = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=False)
+    except Exception as exc:
+        raise ExportError(
+            f"the exported ONNX model fails onnx.checker: {_first_line(exc)}"
+        ) from exc
+    return model
+
+
+def check_onnx(model) -> Any:
+    """Validate and shape-infer an existing ONNX model; returns the inferred model."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(model, full_check=True)
+        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=False)
+    except Exception as exc:
+        raise ExportError(f"the ONNX model is invalid: {_first_line(exc)}") from exc
+
+
+def simplify(model) -> tuple[Any, dict]:
+    """Run onnxslim; keep its result only when it removes nodes. Never fails the export."""
+    before = len(model.graph.node)
+    try:
+        import onnxslim
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            slim = onnxslim.slim(model)
+        if slim is None:
+            raise RuntimeError("onnxslim returned nothing")
+        check_onnx(slim)
+    except Exception as exc:  # noqa: BLE001 - simplification is optional by design
+        log.warning("ONNX simplification skipped: %s", _first_line(exc))
+        return model, {"applied": False, "reason": _first_line(exc), "nodes": before}
+    after = len(slim.graph.node)
+    if after < before:
+        return slim, {"applied": True, "nodes_before": before, "nodes": after}
+    return model, {"applied": False, "reason": "no nodes removed", "nodes": before}
+
+
+def _explain_export_failure(exc: Exception, opset: int) -> str:
+    text = str(exc)
+    op = re.search(r"operator '([\w:.]+)'", text)
+    if op:
+        added = re.search(r"added in version (\d+)", text)
+        if added:
+            need = int(added.group(1))
+            hint = f"retry with --opset {need}"
+            if need > DEFAULT_OPSET:
+                hint += f" (TensorRT 8.5 / JetPack 5 parses only up to opset {DEFAULT_OPSET})"
+            return f"operator {op.group(1)} cannot be expressed in ONNX opset {opset}; it needs opset {need}: {hint}"
+        return (
+            f"operator {op.group(1)} has no ONNX equivalent in opset {opset} (nor in newer opsets the "
+            "exporter knows); replace it in the model or register a custom symbolic"
+        )
+    if "Unsupported ONNX opset" in text or "opset_version" in text:
+        return f"ONNX opset {opset} is not supported by this PyTorch exporter: {_first_line(exc)}"
+    return f"ONNX export failed: {type(exc).__name__}: {_first_line(exc)}"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:300]

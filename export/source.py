@@ -1,0 +1,273 @@
+"""Turn a MODEL argument into a PyTorch module (or an ONNX file) ready for export.
+
+MODEL kinds: ``zoo:NAME``; a factory ``path/to/file.py:build`` or ``package.module:build``; a
+TorchScript file; an ExportedProgram ``.pt2``; a pickled whole module (only with
+``trust_pickle``); an existing ``.onnx`` file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgert.runtime.bundle import sha256_file
+from edgert.runtime.errors import ModelError
+from edgert.runtime.preprocess import Preprocessing
+
+_FACTORY = re.compile(r"^(?P<target>.+?):(?P<attr>[A-Za-z_][A-Za-z0-9_]*)$")
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+@dataclass
+class SourceModel:
+    """A model ready to export: a torch module (or an ONNX file) plus what is known about it."""
+
+    name: str
+    kind: str  # zoo | factory | torchscript | exported_program | pickle | onnx
+    spec: str
+    module: Any = None  # torch.nn.Module, None for onnx sources
+    onnx_path: Path | None = None
+    input_shapes: list[tuple[int, ...]] | None = None
+    input_names: list[str] | None = None
+    output_names: list[str] | None = None
+    task: str = "generic"
+    preprocessing: Preprocessing | None = None
+    labels: list[str] | None = None
+    samples: np.ndarray | None = None  # real, preprocessed inputs (N, ...) for parity
+    hashes: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def load_source(spec: str, weights: str | None = None, trust_pickle: bool = False) -> SourceModel:
+    """Resolve MODEL; raise ModelError with one sentence when it is not a usable model."""
+    if spec.startswith("zoo:"):
+        from .zoo import load_zoo_model
+
+        if weights:
+            raise ModelError("--weights does not apply to zoo models, which bring their own")
+        return load_zoo_model(spec[4:])
+    path = Path(spec)
+    if not path.exists():
+        match = _FACTORY.match(spec)
+        if match and (match["target"].endswith(".py") or _DOTTED.match(match["target"])):
+            return _load_factory(spec, match["target"], match["attr"], weights)
+        raise ModelError(f"{spec} does not exist (expected a file, zoo:NAME or module:function)")
+    if path.is_dir():
+        raise ModelError(f"{spec} is a folder, not a model file")
+    if weights and path.suffix != ".py":
+        raise ModelError(
+            "--weights applies only to a Python factory (file.py:build or module:build)"
+        )
+    if path.suffix.lower() == ".onnx":
+        return _load_onnx(path)
+    if path.suffix.lower() == ".pt2":
+        return _load_exported_program(path)
+    return _load_torch_file(path, trust_pickle)
+
+
+def _torch():
+    from edgert.runtime.errors import require
+
+    return require("torch", "pip install 'edgert[export]'", "exporting a PyTorch model")
+
+
+def _name_of(path: Path) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", path.stem) or "model"
+
+
+def _load_factory(spec: str, target: str, attr: str, weights: str | None) -> SourceModel:
+    torch = _torch()
+    if target.endswith(".py"):
+        file = Path(target)
+        if not file.is_file():
+            raise ModelError(f"factory file {target} does not exist")
+        mod_name = f"_edgert_factory_{abs(hash(str(file.resolve())))}"
+        spec_obj = importlib.util.spec_from_file_location(mod_name, file)
+        module = importlib.util.module_from_spec(spec_obj)
+        sys.modules[mod_name] = module
+        try:
+            spec_obj.loader.exec_module(module)
+        except Exception as exc:
+            sys.modules.pop(mod_name, None)
+            raise ModelError(f"importing {target} failed: {type(exc).__name__}: {exc}") from exc
+        name = _name_of(file)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except Exception as exc:
+            raise ModelError(f"cannot import module {target}: {type(exc).__name__}: {exc}") from exc
+        name = target.rsplit(".", 1)[-1]
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ModelError(f"{target} has no function named {attr}")
+    try:
+        model = factory()
+    except Exception as exc:
+        raise ModelError(f"{spec}() raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(model, torch.nn.Module):
+        raise ModelError(f"{spec}() returned {type(model).__name__}, not a torch.nn.Module")
+    src = SourceModel(name=name, kind="factory", spec=spec, module=model)
+    if weights:
+        _load_weights(torch, model, Path(weights))
+        src.hashes["weights"] = sha256_file(weights)
+    return src
+
+
+def _load_weights(torch, model, path: Path) -> None:
+    if not path.is_file():
+        raise ModelError(f"weights file {path} does not exist")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ModelError(
+            f"{path} is not a state_dict that loads with weights_only=True "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+        ) from exc
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict):
+        raise ModelError(f"{path} holds a {type(state).__name__}, not a state_dict")
+    check_state_dict(model, state, str(path))
+    model.load_state_dict(state, strict=True)
+
+
+def check_state_dict(model, state: dict, what: str) -> None:
+    """Raise ModelError listing a few missing/unexpected/mis-shaped keys when they do not match."""
+    own = model.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    mismatched = [
+        f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}"
+        for k in own
+        if k in state
+        and hasattr(state[k], "shape")
+        and tuple(state[k].shape) != tuple(own[k].shape)
+    ]
+    if not (missing or unexpected or mismatched):
+        return
+    parts = []
+    for label, keys in (
+        ("missing", missing),
+        ("unexpected", unexpected),
+        ("wrong shape", mismatched),
+    ):
+        if keys:
+            more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+            parts.append(f"{label}: {', '.join(keys[:3])}{more}")
+    raise ModelError(f"weights in {what} do not match the architecture ({'; '.join(parts)})")
+
+
+def _load_exported_program(path: Path) -> SourceModel:
+    torch = _torch()
+    try:
+        program = torch.export.load(str(path))
+    except Exception as exc:
+        raise ModelError(
+            f"{path} is not a loadable ExportedProgram (.pt2): {_first_line(exc)}"
+        ) from exc
+    shapes = []
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and node.name in program.graph_signature.user_inputs:
+            val = node.meta.get("val")
+            if val is not None and hasattr(val, "shape"):
+                shapes.append(tuple(int(d) if str(d).isdigit() else 1 for d in val.shape))
+    return SourceModel(
+        name=_name_of(path),
+        kind="exported_program",
+        spec=str(path),
+        module=_ProgramModule(torch, program.module()),
+        input_shapes=shapes or None,
+        hashes={"source": sha256_file(path)},
+    )
+
+
+def _ProgramModule(torch, graph_module):  # noqa: N802 - builds a module class lazily (torch optional)
+    class ProgramModule(torch.nn.Module):
+        """Wraps ExportedProgram.module() for the TorchScript-based ONNX exporter.
+
+        Exported graph modules refuse ``train()``, which the exporter calls; they are already in
+        inference form, so train() is a no-op here.
+        """
+
+        def __init__(self, gm) -> None:
+            super().__init__()
+            self.program = gm
+
+        def train(self, mode: bool = True):
+            return self
+
+        def forward(self, *args):
+            return self.program(*args)
+
+    return ProgramModule(graph_module)
+
+
+def _load_torch_file(path: Path, trust_pickle: bool) -> SourceModel:
+    torch = _torch()
+    if not zipfile.is_zipfile(path):
+        raise ModelError(
+            f"{path} is not a model file edgert knows (expected .onnx, .pt2, TorchScript or a "
+            "torch.save archive)"
+        )
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+    hashes = {"source": sha256_file(path)}
+    if any(n.endswith("/constants.pkl") or "/code/" in n for n in names):
+        try:
+            module = torch.jit.load(str(path), map_location="cpu")
+        except Exception as exc:
+            raise ModelError(f"{path} is a corrupt TorchScript file: {_first_line(exc)}") from exc
+        return SourceModel(_name_of(path), "torchscript", str(path), module=module, hashes=hashes)
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        if not trust_pickle:
+            raise ModelError(
+                f"{path} is a pickled Python object; loading it can run arbitrary code, so edgert "
+                "refuses unless you pass --trust-pickle (better: export TorchScript or a factory "
+                "with --weights)"
+            ) from exc
+        obj = _unpickle(torch, path)
+        if not isinstance(obj, torch.nn.Module):
+            raise ModelError(
+                f"{path} unpickles to {type(obj).__name__}, not a torch.nn.Module"
+            ) from None
+        return SourceModel(_name_of(path), "pickle", str(path), module=obj, hashes=hashes)
+    if isinstance(obj, dict):
+        raise ModelError(
+            f"{path} holds a state_dict (weights only); pass a factory that builds the "
+            "architecture, e.g. 'edgert export net.py:build --weights " + str(path) + "'"
+        )
+    raise ModelError(f"{path} holds a {type(obj).__name__}, not a model")
+
+
+def _unpickle(torch, path: Path):
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:
+        raise ModelError(f"{path} could not be unpickled: {_first_line(exc)}") from exc
+
+
+def _load_onnx(path: Path) -> SourceModel:
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:
+        raise ModelError(f"{path} is not a valid ONNX file: {_first_line(exc)}") from exc
+    if not model.graph.node:
+        raise ModelError(f"{path} is not a valid ONNX model: its graph has no nodes")
+    return SourceModel(_name_of(path), "onnx", str(path), onnx_path=path)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]

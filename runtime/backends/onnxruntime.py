@@ -1,0 +1,140 @@
+"""ONNX Runtime backend: TensorRT / CUDA execution providers where present, else CPU.
+
+Static-shape outputs are pre-allocated once and bound with I/O binding, so a call allocates
+nothing but the copies it hands back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..bundle import TensorSpec
+from ..errors import ModelError, ShapeError
+from .base import Backend
+
+log = logging.getLogger(__name__)
+
+PROVIDER_ORDER = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+_ORT_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
+    "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8",
+    "tensor(bool)": "bool",
+}
+
+
+def choose_providers(available: list[str], wanted: list[str] | None = None) -> list[str]:
+    """Providers in edgert's preference order, restricted to what this onnxruntime offers."""
+    order = wanted or list(PROVIDER_ORDER)
+    chosen = [p for p in order if p in available]
+    if "CPUExecutionProvider" in available and "CPUExecutionProvider" not in chosen:
+        chosen.append("CPUExecutionProvider")
+    return chosen
+
+
+def _spec(arg) -> TensorSpec:
+    dims = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in arg.shape)
+    return TensorSpec(arg.name, _ORT_TYPES.get(arg.type, arg.type), dims)
+
+
+class OnnxRuntimeBackend(Backend):
+    name = "onnxruntime"
+
+    @classmethod
+    def availability(cls) -> str | None:
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            return "onnxruntime is not installed: pip install onnxruntime (or onnxruntime-gpu)"
+        return None
+
+    @classmethod
+    def load(
+        cls,
+        model: Path,
+        *,
+        device: int = 0,
+        providers: list[str] | None = None,
+        intra_op_threads: int | None = None,
+        optimization: str = "all",
+        **_: object,
+    ) -> OnnxRuntimeBackend:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        levels = {
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }
+        opts.graph_optimization_level = levels[optimization]
+        threads = (
+            intra_op_threads
+            if intra_op_threads is not None
+            else int(os.environ.get("EDGERT_ORT_THREADS", 0))
+        )
+        opts.intra_op_num_threads = threads
+        opts.log_severity_level = 3
+        chosen = choose_providers(ort.get_available_providers(), providers)
+        provider_opts = [
+            {"device_id": device} if p != "CPUExecutionProvider" else {} for p in chosen
+        ]
+        try:
+            session = ort.InferenceSession(
+                str(model), sess_options=opts, providers=chosen, provider_options=provider_opts
+            )
+        except Exception as exc:
+            raise ModelError(
+                f"ONNX Runtime cannot load {model}: {str(exc).strip().splitlines()[0][:300]}"
+            ) from exc
+        return cls(session)
+
+    def __init__(self, session) -> None:
+        self.session = session
+        self.inputs = tuple(_spec(i) for i in session.get_inputs())
+        self.outputs = tuple(_spec(o) for o in session.get_outputs())
+        self.providers = list(session.get_providers())
+        self.description = "providers " + ", ".join(self.providers)
+        self._binding = session.io_binding()
+        self._static_out = {
+            o.name: np.empty(o.shape, dtype=o.dtype) for o in self.outputs if not o.dynamic
+        }
+        self._cpu_only = self.providers == ["CPUExecutionProvider"]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._cpu_only and len(self._static_out) == len(self.outputs):
+            binding = self._binding
+            for name, array in feeds.items():
+                binding.bind_cpu_input(name, array)
+            for name, buf in self._static_out.items():
+                binding.bind_output(name, "cpu", 0, buf.dtype, buf.shape, buf.ctypes.data)
+            self._run_binding(binding)
+            return {name: buf.copy() for name, buf in self._static_out.items()}
+        try:
+            values = self.session.run(None, feeds)
+        except Exception as exc:
+            raise ShapeError(
+                f"ONNX Runtime rejected the inputs: {str(exc).strip().splitlines()[0][:300]}"
+            ) from exc
+        return {o.name: v for o, v in zip(self.outputs, values, strict=True)}
+
+    def _run_binding(self, binding) -> None:
+        try:
+            self.session.run_with_iobinding(binding)
+        except Exception as exc:
+            raise ShapeError(
+                f"ONNX Runtime rejected the inputs: {str(exc).strip().splitlines()[0][:300]}"
+            ) from exc
+
+    def close(self) -> None:
+        self.session = None
+        self._binding = None

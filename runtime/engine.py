@@ -1,0 +1,242 @@
+"""Engine: one API over the backends (TensorRT, ONNX Runtime) with inputs validated once, here.
+
+with Engine.load("mobilenet_v2.edgert") as engine:
+    outputs = engine.infer(batch)          # dict name -> numpy array
+    print(engine.backend, engine.backend_reason)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from .backends import TABLE, Backend, backend_class
+from .bundle import Bundle, Manifest, TensorSpec
+from .errors import BackendUnavailable, BundleError, ModelError, ShapeError
+from .preprocess import Preprocessing
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("auto", *TABLE)
+PRECISIONS = ("auto", "fp32", "fp16", "int8")
+
+
+class Engine:
+    """A loaded model on one backend. Use :meth:`load`."""
+
+    def __init__(
+        self,
+        impl: Backend,
+        reason: str,
+        source: Path,
+        manifest: Manifest | None = None,
+        max_batch: int | None = None,
+    ) -> None:
+        self._impl = impl
+        self.backend_reason = reason
+        self.source = source
+        self.manifest = manifest
+        self.max_batch = max_batch
+        self._warned_nonfinite = False
+        self._closed = False
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        backend: str = "auto",
+        device: int = 0,
+        precision: str = "auto",
+        **options,
+    ) -> Engine:
+        """Load a bundle folder, an ``.onnx`` or an ``.engine`` on the best (or the named) backend.
+
+        ``auto`` tries the backends in table order (TensorRT, then ONNX Runtime with TensorRT/CUDA
+        execution providers, then ONNX Runtime on CPU) and records why it chose the one it did.
+        """
+        if backend not in BACKENDS:
+            raise BackendUnavailable(
+                f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}"
+            )
+        if precision not in PRECISIONS:
+            raise ModelError(
+                f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
+            )
+        path = Path(path)
+        if not path.exists():
+            raise ModelError(f"{path} does not exist")
+        manifest, model_file, max_batch = _resolve(path, precision)
+        candidates = list(TABLE) if backend == "auto" else [backend]
+        skipped = []
+        for name in candidates:
+            cls_ = backend_class(name)
+            why_not = cls_.availability()
+            if why_not is None and name == "onnxruntime" and model_file.suffix == ".engine":
+                why_not = "a TensorRT plan (.engine) runs only on the TensorRT backend"
+            if why_not is not None:
+                if backend != "auto":
+                    raise BackendUnavailable(f"backend {name} is unavailable: {why_not}")
+                skipped.append(f"{name}: {why_not}")
+                continue
+            impl = cls_.load(model_file, device=device, **options)
+            reason = f"{name} ({impl.description})"
+            reason += (
+                "; skipped " + "; ".join(skipped)
+                if skipped
+                else ("; asked for" if backend != "auto" else "")
+            )
+            log.info("backend %s", reason)
+            return cls(impl, reason, model_file, manifest, max_batch)
+        raise BackendUnavailable("no backend can run this model: " + "; ".join(skipped))
+
+    # -- properties ---------------------------------------------------------------------------
+    @property
+    def backend(self) -> str:
+        return self._impl.name
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return self._impl.inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self._impl.outputs
+
+    @property
+    def preprocessing(self) -> Preprocessing | None:
+        return self.manifest.preprocessing if self.manifest else None
+
+    @property
+    def labels(self) -> tuple[str, ...] | None:
+        return self.manifest.labels if self.manifest else None
+
+    # -- inference ----------------------------------------------------------------------------
+    def infer(self, inputs: np.ndarray | dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run one batch; returns a dict output name -> array (owned by the caller)."""
+        if self._closed:
+            raise ModelError("this engine is closed")
+        outputs = self._impl.run(self.validate(inputs))
+        if not self._warned_nonfinite:
+            bad = [
+                n for n, v in outputs.items() if v.dtype.kind == "f" and not np.isfinite(v).all()
+            ]
+            if bad:
+                self._warned_nonfinite = True
+                log.warning("output %s contains NaN or Inf (warned once)", ", ".join(bad))
+        return outputs
+
+    __call__ = infer
+
+    def validate(self, inputs: np.ndarray | dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Check names, dtypes and shapes against the spec; return contiguous arrays by name."""
+        specs = self._impl.inputs
+        if not isinstance(inputs, dict):
+            if len(specs) != 1:
+                names = ", ".join(s.name for s in specs)
+                raise ShapeError(
+                    f"the model has {len(specs)} inputs ({names}); pass a dict name -> array"
+                )
+            inputs = {specs[0].name: inputs}
+        expected = {s.name for s in specs}
+        unknown = [n for n in inputs if n not in expected]
+        if unknown:
+            raise ShapeError(
+                f"unknown input {unknown[0]!r}; the model's inputs are {', '.join(sorted(expected))}"
+            )
+        feeds = {}
+        for spec in specs:
+            if spec.name not in inputs:
+                raise ShapeError(f"missing input {spec.name!r} ({spec.describe()})")
+            arr = np.asarray(inputs[spec.name])
+            if arr.dtype.name != spec.dtype:
+                raise ShapeError(
+                    f"input {spec.name!r} has dtype {arr.dtype.name}; expected {spec.dtype}"
+                )
+            _check_shape(spec, arr.shape, self.max_batch)
+            feeds[spec.name] = np.ascontiguousarray(arr)
+        return feeds
+
+    # -- lifetime -----------------------------------------------------------------------------
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._impl.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Engine({str(self.source)!r}, backend={self.backend!r})"
+
+
+def _check_shape(spec: TensorSpec, shape: tuple[int, ...], max_batch: int | None) -> None:
+    want = "x".join("N" if d < 0 else str(d) for d in spec.shape)
+    got = "x".join(str(d) for d in shape)
+    if len(shape) != len(spec.shape) or any(
+        w >= 0 and w != g for w, g in zip(spec.shape, shape, strict=True)
+    ):
+        raise ShapeError(f"input {spec.name!r} has shape {got}; expected {want}")
+    if any(g == 0 for g in shape):
+        raise ShapeError(f"input {spec.name!r} has an empty dimension ({got})")
+    if max_batch is not None and spec.shape and spec.shape[0] < 0 and shape[0] > max_batch:
+        raise ShapeError(f"batch {shape[0]} exceeds the bundle's maximum batch {max_batch}")
+
+
+def _resolve(path: Path, precision: str) -> tuple[Manifest | None, Path, int | None]:
+    """(manifest or None, model file to load, max batch or None) for a bundle, .onnx or .engine."""
+    if path.is_dir():
+        bundle = Bundle(path)
+        m = bundle.manifest
+        model = bundle.onnx_path
+        if precision == "int8":
+            model = bundle.path / "model.int8.onnx"
+            if not model.is_file():
+                raise BundleError(
+                    f"bundle {path} has no INT8 model; build one with: edgert build {path} --precision int8"
+                )
+        max_batch = (m.raw.get("export") or {}).get("batch", {}).get("max")
+        return m, model, max_batch
+    suffix = path.suffix.lower()
+    if suffix == ".onnx":
+        return _manifest_from_onnx(path), path, None
+    if suffix in (".engine", ".plan", ".trt"):
+        parent = path.parent.parent
+        manifest = Bundle(parent).manifest if (parent / "manifest.json").is_file() else None
+        return manifest, path, None
+    raise ModelError(f"{path} is not a bundle folder, .onnx or .engine file")
+
+
+def _manifest_from_onnx(path: Path) -> Manifest | None:
+    """Preprocessing and labels from an edgert-exported ONNX file's metadata, when present."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:
+        raise ModelError(
+            f"{path} is not a valid ONNX file: {str(exc).splitlines()[0][:200]}"
+        ) from exc
+    props = {p.key: p.value for p in model.metadata_props}
+    if props.get("edgert.format") is None:
+        return None
+    try:
+        data = {
+            "format": props["edgert.format"],
+            "name": props.get("edgert.name", path.stem),
+            "task": props.get("edgert.task", "generic"),
+            "inputs": [],
+            "outputs": [],
+            "preprocessing": json.loads(props.get("edgert.preprocessing", "null")),
+            "labels": json.loads(props.get("edgert.labels", "null")),
+        }
+        return Manifest.from_dict(data, where=f"{path} metadata")
+    except (ValueError, BundleError):
+        log.warning("ignoring unreadable edgert metadata in %s", path)
+        return None

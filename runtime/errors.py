@@ -1,0 +1,78 @@
+"""The one exception tree of edgert.
+
+Every error a user can cause is an :class:`EdgertError` carrying one clear sentence. The CLI prints
+that sentence and exits with ``exit_code``; third-party errors are translated at the boundary with
+``raise ... from exc`` so ``--debug`` can still show where they came from.
+"""
+
+from __future__ import annotations
+
+
+class EdgertError(Exception):
+    """Base of all edgert errors: the message is one sentence meant for the user."""
+
+    exit_code = 2
+
+
+class ModelError(EdgertError):
+    """A model file or factory is missing, corrupt, or not what it claims to be."""
+
+
+class ShapeError(EdgertError):
+    """An input has the wrong name, shape or dtype for the model."""
+
+
+class ExportError(EdgertError):
+    """PyTorch -> ONNX export failed (unsupported operator, tracing failure, ...)."""
+
+
+class ParityError(ExportError):
+    """The exported ONNX model does not match PyTorch within tolerance."""
+
+    def __init__(self, message: str, report: object | None = None) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+class BundleError(EdgertError):
+    """A bundle folder or its manifest is missing, corrupt or of an unknown format."""
+
+
+class OutputError(EdgertError):
+    """An output path cannot be written (permissions, full disk, not a bundle folder)."""
+
+
+class EngineMismatch(EdgertError):
+    """A TensorRT plan was built for another GPU or TensorRT version."""
+
+
+class BackendUnavailable(EdgertError):
+    """A backend was asked for but cannot run here; the message says what to install."""
+
+    exit_code = 1
+
+
+class MissingDependency(EdgertError):
+    """An optional dependency is not installed; the message holds the exact pip line."""
+
+    exit_code = 1
+
+
+class SourceError(EdgertError):
+    """A camera, stream, video or image source cannot be opened or stopped delivering frames."""
+
+
+class SensorError(EdgertError):
+    """A power sensor is absent, unreadable or vanished."""
+
+
+def require(module: str, pip_line: str, purpose: str):
+    """Import an optional dependency or raise MissingDependency with the install line."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependency(
+            f"{purpose} needs {module}, which is not installed: {pip_line}"
+        ) from exc

@@ -1,0 +1,63 @@
+"""The edgert command line: help, version, info, run and the demo, as real subprocesses."""
+
+from __future__ import annotations
+
+import json
+
+from edgert.export.zoo.photos import photo_path
+from tests.conftest import assert_user_error, run_cli
+
+
+def test_help_lists_subcommands_with_examples():
+    proc = run_cli("--help")
+    assert proc.returncode == 0
+    for word in ("export", "run", "info", "demo", "examples:", "edgert export zoo:mobilenet_v2"):
+        assert word in proc.stdout
+    for sub in ("export", "run", "info", "demo"):
+        assert run_cli(sub, "--help").returncode == 0
+
+
+def test_version():
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("edgert ")
+
+
+def test_info_says_why_things_are_absent():
+    proc = run_cli("info")
+    assert proc.returncode == 0
+    assert "onnxruntime" in proc.stdout and "ONNX Runtime providers" in proc.stdout
+    facts = json.loads(run_cli("info", "--json").stdout)
+    assert "CPUExecutionProvider" in facts["onnxruntime_providers"]
+    assert facts["tensorrt"]["version"] or facts["tensorrt"]["reason"]
+    assert facts["cuda"]["devices"] or facts["cuda"]["reason"]
+
+
+def test_demo_classifies_cat_and_coffee(tmp_path):
+    proc = run_cli("demo", "--workdir", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = {ln.split()[0]: ln for ln in proc.stdout.splitlines() if ".jpg" in ln}
+    assert lines["chelsea.jpg"].split(None, 1)[1].startswith("Egyptian cat")
+    assert lines["coffee.jpg"].split(None, 1)[1].startswith("espresso")
+    assert "parity vs PyTorch" in proc.stdout
+
+    bundle = tmp_path / "mobilenet_v2.edgert"
+    run = run_cli(
+        "run", bundle, photo_path("chelsea"), photo_path("coffee"), "--top-k", "2", "--json"
+    )
+    assert run.returncode == 0, run.stderr
+    rows = [json.loads(line) for line in run.stdout.splitlines()]
+    assert [r["results"][0]["label"] for r in rows] == ["Egyptian cat", "espresso"]
+    assert all(r["infer_ms"] > 0 for r in rows)
+
+    bad = run_cli("run", bundle, tmp_path / "missing.jpg")
+    assert_user_error(bad, "does not exist")
+    (tmp_path / "junk.jpg").write_bytes(b"nope")
+    assert_user_error(run_cli("run", bundle, tmp_path / "junk.jpg"), "not an image")
+
+
+def test_unknown_subcommand_and_bad_bundle(tmp_path):
+    assert run_cli("frobnicate").returncode == 2
+    (tmp_path / "b.edgert").mkdir()
+    assert_user_error(
+        run_cli("run", tmp_path / "b.edgert", photo_path("chelsea")), "no manifest.json"
+    )

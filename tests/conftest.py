@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cache_dir(tmp_path_factory):
+    """A session-wide zoo cache (digits_cnn trains once), kept out of the user's home."""
+    path = tmp_path_factory.mktemp("edgert-cache")
+    os.environ["EDGERT_CACHE_DIR"] = str(path)
+    yield path
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300):
+    """Run the real `edgert` command line in a subprocess."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "edgert.apps", *map(str, args)],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def assert_user_error(proc, *fragments: str, code: int = 2) -> None:
+    """One clear sentence on stderr, the given exit code, no traceback."""
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    err = proc.stderr.strip()
+    assert "Traceback" not in err, err
+    assert len(err.splitlines()) == 1, err
+    for frag in fragments:
+        assert frag.lower() in err.lower(), (frag, err)
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Names of anything half-written (staging folders, temp files) left in ``folder``."""
+    return [
+        p.name
+        for p in folder.iterdir()
+        if p.name.startswith(".") or p.suffix in (".partial", ".tmp")
+    ]

@@ -1,0 +1,129 @@
+"""Small PyTorch models built by the tests (also importable as factories: module:function)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class SmallConv(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = F.relu(self.bn(self.conv(x)))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class ResidualConcatUpsample(nn.Module):
+    """A U-Net-like block: residual add, channel concat, nearest and bilinear upsampling."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.down = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.res = nn.Sequential(
+            nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1)
+        )
+        self.head = nn.Conv2d(8 + 16 + 16, 4, 1)
+
+    def forward(self, x):
+        s = F.relu(self.stem(x))
+        d = F.relu(self.down(s))
+        d = d + self.res(d)
+        up_n = F.interpolate(d, scale_factor=2, mode="nearest")
+        up_b = F.interpolate(d, size=s.shape[-2:], mode="bilinear", align_corners=False)
+        return self.head(torch.cat([s, up_n, up_b], dim=1))
+
+
+class TinyAttention(nn.Module):
+    """Token embedding + multi-head self-attention + layer norm + pooled classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(12, 32)
+        self.attn = nn.MultiheadAttention(32, 4, batch_first=True)
+        self.norm = nn.LayerNorm(32)
+        self.fc = nn.Linear(32, 3)
+
+    def forward(self, x):
+        h = self.proj(x)
+        a, _ = self.attn(h, h, h, need_weights=False)
+        h = self.norm(h + a)
+        return self.fc(h.mean(dim=1))
+
+
+class TwoHeads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.body(x)
+        return y.mean(dim=(2, 3)), torch.sigmoid(y)
+
+
+class DriftsAfterTracing(nn.Module):
+    """Counts its calls and scales by the count: the ONNX trace bakes one value in, so a later
+    PyTorch call disagrees — a real parity failure."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.fc(x) * float(self.calls)
+
+
+class GridSample(nn.Module):
+    def forward(self, x):
+        grid = torch.zeros(x.shape[0], 4, 4, 2)
+        return F.grid_sample(x, grid, align_corners=False)
+
+
+class Eigh(nn.Module):
+    def forward(self, x):
+        return torch.linalg.eigh(x @ x.transpose(-1, -2))[0]
+
+
+def build():
+    torch.manual_seed(0)
+    return SmallConv().eval()
+
+
+def build_two_heads():
+    torch.manual_seed(0)
+    return TwoHeads().eval()
+
+
+def build_not_a_module():
+    return {"not": "a module"}
+
+
+def build_drifting():
+    torch.manual_seed(0)
+    return DriftsAfterTracing().eval()
+
+
+def build_grid_sample():
+    return GridSample().eval()
+
+
+def build_eigh():
+    return Eigh().eval()
+
+
+def build_unet_block():
+    torch.manual_seed(0)
+    return ResidualConcatUpsample().eval()
+
+
+def build_attention():
+    torch.manual_seed(0)
+    return TinyAttention().eval()

@@ -1,0 +1,79 @@
+"""Engine on ONNX Runtime with real ONNX models built here: validation and selection reasons."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from edgert.runtime import BackendUnavailable, ModelError, ShapeError
+from edgert.runtime.engine import Engine
+
+
+def make_model(path, batch="N"):
+    """y = relu(x @ W + b) with x: float32[batch, 4], built node by node."""
+    w = helper.make_tensor("W", TensorProto.FLOAT, (4, 3), np.arange(12, dtype=np.float32) / 10)
+    b = helper.make_tensor("b", TensorProto.FLOAT, (3,), [0.5, -1.0, 0.0])
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "W"], ["h"]),
+            helper.make_node("Add", ["h", "b"], ["z"]),
+            helper.make_node("Relu", ["z"], ["y"]),
+        ],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])],
+        initializer=[w, b],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(path))
+    return path
+
+
+def reference(x):
+    w = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+    return np.maximum(x @ w + np.array([0.5, -1.0, 0.0], np.float32), 0)
+
+
+def test_dynamic_and_static_batch(tmp_path):
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    with Engine.load(make_model(tmp_path / "d.onnx")) as dyn:
+        assert dyn.inputs[0].shape == (-1, 4) and dyn.backend == "onnxruntime"
+        np.testing.assert_allclose(dyn.infer(x)["y"], reference(x), rtol=1e-6)
+    with Engine.load(make_model(tmp_path / "s.onnx", batch=2)) as static:
+        first = static.infer(x[:2])["y"]
+        second = static.infer(x[2:4])["y"]  # the pre-bound output buffer is reused...
+        np.testing.assert_allclose(
+            first, reference(x[:2]), rtol=1e-6
+        )  # ...without clobbering results
+        np.testing.assert_allclose(second, reference(x[2:4]), rtol=1e-6)
+
+
+def test_auto_reason_names_the_choice(tmp_path):
+    with Engine.load(make_model(tmp_path / "m.onnx")) as engine:
+        assert engine.backend_reason.startswith("onnxruntime (providers ")
+        assert "CPUExecutionProvider" in engine.backend_reason
+
+
+def test_bad_inputs_say_expected_and_got(tmp_path):
+    engine = Engine.load(make_model(tmp_path / "m.onnx"))
+    with pytest.raises(ShapeError, match="has shape 2x5; expected Nx4"):
+        engine.infer(np.zeros((2, 5), np.float32))
+    with pytest.raises(ShapeError, match="dtype float64; expected float32"):
+        engine.infer(np.zeros((2, 4)))
+    with pytest.raises(ShapeError, match="unknown input 'image'"):
+        engine.infer({"image": np.zeros((2, 4), np.float32)})
+    engine.close()
+    with pytest.raises(ModelError, match="closed"):
+        engine.infer(np.zeros((2, 4), np.float32))
+
+
+def test_unknown_backend_and_missing_file(tmp_path):
+    with pytest.raises(BackendUnavailable, match="unknown backend"):
+        Engine.load(make_model(tmp_path / "m.onnx"), backend="coreml")
+    with pytest.raises(ModelError, match="does not exist"):
+        Engine.load(tmp_path / "missing.onnx")
+    (tmp_path / "bad.onnx").write_bytes(b"not a model")
+    with pytest.raises(ModelError):
+        Engine.load(tmp_path / "bad.onnx")

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .backends import TABLE, Backend, backend_class
+from .backends.base import Target
 from .bundle import Bundle, Manifest, TensorSpec
 from .errors import BackendUnavailable, BundleError, ModelError, ShapeError
 from .preprocess import Preprocessing
@@ -55,8 +56,9 @@ class Engine:
     ) -> Engine:
         """Load a bundle folder, an ``.onnx`` or an ``.engine`` on the best (or the named) backend.
 
-        ``auto`` tries the backends in table order (TensorRT, then ONNX Runtime with TensorRT/CUDA
-        execution providers, then ONNX Runtime on CPU) and records why it chose the one it did.
+        ``auto`` tries the backends in table order (TensorRT with a plan for this GPU, then ONNX
+        Runtime with TensorRT/CUDA execution providers where present, else on CPU) and records why
+        it chose the one it did in :attr:`backend_reason`.
         """
         if backend not in BACKENDS:
             raise BackendUnavailable(
@@ -69,29 +71,29 @@ class Engine:
         path = Path(path)
         if not path.exists():
             raise ModelError(f"{path} does not exist")
-        manifest, model_file, max_batch = _resolve(path, precision)
+        target, manifest, max_batch = _resolve(path)
         candidates = list(TABLE) if backend == "auto" else [backend]
         skipped = []
         for name in candidates:
-            cls_ = backend_class(name)
-            why_not = cls_.availability()
-            if why_not is None and name == "onnxruntime" and model_file.suffix == ".engine":
-                why_not = "a TensorRT plan (.engine) runs only on the TensorRT backend"
+            impl_cls = backend_class(name)
+            why_not = impl_cls.availability()
+            model_file = None
+            if why_not is None:
+                model_file, why = impl_cls.select(target, precision, device)
+                if model_file is None:
+                    why_not = why
             if why_not is not None:
                 if backend != "auto":
-                    raise BackendUnavailable(f"backend {name} is unavailable: {why_not}")
+                    raise BackendUnavailable(f"backend {name} cannot run {path}: {why_not}")
                 skipped.append(f"{name}: {why_not}")
                 continue
-            impl = cls_.load(model_file, device=device, **options)
-            reason = f"{name} ({impl.description})"
-            reason += (
-                "; skipped " + "; ".join(skipped)
-                if skipped
-                else ("; asked for" if backend != "auto" else "")
-            )
+            impl = impl_cls.load(model_file, device=device, **options)
+            reason = f"{name} ({impl.description}; {why})"
+            if skipped:
+                reason += "; skipped " + "; ".join(skipped)
             log.info("backend %s", reason)
             return cls(impl, reason, model_file, manifest, max_batch)
-        raise BackendUnavailable("no backend can run this model: " + "; ".join(skipped))
+        raise BackendUnavailable(f"no backend can run {path}: " + "; ".join(skipped))
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -189,27 +191,25 @@ def _check_shape(spec: TensorSpec, shape: tuple[int, ...], max_batch: int | None
         raise ShapeError(f"batch {shape[0]} exceeds the bundle's maximum batch {max_batch}")
 
 
-def _resolve(path: Path, precision: str) -> tuple[Manifest | None, Path, int | None]:
-    """(manifest or None, model file to load, max batch or None) for a bundle, .onnx or .engine."""
+def _resolve(path: Path) -> tuple[Target, Manifest | None, int | None]:
+    """(target, manifest or None, max batch or None) for a bundle folder, .onnx or .engine."""
     if path.is_dir():
         bundle = Bundle(path)
         m = bundle.manifest
-        model = bundle.onnx_path
-        if precision == "int8":
-            model = bundle.path / "model.int8.onnx"
-            if not model.is_file():
-                raise BundleError(
-                    f"bundle {path} has no INT8 model; build one with: edgert build {path} --precision int8"
-                )
-        max_batch = (m.raw.get("export") or {}).get("batch", {}).get("max")
-        return m, model, max_batch
+        hashes = {"fp32": (m.raw.get("hashes") or {}).get("model.onnx")}
+        max_batch = ((m.raw.get("export") or {}).get("batch") or {}).get("max")
+        return (
+            Target(path, bundle_dir=path, onnx=bundle.onnx_path, onnx_hashes=hashes),
+            m,
+            max_batch,
+        )
     suffix = path.suffix.lower()
     if suffix == ".onnx":
-        return _manifest_from_onnx(path), path, None
+        return Target(path, onnx=path), _manifest_from_onnx(path), None
     if suffix in (".engine", ".plan", ".trt"):
         parent = path.parent.parent
         manifest = Bundle(parent).manifest if (parent / "manifest.json").is_file() else None
-        return manifest, path, None
+        return Target(path, engine=path), manifest, None
     raise ModelError(f"{path} is not a bundle folder, .onnx or .engine file")
 
 

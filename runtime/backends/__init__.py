@@ -12,6 +12,7 @@ from .base import Backend
 
 # name -> (module, class), in auto-selection order
 TABLE: dict[str, tuple[str, str]] = {
+    "tensorrt": ("edgert.runtime.backends.tensorrt", "TensorRTBackend"),
     "onnxruntime": ("edgert.runtime.backends.onnxruntime", "OnnxRuntimeBackend"),
 }
 

@@ -6,11 +6,23 @@ Inputs are validated once, in :class:`edgert.runtime.engine.Engine`; a backend o
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..bundle import TensorSpec
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the user asked to load: a bundle folder, an .onnx or an .engine."""
+
+    path: Path
+    bundle_dir: Path | None = None
+    onnx: Path | None = None
+    engine: Path | None = None
+    onnx_hashes: dict | None = None  # precision -> sha256 of the ONNX a plan must come from
 
 
 class Backend(ABC):
@@ -24,6 +36,11 @@ class Backend(ABC):
     @abstractmethod
     def availability(cls) -> str | None:
         """None when this backend can run here, else the reason it cannot (with what to install)."""
+
+    @classmethod
+    @abstractmethod
+    def select(cls, target: Target, precision: str, device: int) -> tuple[Path | None, str]:
+        """The file this backend would load for ``target`` (or None) and why."""
 
     @classmethod
     @abstractmethod

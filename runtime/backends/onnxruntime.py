@@ -14,7 +14,7 @@ import numpy as np
 
 from ..bundle import TensorSpec
 from ..errors import ModelError, ShapeError
-from .base import Backend
+from .base import Backend, Target
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,25 @@ class OnnxRuntimeBackend(Backend):
         except ImportError:
             return "onnxruntime is not installed: pip install onnxruntime (or onnxruntime-gpu)"
         return None
+
+    @classmethod
+    def select(cls, target: Target, precision: str, device: int) -> tuple[Path | None, str]:
+        if target.onnx is None:
+            return None, "a TensorRT plan (.engine) runs only on the TensorRT backend"
+        if precision == "int8":
+            qdq = target.onnx.with_name("model.int8.onnx") if target.bundle_dir else target.onnx
+            if not qdq.is_file():
+                return (
+                    None,
+                    f"the bundle has no INT8 model; make one with: edgert build {target.path} --precision int8",
+                )
+            return qdq, "INT8 Q/DQ model"
+        if precision == "fp16":
+            return (
+                None,
+                "ONNX Runtime runs FP32 or INT8 models here; use the TensorRT backend for FP16",
+            )
+        return target.onnx, "FP32 model"
 
     @classmethod
     def load(

@@ -1,0 +1,314 @@
+"""TensorRT backend: name-based API (8.5+), PyCUDA buffers on the primary context, one stream,
+zero-copy mapped memory on integrated GPUs, optional CUDA graph of copy + execute.
+
+Thin by design: version decisions live in :mod:`tensorrt_compat` (pure functions, tested without
+TensorRT); GPU memory, streams and graphs in :mod:`edgert.runtime.cuda`. Every boolean TensorRT
+returns is checked.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from ..bundle import TensorSpec
+from ..errors import BackendUnavailable, EngineMismatch, ModelError, ShapeError
+from . import tensorrt_compat as compat
+from .base import Backend, Target
+
+log = logging.getLogger(__name__)
+
+
+def import_tensorrt():
+    try:
+        import tensorrt as trt
+    except ImportError as exc:
+        raise BackendUnavailable(
+            "TensorRT is not importable (it comes with JetPack or NVIDIA's TensorRT packages, not pip)"
+        ) from exc
+    return trt
+
+
+def _make_logger(trt):
+    class CollectingLogger(trt.ILogger):
+        """Keeps TensorRT's error messages so failures can be explained in one sentence."""
+
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+            self.errors: list[str] = []
+
+        def log(self, severity, msg) -> None:
+            if severity in (trt.ILogger.Severity.ERROR, trt.ILogger.Severity.INTERNAL_ERROR):
+                self.errors.append(str(msg))
+                log.debug("TensorRT: %s", msg)
+            elif severity == trt.ILogger.Severity.WARNING:
+                log.debug("TensorRT warning: %s", msg)
+
+    return CollectingLogger()
+
+
+class _IO:
+    """One I/O tensor: spec, profile bounds (inputs), buffers."""
+
+    def __init__(self, name: str, is_input: bool, dtype: str, shape: tuple[int, ...]) -> None:
+        self.name = name
+        self.is_input = is_input
+        self.dtype = dtype
+        self.shape = shape
+        self.min_shape: tuple[int, ...] | None = None
+        self.max_shape: tuple[int, ...] = shape
+        self.buffers = None
+
+
+class TensorRTBackend(Backend):
+    name = "tensorrt"
+
+    @classmethod
+    def availability(cls) -> str | None:
+        try:
+            trt = import_tensorrt()
+        except BackendUnavailable as exc:
+            return str(exc)
+        version = compat.parse_version(trt.__version__)
+        reason = compat.unsupported_reason(version)
+        if reason:
+            return reason
+        from ..cuda.driver import availability
+
+        return availability()
+
+    @classmethod
+    def select(cls, target: Target, precision: str, device: int) -> tuple[Path | None, str]:
+        """The plan to load: the .engine given, or the bundle's plan for this GPU and TensorRT."""
+        if target.engine is not None:
+            return target.engine, f"plan {target.engine.name}"
+        if target.bundle_dir is None:
+            return (
+                None,
+                f"an .onnx needs a TensorRT plan first: edgert build {target.path} --precision fp16",
+            )
+        from ..device import probe_cuda
+
+        trt = import_tensorrt()
+        cuda = probe_cuda()
+        if device >= len(cuda.devices):
+            return None, f"CUDA device {device} does not exist"
+        dev = cuda.devices[device]
+        cc = f"{dev.compute_capability[0]}.{dev.compute_capability[1]}"
+        plan, why = compat.select_plan(
+            target.bundle_dir / "engines",
+            precision,
+            trt.__version__,
+            dev.name,
+            cc,
+            target.onnx_hashes,
+        )
+        if plan is None:
+            why += f"; build one with: edgert build {target.path} --precision {'fp16' if precision == 'auto' else precision}"
+        return plan, why
+
+    @classmethod
+    def load(
+        cls, model: Path, *, device: int = 0, use_graph: bool = False, **_: object
+    ) -> TensorRTBackend:
+        return cls(model, device, use_graph)
+
+    def __init__(self, plan: Path, device: int, use_graph: bool) -> None:
+        from ..cuda.driver import PrimaryContext
+        from ..cuda.stream import Stream
+
+        trt = import_tensorrt()
+        self.trt = trt
+        self.version = compat.parse_version(trt.__version__)
+        self.ctx = PrimaryContext.get(device)
+        self._lock = threading.Lock()
+        self._graph = None
+        self._graph_shapes = None
+        self._graph_failed: str | None = None
+        self.use_graph = use_graph
+        self.logger = _make_logger(trt)
+        info = compat.PlanInfo.read(plan)
+        if info is not None:
+            cc = "{}.{}".format(*self.ctx.compute_capability)
+            why = compat.plan_mismatch(info, trt.__version__, self.ctx.name, cc)
+            if why:
+                raise EngineMismatch(
+                    f"{plan} cannot run here: {why}; rebuild it with: edgert build BUNDLE --precision {info.precision}"
+                )
+        try:
+            data = plan.read_bytes()
+        except OSError as exc:
+            raise ModelError(f"cannot read {plan}: {exc.strerror}") from exc
+        with self.ctx.active():
+            trt.init_libnvinfer_plugins(self.logger, "")
+            self.runtime = trt.Runtime(self.logger)
+            self.engine = self.runtime.deserialize_cuda_engine(data)
+            if self.engine is None:
+                kind, sentence = compat.explain_deserialize_failure(self.logger.errors, plan)
+                raise (EngineMismatch if kind in ("version", "device") else ModelError)(sentence)
+            self.context = self.engine.create_execution_context()
+            if self.context is None:
+                raise ModelError(
+                    f"TensorRT could not create an execution context for {plan} (out of GPU memory?)"
+                )
+            self.stream = Stream()
+            self.io = self._describe_io()
+            self._allocate()
+        self.inputs = tuple(TensorSpec(t.name, t.dtype, t.shape) for t in self.io if t.is_input)
+        self.outputs = tuple(
+            TensorSpec(t.name, t.dtype, t.shape) for t in self.io if not t.is_input
+        )
+        zero = all(t.buffers.zero_copy for t in self.io)
+        self.description = (
+            f"TensorRT {trt.__version__} on {self.ctx.name}, {'zero-copy mapped memory' if zero else 'pinned copies'}"
+            + (", CUDA graph" if use_graph else "")
+        )
+        self._current_shapes: dict[str, tuple[int, ...]] = {}
+
+    # -- set-up -------------------------------------------------------------------------------
+    def _describe_io(self) -> list[_IO]:
+        trt, engine = self.trt, self.engine
+        tensors = []
+        for i in range(engine.num_io_tensors):
+            name = engine.get_tensor_name(i)
+            is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+            dtype = compat.numpy_dtype(str(engine.get_tensor_dtype(name)))
+            shape = tuple(int(d) for d in engine.get_tensor_shape(name))
+            io = _IO(name, is_input, dtype, shape)
+            if is_input and any(d < 0 for d in shape):
+                lo, _opt, hi = engine.get_tensor_profile_shape(name, 0)
+                io.min_shape = tuple(int(d) for d in lo)
+                io.max_shape = tuple(int(d) for d in hi)
+            tensors.append(io)
+        # output capacity: set every input to its profile maximum and ask for output shapes
+        for t in tensors:
+            if t.is_input:
+                self._set_input_shape(t.name, t.max_shape)
+        for t in tensors:
+            if not t.is_input:
+                t.max_shape = tuple(int(d) for d in self.context.get_tensor_shape(t.name))
+                if any(d < 0 for d in t.max_shape):
+                    raise ModelError(
+                        f"output {t.name} has a data-dependent shape, which edgert's TensorRT backend does not support"
+                    )
+        return tensors
+
+    def _allocate(self) -> None:
+        from ..cuda.memory import TensorBuffers
+
+        for t in self.io:
+            t.buffers = TensorBuffers(t.name, t.max_shape, t.dtype, zero_copy=self.ctx.zero_copy)
+            if t.buffers.fallback_reason:
+                log.warning("%s: %s", t.name, t.buffers.fallback_reason)
+            if not self.context.set_tensor_address(t.name, t.buffers.device_ptr):
+                raise ModelError(f"TensorRT refused the buffer address for {t.name}")
+
+    def _set_input_shape(self, name: str, shape: tuple[int, ...]) -> None:
+        if not self.context.set_input_shape(name, shape):
+            raise ShapeError(
+                f"TensorRT rejected shape {'x'.join(map(str, shape))} for input {name}"
+            )
+
+    # -- inference ----------------------------------------------------------------------------
+    def _check_profile(self, t: _IO, shape: tuple[int, ...]) -> None:
+        if t.min_shape is None:
+            return
+        if any(s < lo or s > hi for s, lo, hi in zip(shape, t.min_shape, t.max_shape, strict=True)):
+            lo = "x".join(map(str, t.min_shape))
+            hi = "x".join(map(str, t.max_shape))
+            raise ShapeError(
+                f"input {t.name} shape {'x'.join(map(str, shape))} is outside the engine's profile {lo} .. {hi}"
+            )
+
+    def _apply_shapes(self, feeds: dict[str, np.ndarray]) -> bool:
+        """Set input shapes when they changed; returns True if they did."""
+        shapes = {n: tuple(a.shape) for n, a in feeds.items()}
+        if shapes == self._current_shapes:
+            return False
+        for t in self.io:
+            if t.is_input:
+                self._check_profile(t, shapes[t.name])
+                self._set_input_shape(t.name, shapes[t.name])
+        missing = self.context.infer_shapes()
+        if missing:
+            raise ShapeError(f"TensorRT could not infer shapes for {', '.join(missing)}")
+        self._current_shapes = shapes
+        return True
+
+    def _enqueue(self, feeds: dict[str, np.ndarray]) -> None:
+        for t in self.io:
+            if t.is_input:
+                t.buffers.upload(feeds[t.name], self.stream)
+        if not self.context.execute_async_v3(self.stream.handle):
+            raise ModelError(
+                "TensorRT execute_async_v3 failed: " + "; ".join(self.logger.errors[-2:])
+            )
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with self._lock, self.ctx.active():
+            changed = self._apply_shapes(feeds)
+            if self.use_graph and self._graph_failed is None:
+                self._run_graph(feeds, changed)
+            else:
+                self._enqueue(feeds)
+            out_shapes = {
+                t.name: tuple(int(d) for d in self.context.get_tensor_shape(t.name))
+                for t in self.io
+                if not t.is_input
+            }
+            views = {
+                t.name: t.buffers.download(out_shapes[t.name], self.stream)
+                for t in self.io
+                if not t.is_input
+            }
+            self.stream.synchronize()
+            return {name: view.copy() for name, view in views.items()}
+
+    def _run_graph(self, feeds: dict[str, np.ndarray], shapes_changed: bool) -> None:
+        """Copy-in + execute replayed from a CUDA graph; captured again when shapes change."""
+        from ..cuda.graph import CaptureFailed, CudaGraph
+
+        if self._graph is None or shapes_changed:
+            if self._graph is not None:
+                self._graph.free()
+                self._graph = None
+            self._enqueue(feeds)  # TensorRT needs one plain run before capture
+            self.stream.synchronize()
+            try:
+                self._graph = CudaGraph.capture(self.stream.handle, lambda: self._enqueue(feeds))
+            except CaptureFailed as exc:
+                self._graph_failed = str(exc)
+                log.warning("CUDA graph capture failed, running without graphs: %s", exc)
+                return
+        else:
+            for t in self.io:  # the graph replays copies from the pinned buffers: refresh them
+                if t.is_input:
+                    np.copyto(t.buffers.host_view(feeds[t.name].shape), feeds[t.name], casting="no")
+        self._graph.launch(self.stream.handle)
+
+    @property
+    def graph_status(self) -> str:
+        if not self.use_graph:
+            return "off"
+        return (
+            f"failed: {self._graph_failed}"
+            if self._graph_failed
+            else ("captured" if self._graph else "pending")
+        )
+
+    def close(self) -> None:
+        if getattr(self, "engine", None) is None:
+            return
+        with self.ctx.active():
+            if self._graph is not None:
+                self._graph.free()
+            for t in self.io:
+                if t.buffers is not None:
+                    t.buffers.free()
+            self.context = None
+            self.engine = None
+            self.runtime = None
+            self.stream.free()

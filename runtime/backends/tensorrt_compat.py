@@ -1,0 +1,234 @@
+"""TensorRT version and plan-compatibility decisions, as pure functions (tested without TensorRT).
+
+Every difference between TensorRT 8.5, 10.x and 11.x that edgert cares about is decided here, once,
+from the version tuple, so no ``if trt10:`` branches are scattered through the code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+MIN_VERSION = (8, 5)
+
+
+@dataclass(frozen=True)
+class TrtFeatures:
+    """What a TensorRT version offers or requires."""
+
+    version: tuple[int, ...]
+    explicit_batch_flag: bool  # 8.x: networks must be created with EXPLICIT_BATCH (ignored from 10)
+    weak_typing: bool  # FP16/INT8 builder flags exist (removed in 11: strongly typed only)
+    strongly_typed_flag: bool  # NetworkDefinitionCreationFlag.STRONGLY_TYPED exists (10+)
+    fp16_needs_fp16_onnx: bool  # 11: FP16 comes from an FP16 ONNX model, not a builder flag
+    int8_builder_flag_for_qdq: bool  # 8.5/10 weakly typed Q/DQ networks need BuilderFlag.INT8
+    progress_monitor: bool  # IProgressMonitor (10.0+)
+    device_memory_attr: str  # ICudaEngine device memory size property
+    implicit_int8_calibration: bool  # IInt8Calibrator / calibration caches (gone in 11)
+    max_onnx_opset: int | None  # newest ONNX opset known to parse (8.5: 17); None: no known limit
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """'10.3.0.26' -> (10, 3, 0, 26); tolerates suffixes such as '8.5.2.2+cuda11.4'."""
+    nums = re.findall(r"\d+", text.split("+")[0])
+    if not nums:
+        raise ValueError(f"not a TensorRT version: {text!r}")
+    return tuple(int(n) for n in nums)
+
+
+def features(version: tuple[int, ...]) -> TrtFeatures:
+    major = version[0]
+    minor = version[1] if len(version) > 1 else 0
+    return TrtFeatures(
+        version=tuple(version),
+        explicit_batch_flag=major < 10,
+        weak_typing=major < 11,
+        strongly_typed_flag=major >= 10,
+        fp16_needs_fp16_onnx=major >= 11,
+        int8_builder_flag_for_qdq=major < 11,
+        progress_monitor=major >= 10,
+        device_memory_attr="device_memory_size_v2"
+        if (major, minor) >= (10, 1)
+        else "device_memory_size",
+        implicit_int8_calibration=major < 11,
+        max_onnx_opset=17 if major < 10 else None,
+    )
+
+
+def unsupported_reason(version: tuple[int, ...]) -> str | None:
+    """Why edgert cannot use this TensorRT (None when it can)."""
+    if tuple(version[:2]) < MIN_VERSION:
+        found = ".".join(map(str, version))
+        return f"TensorRT {found} is older than 8.5, the first with the name-based tensor API edgert uses"
+    return None
+
+
+def network_flag_names(version: tuple[int, ...], strongly_typed: bool) -> list[str]:
+    """NetworkDefinitionCreationFlag names to set for create_network()."""
+    f = features(version)
+    flags = []
+    if f.explicit_batch_flag:
+        flags.append("EXPLICIT_BATCH")
+    if f.strongly_typed_flag and strongly_typed and f.weak_typing:
+        flags.append("STRONGLY_TYPED")  # in 11 strong typing is the only mode and the default
+    return flags
+
+
+def builder_flag_names(version: tuple[int, ...], precision: str, qdq_model: bool) -> list[str]:
+    """BuilderFlag names for a precision. TensorRT 11 takes none: types come from the model."""
+    f = features(version)
+    if precision not in ("fp32", "fp16", "int8"):
+        raise ValueError(f"unknown precision {precision!r}")
+    if not f.weak_typing:
+        return []
+    flags = []
+    if precision in ("fp16", "int8"):
+        flags.append("FP16")  # INT8 engines keep unquantized layers in FP16 where faster
+    if precision == "int8" and (qdq_model and f.int8_builder_flag_for_qdq):
+        flags.append("INT8")
+    return flags
+
+
+def onnx_for_precision(version: tuple[int, ...], precision: str) -> str:
+    """Which bundle model a build of ``precision`` starts from."""
+    if precision == "int8":
+        return "model.int8.onnx"
+    if precision == "fp16" and features(version).fp16_needs_fp16_onnx:
+        return "model.fp16.onnx"
+    return "model.onnx"
+
+
+# -- plans ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlanInfo:
+    """What a plan was built with: the sidecar ``<key>.json`` beside ``<key>.engine``."""
+
+    path: Path
+    precision: str
+    tensorrt: str
+    device_name: str
+    compute_capability: str
+    dla_core: int | None = None
+    onnx_sha256: str | None = None
+
+    @classmethod
+    def read(cls, engine_path: Path) -> PlanInfo | None:
+        sidecar = engine_path.with_suffix(".json")
+        try:
+            data = json.loads(sidecar.read_text(encoding="utf-8"))
+            return cls(
+                path=engine_path,
+                precision=str(data["precision"]),
+                tensorrt=str(data["tensorrt"]),
+                device_name=str(data["device"]["name"]),
+                compute_capability=str(data["device"]["compute_capability"]),
+                dla_core=data.get("dla_core"),
+                onnx_sha256=data.get("onnx_sha256"),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+def plan_mismatch(
+    info: PlanInfo, tensorrt: str, device_name: str, compute_capability: str
+) -> str | None:
+    """Why a plan cannot run here (None when it can). Plans are tied to the exact TensorRT
+    version and to the GPU they were built on."""
+    if parse_version(info.tensorrt) != parse_version(tensorrt):
+        return f"it was built by TensorRT {info.tensorrt} and this is TensorRT {tensorrt}"
+    if info.compute_capability != compute_capability or info.device_name != device_name:
+        return (
+            f"it was built for {info.device_name} (compute {info.compute_capability}) and this GPU is "
+            f"{device_name} (compute {compute_capability})"
+        )
+    return None
+
+
+def select_plan(
+    engines_dir: Path,
+    precision: str,
+    tensorrt: str,
+    device_name: str,
+    compute_capability: str,
+    onnx_sha256: dict[str, str] | None = None,
+) -> tuple[Path | None, str]:
+    """Pick the plan in a bundle's engines/ that runs here: (path, why) or (None, why not)."""
+    if not engines_dir.is_dir():
+        return None, "the bundle has no engines/ folder"
+    wanted = ("fp16", "int8", "fp32") if precision == "auto" else (precision,)
+    rejected = []
+    for prec in wanted:
+        for engine in sorted(engines_dir.glob("*.engine")):
+            info = PlanInfo.read(engine)
+            if info is None or info.precision != prec:
+                continue
+            why = plan_mismatch(info, tensorrt, device_name, compute_capability)
+            expected_hash = (onnx_sha256 or {}).get(prec)
+            if (
+                why is None
+                and expected_hash
+                and info.onnx_sha256
+                and info.onnx_sha256 != expected_hash
+            ):
+                why = "it was built from an older version of the model"
+            if why is None:
+                return (
+                    engine,
+                    f"plan {engine.name} ({prec}, TensorRT {info.tensorrt}, {info.device_name})",
+                )
+            rejected.append(f"{engine.name}: {why}")
+    if rejected:
+        return None, "no plan for this GPU and TensorRT (" + "; ".join(rejected[:3]) + ")"
+    return (
+        None,
+        f"the bundle has no {'' if precision == 'auto' else precision + ' '}TensorRT plan yet",
+    )
+
+
+def explain_deserialize_failure(messages: list[str], path: Path) -> tuple[str, str]:
+    """Classify TensorRT's logged errors after deserialize_cuda_engine returned None.
+
+    Returns (kind, sentence) with kind in {"version", "device", "corrupt"}.
+    """
+    text = " ".join(messages)
+    rebuild = (
+        f"rebuild it on this device: edgert build BUNDLE --precision P (it replaces {path.name})"
+    )
+    m = re.search(r"expecting compute (\d+\.\d+) got compute (\d+\.\d+)", text)
+    if m or "incompatible device" in text:
+        detail = f" (built for compute {m.group(2)}, this GPU is compute {m.group(1)})" if m else ""
+        return "device", f"{path} was built for another GPU{detail}; {rebuild}"
+    m = re.search(r"expecting library version ([\d.]+) got ([\d.]+)", text)
+    if (
+        m
+        or "not compatible with this version of TensorRT" in text
+        or "Version tag does not match" in text
+    ):
+        detail = f" (built by TensorRT {m.group(2)}, this is {m.group(1)})" if m else ""
+        return "version", f"{path} was built by another TensorRT version{detail}; {rebuild}"
+    return (
+        "corrupt",
+        f"{path} is not a TensorRT plan TensorRT can read (corrupt or not a plan): {text[:200] or 'no detail'}",
+    )
+
+
+_NUMPY_DTYPES = {
+    "FLOAT": "float32",
+    "HALF": "float16",
+    "INT8": "int8",
+    "INT32": "int32",
+    "INT64": "int64",
+    "BOOL": "bool",
+    "UINT8": "uint8",
+}
+
+
+def numpy_dtype(trt_dtype_name: str) -> str:
+    """TensorRT DataType name (e.g. 'FLOAT', 'DataType.HALF') -> numpy dtype name."""
+    name = trt_dtype_name.rsplit(".", 1)[-1]
+    try:
+        return _NUMPY_DTYPES[name]
+    except KeyError:
+        raise ValueError(f"TensorRT type {name} has no numpy equivalent for I/O") from None

@@ -43,3 +43,29 @@ def classify(
         ]
         for row, idx in zip(probs, top, strict=True)
     ]
+
+
+def segment(logits: np.ndarray) -> np.ndarray:
+    """Per-pixel class: [N, C, H, W] scores -> [N, H, W] int32 masks (argmax over C)."""
+    logits = np.asarray(logits)
+    if logits.ndim != 4:
+        raise ValueError(f"segmentation output must be [N, C, H, W]; got {list(logits.shape)}")
+    return logits.argmax(axis=1).astype(np.int32)
+
+
+def mask_to_source(mask: np.ndarray, transform, fill: int = 0) -> np.ndarray:
+    """A model-space mask [H, W] back onto the source image (undo crop / padding and scale).
+
+    Each source pixel takes the model pixel its centre falls in; pixels that fall outside the
+    model input (cropped away) get ``fill``.
+    """
+    h, w = transform.source_hw
+    mx = np.floor((np.arange(w) + 0.5) * transform.sx + transform.ox).astype(np.int64)
+    my = np.floor((np.arange(h) + 0.5) * transform.sy + transform.oy).astype(np.int64)
+    inside_x = (mx >= 0) & (mx < mask.shape[1])
+    inside_y = (my >= 0) & (my < mask.shape[0])
+    out = mask[np.clip(my, 0, mask.shape[0] - 1)][:, np.clip(mx, 0, mask.shape[1] - 1)]
+    out = out.copy()
+    out[~inside_y, :] = fill
+    out[:, ~inside_x] = fill
+    return out

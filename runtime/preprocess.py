@@ -15,7 +15,15 @@ from .errors import BundleError, ShapeError
 RESIZE_MODES = ("resize_crop", "stretch", "letterbox", "none")
 CHANNEL_ORDERS = ("RGB", "BGR", "GRAY")
 LAYOUTS = ("NCHW", "NHWC")
-_INTERPOLATIONS = {"nearest": 0, "linear": 1, "cubic": 2, "area": 3}
+# "linear" averages (area) when shrinking, like PIL's antialiased bilinear; "bilinear" is exact
+# bilinear sampling at pixel centres in float arithmetic, what the GPU kernel computes.
+_INTERPOLATIONS = {
+    "nearest": 6,
+    "linear": 1,
+    "cubic": 2,
+    "area": 3,
+    "bilinear": 1,
+}  # 6: INTER_NEAREST_EXACT (pixel centres)
 
 
 @dataclass(frozen=True)
@@ -101,37 +109,49 @@ class Preprocessing:
         tensors, transforms = zip(*(self.apply(im) for im in images), strict=True)
         return np.stack(tensors), list(transforms)
 
-    def _geometry(self, img: np.ndarray) -> tuple[np.ndarray, Transform]:
-        import cv2
+    def geometry(self, hw: tuple[int, int]) -> Transform:
+        """The transform for an image of ``hw`` (height, width), without touching pixels.
 
-        h, w = img.shape[:2]
+        Shared by the CPU path and the GPU kernel, so both place the image identically.
+        """
+        h, w = hw
         th, tw = self.size
-        interp = _INTERPOLATIONS[self.interpolation]
         if self.resize == "none":
             if (h, w) != (th, tw):
                 raise ShapeError(
                     f"image is {h}x{w} but the model takes {th}x{tw} and resize is 'none'"
                 )
-            return img, Transform(1.0, 1.0, 0.0, 0.0, (h, w))
+            return Transform(1.0, 1.0, 0.0, 0.0, (h, w))
         if self.resize == "stretch":
-            out = _resize(cv2, img, tw, th, interp)
-            return out, Transform(tw / w, th / h, 0.0, 0.0, (h, w))
+            return Transform(tw / w, th / h, 0.0, 0.0, (h, w))
         if self.resize == "resize_crop":
-            short = self.resize_short or min(th, tw)
-            s = short / min(h, w)
+            s = (self.resize_short or min(th, tw)) / min(h, w)
             nw, nh = max(tw, round(w * s)), max(th, round(h * s))
-            out = _resize(cv2, img, nw, nh, interp)
-            top, left = (nh - th) // 2, (nw - tw) // 2
-            out = out[top : top + th, left : left + tw]
-            return out, Transform(nw / w, nh / h, -float(left), -float(top), (h, w))
-        # letterbox
+            return Transform(nw / w, nh / h, -float((nw - tw) // 2), -float((nh - th) // 2), (h, w))
         s = min(th / h, tw / w)
         nw, nh = round(w * s), round(h * s)
-        out = _resize(cv2, img, nw, nh, interp)
-        top, left = (th - nh) // 2, (tw - nw) // 2
-        canvas = np.full((th, tw, img.shape[2]), self.pad_value, dtype=out.dtype)
-        canvas[top : top + nh, left : left + nw] = out
-        return canvas, Transform(nw / w, nh / h, float(left), float(top), (h, w))
+        return Transform(nw / w, nh / h, float((tw - nw) // 2), float((th - nh) // 2), (h, w))
+
+    def _geometry(self, img: np.ndarray) -> tuple[np.ndarray, Transform]:
+        import cv2
+
+        t = self.geometry(img.shape[:2])
+        if self.resize == "none":
+            return img, t
+        interp = _INTERPOLATIONS[self.interpolation]
+        aa = self.interpolation == "linear"
+        if self.interpolation == "bilinear":
+            img = img.astype(np.float32)
+        th, tw = self.size
+        nw, nh = t.resized_wh
+        out = _resize(cv2, img, nw, nh, interp, aa)
+        if self.resize == "letterbox":
+            top, left = int(t.oy), int(t.ox)
+            canvas = np.full((th, tw, img.shape[2]), self.pad_value, dtype=out.dtype)
+            canvas[top : top + nh, left : left + nw] = out
+            return canvas, t
+        top, left = int(-t.oy), int(-t.ox)
+        return out[top : top + th, left : left + tw], t
 
 
 @dataclass(frozen=True)
@@ -143,6 +163,12 @@ class Transform:
     ox: float
     oy: float
     source_hw: tuple[int, int]
+
+    @property
+    def resized_wh(self) -> tuple[int, int]:
+        """(width, height) of the source after scaling, before crop or padding."""
+        h, w = self.source_hw
+        return round(w * self.sx), round(h * self.sy)
 
     def to_source(self, boxes: np.ndarray) -> np.ndarray:
         """Boxes [..., 4] (x1, y1, x2, y2) in model pixels -> source pixels, clipped to the image."""
@@ -175,10 +201,10 @@ def _to_channels(img: np.ndarray, have: str, want: str) -> np.ndarray:
     return img[:, :, ::-1] if have != want else img
 
 
-def _resize(cv2, img: np.ndarray, w: int, h: int, interp: int) -> np.ndarray:
+def _resize(cv2, img: np.ndarray, w: int, h: int, interp: int, antialias: bool) -> np.ndarray:
     if img.shape[1] == w and img.shape[0] == h:
         return img
-    if interp == _INTERPOLATIONS["linear"] and (w < img.shape[1] or h < img.shape[0]):
+    if antialias and (w < img.shape[1] or h < img.shape[0]):
         interp = _INTERPOLATIONS["area"]  # antialias when shrinking, as PIL's bilinear does
     src = img if img.dtype in (np.uint8, np.float32) else img.astype(np.float32)
     out = cv2.resize(src, (w, h), interpolation=interp)

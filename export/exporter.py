@@ -18,6 +18,7 @@ from edgert.runtime import atomic, bundle
 from edgert.runtime.errors import ExportError, ModelError, OutputError, ParityError, require
 
 from . import onnx_export
+from .describe import describe
 from .parity import ParityReport, random_inputs, run_cases
 from .source import SourceModel, load_source
 
@@ -63,10 +64,15 @@ def export_model(
     trust_pickle: bool = False,
     atol: float = 1e-4,
     rtol: float = 1e-3,
+    task: str | None = None,
+    labels: str | Path | None = None,
+    preprocess: dict | None = None,
 ) -> ExportResult:
     """Export MODEL to a bundle folder and return its path with the parity report.
 
-    Nothing is written unless every step (export, checks, parity) succeeds.
+    Nothing is written unless every step (export, checks, parity) succeeds. ``task``, ``labels``
+    (a file) and ``preprocess`` (preprocessing fields, see docs/bundle.md) describe models that
+    do not bring their own description.
     """
     start = time.perf_counter()
     if max_batch is not None:
@@ -106,6 +112,7 @@ def export_model(
             report=parity,
         )
     export_info["seconds"] = round(time.perf_counter() - start, 3)
+    describe(src, _specs(onnx_model.graph.input, onnx_model), task, labels, preprocess)
     manifest = _manifest(src, name, onnx_model, parity, export_info)
     _set_metadata(onnx_model, manifest)
     data = onnx_model.SerializeToString()

@@ -67,6 +67,30 @@ def add_parser(sub) -> None:
         "--rtol", type=float, default=1e-3, help="parity relative tolerance (default 1e-3)"
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    d = p.add_argument_group("description (for models other than the zoo's)")
+    d.add_argument(
+        "--task", choices=["classify", "detect", "segment", "generic"], help="what the outputs mean"
+    )
+    d.add_argument(
+        "--labels", metavar="FILE", help="class names: a text file (one per line) or a JSON list"
+    )
+    d.add_argument(
+        "--resize",
+        choices=["stretch", "letterbox", "resize_crop", "none"],
+        help="how images are fitted to the input",
+    )
+    d.add_argument("--size", metavar="HxW", help="input image size (default: from the input shape)")
+    d.add_argument(
+        "--resize-short",
+        type=int,
+        metavar="N",
+        help="shorter side before the centre crop (resize_crop)",
+    )
+    d.add_argument("--interpolation", choices=["linear", "bilinear", "nearest", "area", "cubic"])
+    d.add_argument("--channel-order", choices=["RGB", "BGR", "GRAY"])
+    d.add_argument("--scale", type=float, help="pixel multiplier before mean/std (default 1/255)")
+    d.add_argument("--mean", metavar="M,M,M", help="per-channel mean after scaling")
+    d.add_argument("--std", metavar="S,S,S", help="per-channel std after scaling")
     p.set_defaults(func=run)
 
 
@@ -86,6 +110,18 @@ def run(args) -> int:
         trust_pickle=args.trust_pickle,
         atol=args.atol,
         rtol=args.rtol,
+        task=args.task,
+        labels=args.labels,
+        preprocess={
+            "resize": args.resize,
+            "size": args.size,
+            "resize_short": args.resize_short,
+            "interpolation": args.interpolation,
+            "channel_order": args.channel_order,
+            "scale": args.scale,
+            "mean": args.mean,
+            "std": args.std,
+        },
     )
     if args.json:
         print(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import time
 
+import numpy as np
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -20,15 +22,59 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--top-k", type=int, default=5, help="classification labels per image (default 5)"
     )
+    p.add_argument(
+        "--conf", type=float, default=0.25, help="detection confidence threshold (default 0.25)"
+    )
+    p.add_argument(
+        "--iou", type=float, default=0.45, help="detection NMS IoU threshold (default 0.45)"
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per image")
     p.set_defaults(func=run)
+
+
+def describe(engine, outputs: dict, transform, args) -> object:
+    """Results as plain data for the model's task."""
+    from edgert.runtime.detection import decode_ssd, decode_yolo
+    from edgert.runtime.postprocess import classify, segment
+
+    task = engine.manifest.task if engine.manifest else "generic"
+    values = list(outputs.values())
+    if task == "classify":
+        top = classify(values[0], engine.labels, args.top_k)[0]
+        return [{"label": c.label, "index": c.index, "score": round(c.score, 6)} for c in top]
+    if task == "detect":
+        if len(values) == 2:  # SSD style: boxes + scores
+            boxes, scores = sorted(values, key=lambda v: v.shape[-1] != 4)
+            size = engine.preprocessing.size if engine.preprocessing else None
+            normalised = size if float(boxes.max(initial=0)) <= 1.5 else None
+            dets = decode_ssd(
+                boxes,
+                scores,
+                args.conf,
+                args.iou,
+                input_size=normalised,
+                transforms=[transform],
+                labels=engine.labels,
+            )
+        else:
+            dets = decode_yolo(
+                values[0], args.conf, args.iou, transforms=[transform], labels=engine.labels
+            )
+        return [d.to_dict() for d in dets[0]]
+    if task == "segment":
+        mask = segment(values[0])[0]
+        classes, counts = np.unique(mask, return_counts=True)
+        return {
+            "mask_shape": list(mask.shape),
+            "classes": {int(c): int(n) for c, n in zip(classes, counts, strict=True)},
+        }
+    return {n: {"shape": list(v.shape), "dtype": v.dtype.name} for n, v in outputs.items()}
 
 
 def run(args) -> int:
     from edgert.runtime.engine import Engine
     from edgert.runtime.errors import ModelError
     from edgert.runtime.images import read_image
-    from edgert.runtime.postprocess import classify
 
     with Engine.load(args.model, backend=args.backend, precision=args.precision) as engine:
         pre = engine.preprocessing
@@ -41,22 +87,17 @@ def run(args) -> int:
         for path in args.images:
             image = read_image(path)
             t0 = time.perf_counter()
-            tensor, _ = pre.apply(image)
+            tensor, transform = pre.apply(image)
             t1 = time.perf_counter()
             outputs = engine.infer(tensor[None])
             t2 = time.perf_counter()
-            timing = {"preprocess_ms": (t1 - t0) * 1e3, "infer_ms": (t2 - t1) * 1e3}
-            first = next(iter(outputs.values()))
-            task = engine.manifest.task if engine.manifest else "generic"
-            if task == "classify":
-                top = classify(first, engine.labels, args.top_k)[0]
-                result = [
-                    {"label": c.label, "index": c.index, "score": round(c.score, 6)} for c in top
-                ]
-            else:
-                result = {
-                    n: {"shape": list(v.shape), "dtype": v.dtype.name} for n, v in outputs.items()
-                }
+            result = describe(engine, outputs, transform, args)
+            t3 = time.perf_counter()
+            timing = {
+                "preprocess_ms": (t1 - t0) * 1e3,
+                "infer_ms": (t2 - t1) * 1e3,
+                "postprocess_ms": (t3 - t2) * 1e3,
+            }
             if args.json:
                 print(
                     json.dumps(
@@ -69,12 +110,15 @@ def run(args) -> int:
                 )
                 continue
             print(
-                f"{path}  (preprocess {timing['preprocess_ms']:.1f} ms, infer {timing['infer_ms']:.1f} ms)"
+                f"{path}  (preprocess {timing['preprocess_ms']:.1f} ms, infer {timing['infer_ms']:.1f} ms, "
+                f"postprocess {timing['postprocess_ms']:.1f} ms)"
             )
-            if task == "classify":
-                for c in result:
-                    print(f"  {c['score']:7.4f}  {c['label']}")
+            if isinstance(result, list):
+                for r in result:
+                    if "box" in r:
+                        print(f"  {r['score']:7.4f}  {r['label']:<20} {r['box']}")
+                    else:
+                        print(f"  {r['score']:7.4f}  {r['label']}")
             else:
-                for name, info in result.items():
-                    print(f"  {name}: {info['dtype']} {info['shape']}")
+                print(f"  {json.dumps(result)}")
     return 0

@@ -127,3 +127,29 @@ def build_unet_block():
 def build_attention():
     torch.manual_seed(0)
     return TinyAttention().eval()
+
+
+class TinyDetector(nn.Module):
+    """A YOLOv8-shaped head with fixed predictions ([1, 4 + 2 classes, 3 anchors]); the input only
+    flows through a zero-weighted term, so the model is a real graph with known detections."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        preds = torch.tensor(
+            [
+                [32.0, 33.0, 10.0],  # cx
+                [32.0, 32.0, 40.0],  # cy
+                [16.0, 16.0, 8.0],  # w
+                [16.0, 16.0, 8.0],  # h
+                [0.9, 0.8, 0.05],  # class 0 score
+                [0.1, 0.1, 0.7],  # class 1 score
+            ]
+        )
+        self.register_buffer("preds", preds[None])
+
+    def forward(self, x):
+        return self.preds + 0.0 * x.mean()
+
+
+def build_tiny_detector():
+    return TinyDetector().eval()

@@ -1,0 +1,137 @@
+"""What the bundle says about a model beyond its graph: task, labels and preprocessing.
+
+Zoo models bring their own; for other models the export command's options set them
+(``--task detect --labels coco.txt --resize letterbox``), with the input size and layout taken from
+the model's input shape.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from edgert.runtime.bundle import TASKS, TensorSpec
+from edgert.runtime.errors import ModelError
+from edgert.runtime.preprocess import Preprocessing
+
+from .source import SourceModel
+
+PREPROCESS_KEYS = (
+    "resize",
+    "size",
+    "resize_short",
+    "interpolation",
+    "channel_order",
+    "layout",
+    "scale",
+    "mean",
+    "std",
+    "pad_value",
+)
+
+
+def read_labels(path: str | Path) -> list[str]:
+    """Class names from a JSON list or a text file with one name per line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ModelError(f"cannot read labels file {path}: {exc.strerror}") from exc
+    if path.suffix.lower() == ".json":
+        try:
+            labels = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ModelError(f"labels file {path} is not valid JSON: {exc}") from exc
+        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+            raise ModelError(f"labels file {path} must hold a JSON list of strings")
+        return labels
+    labels = [line.strip() for line in text.splitlines() if line.strip()]
+    if not labels:
+        raise ModelError(f"labels file {path} is empty")
+    return labels
+
+
+def default_preprocessing(spec: TensorSpec, task: str) -> Preprocessing:
+    """A starting point from the input's shape: NCHW or NHWC, 1 or 3 channels, its spatial size."""
+    shape = spec.shape
+    if len(shape) != 4:
+        raise ModelError(
+            f"input {spec.name} has shape {list(shape)}; image preprocessing needs a 4-D input"
+        )
+    if shape[1] in (1, 3):
+        layout, channels, hw = "NCHW", shape[1], shape[2:]
+    elif shape[3] in (1, 3):
+        layout, channels, hw = "NHWC", shape[3], shape[1:3]
+    else:
+        raise ModelError(f"input {spec.name} shape {list(shape)} has no channel axis of 1 or 3")
+    return Preprocessing(
+        size=(max(hw[0], 1), max(hw[1], 1)),
+        resize="letterbox" if task == "detect" else "stretch",
+        layout=layout,
+        channel_order="GRAY" if channels == 1 else "RGB",
+        mean=(0.0,) * channels,
+        std=(1.0,) * channels,
+    )
+
+
+def describe(
+    src: SourceModel,
+    inputs: list[TensorSpec],
+    task: str | None = None,
+    labels: str | Path | None = None,
+    preprocess: dict | None = None,
+) -> None:
+    """Apply the user's task / labels / preprocessing options to ``src`` (in place)."""
+    if task is not None:
+        if task not in TASKS:
+            raise ModelError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+        src.task = task
+    if labels is not None:
+        src.labels = read_labels(labels)
+    overrides = {k: v for k, v in (preprocess or {}).items() if v is not None}
+    unknown = set(overrides) - set(PREPROCESS_KEYS)
+    if unknown:
+        raise ModelError(f"unknown preprocessing option(s): {', '.join(sorted(unknown))}")
+    wants_images = src.task in ("classify", "detect", "segment", "faces")
+    if src.preprocessing is None and (overrides or (wants_images and inputs)):
+        base = default_preprocessing(inputs[0], src.task)
+        if any(d < 0 for d in inputs[0].shape[1:]) and "size" not in overrides:
+            raise ModelError(f"input {inputs[0].name} has dynamic spatial size; give --size HxW")
+        src.preprocessing = base
+    if overrides:
+        fields = _normalise(overrides)
+        channels = (
+            1 if fields.get("channel_order", src.preprocessing.channel_order) == "GRAY" else 3
+        )
+        for key in ("mean", "std"):
+            if key in fields and len(fields[key]) != channels:
+                raise ModelError(
+                    f"--mean and --std need {channels} values (one per channel); --{key} has {len(fields[key])}"
+                )
+        if channels != src.preprocessing.channels:
+            fields.setdefault("mean", (0.0,) * channels)
+            fields.setdefault("std", (1.0,) * channels)
+        try:
+            src.preprocessing = replace(src.preprocessing, **fields)
+        except (TypeError, ValueError) as exc:
+            raise ModelError(f"invalid preprocessing option: {exc}") from exc
+
+
+def _normalise(overrides: dict) -> dict:
+    out = dict(overrides)
+    if isinstance(out.get("size"), str):
+        try:
+            h, w = (int(v) for v in out["size"].lower().split("x"))
+        except ValueError:
+            raise ModelError(f"--size {out['size']!r} is not of the form 640x640") from None
+        out["size"] = (h, w)
+    for key in ("mean", "std"):
+        if isinstance(out.get(key), str):
+            try:
+                out[key] = tuple(float(v) for v in out[key].split(","))
+            except ValueError:
+                raise ModelError(
+                    f"--{key} {out[key]!r} is not a comma-separated list of numbers"
+                ) from None
+    return out

@@ -10,7 +10,8 @@ import numpy as np
 
 HERE = Path(__file__).parent
 IMAGES = HERE / "images"
-PHOTOS = ("chelsea", "coffee", "rocket", "astronaut")
+PHOTOS = ("chelsea", "coffee", "rocket", "astronaut")  # the demo photos
+ALL_PHOTOS = (*PHOTOS, "china", "flower", "camera")  # calibration / evaluation material
 
 
 def photo_path(name: str) -> Path:

@@ -91,6 +91,12 @@ def builder_flag_names(version: tuple[int, ...], precision: str, qdq_model: bool
     return flags
 
 
+def calibration_cache_tag(version: tuple[int, ...]) -> int:
+    """NV_TENSORRT_VERSION as calibration caches' header writes it: 8.5.2 -> 8502, 10.3.0 -> 100300."""
+    major, minor, patch = (*version, 0, 0)[:3]
+    return major * 1000 + minor * 100 + patch if major < 10 else major * 10000 + minor * 100 + patch
+
+
 def onnx_for_precision(version: tuple[int, ...], precision: str) -> str:
     """Which bundle model a build of ``precision`` starts from."""
     if precision == "int8":

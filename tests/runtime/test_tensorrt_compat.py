@@ -142,3 +142,14 @@ def test_numpy_dtypes():
     assert compat.numpy_dtype("HALF") == "float16"
     with pytest.raises(ValueError):
         compat.numpy_dtype("DataType.BF16")
+
+
+def test_calibration_cache_text():
+    from edgert.runtime.backends.tensorrt_build import calibration_cache_text
+
+    assert compat.calibration_cache_tag((8, 5, 2, 2)) == 8502
+    assert compat.calibration_cache_tag((10, 3, 0)) == 100300
+    text = calibration_cache_text((8, 5, 2), {"input": 127.0, "x": 2.54}).decode().splitlines()
+    assert text[0] == "TRT-8502-EntropyCalibration2"
+    assert text[1] == "input: 3f800000"  # scale 1.0
+    assert text[2] == "x: 3ca3d70a"  # scale 0.02

@@ -1,0 +1,255 @@
+"""Calibration and hold-out data, always through the bundle's own preprocessing.
+
+Sources: a folder of images, a video file, an ``.npz`` (preprocessed tensors or raw uint8 images),
+or ``zoo`` — the zoo model's own data (MobileNetV2: random crops, flips and colour jitter of the
+bundled photos; digits_cnn: scikit-learn digits, training images to calibrate, test images with
+labels to evaluate). Subsets are seeded; calibration and hold-out never share a sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgert.runtime.bundle import Manifest
+from edgert.runtime.errors import SourceError
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+VIDEO_SUFFIXES = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v"}
+MIN_SAMPLES = 8
+
+
+@dataclass
+class Dataset:
+    """Preprocessed model inputs (N, ...) with optional integer labels."""
+
+    inputs: np.ndarray
+    labels: np.ndarray | None
+    description: str
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def subset(self, idx) -> Dataset:
+        return Dataset(
+            self.inputs[idx], None if self.labels is None else self.labels[idx], self.description
+        )
+
+
+@dataclass
+class CalibrationData:
+    calibration: Dataset
+    holdout: Dataset
+    source: str
+    seed: int
+
+
+def augmented_crops(images: list[np.ndarray], n: int, seed: int) -> list[np.ndarray]:
+    """Random crops (25-100 % of the area, aspect 3:4-4:3), horizontal flips and brightness /
+    contrast / saturation jitter (x0.7-1.3) of the given BGR images; deterministic for a seed."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        img = images[rng.integers(len(images))]
+        h, w = img.shape[:2]
+        area = h * w * rng.uniform(0.25, 1.0)
+        ratio = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
+        cw = int(min(w, round(np.sqrt(area * ratio))))
+        ch = int(min(h, round(np.sqrt(area / ratio))))
+        x, y = rng.integers(0, w - cw + 1), rng.integers(0, h - ch + 1)
+        crop = img[y : y + ch, x : x + cw].astype(np.float32)
+        if rng.random() < 0.5:
+            crop = crop[:, ::-1]
+        crop = crop * rng.uniform(0.7, 1.3)
+        mean = crop.mean()
+        crop = (crop - mean) * rng.uniform(0.7, 1.3) + mean
+        gray = crop.mean(axis=2, keepdims=True)
+        crop = (crop - gray) * rng.uniform(0.7, 1.3) + gray
+        out.append(np.clip(crop, 0, 255).astype(np.uint8))
+    return out
+
+
+def load(
+    source: str | None,
+    manifest: Manifest,
+    calib_size: int = 500,
+    holdout_size: int = 200,
+    seed: int = 0,
+) -> CalibrationData:
+    """Calibration + hold-out sets for ``manifest``'s model from ``source`` (None or 'zoo': the zoo
+    model's own data)."""
+    if calib_size < MIN_SAMPLES:
+        raise SourceError(f"--calib-size {calib_size} is too small; use at least {MIN_SAMPLES}")
+    zoo = (manifest.raw.get("source") or {}).get("spec", "")
+    if source in (None, "zoo"):
+        if not zoo.startswith("zoo:"):
+            raise SourceError(
+                "this model is not from the zoo: give calibration data with --calib (a folder of images, a video or an .npz)"
+            )
+        return _zoo(zoo[4:], manifest, calib_size, holdout_size, seed)
+    path = Path(source)
+    if not path.exists():
+        raise SourceError(f"calibration source {path} does not exist")
+    if path.is_dir():
+        pool = _images_from_folder(path)
+        kind = f"{len(pool)} images in {path}"
+    elif path.suffix.lower() == ".npz":
+        return _npz(path, manifest, calib_size, holdout_size, seed)
+    elif path.suffix.lower() in VIDEO_SUFFIXES:
+        pool = _frames_from_video(path, calib_size + holdout_size)
+        kind = f"{len(pool)} frames of {path}"
+    else:
+        raise SourceError(
+            f"{path} is not a folder of images, a video ({', '.join(sorted(VIDEO_SUFFIXES))}) or an .npz"
+        )
+    return _split_images(pool, manifest, calib_size, holdout_size, seed, kind)
+
+
+def _preprocess(manifest: Manifest, images: list[np.ndarray], what: str) -> np.ndarray:
+    pre = manifest.preprocessing
+    if pre is None:
+        raise SourceError(
+            "the bundle records no preprocessing, so images cannot be turned into inputs; give an .npz of input tensors"
+        )
+    tensors = []
+    for i, img in enumerate(images):
+        if img.ndim == 3 and img.shape[2] not in (1, 3, 4):
+            raise SourceError(f"{what} #{i} has {img.shape[2]} channels; images need 1, 3 or 4")
+        tensors.append(pre.apply(img)[0])
+    return np.stack(tensors).astype(manifest.inputs[0].dtype)
+
+
+def _split_images(pool, manifest, calib_size, holdout_size, seed, kind) -> CalibrationData:
+    if len(pool) < MIN_SAMPLES + 2:
+        raise SourceError(
+            f"only {len(pool)} usable samples in {kind}; calibration needs at least {MIN_SAMPLES + 2}"
+        )
+    order = np.random.default_rng(seed).permutation(len(pool))
+    n_hold = min(holdout_size, max(2, len(pool) // 5))
+    n_cal = min(calib_size, len(pool) - n_hold)
+    hold = [pool[i] for i in order[:n_hold]]
+    cal = [pool[i] for i in order[n_hold : n_hold + n_cal]]
+    return CalibrationData(
+        Dataset(_preprocess(manifest, cal, "calibration image"), None, f"{n_cal} of {kind}"),
+        Dataset(
+            _preprocess(manifest, hold, "hold-out image"), None, f"{n_hold} other samples of {kind}"
+        ),
+        kind,
+        seed,
+    )
+
+
+def _images_from_folder(folder: Path) -> list[np.ndarray]:
+    import cv2
+
+    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise SourceError(f"{folder} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
+    images, bad = [], []
+    for f in files:
+        img = cv2.imdecode(np.fromfile(f, dtype=np.uint8), cv2.IMREAD_COLOR)
+        (bad.append(f.name) if img is None else images.append(img))
+    if bad:
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise SourceError(
+            f"{len(bad)} file(s) in {folder} fail to decode as images: {', '.join(bad[:3])}{more}"
+        )
+    return images
+
+
+def _frames_from_video(path: Path, wanted: int) -> list[np.ndarray]:
+    import cv2
+
+    cap = cv2.VideoCapture(str(path))
+    if not cap.isOpened():
+        raise SourceError(f"{path} cannot be opened as a video")
+    total = int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) or 0
+    step = max(1, total // wanted) if total else 1
+    frames, i = [], 0
+    while len(frames) < wanted:
+        ok, frame = cap.read()
+        if not ok:
+            break
+        if i % step == 0:
+            frames.append(frame)
+        i += 1
+    cap.release()
+    if not frames:
+        raise SourceError(f"{path} yields no frames")
+    return frames
+
+
+def _npz(
+    path: Path, manifest: Manifest, calib_size: int, holdout_size: int, seed: int
+) -> CalibrationData:
+    try:
+        data = np.load(path)
+        keys = list(data.keys())
+        arr = data[manifest.inputs[0].name] if manifest.inputs[0].name in keys else data[keys[0]]
+        labels = data["labels"] if "labels" in keys else None
+    except Exception as exc:
+        raise SourceError(f"{path} is not a readable .npz: {exc}") from exc
+    spec = manifest.inputs[0]
+    raw_images = arr.dtype == np.uint8 and arr.ndim == 4 and arr.shape[-1] in (1, 3)
+    if raw_images:
+        return _split_images(
+            list(arr), manifest, calib_size, holdout_size, seed, f"{len(arr)} images in {path}"
+        )
+    want = tuple(spec.shape[1:])
+    if arr.ndim != len(spec.shape) or any(
+        w >= 0 and w != g for w, g in zip(want, arr.shape[1:], strict=True)
+    ):
+        raise SourceError(
+            f"{path} holds arrays of shape {list(arr.shape)}; the model input {spec.name} is {list(spec.shape)} "
+            "(or give raw uint8 images N x H x W x C)"
+        )
+    arr = arr.astype(spec.dtype)
+    if len(arr) < MIN_SAMPLES + 2:
+        raise SourceError(
+            f"only {len(arr)} samples in {path}; calibration needs at least {MIN_SAMPLES + 2}"
+        )
+    order = np.random.default_rng(seed).permutation(len(arr))
+    n_hold = min(holdout_size, max(2, len(arr) // 5))
+    n_cal = min(calib_size, len(arr) - n_hold)
+    full = Dataset(arr, labels, str(path))
+    return CalibrationData(
+        full.subset(order[n_hold : n_hold + n_cal]), full.subset(order[:n_hold]), str(path), seed
+    )
+
+
+def _zoo(
+    name: str, manifest: Manifest, calib_size: int, holdout_size: int, seed: int
+) -> CalibrationData:
+    if name == "digits_cnn":
+        from edgert.export.zoo import digits_cnn
+
+        x_train, _, x_test, y_test = digits_cnn.dataset()
+        rng = np.random.default_rng(seed)
+        cal = digits_cnn.normalise(x_train[rng.permutation(len(x_train))[:calib_size]])
+        hold_idx = rng.permutation(len(x_test))[:holdout_size]
+        return CalibrationData(
+            Dataset(cal, None, f"{len(cal)} scikit-learn digits training images"),
+            Dataset(
+                digits_cnn.normalise(x_test[hold_idx]),
+                y_test[hold_idx],
+                f"{len(hold_idx)} labelled test images",
+            ),
+            "zoo:digits_cnn data",
+            seed,
+        )
+    if name == "mobilenet_v2":
+        from edgert.export.zoo.photos import ALL_PHOTOS, load_photo
+
+        photos = [load_photo(p) for p in ALL_PHOTOS]
+        cal = augmented_crops(photos, calib_size, seed=1000 + seed)
+        hold = augmented_crops(photos, holdout_size, seed=2000 + seed)
+        what = f"random crops/flips/colour jitter of the {len(photos)} bundled photos"
+        return CalibrationData(
+            Dataset(_preprocess(manifest, cal, "crop"), None, f"{calib_size} {what}"),
+            Dataset(_preprocess(manifest, hold, "crop"), None, f"{holdout_size} other {what}"),
+            "zoo:mobilenet_v2 photos",
+            seed,
+        )
+    raise SourceError(f"zoo model {name} has no calibration data of its own; give --calib")

@@ -1,0 +1,176 @@
+"""The accuracy gate: a quantized model is compared with FP32 on the hold-out before anyone ships it.
+
+Metrics per output: cosine similarity (mean over samples) and max abs error. For classifiers:
+top-1 agreement with FP32 on all samples and on the samples FP32 is confident about (p > 0.5),
+and how often FP32's top-1 is within the quantized top-5; with labels, accuracy of both. For
+detectors: IoU-matched box agreement (F1 of boxes matching FP32's, IoU >= 0.5, same class).
+
+The default gate was chosen from measurements (see docs/quantization.md): cosine >= 0.99,
+confident top-1 agreement >= 0.97 and FP32 top-1 within top-5 >= 0.97 for classifiers, accuracy
+drop <= 1 point where labels exist, box F1 >= 0.9 for detectors. Top-1 agreement over all samples
+is reported but not gated by default: on ambiguous inputs FP32's own top-1 is a coin toss.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DEFAULT_GATE = {
+    "cosine": 0.99,
+    "agreement_confident": 0.97,
+    "top5_contains_fp32": 0.97,
+    "accuracy_drop": 0.01,
+    "box_f1": 0.9,
+}
+LOWER_IS_BETTER = {"accuracy_drop", "max_abs"}
+_RULE = re.compile(r"^\s*([a-z_0-9]+)\s*(>=|<=)\s*([-+0-9.eE]+)\s*$")
+
+
+def parse_gate(text: str | None) -> dict[str, float]:
+    """'cosine>=0.995,agreement>=0.9' -> thresholds merged over the defaults; 'off' -> {}."""
+    gate = dict(DEFAULT_GATE)
+    if not text:
+        return gate
+    if text.strip() == "off":
+        return {}
+    for part in text.split(","):
+        m = _RULE.match(part)
+        if not m:
+            raise ValueError(
+                f"gate rule {part.strip()!r} is not of the form metric>=value or metric<=value"
+            )
+        name, op, value = m.group(1), m.group(2), float(m.group(3))
+        if (op == "<=") != (name in LOWER_IS_BETTER):
+            raise ValueError(
+                f"gate rule {part.strip()!r}: {name} must use {'<=' if name in LOWER_IS_BETTER else '>='}"
+            )
+        gate[name] = value
+    return gate
+
+
+@dataclass
+class Evaluation:
+    metrics: dict[str, float]
+    per_output: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def failures(self, gate: dict[str, float]) -> list[str]:
+        out = []
+        for name, limit in gate.items():
+            if name not in self.metrics:
+                continue
+            value = self.metrics[name]
+            bad = value > limit if name in LOWER_IS_BETTER else value < limit
+            if bad:
+                out.append(
+                    f"{name} {value:.4f} {'>' if name in LOWER_IS_BETTER else '<'} {limit:g}"
+                )
+        return out
+
+    def passes(self, gate: dict[str, float]) -> bool:
+        return not self.failures(gate)
+
+    def summary(self) -> str:
+        return ", ".join(f"{k} {v:.4f}" for k, v in self.metrics.items())
+
+
+def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = a.reshape(len(a), -1).astype(np.float64)
+    b = b.reshape(len(b), -1).astype(np.float64)
+    num = (a * b).sum(axis=1)
+    den = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return np.where(
+        den > 0, num / np.maximum(den, 1e-30), np.where(np.abs(a - b).max(axis=1) == 0, 1.0, 0.0)
+    )
+
+
+def evaluate(
+    ref: dict[str, np.ndarray],
+    got: dict[str, np.ndarray],
+    task: str,
+    labels: np.ndarray | None = None,
+    num_classes: int | None = None,
+) -> Evaluation:
+    """Compare quantized outputs ``got`` with FP32 ``ref`` (dicts name -> [N, ...])."""
+    per_output = {}
+    cosines = []
+    for name, r in ref.items():
+        g = got[name]
+        c = cosine_rows(r, g)
+        cosines.append(c.mean())
+        per_output[name] = {"cosine": float(c.mean()), "max_abs": float(np.abs(r - g).max())}
+    metrics = {
+        "cosine": float(min(cosines)),
+        "max_abs": float(max(v["max_abs"] for v in per_output.values())),
+    }
+    first = next(iter(ref))
+    if task == "classify":
+        metrics.update(_classification(ref[first], got[first], labels))
+    elif task == "detect":
+        metrics["box_f1"] = _box_agreement(list(ref.values()), list(got.values()), num_classes)
+    return Evaluation(metrics, per_output)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    z = x - x.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _classification(
+    ref: np.ndarray, got: np.ndarray, labels: np.ndarray | None
+) -> dict[str, float]:
+    ref = ref.reshape(len(ref), -1)
+    got = got.reshape(len(got), -1)
+    probs = (
+        ref if (ref.min() >= 0 and np.allclose(ref.sum(axis=1), 1, atol=1e-3)) else _softmax(ref)
+    )
+    r1, g1 = ref.argmax(axis=1), got.argmax(axis=1)
+    confident = probs.max(axis=1) > 0.5
+    top5 = np.argsort(-got, axis=1)[:, :5]
+    out = {
+        "agreement": float((r1 == g1).mean()),
+        "agreement_confident": float((r1 == g1)[confident].mean()) if confident.any() else 1.0,
+        "confident_fraction": float(confident.mean()),
+        "top5_contains_fp32": float((top5 == r1[:, None]).any(axis=1).mean()),
+    }
+    if labels is not None:
+        out["accuracy_fp32"] = float((r1 == labels).mean())
+        out["accuracy"] = float((g1 == labels).mean())
+        out["accuracy_drop"] = out["accuracy_fp32"] - out["accuracy"]
+    return out
+
+
+def _box_agreement(
+    ref_outs: list[np.ndarray], got_outs: list[np.ndarray], num_classes: int | None
+) -> float:
+    from edgert.runtime.detection import box_iou, decode_ssd, decode_yolo
+
+    def decode(outs):
+        if len(outs) == 2:
+            boxes, scores = sorted(outs, key=lambda v: v.shape[-1] != 4)
+            return decode_ssd(boxes, scores)
+        return decode_yolo(outs[0], num_classes=num_classes)
+
+    matched = total_ref = total_got = 0
+    for r, g in zip(decode(ref_outs), decode(got_outs), strict=True):
+        total_ref += len(r)
+        total_got += len(g)
+        if not r or not g:
+            continue
+        rb = np.array([d.box for d in r])
+        gb = np.array([d.box for d in g])
+        iou = box_iou(rb, gb)
+        same = np.array([[a.class_id == b.class_id for b in g] for a in r])
+        iou = np.where(same, iou, 0)
+        used = set()
+        for i in np.argsort(-iou.max(axis=1)):
+            j = int(iou[i].argmax())
+            if iou[i, j] >= 0.5 and j not in used:
+                used.add(j)
+                matched += 1
+    if total_ref + total_got == 0:
+        return 1.0
+    return 2 * matched / (total_ref + total_got)

@@ -1,0 +1,126 @@
+"""Activation ranges for INT8: statistics collected once, thresholds by method.
+
+Only the activations TensorRT wants quantized are measured: the data inputs of weighted
+operators (Conv, ConvTranspose, Gemm, MatMul with constant weights). Per tensor we keep the
+absolute maximum and a 2048-bin histogram of |x|; each method turns that into a symmetric
+threshold (scale = threshold / 127, zero point 0):
+
+- ``minmax``: the absolute maximum;
+- ``percentile``: the 99.99th percentile of |x|;
+- ``entropy``: TensorRT's KL-divergence method (the threshold whose 128-level quantized histogram
+  diverges least from the original).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+METHODS = ("minmax", "percentile", "entropy")
+BINS = 2048
+PERCENTILE = 99.99
+
+
+def quantizable_nodes(model) -> list:
+    """Weighted nodes whose weight (input 1) is a constant: the ones INT8 pays off for."""
+    inits = {i.name for i in model.graph.initializer}
+    return [
+        n
+        for n in model.graph.node
+        if n.op_type in WEIGHTED_OPS and len(n.input) > 1 and n.input[1] in inits
+    ]
+
+
+def activation_inputs(model, nodes) -> list[str]:
+    inits = {i.name for i in model.graph.initializer}
+    seen: list[str] = []
+    for n in nodes:
+        if n.input[0] not in inits and n.input[0] not in seen:
+            seen.append(n.input[0])
+    return seen
+
+
+@dataclass
+class ActivationStats:
+    absmax: dict[str, float]
+    hist: dict[str, np.ndarray]
+    samples: int
+
+    def thresholds(self, method: str) -> dict[str, float]:
+        if method == "minmax":
+            return {t: max(a, 1e-8) for t, a in self.absmax.items()}
+        if method == "percentile":
+            return {t: _percentile(h, self.absmax[t], PERCENTILE) for t, h in self.hist.items()}
+        if method == "entropy":
+            return {t: _entropy(h, self.absmax[t]) for t, h in self.hist.items()}
+        raise ValueError(
+            f"unknown calibration method {method!r}; choose one of {', '.join(METHODS)}"
+        )
+
+
+def collect(model, data: np.ndarray, tensors: list[str], batch: int = 16) -> ActivationStats:
+    """Run the FP32 model on ``data`` with ``tensors`` exposed as outputs (two passes: maxima, then
+    histograms over [0, max])."""
+    import onnx
+    import onnxruntime as ort
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    have = {o.name for o in m.graph.output}
+    for t in tensors:
+        if t not in have:
+            m.graph.output.append(onnx.helper.make_empty_tensor_value_info(t))
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    input_name = sess.get_inputs()[0].name
+    names = [o.name for o in sess.get_outputs()]
+    wanted = [names.index(t) for t in tensors]
+
+    def batches():
+        for i in range(0, len(data), batch):
+            outs = sess.run(None, {input_name: data[i : i + batch]})
+            yield {tensors[k]: np.abs(outs[j]) for k, j in enumerate(wanted)}
+
+    absmax = dict.fromkeys(tensors, 0.0)
+    for outs in batches():
+        for t, a in outs.items():
+            absmax[t] = max(absmax[t], float(a.max()) if a.size else 0.0)
+    hist = {t: np.zeros(BINS, np.int64) for t in tensors}
+    for outs in batches():
+        for t, a in outs.items():
+            top = max(absmax[t], 1e-8)
+            hist[t] += np.histogram(a, bins=BINS, range=(0.0, top))[0]
+    return ActivationStats(absmax, hist, len(data))
+
+
+def _percentile(hist: np.ndarray, top: float, pct: float) -> float:
+    cdf = np.cumsum(hist)
+    if cdf[-1] == 0:
+        return max(top, 1e-8)
+    idx = int(np.searchsorted(cdf, cdf[-1] * pct / 100.0))
+    return max((idx + 1) / len(hist) * top, 1e-8)
+
+
+def _entropy(hist: np.ndarray, top: float, levels: int = 128, stride: int = 16) -> float:
+    """TensorRT's entropy calibration on a |x| histogram: minimise KL(P || Q) over clip points."""
+    hist = hist.astype(np.float64)
+    if hist.sum() == 0:
+        return max(top, 1e-8)
+    best_i, best_kl = len(hist), np.inf
+    for i in range(levels, len(hist) + 1, stride):
+        p = hist[:i].copy()
+        p[-1] += hist[i:].sum()  # clipped outliers land in the last bin
+        nonzero = p > 0
+        q = np.zeros(i)
+        edges = np.linspace(0, i, levels + 1).astype(int)
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+            nz = nonzero[lo:hi]
+            if nz.any():
+                q[lo:hi][nz] = p[lo:hi].sum() / nz.sum()
+        ps, qs = p / p.sum(), q / q.sum()
+        mask = ps > 0
+        kl = float(np.sum(ps[mask] * np.log(ps[mask] / np.maximum(qs[mask], 1e-12))))
+        if kl < best_kl:
+            best_i, best_kl = i, kl
+    return max(best_i / len(hist) * top, 1e-8)

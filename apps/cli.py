@@ -15,12 +15,14 @@ from importlib import metadata
 
 from edgert.runtime.errors import EdgertError
 
-COMMANDS = ("export", "run", "info", "demo")
+COMMANDS = ("export", "build", "run", "cache", "info", "demo")
 
 EPILOG = """examples:
   edgert export zoo:mobilenet_v2 -o mobilenet_v2.edgert   PyTorch -> checked ONNX bundle
   edgert export net.py:build --weights w.pth --input-shape 1x3x224x224 --dynamic-batch
+  edgert build mobilenet_v2.edgert --precision int8        calibrated, gated INT8 (+ TensorRT plan)
   edgert run mobilenet_v2.edgert photo.jpg --top-k 3       classify images with a bundle
+  edgert cache list mobilenet_v2.edgert                    TensorRT plans cached in a bundle
   edgert info                                              what this machine offers
   edgert demo                                              the built-in end-to-end demo
 """

@@ -105,19 +105,21 @@ def _percentile(hist: np.ndarray, top: float, pct: float) -> float:
 def _entropy(hist: np.ndarray, top: float, levels: int = 128, stride: int = 16) -> float:
     """TensorRT's entropy calibration on a |x| histogram: minimise KL(P || Q) over clip points."""
     hist = hist.astype(np.float64)
+    hist[0] = 0.0  # (near-)zeros are exact in symmetric INT8; after ReLU they would swamp the KL
     if hist.sum() == 0:
         return max(top, 1e-8)
     best_i, best_kl = len(hist), np.inf
     for i in range(levels, len(hist) + 1, stride):
-        p = hist[:i].copy()
-        p[-1] += hist[i:].sum()  # clipped outliers land in the last bin
-        nonzero = p > 0
-        q = np.zeros(i)
+        kept = hist[:i]
+        p = kept.copy()
+        p[-1] += hist[i:].sum()  # P: clipped outliers land in the last bin
+        nonzero = kept > 0
+        q = np.zeros(i)  # Q: the kept bins (without outliers) squeezed into `levels` levels
         edges = np.linspace(0, i, levels + 1).astype(int)
         for lo, hi in zip(edges[:-1], edges[1:], strict=True):
             nz = nonzero[lo:hi]
             if nz.any():
-                q[lo:hi][nz] = p[lo:hi].sum() / nz.sum()
+                q[lo:hi][nz] = kept[lo:hi].sum() / nz.sum()
         ps, qs = p / p.sum(), q / q.sum()
         mask = ps > 0
         kl = float(np.sum(ps[mask] * np.log(ps[mask] / np.maximum(qs[mask], 1e-12))))

@@ -196,7 +196,7 @@ def _resolve(path: Path) -> tuple[Target, Manifest | None, int | None]:
     if path.is_dir():
         bundle = Bundle(path)
         m = bundle.manifest
-        hashes = {"fp32": (m.raw.get("hashes") or {}).get("model.onnx")}
+        hashes = dict(m.raw.get("hashes") or {})
         max_batch = ((m.raw.get("export") or {}).get("batch") or {}).get("max")
         return (
             Target(path, bundle_dir=path, onnx=bundle.onnx_path, onnx_hashes=hashes),

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import atomic
 from .backends.tensorrt_compat import PlanInfo
+from .errors import EdgertError
 from .locks import file_lock
 
 
@@ -100,3 +101,74 @@ class EngineCache:
             plan.with_suffix(".lock").unlink(missing_ok=True)
             removed.append(plan)
         return removed
+
+
+def bundle_shapes(manifest, override: dict | None = None) -> dict:
+    """Optimisation-profile shapes per dynamic input: ``override`` (from --shapes) or the bundle's
+    recorded batch range (min / opt / max) on axis 0."""
+    if override:
+        return {k: [list(s) for s in v] for k, v in override.items()}
+    batch = ((manifest.raw.get("export") or {}).get("batch")) or {}
+    shapes = {}
+    for spec in manifest.inputs:
+        if not spec.dynamic:
+            continue
+        if any(d < 0 for d in spec.shape[1:]):
+            raise EdgertError(
+                f"input {spec.name} has dynamic axes beyond the batch; give --shapes min:opt:max"
+            )
+        rest = list(spec.shape[1:])
+        shapes[spec.name] = [[batch.get(k, 1), *rest] for k in ("min", "opt", "max")]
+    return shapes
+
+
+def ensure_plan(
+    bundle_dir: Path, precision: str, device: int = 0, options=None, extra: dict | None = None
+) -> tuple[Path, bool, PlanKey]:
+    """The plan for this bundle, precision, GPU and TensorRT: from the cache, or built now.
+
+    Used by ``edgert build`` and by ``Engine.load`` (build on first use), so both agree on keys.
+    """
+    from .backends import tensorrt_compat as compat
+    from .backends.tensorrt import import_tensorrt
+    from .backends.tensorrt_build import BuildOptions, build_plan
+    from .bundle import Bundle, sha256_file
+    from .device import probe_cuda
+
+    trt = import_tensorrt()
+    version = compat.parse_version(trt.__version__)
+    bundle = Bundle(bundle_dir)
+    onnx_file = bundle.path / compat.onnx_for_precision(version, precision)
+    if not onnx_file.is_file():
+        how = f"edgert build {bundle.path} --precision {precision}"
+        raise EdgertError(f"{onnx_file.name} is missing from {bundle.path}; make it with: {how}")
+    cuda = probe_cuda()
+    if device >= len(cuda.devices):
+        raise EdgertError(
+            f"CUDA device {device} does not exist ({cuda.reason or len(cuda.devices)})"
+        )
+    dev = cuda.devices[device]
+    options = options or BuildOptions(precision=precision)
+    shapes = bundle_shapes(bundle.manifest, options.shapes or None)
+    options.shapes = {k: tuple(tuple(s) for s in v) for k, v in shapes.items()}
+    calib = (bundle.manifest.raw.get("quantization") or {}).get(precision, {})
+    key = PlanKey(
+        onnx_sha256=sha256_file(onnx_file),
+        precision=precision,
+        tensorrt=trt.__version__,
+        device_name=dev.name,
+        compute_capability=f"{dev.compute_capability[0]}.{dev.compute_capability[1]}",
+        calibration_sha256=calib.get("calibration_sha256"),
+        dla_core=options.dla_core,
+        shapes=shapes,
+        builder=options.key_fields(),
+    )
+    if options.timing_cache is None:
+        options.timing_cache = (
+            bundle.engines_dir
+            / f"timing-{key.tensorrt}-{dev.compute_capability[0]}{dev.compute_capability[1]}.cache"
+        )
+    path, built = EngineCache(bundle.engines_dir).get_or_build(
+        key, lambda: build_plan(onnx_file, options), extra
+    )
+    return path, built, key

@@ -22,7 +22,7 @@ class Target:
     bundle_dir: Path | None = None
     onnx: Path | None = None
     engine: Path | None = None
-    onnx_hashes: dict | None = None  # precision -> sha256 of the ONNX a plan must come from
+    onnx_hashes: dict | None = None  # bundle file name -> sha256 (the manifest's hashes)
 
 
 class Backend(ABC):

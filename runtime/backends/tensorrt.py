@@ -98,17 +98,40 @@ class TensorRTBackend(Backend):
             return None, f"CUDA device {device} does not exist"
         dev = cuda.devices[device]
         cc = f"{dev.compute_capability[0]}.{dev.compute_capability[1]}"
+        version = compat.parse_version(trt.__version__)
+        hashes = target.onnx_hashes or {}
+        expected = {
+            p: hashes.get(compat.onnx_for_precision(version, p)) for p in ("fp32", "fp16", "int8")
+        }
         plan, why = compat.select_plan(
-            target.bundle_dir / "engines",
-            precision,
-            trt.__version__,
-            dev.name,
-            cc,
-            target.onnx_hashes,
+            target.bundle_dir / "engines", precision, trt.__version__, dev.name, cc, expected
         )
-        if plan is None:
-            why += f"; build one with: edgert build {target.path} --precision {'fp16' if precision == 'auto' else precision}"
-        return plan, why
+        if plan is not None:
+            return plan, why
+        return cls._build_on_first_use(target, precision, device, why)
+
+    @classmethod
+    def _build_on_first_use(cls, target: Target, precision: str, device: int, why_none: str):
+        """No plan for this GPU yet: build one into the bundle's engine cache (what trtexec users
+        do by hand), or say why not."""
+        from ..engine_cache import ensure_plan
+        from ..errors import EdgertError
+
+        trt = import_tensorrt()
+        version = compat.parse_version(trt.__version__)
+        if precision == "auto":
+            fp16_onnx = target.bundle_dir / compat.onnx_for_precision(version, "fp16")
+            precision = "fp16" if fp16_onnx.is_file() else "fp32"
+        log.warning(
+            "%s; building a %s TensorRT plan now (once; it is cached in the bundle)",
+            why_none,
+            precision,
+        )
+        try:
+            plan, _, _ = ensure_plan(target.bundle_dir, precision, device)
+        except EdgertError as exc:
+            return None, f"{why_none}; building one failed: {exc}"
+        return plan, f"plan {plan.name} built now for this GPU and cached"
 
     @classmethod
     def load(

@@ -1,0 +1,361 @@
+"""``edgert build``: FP16 / INT8 models checked by the accuracy gate, and the TensorRT plan.
+
+    report = build("mobilenet_v2.edgert", precision="int8")
+
+INT8: calibrate (bundle preprocessing, seeded subsets), choose the calibration method by
+measurement, write the Q/DQ model, gate it against FP32 on the hold-out, fall back node by node if
+needed. FP16: an FP16 ONNX model (for TensorRT 11) and its error. Then, where TensorRT and a GPU
+exist, the plan is built (or taken from the cache) and checked against FP32 on stored samples;
+elsewhere everything but the plan is written and the report says the plan will be built on the
+device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edgert.runtime import atomic
+from edgert.runtime.bundle import Bundle, is_bundle, sha256_bytes, write_manifest
+from edgert.runtime.errors import EdgertError, ModelError
+from edgert.runtime.locks import file_lock
+
+from . import calibration, evaluate, gate, int8, int8_search, ranges
+from .fp16 import to_fp16
+
+PRECISIONS = ("fp32", "fp16", "int8")
+VERIFY_SAMPLES = 8
+VERIFY_FILE = "calibration/verify.npz"
+
+
+class GateFailed(EdgertError):
+    """The quantized model (or plan) is further from FP32 than the gate allows."""
+
+
+@dataclass
+class BuildReport:
+    bundle: Path
+    precision: str
+    seconds: float = 0.0
+    files: list[str] = field(default_factory=list)
+    quantization: dict | None = None
+    engine: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "bundle": str(self.bundle),
+            "precision": self.precision,
+            "seconds": round(self.seconds, 2),
+            "files": self.files,
+            "quantization": self.quantization,
+            "engine": self.engine,
+        }
+
+
+def build(
+    model: str | Path,
+    precision: str = "fp16",
+    *,
+    calib: str | None = None,
+    calib_size: int = 500,
+    holdout_size: int = 200,
+    calib_method: str | None = None,
+    gate_rules: str | dict | None = None,
+    dla: int | None = None,
+    workspace_gib: float | None = None,
+    opt_level: int | None = None,
+    shapes: dict | None = None,
+    no_engine: bool = False,
+    seed: int = 0,
+    say: Callable[[str], None] = lambda s: None,
+) -> BuildReport:
+    """Quantize / convert a bundle (or an .onnx, wrapped into a bundle first) and build its plan."""
+    start = time.perf_counter()
+    if precision not in PRECISIONS:
+        raise ModelError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if calib_method and calib_method not in ranges.METHODS:
+        raise ModelError(
+            f"unknown --calib-method {calib_method!r}; choose one of {', '.join(ranges.METHODS)}"
+        )
+    if opt_level is not None and not 0 <= opt_level <= 5:
+        raise ModelError("--opt-level must be between 0 and 5")
+    if workspace_gib is not None and workspace_gib <= 0:
+        raise ModelError("--workspace must be a positive number of GiB")
+    rules = gate_rules if isinstance(gate_rules, dict) else _parse_gate(gate_rules)
+    path = _as_bundle(Path(model), say)
+    with file_lock(path / ".build.lock"):
+        bundle = Bundle(path)
+        report = BuildReport(path, precision)
+        manifest = dict(bundle.manifest.raw)
+        if precision == "int8":
+            report.quantization = _int8(
+                bundle,
+                manifest,
+                calib,
+                calib_size,
+                holdout_size,
+                calib_method,
+                rules,
+                seed,
+                say,
+                report,
+            )
+        elif precision == "fp16":
+            report.quantization = _fp16(
+                bundle, manifest, calib, calib_size, holdout_size, seed, say, report
+            )
+        write_manifest(bundle.path, manifest)
+        report.engine = _engine(
+            bundle.path, precision, rules, dla, workspace_gib, opt_level, shapes, no_engine, say
+        )
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _parse_gate(text):
+    try:
+        return gate.parse_gate(text)
+    except ValueError as exc:
+        raise ModelError(str(exc)) from None
+
+
+def _as_bundle(path: Path, say) -> Path:
+    if path.is_dir():
+        if not is_bundle(path):
+            raise ModelError(f"{path} is not an edgert bundle (no manifest.json)")
+        return path
+    if path.suffix.lower() == ".onnx" and path.is_file():
+        from edgert.export import export_model
+
+        target = path.with_suffix(".edgert")
+        say(f"wrapping {path} into the bundle {target}")
+        return export_model(str(path), target).bundle
+    raise ModelError(f"{path} is neither a bundle folder nor an .onnx file")
+
+
+def ensure_node_names(model) -> None:
+    """Give unnamed nodes stable names: node names are how nodes are excluded from quantization."""
+    used = {n.name for n in model.graph.node if n.name}
+    for i, n in enumerate(model.graph.node):
+        if not n.name:
+            name = f"{n.op_type}_{i}"
+            while name in used:
+                name += "_"
+            n.name = name
+            used.add(name)
+
+
+def _load_fp32(bundle: Bundle):
+    import onnx
+
+    model = onnx.load(str(bundle.onnx_path))
+    ensure_node_names(model)
+    return model
+
+
+def _data(bundle, calib, calib_size, holdout_size, seed, say) -> calibration.CalibrationData:
+    data = calibration.load(calib, bundle.manifest, calib_size, holdout_size, seed)
+    say(f"calibration: {data.calibration.description}; hold-out: {data.holdout.description}")
+    return data
+
+
+def _int8(
+    bundle, manifest, calib, calib_size, holdout_size, calib_method, rules, seed, say, report
+) -> dict:
+    model = _load_fp32(bundle)
+    task = bundle.manifest.task
+    data = _data(bundle, calib, calib_size, holdout_size, seed, say)
+    cal = data.calibration.inputs
+    n_val = max(4, min(64, len(cal) // 5))
+    fit, validation = cal[n_val:], cal[:n_val]
+    nodes = ranges.quantizable_nodes(model)
+    if not nodes:
+        raise ModelError(
+            "the model has no Conv, Gemm or MatMul with constant weights: nothing to quantize"
+        )
+    tensors = ranges.activation_inputs(model, nodes)
+    say(f"collecting activation ranges of {len(tensors)} tensors on {len(fit)} samples")
+    stats = ranges.collect(model, fit, tensors)
+    fp32 = evaluate.session(model)
+    ref_val = evaluate.run(fp32, validation)
+    hold = data.holdout
+    ref_hold = evaluate.run(fp32, hold.inputs)
+    choice = int8_search.choose_method(model, stats, validation, ref_val, task, calib_method, say)
+    thresholds = stats.thresholds(choice.method)
+    say(f"calibration method: {choice.method} ({choice.why})")
+    q = int8.quantize(model, thresholds, validation)
+    ev = gate.evaluate(ref_hold, evaluate.run(q, hold.inputs), task, hold.labels)
+    say(f"INT8 vs FP32 on the hold-out: {ev.summary()}")
+    first = dict(ev.metrics)
+    fallback = None
+    if not ev.passes(rules):
+        say(f"gate not met ({'; '.join(ev.failures(rules))}); ranking nodes by sensitivity")
+        q, ev, fallback = int8_search.fallback(
+            model,
+            thresholds,
+            [n.name for n in nodes],
+            validation,
+            ref_val,
+            hold.inputs,
+            ref_hold,
+            task,
+            hold.labels,
+            rules,
+            say,
+        )
+    problems = int8.check_structure(q)
+    if problems:
+        raise ModelError("the Q/DQ model is not in TensorRT form: " + "; ".join(problems[:3]))
+    section = {
+        "calibration": {
+            "source": data.source,
+            "samples": int(len(fit)),
+            "validation_samples": int(len(validation)),
+            "holdout": hold.description,
+            "seed": seed,
+            "method": choice.method,
+            "method_why": choice.why,
+            "method_scores": choice.scores,
+        },
+        "calibration_sha256": hashlib.sha256(
+            json.dumps(thresholds, sort_keys=True).encode()
+        ).hexdigest(),
+        "gate": rules,
+        "holdout_before_fallback": {k: round(v, 5) for k, v in first.items()},
+        "holdout": {k: round(v, 5) for k, v in ev.metrics.items()},
+        "quantized_nodes": len(int8.quantized_nodes(q)),
+        "quantizable_nodes": len(nodes),
+        "kept_fp32": fallback.kept_fp32 if fallback else [],
+        "fallback_steps": fallback.steps if fallback else [],
+        "passed": ev.passes(rules),
+    }
+    if not ev.passes(rules):
+        raise GateFailed(
+            f"INT8 misses the accuracy gate even with {len(fallback.kept_fp32)} of {len(nodes)} nodes kept in FP32: "
+            + "; ".join(ev.failures(rules))
+            + " (nothing was written; relax it with --gate or try --calib-method)"
+        )
+    data_bytes = q.SerializeToString()
+    atomic.write_bytes(bundle.path / "model.int8.onnx", data_bytes)
+    report.files.append("model.int8.onnx")
+    _write_verify(bundle, hold.inputs, ref_hold, report)
+    manifest.setdefault("hashes", {})["model.int8.onnx"] = sha256_bytes(data_bytes)
+    section["model_bytes"] = len(data_bytes)
+    manifest.setdefault("quantization", {})["int8"] = section
+    kept = f", {len(section['kept_fp32'])} kept in FP32" if section["kept_fp32"] else ""
+    say(
+        f"wrote model.int8.onnx ({section['quantized_nodes']}/{len(nodes)} nodes INT8{kept}); gate passed: {ev.summary()}"
+    )
+    return section
+
+
+def _fp16(bundle, manifest, calib, calib_size, holdout_size, seed, say, report) -> dict:
+    model = _load_fp32(bundle)
+    fp16 = to_fp16(model)
+    data_bytes = fp16.SerializeToString()
+    atomic.write_bytes(bundle.path / "model.fp16.onnx", data_bytes)
+    report.files.append("model.fp16.onnx")
+    manifest.setdefault("hashes", {})["model.fp16.onnx"] = sha256_bytes(data_bytes)
+    section: dict = {
+        "model_bytes": len(data_bytes),
+        "fp32_ops": "overflow-prone ops kept in FP32, FP32 inputs/outputs",
+    }
+    try:
+        data = _data(bundle, calib, min(calib_size, 64), holdout_size, seed, say)
+        ref = evaluate.run(model, data.holdout.inputs)
+        ev = gate.evaluate(
+            ref, evaluate.run(fp16, data.holdout.inputs), bundle.manifest.task, data.holdout.labels
+        )
+        section["holdout"] = {k: round(v, 5) for k, v in ev.metrics.items()}
+        _write_verify(bundle, data.holdout.inputs, ref, report)
+        say(f"FP16 vs FP32 on the hold-out (ONNX Runtime): {ev.summary()}")
+    except EdgertError as exc:
+        section["holdout"] = None
+        section["holdout_skipped"] = str(exc)
+        say(f"FP16 error not measured: {exc}")
+    except Exception as exc:  # noqa: BLE001 - e.g. an ONNX Runtime without FP16 kernels for an op
+        section["holdout"] = None
+        section["holdout_skipped"] = (
+            f"ONNX Runtime cannot run the FP16 model here: {str(exc).splitlines()[0][:200]}"
+        )
+        say(section["holdout_skipped"])
+    manifest.setdefault("quantization", {})["fp16"] = section
+    return section
+
+
+def _write_verify(bundle, inputs: np.ndarray, ref: dict, report) -> None:
+    """A few hold-out samples with FP32 outputs: the device checks its plan against them."""
+    buf = io.BytesIO()
+    np.savez_compressed(
+        buf,
+        inputs=inputs[:VERIFY_SAMPLES],
+        **{f"ref_{k}": v[:VERIFY_SAMPLES] for k, v in ref.items()},
+    )
+    atomic.write_bytes(bundle.path / VERIFY_FILE, buf.getvalue())
+    if VERIFY_FILE not in report.files:
+        report.files.append(VERIFY_FILE)
+
+
+def _engine(
+    bundle_path, precision, rules, dla, workspace_gib, opt_level, shapes, no_engine, say
+) -> dict:
+    if no_engine:
+        return {"built": False, "reason": "--no-engine"}
+    from edgert.runtime.backends.tensorrt import TensorRTBackend
+
+    why_not = TensorRTBackend.availability()
+    if why_not:
+        say(
+            f"TensorRT plan not built here ({why_not}); on the device run: edgert build {bundle_path} --precision {precision}"
+        )
+        return {
+            "built": False,
+            "reason": why_not,
+            "on_device": f"edgert build {bundle_path} --precision {precision}",
+        }
+    from edgert.runtime.backends.tensorrt_build import BuildOptions
+    from edgert.runtime.engine import Engine
+    from edgert.runtime.engine_cache import ensure_plan
+
+    options = BuildOptions(
+        precision=precision,
+        workspace_bytes=int(workspace_gib * 2**30) if workspace_gib else None,
+        opt_level=opt_level,
+        shapes=shapes or {},
+        dla_core=dla,
+    )
+    say(f"building the {precision} TensorRT plan")
+    plan, built, key = ensure_plan(bundle_path, precision, options=options)
+    say(f"{'built' if built else 'cached'}: {plan.name}")
+    result = {"built": built, "plan": str(plan), "key": key.digest}
+    verify = Path(bundle_path) / VERIFY_FILE
+    if verify.is_file():
+        stored = np.load(verify)
+        ref = {k[4:]: stored[k] for k in stored.files if k.startswith("ref_")}
+        bundle = Bundle(bundle_path)
+        with Engine.load(plan, backend="tensorrt") as engine:
+            got = {k: [] for k in ref}
+            for x in stored["inputs"]:
+                out = engine.infer(x[None])
+                for k in ref:
+                    got[k].append(out[k])
+        ev = gate.evaluate(
+            ref, {k: np.concatenate(v) for k, v in got.items()}, bundle.manifest.task
+        )
+        result["verify"] = {k: round(v, 5) for k, v in ev.metrics.items()}
+        device_rules = {k: v for k, v in rules.items() if k in ("cosine",)}
+        if not ev.passes(device_rules):
+            plan.unlink(missing_ok=True)
+            plan.with_suffix(".json").unlink(missing_ok=True)
+            raise GateFailed(
+                f"the TensorRT plan's outputs differ from FP32: {'; '.join(ev.failures(device_rules))} (plan deleted)"
+            )
+        say(f"plan vs FP32 on {len(stored['inputs'])} stored samples: {ev.summary()}")
+    return result

@@ -265,7 +265,29 @@ def _load_onnx(path: Path) -> SourceModel:
         raise ModelError(f"{path} is not a valid ONNX file: {_first_line(exc)}") from exc
     if not model.graph.node:
         raise ModelError(f"{path} is not a valid ONNX model: its graph has no nodes")
-    return SourceModel(_name_of(path), "onnx", str(path), onnx_path=path)
+    src = SourceModel(_name_of(path), "onnx", str(path), onnx_path=path)
+    _read_edgert_metadata(model, src)
+    return src
+
+
+def _read_edgert_metadata(model, src: SourceModel) -> None:
+    """An ONNX file exported by edgert carries its task, preprocessing and labels; keep them."""
+    import json
+
+    from edgert.runtime.errors import BundleError
+
+    props = {p.key: p.value for p in model.metadata_props}
+    if "edgert.format" not in props:
+        return
+    try:
+        src.task = props.get("edgert.task", src.task)
+        pre = json.loads(props.get("edgert.preprocessing", "null"))
+        src.preprocessing = Preprocessing.from_dict(pre) if pre else None
+        src.labels = json.loads(props.get("edgert.labels", "null"))
+    except (ValueError, BundleError):
+        src.preprocessing = src.labels = (
+            None  # unreadable metadata: describe it with options instead
+        )
 
 
 def _first_line(exc: BaseException) -> str:

@@ -88,6 +88,13 @@ def build(
         raise ModelError("--opt-level must be between 0 and 5")
     if workspace_gib is not None and workspace_gib <= 0:
         raise ModelError("--workspace must be a positive number of GiB")
+    if dla is not None:
+        from edgert.runtime.device import jetson_info
+
+        if jetson_info() is None:
+            raise ModelError(
+                f"--dla {dla}: this machine has no DLA (DLA cores exist on Jetson Xavier and Orin)"
+            )
     rules = gate_rules if isinstance(gate_rules, dict) else _parse_gate(gate_rules)
     path = _as_bundle(Path(model), say)
     with file_lock(path / ".build.lock"):

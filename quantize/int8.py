@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import tempfile
 from collections.abc import Iterable
@@ -64,7 +65,8 @@ def quantize(
         src, dst = os.path.join(tmp, "fp32.onnx"), os.path.join(tmp, "int8.onnx")
         onnx.save(model, src)
         try:
-            with contextlib.redirect_stdout(io.StringIO()):
+            # ONNX Runtime's quantizer prints progress and logs advice on the root logger
+            with contextlib.redirect_stdout(io.StringIO()), _quiet_root_logger():
                 quantize_static(
                     src,
                     dst,
@@ -89,6 +91,17 @@ def quantize(
                 f"ONNX Runtime's quantizer failed: {str(exc).strip().splitlines()[0][:300]}"
             ) from exc
         return onnx.load(dst)
+
+
+@contextlib.contextmanager
+def _quiet_root_logger():
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
 
 
 def check_structure(model) -> list[str]:

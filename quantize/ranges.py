@@ -73,7 +73,11 @@ def collect(model, data: np.ndarray, tensors: list[str], batch: int = 16) -> Act
         if t not in have:
             m.graph.output.append(onnx.helper.make_empty_tensor_value_info(t))
     sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    input_name = sess.get_inputs()[0].name
+    inp = sess.get_inputs()[0]
+    input_name = inp.name
+    if isinstance(inp.shape[0], int):  # a fixed batch size: feed exactly that many
+        batch = inp.shape[0]
+        data = data[: len(data) - len(data) % batch]
     names = [o.name for o in sess.get_outputs()]
     wanted = [names.index(t) for t in tensors]
 
@@ -120,6 +124,8 @@ def _entropy(hist: np.ndarray, top: float, levels: int = 128, stride: int = 16) 
             nz = nonzero[lo:hi]
             if nz.any():
                 q[lo:hi][nz] = kept[lo:hi].sum() / nz.sum()
+        if q.sum() == 0:
+            continue
         ps, qs = p / p.sum(), q / q.sum()
         mask = ps > 0
         kl = float(np.sum(ps[mask] * np.log(ps[mask] / np.maximum(qs[mask], 1e-12))))

@@ -153,3 +153,29 @@ class TinyDetector(nn.Module):
 
 def build_tiny_detector():
     return TinyDetector().eval()
+
+
+class SensitiveLayer(nn.Module):
+    """One channel carries values ~1000x the others into conv2 and conv2 scales it back down: a
+    per-tensor INT8 range for conv2's input then crushes the seven small channels. Quantizing conv2
+    ruins the output; keeping just it in FP32 fixes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.conv3 = nn.Conv2d(8, 4, 1, bias=False)
+        gain = torch.ones(1, 8, 1, 1)
+        gain[0, 0] = 1000.0
+        self.register_buffer("gain", gain)
+        with torch.no_grad():
+            self.conv2.weight[:, 0] /= 1000.0
+
+    def forward(self, x):
+        h = torch.relu(self.conv1(x)) * self.gain
+        return self.conv3(torch.relu(self.conv2(h)))
+
+
+def build_sensitive():
+    return SensitiveLayer().eval()

@@ -1,0 +1,155 @@
+"""The engine cache: keys, atomic writes, and two processes building one key."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from edgert.runtime.backends.tensorrt_compat import PlanInfo, select_plan
+from edgert.runtime.engine_cache import EngineCache, PlanKey, bundle_shapes
+from tests.conftest import run_cli
+
+KEY = PlanKey(
+    onnx_sha256="a" * 64,
+    precision="int8",
+    tensorrt="10.3.0.26",
+    device_name="Orin",
+    compute_capability="8.7",
+    calibration_sha256="c" * 64,
+    dla_core=None,
+    shapes={"input": [[1, 3, 224, 224], [1, 3, 224, 224], [8, 3, 224, 224]]},
+    builder={"workspace_bytes": None, "opt_level": None},
+)
+
+
+def test_key_is_stable_and_changes_with_every_ingredient():
+    same = PlanKey(**dataclasses.asdict(KEY))
+    assert same.digest == KEY.digest and len(KEY.digest) == 20
+    changes = {
+        "onnx_sha256": "b" * 64,
+        "precision": "fp16",
+        "tensorrt": "10.3.0.30",
+        "device_name": "Xavier",
+        "compute_capability": "7.2",
+        "calibration_sha256": "d" * 64,
+        "dla_core": 0,
+        "shapes": {"input": [[1, 3, 224, 224]] * 3},
+        "builder": {"workspace_bytes": 1 << 30, "opt_level": None},
+    }
+    digests = {KEY.digest}
+    for field, value in changes.items():
+        digests.add(dataclasses.replace(KEY, **{field: value}).digest)
+    assert len(digests) == len(changes) + 1
+
+
+BUILDER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from edgert.runtime.engine_cache import EngineCache
+    from tests.quantize.test_engine_cache import KEY
+
+    log = Path(sys.argv[2])
+
+    def slow_build():
+        with open(log, "a") as fh:
+            fh.write("built\\n")
+        time.sleep(1.0)  # long enough for the other process to arrive while this one builds
+        return b"PLAN" * 1000
+
+    path, built = EngineCache(sys.argv[1]).get_or_build(KEY, slow_build)
+    print(path.name, built)
+    """
+)
+
+
+def test_two_processes_one_key_build_once(tmp_path):
+    from tests.conftest import ROOT
+
+    engines = tmp_path / "engines"
+    log = tmp_path / "builds.log"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", BUILDER, str(engines), str(log)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=60)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert log.read_text().count("built") == 1
+    assert sorted(o[1] for o in outs) == ["False", "True"]
+    plans = list(engines.glob("*.engine"))
+    assert len(plans) == 1 and plans[0].read_bytes() == b"PLAN" * 1000
+    info = PlanInfo.read(plans[0])
+    assert (
+        info.precision == "int8" and info.device_name == "Orin" and info.compute_capability == "8.7"
+    )
+    assert [p.name for p in engines.iterdir() if p.name.endswith(".tmp")] == []
+    # what the cache wrote is what the runtime selects for that GPU and TensorRT, and nothing else
+    assert select_plan(engines, "int8", "10.3.0.26", "Orin", "8.7")[0] == plans[0]
+    assert select_plan(engines, "int8", "10.3.0.26", "NVIDIA H200", "9.0")[0] is None
+
+
+def test_cache_list_and_clear_cli(tmp_path):
+    from edgert.export import export_model
+
+    bundle = export_model("zoo:digits_cnn", tmp_path / "d.edgert").bundle
+    EngineCache(bundle / "engines").get_or_build(KEY, lambda: b"x" * 2048)
+    listed = run_cli("cache", "list", bundle)
+    assert listed.returncode == 0 and "int8" in listed.stdout and "Orin (8.7)" in listed.stdout
+    cleared = run_cli("cache", "clear", bundle)
+    assert cleared.returncode == 0 and "removed 1 plan" in cleared.stdout
+    assert list((bundle / "engines").glob("*.engine")) == []
+    assert "no TensorRT plans" in run_cli("cache", "list", bundle).stdout
+
+
+def test_bundle_shapes_from_the_recorded_batch_range(tmp_path):
+    from edgert.export import export_model
+    from edgert.runtime import Bundle
+
+    bundle = export_model("zoo:digits_cnn", tmp_path / "d.edgert", max_batch=8).bundle
+    shapes = bundle_shapes(Bundle(bundle).manifest)
+    assert shapes == {"input": [[1, 1, 8, 8], [1, 1, 8, 8], [8, 1, 8, 8]]}
+    assert bundle_shapes(Bundle(bundle).manifest, {"input": ((2, 1, 8, 8),) * 3}) == {
+        "input": [[2, 1, 8, 8]] * 3
+    }
+    json.dumps(shapes)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--calib", "{tmp}/empty"], "holds no images"),
+        (["--calib", "{tmp}/broken"], "fail to decode"),
+        (["--calib", "{tmp}/few"], "only 3 usable samples"),
+        (["--calib", "{tmp}/nope"], "does not exist"),
+        (["--calib", "{tmp}/wrong.npz"], "model input input is [1, 1, 8, 8]"),
+        (["--calib-size", "2"], "too small"),
+    ],
+)
+def test_bad_calibration_input(tmp_path, args, fragment):
+    import cv2
+    import numpy as np
+
+    from edgert.export import export_model
+    from tests.conftest import assert_user_error
+
+    bundle = export_model("zoo:digits_cnn", tmp_path / "d.edgert").bundle
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "a.jpg").write_bytes(b"not a jpeg")
+    (tmp_path / "few").mkdir()
+    for i in range(3):
+        cv2.imwrite(str(tmp_path / "few" / f"{i}.png"), np.full((20, 20, 3), i * 40, np.uint8))
+    np.savez(tmp_path / "wrong.npz", input=np.zeros((20, 3, 8, 8), np.float32))
+    proc = run_cli("build", bundle, "--precision", "int8", *[a.format(tmp=tmp_path) for a in args])
+    assert_user_error(proc, fragment)
+    assert not (bundle / "model.int8.onnx").exists()

@@ -33,6 +33,7 @@ from .fp16 import to_fp16
 PRECISIONS = ("fp32", "fp16", "int8")
 VERIFY_SAMPLES = 8
 VERIFY_FILE = "calibration/verify.npz"
+RANGES_FILE = "calibration/ranges.json"
 
 
 class GateFailed(EdgertError):
@@ -253,6 +254,12 @@ def _int8(
     atomic.write_bytes(bundle.path / "model.int8.onnx", data_bytes)
     report.files.append("model.int8.onnx")
     _write_verify(bundle, hold.inputs, ref_hold, report)
+    # the ranges themselves: TensorRT's calibration cache for INT8 on DLA is written from them
+    atomic.write_text(
+        bundle.path / RANGES_FILE,
+        json.dumps({"method": choice.method, "thresholds": thresholds}, indent=1),
+    )
+    report.files.append(RANGES_FILE)
     manifest.setdefault("hashes", {})["model.int8.onnx"] = sha256_bytes(data_bytes)
     section["model_bytes"] = len(data_bytes)
     manifest.setdefault("quantization", {})["int8"] = section

@@ -138,7 +138,24 @@ def ensure_plan(
     trt = import_tensorrt()
     version = compat.parse_version(trt.__version__)
     bundle = Bundle(bundle_dir)
+    options = options or BuildOptions(precision=precision)
     onnx_file = bundle.path / compat.onnx_for_precision(version, precision)
+    if (
+        options.dla_core is not None
+        and precision == "int8"
+        and compat.features(version).implicit_int8_calibration
+    ):
+        # DLA on JetPack 5/6 does not take Q/DQ: the FP32 model plus a calibration cache from our ranges
+        from .backends.tensorrt_build import calibration_cache_text
+
+        ranges = bundle.path / "calibration" / "ranges.json"
+        if not ranges.is_file():
+            raise EdgertError(
+                f"{ranges} is missing; run: edgert build {bundle.path} --precision int8"
+            )
+        thresholds = json.loads(ranges.read_text())["thresholds"]
+        options.calibration_cache = calibration_cache_text(version, thresholds)
+        onnx_file = bundle.onnx_path
     if not onnx_file.is_file():
         how = f"edgert build {bundle.path} --precision {precision}"
         raise EdgertError(f"{onnx_file.name} is missing from {bundle.path}; make it with: {how}")
@@ -148,7 +165,6 @@ def ensure_plan(
             f"CUDA device {device} does not exist ({cuda.reason or len(cuda.devices)})"
         )
     dev = cuda.devices[device]
-    options = options or BuildOptions(precision=precision)
     shapes = bundle_shapes(bundle.manifest, options.shapes or None)
     options.shapes = {k: tuple(tuple(s) for s in v) for k, v in shapes.items()}
     calib = (bundle.manifest.raw.get("quantization") or {}).get(precision, {})

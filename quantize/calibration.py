@@ -121,16 +121,25 @@ def _preprocess(manifest: Manifest, images: list[np.ndarray], what: str) -> np.n
     return np.stack(tensors).astype(manifest.inputs[0].dtype)
 
 
-def _split_images(pool, manifest, calib_size, holdout_size, seed, kind) -> CalibrationData:
-    if len(pool) < MIN_SAMPLES + 2:
+def _split(
+    n: int, calib_size: int, holdout_size: int, seed: int, what: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded, disjoint (calibration, hold-out) index arrays over ``n`` samples."""
+    if n < MIN_SAMPLES + 2:
         raise SourceError(
-            f"only {len(pool)} usable samples in {kind}; calibration needs at least {MIN_SAMPLES + 2}"
+            f"only {n} usable samples in {what}; calibration needs at least {MIN_SAMPLES + 2}"
         )
-    order = np.random.default_rng(seed).permutation(len(pool))
-    n_hold = min(holdout_size, max(2, len(pool) // 5))
-    n_cal = min(calib_size, len(pool) - n_hold)
-    hold = [pool[i] for i in order[:n_hold]]
-    cal = [pool[i] for i in order[n_hold : n_hold + n_cal]]
+    order = np.random.default_rng(seed).permutation(n)
+    n_hold = min(holdout_size, max(2, n // 5))
+    n_cal = min(calib_size, n - n_hold)
+    return order[n_hold : n_hold + n_cal], order[:n_hold]
+
+
+def _split_images(pool, manifest, calib_size, holdout_size, seed, kind) -> CalibrationData:
+    cal_idx, hold_idx = _split(len(pool), calib_size, holdout_size, seed, kind)
+    cal = [pool[i] for i in cal_idx]
+    hold = [pool[i] for i in hold_idx]
+    n_cal, n_hold = len(cal), len(hold)
     return CalibrationData(
         Dataset(_preprocess(manifest, cal, "calibration image"), None, f"{n_cal} of {kind}"),
         Dataset(
@@ -150,7 +159,10 @@ def _images_from_folder(folder: Path) -> list[np.ndarray]:
     images, bad = [], []
     for f in files:
         img = cv2.imdecode(np.fromfile(f, dtype=np.uint8), cv2.IMREAD_COLOR)
-        (bad.append(f.name) if img is None else images.append(img))
+        if img is None:
+            bad.append(f.name)
+        else:
+            images.append(img)
     if bad:
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
         raise SourceError(
@@ -206,17 +218,9 @@ def _npz(
             "(or give raw uint8 images N x H x W x C)"
         )
     arr = arr.astype(spec.dtype)
-    if len(arr) < MIN_SAMPLES + 2:
-        raise SourceError(
-            f"only {len(arr)} samples in {path}; calibration needs at least {MIN_SAMPLES + 2}"
-        )
-    order = np.random.default_rng(seed).permutation(len(arr))
-    n_hold = min(holdout_size, max(2, len(arr) // 5))
-    n_cal = min(calib_size, len(arr) - n_hold)
+    cal_idx, hold_idx = _split(len(arr), calib_size, holdout_size, seed, str(path))
     full = Dataset(arr, labels, str(path))
-    return CalibrationData(
-        full.subset(order[n_hold : n_hold + n_cal]), full.subset(order[:n_hold]), str(path), seed
-    )
+    return CalibrationData(full.subset(cal_idx), full.subset(hold_idx), str(path), seed)
 
 
 def _zoo(

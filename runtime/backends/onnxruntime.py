@@ -60,19 +60,16 @@ class OnnxRuntimeBackend(Backend):
     def select(cls, target: Target, precision: str, device: int) -> tuple[Path | None, str]:
         if target.onnx is None:
             return None, "a TensorRT plan (.engine) runs only on the TensorRT backend"
-        if precision == "int8":
-            qdq = target.onnx.with_name("model.int8.onnx") if target.bundle_dir else target.onnx
-            if not qdq.is_file():
-                return (
-                    None,
-                    f"the bundle has no INT8 model; make one with: edgert build {target.path} --precision int8",
-                )
-            return qdq, "INT8 Q/DQ model"
-        if precision == "fp16":
-            return (
-                None,
-                "ONNX Runtime runs FP32 or INT8 models here; use the TensorRT backend for FP16",
+        if precision in ("int8", "fp16"):
+            variant = (
+                target.onnx.with_name(f"model.{precision}.onnx") if target.bundle_dir else None
             )
+            if variant is None or not variant.is_file():
+                return None, (
+                    f"the bundle has no {precision.upper()} model; make one with: "
+                    f"edgert build {target.path} --precision {precision}"
+                )
+            return variant, f"{precision.upper()} model ({variant.name})"
         return target.onnx, "FP32 model"
 
     @classmethod

@@ -15,7 +15,7 @@ from importlib import metadata
 
 from edgert.runtime.errors import EdgertError
 
-COMMANDS = ("export", "build", "run", "cache", "info", "demo")
+COMMANDS = ("export", "build", "run", "bench", "power", "cache", "info", "demo")
 
 EPILOG = """examples:
   edgert export zoo:mobilenet_v2 -o mobilenet_v2.edgert   PyTorch -> checked ONNX bundle

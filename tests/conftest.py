@@ -18,12 +18,18 @@ def _cache_dir(tmp_path_factory):
     yield path
 
 
-def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300):
+def run_cli(
+    *args: str,
+    cwd: Path | None = None,
+    env: dict | None = None,
+    timeout: float = 300,
+    prefix: tuple = (),
+):
     """Run the real `edgert` command line in a subprocess."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "edgert.apps", *map(str, args)],
+        [*prefix, sys.executable, "-m", "edgert.apps", *map(str, args)],
         cwd=cwd,
         env=full_env,
         capture_output=True,

@@ -1,0 +1,259 @@
+"""``edgert bench``: latency, throughput, power and energy per inference, optionally power-capped,
+and sweeps over precision / batch / power cap with a Pareto view of latency vs energy."""
+
+from __future__ import annotations
+
+import itertools
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgert.runtime.errors import EdgertError, ModelError, ShapeError
+
+SWEEP_KEYS = {
+    "precision": ("fp32", "fp16", "int8", "auto"),
+    "batch": None,
+    "power_cap": None,
+    "backend": ("auto", "tensorrt", "onnxruntime"),
+}
+
+
+@dataclass
+class BenchConfig:
+    model: str
+    duration: float | None = 10.0
+    iterations: int | None = None
+    warmup: float = 1.0
+    batch: int = 1
+    precision: str = "auto"
+    backend: str = "auto"
+    power_cap: float | None = None
+    idle_seconds: float = 2.0
+    sysfs_root: str | None = None
+    nvml: bool = True
+
+
+def latency_stats(samples_s: list[float]) -> dict[str, float]:
+    ms = np.asarray(samples_s) * 1e3
+    return {
+        "min": float(ms.min()),
+        "mean": float(ms.mean()),
+        "p50": float(np.percentile(ms, 50)),
+        "p90": float(np.percentile(ms, 90)),
+        "p95": float(np.percentile(ms, 95)),
+        "p99": float(np.percentile(ms, 99)),
+        "max": float(ms.max()),
+        "cv": float(ms.std() / ms.mean()) if ms.mean() > 0 else 0.0,
+    }
+
+
+def make_inputs(engine, batch: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for spec in engine.inputs:
+        shape = list(spec.shape)
+        if shape and shape[0] < 0:
+            shape[0] = batch
+        elif batch != 1 and shape and shape[0] != batch:
+            raise ShapeError(
+                f"input {spec.name} has a fixed batch of {shape[0]}; --batch {batch} needs a dynamic-batch export"
+            )
+        if any(d < 0 for d in shape):
+            raise ShapeError(
+                f"input {spec.name} has dynamic axes other than the batch: {spec.shape}"
+            )
+        if np.dtype(spec.dtype).kind == "f":
+            feeds[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
+        else:
+            feeds[spec.name] = rng.integers(0, 2, shape).astype(spec.dtype)
+    return feeds
+
+
+def device_facts() -> dict:
+    from edgert.runtime.device import jetson_info, module_version, probe_cuda
+    from edgert.runtime.power import nvpmodel
+
+    cuda = probe_cuda()
+    facts = {
+        "cpu": platform.processor() or platform.machine(),
+        "gpu": [
+            f"{d.name} (compute {d.compute_capability[0]}.{d.compute_capability[1]})"
+            for d in cuda.devices
+        ]
+        or None,
+        "gpu_reason": cuda.reason,
+        "jetson": jetson_info(),
+        "tensorrt": module_version("tensorrt")[0],
+        "nvpmodel": None,
+        "temperatures_c": {},
+    }
+    modes = nvpmodel.read()
+    if modes:
+        facts["nvpmodel"] = {"mode": modes.current_name, "jetson_clocks": modes.jetson_clocks}
+    for zone in sorted(Path("/sys/class/thermal").glob("thermal_zone*")):
+        try:
+            facts["temperatures_c"][(zone / "type").read_text().strip()] = (
+                int((zone / "temp").read_text()) / 1000
+            )
+        except (OSError, ValueError):
+            continue
+    return facts
+
+
+def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
+    from edgert.runtime.engine import Engine
+    from edgert.runtime.power.governor import CappedRunner
+    from edgert.runtime.power.meter import PowerMeter
+    from edgert.runtime.power.sensors import discover
+
+    if cfg.batch < 1:
+        raise ModelError("--batch must be at least 1")
+    if cfg.duration is None and cfg.iterations is None:
+        cfg.duration = 10.0
+    found = discover(cfg.sysfs_root, nvml=cfg.nvml)
+    meter = PowerMeter(found.sensor) if found.sensor else None
+    power_reason = found.reason
+    if cfg.power_cap is not None and meter is None:
+        raise EdgertError(f"--power-cap needs a power sensor, and there is none: {power_reason}")
+    with Engine.load(cfg.model, backend=cfg.backend, precision=cfg.precision) as engine:
+        feeds = make_inputs(engine, cfg.batch)
+        idle = None
+        if meter:
+            meter.start()
+            say(f"measuring idle power for {cfg.idle_seconds:.0f} s ({found.sensor.describe()})")
+            idle = meter.measure_idle(cfg.idle_seconds)
+        end_warm = time.perf_counter() + cfg.warmup
+        while time.perf_counter() < end_warm:
+            engine.infer(feeds)
+        runner = (
+            CappedRunner(engine, meter, cfg.power_cap, idle)
+            if cfg.power_cap is not None
+            else engine
+        )
+        latencies = []
+        t_start = time.perf_counter()
+        m_start = meter.now() if meter else None
+        deadline = t_start + cfg.duration if cfg.duration else None
+        while True:
+            t0 = time.perf_counter()
+            runner.infer(feeds)
+            latencies.append(
+                time.perf_counter() - t0 if cfg.power_cap is None else engine_time(runner)
+            )
+            if cfg.iterations is not None and len(latencies) >= cfg.iterations:
+                break
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
+        elapsed = time.perf_counter() - t_start
+        m_end = meter.now() if meter else None
+        backend, reason = engine.backend, engine.backend_reason
+    result = {
+        "model": str(cfg.model),
+        "backend": backend,
+        "backend_reason": reason,
+        "precision": cfg.precision,
+        "batch": cfg.batch,
+        "iterations": len(latencies),
+        "seconds": round(elapsed, 3),
+        "latency_ms": latency_stats(latencies),
+        "throughput_ips": cfg.batch * len(latencies) / elapsed,
+        "split_ms": None,
+        "split_reason": "H2D / compute / D2H split is measured by the TensorRT backend only"
+        if backend != "tensorrt"
+        else None,
+        "power_cap_w": cfg.power_cap,
+        "power_w": None,
+        "energy_mj_per_inference": None,
+        "energy_mj_per_inference_above_idle": None,
+        "power_reason": power_reason,
+        "device": device_facts(),
+        "power_series": None,
+    }
+    if meter:
+        meter.stop()
+        avg = meter.average_w(m_start, m_end)
+        if meter.lost:
+            result["power_reason"] = f"sensor lost mid-run: {meter.lost}"
+        if avg is not None:
+            n = cfg.batch * len(latencies)
+            energy = meter.energy_j(m_start, m_end)
+            result["power_w"] = {"avg": avg, "idle": idle, "source": found.sensor.describe()}
+            result["energy_mj_per_inference"] = energy / n * 1e3
+            if idle is not None:
+                result["energy_mj_per_inference_above_idle"] = (
+                    (energy - idle * (m_end - m_start)) / n * 1e3
+                )
+            t, p = meter.series()
+            result["power_series"] = {
+                "t": (t - m_start).round(4).tolist(),
+                "w": p.round(4).tolist(),
+            }
+        found.sensor.close()
+    result["latencies_ms"] = (np.asarray(latencies) * 1e3).round(4).tolist()
+    return result
+
+
+def engine_time(runner) -> float:
+    """Latency of the last inference without the pacing sleep (what a caller waits for work)."""
+    return runner.last_busy_s
+
+
+def parse_sweep(words: list[str]) -> list[dict]:
+    """['precision=fp32,int8', 'batch=1,4', 'power_cap=none,10'] -> the grid of settings."""
+    axes = {}
+    for word in words:
+        key, sep, values = word.partition("=")
+        if not sep or key not in SWEEP_KEYS or not values:
+            raise ModelError(
+                f"sweep item {word!r} must be KEY=V1,V2 with KEY one of {', '.join(SWEEP_KEYS)}"
+            )
+        parsed = []
+        for v in values.split(","):
+            v = v.strip()
+            if key == "batch":
+                if not v.isdigit() or int(v) < 1:
+                    raise ModelError(f"sweep batch value {v!r} is not a positive integer")
+                parsed.append(int(v))
+            elif key == "power_cap":
+                if v.lower() == "none":
+                    parsed.append(None)
+                else:
+                    try:
+                        parsed.append(float(v))
+                    except ValueError:
+                        raise ModelError(
+                            f"sweep power_cap value {v!r} is not a number of watts or 'none'"
+                        ) from None
+            elif v not in SWEEP_KEYS[key]:
+                raise ModelError(
+                    f"sweep {key} value {v!r} is not one of {', '.join(SWEEP_KEYS[key])}"
+                )
+            else:
+                parsed.append(v)
+        axes[key] = parsed
+    return [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())]
+
+
+def pareto(points: list[dict]) -> list[int]:
+    """Indices of points not beaten on both latency (p50) and energy per inference."""
+    front = []
+    for i, a in enumerate(points):
+        if a.get("energy_mj_per_inference") is None:
+            continue
+        dominated = any(
+            b is not a
+            and b.get("energy_mj_per_inference") is not None
+            and b["latency_ms"]["p50"] <= a["latency_ms"]["p50"]
+            and b["energy_mj_per_inference"] <= a["energy_mj_per_inference"]
+            and (
+                b["latency_ms"]["p50"] < a["latency_ms"]["p50"]
+                or b["energy_mj_per_inference"] < a["energy_mj_per_inference"]
+            )
+            for b in points
+        )
+        if not dominated:
+            front.append(i)
+    return front

@@ -1,0 +1,220 @@
+"""edgert bench: latency, throughput, power and energy per inference (optionally power-capped)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+EPILOG = """examples:
+  edgert bench mobilenet_v2.edgert --duration 20 --json bench.json --plot bench.png
+  edgert bench mobilenet_v2.edgert --power-cap 10
+  edgert bench mobilenet_v2.edgert --sweep precision=fp16,int8 batch=1,4,8 power_cap=none,10 --plot pareto.png
+
+Energy per inference = energy over the run / images processed (and the same above idle: the
+idle power measured before the run is subtracted). Power comes from the most specific sensor
+(`edgert power`); without one the latency numbers are still measured and power is reported
+unavailable with the reason.
+"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="latency, throughput, W and mJ per inference (e.g. edgert bench m.edgert --power-cap 10)",
+        description="Benchmark a model: latency percentiles, throughput, power, energy per inference.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", metavar="MODEL", help="bundle folder, .onnx or .engine")
+    p.add_argument("--duration", type=float, metavar="S", help="seconds to run (default 10)")
+    p.add_argument(
+        "--iterations", type=int, metavar="N", help="inferences to run instead of a duration"
+    )
+    p.add_argument(
+        "--warmup", type=float, default=1.0, metavar="S", help="warm-up seconds (default 1)"
+    )
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "int8"])
+    p.add_argument("--backend", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
+    p.add_argument(
+        "--power-cap",
+        type=float,
+        metavar="W",
+        help="pace inference to keep average power under W watts",
+    )
+    p.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=2.0,
+        help="idle power measurement before the run (default 2)",
+    )
+    p.add_argument("--sysfs-root", metavar="DIR", help="read power sensors under DIR")
+    p.add_argument(
+        "--nvpmodel", metavar="NAME", help="switch to this Jetson power mode first (root; opt-in)"
+    )
+    p.add_argument(
+        "--sweep",
+        nargs="+",
+        metavar="KEY=V1,V2",
+        help="grid over precision, batch, power_cap, backend",
+    )
+    p.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="latency histogram + power over time (Pareto plot with --sweep)",
+    )
+    p.set_defaults(func=run)
+
+
+def _config(args, **over):
+    from edgert.apps.bench import BenchConfig
+
+    cfg = BenchConfig(
+        model=args.model,
+        duration=args.duration if args.iterations is None else None,
+        iterations=args.iterations,
+        warmup=args.warmup,
+        batch=args.batch,
+        precision=args.precision,
+        backend=args.backend,
+        power_cap=args.power_cap,
+        idle_seconds=args.idle_seconds,
+        sysfs_root=args.sysfs_root,
+    )
+    for k, v in over.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+def _print(r: dict) -> None:
+    lat = r["latency_ms"]
+    print(f"backend    {r['backend_reason']}")
+    print(f"latency    min {lat['min']:.3f}  mean {lat['mean']:.3f}  p50 {lat['p50']:.3f}  p90 {lat['p90']:.3f}  "
+          f"p95 {lat['p95']:.3f}  p99 {lat['p99']:.3f}  max {lat['max']:.3f} ms  (cv {lat['cv']:.3f})")  # fmt: skip
+    print(
+        f"throughput {r['throughput_ips']:.1f} inferences/s ({r['iterations']} runs of batch {r['batch']} in {r['seconds']:.1f} s)"
+    )
+    if r["split_ms"]:
+        print(
+            f"split      H2D {r['split_ms']['h2d']:.3f}  compute {r['split_ms']['compute']:.3f}  D2H {r['split_ms']['d2h']:.3f} ms"
+        )
+    else:
+        print(f"split      n/a ({r['split_reason']})")
+    if r["power_w"]:
+        pw = r["power_w"]
+        idle = f"{pw['idle']:.2f} W" if pw["idle"] is not None else "n/a"
+        above = r["energy_mj_per_inference_above_idle"]
+        print(f"power      avg {pw['avg']:.2f} W, idle {idle} ({pw['source']})")
+        print(
+            f"energy     {r['energy_mj_per_inference']:.3f} mJ/inference"
+            + (f" ({above:.3f} above idle)" if above is not None else "")
+        )
+    else:
+        print(f"power      unavailable ({r['power_reason']})")
+    d = r["device"]
+    gpu = ", ".join(d["gpu"]) if d["gpu"] else f"none ({d['gpu_reason']})"
+    jet = f"{d['jetson'].get('model', '')} {d['jetson']['l4t']}" if d["jetson"] else "not a Jetson"
+    print(
+        f"device     GPU {gpu}; {jet}; TensorRT {d['tensorrt'] or 'absent'}"
+        + (f"; nvpmodel {d['nvpmodel']['mode']}" if d["nvpmodel"] else "")
+    )
+
+
+def run(args) -> int:
+    from edgert.apps import bench
+
+    if args.nvpmodel:
+        from edgert.runtime.errors import SensorError
+        from edgert.runtime.power import nvpmodel
+
+        modes = nvpmodel.read(args.sysfs_root or "/")
+        if modes is None:
+            raise SensorError("--nvpmodel needs a Jetson (no /etc/nvpmodel.conf)")
+        nvpmodel.set_mode(args.nvpmodel, modes)
+    if args.sweep:
+        return _sweep(args, bench)
+    result = bench.run_bench(_config(args), say=print)
+    _print(result)
+    if args.json:
+        _write_json(args.json, result)
+    if args.plot:
+        from edgert.apps.plots import bench_plot
+
+        print(f"plot: {bench_plot(result, args.plot)}")
+    return 0
+
+
+def _write_json(path: str, data) -> None:
+    from edgert.runtime import atomic
+
+    atomic.write_text(Path(path), json.dumps(data, indent=2, default=str) + "\n")
+    print(f"json: {path}")
+
+
+def _sweep(args, bench) -> int:
+    grid = bench.parse_sweep(args.sweep)
+    duration = args.duration or 5.0
+    points = []
+    for setting in grid:
+        label = " ".join(f"{k}={'none' if v is None else v}" for k, v in setting.items())
+        print(f"-- {label}")
+        try:
+            r = bench.run_bench(
+                _config(args, duration=duration if args.iterations is None else None, **setting)
+            )
+        except Exception as exc:  # noqa: BLE001 - one unavailable point does not stop the sweep
+            from edgert.runtime.errors import EdgertError
+
+            if not isinstance(exc, EdgertError):
+                raise
+            print(f"   skipped: {exc}")
+            points.append({"label": label, "setting": setting, "skipped": str(exc)})
+            continue
+        r.pop("latencies_ms", None)
+        r.pop("power_series", None)
+        r["label"], r["setting"] = label, setting
+        points.append(r)
+    ran = [p for p in points if "skipped" not in p]
+    front = bench.pareto(ran)
+    best = min(
+        (p for p in ran if p.get("energy_mj_per_inference") is not None),
+        key=lambda p: p["energy_mj_per_inference"],
+        default=None,
+    )
+    print(f"\n{'setting':<44}{'p50 ms':>9}{'p99 ms':>9}{'inf/s':>9}{'W':>8}{'mJ/inf':>9}")
+    for p in points:
+        if "skipped" in p:
+            print(f"{p['label']:<44}  skipped: {p['skipped'][:60]}")
+            continue
+        w = f"{p['power_w']['avg']:.2f}" if p["power_w"] else "n/a"
+        mj = (
+            f"{p['energy_mj_per_inference']:.3f}"
+            if p["energy_mj_per_inference"] is not None
+            else "n/a"
+        )
+        mark = (
+            "  <- most energy-efficient"
+            if p is best
+            else ("  (Pareto)" if ran.index(p) in front else "")
+        )
+        print(
+            f"{p['label']:<44}{p['latency_ms']['p50']:>9.3f}{p['latency_ms']['p99']:>9.3f}{p['throughput_ips']:>9.1f}{w:>8}{mj:>9}{mark}"
+        )
+    if not best:
+        print("(no power sensor: energy per inference unavailable, so no energy ranking)")
+    if args.json:
+        _write_json(
+            args.json,
+            {
+                "points": points,
+                "pareto": [ran[i]["label"] for i in front],
+                "most_efficient": best["label"] if best else None,
+            },
+        )
+    if args.plot:
+        from edgert.apps.plots import pareto_plot
+
+        print(f"plot: {pareto_plot(ran, front, args.plot)}")
+    return 0

@@ -1,0 +1,87 @@
+"""edgert power: the power sensor, its rails and total, and the Jetson power mode."""
+
+from __future__ import annotations
+
+import json
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "power",
+        help="power sensors, rails, total and power mode (e.g. edgert power --json)",
+        description="Show the power sensor edgert uses, every rail, the total (input rail, or the sum "
+        "of rails), and on Jetson the current nvpmodel mode, the modes available and jetson_clocks.",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print source, total_w (or null with reason), rails, ...",
+    )
+    p.add_argument(
+        "--sysfs-root", metavar="DIR", help="read sysfs under DIR (default / or $EDGERT_SYSFS_ROOT)"
+    )
+    p.add_argument("--no-nvml", action="store_true", help="do not try NVML")
+    p.add_argument("--device", type=int, default=0, help="GPU index for NVML (default 0)")
+    p.set_defaults(func=run)
+
+
+def snapshot(root=None, nvml: bool = True, device: int = 0) -> dict:
+    from edgert.runtime.errors import SensorError
+    from edgert.runtime.power import nvpmodel
+    from edgert.runtime.power.sensors import discover, sysfs_root
+
+    found = discover(root, nvml=nvml, device=device)
+    facts: dict = {
+        "source": None,
+        "total_w": None,
+        "reason": found.reason,
+        "rails": {},
+        "tried": found.tried,
+    }
+    if found.sensor is not None:
+        try:
+            sample = found.sensor.read()
+            facts.update(
+                source=found.sensor.describe(),
+                total_w=round(sample.total_w, 3),
+                rails={k: round(v, 3) for k, v in sample.rails.items()},
+                reason=None,
+            )
+        except SensorError as exc:
+            facts["reason"] = str(exc)
+        finally:
+            found.sensor.close()
+    modes = nvpmodel.read(sysfs_root(root))
+    facts["nvpmodel"] = (
+        {
+            "current": modes.current_name,
+            "current_id": modes.current_id,
+            "modes": modes.modes,
+            "jetson_clocks": modes.jetson_clocks,
+        }
+        if modes
+        else None
+    )
+    return facts
+
+
+def run(args) -> int:
+    facts = snapshot(args.sysfs_root, nvml=not args.no_nvml, device=args.device)
+    if args.json:
+        print(json.dumps(facts, indent=2))
+        return 0
+    if facts["total_w"] is None:
+        print(f"power: unavailable ({facts['reason']})")
+    else:
+        print(f"power: {facts['total_w']:.2f} W from {facts['source']}")
+        for name, watts in facts["rails"].items():
+            print(f"  {name:<24} {watts:8.3f} W")
+    nv = facts["nvpmodel"]
+    if nv:
+        modes = ", ".join(f"{i}:{n}" for i, n in sorted(nv["modes"].items()))
+        print(
+            f"nvpmodel: {nv['current'] or 'unknown'} (modes {modes}); jetson_clocks {nv['jetson_clocks']}"
+        )
+    else:
+        print("nvpmodel: not a Jetson (no /etc/nvpmodel.conf)")
+    return 0

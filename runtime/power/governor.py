@@ -122,6 +122,30 @@ class CappedRunner:
             self._last_update = t1
         return out
 
+    @classmethod
+    def create(
+        cls, engine, cap_w: float, sysfs_root=None, idle_seconds: float = 2.0
+    ) -> CappedRunner:
+        """Discover the sensor, start a meter, measure idle power, and pace ``engine`` under
+        ``cap_w``. SensorError when there is no sensor or the cap is below idle."""
+        from .meter import PowerMeter
+        from .sensors import discover
+
+        found = discover(sysfs_root)
+        if found.sensor is None:
+            raise SensorError(
+                f"a power cap needs a power sensor, and there is none: {found.reason}"
+            )
+        meter = PowerMeter(found.sensor).start()
+        idle = meter.measure_idle(idle_seconds)
+        if idle is None:
+            meter.stop()
+            raise SensorError(f"could not measure idle power: {meter.lost or 'no samples'}")
+        return cls(engine, meter, cap_w, idle)
+
+    def close(self) -> None:
+        self.meter.stop()
+
     def report(self) -> dict:
         t1 = time.monotonic()
         return {

@@ -93,12 +93,13 @@ class PowerMeter:
         )
         return t, p, e
 
-    def energy_j(self, t0: float, t1: float) -> float | None:
-        """Energy in [t0, t1]: counter difference (interpolated at the ends) or trapezoid."""
+    def energy_j(self, t0: float, t1: float, counter: bool = True) -> float | None:
+        """Energy in [t0, t1]: counter difference (interpolated at the ends) when the sensor has a
+        counter and ``counter`` is true, else the trapezoid integral of the power samples."""
         t, p, e = self._arrays()
         if len(t) < 2 or t1 <= t0:
             return None
-        if e is not None:
+        if e is not None and counter:
             return float(np.interp(t1, t, e) - np.interp(t0, t, e))
         inside = t[(t > t0) & (t < t1)]
         grid = np.concatenate([[t0], inside, [t1]])

@@ -27,6 +27,7 @@ demo: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/hadolint Dockerfile.jetson
 
 test: lint
 	$(VENV)/bin/pytest -q

@@ -15,7 +15,7 @@ from importlib import metadata
 
 from edgert.runtime.errors import EdgertError
 
-COMMANDS = ("export", "build", "run", "bench", "power", "cache", "info", "demo")
+COMMANDS = ("export", "build", "run", "bench", "power", "cache", "export-triton", "info", "demo")
 
 EPILOG = """examples:
   edgert export zoo:mobilenet_v2 -o mobilenet_v2.edgert   PyTorch -> checked ONNX bundle
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"edgert.apps.commands.{name}").add_parser(sub)
+        importlib.import_module(f"edgert.apps.commands.{name.replace('-', '_')}").add_parser(sub)
     return parser
 
 

@@ -1,0 +1,43 @@
+"""edgert export-triton: a Triton Inference Server model repository entry from a bundle."""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "export-triton",
+        help="Triton model repository from a bundle (e.g. edgert export-triton m.edgert --repo models/)",
+        description="Write DIR/<name>/config.pbtxt and DIR/<name>/1/model.plan (or model.onnx) for NVIDIA "
+        "Triton Inference Server, with the bundle's I/O, batching and preprocessing.",
+    )
+    p.add_argument("bundle", metavar="BUNDLE")
+    p.add_argument("--repo", required=True, metavar="DIR", help="the model repository folder")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
+        "--engine", metavar="KEY", help="serve this cached TensorRT plan (platform tensorrt_plan)"
+    )
+    which.add_argument(
+        "--onnx",
+        action="store_true",
+        help="serve model.onnx (platform onnxruntime_onnx; the default)",
+    )
+    p.add_argument(
+        "--max-batch",
+        type=int,
+        metavar="N",
+        help="max_batch_size (default: the bundle's maximum; 0 for fixed-batch models)",
+    )
+    p.add_argument(
+        "--instances", type=int, default=1, metavar="N", help="model instances (default 1)"
+    )
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from edgert.export.triton import export_triton
+
+    target = export_triton(
+        args.bundle, args.repo, args.engine, args.onnx, args.max_batch, args.instances
+    )
+    print(f"wrote {target}/config.pbtxt and {target}/1/")
+    return 0

@@ -1,0 +1,50 @@
+"""Generates docs/cli.md from the argument parsers (``python -m edgert.apps.docgen``).
+
+A test regenerates it and fails when the committed file is stale.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+HEADER = """# CLI reference
+
+Generated from the argument parsers by `python -m edgert.apps.docgen > docs/cli.md`; a test fails
+when this file is stale. Every command prints the same with `edgert COMMAND --help`.
+"""
+
+
+def render() -> str:
+    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal: fix the width for the docs
+    from edgert.apps.cli import COMMANDS, build_parser
+
+    parser = build_parser()
+    parts = [HEADER, "## edgert\n\n```text\n" + parser.format_help().rstrip() + "\n```\n"]
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name in COMMANDS:
+        parts.append(
+            f"## edgert {name}\n\n```text\n" + sub.choices[name].format_help().rstrip() + "\n```\n"
+        )
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    text = render()
+    if argv and argv[0] == "--check":
+        path = Path(argv[1])
+        if path.read_text() != text:
+            print(
+                f"{path} is stale: regenerate with python -m edgert.apps.docgen > {path}",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -15,7 +15,18 @@ from importlib import metadata
 
 from edgert.runtime.errors import EdgertError
 
-COMMANDS = ("export", "build", "run", "bench", "power", "cache", "export-triton", "info", "demo")
+COMMANDS = (
+    "export",
+    "build",
+    "run",
+    "camera",
+    "bench",
+    "power",
+    "cache",
+    "export-triton",
+    "info",
+    "demo",
+)
 
 EPILOG = """examples:
   edgert export zoo:mobilenet_v2 -o mobilenet_v2.edgert   PyTorch -> checked ONNX bundle

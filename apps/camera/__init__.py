@@ -1,0 +1,1 @@
+"""The camera inference app: sources, a drop-oldest threaded pipeline, tasks and outputs."""

@@ -1,0 +1,308 @@
+"""Frame sources by URI, like jetson-utils:
+
+    csi://0                      Jetson CSI camera (GStreamer nvarguscamerasrc through OpenCV)
+    v4l2:///dev/video0           USB / V4L2 camera (--width --height --fps --codec mjpeg|yuyv)
+    rtsp://host:port/path        network stream, reconnecting with backoff when it drops
+    file://clip.mp4 or a path    a video, an image, a folder of images or a glob (--loop)
+    synthetic://                 a deterministic moving scene built from the bundled photos
+
+Every source yields (frame BGR uint8, capture time from time.monotonic()) and raises SourceError
+with one sentence when it cannot open or stops delivering.
+"""
+
+from __future__ import annotations
+
+import glob as globmod
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgert.runtime.errors import SourceError
+
+log = logging.getLogger(__name__)
+
+SUPPORTED = "csi://N, v4l2:///dev/videoN, rtsp://..., file://PATH (video, image, folder or glob), a bare path, synthetic://"
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+
+
+@dataclass
+class SourceOptions:
+    width: int | None = None
+    height: int | None = None
+    fps: float | None = None
+    codec: str | None = None  # mjpeg | yuyv (V4L2)
+    loop: bool = False
+    reconnect_tries: int = 5
+    reconnect_backoff: float = 0.5  # seconds, doubled per try
+
+
+class FrameSource:
+    description = "source"
+    fps: float | None = None
+
+    def read(self) -> tuple[np.ndarray, float] | None:
+        """The next frame and its capture time, or None at the end of a finite source."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def gstreamer_available() -> bool:
+    import cv2
+
+    info = cv2.getBuildInformation()
+    for line in info.splitlines():
+        if "GStreamer" in line:
+            return "YES" in line.upper()
+    return False
+
+
+class CaptureSource(FrameSource):
+    """cv2.VideoCapture for V4L2, CSI (GStreamer) and video files."""
+
+    def __init__(
+        self,
+        target,
+        description: str,
+        api=None,
+        loop: bool = False,
+        opts: SourceOptions | None = None,
+    ) -> None:
+        import cv2
+
+        self.cv2 = cv2
+        self.target, self.api, self.loop = target, api, loop
+        self.description = description
+        self.cap = cv2.VideoCapture(target, api) if api is not None else cv2.VideoCapture(target)
+        if not self.cap.isOpened():
+            raise SourceError(f"cannot open {description}")
+        if opts is not None:
+            self._configure(opts)
+        fps = self.cap.get(cv2.CAP_PROP_FPS)
+        self.fps = fps if fps and fps > 0 else None
+
+    def _configure(self, opts: SourceOptions) -> None:
+        cv2 = self.cv2
+        if opts.codec:
+            self.cap.set(
+                cv2.CAP_PROP_FOURCC,
+                cv2.VideoWriter_fourcc(*{"mjpeg": "MJPG", "yuyv": "YUYV"}[opts.codec]),
+            )
+        if opts.width:
+            self.cap.set(cv2.CAP_PROP_FRAME_WIDTH, opts.width)
+        if opts.height:
+            self.cap.set(cv2.CAP_PROP_FRAME_HEIGHT, opts.height)
+        if opts.fps:
+            self.cap.set(cv2.CAP_PROP_FPS, opts.fps)
+
+    def read(self):
+        ok, frame = self.cap.read()
+        if not ok and self.loop:
+            self.cap.set(self.cv2.CAP_PROP_POS_FRAMES, 0)
+            ok, frame = self.cap.read()
+        if not ok:
+            return None
+        return frame, time.monotonic()
+
+    def close(self) -> None:
+        self.cap.release()
+
+
+class LiveCapture(CaptureSource):
+    """A camera: running out of frames means it was unplugged or stopped, not the end."""
+
+    def read(self):
+        got = super().read()
+        if got is None:
+            raise SourceError(
+                f"{self.description} stopped delivering frames (unplugged or taken by another process?)"
+            )
+        return got
+
+
+class RtspSource(FrameSource):
+    """RTSP with reconnect and exponential backoff; a clear error after the last try."""
+
+    def __init__(self, url: str, opts: SourceOptions) -> None:
+        self.url, self.opts = url, opts
+        self.description = f"RTSP stream {url}"
+        self.cap = None
+        self._connect()
+
+    def _connect(self) -> None:
+        import cv2
+
+        delay = self.opts.reconnect_backoff
+        last = "no answer"
+        for attempt in range(1, self.opts.reconnect_tries + 1):
+            cap = cv2.VideoCapture(self.url, cv2.CAP_FFMPEG)
+            if cap.isOpened():
+                ok, frame = cap.read()
+                if ok:
+                    self.cap, self._first = cap, frame
+                    fps = cap.get(cv2.CAP_PROP_FPS)
+                    self.fps = fps if fps and fps > 0 else None
+                    return
+                last = "opened but no frames"
+            cap.release()
+            log.warning(
+                "%s: attempt %d/%d failed (%s); retrying in %.1f s",
+                self.description,
+                attempt,
+                self.opts.reconnect_tries,
+                last,
+                delay,
+            )
+            if attempt < self.opts.reconnect_tries:
+                time.sleep(delay)
+                delay *= 2
+        raise SourceError(
+            f"cannot reach {self.description} after {self.opts.reconnect_tries} tries ({last})"
+        )
+
+    def read(self):
+        if self._first is not None:
+            frame, self._first = self._first, None
+            return frame, time.monotonic()
+        ok, frame = self.cap.read()
+        if not ok:
+            log.warning("%s dropped; reconnecting", self.description)
+            self.cap.release()
+            self._connect()
+            frame, self._first = self._first, None
+        return frame, time.monotonic()
+
+    def close(self) -> None:
+        if self.cap is not None:
+            self.cap.release()
+
+
+class ImageListSource(FrameSource):
+    def __init__(self, files: list[Path], description: str, loop: bool) -> None:
+        self.files, self.loop, self.description = files, loop, description
+        self.i = 0
+
+    def read(self):
+        from edgert.runtime.images import read_image
+
+        if self.i >= len(self.files):
+            if not self.loop:
+                return None
+            self.i = 0
+        path = self.files[self.i]
+        self.i += 1
+        return read_image(path), time.monotonic()
+
+
+class SyntheticSource(FrameSource):
+    """A deterministic moving scene: a window panning and zooming over the bundled photos, one
+    photo every ``seconds_per_photo`` of frames. Frame i is always the same image."""
+
+    def __init__(self, width: int = 640, height: int = 480, fps: float = 30.0, photos: tuple[str, ...] | None = None,
+                 frames: int | None = None, realtime: bool = True) -> None:  # fmt: skip
+        from edgert.export.zoo.photos import PHOTOS, load_photo
+
+        self.images = [load_photo(p) for p in (photos or PHOTOS)]
+        self.width, self.height, self.fps = width, height, fps
+        self.frames, self.realtime = frames, realtime
+        self.i = 0
+        self.start = time.monotonic()
+        self.description = (
+            f"synthetic:// ({width}x{height} @ {fps:g} fps, {len(self.images)} photos)"
+        )
+
+    def frame(self, i: int) -> np.ndarray:
+        import cv2
+
+        per_photo = int(self.fps * 3)
+        img = self.images[(i // per_photo) % len(self.images)]
+        phase = (i % per_photo) / per_photo  # 0..1 through this photo
+        h, w = img.shape[:2]
+        scale = 0.75 + 0.2 * np.sin(2 * np.pi * phase)
+        cw, ch = int(w * scale), int(h * scale)
+        x = int((w - cw) * (0.5 + 0.5 * np.sin(2 * np.pi * phase)))
+        y = int((h - ch) * (0.5 + 0.5 * np.cos(2 * np.pi * phase)))
+        return cv2.resize(
+            img[y : y + ch, x : x + cw], (self.width, self.height), interpolation=cv2.INTER_AREA
+        )
+
+    def read(self):
+        if self.frames is not None and self.i >= self.frames:
+            return None
+        if self.realtime:
+            due = self.start + self.i / self.fps
+            wait = due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+        frame = self.frame(self.i)
+        self.i += 1
+        return frame, time.monotonic()
+
+
+def open_source(uri: str, opts: SourceOptions | None = None) -> FrameSource:
+    """A FrameSource for ``uri``; SourceError listing the supported forms when it is not one."""
+    import cv2
+
+    opts = opts or SourceOptions()
+    if uri.startswith("synthetic://"):
+        fps = opts.fps or 30.0
+        return SyntheticSource(opts.width or 640, opts.height or 480, fps)
+    if uri.startswith("csi://"):
+        index = uri[len("csi://") :] or "0"
+        if not index.isdigit():
+            raise SourceError(f"{uri}: a CSI camera is csi://N with N a sensor number")
+        if not gstreamer_available():
+            raise SourceError(
+                "csi:// needs OpenCV with GStreamer (pip's opencv-python-headless has none; use JetPack's python3-opencv)"
+            )
+        w, h, fps = opts.width or 1280, opts.height or 720, int(opts.fps or 30)
+        pipeline = (
+            f"nvarguscamerasrc sensor-id={index} ! video/x-raw(memory:NVMM),width={w},height={h},framerate={fps}/1 ! "
+            "nvvidconv ! video/x-raw,format=BGRx ! videoconvert ! video/x-raw,format=BGR ! appsink drop=true max-buffers=1"
+        )
+        return LiveCapture(pipeline, f"CSI camera {index}", api=cv2.CAP_GSTREAMER)
+    if uri.startswith("v4l2://"):
+        device = uri[len("v4l2://") :]
+        if not Path(device).exists():
+            raise SourceError(
+                f"no such camera: {device} does not exist (is it plugged in? ls /dev/video*)"
+            )
+        try:
+            return LiveCapture(device, f"camera {device}", api=cv2.CAP_V4L2, opts=opts)
+        except SourceError:
+            raise SourceError(
+                f"cannot open camera {device} (busy in another process, or not a capture device)"
+            ) from None
+    if uri.startswith(("rtsp://", "rtsps://")):
+        return RtspSource(uri, opts)
+    if "://" in uri and not uri.startswith("file://"):
+        raise SourceError(f"unsupported source {uri!r}; supported: {SUPPORTED}")
+    path_text = uri[len("file://") :] if uri.startswith("file://") else uri
+    if any(c in path_text for c in "*?["):
+        files = sorted(
+            Path(p) for p in globmod.glob(path_text) if Path(p).suffix.lower() in IMAGE_SUFFIXES
+        )
+        if not files:
+            raise SourceError(f"the glob {path_text} matches no images")
+        return ImageListSource(files, f"{len(files)} images matching {path_text}", opts.loop)
+    path = Path(path_text)
+    if not path.exists():
+        raise SourceError(f"{path} does not exist; supported sources: {SUPPORTED}")
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if not files:
+            raise SourceError(f"{path} holds no images")
+        return ImageListSource(files, f"{len(files)} images in {path}", opts.loop)
+    if path.suffix.lower() in IMAGE_SUFFIXES:
+        return ImageListSource([path], f"image {path}", opts.loop)
+    return CaptureSource(str(path), f"video {path}", loop=opts.loop)

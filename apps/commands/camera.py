@@ -1,0 +1,105 @@
+"""edgert camera: frames from a camera or stream through a model, results out, numbers for every stage."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+EPILOG = """sources: csi://0, v4l2:///dev/video0, rtsp://..., file://clip.mp4 or a path (video, image,
+folder, glob), synthetic://
+outputs (several allowed): display://0, http://127.0.0.1:8080 (MJPEG + live stats page),
+file://out.mp4; --jsonl FILE logs one line per frame.
+
+examples:
+  edgert camera mobilenet_v2.edgert --source synthetic:// --output http://127.0.0.1:8080 --duration 30
+  edgert camera det.edgert --source v4l2:///dev/video0 --width 1280 --height 720 --codec mjpeg --task detect
+"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "camera",
+        help="camera inference app (e.g. edgert camera m.edgert --source csi://0 --output http://127.0.0.1:8080)",
+        description="Run a model on frames from a camera, stream, video or images, with bounded latency "
+        "(drop-oldest queues), per-stage timings, power and several outputs.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("--source", default="synthetic://", metavar="URI")
+    p.add_argument(
+        "--output",
+        action="append",
+        default=[],
+        metavar="URI",
+        help="display://0, http://HOST:PORT, file://out.mp4",
+    )
+    p.add_argument(
+        "--task", choices=["classify", "detect", "faces"], help="default: the bundle's task"
+    )
+    p.add_argument("--power-cap", type=float, metavar="W")
+    p.add_argument("--duration", type=float, metavar="S")
+    p.add_argument("--max-frames", type=int, metavar="N")
+    p.add_argument("--jsonl", metavar="FILE", help="one JSON line per processed frame")
+    p.add_argument("--headless", action="store_true", help="never open a display window")
+    p.add_argument("--backend", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "int8"])
+    p.add_argument("--top-k", type=int, default=3)
+    p.add_argument("--conf", type=float, default=0.25)
+    p.add_argument("--iou", type=float, default=0.45)
+    p.add_argument("--width", type=int)
+    p.add_argument("--height", type=int)
+    p.add_argument("--fps", type=float)
+    p.add_argument("--codec", choices=["mjpeg", "yuyv"])
+    p.add_argument("--loop", action="store_true", help="loop files, folders and globs")
+    p.add_argument("--sysfs-root", metavar="DIR")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=run)
+
+
+def print_summary(s: dict) -> None:
+    print(
+        f"frames {s['frames_processed']} processed, {s['frames_dropped']} dropped, {s['fps']:.1f} fps over {s['seconds']:.1f} s ({s['backend']})"
+    )
+    for name, v in s["latency_ms"].items():
+        print(
+            f"  {name:<12} p50 {v['p50']:8.2f}  p90 {v['p90']:8.2f}  p99 {v['p99']:8.2f}  max {v['max']:8.2f} ms"
+        )
+    if s.get("labels_seen"):
+        print("labels seen: " + ", ".join(f"{k} ({n})" for k, n in s["labels_seen"].items()))
+    if s.get("power_w") is not None:
+        print(f"power {s['power_w']:.2f} W, {s['mj_per_frame']:.1f} mJ/frame")
+    else:
+        print(f"power unavailable ({s.get('power_reason')})")
+
+
+def run(args) -> int:
+    from edgert.apps.camera.app import CameraConfig, run_camera
+    from edgert.apps.camera.sources import SourceOptions
+
+    cfg = CameraConfig(
+        model=args.model,
+        source=args.source,
+        outputs=args.output,
+        task=args.task,
+        power_cap=args.power_cap,
+        duration=args.duration,
+        max_frames=args.max_frames,
+        jsonl=args.jsonl,
+        headless=args.headless,
+        backend=args.backend,
+        precision=args.precision,
+        top_k=args.top_k,
+        conf=args.conf,
+        iou=args.iou,
+        source_options=SourceOptions(
+            width=args.width, height=args.height, fps=args.fps, codec=args.codec, loop=args.loop
+        ),
+        sysfs_root=args.sysfs_root,
+    )
+    summary = run_camera(cfg, say=(lambda s: None) if args.json else print)
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        print_summary(summary)
+    return 0

@@ -75,6 +75,13 @@ def export_model(
     do not bring their own description.
     """
     start = time.perf_counter()
+    if model == "zoo:mtcnn":  # three networks in one bundle: its own exporter
+        from .zoo.mtcnn import export_mtcnn
+
+        path, reports = export_mtcnn(out or "mtcnn.edgert", atol, rtol)
+        return ExportResult(
+            path, reports["pnet"], time.perf_counter() - start, bundle.Bundle(path).manifest.raw
+        )
     if max_batch is not None:
         if max_batch < 1:
             raise ModelError("--max-batch must be at least 1")

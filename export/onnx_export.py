@@ -56,6 +56,7 @@ def torch_to_onnx(
     output_names: list[str] | None,
     opset: int = DEFAULT_OPSET,
     dynamic_batch: bool = False,
+    dynamic_axes: dict[str, dict[int, str]] | None = None,
 ):
     """Export with the TorchScript-based exporter (it targets opset 17 exactly; the dynamo exporter
     cannot down-convert below 18), then ``onnx.checker`` and shape inference."""
@@ -74,9 +75,11 @@ def torch_to_onnx(
         output_names = (
             ["output"] if len(outputs) == 1 else [f"output_{i}" for i in range(len(outputs))]
         )
-    dynamic_axes = None
+    axes: dict[str, dict[int, str]] = {}
     if dynamic_batch:
-        dynamic_axes = {n: {0: "batch"} for n in [*input_names, *output_names]}
+        axes = {n: {0: "batch"} for n in [*input_names, *output_names]}
+    for name, extra in (dynamic_axes or {}).items():  # e.g. a fully convolutional net's H and W
+        axes.setdefault(name, {}).update(extra)
     buf = io.BytesIO()
     try:
         with warnings.catch_warnings():
@@ -89,7 +92,7 @@ def torch_to_onnx(
                 opset_version=opset,
                 input_names=input_names,
                 output_names=output_names,
-                dynamic_axes=dynamic_axes,
+                dynamic_axes=axes or None,
                 do_constant_folding=True,
             )
     except Exception as exc:

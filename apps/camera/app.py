@@ -12,7 +12,7 @@ from .outputs import HttpOutput, JsonlOutput, frame_record, open_output
 from .overlay import draw
 from .pipeline import Pipeline
 from .sources import SourceOptions, open_source
-from .tasks import stages_for
+from .tasks import face_stages, stages_for
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,21 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
     outputs = []
     meter = None
     try:
-        engine = Engine.load(cfg.model, backend=cfg.backend, precision=cfg.precision)
+        from edgert.runtime.bundle import Bundle, is_bundle
+
+        faces = is_bundle(cfg.model) and Bundle(cfg.model).manifest.task == "faces"
+        if cfg.task == "faces" and not faces:
+            from edgert.runtime.errors import ModelError
+
+            raise ModelError(
+                f"--task faces needs a face-detection bundle (edgert export zoo:mtcnn), not {cfg.model}"
+            )
+        if faces:
+            from edgert.runtime.faces import MtcnnDetector
+
+            engine = MtcnnDetector(cfg.model, backend=cfg.backend)
+        else:
+            engine = Engine.load(cfg.model, backend=cfg.backend, precision=cfg.precision)
         say(f"backend: {engine.backend_reason}")
         found = discover(cfg.sysfs_root)
         runner = None
@@ -62,7 +76,16 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             raise SensorError(
                 f"--power-cap needs a power sensor, and there is none: {found.reason}"
             )
-        task, stages = stages_for(engine, cfg.task, cfg.top_k, cfg.conf, cfg.iou, runner)
+        if faces:
+            if cfg.power_cap is not None:
+                from edgert.runtime.errors import ModelError
+
+                raise ModelError(
+                    "--power-cap is not supported with the three-network face detector yet"
+                )
+            task, stages = "faces", face_stages(engine)
+        else:
+            task, stages = stages_for(engine, cfg.task, cfg.top_k, cfg.conf, cfg.iou, runner)
         source = open_source(cfg.source, cfg.source_options)
         say(f"source: {source.description}")
         fps = source.fps or 30.0
@@ -130,7 +153,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         summary = pipeline.stats()
         summary.update(
             task=task,
-            backend=engine.backend,
+            backend=f"mtcnn ({engine.engines['pnet'].backend})" if faces else engine.backend,
             backend_reason=engine.backend_reason,
             source=source.description,
         )

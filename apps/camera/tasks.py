@@ -9,6 +9,21 @@ from .pipeline import Frame, Stage
 TASKS = ("classify", "detect", "faces")
 
 
+def face_stages(detector) -> list[Stage]:
+    """MTCNN: the detector runs its own pyramid and crops, so preprocessing is part of infer."""
+
+    def preprocess(f: Frame) -> None:
+        f.tensor = f.image
+
+    def run(f: Frame) -> None:
+        f.outputs = {"faces": detector.detect(f.tensor)}
+
+    def post(f: Frame) -> None:
+        f.results = [d.to_dict() for d in f.outputs["faces"]]
+
+    return [Stage("preprocess", preprocess), Stage("infer", run), Stage("postprocess", post)]
+
+
 def stages_for(
     engine, task: str | None, top_k: int = 3, conf: float = 0.25, iou: float = 0.45, runner=None
 ) -> tuple[str, list[Stage]]:

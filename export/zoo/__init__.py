@@ -33,6 +33,10 @@ ZOO: dict[str, Callable[[], SourceModel]] = {
 
 
 def load_zoo_model(name: str) -> SourceModel:
+    if name == "mtcnn":
+        raise ModelError(
+            "zoo:mtcnn is three networks; export it with edgert export zoo:mtcnn (export_model handles it)"
+        )
     try:
         factory = ZOO[name]
     except KeyError:

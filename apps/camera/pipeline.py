@@ -22,17 +22,24 @@ _END = object()
 
 
 class DropOldestQueue:
-    """A bounded queue whose put() never blocks: when full, the oldest item is dropped (counted)."""
+    """A bounded queue whose put() never blocks: when full, the oldest item is dropped (counted).
 
-    def __init__(self, maxsize: int = 1) -> None:
+    ``lossless=True`` (files and folders, where every frame matters and nothing is live) makes
+    put() wait for room instead.
+    """
+
+    def __init__(self, maxsize: int = 1, lossless: bool = False) -> None:
         self._items: collections.deque = collections.deque()
         self.maxsize = max(1, maxsize)
+        self.lossless = lossless
         self.dropped = 0
         self._cond = threading.Condition()
 
     def put(self, item) -> None:
         with self._cond:
-            if item is not _END:
+            if self.lossless and item is not _END:
+                self._cond.wait_for(lambda: len(self._items) < self.maxsize)
+            elif item is not _END:
                 while len(self._items) >= self.maxsize:
                     old = self._items.popleft()
                     if old is _END:  # never drop the end marker
@@ -46,7 +53,9 @@ class DropOldestQueue:
         with self._cond:
             if not self._cond.wait_for(lambda: self._items, timeout):
                 raise queue.Empty
-            return self._items.popleft()
+            item = self._items.popleft()
+            self._cond.notify_all()
+            return item
 
 
 @dataclass
@@ -82,7 +91,8 @@ class Pipeline:
         self.sink = sink
         self.duration = duration
         self.max_frames = max_frames
-        self.queues = [DropOldestQueue(queue_size) for _ in range(len(stages) + 1)]
+        lossless = not getattr(source, "live", True)
+        self.queues = [DropOldestQueue(queue_size, lossless) for _ in range(len(stages) + 1)]
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
         self.timings: dict[str, list[float]] = {

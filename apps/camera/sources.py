@@ -42,6 +42,7 @@ class SourceOptions:
 class FrameSource:
     description = "source"
     fps: float | None = None
+    live = True  # a camera or stream: when inference is slower, old frames are dropped
 
     def read(self) -> tuple[np.ndarray, float] | None:
         """The next frame and its capture time, or None at the end of a finite source."""
@@ -69,6 +70,8 @@ def gstreamer_available() -> bool:
 
 class CaptureSource(FrameSource):
     """cv2.VideoCapture for V4L2, CSI (GStreamer) and video files."""
+
+    live = False  # a file: every frame is processed (LiveCapture overrides)
 
     def __init__(
         self,
@@ -120,6 +123,8 @@ class CaptureSource(FrameSource):
 
 class LiveCapture(CaptureSource):
     """A camera: running out of frames means it was unplugged or stopped, not the end."""
+
+    live = True
 
     def read(self):
         got = super().read()
@@ -188,6 +193,8 @@ class RtspSource(FrameSource):
 
 
 class ImageListSource(FrameSource):
+    live = False
+
     def __init__(self, files: list[Path], description: str, loop: bool) -> None:
         self.files, self.loop, self.description = files, loop, description
         self.i = 0
@@ -215,6 +222,7 @@ class SyntheticSource(FrameSource):
         self.images = [load_photo(p) for p in (photos or PHOTOS)]
         self.width, self.height, self.fps = width, height, fps
         self.frames, self.realtime = frames, realtime
+        self.live = realtime
         self.i = 0
         self.start = time.monotonic()
         self.description = (

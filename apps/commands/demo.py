@@ -1,36 +1,51 @@
-"""edgert demo: the built-in end-to-end job on defaults (what `make demo` runs).
+"""edgert demo: the whole chain on built-in defaults (what `make demo` runs).
 
-Now: export the zoo MobileNetV2 to a bundle, print the parity report, and classify the bundled
-photos through the runtime Engine with the bundle's recorded preprocessing.
+zoo MobileNetV2 -> bundle (parity checked) -> INT8 calibrated on the bundled photos and gated ->
+engine (TensorRT where present, otherwise ONNX Runtime, saying which) -> the sample photos
+classified -> the camera app on synthetic:// headless -> summary and a report (JSON + PNG).
+``--faces`` does the same with the MTCNN face detector on photos with faces.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "demo",
-        help="built-in demo: zoo MobileNetV2 -> bundle -> classify sample photos (e.g. edgert demo)",
-        description="Export the built-in MobileNetV2 to a bundle, print its parity report and "
-        "classify the bundled sample photos.",
+        help="the whole chain on built-in defaults (e.g. edgert demo, edgert demo --faces)",
+        description="Export the built-in MobileNetV2, make a calibrated and gated INT8 model, pick the "
+        "best engine, classify the sample photos and run the camera app on a synthetic scene.",
     )
     p.add_argument(
-        "--workdir", default="edgert-demo", help="where the bundle goes (default ./edgert-demo)"
+        "--workdir",
+        default="edgert-demo",
+        help="where bundles and the report go (default ./edgert-demo)",
     )
     p.add_argument("--backend", default="auto", help="auto, tensorrt or onnxruntime (default auto)")
+    p.add_argument(
+        "--seconds", type=float, default=10.0, help="how long the camera app runs (default 10)"
+    )
+    p.add_argument(
+        "--calib-size", type=int, default=300, help="INT8 calibration crops (default 300)"
+    )
+    p.add_argument(
+        "--faces", action="store_true", help="MTCNN face detection instead of classification"
+    )
     p.add_argument("--top-k", type=int, default=3, help="labels per photo (default 3)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from edgert.apps.camera.app import CameraConfig, run_camera
+    from edgert.apps.commands.camera import print_summary
     from edgert.export import export_model
-    from edgert.export.zoo.photos import PHOTOS, load_photo
-    from edgert.runtime.engine import Engine
-    from edgert.runtime.postprocess import classify
 
     workdir = Path(args.workdir)
+    if args.faces:
+        return _faces(args, workdir)
     print("== 1. export zoo:mobilenet_v2 (PyTorch -> ONNX, checked against PyTorch)")
     result = export_model(
         "zoo:mobilenet_v2", workdir / "mobilenet_v2.edgert", dynamic_batch=True, max_batch=8
@@ -38,8 +53,48 @@ def run(args) -> int:
     print(f"bundle: {result.bundle} ({result.seconds:.1f} s)")
     for line in result.parity.lines():
         print(line)
-    print("\n== 2. classify the sample photos with the bundle's recorded preprocessing")
-    with Engine.load(result.bundle, backend=args.backend) as engine:
+
+    print("\n== 2. INT8: calibrate on the bundled photos, gate against FP32")
+    from edgert.quantize import build
+
+    report = build(
+        result.bundle,
+        "int8",
+        calib_size=args.calib_size,
+        holdout_size=150,
+        say=lambda s: print(f"  {s}"),
+    )
+    q = report.quantization["holdout"]
+    print(
+        f"INT8 gate passed: cosine {q['cosine']:.4f}, top-1 agreement {q['agreement']:.3f} ({q['agreement_confident']:.3f} where FP32 is confident)"
+    )
+
+    print("\n== 3. classify the sample photos with the bundle's recorded preprocessing")
+    precision = _classify(result.bundle, args)
+
+    print(f"\n== 4. the camera app on synthetic:// for {args.seconds:g} s (headless)")
+    cfg = CameraConfig(model=str(result.bundle), source="synthetic://", headless=True, duration=args.seconds,
+                       backend=args.backend, precision=precision, jsonl=str(workdir / "camera.jsonl"))  # fmt: skip
+    summary = run_camera(cfg, say=lambda s: print(f"  {s}"))
+    print_summary(summary)
+    _report(workdir, summary)
+    return 0
+
+
+def _classify(bundle: Path, args) -> str:
+    from edgert.export.zoo.photos import PHOTOS, load_photo
+    from edgert.runtime.engine import Engine
+    from edgert.runtime.errors import BackendUnavailable
+    from edgert.runtime.postprocess import classify
+
+    try:
+        engine = Engine.load(bundle, backend=args.backend, precision="int8")
+        precision = "int8"
+    except BackendUnavailable as exc:
+        print(f"  INT8 engine unavailable ({exc}); using FP32")
+        engine = Engine.load(bundle, backend=args.backend)
+        precision = "fp32"
+    with engine:
         print(f"backend: {engine.backend_reason}")
         for name in PHOTOS:
             tensor, _ = engine.preprocessing.apply(load_photo(name))
@@ -47,4 +102,87 @@ def run(args) -> int:
             top = classify(logits, engine.labels, args.top_k)[0]
             shown = ", ".join(f"{c.label} {c.score:.3f}" for c in top)
             print(f"  {name + '.jpg':<15} {shown}")
+    return precision
+
+
+def _faces(args, workdir: Path) -> int:
+    from edgert.apps.camera.app import CameraConfig, run_camera
+    from edgert.apps.commands.camera import print_summary
+    from edgert.export import export_model
+    from edgert.export.zoo.photos import IMAGES
+
+    print("== 1. export zoo:mtcnn (P-Net, R-Net, O-Net; each checked against PyTorch)")
+    result = export_model("zoo:mtcnn", workdir / "mtcnn.edgert")
+    print(
+        f"bundle: {result.bundle} ({result.seconds:.1f} s); P-Net parity max abs {result.parity.max_abs:.2e}"
+    )
+    print("\n== 2. faces in the bundled photos (astronaut and camera have one; the others none)")
+    cfg = CameraConfig(model=str(result.bundle), source=str(IMAGES / "*.jpg"), headless=True, backend=args.backend,
+                       jsonl=str(workdir / "faces.jsonl"), max_frames=20)  # fmt: skip
+    summary = run_camera(cfg, say=lambda s: print(f"  {s}"))
+    names = sorted(p.name for p in IMAGES.glob("*.jpg"))
+    for line in (workdir / "faces.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        name, faces = names[record["frame"]], record["results"]
+        boxes = (
+            ", ".join(
+                f"[{', '.join(f'{v:.0f}' for v in f['box'])}] {f['score']:.2f}" for f in faces
+            )
+            or "none"
+        )
+        print(f"  {name:<15} {len(faces)} face(s): {boxes}")
+    print_summary(summary)
+    _report(workdir, summary, name="faces_report")
     return 0
+
+
+def _report(workdir: Path, summary: dict, name: str = "report") -> None:
+    from edgert.runtime import atomic
+
+    path = workdir / f"{name}.json"
+    atomic.write_text(path, json.dumps(summary, indent=2, default=str) + "\n")
+    try:
+        png = _plot(summary, workdir / f"{name}.png")
+        print(f"report: {path} and {png}")
+    except Exception as exc:  # noqa: BLE001 - matplotlib is optional; the JSON is the report
+        print(f"report: {path} (no plot: {exc})")
+
+
+def _plot(summary: dict, path: Path) -> Path:
+    import io
+
+    from edgert.apps.plots import _pyplot
+    from edgert.runtime import atomic
+
+    plt = _pyplot()
+    stages = [
+        k
+        for k in ("capture_age", "preprocess", "infer", "postprocess", "output", "end_to_end")
+        if k in summary["latency_ms"]
+    ]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for i, key in enumerate(("p50", "p90", "p99")):
+        ax.bar(
+            [x + i * 0.27 for x in range(len(stages))],
+            [summary["latency_ms"][s][key] for s in stages],
+            width=0.27,
+            label=key,
+        )
+    ax.set_xticks([x + 0.27 for x in range(len(stages))], stages)
+    ax.set_ylabel("ms")
+    power = (
+        f"{summary['power_w']:.2f} W"
+        if summary.get("power_w")
+        else f"power unavailable ({summary.get('power_reason', '')[:40]})"
+    )
+    ax.set_title(
+        f"{summary['fps']:.1f} fps, {summary['frames_dropped']} dropped, {summary['backend']}; {power}",
+        fontsize=9,
+    )
+    ax.legend()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    atomic.write_bytes(path, buf.getvalue())
+    return path

@@ -33,12 +33,21 @@ def test_info_says_why_things_are_absent():
 
 
 def test_demo_classifies_cat_and_coffee(tmp_path):
-    proc = run_cli("demo", "--workdir", tmp_path)
+    proc = run_cli("demo", "--workdir", tmp_path, "--seconds", "2", "--calib-size", "64")
     assert proc.returncode == 0, proc.stderr
     lines = {ln.split()[0]: ln for ln in proc.stdout.splitlines() if ".jpg" in ln}
     assert lines["chelsea.jpg"].split(None, 1)[1].startswith("Egyptian cat")
     assert lines["coffee.jpg"].split(None, 1)[1].startswith("espresso")
     assert "parity vs PyTorch" in proc.stdout
+    assert "INT8 gate passed" in proc.stdout and "INT8 model (model.int8.onnx)" in proc.stdout
+    assert "labels seen: Egyptian cat" in proc.stdout or "labels seen: " in proc.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (
+        report["frames_processed"] > 10
+        and report["fps"] > 0
+        and "end_to_end" in report["latency_ms"]
+    )
+    assert (tmp_path / "report.png").read_bytes()[:4] == b"\x89PNG"
 
     bundle = tmp_path / "mobilenet_v2.edgert"
     run = run_cli(

@@ -22,7 +22,7 @@ from edgert.runtime.errors import OutputError, SourceError
 PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>edgert camera</title>
 <style>body{font-family:sans-serif;background:#111;color:#eee;margin:1em}
-img{max-width:70vw;border:1px solid #444}#stats{font-family:monospace;white-space:pre;margin-left:1em}
+img{max-width:70vw;border:1px solid #444}#stats{font-family:monospace;white-space:pre-wrap;margin-left:1em;max-width:26em}
 .row{display:flex;align-items:flex-start}</style></head>
 <body><h3>edgert camera</h3><div class="row"><img id="video" src="/stream.mjpg" alt="live video">
 <div id="stats">waiting for statistics...</div></div>

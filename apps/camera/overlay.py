@@ -27,8 +27,11 @@ def draw(image: np.ndarray, results, lines: list[str]) -> np.ndarray:
             else:
                 lines = [*lines, f"{r['label']} {r['score']:.2f}"] if i < 3 else lines
     y = 18
-    for text in lines:
-        cv2.putText(out, text, (8, y), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 3, cv2.LINE_AA)
+    for (
+        text
+    ) in lines:  # white on a dark box (an outline's wider glyph advance would smear the text)
+        (tw, th), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, 0.5, 1)
+        cv2.rectangle(out, (4, y - th - 4), (12 + tw, y + base), (0, 0, 0), cv2.FILLED)
         cv2.putText(
             out, text, (8, y), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (255, 255, 255), 1, cv2.LINE_AA
         )

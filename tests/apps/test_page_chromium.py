@@ -1,0 +1,78 @@
+"""The web viewer's page in headless Chromium (Debian's chromium): it shows the stream and its
+statistics change while the pipeline runs. A screenshot is kept for a person to look at."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import ROOT
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"
+)
+def test_page_shows_stream_and_changing_stats(tmp_path):
+    import sys
+
+    from edgert.export import export_model
+
+    bundle = export_model("zoo:digits_cnn", tmp_path / "d.edgert").bundle
+    port = free_port()
+    app = subprocess.Popen(
+        [sys.executable, "-m", "edgert.apps", "camera", str(bundle), "--source", "synthetic://", "--headless",
+         "--output", f"http://127.0.0.1:{port}", "--duration", "30"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        url = f"http://127.0.0.1:{port}/"
+
+        def frames_shown() -> int:
+            dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'p1'}", "--virtual-time-budget=2500", "--dump-dom", url],
+                                 capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+            m = re.search(r"frames\s+(\d+)", dom)
+            assert m, dom[-500:]
+            return int(m.group(1))
+
+        first = frames_shown()
+        time.sleep(1.5)
+        second = frames_shown()
+        assert second > first  # the statistics change while the pipeline runs
+        shot = tmp_path / "page.png"
+        subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'p2'}", "--window-size=1000,620", "--virtual-time-budget=3000",
+                        f"--screenshot={shot}", url], capture_output=True, timeout=60)  # fmt: skip
+        import cv2
+
+        img = cv2.imread(str(shot))
+        assert img is not None and img.shape[:2] == (620, 1000)
+        video = img[60:540, 16:656]  # where the <img> of the MJPEG stream sits
+        assert video.std() > 20  # a real picture, not the empty page background
+        (ROOT / "reports").mkdir(exist_ok=True)
+        shutil.copy(shot, ROOT / "reports" / "camera_page.png")
+    finally:
+        app.terminate()
+        app.wait(10)

@@ -134,41 +134,37 @@ class Pipeline:
         finally:
             self.queues[0].put(_END)
 
+    def _frames(self, q_in: DropOldestQueue):
+        """Frames from ``q_in`` until the end marker, or until another thread failed."""
+        while True:
+            try:
+                frame = q_in.get(timeout=0.1)
+            except queue.Empty:
+                if self.stop_event.is_set() and self.error is not None:
+                    return
+                continue
+            if frame is _END:
+                return
+            yield frame
+
     def _stage(self, k: int) -> None:
         stage, q_in, q_out = self.stages[k], self.queues[k], self.queues[k + 1]
         try:
-            while True:
-                try:
-                    frame = q_in.get(timeout=0.1)
-                except queue.Empty:
-                    if self.stop_event.is_set() and self.error is not None:
-                        break
-                    continue
-                if frame is _END:
-                    break
+            for frame in self._frames(q_in):
                 if k == 0:
                     frame.timings["capture_age"] = (time.monotonic() - frame.t_capture) * 1e3
                 t0 = time.monotonic()
                 stage.fn(frame)
                 frame.timings[stage.name] = (time.monotonic() - t0) * 1e3
                 q_out.put(frame)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - reported by run()
             self._fail(exc)
         finally:
             q_out.put(_END)
 
     def _output(self) -> None:
-        q_in = self.queues[-1]
         try:
-            while True:
-                try:
-                    frame = q_in.get(timeout=0.1)
-                except queue.Empty:
-                    if self.stop_event.is_set() and self.error is not None:
-                        break
-                    continue
-                if frame is _END:
-                    break
+            for frame in self._frames(self.queues[-1]):
                 t0 = time.monotonic()
                 self.sink(frame)
                 now = time.monotonic()
@@ -178,7 +174,7 @@ class Pipeline:
                     for name, ms in frame.timings.items():
                         self.timings.setdefault(name, []).append(ms)
                     self.processed += 1
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - reported by run()
             self._fail(exc)
 
     def run(self) -> None:

@@ -96,6 +96,37 @@ def pareto_plot(points: list[dict], front: list[int], path: str | Path) -> Path:
     return _save(fig, plt, Path(path), atomic)
 
 
+def camera_plot(summary: dict, path: str | Path) -> Path:
+    """Per-stage latency percentiles of a camera run, with FPS, drops and power in the title."""
+    from edgert.runtime import atomic
+
+    plt = _pyplot()
+    order = ("capture_age", "preprocess", "infer", "postprocess", "output", "end_to_end")
+    stages = [k for k in order if k in summary["latency_ms"]]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for i, key in enumerate(("p50", "p90", "p99")):
+        ax.bar(
+            [x + i * 0.27 for x in range(len(stages))],
+            [summary["latency_ms"][s][key] for s in stages],
+            width=0.27,
+            label=key,
+        )
+    ax.set_xticks([x + 0.27 for x in range(len(stages))], stages)
+    ax.set_ylabel("ms")
+    power = (
+        f"{summary['power_w']:.2f} W"
+        if summary.get("power_w")
+        else f"power unavailable ({summary.get('power_reason', '')[:40]})"
+    )
+    ax.set_title(
+        f"{summary['fps']:.1f} fps, {summary['frames_dropped']} dropped, {summary['backend']}; {power}",
+        fontsize=9,
+    )
+    ax.legend()
+    fig.tight_layout()
+    return _save(fig, plt, Path(path), atomic)
+
+
 def _save(fig, plt, path: Path, atomic) -> Path:
     import io
 

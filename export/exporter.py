@@ -15,7 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from edgert.runtime import atomic, bundle
-from edgert.runtime.errors import ExportError, ModelError, OutputError, ParityError, require
+from edgert.runtime.errors import (
+    ExportError,
+    ModelError,
+    OutputError,
+    ParityError,
+    first_line,
+    require,
+)
 
 from . import onnx_export
 from .describe import describe
@@ -194,9 +201,7 @@ def _from_onnx(src: SourceModel, atol: float, rtol: float):
     try:
         model = onnx.load(str(src.onnx_path))
     except Exception as exc:
-        raise ModelError(
-            f"{src.onnx_path} cannot be loaded: {onnx_export._first_line(exc)}"
-        ) from exc
+        raise ModelError(f"{src.onnx_path} cannot be loaded: {first_line(exc)}") from exc
     model = onnx_export.check_onnx(model)
     session = _session(model)  # proves ONNX Runtime can run it
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
@@ -219,7 +224,7 @@ def _session(model):
         return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise ExportError(
-            f"ONNX Runtime cannot load the exported model: {onnx_export._first_line(exc)}"
+            f"ONNX Runtime cannot load the exported model: {first_line(exc)}"
         ) from exc
 
 

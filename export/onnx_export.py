@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from edgert.runtime.errors import ExportError, ShapeError
+from edgert.runtime.errors import ExportError, ShapeError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def torch_to_onnx(
         raise
     except Exception as exc:
         shapes = ", ".join(shape_text(s) for s in input_shapes)
-        raise ShapeError(f"the model rejects input shape {shapes}: {_first_line(exc)}") from exc
+        raise ShapeError(f"the model rejects input shape {shapes}: {first_line(exc)}") from exc
     if output_names is None or len(output_names) != len(outputs):
         output_names = (
             ["output"] if len(outputs) == 1 else [f"output_{i}" for i in range(len(outputs))]
@@ -102,9 +102,7 @@ def torch_to_onnx(
         onnx.checker.check_model(model, full_check=True)
         model = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=False)
     except Exception as exc:
-        raise ExportError(
-            f"the exported ONNX model fails onnx.checker: {_first_line(exc)}"
-        ) from exc
+        raise ExportError(f"the exported ONNX model fails onnx.checker: {first_line(exc)}") from exc
     return model
 
 
@@ -116,7 +114,7 @@ def check_onnx(model) -> Any:
         onnx.checker.check_model(model, full_check=True)
         return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=False)
     except Exception as exc:
-        raise ExportError(f"the ONNX model is invalid: {_first_line(exc)}") from exc
+        raise ExportError(f"the ONNX model is invalid: {first_line(exc)}") from exc
 
 
 def simplify(model) -> tuple[Any, dict]:
@@ -132,8 +130,8 @@ def simplify(model) -> tuple[Any, dict]:
             raise RuntimeError("onnxslim returned nothing")
         check_onnx(slim)
     except Exception as exc:  # noqa: BLE001 - simplification is optional by design
-        log.warning("ONNX simplification skipped: %s", _first_line(exc))
-        return model, {"applied": False, "reason": _first_line(exc), "nodes": before}
+        log.warning("ONNX simplification skipped: %s", first_line(exc))
+        return model, {"applied": False, "reason": first_line(exc), "nodes": before}
     after = len(slim.graph.node)
     if after < before:
         return slim, {"applied": True, "nodes_before": before, "nodes": after}
@@ -156,10 +154,5 @@ def _explain_export_failure(exc: Exception, opset: int) -> str:
             "exporter knows); replace it in the model or register a custom symbolic"
         )
     if "Unsupported ONNX opset" in text or "opset_version" in text:
-        return f"ONNX opset {opset} is not supported by this PyTorch exporter: {_first_line(exc)}"
-    return f"ONNX export failed: {type(exc).__name__}: {_first_line(exc)}"
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:300]
+        return f"ONNX opset {opset} is not supported by this PyTorch exporter: {first_line(exc)}"
+    return f"ONNX export failed: {type(exc).__name__}: {first_line(exc)}"

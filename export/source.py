@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from edgert.runtime.bundle import sha256_file
-from edgert.runtime.errors import ModelError
+from edgert.runtime.errors import ModelError, first_line
 from edgert.runtime.preprocess import Preprocessing
 
 _FACTORY = re.compile(r"^(?P<target>.+?):(?P<attr>[A-Za-z_][A-Za-z0-9_]*)$")
@@ -129,7 +129,7 @@ def _load_weights(torch, model, path: Path) -> None:
     except Exception as exc:
         raise ModelError(
             f"{path} is not a state_dict that loads with weights_only=True "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+            f"({type(exc).__name__}: {first_line(exc, 200)})"
         ) from exc
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
@@ -171,7 +171,7 @@ def _load_exported_program(path: Path) -> SourceModel:
         program = torch.export.load(str(path))
     except Exception as exc:
         raise ModelError(
-            f"{path} is not a loadable ExportedProgram (.pt2): {_first_line(exc)}"
+            f"{path} is not a loadable ExportedProgram (.pt2): {first_line(exc)}"
         ) from exc
     shapes = []
     for node in program.graph.nodes:
@@ -224,7 +224,7 @@ def _load_torch_file(path: Path, trust_pickle: bool) -> SourceModel:
         try:
             module = torch.jit.load(str(path), map_location="cpu")
         except Exception as exc:
-            raise ModelError(f"{path} is a corrupt TorchScript file: {_first_line(exc)}") from exc
+            raise ModelError(f"{path} is a corrupt TorchScript file: {first_line(exc)}") from exc
         return SourceModel(_name_of(path), "torchscript", str(path), module=module, hashes=hashes)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
@@ -253,7 +253,7 @@ def _unpickle(torch, path: Path):
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:
-        raise ModelError(f"{path} could not be unpickled: {_first_line(exc)}") from exc
+        raise ModelError(f"{path} could not be unpickled: {first_line(exc)}") from exc
 
 
 def _load_onnx(path: Path) -> SourceModel:
@@ -262,7 +262,7 @@ def _load_onnx(path: Path) -> SourceModel:
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:
-        raise ModelError(f"{path} is not a valid ONNX file: {_first_line(exc)}") from exc
+        raise ModelError(f"{path} is not a valid ONNX file: {first_line(exc)}") from exc
     if not model.graph.node:
         raise ModelError(f"{path} is not a valid ONNX model: its graph has no nodes")
     src = SourceModel(_name_of(path), "onnx", str(path), onnx_path=path)
@@ -288,8 +288,3 @@ def _read_edgert_metadata(model, src: SourceModel) -> None:
         src.preprocessing = src.labels = (
             None  # unreadable metadata: describe it with options instead
         )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:300]

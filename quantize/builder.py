@@ -24,7 +24,7 @@ import numpy as np
 
 from edgert.runtime import atomic
 from edgert.runtime.bundle import Bundle, is_bundle, sha256_bytes, write_manifest
-from edgert.runtime.errors import EdgertError, ModelError
+from edgert.runtime.errors import EdgertError, ModelError, first_line
 from edgert.runtime.locks import file_lock
 
 from . import calibration, evaluate, gate, int8, int8_search, ranges
@@ -297,7 +297,7 @@ def _fp16(bundle, manifest, calib, calib_size, holdout_size, seed, say, report) 
     except Exception as exc:  # noqa: BLE001 - e.g. an ONNX Runtime without FP16 kernels for an op
         section["holdout"] = None
         section["holdout_skipped"] = (
-            f"ONNX Runtime cannot run the FP16 model here: {str(exc).splitlines()[0][:200]}"
+            f"ONNX Runtime cannot run the FP16 model here: {first_line(exc, 200)}"
         )
         say(section["holdout_skipped"])
     manifest.setdefault("quantization", {})["fp16"] = section

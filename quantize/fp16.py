@@ -7,7 +7,7 @@ overflow-prone operators kept in FP32 (exponentials, powers, reductions, normali
 
 from __future__ import annotations
 
-from edgert.runtime.errors import ModelError
+from edgert.runtime.errors import ModelError, first_line
 
 FP32_OPS = [
     "Exp",
@@ -46,6 +46,4 @@ def to_fp16(model):
             disable_shape_infer=False,
         )
     except Exception as exc:
-        raise ModelError(
-            f"FP16 conversion failed: {str(exc).strip().splitlines()[0][:300]}"
-        ) from exc
+        raise ModelError(f"FP16 conversion failed: {first_line(exc)}") from exc

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from edgert.runtime.errors import ModelError
+from edgert.runtime.errors import ModelError, first_line
 
 from .ranges import WEIGHTED_OPS
 
@@ -87,9 +87,7 @@ def quantize(
                     },
                 )
         except Exception as exc:
-            raise ModelError(
-                f"ONNX Runtime's quantizer failed: {str(exc).strip().splitlines()[0][:300]}"
-            ) from exc
+            raise ModelError(f"ONNX Runtime's quantizer failed: {first_line(exc)}") from exc
         return onnx.load(dst)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from .backends import TABLE, Backend, backend_class
 from .backends.base import Target
 from .bundle import Bundle, Manifest, TensorSpec
-from .errors import BackendUnavailable, BundleError, ModelError, ShapeError
+from .errors import BackendUnavailable, BundleError, ModelError, ShapeError, first_line
 from .preprocess import Preprocessing
 
 log = logging.getLogger(__name__)
@@ -220,9 +220,7 @@ def _manifest_from_onnx(path: Path) -> Manifest | None:
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:
-        raise ModelError(
-            f"{path} is not a valid ONNX file: {str(exc).splitlines()[0][:200]}"
-        ) from exc
+        raise ModelError(f"{path} is not a valid ONNX file: {first_line(exc, 200)}") from exc
     props = {p.key: p.value for p in model.metadata_props}
     if props.get("edgert.format") is None:
         return None

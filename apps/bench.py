@@ -4,6 +4,7 @@ and sweeps over precision / batch / power cap with a Pareto view of latency vs e
 from __future__ import annotations
 
 import itertools
+import math
 import platform
 import time
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from edgert.runtime.errors import EdgertError, ModelError, ShapeError
+from edgert.runtime.latency import LatencyRecorder
 
 SWEEP_KEYS = {
     "precision": ("fp32", "fp16", "int8", "auto"),
@@ -34,20 +36,6 @@ class BenchConfig:
     idle_seconds: float = 2.0
     sysfs_root: str | None = None
     nvml: bool = True
-
-
-def latency_stats(samples_s: list[float]) -> dict[str, float]:
-    ms = np.asarray(samples_s) * 1e3
-    return {
-        "min": float(ms.min()),
-        "mean": float(ms.mean()),
-        "p50": float(np.percentile(ms, 50)),
-        "p90": float(np.percentile(ms, 90)),
-        "p95": float(np.percentile(ms, 95)),
-        "p99": float(np.percentile(ms, 99)),
-        "max": float(ms.max()),
-        "cv": float(ms.std() / ms.mean()) if ms.mean() > 0 else 0.0,
-    }
 
 
 def make_inputs(engine, batch: int) -> dict[str, np.ndarray]:
@@ -113,6 +101,16 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
         raise ModelError("--batch must be at least 1")
     if cfg.duration is None and cfg.iterations is None:
         cfg.duration = 10.0
+    for name, value, low in (
+        ("--duration", cfg.duration, 0.0),
+        ("--iterations", cfg.iterations, 0),
+        ("--power-cap", cfg.power_cap, 0.0),
+    ):
+        if value is not None and not (math.isfinite(value) and value > low):
+            raise ModelError(f"{name} must be a positive number, not {value}")
+    for name, value in (("--warmup", cfg.warmup), ("--idle-seconds", cfg.idle_seconds)):
+        if not (math.isfinite(value) and value >= 0):
+            raise ModelError(f"{name} must be zero or more seconds, not {value}")
     found = discover(cfg.sysfs_root, nvml=cfg.nvml)
     meter = PowerMeter(found.sensor) if found.sensor else None
     power_reason = found.reason
@@ -133,20 +131,28 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
             if cfg.power_cap is not None
             else engine
         )
-        latencies = []
+        latencies = LatencyRecorder()  # bounded memory however long the run
         t_start = time.perf_counter()
         m_start = meter.now() if meter else None
-        deadline = t_start + cfg.duration if cfg.duration else None
-        while True:
-            t0 = time.perf_counter()
-            runner.infer(feeds)
-            latencies.append(
-                time.perf_counter() - t0 if cfg.power_cap is None else engine_time(runner)
-            )
-            if cfg.iterations is not None and len(latencies) >= cfg.iterations:
-                break
-            if deadline is not None and time.perf_counter() >= deadline:
-                break
+        deadline = t_start + cfg.duration if cfg.duration is not None else None
+        interrupted = False
+        try:
+            while True:
+                t0 = time.perf_counter()
+                runner.infer(feeds)
+                latencies.add(
+                    (time.perf_counter() - t0 if cfg.power_cap is None else engine_time(runner))
+                    * 1e3
+                )
+                if cfg.iterations is not None and latencies.count >= cfg.iterations:
+                    break
+                if deadline is not None and time.perf_counter() >= deadline:
+                    break
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: report what was measured
+            if not latencies.count:
+                raise
+            interrupted = True
+            say("interrupted: reporting the inferences measured so far")
         elapsed = time.perf_counter() - t_start
         m_end = meter.now() if meter else None
         backend, reason = engine.backend, engine.backend_reason
@@ -156,10 +162,11 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
         "backend_reason": reason,
         "precision": cfg.precision,
         "batch": cfg.batch,
-        "iterations": len(latencies),
+        "iterations": latencies.count,
+        "interrupted": interrupted,
         "seconds": round(elapsed, 3),
-        "latency_ms": latency_stats(latencies),
-        "throughput_ips": cfg.batch * len(latencies) / elapsed,
+        "latency_ms": latencies.summary(),
+        "throughput_ips": cfg.batch * latencies.count / elapsed,
         "split_ms": None,
         "split_reason": "H2D / compute / D2H split is measured by the TensorRT backend only"
         if backend != "tensorrt"
@@ -178,7 +185,7 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
         if meter.lost:
             result["power_reason"] = f"sensor lost mid-run: {meter.lost}"
         if avg is not None:
-            n = cfg.batch * len(latencies)
+            n = cfg.batch * latencies.count
             energy = meter.energy_j(m_start, m_end)
             result["power_w"] = {"avg": avg, "idle": idle, "source": found.sensor.describe()}
             result["energy_mj_per_inference"] = energy / n * 1e3
@@ -192,7 +199,8 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
                 "w": p.round(4).tolist(),
             }
         found.sensor.close()
-    result["latencies_ms"] = (np.asarray(latencies) * 1e3).round(4).tolist()
+    # a uniform sample of the run (all of it when short): the histogram in --plot
+    result["latencies_ms"] = latencies.sample().round(4).tolist()
     return result
 
 
@@ -234,7 +242,7 @@ def parse_sweep(words: list[str]) -> list[dict]:
             else:
                 parsed.append(v)
         axes[key] = parsed
-    return [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())]
+    return [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
 
 
 def pareto(points: list[dict]) -> list[int]:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
+import threading
 from importlib import metadata
 
+from edgert.apps.argtypes import Parser
 from edgert.runtime.errors import EdgertError
 
 COMMANDS = (
@@ -47,7 +50,7 @@ def version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="edgert",
         description="Edge inference for NVIDIA Jetson: PyTorch -> ONNX -> TensorRT, measured and power-capped.",
         epilog=EPILOG,
@@ -61,9 +64,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_stop_reason = ["interrupted"]
+
+
+def _sigterm_as_interrupt() -> None:
+    """SIGTERM (docker stop, systemd) ends long work the way Ctrl-C does: outputs are finished
+    (video files closed, summaries printed) and the exit code is 143."""
+
+    def handler(signum, frame):
+        _stop_reason[0] = "terminated"
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    _sigterm_as_interrupt()  # first: a stop during start-up is handled too
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print(f"edgert: {_stop_reason[0]}", file=sys.stderr)
+        return 143 if _stop_reason[0] == "terminated" else 130
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.WARNING,
         format="edgert: %(levelname)s: %(message)s",
@@ -79,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"edgert {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print(f"edgert {args.command}: interrupted", file=sys.stderr)
-        return 130
+        print(f"edgert {args.command}: {_stop_reason[0]}", file=sys.stderr)
+        return 143 if _stop_reason[0] == "terminated" else 130
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
         if args.debug:
             raise

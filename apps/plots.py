@@ -72,7 +72,7 @@ def pareto_plot(points: list[dict], front: list[int], path: str | Path) -> Path:
         xs = [p["latency_ms"]["p50"] for _, p in measured]
         ys = [p["energy_mj_per_inference"] for _, p in measured]
         ax.scatter(xs, ys, color="#4477aa")
-        for (_i, p), x, y in zip(measured, xs, ys, strict=True):
+        for (_i, p), x, y in zip(measured, xs, ys):
             ax.annotate(p["label"], (x, y), fontsize=8, xytext=(4, 4), textcoords="offset points")
         best = min(measured, key=lambda ip: ip[1]["energy_mj_per_inference"])
         ax.scatter(

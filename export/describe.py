@@ -38,6 +38,14 @@ def read_labels(path: str | Path) -> list[str]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ModelError(f"cannot read labels file {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError:
+        raise ModelError(
+            f"labels file {path} is not UTF-8 text (a JSON list or one name per line)"
+        ) from None
+    if "\x00" in text:
+        raise ModelError(
+            f"labels file {path} is binary, not text (a JSON list or one name per line)"
+        )
     if path.suffix.lower() == ".json":
         try:
             labels = json.loads(text)
@@ -50,6 +58,18 @@ def read_labels(path: str | Path) -> list[str]:
     if not labels:
         raise ModelError(f"labels file {path} is empty")
     return labels
+
+
+def check_labels(task: str, labels, outputs: list[TensorSpec]) -> None:
+    """A classifier's labels must match its number of classes (the first output's last axis)."""
+    if task != "classify" or not labels or not outputs or not outputs[0].shape:
+        return
+    classes = outputs[0].shape[-1]
+    if classes > 0 and classes != len(labels):
+        raise ModelError(
+            f"the labels name {len(labels)} classes but the model's output {outputs[0].name} has "
+            f"{classes}; give a labels file with one name per class"
+        )
 
 
 def default_preprocessing(spec: TensorSpec, task: str) -> Preprocessing:

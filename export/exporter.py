@@ -25,7 +25,7 @@ from edgert.runtime.errors import (
 )
 
 from . import onnx_export
-from .describe import describe
+from .describe import check_labels, describe
 from .parity import ParityReport, random_inputs, run_cases
 from .source import SourceModel, load_source
 
@@ -54,7 +54,14 @@ def parse_shape(text: str) -> tuple[int, ...]:
 
 
 def parse_shapes(text: str) -> list[tuple[int, ...]]:
-    return [parse_shape(part) for part in text.split(",") if part.strip()]
+    """'1x3x224x224' or, for several inputs, '1x3x224x224,1x10'."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if len(parts) > 1 and all(part.isdigit() for part in parts):
+        raise ModelError(
+            f"input shape {text!r}: write the dimensions with 'x' ({'x'.join(parts)}); commas "
+            "separate the shapes of several inputs"
+        )
+    return [parse_shape(part) for part in parts]
 
 
 def export_model(
@@ -127,6 +134,7 @@ def export_model(
         )
     export_info["seconds"] = round(time.perf_counter() - start, 3)
     describe(src, _specs(onnx_model.graph.input, onnx_model), task, labels, preprocess)
+    check_labels(src.task, src.labels, _specs(onnx_model.graph.output, onnx_model))
     manifest = _manifest(src, name, onnx_model, parity, export_info)
     _set_metadata(onnx_model, manifest)
     data = onnx_model.SerializeToString()
@@ -202,9 +210,16 @@ def _from_onnx(src: SourceModel, atol: float, rtol: float):
         model = onnx.load(str(src.onnx_path))
     except Exception as exc:
         raise ModelError(f"{src.onnx_path} cannot be loaded: {first_line(exc)}") from exc
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    newest = onnx.defs.onnx_opset_version()
+    if opset is not None and opset > newest:
+        raise ModelError(
+            f"{src.onnx_path} uses opset {opset}, newer than the {newest} this onnx package knows; "
+            f"export it again with an older opset ({onnx_export.DEFAULT_OPSET} for TensorRT 8.5 / "
+            "JetPack 5)"
+        )
     model = onnx_export.check_onnx(model)
     session = _session(model)  # proves ONNX Runtime can run it
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     info = {
         "opset": opset,
         "dynamic_batch": any(d < 0 for d in _specs(model.graph.input, model)[0].shape[:1]),

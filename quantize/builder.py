@@ -12,9 +12,11 @@ device.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,8 +25,15 @@ from pathlib import Path
 import numpy as np
 
 from edgert.runtime import atomic
-from edgert.runtime.bundle import Bundle, is_bundle, sha256_bytes, write_manifest
-from edgert.runtime.errors import EdgertError, ModelError, first_line
+from edgert.runtime.bundle import (
+    Bundle,
+    is_bundle,
+    sha256_bytes,
+    sha256_file,
+    verify_hash,
+    write_manifest,
+)
+from edgert.runtime.errors import EdgertError, ModelError, OutputError, first_line
 from edgert.runtime.locks import file_lock
 
 from . import calibration, evaluate, gate, int8, int8_search, ranges
@@ -48,6 +57,8 @@ class BuildReport:
     files: list[str] = field(default_factory=list)
     quantization: dict | None = None
     engine: dict = field(default_factory=dict)
+    # files written only together with the manifest that records them (see _commit)
+    pending: dict[str, bytes] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
         return {
@@ -119,12 +130,35 @@ def build(
             report.quantization = _fp16(
                 bundle, manifest, calib, calib_size, holdout_size, seed, say, report
             )
-        write_manifest(bundle.path, manifest)
+        _commit(bundle.path, manifest, report.pending)
         report.engine = _engine(
             bundle.path, precision, rules, dla, workspace_gib, opt_level, shapes, no_engine, say
         )
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _commit(folder: Path, manifest: dict, files: dict[str, bytes]) -> None:
+    """Write ``files`` and the manifest that records them as one change: the files go to hidden
+    temporary names first, then the manifest, then the files move into place. A failure (a full
+    disk, say) before the manifest leaves the bundle as it was; a crash after it leaves files
+    whose hashes the manifest does not match, which loading refuses with a sentence."""
+    temps: dict[str, Path] = {}
+    try:
+        for name, data in files.items():
+            final = folder / name
+            temps[name] = final.with_name(f".{final.name}.pending")
+            atomic.write_bytes(temps[name], data)
+        write_manifest(folder, manifest)
+        for name, tmp in temps.items():
+            os.replace(tmp, folder / name)
+        temps.clear()
+    except OSError as exc:
+        raise OutputError(atomic.describe_os_error(exc, folder)) from exc
+    finally:
+        for tmp in temps.values():
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
 
 def _parse_gate(text):
@@ -137,12 +171,17 @@ def _parse_gate(text):
 def _as_bundle(path: Path, say) -> Path:
     if path.is_dir():
         if not is_bundle(path):
-            raise ModelError(f"{path} is not an edgert bundle (no manifest.json)")
+            raise ModelError(f"{path} is not an edgert bundle (no edgert manifest.json)")
         return path
     if path.suffix.lower() == ".onnx" and path.is_file():
         from edgert.export import export_model
 
         target = path.with_suffix(".edgert")
+        if is_bundle(target):
+            source = Bundle(target).manifest.hashes.get("source")
+            if source is not None and source == sha256_file(path):
+                say(f"using the bundle {target} (wrapped from this unchanged {path.name})")
+                return target
         say(f"wrapping {path} into the bundle {target}")
         return export_model(str(path), target).bundle
     raise ModelError(f"{path} is neither a bundle folder nor an .onnx file")
@@ -162,8 +201,34 @@ def ensure_node_names(model) -> None:
 
 def _load_fp32(bundle: Bundle):
     import onnx
+    from onnx import external_data_helper
 
-    model = onnx.load(str(bundle.onnx_path))
+    recorded = bundle.manifest.hashes.get("model.onnx")
+    if recorded:
+        verify_hash(bundle.onnx_path, recorded)
+    try:
+        model = onnx.load(str(bundle.onnx_path), load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends
+        raise ModelError(
+            f"{bundle.onnx_path} is not a valid ONNX model: {first_line(exc)}"
+        ) from exc
+    root = bundle.path.resolve()
+    for tensor in external_data_helper._get_all_tensors(model):
+        if not external_data_helper.uses_external_data(tensor):
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        where = (root / location).resolve()
+        if not location or Path(location).is_absolute() or root not in where.parents:
+            raise ModelError(
+                f"{bundle.onnx_path}: the external data of {tensor.name!r} ({location!r}) lies "
+                "outside the bundle; refusing to read it"
+            )
+    try:
+        external_data_helper.load_external_data_for_model(model, str(root))
+    except Exception as exc:  # noqa: BLE001
+        raise ModelError(
+            f"cannot read the external data of {bundle.onnx_path}: {first_line(exc)}"
+        ) from exc
     ensure_node_names(model)
     return model
 
@@ -251,14 +316,13 @@ def _int8(
             + " (nothing was written; relax it with --gate or try --calib-method)"
         )
     data_bytes = q.SerializeToString()
-    atomic.write_bytes(bundle.path / "model.int8.onnx", data_bytes)
+    report.pending["model.int8.onnx"] = data_bytes
     report.files.append("model.int8.onnx")
     _write_verify(bundle, hold.inputs, ref_hold, report)
     # the ranges themselves: TensorRT's calibration cache for INT8 on DLA is written from them
-    atomic.write_text(
-        bundle.path / RANGES_FILE,
-        json.dumps({"method": choice.method, "thresholds": thresholds}, indent=1),
-    )
+    report.pending[RANGES_FILE] = json.dumps(
+        {"method": choice.method, "thresholds": thresholds}, indent=1
+    ).encode()
     report.files.append(RANGES_FILE)
     manifest.setdefault("hashes", {})["model.int8.onnx"] = sha256_bytes(data_bytes)
     section["model_bytes"] = len(data_bytes)
@@ -274,7 +338,7 @@ def _fp16(bundle, manifest, calib, calib_size, holdout_size, seed, say, report) 
     model = _load_fp32(bundle)
     fp16 = to_fp16(model)
     data_bytes = fp16.SerializeToString()
-    atomic.write_bytes(bundle.path / "model.fp16.onnx", data_bytes)
+    report.pending["model.fp16.onnx"] = data_bytes
     report.files.append("model.fp16.onnx")
     manifest.setdefault("hashes", {})["model.fp16.onnx"] = sha256_bytes(data_bytes)
     section: dict = {
@@ -312,7 +376,7 @@ def _write_verify(bundle, inputs: np.ndarray, ref: dict, report) -> None:
         inputs=inputs[:VERIFY_SAMPLES],
         **{f"ref_{k}": v[:VERIFY_SAMPLES] for k, v in ref.items()},
     )
-    atomic.write_bytes(bundle.path / VERIFY_FILE, buf.getvalue())
+    report.pending[VERIFY_FILE] = buf.getvalue()
     if VERIFY_FILE not in report.files:
         report.files.append(VERIFY_FILE)
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from edgert.runtime.bundle import Manifest
-from edgert.runtime.errors import SourceError
+from edgert.runtime.errors import SourceError, first_line
+from edgert.runtime.images import IMAGE_SUFFIXES, read_image
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 VIDEO_SUFFIXES = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v"}
 MIN_SAMPLES = 8
 
@@ -151,18 +151,16 @@ def _split_images(pool, manifest, calib_size, holdout_size, seed, kind) -> Calib
 
 
 def _images_from_folder(folder: Path) -> list[np.ndarray]:
-    import cv2
 
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
     if not files:
         raise SourceError(f"{folder} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
     images, bad = [], []
     for f in files:
-        img = cv2.imdecode(np.fromfile(f, dtype=np.uint8), cv2.IMREAD_COLOR)
-        if img is None:
+        try:
+            images.append(read_image(f))
+        except SourceError:
             bad.append(f.name)
-        else:
-            images.append(img)
     if bad:
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
         raise SourceError(
@@ -197,12 +195,25 @@ def _npz(
     path: Path, manifest: Manifest, calib_size: int, holdout_size: int, seed: int
 ) -> CalibrationData:
     try:
-        data = np.load(path)
-        keys = list(data.keys())
-        arr = data[manifest.inputs[0].name] if manifest.inputs[0].name in keys else data[keys[0]]
-        labels = data["labels"] if "labels" in keys else None
-    except Exception as exc:
-        raise SourceError(f"{path} is not a readable .npz: {exc}") from exc
+        with np.load(path, allow_pickle=False) as data:
+            keys = [k for k in data if k != "labels"]
+            if not keys:
+                raise SourceError(f"{path} holds no arrays (expected the model input, N x ...)")
+            name = manifest.inputs[0].name
+            arr = data[name] if name in keys else data[keys[0]]
+            labels = data.get("labels", None)
+    except SourceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - zipfile, pickle refusal, truncated arrays
+        raise SourceError(f"{path} is not a readable .npz: {first_line(exc, 120)}") from exc
+    if arr.dtype.kind not in "fiub" or arr.ndim < 1 or len(arr) == 0:
+        raise SourceError(
+            f"{path} holds no numeric samples (array of shape {list(arr.shape)}, dtype {arr.dtype})"
+        )
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        raise SourceError(f"{path} holds NaN or infinite values; calibration needs real inputs")
+    if labels is not None and len(labels) != len(arr):
+        raise SourceError(f"{path} has {len(labels)} labels for {len(arr)} samples")
     spec = manifest.inputs[0]
     raw_images = arr.dtype == np.uint8 and arr.ndim == 4 and arr.shape[-1] in (1, 3)
     if raw_images:

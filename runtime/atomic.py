@@ -58,32 +58,114 @@ def write_text(path: str | os.PathLike, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where the
+    kernel, the C library or the file system cannot."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
+    renameat2.restype = ctypes.c_int
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _leftovers(target: Path) -> list[tuple[Path, str]]:
+    """Staging (``.partial``) and swapped-out (``.old``) folders of ``target`` whose writer has
+    died: ``.<name>.<pid>.<random>.partial|old``."""
+    found = []
+    for p in target.parent.glob(f".{glob_escape(target.name)}.*"):
+        kind = p.suffix[1:]
+        if kind not in ("partial", "old"):
+            continue
+        pid_text = p.name[len(target.name) + 2 :].split(".", 1)[0]
+        if pid_text.isdigit() and int(pid_text) != os.getpid() and _pid_alive(int(pid_text)):
+            continue  # another live process is writing it
+        found.append((p, kind))
+    return found
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in name)
+
+
+def recover(target: str | os.PathLike) -> None:
+    """Mend what a crash during :func:`staged_directory` left: when ``target`` is missing but a
+    complete swapped-out copy exists, put it back; then delete dead writers' leftovers."""
+    target = Path(target).absolute()
+    leftovers = _leftovers(target)
+    if not target.exists():
+        olds = sorted((p for p, kind in leftovers if kind == "old"), key=os.path.getmtime)
+        if olds:
+            with contextlib.suppress(OSError):
+                os.replace(olds[-1], target)
+    for p, _ in leftovers:
+        if p.exists():
+            shutil.rmtree(p, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def staged_directory(target: str | os.PathLike, replace: bool = True) -> Iterator[Path]:
     """Yield an empty staging folder beside ``target``; on success it becomes ``target``.
 
     On any exception the staging folder is removed and ``target`` is left as it was. When
-    ``target`` exists and ``replace`` is true it is swapped out only after the new folder is
-    complete (rename aside, rename in, delete the old one).
+    ``target`` exists and ``replace`` is true, the complete new folder and the old one trade
+    places in one atomic step (``renameat2(RENAME_EXCHANGE)`` on Linux), so a crash at any point
+    leaves either the old or the new folder at ``target``. Where the file system cannot exchange,
+    the old folder is renamed aside first; :func:`recover` (run before every write) puts it back if
+    a crash came between the two renames. Leftovers of earlier crashes are deleted.
     """
     target = Path(target).absolute()
     parent = target.parent
+    tag = f".{target.name}.{os.getpid()}."
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=parent))
+        recover(target)
+        stage = Path(tempfile.mkdtemp(prefix=tag, suffix=".partial", dir=parent))
         os.chmod(stage, 0o777 & ~_umask())
     except OSError as exc:
         raise OutputError(describe_os_error(exc, target)) from exc
     try:
         yield stage
-        if target.exists():
+        if target.exists() or target.is_symlink():
             if not replace:
                 raise OutputError(f"{target} already exists")
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=parent))
-            os.rmdir(old)
-            os.replace(target, old)
-            os.replace(stage, target)
-            shutil.rmtree(old, ignore_errors=True)
+            if _exchange(stage, target):
+                shutil.rmtree(stage, ignore_errors=True)  # now holds the old folder
+            else:
+                old = Path(tempfile.mkdtemp(prefix=tag, suffix=".old", dir=parent))
+                os.rmdir(old)
+                os.replace(target, old)
+                os.replace(stage, target)
+                shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(stage, target)
     except OSError as exc:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +24,32 @@ MANIFEST = "manifest.json"
 MODEL = "model.onnx"
 ENGINES = "engines"
 TASKS = ("classify", "detect", "segment", "faces", "generic")
+DTYPES = ("float32", "float16", "float64", "int8", "uint8", "int16", "int32", "int64", "bool")
+MAX_BATCH_LIMIT = 4096
+MAX_LABELS = 100_000
+# A bundle comes from someone else's machine: every name that becomes a path or a line must be tame.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_UNSAFE_TEXT = re.compile(r'[\x00-\x1f\x7f"\\]')
+
+
+def safe_name(value: object, what: str) -> str:
+    """``value`` if it is a safe file or model name (letters, digits, ``_ - .``; not starting with
+    a dot, so never ``.`` or ``..``; no separators; at most 128 characters), else BundleError."""
+    if not isinstance(value, str) or not _SAFE_NAME.fullmatch(value):
+        raise BundleError(
+            f"{what} {value!r} is not a safe name (letters, digits, '_', '-', '.', not starting "
+            "with '.', at most 128 characters)"
+        )
+    return value
+
+
+def _tensor_name(value: object, where: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > 256 or _UNSAFE_TEXT.search(value):
+        raise BundleError(
+            f"{where}: tensor name {str(value)[:60]!r} must be 1-256 characters without quotes, "
+            "backslashes or control characters"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -39,8 +68,24 @@ class TensorSpec:
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
 
     @classmethod
-    def from_dict(cls, data: dict) -> TensorSpec:
-        return cls(str(data["name"]), str(data["dtype"]), tuple(int(d) for d in data["shape"]))
+    def from_dict(cls, data: dict, where: str = "manifest") -> TensorSpec:
+        if not isinstance(data, dict):
+            raise BundleError(f"{where}: each input and output must be an object")
+        name = _tensor_name(data.get("name"), where)
+        dtype = data.get("dtype")
+        if dtype not in DTYPES:
+            raise BundleError(f"{where}: tensor {name!r} has unknown dtype {dtype!r}")
+        shape = data.get("shape")
+        if (
+            not isinstance(shape, list)
+            or len(shape) > 8
+            or not all(type(d) is int and -1 <= d <= 1 << 20 and d != 0 for d in shape)
+        ):
+            raise BundleError(
+                f"{where}: tensor {name!r} has an invalid shape {str(shape)[:60]} (a list of at "
+                "most 8 positive integers, -1 for dynamic axes)"
+            )
+        return cls(name, dtype, tuple(shape))
 
     def describe(self) -> str:
         dims = "x".join("?" if d < 0 else str(d) for d in self.shape)
@@ -59,24 +104,92 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "manifest") -> Manifest:
+        if not isinstance(data, dict):
+            raise BundleError(f"{where} does not hold a JSON object")
         if data.get("format") != FORMAT:
             raise BundleError(
                 f"{where} has format {data.get('format')!r}; this edgert reads {FORMAT!r}"
             )
-        try:
-            pre = data.get("preprocessing")
-            labels = data.get("labels")
-            return cls(
-                name=str(data["name"]),
-                task=str(data.get("task", "generic")),
-                inputs=tuple(TensorSpec.from_dict(t) for t in data["inputs"]),
-                outputs=tuple(TensorSpec.from_dict(t) for t in data["outputs"]),
-                preprocessing=Preprocessing.from_dict(pre) if pre else None,
-                labels=tuple(str(x) for x in labels) if labels else None,
-                raw=data,
+        if "name" not in data:
+            raise BundleError(f"{where} has no name")
+        name = safe_name(data["name"], f"{where}: the model name")
+        task = data.get("task", "generic")
+        if task not in TASKS:
+            raise BundleError(f"{where}: unknown task {task!r}; expected one of {', '.join(TASKS)}")
+        specs = {}
+        for kind in ("inputs", "outputs"):
+            items = data.get(kind)
+            if not isinstance(items, list):
+                raise BundleError(f"{where}: {kind} must be a list")
+            specs[kind] = tuple(TensorSpec.from_dict(t, where) for t in items)
+            names = [t.name for t in specs[kind]]
+            if len(set(names)) != len(names):
+                raise BundleError(f"{where}: {kind} repeat a tensor name")
+        pre = data.get("preprocessing")
+        if pre is not None and not isinstance(pre, dict):
+            raise BundleError(f"{where}: preprocessing must be an object")
+        _check_sections(data, where)
+        return cls(
+            name=name,
+            task=task,
+            inputs=specs["inputs"],
+            outputs=specs["outputs"],
+            preprocessing=Preprocessing.from_dict(pre) if pre else None,
+            labels=_labels(data.get("labels"), where),
+            raw=data,
+        )
+
+    @property
+    def max_batch(self) -> int | None:
+        """The largest batch the export recorded for a dynamic-batch model (validated on load)."""
+        return ((self.raw.get("export") or {}).get("batch") or {}).get("max")
+
+    @property
+    def hashes(self) -> dict[str, str]:
+        """Bundle file name -> SHA-256 recorded when the file was written."""
+        return dict(self.raw.get("hashes") or {})
+
+
+def _labels(labels: object, where: str) -> tuple[str, ...] | None:
+    if labels is None:
+        return None
+    if not isinstance(labels, list) or len(labels) > MAX_LABELS:
+        raise BundleError(f"{where}: labels must be a list of at most {MAX_LABELS} strings")
+    for label in labels:
+        if not isinstance(label, str) or len(label) > 1000 or any(c in label for c in "\r\n\x00"):
+            raise BundleError(
+                f"{where}: label {str(label)[:40]!r} must be a string of at most 1000 characters "
+                "on one line"
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise BundleError(f"{where} is missing or has an invalid field: {exc}") from exc
+    return tuple(labels) or None
+
+
+def _check_sections(data: dict, where: str) -> None:
+    """The sections other code reads as paths or sizes: file names, hashes, the batch range."""
+    for section in ("export", "hashes", "models", "quantization", "detector"):
+        if data.get(section) is not None and not isinstance(data[section], dict):
+            raise BundleError(f"{where}: {section} must be an object")
+    batch = (data.get("export") or {}).get("batch")
+    valid = isinstance(batch, dict) and all(
+        type(batch.get(k, 1)) is int and 1 <= batch.get(k, 1) <= MAX_BATCH_LIMIT
+        for k in ("min", "opt", "max")
+    )
+    if batch is not None and not valid:
+        raise BundleError(
+            f"{where}: export.batch must hold min/opt/max integers from 1 to {MAX_BATCH_LIMIT}"
+        )
+    for file, digest in (data.get("hashes") or {}).items():
+        # keys name bundle files or the sources they came from; only bundle files are ever
+        # opened, by their own (validated) names
+        if not isinstance(file, str) or len(file) > 256 or _UNSAFE_TEXT.search(file):
+            raise BundleError(f"{where}: the hashes name an invalid file {str(file)[:60]!r}")
+        if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise BundleError(f"{where}: the hash of {file} is not a SHA-256 hex digest")
+    for model, spec in (data.get("models") or {}).items():
+        safe_name(model, f"{where}: the model")
+        if not isinstance(spec, dict):
+            raise BundleError(f"{where}: models.{model} must be an object")
+        safe_name(spec.get("file"), f"{where}: the file of {model}")
 
 
 class Bundle:
@@ -85,6 +198,8 @@ class Bundle:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         manifest_path = self.path / MANIFEST
+        if not self.path.exists():
+            atomic.recover(self.path)  # a crash mid-replacement may have left it aside
         if not self.path.is_dir():
             raise BundleError(f"{self.path} is not a bundle folder")
         if not manifest_path.is_file():
@@ -93,8 +208,6 @@ class Bundle:
             data = json.loads(manifest_path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise BundleError(f"{manifest_path} is not valid JSON ({exc})") from exc
-        if not isinstance(data, dict):
-            raise BundleError(f"{manifest_path} does not hold a JSON object")
         self.manifest = Manifest.from_dict(data, where=str(manifest_path))
         if not self.onnx_path.is_file():
             raise BundleError(f"bundle {self.path} has no {MODEL}")
@@ -112,7 +225,43 @@ class Bundle:
 
 
 def is_bundle(path: str | Path) -> bool:
-    return (Path(path) / MANIFEST).is_file()
+    """True for a folder whose manifest.json declares edgert's bundle format (not any folder that
+    happens to hold a manifest.json, such as a web app's)."""
+    try:
+        with open(Path(path) / MANIFEST, "rb") as fh:
+            head = fh.read(1 << 20)
+        data = json.loads(head.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("format") == FORMAT
+
+
+_verified: dict[tuple, str] = {}
+_verified_lock = threading.Lock()
+
+
+def verify_hash(path: Path, expected: str) -> None:
+    """BundleError unless ``path`` has the SHA-256 the manifest recorded. A file already checked in
+    this process is not hashed again while its size, modification time and inode are unchanged."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise BundleError(f"cannot read {path}: {exc.strerror}") from exc
+    key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    with _verified_lock:
+        known = _verified.get(key)
+    if known is None:
+        try:
+            known = sha256_file(path)
+        except OSError as exc:
+            raise BundleError(f"cannot read {path}: {exc.strerror}") from exc
+        with _verified_lock:
+            _verified[key] = known
+    if known != expected:
+        raise BundleError(
+            f"{path} does not match the SHA-256 recorded in its manifest (changed or damaged "
+            "after it was written); export or build the bundle again"
+        )
 
 
 def write_manifest(folder: str | Path, data: dict) -> Path:

@@ -98,7 +98,7 @@ def _finish(
             int(c),
             labels[int(c)] if labels and int(c) < len(labels) else str(int(c)),
         )
-        for b, s, c in zip(boxes, scores, classes, strict=True)
+        for b, s, c in zip(boxes, scores, classes)
     ]
 
 

@@ -10,7 +10,7 @@ import ctypes
 import importlib
 import platform
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 from pathlib import Path
 
 # CUdevice_attribute values from cuda.h
@@ -30,6 +30,7 @@ class CudaDevice:
     integrated: bool
     can_map_host_memory: bool
     multiprocessors: int
+    pci_bus_id: str | None = None  # "0000:01:00.0": how NVML and the CUDA index are matched
 
     @property
     def sm(self) -> str:
@@ -56,7 +57,7 @@ def _load_libcuda():
     return None
 
 
-@cache
+@lru_cache(maxsize=None)
 def probe_cuda() -> CudaProbe:
     """Enumerate CUDA devices with the driver API; explain why there are none."""
     lib = _load_libcuda()
@@ -89,6 +90,8 @@ def probe_cuda() -> CudaProbe:
             val = ctypes.c_int()
             return val.value if lib.cuDeviceGetAttribute(ctypes.byref(val), a, dev) == 0 else 0
 
+        bus = ctypes.create_string_buffer(64)
+        bus_id = bus.value.decode() if lib.cuDeviceGetPCIBusId(bus, 64, dev) == 0 else None
         devices.append(
             CudaDevice(
                 index=i,
@@ -98,6 +101,7 @@ def probe_cuda() -> CudaProbe:
                 integrated=bool(attr(_ATTR_INTEGRATED)),
                 can_map_host_memory=bool(attr(_ATTR_CAN_MAP_HOST_MEMORY)),
                 multiprocessors=attr(_ATTR_MULTIPROCESSOR_COUNT),
+                pci_bus_id=bus_id or None,
             )
         )
     return CudaProbe(tuple(devices), driver, None if devices else "no CUDA device could be queried")

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from pathlib import Path
 
 import numpy as np
 
 from .backends import TABLE, Backend, backend_class
 from .backends.base import Target
-from .bundle import Bundle, Manifest, TensorSpec
+from .bundle import Bundle, Manifest, TensorSpec, verify_hash
 from .errors import BackendUnavailable, BundleError, ModelError, ShapeError, first_line
 from .preprocess import Preprocessing
 
@@ -26,7 +27,12 @@ PRECISIONS = ("auto", "fp32", "fp16", "int8")
 
 
 class Engine:
-    """A loaded model on one backend. Use :meth:`load`."""
+    """A loaded model on one backend. Use :meth:`load`.
+
+    Thread safety: :meth:`infer` may be called from several threads at once. Calls on one engine
+    run one at a time (the backend's buffers, I/O binding and stream are shared), and each call
+    returns arrays that belong to its caller. For parallel inference, load one engine per thread.
+    """
 
     def __init__(
         self,
@@ -43,6 +49,7 @@ class Engine:
         self.max_batch = max_batch
         self._warned_nonfinite = False
         self._closed = False
+        self._lock = threading.Lock()
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -87,6 +94,7 @@ class Engine:
                     raise BackendUnavailable(f"backend {name} cannot run {path}: {why_not}")
                 skipped.append(f"{name}: {why_not}")
                 continue
+            _verify_bundle_file(target, model_file)
             impl = impl_cls.load(model_file, device=device, **options)
             reason = f"{name} ({impl.description}; {why})"
             if skipped:
@@ -119,9 +127,11 @@ class Engine:
     # -- inference ----------------------------------------------------------------------------
     def infer(self, inputs: np.ndarray | dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one batch; returns a dict output name -> array (owned by the caller)."""
-        if self._closed:
-            raise ModelError("this engine is closed")
-        outputs = self._impl.run(self.validate(inputs))
+        feeds = self.validate(inputs)
+        with self._lock:  # the backend's buffers and binding are shared: one call at a time
+            if self._closed:
+                raise ModelError("this engine is closed")
+            outputs = self._impl.run(feeds)
         if not self._warned_nonfinite:
             bad = [
                 n for n, v in outputs.items() if v.dtype.kind == "f" and not np.isfinite(v).all()
@@ -164,9 +174,10 @@ class Engine:
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._impl.close()
+        with self._lock:  # never free buffers under a call in flight
+            if not self._closed:
+                self._closed = True
+                self._impl.close()
 
     def __enter__(self) -> Engine:
         return self
@@ -181,9 +192,7 @@ class Engine:
 def _check_shape(spec: TensorSpec, shape: tuple[int, ...], max_batch: int | None) -> None:
     want = "x".join("N" if d < 0 else str(d) for d in spec.shape)
     got = "x".join(str(d) for d in shape)
-    if len(shape) != len(spec.shape) or any(
-        w >= 0 and w != g for w, g in zip(spec.shape, shape, strict=True)
-    ):
+    if len(shape) != len(spec.shape) or any(w >= 0 and w != g for w, g in zip(spec.shape, shape)):
         raise ShapeError(f"input {spec.name!r} has shape {got}; expected {want}")
     if any(g == 0 for g in shape):
         raise ShapeError(f"input {spec.name!r} has an empty dimension ({got})")
@@ -196,12 +205,10 @@ def _resolve(path: Path) -> tuple[Target, Manifest | None, int | None]:
     if path.is_dir():
         bundle = Bundle(path)
         m = bundle.manifest
-        hashes = dict(m.raw.get("hashes") or {})
-        max_batch = ((m.raw.get("export") or {}).get("batch") or {}).get("max")
         return (
-            Target(path, bundle_dir=path, onnx=bundle.onnx_path, onnx_hashes=hashes),
+            Target(path, bundle_dir=path, onnx=bundle.onnx_path, onnx_hashes=m.hashes),
             m,
-            max_batch,
+            m.max_batch,
         )
     suffix = path.suffix.lower()
     if suffix == ".onnx":
@@ -211,6 +218,22 @@ def _resolve(path: Path) -> tuple[Target, Manifest | None, int | None]:
         manifest = Bundle(parent).manifest if (parent / "manifest.json").is_file() else None
         return Target(path, engine=path), manifest, None
     raise ModelError(f"{path} is not a bundle folder, .onnx or .engine file")
+
+
+def _verify_bundle_file(target: Target, model_file: Path) -> None:
+    """A bundle's ONNX models must be the ones its manifest recorded: changed or damaged weights
+    never run silently. Plans are chosen by the recorded hashes of the ONNX they were built from."""
+    if target.bundle_dir is None or model_file.suffix.lower() != ".onnx":
+        return
+    if model_file.parent.resolve() != target.bundle_dir.resolve():
+        return
+    expected = (target.onnx_hashes or {}).get(model_file.name)
+    if expected is None:
+        raise BundleError(
+            f"{model_file} is not recorded in the bundle's manifest (left by an interrupted "
+            "build?); build it again with edgert build"
+        )
+    verify_hash(model_file, expected)
 
 
 def _manifest_from_onnx(path: Path) -> Manifest | None:

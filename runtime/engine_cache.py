@@ -130,8 +130,8 @@ def ensure_plan(
     Used by ``edgert build`` and by ``Engine.load`` (build on first use), so both agree on keys.
     """
     from .backends import tensorrt_compat as compat
-    from .backends.tensorrt import import_tensorrt
     from .backends.tensorrt_build import BuildOptions, build_plan
+    from .backends.tensorrt_logger import import_tensorrt
     from .bundle import Bundle, sha256_file
     from .device import probe_cuda
 
@@ -168,8 +168,16 @@ def ensure_plan(
     shapes = bundle_shapes(bundle.manifest, options.shapes or None)
     options.shapes = {k: tuple(tuple(s) for s in v) for k, v in shapes.items()}
     calib = (bundle.manifest.raw.get("quantization") or {}).get(precision, {})
+    onnx_sha256 = sha256_file(onnx_file)
+    recorded = bundle.manifest.hashes.get(onnx_file.name)
+    if recorded != onnx_sha256:
+        raise EdgertError(
+            f"{onnx_file} does not match the SHA-256 recorded in its manifest"
+            + (" (changed or damaged after it was written)" if recorded else " (not recorded)")
+            + f"; make it again with: edgert build {bundle.path} --precision {precision}"
+        )
     key = PlanKey(
-        onnx_sha256=sha256_file(onnx_file),
+        onnx_sha256=onnx_sha256,
         precision=precision,
         tensorrt=trt.__version__,
         device_name=dev.name,
@@ -180,11 +188,49 @@ def ensure_plan(
         builder=options.key_fields(),
     )
     if options.timing_cache is None:
-        options.timing_cache = (
-            bundle.engines_dir
-            / f"timing-{key.tensorrt}-{dev.compute_capability[0]}{dev.compute_capability[1]}.cache"
+        options.timing_cache = bundle.engines_dir / compat.timing_cache_name(
+            key.tensorrt, key.compute_capability, dev.name
         )
     path, built = EngineCache(bundle.engines_dir).get_or_build(
         key, lambda: build_plan(onnx_file, options), extra
     )
     return path, built, key
+
+
+VERIFY_FILE = "calibration/verify.npz"  # written by edgert build on the host
+
+
+def verify_plan(bundle_dir: Path, plan: Path, min_cosine: float = 0.99) -> str:
+    """Run ``plan`` on the FP32 reference samples the host stored in the bundle and compare:
+    the plan is deleted and EdgertError raised when an output's cosine is under ``min_cosine``."""
+    import numpy as np
+
+    from .engine import Engine
+
+    stored_path = Path(bundle_dir) / VERIFY_FILE
+    if not stored_path.is_file():
+        return "no stored samples to verify against"
+    with np.load(stored_path, allow_pickle=False) as stored:
+        inputs = stored["inputs"]
+        refs = {k[4:]: stored[k] for k in stored.files if k.startswith("ref_")}
+    got: dict[str, list] = {k: [] for k in refs}
+    with Engine.load(plan, backend="tensorrt") as engine:
+        for x in inputs:
+            out = engine.infer(x[None])
+            for k in refs:
+                got[k].append(out[k])
+    worst = 1.0
+    for k, ref in refs.items():
+        a = np.concatenate(got[k]).reshape(len(ref), -1).astype(np.float64)
+        b = ref.reshape(len(ref), -1).astype(np.float64)
+        denom = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+        cos = np.where(denom > 0, (a * b).sum(axis=1) / np.maximum(denom, 1e-30), 1.0)
+        worst = min(worst, float(cos.min()))
+    if worst < min_cosine:
+        plan.unlink(missing_ok=True)
+        plan.with_suffix(".json").unlink(missing_ok=True)
+        raise EdgertError(
+            f"the TensorRT plan's outputs differ from FP32: cosine {worst:.5f} < {min_cosine} on "
+            f"{len(inputs)} stored samples (plan deleted)"
+        )
+    return f"cosine {worst:.5f} vs FP32 on {len(inputs)} stored samples"

@@ -7,6 +7,8 @@ that sentence and exits with ``exit_code``; third-party errors are translated at
 
 from __future__ import annotations
 
+import re
+
 
 class EdgertError(Exception):
     """Base of all edgert errors: the message is one sentence meant for the user."""
@@ -70,7 +72,12 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     """The first non-empty line of an exception's message (or its type name), at most ``limit``
     characters: third-party errors become part of one sentence."""
     lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:limit]
+    text = lines[0] if lines else type(exc).__name__
+    # ONNX Runtime prefixes the reason with "[ONNXRuntimeError] : 1 : FAIL :" and, for many
+    # errors, a C++ source location and function signature that would push the reason past the limit
+    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+    text = re.sub(r"/onnxruntime_src/\S+:\d+ .*?\) (?=[A-Z])", "", text)
+    return text[:limit]
 
 
 def require(module: str, pip_line: str, purpose: str):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .bundle import Bundle
+from .bundle import Bundle, verify_hash
 from .detection import Detection, nms
 from .errors import BundleError
 
@@ -84,6 +84,11 @@ class MtcnnDetector:
             raise BundleError(
                 f"{b.path} is not a face-detection bundle (export one with: edgert export zoo:mtcnn)"
             )
+        hashes = b.manifest.hashes
+        for spec in models.values():  # file names were validated with the manifest
+            if spec["file"] not in hashes:
+                raise BundleError(f"{b.path / spec['file']} is not recorded in the manifest")
+            verify_hash(b.path / spec["file"], hashes[spec["file"]])
         self.engines = {
             name: Engine.load(b.path / spec["file"], backend=backend)
             for name, spec in models.items()

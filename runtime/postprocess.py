@@ -41,7 +41,7 @@ def classify(
             )
             for i in idx
         ]
-        for row, idx in zip(probs, top, strict=True)
+        for row, idx in zip(probs, top)
     ]
 
 

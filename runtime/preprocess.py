@@ -6,12 +6,14 @@ runtime, calibration and apps read it through :class:`Preprocessing`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from .errors import BundleError, ShapeError
 
+MAX_SIZE = 8192  # model input side, pixels
 RESIZE_MODES = ("resize_crop", "stretch", "letterbox", "none")
 CHANNEL_ORDERS = ("RGB", "BGR", "GRAY")
 LAYOUTS = ("NCHW", "NHWC")
@@ -62,6 +64,26 @@ class Preprocessing:
             raise BundleError(f"unknown interpolation {self.interpolation!r}")
         if len(self.mean) != len(self.std) or any(s == 0 for s in self.std):
             raise BundleError("preprocessing mean and std must have one non-zero value per channel")
+        any_size = self.resize == "none"  # -1: the model takes any size (MTCNN's P-Net)
+        if len(self.size) != 2 or not all(
+            1 <= d <= MAX_SIZE or (any_size and d == -1) for d in self.size
+        ):
+            raise BundleError(
+                f"preprocessing size {'x'.join(map(str, self.size))} must be HxW with each side "
+                f"from 1 to {MAX_SIZE}"
+            )
+        if self.resize_short is not None and not 1 <= self.resize_short <= MAX_SIZE:
+            raise BundleError(f"preprocessing resize_short must be from 1 to {MAX_SIZE}")
+        numbers = (self.scale, self.pad_value, *self.mean, *self.std)
+        if not all(math.isfinite(v) for v in numbers) or len(self.mean) not in (1, 3):
+            raise BundleError(
+                "preprocessing scale, pad_value, mean and std must be finite numbers (1 or 3 "
+                "mean/std values)"
+            )
+        if self.dtype not in ("float32", "float16", "uint8"):
+            raise BundleError(
+                f"preprocessing dtype {self.dtype!r} must be float32, float16 or uint8"
+            )
 
     @property
     def channels(self) -> int:
@@ -79,12 +101,20 @@ class Preprocessing:
     def from_dict(cls, data: dict) -> Preprocessing:
         try:
             kwargs = dict(data)
-            kwargs["size"] = tuple(int(v) for v in kwargs["size"])
+            kwargs["size"] = tuple(_int(v) for v in kwargs["size"])
             kwargs["mean"] = tuple(float(v) for v in kwargs.get("mean", (0.0,)))
             kwargs["std"] = tuple(float(v) for v in kwargs.get("std", (1.0,)))
+            for key in ("scale", "pad_value"):
+                if key in kwargs:
+                    kwargs[key] = float(kwargs[key])
+            if kwargs.get("resize_short") is not None:
+                kwargs["resize_short"] = _int(kwargs["resize_short"])
+            for key in ("resize", "interpolation", "channel_order", "layout", "dtype"):
+                if key in kwargs and not isinstance(kwargs[key], str):
+                    raise TypeError(f"{key} must be a string")
             known = {f for f in cls.__dataclass_fields__ if f != "input_order"}
             return cls(**{k: v for k, v in kwargs.items() if k in known})
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise BundleError(f"the manifest's preprocessing section is invalid: {exc}") from exc
 
     def __call__(self, image: np.ndarray) -> tuple[np.ndarray, Transform]:
@@ -106,7 +136,7 @@ class Preprocessing:
         return np.ascontiguousarray(out, dtype=self.dtype), transform
 
     def batch(self, images: list[np.ndarray]) -> tuple[np.ndarray, list[Transform]]:
-        tensors, transforms = zip(*(self.apply(im) for im in images), strict=True)
+        tensors, transforms = zip(*(self.apply(im) for im in images))
         return np.stack(tensors), list(transforms)
 
     def geometry(self, hw: tuple[int, int]) -> Transform:
@@ -144,6 +174,10 @@ class Preprocessing:
             img = img.astype(np.float32)
         th, tw = self.size
         nw, nh = t.resized_wh
+        if self.resize == "resize_crop" and nw * nh > max(4 * th * tw, img.shape[0] * img.shape[1]):
+            # an extreme aspect ratio (1x40000): scaling the whole image first would take
+            # gigabytes; sample only the crop window (same geometry, bounded by the output size)
+            return _sample_window(cv2, img, t, tw, th, self.interpolation), t
         out = _resize(cv2, img, nw, nh, interp, aa)
         if self.resize == "letterbox":
             top, left = int(t.oy), int(t.ox)
@@ -181,6 +215,12 @@ class Transform:
         return b
 
 
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise TypeError(f"{value!r} is not a whole number")
+    return int(value)
+
+
 def _to_channels(img: np.ndarray, have: str, want: str) -> np.ndarray:
     if img.ndim == 2:
         img = img[:, :, None]
@@ -201,9 +241,52 @@ def _to_channels(img: np.ndarray, have: str, want: str) -> np.ndarray:
     return img[:, :, ::-1] if have != want else img
 
 
+def _sample_window(cv2, img: np.ndarray, t: Transform, tw: int, th: int, interp: str) -> np.ndarray:
+    """The ``tw`` x ``th`` crop of the scaled image, sampled straight from the source (only used
+    when scaling up, so no area averaging is involved). Nearest is exact (pixel centres, as
+    INTER_NEAREST_EXACT); bilinear and cubic use OpenCV's remap (1/32-pixel positions)."""
+    h, w = img.shape[:2]
+    xs = (np.arange(tw, dtype=np.float64) - t.ox + 0.5) / t.sx - 0.5
+    ys = (np.arange(th, dtype=np.float64) - t.oy + 0.5) / t.sy - 0.5
+    if interp == "nearest":
+        nw, nh = t.resized_wh
+        xi = nearest_index(np.arange(tw) - round(t.ox), w, nw)
+        yi = nearest_index(np.arange(th) - round(t.oy), h, nh)
+        return img[yi[:, None], xi[None, :]]
+    # only the source window the samples touch (remap also needs sides under 32767)
+    x0, y0 = max(0, int(np.floor(xs.min())) - 2), max(0, int(np.floor(ys.min())) - 2)
+    x1, y1 = min(w, int(np.ceil(xs.max())) + 3), min(h, int(np.ceil(ys.max())) + 3)
+    src = img[y0:y1, x0:x1]
+    src = src if src.dtype in (np.uint8, np.float32) else src.astype(np.float32)
+    map_x = np.broadcast_to((xs - x0).astype(np.float32)[None, :], (th, tw))
+    map_y = np.broadcast_to((ys - y0).astype(np.float32)[:, None], (th, tw))
+    mode = cv2.INTER_CUBIC if interp == "cubic" else cv2.INTER_LINEAR
+    out = cv2.remap(
+        src, np.ascontiguousarray(map_x), np.ascontiguousarray(map_y), mode,
+        borderMode=cv2.BORDER_REPLICATE,
+    )  # fmt: skip
+    return out[:, :, None] if out.ndim == 2 else out
+
+
+def nearest_index(i: np.ndarray, src_len: int, scaled_len: int) -> np.ndarray:
+    """Nearest-neighbour source index of pixel ``i`` of a ``src_len`` -> ``scaled_len`` resize,
+    sampled at pixel centres: ``floor((i + 0.5) * src_len / scaled_len)``, in exact integer
+    arithmetic ``((2i + 1) * src_len) // (2 * scaled_len)`` so that the CPU path and the GPU
+    kernel (which computes the same expression in 64-bit integers) pick the same pixel for every
+    camera size. Clamped to the image."""
+    i = np.asarray(i, dtype=np.int64)
+    return np.clip(((2 * i + 1) * src_len) // (2 * scaled_len), 0, src_len - 1).astype(np.intp)
+
+
 def _resize(cv2, img: np.ndarray, w: int, h: int, interp: int, antialias: bool) -> np.ndarray:
     if img.shape[1] == w and img.shape[0] == h:
         return img
+    if interp == _INTERPOLATIONS["nearest"]:
+        # OpenCV's INTER_NEAREST_EXACT differs between versions and fast paths (OpenCV 5 takes a
+        # rational shortcut for some ratios); ours is one formula, shared with the GPU kernel
+        xi = nearest_index(np.arange(w), img.shape[1], w)
+        yi = nearest_index(np.arange(h), img.shape[0], h)
+        return img[yi[:, None], xi[None, :]]
     if antialias and (w < img.shape[1] or h < img.shape[0]):
         interp = _INTERPOLATIONS["area"]  # antialias when shrinking, as PIL's bilinear does
     src = img if img.dtype in (np.uint8, np.float32) else img.astype(np.float32)

@@ -107,7 +107,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         pipeline: Pipeline
 
         def live_stats() -> dict:
-            s = pipeline.stats()
+            s = pipeline.stats(recent=True)
             if meter and not meter.lost:
                 w = meter.recent_w(2.0)
                 s["power_w"] = w
@@ -158,6 +158,8 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             source=source.description,
         )
         summary["labels_seen"] = dict(labels_seen.most_common(10))
+        if pipeline.interrupted:
+            summary["stopped"] = "interrupted (Ctrl-C or SIGTERM)"
         if meter and not meter.lost:
             avg = meter.average_w(m_start, meter.now())
             summary["power_w"] = avg

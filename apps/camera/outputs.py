@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
+import sys
+import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlparse
 
+from edgert.runtime import atomic
 from edgert.runtime.errors import OutputError, SourceError
+
+log = logging.getLogger(__name__)
 
 PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>edgert camera</title>
@@ -76,6 +82,17 @@ class VideoFileOutput(Output):
     def __init__(self, path: str, fps: float = 30.0) -> None:
         self.path, self.fps = Path(path), fps
         self.writer = None
+        try:  # fail now, in one sentence, rather than from the output thread mid-run
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.is_dir():
+                raise OutputError(f"cannot write video {self.path}: it is a folder")
+            with tempfile.TemporaryFile(dir=self.path.parent):
+                pass
+        except OSError as exc:
+            raise OutputError(
+                f"cannot write video {self.path}: "
+                + atomic.describe_os_error(exc, self.path.parent).split(": ", 1)[-1]
+            ) from exc
 
     def write(self, frame, overlay_image, record: dict) -> None:
         import cv2
@@ -125,6 +142,19 @@ class DisplayOutput(Output):
         cv2.destroyAllWindows()
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that resets its connection or goes away mid-response is a normal disconnect,
+    not a traceback on the terminal (a burst of browsers closing tabs makes hundreds)."""
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return
+        log.warning("web viewer: request from %s failed: %s", client_address[0], exc)
+
+
 class HttpOutput(Output):
     """The MJPEG web viewer."""
 
@@ -137,7 +167,7 @@ class HttpOutput(Output):
         self._closed = False
         handler = self._handler()
         try:
-            self.server = ThreadingHTTPServer((host, port), handler)
+            self.server = _QuietServer((host, port), handler)
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise OutputError(
@@ -237,7 +267,15 @@ def open_output(uri: str, fps: float = 30.0) -> Output:
         return DisplayOutput()
     if uri.startswith("http://"):
         parsed = urlparse(uri)
-        return HttpOutput(parsed.hostname or "127.0.0.1", parsed.port or 8080)
+        try:
+            port = parsed.port
+        except ValueError:
+            port = -1
+        if port is not None and not 0 <= port <= 65535:
+            raise OutputError(
+                f"{uri}: the port must be a number from 0 to 65535 (0 picks a free one)"
+            )
+        return HttpOutput(parsed.hostname or "127.0.0.1", 8080 if port is None else port)
     if uri.startswith("file://") or uri.endswith((".mp4", ".avi", ".mkv")):
         return VideoFileOutput(uri[len("file://") :] if uri.startswith("file://") else uri, fps)
     raise SourceError(

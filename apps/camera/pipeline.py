@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from edgert.runtime.latency import LatencyRecorder
+
 log = logging.getLogger(__name__)
 _END = object()
 
@@ -95,10 +97,13 @@ class Pipeline:
         self.queues = [DropOldestQueue(queue_size, lossless) for _ in range(len(stages) + 1)]
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
-        self.timings: dict[str, list[float]] = {
-            s.name: [] for s in [Stage("capture_age", None), *stages, Stage("output", None)]
+        # bounded: a camera left on for days keeps a fixed-size reservoir and window per stage
+        self.timings: dict[str, LatencyRecorder] = {
+            s.name: LatencyRecorder()
+            for s in [Stage("capture_age", None), *stages, Stage("output", None)]
         }
-        self.timings["end_to_end"] = []
+        self.timings["end_to_end"] = LatencyRecorder()
+        self.interrupted = False
         self.captured = 0
         self.processed = 0
         self.started = 0.0
@@ -110,6 +115,8 @@ class Pipeline:
         return sum(q.dropped for q in self.queues)
 
     def _fail(self, exc: BaseException) -> None:
+        if self.interrupted:  # e.g. a source told to stop while connecting: not a failure
+            return
         if self.error is None:
             self.error = exc
         self.stop_event.set()
@@ -140,7 +147,7 @@ class Pipeline:
             try:
                 frame = q_in.get(timeout=0.1)
             except queue.Empty:
-                if self.stop_event.is_set() and self.error is not None:
+                if self.stop_event.is_set():  # a failure or Ctrl-C: what was queued is done
                     return
                 continue
             if frame is _END:
@@ -172,7 +179,7 @@ class Pipeline:
                 frame.timings["end_to_end"] = (now - frame.t_capture) * 1e3
                 with self._lock:
                     for name, ms in frame.timings.items():
-                        self.timings.setdefault(name, []).append(ms)
+                        self.timings.setdefault(name, LatencyRecorder()).add(ms)
                     self.processed += 1
         except BaseException as exc:  # noqa: BLE001 - reported by run()
             self._fail(exc)
@@ -191,19 +198,31 @@ class Pipeline:
         try:
             while any(t.is_alive() for t in threads):
                 threads[-1].join(0.1)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM through the CLI's handler
             log.info("interrupted: finishing the frames in flight")
+            self.interrupted = True
             self.stop_event.set()
-            for t in threads:
-                t.join(5)
+            self.source.cancel()
+            # stages finish their frame and the output closes within a second; a capture thread
+            # stuck in a native call (a stream that does not answer) is left behind (daemon)
+            deadline = time.monotonic() + 1.0
+            for t in threads[1:]:
+                t.join(max(0.0, deadline - time.monotonic()))
         self.finished = time.monotonic()
         if self.error is not None:
             raise self.error
 
-    def stats(self) -> dict:
+    def stats(self, recent: bool = False) -> dict:
+        """Counts and per-stage latency percentiles of the whole run (or of the recent window);
+        the cost does not grow with the run's length."""
         elapsed = max(1e-9, (self.finished or time.monotonic()) - self.started)
         with self._lock:
-            lat = {name: _percentiles(v) for name, v in self.timings.items() if v}
+            recorders = dict(self.timings)
+        lat = {}
+        for name, rec in recorders.items():
+            summary = rec.summary(recent)
+            if summary:
+                lat[name] = {k: summary[k] for k in ("p50", "p90", "p99", "max", "mean")}
         return {
             "frames_captured": self.captured,
             "frames_processed": self.processed,
@@ -212,14 +231,3 @@ class Pipeline:
             "fps": self.processed / elapsed,
             "latency_ms": lat,
         }
-
-
-def _percentiles(values: list[float]) -> dict[str, float]:
-    a = np.asarray(values)
-    return {
-        "p50": float(np.percentile(a, 50)),
-        "p90": float(np.percentile(a, 90)),
-        "p99": float(np.percentile(a, 99)),
-        "max": float(a.max()),
-        "mean": float(a.mean()),
-    }

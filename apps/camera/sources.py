@@ -12,8 +12,11 @@ with one sentence when it cannot open or stops delivering.
 
 from __future__ import annotations
 
+import contextlib
 import glob as globmod
 import logging
+import math
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from edgert.runtime.errors import SourceError
+from edgert.runtime.images import IMAGE_SUFFIXES
 
 log = logging.getLogger(__name__)
 
 SUPPORTED = "csi://N, v4l2:///dev/videoN, rtsp://..., file://PATH (video, image, folder or glob), a bare path, synthetic://"
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
 
 @dataclass
@@ -37,6 +40,16 @@ class SourceOptions:
     loop: bool = False
     reconnect_tries: int = 5
     reconnect_backoff: float = 0.5  # seconds, doubled per try
+    connect_deadline: float = 20.0  # seconds for all attempts of one (re)connection
+    io_timeout: float = 5.0  # seconds: OpenCV's open and read timeouts per attempt
+
+    def __post_init__(self) -> None:
+        for name in ("width", "height"):
+            value = getattr(self, name)
+            if value is not None and not 1 <= value <= 16384:
+                raise SourceError(f"--{name} must be from 1 to 16384 pixels, not {value}")
+        if self.fps is not None and not (math.isfinite(self.fps) and 0 < self.fps <= 1000):
+            raise SourceError(f"--fps must be a positive number up to 1000, not {self.fps}")
 
 
 class FrameSource:
@@ -50,6 +63,9 @@ class FrameSource:
 
     def close(self) -> None:
         pass
+
+    def cancel(self) -> None:
+        """Ask a read that waits (a reconnect backoff) to give up soon; called on Ctrl-C."""
 
     def __enter__(self):
         return self
@@ -86,7 +102,10 @@ class CaptureSource(FrameSource):
         self.cv2 = cv2
         self.target, self.api, self.loop = target, api, loop
         self.description = description
-        self.cap = cv2.VideoCapture(target, api) if api is not None else cv2.VideoCapture(target)
+        with quiet_opencv():
+            self.cap = (
+                cv2.VideoCapture(target, api) if api is not None else cv2.VideoCapture(target)
+            )
         if not self.cap.isOpened():
             raise SourceError(f"cannot open {description}")
         if opts is not None:
@@ -136,60 +155,129 @@ class LiveCapture(CaptureSource):
 
 
 class RtspSource(FrameSource):
-    """RTSP with reconnect and exponential backoff; a clear error after the last try."""
+    """RTSP, opened and reconnected on the capture thread (the first read), so Ctrl-C is never
+    stuck behind a connection attempt. Each attempt is bounded by OpenCV's open/read timeouts, all
+    attempts together by ``connect_deadline``; backoff waits end at once on :meth:`cancel`."""
 
     def __init__(self, url: str, opts: SourceOptions) -> None:
         self.url, self.opts = url, opts
         self.description = f"RTSP stream {url}"
         self.cap = None
-        self._connect()
+        self._first = None
+        self._cancel = threading.Event()
+        self._busy = threading.Lock()  # held while a native call uses self.cap
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def _open(self, timeout_ms: int):
+        import cv2
+
+        params = [
+            cv2.CAP_PROP_OPEN_TIMEOUT_MSEC,
+            timeout_ms,
+            cv2.CAP_PROP_READ_TIMEOUT_MSEC,
+            timeout_ms,
+        ]
+        with quiet_opencv():
+            return cv2.VideoCapture(self.url, cv2.CAP_FFMPEG, params)
 
     def _connect(self) -> None:
         import cv2
 
         delay = self.opts.reconnect_backoff
+        start = time.monotonic()
+        deadline = start + self.opts.connect_deadline
         last = "no answer"
-        for attempt in range(1, self.opts.reconnect_tries + 1):
-            cap = cv2.VideoCapture(self.url, cv2.CAP_FFMPEG)
+        tries = self.opts.reconnect_tries
+        attempts = 0
+        for attempt in range(1, tries + 1):
+            attempts = attempt
+            left = deadline - time.monotonic()
+            if self._cancel.is_set() or left <= 0:
+                break
+            cap = self._open(int(min(self.opts.io_timeout, left) * 1000))
             if cap.isOpened():
-                ok, frame = cap.read()
+                with quiet_opencv():
+                    ok, frame = cap.read()
                 if ok:
                     self.cap, self._first = cap, frame
                     fps = cap.get(cv2.CAP_PROP_FPS)
                     self.fps = fps if fps and fps > 0 else None
                     return
                 last = "opened but no frames"
+            else:
+                last = "no answer"
             cap.release()
+            if attempt == tries or deadline - time.monotonic() <= delay:
+                log.warning("%s: attempt %d/%d failed (%s)", self.description, attempt, tries, last)
+                break
             log.warning(
                 "%s: attempt %d/%d failed (%s); retrying in %.1f s",
                 self.description,
                 attempt,
-                self.opts.reconnect_tries,
+                tries,
                 last,
                 delay,
             )
-            if attempt < self.opts.reconnect_tries:
-                time.sleep(delay)
-                delay *= 2
+            if self._cancel.wait(delay):
+                break
+            delay *= 2
+        if self._cancel.is_set():
+            raise SourceError(f"{self.description}: stopped while connecting")
         raise SourceError(
-            f"cannot reach {self.description} after {self.opts.reconnect_tries} tries ({last})"
+            f"cannot reach {self.description} after {attempts} tries in "
+            f"{time.monotonic() - start:.1f} s ({last})"
         )
 
     def read(self):
-        if self._first is not None:
-            frame, self._first = self._first, None
+        with self._busy:
+            if self.cap is None:
+                self._connect()
+            if self._first is not None:
+                frame, self._first = self._first, None
+                return frame, time.monotonic()
+            with quiet_opencv():
+                ok, frame = self.cap.read()
+            if not ok:
+                log.warning("%s dropped; reconnecting", self.description)
+                self.cap.release()
+                self.cap = None
+                self._connect()
+                frame, self._first = self._first, None
             return frame, time.monotonic()
-        ok, frame = self.cap.read()
-        if not ok:
-            log.warning("%s dropped; reconnecting", self.description)
-            self.cap.release()
-            self._connect()
-            frame, self._first = self._first, None
-        return frame, time.monotonic()
 
     def close(self) -> None:
-        if self.cap is not None:
-            self.cap.release()
+        self._cancel.set()
+        # a capture thread still inside a native call keeps the capture; it is dropped with it
+        if self._busy.acquire(timeout=0.2):
+            try:
+                if self.cap is not None:
+                    self.cap.release()
+                    self.cap = None
+            finally:
+                self._busy.release()
+
+
+@contextlib.contextmanager
+def quiet_opencv():
+    """OpenCV's and FFmpeg's own log lines (timeouts, probing) stay off the terminal: edgert says
+    what went wrong in one sentence. ``--debug`` keeps them."""
+    import cv2
+
+    if logging.getLogger("edgert").isEnabledFor(logging.DEBUG):
+        yield
+        return
+    try:
+        previous = cv2.utils.logging.getLogLevel()
+        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
+    except AttributeError:  # an OpenCV without the logging module
+        yield
+        return
+    try:
+        yield
+    finally:
+        cv2.utils.logging.setLogLevel(previous)
 
 
 class ImageListSource(FrameSource):

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from edgert.apps.argtypes import nonneg_float, positive_float, positive_int
+
 EPILOG = """examples:
   edgert bench mobilenet_v2.edgert --duration 20 --json bench.json --plot bench.png
   edgert bench mobilenet_v2.edgert --power-cap 10
@@ -27,25 +29,30 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", metavar="MODEL", help="bundle folder, .onnx or .engine")
-    p.add_argument("--duration", type=float, metavar="S", help="seconds to run (default 10)")
     p.add_argument(
-        "--iterations", type=int, metavar="N", help="inferences to run instead of a duration"
+        "--duration", type=positive_float, metavar="S", help="seconds to run (default 10)"
     )
     p.add_argument(
-        "--warmup", type=float, default=1.0, metavar="S", help="warm-up seconds (default 1)"
+        "--iterations",
+        type=positive_int,
+        metavar="N",
+        help="inferences to run instead of a duration",
     )
-    p.add_argument("--batch", type=int, default=1)
+    p.add_argument(
+        "--warmup", type=nonneg_float, default=1.0, metavar="S", help="warm-up seconds (default 1)"
+    )
+    p.add_argument("--batch", type=positive_int, default=1)
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "int8"])
     p.add_argument("--backend", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
     p.add_argument(
         "--power-cap",
-        type=float,
+        type=positive_float,
         metavar="W",
         help="pace inference to keep average power under W watts",
     )
     p.add_argument(
         "--idle-seconds",
-        type=float,
+        type=nonneg_float,
         default=2.0,
         help="idle power measurement before the run (default 2)",
     )

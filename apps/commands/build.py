@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from edgert.apps.argtypes import nonneg_int, positive_float, positive_int
+
 EPILOG = """The INT8 model is explicit quantization (Q/DQ ONNX, symmetric INT8, per-channel weights),
 so it runs in ONNX Runtime anywhere and TensorRT 8.5 to 11 builds it. Without TensorRT (CI, a
 laptop) everything but the plan is written and checked; the plan is built on the device.
@@ -34,14 +36,14 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--calib-size",
-        type=int,
+        type=positive_int,
         default=500,
         metavar="N",
         help="calibration samples (default 500, or all if fewer)",
     )
     p.add_argument(
         "--holdout-size",
-        type=int,
+        type=positive_int,
         default=200,
         metavar="N",
         help="hold-out samples for the gate (default 200)",
@@ -54,11 +56,13 @@ def add_parser(sub) -> None:
     p.add_argument("--gate", metavar="RULES", help="e.g. 'cosine>=0.995,agreement>=0.9', or 'off'")
     p.add_argument(
         "--dla",
-        type=int,
+        type=nonneg_int,
         metavar="N",
         help="build for DLA core N (FP16/INT8, static shapes, GPU fallback)",
     )
-    p.add_argument("--workspace", type=float, metavar="GIB", help="TensorRT workspace limit in GiB")
+    p.add_argument(
+        "--workspace", type=positive_float, metavar="GIB", help="TensorRT workspace limit in GiB"
+    )
     p.add_argument(
         "--opt-level", type=int, metavar="0-5", help="TensorRT builder optimisation level"
     )
@@ -70,7 +74,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--no-engine", action="store_true", help="make and gate the models, skip the TensorRT plan"
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=nonneg_int, default=0)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run)
 
@@ -93,7 +97,37 @@ def parse_shapes(text: str | None) -> dict:
     return out
 
 
+def _device_build(args) -> int:
+    """Python < 3.10 (JetPack 5): only the TensorRT plan, from a bundle made on the host.
+    Calibration and Q/DQ (edgert.quantize) need the host's Python 3.10+."""
+    from pathlib import Path
+
+    from edgert.runtime import Bundle
+    from edgert.runtime.backends.tensorrt import TensorRTBackend
+    from edgert.runtime.engine_cache import ensure_plan, verify_plan
+    from edgert.runtime.errors import BackendUnavailable, MissingDependency
+
+    here = ".".join(map(str, sys.version_info[:3]))
+    bundle = Bundle(args.model) if Path(args.model).is_dir() else None
+    model = {"fp16": "model.fp16.onnx", "int8": "model.int8.onnx"}.get(args.precision)
+    if bundle is None or args.calib or (model and model not in bundle.manifest.hashes):
+        raise MissingDependency(
+            f"making {args.precision.upper()} models needs Python 3.10 or newer (this is {here}): "
+            f"run edgert build on the host, copy the bundle here, then run: edgert build BUNDLE "
+            f"--precision {args.precision} to build its TensorRT plan"
+        )
+    why_not = TensorRTBackend.availability()
+    if why_not:
+        raise BackendUnavailable(f"no TensorRT plan can be built here: {why_not}")
+    plan, built, _ = ensure_plan(bundle.path, args.precision)
+    check = verify_plan(bundle.path, plan)
+    print(f"{'built' if built else 'cached'}: {plan} ({check})")
+    return 0
+
+
 def run(args) -> int:
+    if sys.version_info < (3, 10):
+        return _device_build(args)
     from edgert.quantize import build
     from edgert.runtime import Bundle
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from edgert.apps.argtypes import fraction, positive_float, positive_int
+
 EPILOG = """sources: csi://0, v4l2:///dev/video0, rtsp://..., file://clip.mp4 or a path (video, image,
 folder, glob), synthetic://
 outputs (several allowed): display://0, http://127.0.0.1:8080 (MJPEG + live stats page),
@@ -37,19 +39,19 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--task", choices=["classify", "detect", "faces"], help="default: the bundle's task"
     )
-    p.add_argument("--power-cap", type=float, metavar="W")
-    p.add_argument("--duration", type=float, metavar="S")
-    p.add_argument("--max-frames", type=int, metavar="N")
+    p.add_argument("--power-cap", type=positive_float, metavar="W")
+    p.add_argument("--duration", type=positive_float, metavar="S")
+    p.add_argument("--max-frames", type=positive_int, metavar="N")
     p.add_argument("--jsonl", metavar="FILE", help="one JSON line per processed frame")
     p.add_argument("--headless", action="store_true", help="never open a display window")
     p.add_argument("--backend", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "int8"])
-    p.add_argument("--top-k", type=int, default=3)
-    p.add_argument("--conf", type=float, default=0.25)
-    p.add_argument("--iou", type=float, default=0.45)
-    p.add_argument("--width", type=int)
-    p.add_argument("--height", type=int)
-    p.add_argument("--fps", type=float)
+    p.add_argument("--top-k", type=positive_int, default=3)
+    p.add_argument("--conf", type=fraction, default=0.25)
+    p.add_argument("--iou", type=fraction, default=0.45)
+    p.add_argument("--width", type=positive_int)
+    p.add_argument("--height", type=positive_int)
+    p.add_argument("--fps", type=positive_float)
     p.add_argument("--codec", choices=["mjpeg", "yuyv"])
     p.add_argument("--loop", action="store_true", help="loop files, folders and globs")
     p.add_argument("--sysfs-root", metavar="DIR")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from edgert.apps.argtypes import positive_float, positive_int
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -26,15 +28,18 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--backend", default="auto", help="auto, tensorrt or onnxruntime (default auto)")
     p.add_argument(
-        "--seconds", type=float, default=10.0, help="how long the camera app runs (default 10)"
+        "--seconds",
+        type=positive_float,
+        default=10.0,
+        help="how long the camera app runs (default 10)",
     )
     p.add_argument(
-        "--calib-size", type=int, default=300, help="INT8 calibration crops (default 300)"
+        "--calib-size", type=positive_int, default=300, help="INT8 calibration crops (default 300)"
     )
     p.add_argument(
         "--faces", action="store_true", help="MTCNN face detection instead of classification"
     )
-    p.add_argument("--top-k", type=int, default=3, help="labels per photo (default 3)")
+    p.add_argument("--top-k", type=positive_int, default=3, help="labels per photo (default 3)")
     p.set_defaults(func=run)
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+
+from edgert.apps.argtypes import finite_float, nonneg_float, positive_int
 
 HELP = """MODEL is one of:
   zoo:mobilenet_v2 | zoo:digits_cnn     built-in trained models (no download)
@@ -41,13 +44,13 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--max-batch",
-        type=int,
+        type=positive_int,
         metavar="N",
         help="largest batch for engines (implies --dynamic-batch; default 32)",
     )
     p.add_argument(
         "--opset",
-        type=int,
+        type=positive_int,
         default=17,
         help="ONNX opset (default 17: TensorRT 8.5 / JetPack 5 parses up to 17)",
     )
@@ -61,10 +64,10 @@ def add_parser(sub) -> None:
         help="allow loading a pickled whole module (runs code)",
     )
     p.add_argument(
-        "--atol", type=float, default=1e-4, help="parity absolute tolerance (default 1e-4)"
+        "--atol", type=nonneg_float, default=1e-4, help="parity absolute tolerance (default 1e-4)"
     )
     p.add_argument(
-        "--rtol", type=float, default=1e-3, help="parity relative tolerance (default 1e-3)"
+        "--rtol", type=nonneg_float, default=1e-3, help="parity relative tolerance (default 1e-3)"
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     d = p.add_argument_group("description (for models other than the zoo's)")
@@ -82,19 +85,29 @@ def add_parser(sub) -> None:
     d.add_argument("--size", metavar="HxW", help="input image size (default: from the input shape)")
     d.add_argument(
         "--resize-short",
-        type=int,
+        type=positive_int,
         metavar="N",
         help="shorter side before the centre crop (resize_crop)",
     )
     d.add_argument("--interpolation", choices=["linear", "bilinear", "nearest", "area", "cubic"])
     d.add_argument("--channel-order", choices=["RGB", "BGR", "GRAY"])
-    d.add_argument("--scale", type=float, help="pixel multiplier before mean/std (default 1/255)")
+    d.add_argument(
+        "--scale", type=finite_float, help="pixel multiplier before mean/std (default 1/255)"
+    )
     d.add_argument("--mean", metavar="M,M,M", help="per-channel mean after scaling")
     d.add_argument("--std", metavar="S,S,S", help="per-channel std after scaling")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    if sys.version_info < (3, 10):
+        from edgert.runtime.errors import MissingDependency
+
+        here = ".".join(map(str, sys.version_info[:3]))
+        raise MissingDependency(
+            f"edgert export runs on the host and needs Python 3.10 or newer (this is {here}): "
+            "export on a PC with PyTorch, then copy the bundle to the device"
+        )
     from edgert.export import export_model
 
     result = export_model(

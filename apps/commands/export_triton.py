@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from edgert.apps.argtypes import nonneg_int, positive_int
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -23,12 +25,12 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--max-batch",
-        type=int,
+        type=nonneg_int,
         metavar="N",
         help="max_batch_size (default: the bundle's maximum; 0 for fixed-batch models)",
     )
     p.add_argument(
-        "--instances", type=int, default=1, metavar="N", help="model instances (default 1)"
+        "--instances", type=positive_int, default=1, metavar="N", help="model instances (default 1)"
     )
     p.set_defaults(func=run)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from edgert.apps.argtypes import nonneg_int
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -21,7 +23,7 @@ def add_parser(sub) -> None:
         "--sysfs-root", metavar="DIR", help="read sysfs under DIR (default / or $EDGERT_SYSFS_ROOT)"
     )
     p.add_argument("--no-nvml", action="store_true", help="do not try NVML")
-    p.add_argument("--device", type=int, default=0, help="GPU index for NVML (default 0)")
+    p.add_argument("--device", type=nonneg_int, default=0, help="GPU index for NVML (default 0)")
     p.set_defaults(func=run)
 
 

@@ -7,6 +7,8 @@ import time
 
 import numpy as np
 
+from edgert.apps.argtypes import fraction, positive_int
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -20,13 +22,13 @@ def add_parser(sub) -> None:
     p.add_argument("--backend", default="auto", help="auto, tensorrt or onnxruntime (default auto)")
     p.add_argument("--precision", default="auto", help="auto, fp32, fp16 or int8 (default auto)")
     p.add_argument(
-        "--top-k", type=int, default=5, help="classification labels per image (default 5)"
+        "--top-k", type=positive_int, default=5, help="classification labels per image (default 5)"
     )
     p.add_argument(
-        "--conf", type=float, default=0.25, help="detection confidence threshold (default 0.25)"
+        "--conf", type=fraction, default=0.25, help="detection confidence threshold (default 0.25)"
     )
     p.add_argument(
-        "--iou", type=float, default=0.45, help="detection NMS IoU threshold (default 0.45)"
+        "--iou", type=fraction, default=0.45, help="detection NMS IoU threshold (default 0.45)"
     )
     p.add_argument("--json", action="store_true", help="one JSON object per image")
     p.set_defaults(func=run)
@@ -66,7 +68,7 @@ def describe(engine, outputs: dict, transform, args) -> object:
         classes, counts = np.unique(mask, return_counts=True)
         return {
             "mask_shape": list(mask.shape),
-            "classes": {int(c): int(n) for c, n in zip(classes, counts, strict=True)},
+            "classes": {int(c): int(n) for c, n in zip(classes, counts)},
         }
     return {n: {"shape": list(v.shape), "dtype": v.dtype.name} for n, v in outputs.items()}
 

@@ -137,7 +137,7 @@ class OnnxRuntimeBackend(Backend):
             self._rejecting(lambda: self.session.run_with_iobinding(self._binding))
             return {name: buf.copy() for name, buf in self._static_out.items()}
         values = self._rejecting(lambda: self.session.run(None, feeds))
-        return {o.name: v for o, v in zip(self.outputs, values, strict=True)}
+        return {o.name: v for o, v in zip(self.outputs, values)}
 
     @staticmethod
     def _rejecting(call):

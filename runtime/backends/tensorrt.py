@@ -15,39 +15,12 @@ from pathlib import Path
 import numpy as np
 
 from ..bundle import TensorSpec
-from ..errors import BackendUnavailable, EngineMismatch, ModelError, ShapeError
+from ..errors import BackendUnavailable, EngineMismatch, ModelError, ShapeError, first_line
 from . import tensorrt_compat as compat
 from .base import Backend, Target
+from .tensorrt_logger import import_tensorrt, init_plugins, process_logger
 
 log = logging.getLogger(__name__)
-
-
-def import_tensorrt():
-    try:
-        import tensorrt as trt
-    except ImportError as exc:
-        raise BackendUnavailable(
-            "TensorRT is not importable (it comes with JetPack or NVIDIA's TensorRT packages, not pip)"
-        ) from exc
-    return trt
-
-
-def _make_logger(trt):
-    class CollectingLogger(trt.ILogger):
-        """Keeps TensorRT's error messages so failures can be explained in one sentence."""
-
-        def __init__(self) -> None:
-            trt.ILogger.__init__(self)
-            self.errors: list[str] = []
-
-        def log(self, severity, msg) -> None:
-            if severity in (trt.ILogger.Severity.ERROR, trt.ILogger.Severity.INTERNAL_ERROR):
-                self.errors.append(str(msg))
-                log.debug("TensorRT: %s", msg)
-            elif severity == trt.ILogger.Severity.WARNING:
-                log.debug("TensorRT warning: %s", msg)
-
-    return CollectingLogger()
 
 
 class _IO:
@@ -152,7 +125,7 @@ class TensorRTBackend(Backend):
         self._graph_shapes = None
         self._graph_failed: str | None = None
         self.use_graph = use_graph
-        self.logger = _make_logger(trt)
+        self.logger = process_logger()  # one per process: the plugin library keeps its pointer
         info = compat.PlanInfo.read(plan)
         if info is not None:
             cc = "{}.{}".format(*self.ctx.compute_capability)
@@ -166,11 +139,16 @@ class TensorRTBackend(Backend):
         except OSError as exc:
             raise ModelError(f"cannot read {plan}: {exc.strerror}") from exc
         with self.ctx.active():
-            trt.init_libnvinfer_plugins(self.logger, "")
+            init_plugins()
+            mark = self.logger.mark()
             self.runtime = trt.Runtime(self.logger)
+            dla_core = compat.runtime_dla_core(info)
+            if dla_core is not None:  # before deserialising: else the plan runs on core 0
+                self.runtime.DLA_core = dla_core
             self.engine = self.runtime.deserialize_cuda_engine(data)
             if self.engine is None:
-                kind, sentence = compat.explain_deserialize_failure(self.logger.errors, plan)
+                errors = self.logger.since(mark)
+                kind, sentence = compat.explain_deserialize_failure(errors, plan)
                 raise (EngineMismatch if kind in ("version", "device") else ModelError)(sentence)
             self.context = self.engine.create_execution_context()
             if self.context is None:
@@ -239,7 +217,7 @@ class TensorRTBackend(Backend):
     def _check_profile(self, t: _IO, shape: tuple[int, ...]) -> None:
         if t.min_shape is None:
             return
-        if any(s < lo or s > hi for s, lo, hi in zip(shape, t.min_shape, t.max_shape, strict=True)):
+        if any(s < lo or s > hi for s, lo, hi in zip(shape, t.min_shape, t.max_shape)):
             lo = "x".join(map(str, t.min_shape))
             hi = "x".join(map(str, t.max_shape))
             raise ShapeError(
@@ -255,7 +233,12 @@ class TensorRTBackend(Backend):
             if t.is_input:
                 self._check_profile(t, shapes[t.name])
                 self._set_input_shape(t.name, shapes[t.name])
-        missing = self.context.infer_shapes()
+        try:
+            missing = self.context.infer_shapes()
+        except RuntimeError as exc:  # TensorRT raises on an error code
+            raise ShapeError(
+                f"TensorRT could not infer the output shapes for inputs {shapes}: {first_line(exc)}"
+            ) from exc
         if missing:
             raise ShapeError(f"TensorRT could not infer shapes for {', '.join(missing)}")
         self._current_shapes = shapes
@@ -265,9 +248,10 @@ class TensorRTBackend(Backend):
         for t in self.io:
             if t.is_input:
                 t.buffers.upload(feeds[t.name], self.stream)
+        mark = self.logger.mark()
         if not self.context.execute_async_v3(self.stream.handle):
             raise ModelError(
-                "TensorRT execute_async_v3 failed: " + "; ".join(self.logger.errors[-2:])
+                "TensorRT execute_async_v3 failed: " + "; ".join(self.logger.since(mark)[-2:])
             )
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from .. import atomic
 from ..errors import EdgertError, ModelError
 from . import tensorrt_compat as compat
-from .tensorrt import _make_logger, import_tensorrt
+from .tensorrt_logger import import_tensorrt, process_logger
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,8 @@ def build_plan(onnx_path: Path, options: BuildOptions) -> bytes:
     trt = import_tensorrt()
     version = compat.parse_version(trt.__version__)
     feats = compat.features(version)
-    logger = _make_logger(trt)
+    logger = process_logger()
+    mark = logger.mark()
     builder = trt.Builder(logger)
     flags = 0
     for name in compat.network_flag_names(version, strongly_typed=not feats.weak_typing):
@@ -165,12 +166,18 @@ def build_plan(onnx_path: Path, options: BuildOptions) -> bytes:
         else b""
     )
     timing_cache = config.create_timing_cache(cache_bytes)
-    config.set_timing_cache(timing_cache, ignore_mismatch=False)
+    if not config.set_timing_cache(timing_cache, ignore_mismatch=False):
+        # a cache from another GPU (same compute capability) or TensorRT: start a fresh one
+        log.warning(
+            "TensorRT refused the timing cache %s; starting a fresh one", options.timing_cache
+        )
+        if not config.set_timing_cache(config.create_timing_cache(b""), ignore_mismatch=False):
+            raise BuildError("TensorRT refused even an empty timing cache")
     if options.progress and feats.progress_monitor:
         config.progress_monitor = _progress_monitor(trt)
     plan = builder.build_serialized_network(network, config)
     if plan is None:
-        detail = "; ".join(logger.errors[-3:]) or "no detail from TensorRT"
+        detail = "; ".join(logger.since(mark)[-3:]) or "no detail from TensorRT"
         hint = (
             " (try a larger --workspace)"
             if "memory" in detail.lower() or "workspace" in detail.lower()

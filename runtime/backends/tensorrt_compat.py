@@ -238,3 +238,24 @@ def numpy_dtype(trt_dtype_name: str) -> str:
         return _NUMPY_DTYPES[name]
     except KeyError:
         raise ValueError(f"TensorRT type {name} has no numpy equivalent for I/O") from None
+
+
+def runtime_dla_core(info: PlanInfo | None) -> int | None:
+    """The DLA core an ``IRuntime`` must be set to before deserialising a plan: the core the plan
+    was built for (``IRuntime.DLA_core`` defaults to 0, so a plan built with ``--dla 1`` would
+    otherwise run on core 0), or None for a GPU plan."""
+    if info is None or info.dla_core is None:
+        return None
+    core = int(info.dla_core)
+    if core < 0:
+        raise ValueError(f"invalid DLA core {core} recorded for the plan")
+    return core
+
+
+def timing_cache_name(tensorrt: str, compute_capability: str, device_name: str) -> str:
+    """The timing-cache file for one TensorRT version and GPU model: two GPUs of the same compute
+    capability (an RTX 4090 and an L4, both 8.9) time tactics differently, and TensorRT refuses
+    the other's cache."""
+    gpu = re.sub(r"[^A-Za-z0-9]+", "-", device_name).strip("-").lower() or "gpu"
+    cc = compute_capability.replace(".", "")
+    return f"timing-{tensorrt}-sm{cc}-{gpu}.cache"

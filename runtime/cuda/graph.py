@@ -3,9 +3,10 @@
     graph = CudaGraph.capture(stream, lambda: enqueue_work(stream))   # raises CaptureFailed
     graph.launch(stream)
 
-Capture uses thread-local mode, so other threads' CUDA calls do not break it. Measured on an H200:
-cuStreamBeginCapture_v2 / cuStreamEndCapture / cuGraphInstantiateWithFlags / cuGraphLaunch on a
-PyCUDA stream all work.
+Capture uses thread-local mode, so other threads' CUDA calls do not break it. The calls are the CUDA
+driver API's cuStreamBeginCapture_v2 / cuStreamEndCapture / cuGraphInstantiateWithFlags /
+cuGraphLaunch on a PyCUDA stream's handle; tests/runtime/test_gpu.py (scripts/gpu-check.sh) checks
+capture, replay and the fallback on a CUDA machine.
 """
 
 from __future__ import annotations

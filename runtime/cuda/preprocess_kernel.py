@@ -22,7 +22,7 @@ extern "C" __global__ void edgert_preprocess(
     const unsigned char* __restrict__ src, int src_h, int src_w, int src_c,
     float* __restrict__ dst, int dst_h, int dst_w, int out_c, int nhwc,
     float sx, float sy, float ox, float oy,
-    int x0, int x1, int y0, int y1,
+    int x0, int x1, int y0, int y1, int rw, int rh, int iox, int ioy,
     int nearest, int swap_rb, int gray,
     float scale, float m0, float m1, float m2, float is0, float is1, float is2, float pad)
 {
@@ -36,8 +36,12 @@ extern "C" __global__ void edgert_preprocess(
         float fx = (x + 0.5f - ox) / sx - 0.5f;
         float fy = (y + 0.5f - oy) / sy - 0.5f;
         if (nearest) {
-            int ix = min(max((int)floorf((x + 0.5f - ox) / sx), 0), src_w - 1);
-            int iy = min(max((int)floorf((y + 0.5f - oy) / sy), 0), src_h - 1);
+            /* floor((i + 0.5) * src / scaled) in exact integers, as the CPU path
+               (Preprocessing's nearest_index); float32 picked the neighbour for 11-15 % of
+               pixels at camera sizes */
+            long long i = x - iox, j = y - ioy;
+            int ix = (int)min(max((2 * i + 1) * src_w / (2LL * rw), 0LL), (long long)(src_w - 1));
+            int iy = (int)min(max((2 * j + 1) * src_h / (2LL * rh), 0LL), (long long)(src_h - 1));
             const unsigned char* p = src + ((size_t)iy * src_w + ix) * src_c;
             for (int c = 0; c < 3; ++c) px[c] = p[c < src_c ? c : 0];
         } else {
@@ -151,7 +155,7 @@ class GpuPreprocessor:
                     np.uintp(self._src.ptr), i32(h), i32(w), i32(c),
                     np.uintp(out_ptr), i32(th), i32(tw), i32(self.pre.channels), i32(self.pre.layout == "NHWC"),
                     f32(geometry.sx), f32(geometry.sy), f32(geometry.ox), f32(geometry.oy),
-                    i32(x0), i32(x1), i32(y0), i32(y1),
+                    i32(x0), i32(x1), i32(y0), i32(y1), *(i32(v) for v in _nearest_args(geometry)),
                     i32(self.pre.interpolation == "nearest"), i32(swap), i32(self.pre.channel_order == "GRAY"),
                     f32(self.pre.scale), *(f32(v) for v in mean[:3]), *(f32(v) for v in inv[:3]),
                     f32(self.pre.pad_value),
@@ -166,6 +170,20 @@ class GpuPreprocessor:
             self._src.free()
             self._staging.free()
         self._src = self._staging = None
+
+
+def _nearest_args(t: Transform) -> tuple[int, int, int, int]:
+    """(scaled width, scaled height, x offset, y offset) in whole pixels: the kernel's nearest
+    branch maps model pixel x to source ``((2 (x - ox) + 1) * src_w) // (2 * scaled_w)``."""
+    nw, nh = t.resized_wh
+    return nw, nh, round(t.ox), round(t.oy)
+
+
+def kernel_nearest_index(x: np.ndarray, offset: int, src_len: int, scaled_len: int) -> np.ndarray:
+    """The kernel's nearest-neighbour index arithmetic, in numpy (64-bit integers, C division of
+    non-negative numbers), so the CPU can check it against the CPU path for any camera size."""
+    i = np.asarray(x, dtype=np.int64) - offset
+    return np.clip((2 * i + 1) * src_len // (2 * scaled_len), 0, src_len - 1)
 
 
 def _content_box(t: Transform, pre: Preprocessing) -> tuple[int, int, int, int]:

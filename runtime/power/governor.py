@@ -13,6 +13,7 @@ The controller is pure (measurements in, duty out) so it is tested on a simulate
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -33,6 +34,12 @@ class PowerGovernor:
     _integral: float = field(default=0.0, repr=False)
 
     def __post_init__(self) -> None:
+        if self.idle_w is None or not math.isfinite(self.idle_w):
+            raise SensorError(
+                "idle power could not be measured (no valid sensor samples), so no cap can be set"
+            )
+        if not (math.isfinite(self.cap_w) and self.cap_w > 0):
+            raise SensorError(f"the power cap must be a positive number of watts, not {self.cap_w}")
         if self.cap_w <= self.idle_w:
             raise SensorError(
                 f"power cap {self.cap_w:.1f} W is at or below the idle power {self.idle_w:.1f} W; "
@@ -116,7 +123,7 @@ class CappedRunner:
         if t1 - self._last_update >= self.period_s and self.meter.lost is None:
             applied = min(1.0, self._busy / (t1 - self._last_update))
             measured = self.meter.recent_w(self.window_s)
-            if measured is not None:
+            if measured is not None and math.isfinite(measured):
                 self.governor.update(measured, applied, t1 - self._last_update)
             self._busy = 0.0
             self._last_update = t1

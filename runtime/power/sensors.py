@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -42,7 +43,9 @@ def sysfs_root(root: str | os.PathLike | None = None) -> Path:
 def read_number(path: Path) -> float:
     """A sysfs number; SensorError with the reason (permission, vanished, garbage)."""
     try:
-        text = path.read_text().strip()
+        text = path.read_bytes().decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise SensorError(f"{path} does not hold a number (it has non-text bytes)") from None
     except PermissionError as exc:
         raise SensorError(
             f"permission denied on {path}: run as root or add a udev rule that makes it readable"
@@ -52,9 +55,12 @@ def read_number(path: Path) -> float:
             raise SensorError(f"{path} vanished (sensor removed or driver unloaded)") from exc
         raise SensorError(f"cannot read {path}: {exc.strerror}") from exc
     try:
-        return float(text.split()[0])
+        value = float(text.split()[0])
     except (ValueError, IndexError):
         raise SensorError(f"{path} does not hold a number ({text[:40]!r})") from None
+    if not math.isfinite(value):
+        raise SensorError(f"{path} does not hold a finite number ({text[:40]!r})")
+    return value
 
 
 def combine(rails: dict[str, float]) -> tuple[float, str]:
@@ -112,9 +118,10 @@ class RailSensor(PowerSensor):
 
 def _label(path: Path) -> str | None:
     try:
-        return path.read_text().strip()
-    except OSError:
+        label = path.read_bytes().decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
         return None
+    return label if label.isprintable() and len(label) <= 64 else None
 
 
 def _skip(label: str | None) -> bool:
@@ -231,7 +238,7 @@ class NvmlSensor(PowerSensor):
         self.nvml = pynvml
         try:
             pynvml.nvmlInit()
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(device)
+            self.handle, self.matched_by = nvml_handle(pynvml, device, cuda_pci_bus_id(device))
             name = pynvml.nvmlDeviceGetName(self.handle)
         except pynvml.NVMLError as exc:
             raise SensorError(f"NVML unavailable: {exc}") from exc
@@ -269,6 +276,28 @@ class NvmlSensor(PowerSensor):
             self.nvml.nvmlShutdown()
 
 
+def cuda_pci_bus_id(device: int) -> str | None:
+    """The PCI bus id of CUDA device ``device`` (the CUDA order, after CUDA_VISIBLE_DEVICES), or
+    None where CUDA cannot say."""
+    from ..device import probe_cuda
+
+    devices = probe_cuda().devices
+    return devices[device].pci_bus_id if 0 <= device < len(devices) else None
+
+
+def nvml_handle(nvml, device: int, pci_bus_id: str | None):
+    """(NVML handle, how it was matched) for CUDA device ``device``. NVML numbers GPUs by PCI
+    order, CUDA fastest-first (and after CUDA_VISIBLE_DEVICES), so the CUDA index is no NVML index:
+    the card is found by its PCI bus id. Only without one does the index stand in."""
+    if pci_bus_id:
+        try:
+            handle = nvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode())
+            return handle, f"PCI bus id {pci_bus_id}"
+        except nvml.NVMLError:
+            pass
+    return nvml.nvmlDeviceGetHandleByIndex(device), f"index {device} (no PCI bus id from CUDA)"
+
+
 @dataclass
 class Discovery:
     sensor: PowerSensor | None
@@ -276,43 +305,76 @@ class Discovery:
     tried: list[str] = field(default_factory=list)
 
 
+class CombinedRailSensor(PowerSensor):
+    """Several rail sensors on one board (Jetson Thor: the carrier's INA238 on VIN and the module's
+    INA3221 rails). All rails are listed; the total is the board's input rail wherever it is
+    measured (as jtop does), else the sum of every rail."""
+
+    def __init__(self, sensors: list[RailSensor]) -> None:
+        self.sensors = sensors
+        self.source = " + ".join(s.source for s in sensors)
+        names = [r.name for s in sensors for r in s.rails]
+        _, self.total_rule = combine({n: 0.0 for n in names})
+
+    def read(self) -> PowerSample:
+        rails: dict[str, float] = {}
+        for sensor in self.sensors:
+            for name, watts in sensor.read().rails.items():
+                key = name if name not in rails else f"{name} ({sensor.source})"
+                rails[key] = watts
+        total, _ = combine(rails)
+        return PowerSample(time.monotonic(), total, rails)
+
+    def describe(self) -> str:
+        n = sum(len(s.rails) for s in self.sensors)
+        return f"{self.source} ({n} rails; total = {self.total_rule})"
+
+
+def _try_find(find, base: Path, problems: list[str]):
+    try:
+        sensor = find(base)
+        if sensor is not None:
+            sensor.read()
+        return sensor
+    except SensorError as exc:
+        problems.append(str(exc))
+    except (OSError, ValueError) as exc:  # a sysfs tree that is not what it claims
+        problems.append(f"{getattr(find, '__name__', 'sensor')}: {exc}")
+    return None
+
+
 def discover(
     root: str | os.PathLike | None = None, nvml: bool = True, device: int = 0
 ) -> Discovery:
-    """The most specific sensor that reads, or None with the reason."""
+    """The board's power sensor, or None with the reason. Jetson rail sensors come first (all that
+    read, combined so the board total is the input rail wherever it is measured), then NVML, then
+    RAPL. A sensor that fails while being probed is skipped with its reason, never fatal."""
     base = sysfs_root(root)
     tried = []
-    problems = []
+    problems: list[str] = []
+    rail_sensors = []
     for name, find in (
         ("INA3221 hwmon", ina3221_hwmon),
         ("INA3221 iio", ina3221_iio),
         ("INA238", ina238),
     ):
-        sensor = find(base)
         tried.append(name)
-        if sensor is None:
-            continue
-        try:
-            sensor.read()
-            return Discovery(sensor, None, tried)
-        except SensorError as exc:
-            problems.append(str(exc))
+        sensor = _try_find(find, base, problems)
+        if sensor is not None:
+            rail_sensors.append(sensor)
+    if len(rail_sensors) == 1:
+        return Discovery(rail_sensors[0], None, tried)
+    if rail_sensors:
+        return Discovery(CombinedRailSensor(rail_sensors), None, tried)
     if nvml:
         tried.append("NVML")
-        try:
-            sensor = NvmlSensor(device)
-            sensor.read()
+        sensor = _try_find(lambda _: NvmlSensor(device), base, problems)
+        if sensor is not None:
             return Discovery(sensor, None, tried)
-        except SensorError as exc:
-            problems.append(str(exc))
-    sensor = rapl(base)
     tried.append("RAPL")
+    sensor = _try_find(rapl, base, problems)
     if sensor is not None:
-        try:
-            sensor.read()
-            return Discovery(sensor, None, tried)
-        except SensorError as exc:
-            problems.append(str(exc))
+        return Discovery(sensor, None, tried)
     reason = (
         "; ".join(p for p in problems if "not installed" not in p)
         or f"no power sensor found under {base} (tried {', '.join(tried)})"

@@ -80,11 +80,12 @@ def test_rtsp_to_a_closed_port_retries_then_fails():
     port = sock.getsockname()[1]
     sock.close()  # nothing listens there now
     t0 = time.monotonic()
+    source = open_source(  # connects on the first read, on the capture thread
+        f"rtsp://127.0.0.1:{port}/stream",
+        SourceOptions(reconnect_tries=3, reconnect_backoff=0.1),
+    )
     with pytest.raises(SourceError, match="after 3 tries"):
-        open_source(
-            f"rtsp://127.0.0.1:{port}/stream",
-            SourceOptions(reconnect_tries=3, reconnect_backoff=0.1),
-        )
+        source.read()
     assert time.monotonic() - t0 >= 0.3  # backed off 0.1 + 0.2 s between the tries
 
 

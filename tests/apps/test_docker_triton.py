@@ -35,7 +35,17 @@ def test_dockerfile_structure():
     assert args["L4T_TAG"].startswith("r36")  # JetPack 6 by default (TensorRT 10.3)
     assert "r35" in DOCKERFILE.read_text()  # the JetPack 5 build argument is documented
     froms = [rest for op, rest in ins if op == "FROM"]
-    assert froms == ["nvcr.io/nvidia/l4t-jetpack:${L4T_TAG}"]
+    # the wheel is built with a current Python; the JetPack image (Python 3.8 on JetPack 5)
+    # installs that wheel, as users do, never the source tree
+    assert froms == ["python:3.12-slim AS wheel", "nvcr.io/nvidia/l4t-jetpack:${L4T_TAG}"]
+    copies = [rest for op, rest in ins if op == "COPY"]
+    assert "pyproject.toml setup.py README.md LICENSE ./" in copies
+    assert "--from=wheel /wheels /tmp/wheels" in copies
+    final_runs = " ".join(
+        rest for op, rest in ins[[op for op, _ in ins].index("FROM", 1) :] if op == "RUN"
+    )
+    assert "edgert-*.whl" in final_runs and "install ." not in final_runs
+    assert "pycuda>=2025.1.2" in final_runs  # CUDA 13 (JetPack 7) needs it
     users = [rest for op, rest in ins if op == "USER"]
     assert users and users[-1] not in ("root", "0")
     assert any("--groups video" in rest for op, rest in ins if op == "RUN")

@@ -111,6 +111,7 @@ NO_TENSORRT = pytest.mark.skipif(
 
 @NO_TENSORRT
 def test_bundle_batch_limit_and_missing_precisions(tmp_path):
+    pytest.importorskip("torch", reason="exports a PyTorch model (host side)")
     from edgert.export import export_model
 
     models_py = Path(__file__).resolve().parents[1] / "export" / "models.py"

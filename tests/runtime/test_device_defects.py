@@ -1,0 +1,147 @@
+"""Device defects found by reading our code against NVIDIA's sources (issue: deployment, section 3).
+Where no TensorRT or NVML can run here, a fake stands in for the single call in question."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import types
+import weakref
+
+import numpy as np
+import pytest
+
+from edgert.runtime.backends import tensorrt_compat as compat
+from edgert.runtime.errors import ShapeError
+from edgert.runtime.power.sensors import discover, nvml_handle
+from tests.runtime.test_power_sensors import ina3221_hwmon, write
+
+
+def _ina238(root, addr: str, label: str, microwatts: int) -> None:
+    hw = root / f"sys/bus/i2c/drivers/ina238/{addr}/hwmon/hwmon9"
+    write(hw / "power1_input", microwatts)
+    write(hw / "in1_label", label)
+
+
+def test_thor_totals_vin_not_the_module_rails(tmp_path):
+    """Thor: the carrier's INA238 measures VIN (42.5 W); the module's INA3221 rails add up to 29 W."""
+    ina3221_hwmon(
+        tmp_path,
+        "1-0040",
+        1,
+        [("VDD_GPU", 5000, 3000), ("VDD_CPU_SOC_MSS", 5000, 2000), ("VDD_SYS", 5000, 800)],
+    )
+    _ina238(tmp_path, "2-0044", "VIN", 42_500_000)
+    d = discover(tmp_path, nvml=False)
+    s = d.sensor.read()
+    assert s.total_w == pytest.approx(42.5)  # the board's input, as jtop reports it
+    assert s.rails["VDD_GPU"] == pytest.approx(15.0) and s.rails["VIN"] == pytest.approx(42.5)
+    assert "input rail VIN" in d.sensor.describe()
+
+
+def test_several_sensors_without_an_input_rail_sum_everything(tmp_path):
+    ina3221_hwmon(tmp_path, "1-0040", 1, [("VDD_GPU", 5000, 1000)])
+    _ina238(tmp_path, "2-0044", "VDD_CPU", 2_000_000)
+    s = discover(tmp_path, nvml=False).sensor.read()
+    assert s.total_w == pytest.approx(7.0)
+
+
+def test_dla_core_is_set_before_deserialising():
+    from pathlib import Path
+
+    info = compat.PlanInfo(Path("p.engine"), "int8", "10.3.0", "Orin", "8.7", dla_core=1)
+    assert compat.runtime_dla_core(info) == 1
+    gpu = compat.PlanInfo(Path("p.engine"), "fp16", "10.3.0", "Orin", "8.7")
+    assert compat.runtime_dla_core(gpu) is None and compat.runtime_dla_core(None) is None
+    import inspect
+
+    from edgert.runtime.backends import tensorrt
+
+    source = inspect.getsource(tensorrt.TensorRTBackend.__init__)
+    assert source.index("runtime.DLA_core = dla_core") < source.index("deserialize_cuda_engine")
+
+
+def test_timing_cache_is_keyed_on_the_gpu_too():
+    a = compat.timing_cache_name("10.3.0", "8.9", "NVIDIA GeForce RTX 4090")
+    b = compat.timing_cache_name("10.3.0", "8.9", "NVIDIA L4")
+    assert a != b and a.startswith("timing-10.3.0-sm89-") and "/" not in a + b
+
+
+class FakeNvml(types.SimpleNamespace):
+    """NVML's numbering (PCI order) against CUDA's (fastest first): two cards, swapped."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self):
+        super().__init__(calls=[])
+        self.by_bus = {b"0000:01:00.0": "nvml-0 (slow card)", b"0000:02:00.0": "nvml-1 (fast card)"}
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus):  # noqa: N802 - NVML's name
+        self.calls.append(("bus", bus))
+        if bus not in self.by_bus:
+            raise self.NVMLError("not found")
+        return self.by_bus[bus]
+
+    def nvmlDeviceGetHandleByIndex(self, index):  # noqa: N802
+        self.calls.append(("index", index))
+        return list(self.by_bus.values())[index]
+
+
+def test_nvml_matches_the_cuda_device_by_pci_bus_id():
+    nvml = FakeNvml()
+    # CUDA device 0 is the fast card, on bus 02: NVML index 0 would be the wrong card
+    handle, how = nvml_handle(nvml, 0, "0000:02:00.0")
+    assert handle == "nvml-1 (fast card)" and "PCI bus id" in how
+    handle, how = nvml_handle(nvml, 1, None)  # no CUDA driver to ask: the index, said so
+    assert handle == "nvml-1 (fast card)" and "index" in how
+
+
+def test_process_wide_tensorrt_logger(monkeypatch):
+    """The plugin library keeps the logger's pointer: one logger for the process, plugins once."""
+    calls = []
+
+    class ILogger:
+        class Severity:
+            ERROR, INTERNAL_ERROR, WARNING, INFO = range(4)
+
+        def __init__(self):
+            pass
+
+    fake = types.SimpleNamespace(
+        ILogger=ILogger, init_libnvinfer_plugins=lambda lg, ns: calls.append(lg)
+    )
+    monkeypatch.setitem(sys.modules, "tensorrt", fake)
+    from edgert.runtime.backends import tensorrt_logger as tl
+
+    monkeypatch.setattr(tl, "_logger", None)
+    monkeypatch.setattr(tl, "_plugins_ready", False)
+    tl.init_plugins()
+    tl.init_plugins()
+    logger = tl.process_logger()
+    assert calls == [logger]  # once, with the logger that lives as long as the process
+    ref = weakref.ref(logger)
+    del logger, calls[:]
+    gc.collect()
+    assert ref() is not None
+    mark = ref().mark()
+    ref().log(ILogger.Severity.ERROR, "first")
+    assert ref().since(mark) == ["first"] and ref().since(ref().mark()) == []
+
+
+def test_infer_shapes_error_code_becomes_a_shape_error():
+    from edgert.runtime.backends.tensorrt import _IO, TensorRTBackend
+
+    class Context:  # TensorRT's IExecutionContext, for the two calls in question
+        def set_input_shape(self, name, shape):
+            return True
+
+        def infer_shapes(self):
+            raise RuntimeError("IExecutionContext::inferShapes: Error Code 7: internal error")
+
+    backend = object.__new__(TensorRTBackend)
+    backend.io = [_IO("x", True, "float32", (-1, 3))]
+    backend.context = Context()
+    backend._current_shapes = {}
+    with pytest.raises(ShapeError, match="could not infer the output shapes"):
+        backend._apply_shapes({"x": np.zeros((2, 3), np.float32)})

@@ -1,0 +1,77 @@
+"""Tiny real ONNX models and bundles, built node by node for tests that need a model but not a
+trained one (they run in milliseconds on ONNX Runtime)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+W = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+B = np.array([0.5, -1.0, 0.0], np.float32)
+
+
+def matmul_model(path: Path, batch: int | str = "N") -> Path:
+    """y = relu(x @ W + b), x: float32[batch, 4] -> y: float32[batch, 3]."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "W"], ["h"]),
+            helper.make_node("Add", ["h", "b"], ["z"]),
+            helper.make_node("Relu", ["z"], ["y"]),
+        ],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])],
+        initializer=[
+            helper.make_tensor("W", TensorProto.FLOAT, W.shape, W.ravel()),
+            helper.make_tensor("b", TensorProto.FLOAT, B.shape, B),
+        ],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return Path(path)
+
+
+def matmul_reference(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x @ W + B, 0)
+
+
+def image_classifier(path: Path, size: int = 16, classes: int = 3) -> Path:
+    """x: float32[N, 3, size, size] -> conv 3x3 -> relu -> global pool -> gemm -> logits[N, classes]."""
+    rng = np.random.default_rng(0)
+    cw = rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.2
+    gw = rng.standard_normal((classes, 4)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "cw"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+            helper.make_node("Flatten", ["g"], ["f"]),
+            helper.make_node("Gemm", ["f", "gw"], ["logits"], transB=1),
+        ],
+        "tiny_classifier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])],
+        initializer=[
+            helper.make_tensor("cw", TensorProto.FLOAT, cw.shape, cw.ravel()),
+            helper.make_tensor("gw", TensorProto.FLOAT, gw.shape, gw.ravel()),
+        ],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return Path(path)
+
+
+def classifier_bundle(folder: Path, name: str = "tiny", size: int = 16, **options) -> Path:
+    """An edgert bundle of :func:`image_classifier` with labels and resize_crop preprocessing."""
+    from edgert.export import export_model
+
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx_path = image_classifier(folder / f"{name}.onnx", size)
+    labels = folder / "labels.txt"
+    labels.write_text("cat\ndog\nbird\n")
+    pre = {"resize": "resize_crop", "size": f"{size}x{size}"}
+    pre.update(options)
+    return export_model(
+        str(onnx_path), folder / f"{name}.edgert", task="classify", labels=labels, preprocess=pre
+    ).bundle

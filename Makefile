@@ -34,7 +34,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/hadolint Dockerfile.jetson
-	$(VENV)/bin/vermin -t=3.8- --no-tips --violations -q runtime apps
+	$(VENV)/bin/vermin -t=3.8- --no-tips --violations -q runtime apps export/triton.py
 
 test: lint
 	$(VENV)/bin/pytest -q

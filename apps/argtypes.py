@@ -6,6 +6,11 @@ from __future__ import annotations
 import argparse
 import math
 
+# the same lists as edgert.runtime.engine (a test keeps them equal); here so that --help and
+# argument parsing import no numpy
+BACKENDS = ("auto", "tensorrt", "onnxruntime")
+PRECISIONS = ("auto", "fp32", "fp16", "int8")
+
 
 def _number(text: str, kind: type) -> float | int:
     try:
@@ -19,32 +24,23 @@ def _number(text: str, kind: type) -> float | int:
     return value
 
 
-def positive_int(text: str) -> int:
-    value = _number(text, int)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
-    return value
+def _at_least(kind: type, low, strict: bool):
+    """A parser of numbers of ``kind`` above ``low`` (``strict``) or at least ``low``."""
+    words = "a positive number" if strict else ("at least 1" if low == 1 else "0 or more")
+
+    def parse(text: str):
+        value = _number(text, kind)
+        if value < low or (strict and value == low):
+            raise argparse.ArgumentTypeError(f"must be {words}, not {text}")
+        return value
+
+    return parse
 
 
-def nonneg_int(text: str) -> int:
-    value = _number(text, int)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = _number(text, float)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
-    return value
-
-
-def nonneg_float(text: str) -> float:
-    value = _number(text, float)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
-    return value
+positive_int = _at_least(int, 1, strict=False)
+nonneg_int = _at_least(int, 0, strict=False)
+positive_float = _at_least(float, 0.0, strict=True)
+nonneg_float = _at_least(float, 0.0, strict=False)
 
 
 def finite_float(text: str) -> float:

@@ -67,11 +67,7 @@ def device_facts() -> dict:
     cuda = probe_cuda()
     facts = {
         "cpu": platform.processor() or platform.machine(),
-        "gpu": [
-            f"{d.name} (compute {d.compute_capability[0]}.{d.compute_capability[1]})"
-            for d in cuda.devices
-        ]
-        or None,
+        "gpu": [f"{d.name} (compute {d.cc})" for d in cuda.devices] or None,
         "gpu_reason": cuda.reason,
         "jetson": jetson_info(),
         "tensorrt": module_version("tensorrt")[0],
@@ -97,6 +93,67 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
     from edgert.runtime.power.meter import PowerMeter
     from edgert.runtime.power.sensors import discover
 
+    _validate(cfg)
+    found = discover(cfg.sysfs_root, nvml=cfg.nvml)
+    meter = PowerMeter(found.sensor) if found.sensor else None
+    if cfg.power_cap is not None and meter is None:
+        raise EdgertError(f"--power-cap needs a power sensor, and there is none: {found.reason}")
+    profile = {"profile": True} if cfg.backend in ("auto", "tensorrt") else {}  # the split
+    idle = None
+    try:
+        with Engine.load(
+            cfg.model, backend=cfg.backend, precision=cfg.precision, **profile
+        ) as engine:
+            feeds = make_inputs(engine, cfg.batch)
+            if meter:
+                meter.start()
+                say(
+                    f"measuring idle power for {cfg.idle_seconds:.0f} s ({found.sensor.describe()})"
+                )
+                idle = meter.measure_idle(cfg.idle_seconds)
+            end_warm = time.perf_counter() + cfg.warmup
+            while time.perf_counter() < end_warm:
+                engine.infer(feeds)
+            runner = (
+                CappedRunner(engine, meter, cfg.power_cap, idle)
+                if cfg.power_cap is not None
+                else engine
+            )
+            run = _timed_loop(engine, runner, feeds, cfg, meter, say)
+            backend, reason = engine.backend, engine.backend_reason
+    finally:  # on every path: no sampling thread or open sensor left behind
+        if meter:
+            meter.stop()
+            found.sensor.close()
+    result = {
+        "model": str(cfg.model),
+        "backend": backend,
+        "backend_reason": reason,
+        "precision": cfg.precision,
+        "batch": cfg.batch,
+        "iterations": run.latencies.count,
+        "interrupted": run.interrupted,
+        "seconds": round(run.elapsed, 3),
+        "latency_ms": run.latencies.summary(),
+        "throughput_ips": cfg.batch * run.latencies.count / run.elapsed,
+        "split_ms": run.split_ms(),
+        "split_reason": None if run.split else _no_split_reason(backend),
+        "power_cap_w": cfg.power_cap,
+        "power_w": None,
+        "energy_mj_per_inference": None,
+        "energy_mj_per_inference_above_idle": None,
+        "power_reason": found.reason,
+        "device": device_facts(),
+        "power_series": None,
+    }
+    if meter:
+        result.update(_power_result(meter, found.sensor, run, idle, cfg.batch))
+    # a uniform sample of the run (all of it when short): the histogram in --plot
+    result["latencies_ms"] = run.latencies.sample().round(4).tolist()
+    return result
+
+
+def _validate(cfg: BenchConfig) -> None:
     if cfg.batch < 1:
         raise ModelError("--batch must be at least 1")
     if cfg.duration is None and cfg.iterations is None:
@@ -111,97 +168,79 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
     for name, value in (("--warmup", cfg.warmup), ("--idle-seconds", cfg.idle_seconds)):
         if not (math.isfinite(value) and value >= 0):
             raise ModelError(f"{name} must be zero or more seconds, not {value}")
-    found = discover(cfg.sysfs_root, nvml=cfg.nvml)
-    meter = PowerMeter(found.sensor) if found.sensor else None
-    power_reason = found.reason
-    if cfg.power_cap is not None and meter is None:
-        raise EdgertError(f"--power-cap needs a power sensor, and there is none: {power_reason}")
-    with Engine.load(cfg.model, backend=cfg.backend, precision=cfg.precision) as engine:
-        feeds = make_inputs(engine, cfg.batch)
-        idle = None
-        if meter:
-            meter.start()
-            say(f"measuring idle power for {cfg.idle_seconds:.0f} s ({found.sensor.describe()})")
-            idle = meter.measure_idle(cfg.idle_seconds)
-        end_warm = time.perf_counter() + cfg.warmup
-        while time.perf_counter() < end_warm:
-            engine.infer(feeds)
-        runner = (
-            CappedRunner(engine, meter, cfg.power_cap, idle)
-            if cfg.power_cap is not None
-            else engine
+
+
+@dataclass
+class _Run:
+    latencies: LatencyRecorder
+    split: dict  # summed H2D / compute / D2H ms (TensorRT with profile)
+    elapsed: float
+    m_start: float | None
+    m_end: float | None
+    interrupted: bool
+
+    def split_ms(self) -> dict | None:
+        return {k: v / self.latencies.count for k, v in self.split.items()} if self.split else None
+
+
+def _timed_loop(engine, runner, feeds, cfg: BenchConfig, meter, say) -> _Run:
+    """Inferences until --iterations or --duration (or Ctrl-C / SIGTERM: what was measured is
+    reported); latencies kept in bounded memory."""
+    latencies = LatencyRecorder()
+    split: dict[str, float] = {}
+    t_start = time.perf_counter()
+    m_start = meter.now() if meter else None
+    deadline = t_start + cfg.duration if cfg.duration is not None else None
+    interrupted = False
+    try:
+        while True:
+            t0 = time.perf_counter()
+            runner.infer(feeds)
+            if engine.last_split_ms:
+                for part, ms in engine.last_split_ms.items():
+                    split[part] = split.get(part, 0.0) + ms
+            busy = time.perf_counter() - t0 if cfg.power_cap is None else engine_time(runner)
+            latencies.add(busy * 1e3)
+            if cfg.iterations is not None and latencies.count >= cfg.iterations:
+                break
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
+    except KeyboardInterrupt:
+        if not latencies.count:
+            raise
+        interrupted = True
+        say("interrupted: reporting the inferences measured so far")
+    elapsed = time.perf_counter() - t_start
+    return _Run(latencies, split, elapsed, m_start, meter.now() if meter else None, interrupted)
+
+
+def _no_split_reason(backend: str) -> str:
+    if backend != "tensorrt":
+        return (
+            "ONNX Runtime copies and computes inside one call, so there is no H2D / compute / "
+            "D2H split (the TensorRT backend measures it with CUDA events)"
         )
-        latencies = LatencyRecorder()  # bounded memory however long the run
-        t_start = time.perf_counter()
-        m_start = meter.now() if meter else None
-        deadline = t_start + cfg.duration if cfg.duration is not None else None
-        interrupted = False
-        try:
-            while True:
-                t0 = time.perf_counter()
-                runner.infer(feeds)
-                latencies.add(
-                    (time.perf_counter() - t0 if cfg.power_cap is None else engine_time(runner))
-                    * 1e3
-                )
-                if cfg.iterations is not None and latencies.count >= cfg.iterations:
-                    break
-                if deadline is not None and time.perf_counter() >= deadline:
-                    break
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: report what was measured
-            if not latencies.count:
-                raise
-            interrupted = True
-            say("interrupted: reporting the inferences measured so far")
-        elapsed = time.perf_counter() - t_start
-        m_end = meter.now() if meter else None
-        backend, reason = engine.backend, engine.backend_reason
-    result = {
-        "model": str(cfg.model),
-        "backend": backend,
-        "backend_reason": reason,
-        "precision": cfg.precision,
-        "batch": cfg.batch,
-        "iterations": latencies.count,
-        "interrupted": interrupted,
-        "seconds": round(elapsed, 3),
-        "latency_ms": latencies.summary(),
-        "throughput_ips": cfg.batch * latencies.count / elapsed,
-        "split_ms": None,
-        "split_reason": "H2D / compute / D2H split is measured by the TensorRT backend only"
-        if backend != "tensorrt"
-        else None,
-        "power_cap_w": cfg.power_cap,
-        "power_w": None,
-        "energy_mj_per_inference": None,
-        "energy_mj_per_inference_above_idle": None,
-        "power_reason": power_reason,
-        "device": device_facts(),
-        "power_series": None,
-    }
-    if meter:
-        meter.stop()
-        avg = meter.average_w(m_start, m_end)
-        if meter.lost:
-            result["power_reason"] = f"sensor lost mid-run: {meter.lost}"
-        if avg is not None:
-            n = cfg.batch * latencies.count
-            energy = meter.energy_j(m_start, m_end)
-            result["power_w"] = {"avg": avg, "idle": idle, "source": found.sensor.describe()}
-            result["energy_mj_per_inference"] = energy / n * 1e3
-            if idle is not None:
-                result["energy_mj_per_inference_above_idle"] = (
-                    (energy - idle * (m_end - m_start)) / n * 1e3
-                )
-            t, p = meter.series()
-            result["power_series"] = {
-                "t": (t - m_start).round(4).tolist(),
-                "w": p.round(4).tolist(),
-            }
-        found.sensor.close()
-    # a uniform sample of the run (all of it when short): the histogram in --plot
-    result["latencies_ms"] = latencies.sample().round(4).tolist()
-    return result
+    return "no split from the TensorRT backend (a CUDA graph replays copies and launch together)"
+
+
+def _power_result(meter, sensor, run: _Run, idle: float | None, batch: int) -> dict:
+    out: dict = {}
+    if meter.lost:
+        out["power_reason"] = f"sensor lost mid-run: {meter.lost}"
+    avg = meter.average_w(run.m_start, run.m_end)
+    if avg is None:
+        return out
+    n = batch * run.latencies.count
+    energy = meter.energy_j(run.m_start, run.m_end)
+    out["power_w"] = {"avg": avg, "idle": idle, "source": sensor.describe()}
+    out["energy_mj_per_inference"] = energy / n * 1e3
+    if idle is not None:
+        out["energy_mj_per_inference_above_idle"] = (
+            (energy - idle * (run.m_end - run.m_start)) / n * 1e3
+        )
+    t, p = meter.series()
+    out["power_series"] = {"t": (t - run.m_start).round(4).tolist(), "w": p.round(4).tolist()}
+    return out
 
 
 def engine_time(runner) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -57,11 +58,36 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"edgert {version()}")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    _verbosity(parser, argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"edgert.apps.commands.{name.replace('-', '_')}").add_parser(sub)
+    for command in sub.choices.values():  # accepted after the subcommand too: edgert run ... -v
+        _verbosity(command, argparse.SUPPRESS)
     return parser
+
+
+def _verbosity(parser: argparse.ArgumentParser, default) -> None:
+    group = parser.add_argument_group("output")
+    group.add_argument(
+        "--debug", action="store_true", default=default, help="show tracebacks and debug logs"
+    )
+    group.add_argument(
+        "-v", "--verbose", action="count", default=default, help="more log lines (-vv: debug)"
+    )
+    group.add_argument(
+        "-q", "--quiet", action="store_true", default=default, help="errors only, no warnings"
+    )
+
+
+def _log_level(args) -> int:
+    debug = getattr(args, "debug", False)
+    verbose = getattr(args, "verbose", 0) or 0
+    if debug or verbose >= 2:
+        return logging.DEBUG
+    if verbose == 1:
+        return logging.INFO
+    return logging.ERROR if getattr(args, "quiet", False) else logging.WARNING
 
 
 _stop_reason = ["interrupted"]
@@ -87,10 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"edgert: {_stop_reason[0]}", file=sys.stderr)
         return 143 if _stop_reason[0] == "terminated" else 130
-    logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.WARNING,
-        format="edgert: %(levelname)s: %(message)s",
-    )
+    args.debug = getattr(args, "debug", False)
+    logging.basicConfig(level=_log_level(args), format="edgert: %(levelname)s: %(message)s")
     if not args.command:
         parser.print_help()
         return 2
@@ -104,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"edgert {args.command}: {_stop_reason[0]}", file=sys.stderr)
         return 143 if _stop_reason[0] == "terminated" else 130
+    except BrokenPipeError:  # `edgert run ... | head -1`: the reader left; end quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
+        return 141  # as a process killed by SIGPIPE
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
         if args.debug:
             raise

@@ -27,7 +27,20 @@ def render() -> str:
         parts.append(
             f"## edgert {name}\n\n```text\n" + sub.choices[name].format_help().rstrip() + "\n```\n"
         )
+    parts.append(ENVIRONMENT)
     return "\n".join(parts)
+
+
+ENVIRONMENT = """## Environment variables
+
+| variable | meaning | default |
+|---|---|---|
+| `EDGERT_CACHE_DIR` | where zoo weights and trained zoo models are cached | `~/.cache/edgert` |
+| `EDGERT_ORT_THREADS` | ONNX Runtime intra-op threads when `Engine.load` is not given `intra_op_threads` (0: ONNX Runtime's choice) | `0` |
+| `EDGERT_SYSFS_ROOT` | read power sensors under this folder instead of `/` (a container with the host's `/sys` mounted elsewhere); `--sysfs-root` wins | `/` |
+| `EDGERT_MAX_IMAGE_PIXELS` | images with more pixels are refused before decoding | `120000000` |
+| `DISPLAY`, `WAYLAND_DISPLAY` | `edgert camera` opens a window only when one is set (and `--headless` is not given) | |
+"""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,7 @@ from edgert.apps.camera.sources import SyntheticSource
 from edgert.apps.camera.tasks import stages_for
 from edgert.export import export_model
 from edgert.runtime.engine import Engine
+from edgert.runtime.tasks import EngineTask
 
 
 class PacedSynthetic(SyntheticSource):
@@ -38,6 +39,8 @@ class PacedSynthetic(SyntheticSource):
         return self.cache[i % len(self.cache)]
 
     def read(self):
+        if self.start is None:
+            self.start = time.monotonic()
         due = self.start + self.i / self.fps
         wait = due - time.monotonic()
         if wait > 0:
@@ -110,7 +113,7 @@ def main() -> None:
         # one ONNX Runtime thread: on a 2-core machine the pipeline needs the other core for
         # preprocessing (both loops get the same engine)
         with Engine.load(bundle, backend="onnxruntime", intra_op_threads=1) as engine:
-            _, stages = stages_for(engine, None)
+            stages = stages_for(EngineTask(engine, "classify"))
             costs = stage_costs(engine, stages)
             slowest = max(costs.values())
             # 1. comparable stages: a camera as fast as the slowest stage

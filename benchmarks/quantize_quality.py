@@ -18,7 +18,6 @@ import io
 import json
 import logging
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +25,10 @@ import onnx
 
 from edgert.export import export_model
 from edgert.export.zoo.mobilenet_v2 import PREPROCESSING
-from edgert.export.zoo.photos import ALL_PHOTOS, load_photo
 from edgert.quantize import build, evaluate, gate, int8, int8_search, ranges
 from edgert.quantize.builder import ensure_node_names
 from edgert.quantize.calibration import augmented_crops
+from edgert.runtime.sample_data import ALL_PHOTOS, load_photo
 
 STRICT = {"cosine": 0.995, "agreement": 0.95}
 
@@ -60,16 +59,7 @@ def plain_quantize_static(src: Path, dst: Path, calib: np.ndarray) -> None:
 
 
 def latency_ms(model_path: Path, x: np.ndarray, runs: int = 200) -> float:
-    sess = evaluate.session(onnx.load(str(model_path)))
-    name = sess.get_inputs()[0].name
-    for _ in range(20):
-        sess.run(None, {name: x})
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        sess.run(None, {name: x})
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times) * 1e3)
+    return evaluate.cpu_latency_ms(onnx.load(str(model_path)), x[0], runs=runs)
 
 
 def score(model, evals: np.ndarray, ref: dict) -> dict:

@@ -88,6 +88,8 @@ def default_preprocessing(spec: TensorSpec, task: str) -> Preprocessing:
     return Preprocessing(
         size=(max(hw[0], 1), max(hw[1], 1)),
         resize="letterbox" if task == "detect" else "stretch",
+        # YOLO-style detectors are trained on plain bilinear resizing (no area averaging)
+        interpolation="bilinear" if task == "detect" else "linear",
         layout=layout,
         channel_order="GRAY" if channels == 1 else "RGB",
         mean=(0.0,) * channels,
@@ -121,6 +123,8 @@ def describe(
         src.preprocessing = base
     if overrides:
         fields = _normalise(overrides)
+        if fields.get("resize") == "letterbox" and "interpolation" not in fields:
+            fields["interpolation"] = "bilinear"  # what YOLO training used; "linear" would average
         channels = (
             1 if fields.get("channel_order", src.preprocessing.channel_order) == "GRAY" else 3
         )

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import platform
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from edgert.runtime import atomic, bundle
 from edgert.runtime.errors import (
-    ExportError,
     ModelError,
     OutputError,
     ParityError,
@@ -65,7 +62,7 @@ def parse_shapes(text: str) -> list[tuple[int, ...]]:
 
 
 def export_model(
-    model: str,
+    model: str | Path | Any,
     out: str | Path | None = None,
     *,
     name: str | None = None,
@@ -89,13 +86,13 @@ def export_model(
     do not bring their own description.
     """
     start = time.perf_counter()
-    if model == "zoo:mtcnn":  # three networks in one bundle: its own exporter
-        from .zoo.mtcnn import export_mtcnn
+    from .zoo import zoo_exporter
 
-        path, reports = export_mtcnn(out or "mtcnn.edgert", atol, rtol)
-        return ExportResult(
-            path, reports["pnet"], time.perf_counter() - start, bundle.Bundle(path).manifest.raw
-        )
+    own = zoo_exporter(model)  # e.g. zoo:mtcnn, three networks in one bundle
+    if own is not None:
+        path, parity = own(out, atol, rtol)
+        manifest = bundle.Bundle(path).manifest.raw
+        return ExportResult(path, parity, time.perf_counter() - start, manifest)
     if max_batch is not None:
         if max_batch < 1:
             raise ModelError("--max-batch must be at least 1")
@@ -112,6 +109,8 @@ def export_model(
         onnx_model, parity, export_info = _from_onnx(src, atol, rtol)
     else:
         shapes = input_shape if isinstance(input_shape, list) else None
+        if isinstance(input_shape, tuple) and all(isinstance(d, int) for d in input_shape):
+            shapes = [input_shape]  # export_model(net, input_shape=(1, 3, 224, 224))
         if isinstance(input_shape, str):
             shapes = parse_shapes(input_shape)
         shapes = shapes or src.input_shapes
@@ -133,8 +132,12 @@ def export_model(
             report=parity,
         )
     export_info["seconds"] = round(time.perf_counter() - start, 3)
-    describe(src, _specs(onnx_model.graph.input, onnx_model), task, labels, preprocess)
-    check_labels(src.task, src.labels, _specs(onnx_model.graph.output, onnx_model))
+    describe(
+        src, onnx_export.tensor_specs(onnx_model.graph.input, onnx_model), task, labels, preprocess
+    )
+    check_labels(
+        src.task, src.labels, onnx_export.tensor_specs(onnx_model.graph.output, onnx_model)
+    )
     manifest = _manifest(src, name, onnx_model, parity, export_info)
     _set_metadata(onnx_model, manifest)
     data = onnx_model.SerializeToString()
@@ -144,7 +147,7 @@ def export_model(
         bundle.write_manifest(stage, manifest)
         (stage / bundle.ENGINES).mkdir()
     seconds = time.perf_counter() - start
-    log.info("exported %s to %s in %.1f s", model, target, seconds)
+    log.info("exported %s to %s in %.1f s", src.spec, target, seconds)
     return ExportResult(target, parity, seconds, manifest)
 
 
@@ -171,7 +174,7 @@ def _from_torch(src, shapes, opset, dynamic_batch, max_batch, simplify, atol, rt
         info["simplify"] = {"applied": False, "reason": "--no-simplify"}
     if dynamic_batch:
         info["batch"] = {"min": 1, "opt": 1, "max": max_batch}
-    session = _session(model)
+    session = onnx_export.cpu_session(model)
     output_names = [o.name for o in session.get_outputs()]
 
     def reference(feeds):
@@ -219,10 +222,12 @@ def _from_onnx(src: SourceModel, atol: float, rtol: float):
             "JetPack 5)"
         )
     model = onnx_export.check_onnx(model)
-    session = _session(model)  # proves ONNX Runtime can run it
+    session = onnx_export.cpu_session(model)  # proves ONNX Runtime can run it
     info = {
         "opset": opset,
-        "dynamic_batch": any(d < 0 for d in _specs(model.graph.input, model)[0].shape[:1]),
+        "dynamic_batch": any(
+            d < 0 for d in onnx_export.tensor_specs(model.graph.input, model)[0].shape[:1]
+        ),
         "exporter": "existing ONNX file",
         "ort_providers": session.get_providers(),
     }
@@ -233,39 +238,6 @@ def _from_onnx(src: SourceModel, atol: float, rtol: float):
     return model, report, info
 
 
-def _session(model):
-    ort = require("onnxruntime", "pip install onnxruntime", "checking the export")
-    try:
-        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    except Exception as exc:
-        raise ExportError(
-            f"ONNX Runtime cannot load the exported model: {first_line(exc)}"
-        ) from exc
-
-
-def _specs(values, model) -> list[bundle.TensorSpec]:
-    from onnx import helper
-
-    inits = {i.name for i in model.graph.initializer}
-    specs = []
-    for v in values:
-        if v.name in inits:
-            continue
-        tt = v.type.tensor_type
-        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).name
-        specs.append(bundle.TensorSpec(v.name, dtype, dims))
-    return specs
-
-
-def tool_versions() -> dict[str, str]:
-    versions = {"python": platform.python_version()}
-    for dist in ("edgert", "torch", "onnx", "onnxruntime", "onnxslim", "numpy"):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            versions[dist] = metadata.version(dist)
-    return versions
-
-
 def _manifest(src: SourceModel, name: str, model, parity: ParityReport, export_info: dict) -> dict:
     labels = src.labels
     task = src.task
@@ -274,8 +246,8 @@ def _manifest(src: SourceModel, name: str, model, parity: ParityReport, export_i
         "name": name,
         "task": task,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "inputs": [s.to_dict() for s in _specs(model.graph.input, model)],
-        "outputs": [s.to_dict() for s in _specs(model.graph.output, model)],
+        "inputs": [s.to_dict() for s in onnx_export.tensor_specs(model.graph.input, model)],
+        "outputs": [s.to_dict() for s in onnx_export.tensor_specs(model.graph.output, model)],
         "preprocessing": src.preprocessing.to_dict() if src.preprocessing else None,
         "labels": list(labels) if labels else None,
         "source": {"kind": src.kind, "spec": src.spec},
@@ -283,7 +255,7 @@ def _manifest(src: SourceModel, name: str, model, parity: ParityReport, export_i
         "export": export_info,
         "parity": parity.to_dict(),
         "metrics": src.metrics,
-        "tools": tool_versions(),
+        "tools": onnx_export.tool_versions(),
     }
 
 

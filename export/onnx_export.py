@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
+import platform
 import re
 import warnings
+from importlib import metadata
 from typing import Any
 
 import numpy as np
 
-from edgert.runtime.errors import ExportError, ShapeError, first_line
+from edgert.runtime.bundle import TensorSpec
+from edgert.runtime.errors import ExportError, ShapeError, first_line, require
 
 log = logging.getLogger(__name__)
 
@@ -156,3 +160,39 @@ def _explain_export_failure(exc: Exception, opset: int) -> str:
     if "Unsupported ONNX opset" in text or "opset_version" in text:
         return f"ONNX opset {opset} is not supported by this PyTorch exporter: {first_line(exc)}"
     return f"ONNX export failed: {type(exc).__name__}: {first_line(exc)}"
+
+
+def cpu_session(model):
+    """An ONNX Runtime CPU session of an in-memory model (proof that it runs); ExportError if not."""
+    ort = require("onnxruntime", "pip install onnxruntime", "checking the export")
+    try:
+        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise ExportError(
+            f"ONNX Runtime cannot load the exported model: {first_line(exc)}"
+        ) from exc
+
+
+def tensor_specs(values, model) -> list[TensorSpec]:
+    """Graph inputs or outputs (initializers left out) as TensorSpecs: -1 for dynamic axes."""
+    from onnx import helper
+
+    inits = {i.name for i in model.graph.initializer}
+    specs = []
+    for v in values:
+        if v.name in inits:
+            continue
+        tt = v.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).name
+        specs.append(TensorSpec(v.name, dtype, dims))
+    return specs
+
+
+def tool_versions() -> dict[str, str]:
+    """Versions of the tools that made a bundle, for its manifest."""
+    versions = {"python": platform.python_version()}
+    for dist in ("edgert", "torch", "onnx", "onnxruntime", "onnxslim", "numpy"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[dist] = metadata.version(dist)
+    return versions

@@ -7,47 +7,36 @@ TorchScript file; an ExportedProgram ``.pt2``; a pickled whole module (only with
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import os
 import re
 import sys
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from edgert.runtime.bundle import sha256_file
 from edgert.runtime.errors import ModelError, first_line
 from edgert.runtime.preprocess import Preprocessing
 
+from .source_model import SourceModel, check_state_dict
+
+__all__ = ["SourceModel", "check_state_dict", "load_source"]
+
 _FACTORY = re.compile(r"^(?P<target>.+?):(?P<attr>[A-Za-z_][A-Za-z0-9_]*)$")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
-@dataclass
-class SourceModel:
-    """A model ready to export: a torch module (or an ONNX file) plus what is known about it."""
-
-    name: str
-    kind: str  # zoo | factory | torchscript | exported_program | pickle | onnx
-    spec: str
-    module: Any = None  # torch.nn.Module, None for onnx sources
-    onnx_path: Path | None = None
-    input_shapes: list[tuple[int, ...]] | None = None
-    input_names: list[str] | None = None
-    output_names: list[str] | None = None
-    task: str = "generic"
-    preprocessing: Preprocessing | None = None
-    labels: list[str] | None = None
-    samples: np.ndarray | None = None  # real, preprocessed inputs (N, ...) for parity
-    hashes: dict[str, str] = field(default_factory=dict)
-    metrics: dict[str, Any] = field(default_factory=dict)
-
-
-def load_source(spec: str, weights: str | None = None, trust_pickle: bool = False) -> SourceModel:
-    """Resolve MODEL; raise ModelError with one sentence when it is not a usable model."""
+def load_source(
+    spec: str | os.PathLike | Any, weights: str | None = None, trust_pickle: bool = False
+) -> SourceModel:
+    """Resolve MODEL (a CLI string or path, or a ``torch.nn.Module`` from Python); raise
+    ModelError with one sentence when it is not a usable model."""
+    if not isinstance(spec, (str, os.PathLike)):
+        return _from_module(spec, weights)
+    spec = os.fspath(spec)
     if spec.startswith("zoo:"):
         from .zoo import load_zoo_model
 
@@ -71,6 +60,39 @@ def load_source(spec: str, weights: str | None = None, trust_pickle: bool = Fals
     if path.suffix.lower() == ".pt2":
         return _load_exported_program(path)
     return _load_torch_file(path, trust_pickle)
+
+
+@contextlib.contextmanager
+def _cwd_first():
+    """The current folder first on sys.path while importing the user's package (the console
+    script, unlike ``python -m``, does not put it there)."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+def _from_module(module: Any, weights: str | None) -> SourceModel:
+    """A module handed over from Python (``export_model(net, input_shape=...)``)."""
+    torch = _torch()
+    if not isinstance(module, torch.nn.Module):
+        raise ModelError(
+            f"MODEL is a {type(module).__name__}; give a torch.nn.Module, a file, zoo:NAME or "
+            "module:function"
+        )
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", type(module).__name__).lower() or "model"
+    src = SourceModel(
+        name=name, kind="module", spec=f"<{type(module).__name__} object>", module=module
+    )
+    if weights:
+        _load_weights(torch, module, Path(weights))
+        src.hashes["weights"] = sha256_file(weights)
+    return src
 
 
 def _torch():
@@ -101,7 +123,8 @@ def _load_factory(spec: str, target: str, attr: str, weights: str | None) -> Sou
         name = _name_of(file)
     else:
         try:
-            module = importlib.import_module(target)
+            with _cwd_first():  # as `python -m` does: mypkg.models:build from the current folder
+                module = importlib.import_module(target)
         except Exception as exc:
             raise ModelError(f"cannot import module {target}: {type(exc).__name__}: {exc}") from exc
         name = target.rsplit(".", 1)[-1]
@@ -137,32 +160,6 @@ def _load_weights(torch, model, path: Path) -> None:
         raise ModelError(f"{path} holds a {type(state).__name__}, not a state_dict")
     check_state_dict(model, state, str(path))
     model.load_state_dict(state, strict=True)
-
-
-def check_state_dict(model, state: dict, what: str) -> None:
-    """Raise ModelError listing a few missing/unexpected/mis-shaped keys when they do not match."""
-    own = model.state_dict()
-    missing = [k for k in own if k not in state]
-    unexpected = [k for k in state if k not in own]
-    mismatched = [
-        f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}"
-        for k in own
-        if k in state
-        and hasattr(state[k], "shape")
-        and tuple(state[k].shape) != tuple(own[k].shape)
-    ]
-    if not (missing or unexpected or mismatched):
-        return
-    parts = []
-    for label, keys in (
-        ("missing", missing),
-        ("unexpected", unexpected),
-        ("wrong shape", mismatched),
-    ):
-        if keys:
-            more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
-            parts.append(f"{label}: {', '.join(keys[:3])}{more}")
-    raise ModelError(f"weights in {what} do not match the architecture ({'; '.join(parts)})")
 
 
 def _load_exported_program(path: Path) -> SourceModel:

@@ -109,7 +109,7 @@ def export_triton(
     else:
         source, filename, platform, kind = bundle.onnx_path, "model.onnx", "onnxruntime_onnx", None
     dynamic = bool(bundle.manifest.inputs) and bundle.manifest.inputs[0].shape[0] < 0
-    recorded = ((bundle.manifest.raw.get("export") or {}).get("batch") or {}).get("max")
+    recorded = bundle.manifest.max_batch
     if max_batch is None:
         max_batch = (recorded or 8) if dynamic else 0
     if max_batch < 0:

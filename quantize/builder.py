@@ -33,6 +33,7 @@ from edgert.runtime.bundle import (
     verify_hash,
     write_manifest,
 )
+from edgert.runtime.engine_cache import VERIFY_FILE
 from edgert.runtime.errors import EdgertError, ModelError, OutputError, first_line
 from edgert.runtime.locks import file_lock
 
@@ -41,7 +42,6 @@ from .fp16 import to_fp16
 
 PRECISIONS = ("fp32", "fp16", "int8")
 VERIFY_SAMPLES = 8
-VERIFY_FILE = "calibration/verify.npz"
 RANGES_FILE = "calibration/ranges.json"
 
 
@@ -111,31 +111,36 @@ def build(
     path = _as_bundle(Path(model), say)
     with file_lock(path / ".build.lock"):
         bundle = Bundle(path)
-        report = BuildReport(path, precision)
-        manifest = dict(bundle.manifest.raw)
+        job = _Job(bundle, dict(bundle.manifest.raw), BuildReport(path, precision), rules, say,
+                   calib, calib_size, holdout_size, calib_method, seed)  # fmt: skip
         if precision == "int8":
-            report.quantization = _int8(
-                bundle,
-                manifest,
-                calib,
-                calib_size,
-                holdout_size,
-                calib_method,
-                rules,
-                seed,
-                say,
-                report,
-            )
+            job.report.quantization = _int8(job)
         elif precision == "fp16":
-            report.quantization = _fp16(
-                bundle, manifest, calib, calib_size, holdout_size, seed, say, report
-            )
-        _commit(bundle.path, manifest, report.pending)
-        report.engine = _engine(
-            bundle.path, precision, rules, dla, workspace_gib, opt_level, shapes, no_engine, say
-        )
-    report.seconds = time.perf_counter() - start
-    return report
+            job.report.quantization = _fp16(job)
+        _commit(bundle.path, job.manifest, job.report.pending)
+        if no_engine:
+            job.report.engine = {"built": False, "reason": "--no-engine"}
+        else:
+            options = _plan_options(precision, workspace_gib, opt_level, shapes, dla)
+            job.report.engine = _plan(bundle.path, precision, rules, options, say)
+    job.report.seconds = time.perf_counter() - start
+    return job.report
+
+
+@dataclass
+class _Job:
+    """One build: the bundle, the manifest being updated, the report, and the user's settings."""
+
+    bundle: Bundle
+    manifest: dict
+    report: BuildReport
+    rules: dict
+    say: Callable[[str], None]
+    calib: str | None
+    calib_size: int
+    holdout_size: int
+    calib_method: str | None
+    seed: int
 
 
 def _commit(folder: Path, manifest: dict, files: dict[str, bytes]) -> None:
@@ -233,18 +238,17 @@ def _load_fp32(bundle: Bundle):
     return model
 
 
-def _data(bundle, calib, calib_size, holdout_size, seed, say) -> calibration.CalibrationData:
-    data = calibration.load(calib, bundle.manifest, calib_size, holdout_size, seed)
-    say(f"calibration: {data.calibration.description}; hold-out: {data.holdout.description}")
+def _data(job: _Job, calib_size: int | None = None) -> calibration.CalibrationData:
+    size = job.calib_size if calib_size is None else calib_size
+    data = calibration.load(job.calib, job.bundle.manifest, size, job.holdout_size, job.seed)
+    job.say(f"calibration: {data.calibration.description}; hold-out: {data.holdout.description}")
     return data
 
 
-def _int8(
-    bundle, manifest, calib, calib_size, holdout_size, calib_method, rules, seed, say, report
-) -> dict:
-    model = _load_fp32(bundle)
-    task = bundle.manifest.task
-    data = _data(bundle, calib, calib_size, holdout_size, seed, say)
+def _int8(job: _Job) -> dict:
+    """Calibrate, quantize, gate (with the sensitivity fallback when needed); stage the files."""
+    model = _load_fp32(job.bundle)
+    data = _data(job)
     cal = data.calibration.inputs
     n_val = max(4, min(64, len(cal) // 5))
     fit, validation = cal[n_val:], cal[:n_val]
@@ -254,35 +258,15 @@ def _int8(
             "the model has no Conv, Gemm or MatMul with constant weights: nothing to quantize"
         )
     tensors = ranges.activation_inputs(model, nodes)
-    say(f"collecting activation ranges of {len(tensors)} tensors on {len(fit)} samples")
+    job.say(f"collecting activation ranges of {len(tensors)} tensors on {len(fit)} samples")
     stats = ranges.collect(model, fit, tensors)
     fp32 = evaluate.session(model)
-    ref_val = evaluate.run(fp32, validation)
-    hold = data.holdout
-    ref_hold = evaluate.run(fp32, hold.inputs)
-    choice = int8_search.choose_method(model, stats, validation, ref_val, task, calib_method, say)
+    ref = _References(evaluate.run(fp32, validation), evaluate.run(fp32, data.holdout.inputs))
+    choice = int8_search.choose_method(model, stats, validation, ref.validation,
+                                       job.bundle.manifest.task, job.calib_method, job.say)  # fmt: skip
     thresholds = stats.thresholds(choice.method)
-    say(f"calibration method: {choice.method} ({choice.why})")
-    q = int8.quantize(model, thresholds, validation)
-    ev = gate.evaluate(ref_hold, evaluate.run(q, hold.inputs), task, hold.labels)
-    say(f"INT8 vs FP32 on the hold-out: {ev.summary()}")
-    first = dict(ev.metrics)
-    fallback = None
-    if not ev.passes(rules):
-        say(f"gate not met ({'; '.join(ev.failures(rules))}); ranking nodes by sensitivity")
-        q, ev, fallback = int8_search.fallback(
-            model,
-            thresholds,
-            [n.name for n in nodes],
-            validation,
-            ref_val,
-            hold.inputs,
-            ref_hold,
-            task,
-            hold.labels,
-            rules,
-            say,
-        )
+    job.say(f"calibration method: {choice.method} ({choice.why})")
+    q, ev, first, fallback = _gate(job, model, thresholds, nodes, validation, data.holdout, ref)
     problems = int8.check_structure(q)
     if problems:
         raise ModelError("the Q/DQ model is not in TensorRT form: " + "; ".join(problems[:3]))
@@ -291,8 +275,8 @@ def _int8(
             "source": data.source,
             "samples": int(len(fit)),
             "validation_samples": int(len(validation)),
-            "holdout": hold.description,
-            "seed": seed,
+            "holdout": data.holdout.description,
+            "seed": job.seed,
             "method": choice.method,
             "method_why": choice.why,
             "method_scores": choice.scores,
@@ -300,58 +284,95 @@ def _int8(
         "calibration_sha256": hashlib.sha256(
             json.dumps(thresholds, sort_keys=True).encode()
         ).hexdigest(),
-        "gate": rules,
+        "gate": job.rules,
         "holdout_before_fallback": {k: round(v, 5) for k, v in first.items()},
         "holdout": {k: round(v, 5) for k, v in ev.metrics.items()},
         "quantized_nodes": len(int8.quantized_nodes(q)),
         "quantizable_nodes": len(nodes),
         "kept_fp32": fallback.kept_fp32 if fallback else [],
         "fallback_steps": fallback.steps if fallback else [],
-        "passed": ev.passes(rules),
+        "passed": ev.passes(job.rules),
     }
-    if not ev.passes(rules):
+    if not ev.passes(job.rules):
         raise GateFailed(
-            f"INT8 misses the accuracy gate even with {len(fallback.kept_fp32)} of {len(nodes)} nodes kept in FP32: "
-            + "; ".join(ev.failures(rules))
+            f"INT8 misses the accuracy gate even with {len(section['kept_fp32'])} of {len(nodes)} nodes kept in FP32: "
+            + "; ".join(ev.failures(job.rules))
             + " (nothing was written; relax it with --gate or try --calib-method)"
         )
-    data_bytes = q.SerializeToString()
-    report.pending["model.int8.onnx"] = data_bytes
-    report.files.append("model.int8.onnx")
-    _write_verify(bundle, hold.inputs, ref_hold, report)
-    # the ranges themselves: TensorRT's calibration cache for INT8 on DLA is written from them
-    report.pending[RANGES_FILE] = json.dumps(
-        {"method": choice.method, "thresholds": thresholds}, indent=1
-    ).encode()
-    report.files.append(RANGES_FILE)
-    manifest.setdefault("hashes", {})["model.int8.onnx"] = sha256_bytes(data_bytes)
-    section["model_bytes"] = len(data_bytes)
-    manifest.setdefault("quantization", {})["int8"] = section
+    _stage_int8(job, q, section, data.holdout.inputs, ref.holdout, choice.method, thresholds)
+    section["onnxruntime_cpu_ms"] = _cpu_speeds(fp32, q, "int8", data.holdout.inputs[0], job.say)
+    job.manifest.setdefault("quantization", {})["int8"] = section
     kept = f", {len(section['kept_fp32'])} kept in FP32" if section["kept_fp32"] else ""
-    say(
+    job.say(
         f"wrote model.int8.onnx ({section['quantized_nodes']}/{len(nodes)} nodes INT8{kept}); gate passed: {ev.summary()}"
     )
     return section
 
 
-def _fp16(bundle, manifest, calib, calib_size, holdout_size, seed, say, report) -> dict:
+@dataclass(frozen=True)
+class _References:
+    """FP32 outputs on the validation split (method choice, sensitivity) and the hold-out (gate)."""
+
+    validation: dict
+    holdout: dict
+
+
+def _gate(job: _Job, model, thresholds, nodes, validation, hold, ref: _References):
+    """(Q/DQ model, its evaluation, the first evaluation's metrics, the fallback or None)."""
+    task = job.bundle.manifest.task
+    q = int8.quantize(model, thresholds, validation)
+    ev = gate.evaluate(ref.holdout, evaluate.run(q, hold.inputs), task, hold.labels)
+    job.say(f"INT8 vs FP32 on the hold-out: {ev.summary()}")
+    first = dict(ev.metrics)
+    if ev.passes(job.rules):
+        return q, ev, first, None
+    job.say(f"gate not met ({'; '.join(ev.failures(job.rules))}); ranking nodes by sensitivity")
+    q, ev, fallback = int8_search.fallback(
+        model, thresholds, [n.name for n in nodes], validation, ref.validation, hold.inputs,
+        ref.holdout, task, hold.labels, job.rules, job.say,
+    )  # fmt: skip
+    return q, ev, first, fallback
+
+
+def _stage_int8(job: _Job, q, section: dict, hold_inputs, ref_hold, method, thresholds) -> None:
+    """The INT8 model, the verification samples and the ranges, staged for :func:`_commit`."""
+    data_bytes = q.SerializeToString()
+    job.report.pending["model.int8.onnx"] = data_bytes
+    job.report.files.append("model.int8.onnx")
+    _write_verify(job.bundle, hold_inputs, ref_hold, job.report)
+    # the ranges themselves: TensorRT's calibration cache for INT8 on DLA is written from them
+    job.report.pending[RANGES_FILE] = json.dumps(
+        {"method": method, "thresholds": thresholds}, indent=1
+    ).encode()
+    job.report.files.append(RANGES_FILE)
+    job.manifest.setdefault("hashes", {})["model.int8.onnx"] = sha256_bytes(data_bytes)
+    section["model_bytes"] = len(data_bytes)
+
+
+def _fp16(job: _Job) -> dict:
+    """An FP16 model (for TensorRT 11, strongly typed) and its error against FP32 where ONNX
+    Runtime can run it."""
+    bundle, say, report = job.bundle, job.say, job.report
     model = _load_fp32(bundle)
     fp16 = to_fp16(model)
     data_bytes = fp16.SerializeToString()
     report.pending["model.fp16.onnx"] = data_bytes
     report.files.append("model.fp16.onnx")
-    manifest.setdefault("hashes", {})["model.fp16.onnx"] = sha256_bytes(data_bytes)
+    job.manifest.setdefault("hashes", {})["model.fp16.onnx"] = sha256_bytes(data_bytes)
     section: dict = {
         "model_bytes": len(data_bytes),
         "fp32_ops": "overflow-prone ops kept in FP32, FP32 inputs/outputs",
     }
     try:
-        data = _data(bundle, calib, min(calib_size, 64), holdout_size, seed, say)
+        data = _data(job, min(job.calib_size, 64))
         ref = evaluate.run(model, data.holdout.inputs)
         ev = gate.evaluate(
             ref, evaluate.run(fp16, data.holdout.inputs), bundle.manifest.task, data.holdout.labels
         )
         section["holdout"] = {k: round(v, 5) for k, v in ev.metrics.items()}
+        section["onnxruntime_cpu_ms"] = _cpu_speeds(
+            model, fp16, "fp16", data.holdout.inputs[0], say
+        )
         _write_verify(bundle, data.holdout.inputs, ref, report)
         say(f"FP16 vs FP32 on the hold-out (ONNX Runtime): {ev.summary()}")
     except EdgertError as exc:
@@ -364,8 +385,22 @@ def _fp16(bundle, manifest, calib, calib_size, holdout_size, seed, say, report) 
             f"ONNX Runtime cannot run the FP16 model here: {first_line(exc, 200)}"
         )
         say(section["holdout_skipped"])
-    manifest.setdefault("quantization", {})["fp16"] = section
+    job.manifest.setdefault("quantization", {})["fp16"] = section
     return section
+
+
+def _cpu_speeds(fp32, reduced, precision: str, sample: np.ndarray, say) -> dict[str, float]:
+    """Batch-1 latency of FP32 and the gated model on ONNX Runtime CPU, measured here and recorded:
+    with precision "auto", ONNX Runtime on a CPU runs whichever was faster (TensorRT's Q/DQ form
+    is made for TensorRT and can be slower than FP32 on a CPU)."""
+    speeds = {
+        "fp32": round(evaluate.cpu_latency_ms(fp32, sample), 4),
+        precision: round(evaluate.cpu_latency_ms(reduced, sample), 4),
+    }
+    say(
+        f"ONNX Runtime CPU, batch 1: fp32 {speeds['fp32']:.2f} ms, {precision} {speeds[precision]:.2f} ms"
+    )
+    return speeds
 
 
 def _write_verify(bundle, inputs: np.ndarray, ref: dict, report) -> None:
@@ -381,11 +416,21 @@ def _write_verify(bundle, inputs: np.ndarray, ref: dict, report) -> None:
         report.files.append(VERIFY_FILE)
 
 
-def _engine(
-    bundle_path, precision, rules, dla, workspace_gib, opt_level, shapes, no_engine, say
-) -> dict:
-    if no_engine:
-        return {"built": False, "reason": "--no-engine"}
+def _plan_options(precision, workspace_gib, opt_level, shapes, dla):
+    from edgert.runtime.backends.tensorrt_build import BuildOptions
+
+    return BuildOptions(
+        precision=precision,
+        workspace_bytes=int(workspace_gib * 2**30) if workspace_gib else None,
+        opt_level=opt_level,
+        shapes=shapes or {},
+        dla_core=dla,
+    )
+
+
+def _plan(bundle_path, precision: str, rules: dict, options, say) -> dict:
+    """The TensorRT plan (from the cache, or built now) checked against FP32 on the stored
+    samples; or why it is not built here."""
     from edgert.runtime.backends.tensorrt import TensorRTBackend
 
     why_not = TensorRTBackend.availability()
@@ -398,35 +443,16 @@ def _engine(
             "reason": why_not,
             "on_device": f"edgert build {bundle_path} --precision {precision}",
         }
-    from edgert.runtime.backends.tensorrt_build import BuildOptions
-    from edgert.runtime.engine import Engine
-    from edgert.runtime.engine_cache import ensure_plan
+    from edgert.runtime.engine_cache import ensure_plan, run_stored_samples
 
-    options = BuildOptions(
-        precision=precision,
-        workspace_bytes=int(workspace_gib * 2**30) if workspace_gib else None,
-        opt_level=opt_level,
-        shapes=shapes or {},
-        dla_core=dla,
-    )
     say(f"building the {precision} TensorRT plan")
     plan, built, key = ensure_plan(bundle_path, precision, options=options)
     say(f"{'built' if built else 'cached'}: {plan.name}")
     result = {"built": built, "plan": str(plan), "key": key.digest}
-    verify = Path(bundle_path) / VERIFY_FILE
-    if verify.is_file():
-        stored = np.load(verify)
-        ref = {k[4:]: stored[k] for k in stored.files if k.startswith("ref_")}
-        bundle = Bundle(bundle_path)
-        with Engine.load(plan, backend="tensorrt") as engine:
-            got = {k: [] for k in ref}
-            for x in stored["inputs"]:
-                out = engine.infer(x[None])
-                for k in ref:
-                    got[k].append(out[k])
-        ev = gate.evaluate(
-            ref, {k: np.concatenate(v) for k, v in got.items()}, bundle.manifest.task
-        )
+    ran = run_stored_samples(Path(bundle_path), plan)
+    if ran is not None:
+        ref, got, n = ran
+        ev = gate.evaluate(ref, got, Bundle(bundle_path).manifest.task)
         result["verify"] = {k: round(v, 5) for k, v in ev.metrics.items()}
         device_rules = {k: v for k, v in rules.items() if k in ("cosine",)}
         if not ev.passes(device_rules):
@@ -435,5 +461,5 @@ def _engine(
             raise GateFailed(
                 f"the TensorRT plan's outputs differ from FP32: {'; '.join(ev.failures(device_rules))} (plan deleted)"
             )
-        say(f"plan vs FP32 on {len(stored['inputs'])} stored samples: {ev.summary()}")
+        say(f"plan vs FP32 on {n} stored samples: {ev.summary()}")
     return result

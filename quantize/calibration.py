@@ -255,7 +255,7 @@ def _zoo(
             seed,
         )
     if name == "mobilenet_v2":
-        from edgert.export.zoo.photos import ALL_PHOTOS, load_photo
+        from edgert.runtime.sample_data import ALL_PHOTOS, load_photo
 
         photos = [load_photo(p) for p in ALL_PHOTOS]
         cal = augmented_crops(photos, calib_size, seed=1000 + seed)

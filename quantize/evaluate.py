@@ -29,3 +29,21 @@ def run(model_or_session, inputs: np.ndarray, batch: int = 32) -> dict[str, np.n
         for n, v in zip(names, sess.run(None, {inp.name: chunk}), strict=True):
             parts[n].append(v)
     return {n: np.concatenate(v) for n, v in parts.items()}
+
+
+def cpu_latency_ms(model, sample: np.ndarray, runs: int = 30) -> float:
+    """Median ONNX Runtime CPU latency of one sample (batch 1), after a warm-up: how the runtime
+    chooses, on ONNX Runtime CPU, between FP32 and a gated reduced-precision model."""
+    import time
+
+    sess = model if hasattr(model, "run") else session(model)
+    name = sess.get_inputs()[0].name
+    x = np.ascontiguousarray(sample[None])
+    for _ in range(max(3, runs // 10)):
+        sess.run(None, {name: x})
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        sess.run(None, {name: x})
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times) * 1e3)

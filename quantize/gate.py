@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from edgert.runtime.postprocess import looks_like_probabilities, softmax
+
 DEFAULT_GATE = {
     "cosine": 0.99,
     "agreement_confident": 0.97,
@@ -113,20 +115,12 @@ def evaluate(
     return Evaluation(metrics, per_output)
 
 
-def _softmax(x: np.ndarray) -> np.ndarray:
-    z = x - x.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
-
-
 def _classification(
     ref: np.ndarray, got: np.ndarray, labels: np.ndarray | None
 ) -> dict[str, float]:
     ref = ref.reshape(len(ref), -1)
     got = got.reshape(len(got), -1)
-    probs = (
-        ref if (ref.min() >= 0 and np.allclose(ref.sum(axis=1), 1, atol=1e-3)) else _softmax(ref)
-    )
+    probs = ref if looks_like_probabilities(ref) else softmax(ref)
     r1, g1 = ref.argmax(axis=1), got.argmax(axis=1)
     confident = probs.max(axis=1) > 0.5
     top5 = np.argsort(-got, axis=1)[:, :5]
@@ -146,13 +140,10 @@ def _classification(
 def _box_agreement(
     ref_outs: list[np.ndarray], got_outs: list[np.ndarray], num_classes: int | None
 ) -> float:
-    from edgert.runtime.detection import box_iou, decode_ssd, decode_yolo
+    from edgert.runtime.detection import box_iou, decode_detections
 
     def decode(outs):
-        if len(outs) == 2:
-            boxes, scores = sorted(outs, key=lambda v: v.shape[-1] != 4)
-            return decode_ssd(boxes, scores)
-        return decode_yolo(outs[0], num_classes=num_classes)
+        return decode_detections(outs, num_classes=num_classes)
 
     matched = total_ref = total_got = 0
     for r, g in zip(decode(ref_outs), decode(got_outs), strict=True):

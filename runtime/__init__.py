@@ -4,6 +4,7 @@ It imports nothing heavy at import time (no torch, tensorrt, pycuda or pynvml); 
 """
 
 from .bundle import Bundle, Manifest, TensorSpec
+from .engine import Engine
 from .errors import (
     BackendUnavailable,
     BundleError,
@@ -25,6 +26,7 @@ __all__ = [
     "Bundle",
     "BundleError",
     "EdgertError",
+    "Engine",
     "EngineMismatch",
     "ExportError",
     "Manifest",

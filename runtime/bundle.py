@@ -140,9 +140,15 @@ class Manifest:
         )
 
     @property
+    def batch_range(self) -> dict[str, int]:
+        """``{"min", "opt", "max"}`` the export recorded for a dynamic batch (validated on load;
+        empty for a fixed batch): the one reader of it, for profiles, Triton and input checks."""
+        return dict((self.raw.get("export") or {}).get("batch") or {})
+
+    @property
     def max_batch(self) -> int | None:
-        """The largest batch the export recorded for a dynamic-batch model (validated on load)."""
-        return ((self.raw.get("export") or {}).get("batch") or {}).get("max")
+        """The largest batch the export recorded for a dynamic-batch model."""
+        return self.batch_range.get("max")
 
     @property
     def hashes(self) -> dict[str, str]:

@@ -49,18 +49,38 @@ def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)
 
 
-def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float) -> np.ndarray:
-    """Greedy NMS; indices of kept boxes, highest score first."""
+def nms(
+    boxes: np.ndarray, scores: np.ndarray, threshold: float, overlap: str = "iou"
+) -> np.ndarray:
+    """Greedy NMS: indices of kept boxes (x1, y1, x2, y2), highest score first; a box is dropped
+    when its overlap with a kept one exceeds ``threshold``. ``overlap="iou"`` runs OpenCV's
+    ``cv2.dnn.NMSBoxes`` (C++, the same greedy rule; several times faster than numpy);
+    ``overlap="min"`` is intersection over the smaller box, with MTCNN's +1 pixel areas."""
+    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+    if not len(boxes):
+        return np.zeros(0, dtype=np.int64)
+    if overlap == "iou":
+        import cv2
+
+        xywh = np.column_stack([boxes[:, :2], boxes[:, 2:] - boxes[:, :2]])
+        # OpenCV keeps scores above a threshold >= 0: lift non-positive scores, keeping the order
+        s = scores if scores.min() > 0 else scores - scores.min() + 1.0
+        kept = cv2.dnn.NMSBoxes(xywh, s, 0.0, float(threshold))
+        return np.asarray(kept, dtype=np.int64).reshape(-1)
+    if overlap != "min":
+        raise ValueError(f"overlap must be 'iou' or 'min', not {overlap!r}")
     order = np.argsort(-scores, kind="stable")
-    boxes = boxes.astype(np.float64)
+    area = (boxes[:, 2] - boxes[:, 0] + 1) * (boxes[:, 3] - boxes[:, 1] + 1)
     keep = []
     while order.size:
         i = order[0]
         keep.append(i)
-        if order.size == 1:
-            break
-        ious = box_iou(boxes[i : i + 1], boxes[order[1:]])[0]
-        order = order[1:][ious <= iou_threshold]
+        rest = order[1:]
+        lt = np.maximum(boxes[i, :2], boxes[rest, :2])
+        rb = np.minimum(boxes[i, 2:], boxes[rest, 2:])
+        inter = np.prod(np.clip(rb - lt + 1, 0, None), axis=1)
+        order = rest[inter / np.minimum(area[i], area[rest]) <= threshold]
     return np.asarray(keep, dtype=np.int64)
 
 
@@ -184,3 +204,29 @@ def decode_ssd(
         t = transforms[i] if transforms else None
         results.append(_finish(b, best, classes, conf, iou, max_det, t, labels))
     return results
+
+
+def decode_detections(
+    outputs: Sequence[np.ndarray],
+    conf: float = 0.25,
+    iou: float = 0.45,
+    transforms: Sequence[Transform | None] | None = None,
+    labels: Sequence[str] | None = None,
+    input_size: tuple[int, int] | None = None,
+    num_classes: int | None = None,
+) -> list[list[Detection]]:
+    """A detector's outputs -> detections per image: an SSD-style pair (boxes [N, K, 4] and scores
+    [N, K, C]; boxes normalised 0..1 are scaled by ``input_size`` (h, w)) or one YOLOv5/v8/v11
+    head. The one place that tells the two apart."""
+    values = list(outputs)
+    if len(values) == 2:
+        boxes, scores = sorted(values, key=lambda v: v.shape[-1] != 4)
+        normalised = input_size if float(np.max(boxes, initial=0)) <= 1.5 else None
+        return decode_ssd(boxes, scores, conf, iou, input_size=normalised,
+                          transforms=transforms, labels=labels)  # fmt: skip
+    if len(values) != 1:
+        raise ShapeError(
+            f"a detector has one YOLO output or two SSD outputs (boxes, scores); this one has {len(values)}"
+        )
+    return decode_yolo(values[0], conf, iou, transforms=transforms, labels=labels,
+                       num_classes=num_classes)  # fmt: skip

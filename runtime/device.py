@@ -36,6 +36,16 @@ class CudaDevice:
     def sm(self) -> str:
         return f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
 
+    @property
+    def cc(self) -> str:
+        """The compute capability as TensorRT and the plan cache write it: "8.7"."""
+        return cc_string(self.compute_capability)
+
+
+def cc_string(compute_capability: tuple[int, int]) -> str:
+    """(8, 7) -> "8.7": the one spelling of a compute capability."""
+    return f"{compute_capability[0]}.{compute_capability[1]}"
+
 
 @dataclass(frozen=True)
 class CudaProbe:
@@ -162,7 +172,7 @@ def machine_summary() -> dict:
                 {
                     "index": d.index,
                     "name": d.name,
-                    "compute_capability": f"{d.compute_capability[0]}.{d.compute_capability[1]}",
+                    "compute_capability": d.cc,
                     "memory_gib": round(d.total_memory / 2**30, 1),
                     "integrated": d.integrated,
                 }

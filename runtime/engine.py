@@ -75,6 +75,7 @@ class Engine:
             raise ModelError(
                 f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
             )
+        _check_options(options, list(TABLE) if backend == "auto" else [backend])
         path = Path(path)
         if not path.exists():
             raise ModelError(f"{path} does not exist")
@@ -115,6 +116,13 @@ class Engine:
     @property
     def outputs(self) -> tuple[TensorSpec, ...]:
         return self._impl.outputs
+
+    @property
+    def last_split_ms(self) -> dict[str, float] | None:
+        """H2D / compute / D2H of the last call in ms, measured with CUDA events by the TensorRT
+        backend when loaded with ``profile=True``; None elsewhere (ONNX Runtime copies and
+        computes inside one call, and a CUDA graph replays them together)."""
+        return getattr(self._impl, "last_split_ms", None)
 
     @property
     def preprocessing(self) -> Preprocessing | None:
@@ -189,6 +197,21 @@ class Engine:
         return f"Engine({str(self.source)!r}, backend={self.backend!r})"
 
 
+def _check_options(options: dict, backends: list[str]) -> None:
+    """Options no candidate backend takes are a mistake (``provder=``), not something to ignore."""
+    import difflib
+
+    known = sorted(set().union(*(backend_class(n).OPTIONS for n in backends)))
+    for name in options:
+        if name not in known:
+            near = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise ModelError(
+                f"Engine.load got an unknown option {name!r}{hint} (backend {'/'.join(backends)} "
+                f"takes: {', '.join(known) or 'none'})"
+            )
+
+
 def _check_shape(spec: TensorSpec, shape: tuple[int, ...], max_batch: int | None) -> None:
     want = "x".join("N" if d < 0 else str(d) for d in spec.shape)
     got = "x".join(str(d) for d in shape)
@@ -205,11 +228,14 @@ def _resolve(path: Path) -> tuple[Target, Manifest | None, int | None]:
     if path.is_dir():
         bundle = Bundle(path)
         m = bundle.manifest
-        return (
-            Target(path, bundle_dir=path, onnx=bundle.onnx_path, onnx_hashes=m.hashes),
-            m,
-            m.max_batch,
-        )
+        speeds = {
+            precision: section["onnxruntime_cpu_ms"]
+            for precision, section in (m.raw.get("quantization") or {}).items()
+            if isinstance(section, dict) and isinstance(section.get("onnxruntime_cpu_ms"), dict)
+        }
+        target = Target(path, bundle_dir=path, onnx=bundle.onnx_path, onnx_hashes=m.hashes,
+                        cpu_speeds=speeds)  # fmt: skip
+        return target, m, m.max_batch
     suffix = path.suffix.lower()
     if suffix == ".onnx":
         return Target(path, onnx=path), _manifest_from_onnx(path), None

@@ -108,7 +108,7 @@ def bundle_shapes(manifest, override: dict | None = None) -> dict:
     recorded batch range (min / opt / max) on axis 0."""
     if override:
         return {k: [list(s) for s in v] for k, v in override.items()}
-    batch = ((manifest.raw.get("export") or {}).get("batch")) or {}
+    batch = manifest.batch_range
     shapes = {}
     for spec in manifest.inputs:
         if not spec.dynamic:
@@ -181,7 +181,7 @@ def ensure_plan(
         precision=precision,
         tensorrt=trt.__version__,
         device_name=dev.name,
-        compute_capability=f"{dev.compute_capability[0]}.{dev.compute_capability[1]}",
+        compute_capability=dev.cc,
         calibration_sha256=calib.get("calibration_sha256"),
         dla_core=options.dla_core,
         shapes=shapes,
@@ -200,16 +200,16 @@ def ensure_plan(
 VERIFY_FILE = "calibration/verify.npz"  # written by edgert build on the host
 
 
-def verify_plan(bundle_dir: Path, plan: Path, min_cosine: float = 0.99) -> str:
-    """Run ``plan`` on the FP32 reference samples the host stored in the bundle and compare:
-    the plan is deleted and EdgertError raised when an output's cosine is under ``min_cosine``."""
+def run_stored_samples(bundle_dir: Path, plan: Path):
+    """(FP32 reference outputs, the plan's outputs, sample count) on the samples the host stored
+    in the bundle (``calibration/verify.npz``), or None when there are none."""
     import numpy as np
 
     from .engine import Engine
 
     stored_path = Path(bundle_dir) / VERIFY_FILE
     if not stored_path.is_file():
-        return "no stored samples to verify against"
+        return None
     with np.load(stored_path, allow_pickle=False) as stored:
         inputs = stored["inputs"]
         refs = {k[4:]: stored[k] for k in stored.files if k.startswith("ref_")}
@@ -219,10 +219,23 @@ def verify_plan(bundle_dir: Path, plan: Path, min_cosine: float = 0.99) -> str:
             out = engine.infer(x[None])
             for k in refs:
                 got[k].append(out[k])
+    return refs, {k: np.concatenate(v) for k, v in got.items()}, len(inputs)
+
+
+def verify_plan(bundle_dir: Path, plan: Path, min_cosine: float = 0.99) -> str:
+    """Run ``plan`` on the FP32 reference samples the host stored in the bundle and compare:
+    the plan is deleted and EdgertError raised when an output's cosine is under ``min_cosine``.
+    (``edgert build`` on the host applies the whole accuracy gate instead.)"""
+    import numpy as np
+
+    ran = run_stored_samples(bundle_dir, plan)
+    if ran is None:
+        return "no stored samples to verify against"
+    refs, got, n = ran
     worst = 1.0
     for k, ref in refs.items():
-        a = np.concatenate(got[k]).reshape(len(ref), -1).astype(np.float64)
-        b = ref.reshape(len(ref), -1).astype(np.float64)
+        a = got[k].reshape(n, -1).astype(np.float64)
+        b = ref.reshape(n, -1).astype(np.float64)
         denom = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
         cos = np.where(denom > 0, (a * b).sum(axis=1) / np.maximum(denom, 1e-30), 1.0)
         worst = min(worst, float(cos.min()))
@@ -231,6 +244,6 @@ def verify_plan(bundle_dir: Path, plan: Path, min_cosine: float = 0.99) -> str:
         plan.with_suffix(".json").unlink(missing_ok=True)
         raise EdgertError(
             f"the TensorRT plan's outputs differ from FP32: cosine {worst:.5f} < {min_cosine} on "
-            f"{len(inputs)} stored samples (plan deleted)"
+            f"{n} stored samples (plan deleted)"
         )
-    return f"cosine {worst:.5f} vs FP32 on {len(inputs)} stored samples"
+    return f"cosine {worst:.5f} vs FP32 on {n} stored samples"

@@ -52,24 +52,6 @@ def _regress(boxes: np.ndarray, reg: np.ndarray) -> np.ndarray:
     return b
 
 
-def _nms_min(boxes: np.ndarray, scores: np.ndarray, threshold: float) -> np.ndarray:
-    """NMS with overlap = intersection / the smaller area (MTCNN's last stage)."""
-    order = np.argsort(-scores, kind="stable")
-    area = (boxes[:, 2] - boxes[:, 0] + 1) * (boxes[:, 3] - boxes[:, 1] + 1)
-    keep = []
-    while order.size:
-        i = order[0]
-        keep.append(i)
-        rest = order[1:]
-        xx1 = np.maximum(boxes[i, 0], boxes[rest, 0])
-        yy1 = np.maximum(boxes[i, 1], boxes[rest, 1])
-        xx2 = np.minimum(boxes[i, 2], boxes[rest, 2])
-        yy2 = np.minimum(boxes[i, 3], boxes[rest, 3])
-        inter = np.clip(xx2 - xx1 + 1, 0, None) * np.clip(yy2 - yy1 + 1, 0, None)
-        order = rest[inter / np.minimum(area[i], area[rest]) <= threshold]
-    return np.asarray(keep, dtype=np.int64)
-
-
 class MtcnnDetector:
     """Loads the three networks of an MTCNN bundle (see ``edgert export zoo:mtcnn``)."""
 
@@ -163,7 +145,7 @@ class MtcnnDetector:
                 return []
             if final:
                 boxes = _regress(boxes, reg)
-                boxes = boxes[_nms_min(boxes[:, :4], boxes[:, 4], 0.7)]
+                boxes = boxes[nms(boxes[:, :4], boxes[:, 4], 0.7, overlap="min")]
             else:
                 order = nms(boxes[:, :4], boxes[:, 4], 0.7)
                 boxes = _square(_regress(boxes[order], reg[order]))

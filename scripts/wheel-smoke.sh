@@ -38,7 +38,7 @@ graph = helper.make_graph(
 onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), "smoke.onnx")
 open("labels.txt", "w").write("cat\ndog\nbird\n")
 PY
-photo=$(python -c "from edgert.export.zoo.photos import photo_path; print(photo_path('chelsea'))")
+photo=$(python -c "from edgert.runtime.sample_data import photo_path; print(photo_path('chelsea'))")
 set -x
 edgert --version
 edgert export smoke.onnx -o smoke.edgert --task classify --labels labels.txt --size 32x32 --resize resize_crop

@@ -16,6 +16,7 @@ import contextlib
 import glob as globmod
 import logging
 import math
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -305,14 +306,14 @@ class SyntheticSource(FrameSource):
 
     def __init__(self, width: int = 640, height: int = 480, fps: float = 30.0, photos: tuple[str, ...] | None = None,
                  frames: int | None = None, realtime: bool = True) -> None:  # fmt: skip
-        from edgert.export.zoo.photos import PHOTOS, load_photo
+        from edgert.runtime.sample_data import PHOTOS, load_photo
 
         self.images = [load_photo(p) for p in (photos or PHOTOS)]
         self.width, self.height, self.fps = width, height, fps
         self.frames, self.realtime = frames, realtime
         self.live = realtime
         self.i = 0
-        self.start = time.monotonic()
+        self.start: float | None = None  # the clock starts with the first frame read
         self.description = (
             f"synthetic:// ({width}x{height} @ {fps:g} fps, {len(self.images)} photos)"
         )
@@ -336,6 +337,8 @@ class SyntheticSource(FrameSource):
         if self.frames is not None and self.i >= self.frames:
             return None
         if self.realtime:
+            if self.start is None:
+                self.start = time.monotonic()
             due = self.start + self.i / self.fps
             wait = due - time.monotonic()
             if wait > 0:
@@ -381,6 +384,8 @@ def open_source(uri: str, opts: SourceOptions | None = None) -> FrameSource:
             ) from None
     if uri.startswith(("rtsp://", "rtsps://")):
         return RtspSource(uri, opts)
+    if re.fullmatch(r"/dev/video\d+", uri):  # a camera, not a video file (as jetson-utils does)
+        return open_source(f"v4l2://{uri}", opts)
     if "://" in uri and not uri.startswith("file://"):
         raise SourceError(f"unsupported source {uri!r}; supported: {SUPPORTED}")
     path_text = uri[len("file://") :] if uri.startswith("file://") else uri

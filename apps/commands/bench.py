@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from edgert.apps.argtypes import nonneg_float, positive_float, positive_int
+from edgert.apps.argtypes import BACKENDS, PRECISIONS, nonneg_float, positive_float, positive_int
 
 EPILOG = """examples:
-  edgert bench mobilenet_v2.edgert --duration 20 --json bench.json --plot bench.png
+  edgert bench mobilenet_v2.edgert --duration 20 --json-file bench.json --plot bench.png
+  edgert bench mobilenet_v2.edgert --iterations 500 --json | jq .latency_ms.p99
   edgert bench mobilenet_v2.edgert --power-cap 10
   edgert bench mobilenet_v2.edgert --sweep precision=fp16,int8 batch=1,4,8 power_cap=none,10 --plot pareto.png
 
@@ -42,8 +44,8 @@ def add_parser(sub) -> None:
         "--warmup", type=nonneg_float, default=1.0, metavar="S", help="warm-up seconds (default 1)"
     )
     p.add_argument("--batch", type=positive_int, default=1)
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "int8"])
-    p.add_argument("--backend", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
+    p.add_argument("--precision", default="auto", choices=PRECISIONS)
+    p.add_argument("--backend", default="auto", choices=BACKENDS)
     p.add_argument(
         "--power-cap",
         type=positive_float,
@@ -66,7 +68,10 @@ def add_parser(sub) -> None:
         metavar="KEY=V1,V2",
         help="grid over precision, batch, power_cap, backend",
     )
-    p.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    p.add_argument(
+        "--json", action="store_true", help="print the results as JSON (progress on stderr)"
+    )
+    p.add_argument("--json-file", metavar="FILE", help="also write the results as JSON to FILE")
     p.add_argument(
         "--plot",
         metavar="FILE.png",
@@ -142,31 +147,43 @@ def run(args) -> int:
         nvpmodel.set_mode(args.nvpmodel, modes)
     if args.sweep:
         return _sweep(args, bench)
-    result = bench.run_bench(_config(args), say=print)
-    _print(result)
-    if args.json:
-        _write_json(args.json, result)
+    say = _say(args)
+    result = bench.run_bench(_config(args), say=say)
+    if not args.json:
+        _print(result)
+    _emit(args, result, say)
     if args.plot:
         from edgert.apps.plots import bench_plot
 
-        print(f"plot: {bench_plot(result, args.plot)}")
+        say(f"plot: {bench_plot(result, args.plot)}")
     return 0
 
 
-def _write_json(path: str, data) -> None:
-    from edgert.runtime import atomic
+def _say(args):
+    """Human output: stdout, or stderr when stdout carries --json."""
+    out = sys.stderr if args.json else sys.stdout
+    return lambda line: print(line, file=out, flush=True)
 
-    atomic.write_text(Path(path), json.dumps(data, indent=2, default=str) + "\n")
-    print(f"json: {path}")
+
+def _emit(args, data, say) -> None:
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    if args.json:
+        sys.stdout.write(text)
+    if args.json_file:
+        from edgert.runtime import atomic
+
+        atomic.write_text(Path(args.json_file), text)
+        say(f"json: {args.json_file}")
 
 
 def _sweep(args, bench) -> int:
+    say = _say(args)
     grid = bench.parse_sweep(args.sweep)
     duration = args.duration or 5.0
     points = []
     for setting in grid:
         label = " ".join(f"{k}={'none' if v is None else v}" for k, v in setting.items())
-        print(f"-- {label}")
+        say(f"-- {label}")
         try:
             r = bench.run_bench(
                 _config(args, duration=duration if args.iterations is None else None, **setting)
@@ -176,7 +193,7 @@ def _sweep(args, bench) -> int:
 
             if not isinstance(exc, EdgertError):
                 raise
-            print(f"   skipped: {exc}")
+            say(f"   skipped: {exc}")
             points.append({"label": label, "setting": setting, "skipped": str(exc)})
             continue
         r.pop("latencies_ms", None)
@@ -190,10 +207,10 @@ def _sweep(args, bench) -> int:
         key=lambda p: p["energy_mj_per_inference"],
         default=None,
     )
-    print(f"\n{'setting':<44}{'p50 ms':>9}{'p99 ms':>9}{'inf/s':>9}{'W':>8}{'mJ/inf':>9}")
+    say(f"\n{'setting':<44}{'p50 ms':>9}{'p99 ms':>9}{'inf/s':>9}{'W':>8}{'mJ/inf':>9}")
     for p in points:
         if "skipped" in p:
-            print(f"{p['label']:<44}  skipped: {p['skipped'][:60]}")
+            say(f"{p['label']:<44}  skipped: {p['skipped'][:60]}")
             continue
         w = f"{p['power_w']['avg']:.2f}" if p["power_w"] else "n/a"
         mj = (
@@ -206,22 +223,19 @@ def _sweep(args, bench) -> int:
             if p is best
             else ("  (Pareto)" if ran.index(p) in front else "")
         )
-        print(
+        say(
             f"{p['label']:<44}{p['latency_ms']['p50']:>9.3f}{p['latency_ms']['p99']:>9.3f}{p['throughput_ips']:>9.1f}{w:>8}{mj:>9}{mark}"
         )
     if not best:
-        print("(no power sensor: energy per inference unavailable, so no energy ranking)")
-    if args.json:
-        _write_json(
-            args.json,
-            {
-                "points": points,
-                "pareto": [ran[i]["label"] for i in front],
-                "most_efficient": best["label"] if best else None,
-            },
-        )
+        say("(no power sensor: energy per inference unavailable, so no energy ranking)")
+    summary = {
+        "points": points,
+        "pareto": [ran[i]["label"] for i in front],
+        "most_efficient": best["label"] if best else None,
+    }
+    _emit(args, summary, say)
     if args.plot:
         from edgert.apps.plots import pareto_plot
 
-        print(f"plot: {pareto_plot(ran, front, args.plot)}")
+        say(f"plot: {pareto_plot(ran, front, args.plot)}")
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -12,6 +14,7 @@ def add_parser(sub) -> None:
     p.add_argument("action", choices=["list", "clear"])
     p.add_argument("bundle", metavar="BUNDLE")
     p.add_argument("--key", help="clear only plans whose file name contains this key")
+    p.add_argument("--json", action="store_true", help="print the plans (or those removed) as JSON")
     p.set_defaults(func=run)
 
 
@@ -22,9 +25,15 @@ def run(args) -> int:
     cache = EngineCache(Bundle(args.bundle).engines_dir)
     if args.action == "clear":
         removed = cache.clear(args.key)
-        print(f"removed {len(removed)} plan(s)" + "".join(f"\n  {p.name}" for p in removed))
+        if args.json:
+            print(json.dumps({"removed": [p.name for p in removed]}, indent=2))
+        else:
+            print(f"removed {len(removed)} plan(s)" + "".join(f"\n  {p.name}" for p in removed))
         return 0
     entries = cache.entries()
+    if args.json:
+        print(json.dumps([_entry(path, info, size) for path, info, size in entries], indent=2))
+        return 0
     if not entries:
         print(f"no TensorRT plans in {cache.dir}")
         return 0
@@ -38,3 +47,11 @@ def run(args) -> int:
                 f"{path.name:<40}{info.precision:>10}{info.tensorrt:>12}  {gpu:<24}{size / 2**20:>8.1f}"
             )
     return 0
+
+
+def _entry(path, info, size: int) -> dict:
+    facts = {"plan": path.name, "bytes": size}
+    if info is not None:
+        facts.update(precision=info.precision, tensorrt=info.tensorrt, gpu=info.device_name,
+                     compute_capability=info.compute_capability, dla_core=info.dla_core)  # fmt: skip
+    return facts

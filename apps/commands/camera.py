@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from edgert.apps.argtypes import fraction, positive_float, positive_int
+from edgert.apps.argtypes import BACKENDS, PRECISIONS, fraction, positive_float, positive_int
 
 EPILOG = """sources: csi://0, v4l2:///dev/video0, rtsp://..., file://clip.mp4 or a path (video, image,
 folder, glob), synthetic://
@@ -44,8 +44,8 @@ def add_parser(sub) -> None:
     p.add_argument("--max-frames", type=positive_int, metavar="N")
     p.add_argument("--jsonl", metavar="FILE", help="one JSON line per processed frame")
     p.add_argument("--headless", action="store_true", help="never open a display window")
-    p.add_argument("--backend", default="auto", choices=["auto", "tensorrt", "onnxruntime"])
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "int8"])
+    p.add_argument("--backend", default="auto", choices=BACKENDS)
+    p.add_argument("--precision", default="auto", choices=PRECISIONS)
     p.add_argument("--top-k", type=positive_int, default=3)
     p.add_argument("--conf", type=fraction, default=0.25)
     p.add_argument("--iou", type=fraction, default=0.45)

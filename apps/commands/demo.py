@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from edgert.apps.argtypes import positive_float, positive_int
+from edgert.apps.argtypes import BACKENDS, positive_float, positive_int
 
 
 def add_parser(sub) -> None:
@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
         default="edgert-demo",
         help="where bundles and the report go (default ./edgert-demo)",
     )
-    p.add_argument("--backend", default="auto", help="auto, tensorrt or onnxruntime (default auto)")
+    p.add_argument("--backend", default="auto", choices=BACKENDS, help="default: auto")
     p.add_argument(
         "--seconds",
         type=positive_float,
@@ -87,18 +87,14 @@ def run(args) -> int:
 
 
 def _classify(bundle: Path, args) -> str:
-    from edgert.export.zoo.photos import PHOTOS, load_photo
     from edgert.runtime.engine import Engine
-    from edgert.runtime.errors import BackendUnavailable
     from edgert.runtime.postprocess import classify
+    from edgert.runtime.sample_data import PHOTOS, load_photo
 
-    try:
-        engine = Engine.load(bundle, backend=args.backend, precision="int8")
-        precision = "int8"
-    except BackendUnavailable as exc:
-        print(f"  INT8 engine unavailable ({exc}); using FP32")
-        engine = Engine.load(bundle, backend=args.backend)
-        precision = "fp32"
+    # "auto": TensorRT runs the best plan the bundle has; ONNX Runtime on a CPU runs whichever gated model was
+    # fastest when built (TensorRT's Q/DQ form can be slower than FP32 there), and says so
+    engine = Engine.load(bundle, backend=args.backend, precision="auto")
+    precision = "auto"
     with engine:
         print(f"backend: {engine.backend_reason}")
         for name in PHOTOS:
@@ -114,7 +110,7 @@ def _faces(args, workdir: Path) -> int:
     from edgert.apps.camera.app import CameraConfig, run_camera
     from edgert.apps.commands.camera import print_summary
     from edgert.export import export_model
-    from edgert.export.zoo.photos import IMAGES
+    from edgert.runtime.sample_data import IMAGES
 
     print("== 1. export zoo:mtcnn (P-Net, R-Net, O-Net; each checked against PyTorch)")
     result = export_model("zoo:mtcnn", workdir / "mtcnn.edgert")

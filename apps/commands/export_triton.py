@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from edgert.apps.argtypes import nonneg_int, positive_int
 
 
@@ -32,6 +34,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--instances", type=positive_int, default=1, metavar="N", help="model instances (default 1)"
     )
+    p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=run)
 
 
@@ -41,5 +44,9 @@ def run(args) -> int:
     target = export_triton(
         args.bundle, args.repo, args.engine, args.onnx, args.max_batch, args.instances
     )
-    print(f"wrote {target}/config.pbtxt and {target}/1/")
+    if args.json:
+        files = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
+        print(json.dumps({"model": target.name, "folder": str(target), "files": files}, indent=2))
+    else:
+        print(f"wrote {target}/config.pbtxt and {target}/1/")
     return 0

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-import numpy as np
-
-from edgert.apps.argtypes import fraction, positive_int
+from edgert.apps.argtypes import BACKENDS, PRECISIONS, fraction, positive_int
 
 
 def add_parser(sub) -> None:
@@ -19,8 +17,8 @@ def add_parser(sub) -> None:
     )
     p.add_argument("model", metavar="MODEL", help="bundle folder, .onnx or .engine")
     p.add_argument("images", metavar="IMAGE", nargs="+")
-    p.add_argument("--backend", default="auto", help="auto, tensorrt or onnxruntime (default auto)")
-    p.add_argument("--precision", default="auto", help="auto, fp32, fp16 or int8 (default auto)")
+    p.add_argument("--backend", default="auto", choices=BACKENDS, help="default: auto")
+    p.add_argument("--precision", default="auto", choices=PRECISIONS, help="default: auto")
     p.add_argument(
         "--top-k", type=positive_int, default=5, help="classification labels per image (default 5)"
     )
@@ -34,66 +32,23 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def describe(engine, outputs: dict, transform, args) -> object:
-    """Results as plain data for the model's task."""
-    from edgert.runtime.detection import decode_ssd, decode_yolo
-    from edgert.runtime.postprocess import classify, segment
-
-    task = engine.manifest.task if engine.manifest else "generic"
-    values = list(outputs.values())
-    if task == "classify":
-        top = classify(values[0], engine.labels, args.top_k)[0]
-        return [{"label": c.label, "index": c.index, "score": round(c.score, 6)} for c in top]
-    if task == "detect":
-        if len(values) == 2:  # SSD style: boxes + scores
-            boxes, scores = sorted(values, key=lambda v: v.shape[-1] != 4)
-            size = engine.preprocessing.size if engine.preprocessing else None
-            normalised = size if float(boxes.max(initial=0)) <= 1.5 else None
-            dets = decode_ssd(
-                boxes,
-                scores,
-                args.conf,
-                args.iou,
-                input_size=normalised,
-                transforms=[transform],
-                labels=engine.labels,
-            )
-        else:
-            dets = decode_yolo(
-                values[0], args.conf, args.iou, transforms=[transform], labels=engine.labels
-            )
-        return [d.to_dict() for d in dets[0]]
-    if task == "segment":
-        mask = segment(values[0])[0]
-        classes, counts = np.unique(mask, return_counts=True)
-        return {
-            "mask_shape": list(mask.shape),
-            "classes": {int(c): int(n) for c, n in zip(classes, counts)},
-        }
-    return {n: {"shape": list(v.shape), "dtype": v.dtype.name} for n, v in outputs.items()}
-
-
 def run(args) -> int:
-    from edgert.runtime.engine import Engine
-    from edgert.runtime.errors import ModelError
     from edgert.runtime.images import read_image
+    from edgert.runtime.tasks import load_task_model
 
-    with Engine.load(args.model, backend=args.backend, precision=args.precision) as engine:
-        pre = engine.preprocessing
-        if pre is None:
-            raise ModelError(
-                f"{args.model} records no preprocessing; export it with 'edgert export' first"
-            )
+    model = load_task_model(args.model, None, args.backend, args.precision, args.top_k,
+                            args.conf, args.iou)  # fmt: skip
+    with model:
         if not args.json:
-            print(f"backend: {engine.backend_reason}")
+            print(f"backend: {model.backend_reason}")
         for path in args.images:
             image = read_image(path)
             t0 = time.perf_counter()
-            tensor, transform = pre.apply(image)
+            tensor, transform = model.preprocess(image)
             t1 = time.perf_counter()
-            outputs = engine.infer(tensor[None])
+            outputs = model.infer(tensor[None] if model.batched else tensor)
             t2 = time.perf_counter()
-            result = describe(engine, outputs, transform, args)
+            result = model.postprocess(outputs, [transform])[0]
             t3 = time.perf_counter()
             timing = {
                 "preprocess_ms": (t1 - t0) * 1e3,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from edgert.runtime.errors import ModelError
 
-from ..source import SourceModel
+from ..source_model import SourceModel
 
 
 def _mobilenet_v2() -> SourceModel:
@@ -26,21 +26,37 @@ def _digits_cnn() -> SourceModel:
     return load()
 
 
+def _export_mtcnn(out, atol: float, rtol: float):
+    from .mtcnn import export_mtcnn
+
+    path, reports = export_mtcnn(out or "mtcnn.edgert", atol, rtol)
+    return path, reports["pnet"]
+
+
+# one network each: export_model traces, checks and bundles them
 ZOO: dict[str, Callable[[], SourceModel]] = {
     "mobilenet_v2": _mobilenet_v2,
     "digits_cnn": _digits_cnn,
 }
+# entries that are not one network own their exporter: (out, atol, rtol) -> (bundle, parity)
+EXPORTERS: dict[str, Callable] = {
+    "mtcnn": _export_mtcnn,
+}
+
+
+def zoo_exporter(model) -> Callable | None:
+    """The zoo entry's own exporter for MODEL ``zoo:NAME``, or None when export_model does it."""
+    if isinstance(model, str) and model.startswith("zoo:"):
+        return EXPORTERS.get(model[4:])
+    return None
 
 
 def load_zoo_model(name: str) -> SourceModel:
-    if name == "mtcnn":
-        raise ModelError(
-            "zoo:mtcnn is three networks; export it with edgert export zoo:mtcnn (export_model handles it)"
-        )
+    if name in EXPORTERS:
+        raise ModelError(f"zoo:{name} brings its own exporter: use export_model('zoo:{name}')")
     try:
         factory = ZOO[name]
     except KeyError:
-        raise ModelError(
-            f"no zoo model named {name!r}; available: {', '.join(sorted(ZOO))}"
-        ) from None
+        names = sorted([*ZOO, *EXPORTERS])
+        raise ModelError(f"no zoo model named {name!r}; available: {', '.join(names)}") from None
     return factory()

@@ -18,7 +18,7 @@ from edgert.runtime import atomic
 from edgert.runtime.bundle import sha256_bytes
 from edgert.runtime.errors import require
 
-from ..source import SourceModel
+from ..source_model import SourceModel
 
 RECIPE = {
     "version": 2,  # 2: the initial weights are seeded too

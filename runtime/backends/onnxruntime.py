@@ -40,6 +40,26 @@ def choose_providers(available: list[str], wanted: list[str] | None = None) -> l
     return chosen
 
 
+def fastest_on_cpu(speeds: dict, recorded: set[str]) -> tuple[str, str]:
+    """(precision, why) for precision "auto" on ONNX Runtime CPU: the fastest of FP32 and the
+    gated models the bundle records, by the batch-1 latencies measured when they were built."""
+    times: dict[str, float] = {}
+    for precision, measured in speeds.items():
+        if not isinstance(measured, dict):
+            continue
+        if isinstance(measured.get("fp32"), (int, float)):
+            times["fp32"] = min(times.get("fp32", float("inf")), float(measured["fp32"]))
+        ms = measured.get(precision)
+        if f"model.{precision}.onnx" in recorded and isinstance(ms, (int, float)):
+            times[precision] = float(ms)
+    if len(times) < 2:
+        return "fp32", "FP32 model"
+    best = min(times, key=lambda p: times[p])
+    table = ", ".join(f"{p} {ms:.2f} ms" for p, ms in sorted(times.items(), key=lambda kv: kv[1]))
+    name = "FP32 model" if best == "fp32" else f"{best.upper()} model (model.{best}.onnx)"
+    return best, f"{name}: the fastest gated model on ONNX Runtime CPU when built ({table})"
+
+
 def _spec(arg) -> TensorSpec:
     dims = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in arg.shape)
     return TensorSpec(arg.name, _ORT_TYPES.get(arg.type, arg.type), dims)
@@ -47,6 +67,7 @@ def _spec(arg) -> TensorSpec:
 
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
+    OPTIONS = frozenset({"providers", "intra_op_threads", "optimization"})
 
     @classmethod
     def availability(cls) -> str | None:
@@ -60,6 +81,14 @@ class OnnxRuntimeBackend(Backend):
     def select(cls, target: Target, precision: str, device: int) -> tuple[Path | None, str]:
         if target.onnx is None:
             return None, "a TensorRT plan (.engine) runs only on the TensorRT backend"
+        if precision == "auto" and target.bundle_dir and target.cpu_speeds:
+            import onnxruntime as ort
+
+            if choose_providers(ort.get_available_providers()) == ["CPUExecutionProvider"]:
+                precision, why = fastest_on_cpu(target.cpu_speeds, set(target.onnx_hashes or {}))
+                if precision != "fp32":
+                    return target.onnx.with_name(f"model.{precision}.onnx"), why
+                return target.onnx, why
         if precision in ("int8", "fp16"):
             variant = (
                 target.onnx.with_name(f"model.{precision}.onnx") if target.bundle_dir else None

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..bundle import TensorSpec
+from ..device import cc_string
 from ..errors import BackendUnavailable, EngineMismatch, ModelError, ShapeError, first_line
 from . import tensorrt_compat as compat
 from .base import Backend, Target
@@ -38,6 +39,7 @@ class _IO:
 
 class TensorRTBackend(Backend):
     name = "tensorrt"
+    OPTIONS = frozenset({"use_graph", "profile"})
 
     @classmethod
     def availability(cls) -> str | None:
@@ -70,7 +72,7 @@ class TensorRTBackend(Backend):
         if device >= len(cuda.devices):
             return None, f"CUDA device {device} does not exist"
         dev = cuda.devices[device]
-        cc = f"{dev.compute_capability[0]}.{dev.compute_capability[1]}"
+        cc = dev.cc
         version = compat.parse_version(trt.__version__)
         hashes = target.onnx_hashes or {}
         expected = {
@@ -108,11 +110,17 @@ class TensorRTBackend(Backend):
 
     @classmethod
     def load(
-        cls, model: Path, *, device: int = 0, use_graph: bool = False, **_: object
+        cls,
+        model: Path,
+        *,
+        device: int = 0,
+        use_graph: bool = False,
+        profile: bool = False,
+        **_: object,
     ) -> TensorRTBackend:
-        return cls(model, device, use_graph)
+        return cls(model, device, use_graph, profile)
 
-    def __init__(self, plan: Path, device: int, use_graph: bool) -> None:
+    def __init__(self, plan: Path, device: int, use_graph: bool, profile: bool = False) -> None:
         from ..cuda.driver import PrimaryContext
         from ..cuda.stream import Stream
 
@@ -125,10 +133,14 @@ class TensorRTBackend(Backend):
         self._graph_shapes = None
         self._graph_failed: str | None = None
         self.use_graph = use_graph
+        # profile: CUDA events around the copies and the launch give the H2D / compute / D2H split
+        self.profile = profile
+        self.last_split_ms: dict[str, float] | None = None
+        self._events = None
         self.logger = process_logger()  # one per process: the plugin library keeps its pointer
         info = compat.PlanInfo.read(plan)
         if info is not None:
-            cc = "{}.{}".format(*self.ctx.compute_capability)
+            cc = cc_string(self.ctx.compute_capability)
             why = compat.plan_mismatch(info, trt.__version__, self.ctx.name, cc)
             if why:
                 raise EngineMismatch(
@@ -145,12 +157,12 @@ class TensorRTBackend(Backend):
             dla_core = compat.runtime_dla_core(info)
             if dla_core is not None:  # before deserialising: else the plan runs on core 0
                 self.runtime.DLA_core = dla_core
-            self.engine = self.runtime.deserialize_cuda_engine(data)
-            if self.engine is None:
+            self.cuda_engine = self.runtime.deserialize_cuda_engine(data)
+            if self.cuda_engine is None:
                 errors = self.logger.since(mark)
                 kind, sentence = compat.explain_deserialize_failure(errors, plan)
                 raise (EngineMismatch if kind in ("version", "device") else ModelError)(sentence)
-            self.context = self.engine.create_execution_context()
+            self.context = self.cuda_engine.create_execution_context()
             if self.context is None:
                 raise ModelError(
                     f"TensorRT could not create an execution context for {plan} (out of GPU memory?)"
@@ -171,7 +183,7 @@ class TensorRTBackend(Backend):
 
     # -- set-up -------------------------------------------------------------------------------
     def _describe_io(self) -> list[_IO]:
-        trt, engine = self.trt, self.engine
+        trt, engine = self.trt, self.cuda_engine  # TensorRT's ICudaEngine
         tensors = []
         for i in range(engine.num_io_tensors):
             name = engine.get_tensor_name(i)
@@ -245,9 +257,15 @@ class TensorRTBackend(Backend):
         return True
 
     def _enqueue(self, feeds: dict[str, np.ndarray]) -> None:
+        self._upload(feeds)
+        self._execute()
+
+    def _upload(self, feeds: dict[str, np.ndarray]) -> None:
         for t in self.io:
             if t.is_input:
                 t.buffers.upload(feeds[t.name], self.stream)
+
+    def _execute(self) -> None:
         mark = self.logger.mark()
         if not self.context.execute_async_v3(self.stream.handle):
             raise ModelError(
@@ -257,8 +275,15 @@ class TensorRTBackend(Backend):
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         with self._lock, self.ctx.active():
             changed = self._apply_shapes(feeds)
+            events = self._profile_events() if self.profile else None
             if self.use_graph and self._graph_failed is None:
                 self._run_graph(feeds, changed)
+            elif events:
+                events[0].record(self.stream.pycuda)
+                self._upload(feeds)
+                events[1].record(self.stream.pycuda)
+                self._execute()
+                events[2].record(self.stream.pycuda)
             else:
                 self._enqueue(feeds)
             out_shapes = {
@@ -271,8 +296,26 @@ class TensorRTBackend(Backend):
                 for t in self.io
                 if not t.is_input
             }
+            if events and not (self.use_graph and self._graph_failed is None):
+                events[3].record(self.stream.pycuda)
             self.stream.synchronize()
+            if events and not (self.use_graph and self._graph_failed is None):
+                self.last_split_ms = {
+                    "h2d": events[1].time_since(events[0]),
+                    "compute": events[2].time_since(events[1]),
+                    "d2h": events[3].time_since(events[2]),
+                }
             return {name: view.copy() for name, view in views.items()}
+
+    def _profile_events(self):
+        """Four CUDA events (created once): before the uploads, before the launch, after it, after
+        the downloads. A CUDA graph replays copies and launch together: no split then."""
+        if self._events is None:
+            from ..cuda.driver import pycuda_driver
+
+            cuda = pycuda_driver()
+            self._events = [cuda.Event() for _ in range(4)]
+        return self._events
 
     def _run_graph(self, feeds: dict[str, np.ndarray], shapes_changed: bool) -> None:
         """Copy-in + execute replayed from a CUDA graph; captured again when shapes change."""
@@ -307,7 +350,7 @@ class TensorRTBackend(Backend):
         )
 
     def close(self) -> None:
-        if getattr(self, "engine", None) is None:
+        if getattr(self, "cuda_engine", None) is None:
             return
         with self.ctx.active():
             if self._graph is not None:
@@ -316,6 +359,6 @@ class TensorRTBackend(Backend):
                 if t.buffers is not None:
                     t.buffers.free()
             self.context = None
-            self.engine = None
+            self.cuda_engine = None
             self.runtime = None
             self.stream.free()

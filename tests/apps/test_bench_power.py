@@ -40,7 +40,7 @@ REQUIRED = {
 def test_bench_json_and_plot_without_power(bundle, tmp_path):
     empty = tmp_path / "sys-root"
     empty.mkdir()
-    proc = run_cli("bench", bundle, "--iterations", "200", "--warmup", "0.2", "--json", tmp_path / "b.json",
+    proc = run_cli("bench", bundle, "--iterations", "200", "--warmup", "0.2", "--json-file", tmp_path / "b.json",
                    "--plot", tmp_path / "b.png", "--sysfs-root", empty)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "power      unavailable (no power sensor found" in proc.stdout
@@ -60,7 +60,7 @@ def test_bench_json_and_plot_without_power(bundle, tmp_path):
 def test_bench_energy_per_inference_from_a_sensor(bundle, tmp_path):
     root = orin_sysfs(tmp_path / "root")
     proc = run_cli("bench", bundle, "--duration", "1.5", "--warmup", "0.2", "--idle-seconds", "0.5",
-                   "--sysfs-root", root, "--json", tmp_path / "b.json")  # fmt: skip
+                   "--sysfs-root", root, "--json-file", tmp_path / "b.json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     r = json.loads((tmp_path / "b.json").read_text())
     assert r["power_w"]["avg"] == pytest.approx(5.0) and r["power_w"]["idle"] == pytest.approx(5.0)
@@ -94,7 +94,7 @@ def test_power_cap_below_idle_is_refused(bundle, tmp_path):
 def test_sweep_table_pareto_and_bad_values(bundle, tmp_path):
     root = orin_sysfs(tmp_path / "root")
     proc = run_cli("bench", bundle, "--sweep", "batch=1,4", "precision=fp32,int8", "--duration", "0.5", "--warmup", "0.1",
-                   "--idle-seconds", "0.2", "--sysfs-root", root, "--json", tmp_path / "s.json", "--plot", tmp_path / "p.png")  # fmt: skip
+                   "--idle-seconds", "0.2", "--sysfs-root", root, "--json-file", tmp_path / "s.json", "--plot", tmp_path / "p.png")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "s.json").read_text())
     assert len(data["points"]) == 4

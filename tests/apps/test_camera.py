@@ -17,8 +17,8 @@ from edgert.apps.camera.outputs import HttpOutput
 from edgert.apps.camera.pipeline import DropOldestQueue, Pipeline, Stage
 from edgert.apps.camera.sources import SourceOptions, SyntheticSource, open_source
 from edgert.export import export_model
-from edgert.export.zoo.photos import load_photo
 from edgert.runtime.errors import OutputError, SourceError
+from edgert.runtime.sample_data import load_photo
 from tests.conftest import assert_user_error, run_cli
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from edgert.export.zoo.photos import photo_path
+from edgert.runtime.sample_data import photo_path
 from tests.conftest import run_cli
 from tests.runtime.test_power_sensors import ina3221_hwmon, write
 from tests.tiny import classifier_bundle
@@ -26,7 +26,7 @@ def test_run_bench_camera_cache_triton_info(bundle, tmp_path):
     row = json.loads(run.stdout.splitlines()[0])
     assert row["results"][0]["label"] in ("cat", "dog", "bird")
     report = tmp_path / "bench.json"
-    bench = run_cli("bench", bundle, "--iterations", "30", "--warmup", "0", "--json", report)
+    bench = run_cli("bench", bundle, "--iterations", "30", "--warmup", "0", "--json-file", report)
     assert bench.returncode == 0, bench.stderr
     assert json.loads(report.read_text())["iterations"] == 30
     cam = run_cli(

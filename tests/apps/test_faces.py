@@ -8,7 +8,7 @@ import json
 import pytest
 
 from edgert.export import export_model
-from edgert.export.zoo.photos import photo_path
+from edgert.runtime.sample_data import photo_path
 from tests.conftest import assert_user_error, run_cli
 
 

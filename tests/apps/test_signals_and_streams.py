@@ -71,7 +71,7 @@ def test_sigterm_finishes_the_video_and_prints_the_summary(bundle, tmp_path):
 def test_sigterm_during_bench_reports_what_was_measured(tmp_path):
     model = matmul_model(tmp_path / "m.onnx")
     report = tmp_path / "bench.json"
-    proc = _spawn("bench", model, "--duration", "60", "--warmup", "0", "--json", report)
+    proc = _spawn("bench", model, "--duration", "60", "--warmup", "0", "--json-file", report)
     time.sleep(4)
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=15)

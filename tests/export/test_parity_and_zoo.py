@@ -9,10 +9,10 @@ import onnx
 import pytest
 
 from edgert.export import export_model
-from edgert.export.zoo.photos import load_photo
 from edgert.runtime import Bundle, ParityError
 from edgert.runtime.engine import Engine
 from edgert.runtime.postprocess import classify
+from edgert.runtime.sample_data import load_photo
 from tests.conftest import ROOT, assert_user_error, leftovers, run_cli
 
 MODELS_PY = ROOT / "tests" / "export" / "models.py"

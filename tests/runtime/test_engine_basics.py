@@ -12,31 +12,10 @@ from onnx import TensorProto, helper
 
 from edgert.runtime import BackendUnavailable, ModelError, ShapeError
 from edgert.runtime.engine import Engine
+from tests.tiny import matmul_model, matmul_reference
 
-
-def make_model(path, batch="N"):
-    """y = relu(x @ W + b) with x: float32[batch, 4], built node by node."""
-    w = helper.make_tensor("W", TensorProto.FLOAT, (4, 3), np.arange(12, dtype=np.float32) / 10)
-    b = helper.make_tensor("b", TensorProto.FLOAT, (3,), [0.5, -1.0, 0.0])
-    graph = helper.make_graph(
-        [
-            helper.make_node("MatMul", ["x", "W"], ["h"]),
-            helper.make_node("Add", ["h", "b"], ["z"]),
-            helper.make_node("Relu", ["z"], ["y"]),
-        ],
-        "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])],
-        initializer=[w, b],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save(model, str(path))
-    return path
-
-
-def reference(x):
-    w = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
-    return np.maximum(x @ w + np.array([0.5, -1.0, 0.0], np.float32), 0)
+make_model = matmul_model
+reference = matmul_reference
 
 
 def test_dynamic_and_static_batch(tmp_path):

@@ -170,10 +170,10 @@ def test_graph_capture_failure_falls_back(ctx, add_one):
     ids=["resize_crop", "letterbox_nhwc", "stretch_bgr", "nearest_gray"],
 )
 def test_gpu_preprocessing_equals_cpu(ctx, pre):
-    from edgert.export.zoo.photos import load_photo
     from edgert.runtime.cuda.memory import DeviceBuffer
     from edgert.runtime.cuda.preprocess_kernel import GpuPreprocessor
     from edgert.runtime.cuda.stream import Stream
+    from edgert.runtime.sample_data import load_photo
 
     frame = load_photo("chelsea")
     want, t_cpu = pre.apply(frame)

@@ -1,9 +1,11 @@
-"""Real sample photos shipped with edgert (CC0 / public domain, see images/LICENSES.md)."""
+"""The data edgert ships: real sample photos (CC0 / public domain, see images/LICENSES.md) and the
+ImageNet class names. One module for everyone (the zoo, calibration, the camera's synthetic
+source, the demo); in the runtime because the device side uses it too."""
 
 from __future__ import annotations
 
 import json
-from functools import cache
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,6 @@ def load_photo(name: str) -> np.ndarray:
     return img
 
 
-@cache
+@lru_cache(maxsize=None)
 def imagenet_classes() -> tuple[str, ...]:
     return tuple(json.loads((HERE / "imagenet_classes.json").read_text(encoding="utf-8")))

@@ -1,0 +1,181 @@
+"""One interface for every task: load a bundle, hand it frames, get plain results.
+
+    with load_task_model("mobilenet_v2.edgert") as model:       # classify, detect, segment, faces
+        results = model(bgr_image)                               # list of dicts (or a dict)
+
+Pipelines split a call into its three steps, and may batch the middle one:
+
+    tensor, transform = model.preprocess(image)
+    outputs = model.infer(batch)                                 # what a power cap paces
+    results = model.postprocess(outputs, [transform, ...])       # one entry per image
+
+The camera app, ``edgert run`` and the server treat every task alike through this; the MTCNN
+face detector (three networks with their own pyramid and crops) is one more implementation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ModelError
+
+TASKS = ("classify", "detect", "segment", "faces", "generic")
+
+
+class TaskModel:
+    """Base of the task models. ``infer`` takes and returns what ``preprocess`` / ``postprocess``
+    speak: a batch of model inputs and its outputs."""
+
+    task = "generic"
+    backend = "?"
+    backend_reason = ""
+    batched = True  # infer takes a batch of preprocessed tensors (faces: one frame at a time)
+
+    def preprocess(self, image: np.ndarray):
+        raise NotImplementedError
+
+    def infer(self, batch):
+        raise NotImplementedError
+
+    def postprocess(self, outputs, transforms: list) -> list:
+        raise NotImplementedError
+
+    def __call__(self, image: np.ndarray):
+        tensor, transform = self.preprocess(image)
+        batch = tensor[None] if self.batched else tensor
+        return self.postprocess(self.infer(batch), [transform])[0]
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> TaskModel:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class EngineTask(TaskModel):
+    """Classification, detection, segmentation (or raw outputs) on one :class:`Engine`."""
+
+    def __init__(self, engine, task: str, top_k: int = 5, conf: float = 0.25, iou: float = 0.45):
+        if engine.preprocessing is None:
+            raise ModelError(
+                "the model records no preprocessing; export it with edgert export (--resize, --size, ...)"
+            )
+        self.engine = engine
+        self.task = task
+        self.top_k, self.conf, self.iou = top_k, conf, iou
+        self.backend = engine.backend
+        self.backend_reason = engine.backend_reason
+        self.labels = engine.labels
+
+    def preprocess(self, image: np.ndarray):
+        return self.engine.preprocessing.apply(image)
+
+    def infer(self, batch):
+        return self.engine.infer(batch)
+
+    def postprocess(self, outputs: dict, transforms: list) -> list:
+        values = list(outputs.values())
+        if self.task == "classify":
+            from .postprocess import classify
+
+            return [
+                [{"label": c.label, "index": c.index, "score": round(c.score, 6)} for c in row]
+                for row in classify(values[0], self.labels, self.top_k)
+            ]
+        if self.task == "detect":
+            from .detection import decode_detections
+
+            dets = decode_detections(values, self.conf, self.iou, transforms=transforms,
+                                     labels=self.labels, input_size=self.engine.preprocessing.size)  # fmt: skip
+            return [[d.to_dict() for d in per_image] for per_image in dets]
+        if self.task == "segment":
+            from .postprocess import segment
+
+            out = []
+            for mask in segment(values[0]):
+                classes, counts = np.unique(mask, return_counts=True)
+                out.append({"mask_shape": list(mask.shape),
+                            "classes": {int(c): int(n) for c, n in zip(classes, counts)}})  # fmt: skip
+            return out
+        n = len(values[0]) if values else 0
+        return [
+            {
+                name: {"shape": list(v[i].shape), "dtype": v.dtype.name}
+                for name, v in outputs.items()
+            }
+            for i in range(n)
+        ]
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+class FaceTask(TaskModel):
+    """The MTCNN detector: its pyramid and crops are part of ``infer``, which takes one frame."""
+
+    task = "faces"
+    batched = False
+
+    def __init__(self, detector):
+        self.detector = detector
+        self.backend = f"mtcnn ({detector.engines['pnet'].backend})"
+        self.backend_reason = detector.backend_reason
+
+    def preprocess(self, image: np.ndarray):
+        return image, None
+
+    def infer(self, frame):
+        return {"faces": self.detector.detect(frame)}
+
+    def postprocess(self, outputs: dict, transforms: list) -> list:
+        return [[d.to_dict() for d in outputs["faces"]]]
+
+    def close(self) -> None:
+        self.detector.close()
+
+
+def load_task_model(
+    path: str | Path,
+    task: str | None = None,
+    backend: str = "auto",
+    precision: str = "auto",
+    top_k: int = 5,
+    conf: float = 0.25,
+    iou: float = 0.45,
+) -> TaskModel:
+    """The task model for a bundle (or .onnx / .engine): the manifest says which task; ``task``
+    must agree with it when given (a ``generic`` model takes any)."""
+    from .bundle import Bundle, is_bundle
+
+    if task is not None and task not in TASKS:
+        raise ModelError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    if is_bundle(path) and Bundle(path).manifest.task == "faces":
+        if task not in (None, "faces"):
+            raise ModelError(f"{path} is a face-detection bundle, not a {task} model")
+        from .faces import MtcnnDetector
+
+        return FaceTask(MtcnnDetector(path, backend=backend))
+    if task == "faces":
+        raise ModelError(
+            f"--task faces needs a face-detection bundle (edgert export zoo:mtcnn), not {path}"
+        )
+    from .engine import Engine
+
+    engine = Engine.load(path, backend=backend, precision=precision)
+    try:
+        model_task = engine.manifest.task if engine.manifest else "generic"
+        chosen = task or model_task
+        if model_task not in (chosen, "generic"):
+            raise ModelError(
+                f"the model's task is {model_task}, not {chosen} (export it with --task {chosen}, "
+                f"or pick --task {model_task})"
+            )
+        return EngineTask(engine, chosen, top_k, conf, iou)
+    except BaseException:
+        engine.close()
+        raise

@@ -1,0 +1,115 @@
+"""The import graph of edgert.* (function-level imports included) has no cycles, and the layers
+point one way: apps -> quantize -> export -> runtime."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDERS = {"export": "edgert.export", "quantize": "edgert.quantize", "runtime": "edgert.runtime",
+           "apps": "edgert.apps"}  # fmt: skip
+LAYER = {"edgert.runtime": 0, "edgert.export": 1, "edgert.quantize": 2, "edgert.apps": 3}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for folder, package in FOLDERS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            out[".".join([package, *parts])] = path
+    return out
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    is_package = path.name == "__init__.py"
+    base = name.split(".") if is_package else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = base[: len(base) - node.level + 1]
+                prefix = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            targets = [prefix] + [f"{prefix}.{a.name}" for a in node.names]
+        for t in targets:
+            while t and t not in known:  # a module, or the package holding the imported name
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                found.add(t)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {name: imports(name, path, known) for name, path in mods.items()}
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in g.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in g:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _package_init_edges(g):
+    """An edge into edgert.x.y also runs edgert.x's __init__: packages import their children,
+    which is not a cycle of our making, so parents' __init__ imports of children are left out."""
+    return {
+        v: {w for w in ws if not (v.count(".") < w.count(".") and w.startswith(v + "."))}
+        for v, ws in g.items()
+    }
+
+
+def test_no_import_cycles():
+    found = cycles(_package_init_edges(graph()))
+    assert found == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_layers_point_one_way():
+    wrong = []
+    for v, ws in graph().items():
+        for w in ws:
+            lv = LAYER[".".join(v.split(".")[:2])]
+            lw = LAYER[".".join(w.split(".")[:2])]
+            if lw > lv:
+                wrong.append(f"{v} -> {w}")
+    assert wrong == []
+
+
+def test_the_graph_sees_function_level_imports():
+    g = graph()
+    # engine_cache imports the Engine inside a function: it must still be an edge
+    assert "edgert.runtime.engine" in g["edgert.runtime.engine_cache"]

@@ -82,6 +82,9 @@ class VideoFileOutput(Output):
     def __init__(self, path: str, fps: float = 30.0) -> None:
         self.path, self.fps = Path(path), fps
         self.writer = None
+        blocker = next((p for p in self.path.parents if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise OutputError(f"cannot write video {self.path}: {blocker} is a file, not a folder")
         try:  # fail now, in one sentence, rather than from the output thread mid-run
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if self.path.is_dir():

@@ -36,6 +36,10 @@ class BenchConfig:
     idle_seconds: float = 2.0
     sysfs_root: str | None = None
     nvml: bool = True
+    # busy-wait between runs (ONNX Runtime's threads, CUDA's sync): "auto" = not under a cap
+    spin: str = "auto"
+    choose_point: bool = False  # under a cap: probe threads / batch / precision, run the best
+    probe_seconds: float = 1.5
 
 
 def make_inputs(engine, batch: int) -> dict[str, np.ndarray]:
@@ -98,19 +102,23 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
     meter = PowerMeter(found.sensor) if found.sensor else None
     if cfg.power_cap is not None and meter is None:
         raise EdgertError(f"--power-cap needs a power sensor, and there is none: {found.reason}")
-    profile = {"profile": True} if cfg.backend in ("auto", "tensorrt") else {}  # the split
+    options = {"profile": True} if cfg.backend in ("auto", "tensorrt") else {}  # the split
+    options["spin"] = cfg.spin == "on" or (cfg.spin == "auto" and cfg.power_cap is None)
     idle = None
+    point = None
     try:
+        if meter:
+            meter.start()
+            say(f"measuring idle power for {cfg.idle_seconds:.0f} s ({found.sensor.describe()})")
+            idle = meter.measure_idle(cfg.idle_seconds)
+        if cfg.choose_point:
+            if cfg.power_cap is None or idle is None:
+                raise EdgertError("--choose-point needs --power-cap and a power sensor")
+            point = choose_operating_point(cfg, meter, idle, options, say)
         with Engine.load(
-            cfg.model, backend=cfg.backend, precision=cfg.precision, **profile
+            cfg.model, backend=cfg.backend, precision=cfg.precision, **options
         ) as engine:
             feeds = make_inputs(engine, cfg.batch)
-            if meter:
-                meter.start()
-                say(
-                    f"measuring idle power for {cfg.idle_seconds:.0f} s ({found.sensor.describe()})"
-                )
-                idle = meter.measure_idle(cfg.idle_seconds)
             end_warm = time.perf_counter() + cfg.warmup
             while time.perf_counter() < end_warm:
                 engine.infer(feeds)
@@ -138,6 +146,8 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
         "throughput_ips": cfg.batch * run.latencies.count / run.elapsed,
         "split_ms": run.split_ms(),
         "split_reason": None if run.split else _no_split_reason(backend),
+        "spin": options["spin"],
+        "operating_point": point,
         "power_cap_w": cfg.power_cap,
         "power_w": None,
         "energy_mj_per_inference": None,
@@ -151,6 +161,83 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
     # a uniform sample of the run (all of it when short): the histogram in --plot
     result["latencies_ms"] = run.latencies.sample().round(4).tolist()
     return result
+
+
+def operating_points(cfg: BenchConfig) -> list[dict]:
+    """Candidate settings: ONNX Runtime intra-op threads (1, 2, all cores), the batch asked for and
+    the bundle's largest (up to 8), FP32 and every gated model the bundle records."""
+    import os
+
+    from edgert.runtime.engine import Engine
+
+    with Engine.load(cfg.model, backend=cfg.backend, precision="fp32") as probe:
+        onnxruntime = probe.backend == "onnxruntime"
+        dynamic = bool(probe.inputs) and probe.inputs[0].shape[0] < 0
+        batches = sorted({cfg.batch, min(8, probe.max_batch or 8)} if dynamic else {cfg.batch})
+        hashes = probe.manifest.hashes if probe.manifest else {}
+    precisions = ["fp32"] + [p for p in ("fp16", "int8") if f"model.{p}.onnx" in hashes]
+    cores = os.cpu_count() or 1
+    threads = sorted({1, 2, cores} & set(range(1, cores + 1))) if onnxruntime else [None]
+    return [
+        {"intra_op_threads": t, "batch": b, "precision": p}
+        for t in threads
+        for b in batches
+        for p in precisions
+    ]
+
+
+def choose_operating_point(cfg: BenchConfig, meter, idle: float, options: dict, say) -> dict:
+    """Measure each candidate uncapped for ``probe_seconds``, choose the one with the most
+    throughput under the cap (the least energy per inference there), and set ``cfg`` / ``options``
+    to it; pacing then covers only the remainder."""
+    from edgert.runtime.power.operating_point import OperatingPoint, choose
+
+    points = []
+    for setting in operating_points(cfg):
+        label = " ".join(f"{k}={v}" for k, v in setting.items() if v is not None)
+        measured = _probe(cfg, setting, meter, say, label)
+        if measured is not None:
+            points.append(OperatingPoint(label, setting, *measured))
+            say(f"  {label}: {measured[1]:.1f}/s at {measured[0]:.2f} W")
+    best, why = choose(points, cfg.power_cap, idle)
+    say(f"operating point: {why}")
+    cfg.batch, cfg.precision = best.settings["batch"], best.settings["precision"]
+    if best.settings["intra_op_threads"]:
+        options["intra_op_threads"] = best.settings["intra_op_threads"]
+    candidates = [
+        {
+            "label": p.label,
+            "power_w": round(p.power_w, 3),
+            "throughput_ips": round(p.throughput_ips, 2),
+            "mj_per_inference": round(p.energy_mj(), 3),
+            "under_cap_ips": round(p.capped_throughput(cfg.power_cap, idle), 2),
+        }
+        for p in points
+    ]
+    return {"chosen": best.label, "why": why, "candidates": candidates}
+
+
+def _probe(cfg: BenchConfig, setting: dict, meter, say, label: str):
+    """(average W, images/s) of one setting run uncapped, without spinning; None if it cannot run."""
+    from edgert.runtime.engine import Engine
+
+    extra = {"intra_op_threads": setting["intra_op_threads"]} if setting["intra_op_threads"] else {}
+    try:
+        with Engine.load(
+            cfg.model, backend=cfg.backend, precision=setting["precision"], spin=False, **extra
+        ) as engine:
+            feeds = make_inputs(engine, setting["batch"])
+            engine.infer(feeds)
+            t0, n = meter.now(), 0
+            while meter.now() - t0 < cfg.probe_seconds:
+                engine.infer(feeds)
+                n += setting["batch"]
+            t1 = meter.now()
+    except EdgertError as exc:
+        say(f"  {label}: skipped ({exc})")
+        return None
+    watts = meter.average_w(t0, t1)
+    return None if watts is None else (watts, n / (t1 - t0))
 
 
 def _validate(cfg: BenchConfig) -> None:

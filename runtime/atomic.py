@@ -107,8 +107,8 @@ def _leftovers(target: Path) -> list[tuple[Path, str]]:
         if kind not in ("partial", "old"):
             continue
         pid_text = p.name[len(target.name) + 2 :].split(".", 1)[0]
-        if pid_text.isdigit() and int(pid_text) != os.getpid() and _pid_alive(int(pid_text)):
-            continue  # another live process is writing it
+        if pid_text.isdigit() and _pid_alive(int(pid_text)):
+            continue  # a live process (this one too: another thread) is writing it
         found.append((p, kind))
     return found
 

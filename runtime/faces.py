@@ -56,7 +56,11 @@ class MtcnnDetector:
     """Loads the three networks of an MTCNN bundle (see ``edgert export zoo:mtcnn``)."""
 
     def __init__(
-        self, bundle_path: str | Path, backend: str = "auto", min_face: int | None = None
+        self,
+        bundle_path: str | Path,
+        backend: str = "auto",
+        min_face: int | None = None,
+        **options,
     ) -> None:
         from .engine import Engine
 
@@ -72,7 +76,7 @@ class MtcnnDetector:
                 raise BundleError(f"{b.path / spec['file']} is not recorded in the manifest")
             verify_hash(b.path / spec["file"], hashes[spec["file"]])
         self.engines = {
-            name: Engine.load(b.path / spec["file"], backend=backend)
+            name: Engine.load(b.path / spec["file"], backend=backend, **options)
             for name, spec in models.items()
         }
         cfg = b.manifest.raw.get("detector", {})

@@ -147,9 +147,11 @@ def load_task_model(
     top_k: int = 5,
     conf: float = 0.25,
     iou: float = 0.45,
+    **options,
 ) -> TaskModel:
     """The task model for a bundle (or .onnx / .engine): the manifest says which task; ``task``
-    must agree with it when given (a ``generic`` model takes any)."""
+    must agree with it when given (a ``generic`` model takes any). ``options`` go to
+    :meth:`Engine.load` (e.g. ``spin=False`` under a power cap)."""
     from .bundle import Bundle, is_bundle
 
     if task is not None and task not in TASKS:
@@ -159,14 +161,14 @@ def load_task_model(
             raise ModelError(f"{path} is a face-detection bundle, not a {task} model")
         from .faces import MtcnnDetector
 
-        return FaceTask(MtcnnDetector(path, backend=backend))
+        return FaceTask(MtcnnDetector(path, backend=backend, **options))
     if task == "faces":
         raise ModelError(
             f"--task faces needs a face-detection bundle (edgert export zoo:mtcnn), not {path}"
         )
     from .engine import Engine
 
-    engine = Engine.load(path, backend=backend, precision=precision)
+    engine = Engine.load(path, backend=backend, precision=precision, **options)
     try:
         model_task = engine.manifest.task if engine.manifest else "generic"
         chosen = task or model_task

@@ -49,8 +49,10 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         source = open_source(cfg.source, cfg.source_options)
         stack.callback(source.close)
         say(f"source: {source.description}")
+        # under a power cap nothing busy-waits (ONNX Runtime's threads, CUDA's sync)
+        spin = {"spin": False} if cfg.power_cap is not None else {}
         model = load_task_model(cfg.model, cfg.task, cfg.backend, cfg.precision, cfg.top_k,
-                                cfg.conf, cfg.iou)  # fmt: skip
+                                cfg.conf, cfg.iou, **spin)  # fmt: skip
         stack.callback(model.close)
         say(f"backend: {model.backend_reason}")
         power = _Power.start(cfg, model, stack)

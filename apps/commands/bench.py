@@ -58,6 +58,19 @@ def add_parser(sub) -> None:
         default=2.0,
         help="idle power measurement before the run (default 2)",
     )
+    p.add_argument(
+        "--spin",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="busy-wait between inferences (ONNX Runtime's threads, CUDA's sync): lowest latency, "
+        "but burns a core while waiting; auto = off under --power-cap (default auto)",
+    )
+    p.add_argument(
+        "--choose-point",
+        action="store_true",
+        help="with --power-cap: measure threads / batch / precision first and run the one with the "
+        "most throughput under the cap (least energy per inference); pace only the rest",
+    )
     p.add_argument("--sysfs-root", metavar="DIR", help="read power sensors under DIR")
     p.add_argument(
         "--nvpmodel", metavar="NAME", help="switch to this Jetson power mode first (root; opt-in)"
@@ -94,6 +107,8 @@ def _config(args, **over):
         power_cap=args.power_cap,
         idle_seconds=args.idle_seconds,
         sysfs_root=args.sysfs_root,
+        spin=args.spin,
+        choose_point=args.choose_point,
     )
     for k, v in over.items():
         setattr(cfg, k, v)
@@ -114,6 +129,8 @@ def _print(r: dict) -> None:
         )
     else:
         print(f"split      n/a ({r['split_reason']})")
+    if r.get("operating_point"):
+        print(f"point      {r['operating_point']['why']}")
     if r["power_w"]:
         pw = r["power_w"]
         idle = f"{pw['idle']:.2f} W" if pw["idle"] is not None else "n/a"

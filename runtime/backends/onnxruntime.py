@@ -67,7 +67,7 @@ def _spec(arg) -> TensorSpec:
 
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
-    OPTIONS = frozenset({"providers", "intra_op_threads", "optimization"})
+    OPTIONS = frozenset({"providers", "intra_op_threads", "optimization", "spin"})
 
     @classmethod
     def availability(cls) -> str | None:
@@ -110,6 +110,7 @@ class OnnxRuntimeBackend(Backend):
         providers: list[str] | None = None,
         intra_op_threads: int | None = None,
         optimization: str = "all",
+        spin: bool = True,
         **_: object,
     ) -> OnnxRuntimeBackend:
         import onnxruntime as ort
@@ -129,6 +130,11 @@ class OnnxRuntimeBackend(Backend):
         )
         opts.intra_op_num_threads = threads
         opts.log_severity_level = 3
+        if (
+            not spin
+        ):  # worker threads sleep between runs instead of spinning: what a power cap needs
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         chosen = choose_providers(ort.get_available_providers(), providers)
         provider_opts = [
             {"device_id": device} if p != "CPUExecutionProvider" else {} for p in chosen

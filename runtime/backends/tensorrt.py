@@ -39,7 +39,7 @@ class _IO:
 
 class TensorRTBackend(Backend):
     name = "tensorrt"
-    OPTIONS = frozenset({"use_graph", "profile"})
+    OPTIONS = frozenset({"use_graph", "profile", "spin"})
 
     @classmethod
     def availability(cls) -> str | None:
@@ -116,11 +116,14 @@ class TensorRTBackend(Backend):
         device: int = 0,
         use_graph: bool = False,
         profile: bool = False,
+        spin: bool = True,
         **_: object,
     ) -> TensorRTBackend:
-        return cls(model, device, use_graph, profile)
+        return cls(model, device, use_graph, profile, spin)
 
-    def __init__(self, plan: Path, device: int, use_graph: bool, profile: bool = False) -> None:
+    def __init__(
+        self, plan: Path, device: int, use_graph: bool, profile: bool = False, spin: bool = True
+    ) -> None:
         from ..cuda.driver import PrimaryContext
         from ..cuda.stream import Stream
 
@@ -135,6 +138,7 @@ class TensorRTBackend(Backend):
         self.use_graph = use_graph
         # profile: CUDA events around the copies and the launch give the H2D / compute / D2H split
         self.profile = profile
+        self.spin = spin  # False: wait for the GPU by blocking sync (no CPU core spinning)
         self.last_split_ms: dict[str, float] | None = None
         self._events = None
         self.logger = process_logger()  # one per process: the plugin library keeps its pointer
@@ -298,7 +302,7 @@ class TensorRTBackend(Backend):
             }
             if events and not (self.use_graph and self._graph_failed is None):
                 events[3].record(self.stream.pycuda)
-            self.stream.synchronize()
+            self.stream.synchronize(blocking=not self.spin)
             if events and not (self.use_graph and self._graph_failed is None):
                 self.last_split_ms = {
                     "h2d": events[1].time_since(events[0]),

@@ -11,6 +11,7 @@ class Stream:
     def __init__(self) -> None:
         self.cuda = pycuda_driver()
         self._stream = self.cuda.Stream()
+        self._blocking_event = None
 
     @property
     def handle(self) -> int:
@@ -33,9 +34,19 @@ class Stream:
         except Exception as exc:
             raise translate(exc, "a device-to-host copy") from exc
 
-    def synchronize(self) -> None:
+    def synchronize(self, blocking: bool = False) -> None:
+        """Wait for the stream. ``blocking``: sleep in the driver until the GPU is done (an event
+        with CU_EVENT_BLOCKING_SYNC) instead of spinning a CPU core, which is CUDA's default and
+        costs power while waiting (what a power cap needs)."""
         try:
-            self._stream.synchronize()
+            if not blocking:
+                self._stream.synchronize()
+                return
+            if self._blocking_event is None:
+                flags = self.cuda.event_flags
+                self._blocking_event = self.cuda.Event(flags.BLOCKING_SYNC | flags.DISABLE_TIMING)
+            self._blocking_event.record(self._stream)
+            self._blocking_event.synchronize()
         except Exception as exc:
             raise translate(exc, "stream synchronisation") from exc
 

@@ -32,6 +32,9 @@ class PowerGovernor:
     duty: float = 1.0
     k_w: float | None = None  # watts per unit duty, learned
     _integral: float = field(default=0.0, repr=False)
+    # recent (duty, power) measurements: the feed-forward inverts a line fitted through them, so
+    # fixed overheads (clocks up while busy, threads spinning between runs) do not skew it
+    _seen: list = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         if self.idle_w is None or not math.isfinite(self.idle_w):
@@ -46,17 +49,59 @@ class PowerGovernor:
                 "pacing cannot go below idle (lower the clocks with nvpmodel instead)"
             )
 
+    MEMORY = 40  # control steps of (duty, power) the curve is fitted to
+    window_s: float = 1.3  # the power measurement's window plus the sensor's lag, s
+
+    def _window_duty(self, applied: float, dt: float) -> float:
+        """The duty averaged over the span the power measurement covers (the last period's duty
+        alone would pair today's duty with the power of a second ago)."""
+        self._duties = [*getattr(self, "_duties", [])[-64:], (applied, dt)]
+        total = weight = 0.0
+        for duty, span in reversed(self._duties):
+            use = min(span, self.window_s - weight)
+            if use <= 0:
+                break
+            total += duty * use
+            weight += use
+        return total / weight if weight > 0 else applied
+
+    def curve(self) -> tuple[float, float] | None:
+        """(power at duty 0+, watts per unit duty): a least-squares line through recent (duty,
+        power) measurements and one pseudo-point at (0, idle), so that without spread in duty it
+        falls back to the line through idle, and with it learns fixed overheads (clocks up while
+        busy, threads spinning between runs). None before there are measurements."""
+        if len(self._seen) < 4:
+            return None
+        pts = [*self._seen, (0.0, self.idle_w)]
+        n = len(pts)
+        md = sum(x for x, _ in pts) / n
+        mp = sum(y for _, y in pts) / n
+        var = sum((x - md) ** 2 for x, _ in pts)
+        if var <= 1e-12:
+            return None
+        slope = sum((x - md) * (y - mp) for x, y in pts) / var
+        if slope <= 1e-6:
+            return None
+        return mp - slope * md, slope
+
     @property
     def target_w(self) -> float:
         return self.cap_w * (1.0 - self.margin)
 
     def update(self, measured_w: float, applied_duty: float, dt: float) -> float:
         """One control step: the window-average power measured while ``applied_duty`` was applied."""
-        if applied_duty > 0.05 and measured_w > self.idle_w:
-            k_meas = (measured_w - self.idle_w) / applied_duty
+        duty = self._window_duty(applied_duty, dt)
+        if duty > 0.05 and measured_w > self.idle_w:
+            k_meas = (measured_w - self.idle_w) / duty
             self.k_w = k_meas if self.k_w is None else 0.8 * self.k_w + 0.2 * k_meas
+            self._seen = [*self._seen[-(self.MEMORY - 1) :], (duty, measured_w)]
         k = self.k_w or max(self.cap_w - self.idle_w, 1e-3)
         feed_forward = (self.target_w - self.idle_w) / k
+        curve = self.curve()
+        if curve is not None:  # the measured power-vs-duty line, not one forced through idle
+            offset, slope = curve
+            k = slope
+            feed_forward = (self.target_w - offset) / slope
         error = (self.target_w - measured_w) / k  # in duty units
         raw = feed_forward + self.kp * error + self.ki * self._integral
         saturated = (raw >= 1.0 and error > 0) or (raw <= self.min_duty and error < 0)

@@ -10,11 +10,14 @@ from edgert.runtime.power.governor import Pacer, PowerGovernor
 
 
 def simulate(
-    idle, k, cap, seconds=30.0, tau=0.3, noise=0.01, window=1.0, period=0.25, seed=0, **gov
-):
-    """Returns (times, true power, duty) sampled every 20 ms (a 50 Hz sensor)."""
+    idle, k, cap, seconds=30.0, tau=0.3, noise=0.01, window=1.0, period=0.25, seed=0, plant=None,
+    **gov,
+):  # fmt: skip
+    """Returns (times, true power, duty) sampled every 20 ms (a 50 Hz sensor). ``plant`` maps a
+    duty to the power it settles at (default: idle + k * duty)."""
     rng = np.random.default_rng(seed)
     gov = PowerGovernor(cap, idle, **gov)
+    plant = plant or (lambda d: idle + k * d)
     dt = 0.02
     p = idle
     times, powers, measured, duties = [], [], [], []
@@ -22,7 +25,7 @@ def simulate(
     for i in range(int(seconds / dt)):
         t = i * dt
         duty = gov.duty
-        p += (idle + k * duty - p) * dt / tau  # first-order lag
+        p += (plant(duty) - p) * dt / tau  # first-order lag
         times.append(t)
         powers.append(p)
         measured.append(p * (1 + noise * rng.standard_normal()))
@@ -74,3 +77,53 @@ def test_pacer_sleeps_for_the_duty():
     pacer.after(busy_s=0.01, duty=1.0)
     pacer.before()
     assert len(slept) == 1
+
+
+NON_PROPORTIONAL = {
+    # clocks go up as soon as there is work: 2 W more at any duty above zero
+    "fixed overhead": (4.5, lambda d: 4.5 + (2.0 if d > 0 else 0.0) + 8.0 * d, 9.0),
+    # runtime threads spin between runs: 40 % of the idle gaps cost full power
+    "spinning": (4.5, lambda d: 4.5 + 10.0 * (d + 0.4 * (1 - d)), 10.5),
+    "concave (DVFS)": (4.5, lambda d: 4.5 + 10.0 * d**0.6, 9.0),
+    "convex": (4.5, lambda d: 4.5 + 10.0 * d**1.6, 9.0),
+    "discrete GPU, fixed": (118.0, lambda d: 178.0 + 500.0 * d, 300.0),
+}
+
+
+@pytest.mark.parametrize("name", list(NON_PROPORTIONAL))
+def test_holds_the_cap_on_plants_not_proportional_to_duty(name):
+    """The feed-forward fits the measured power-vs-duty line (not one forced through idle): the
+    cap holds within -5/+2 % after settling and the duty does not oscillate."""
+    idle, plant, cap = NON_PROPORTIONAL[name]
+    t, p, duty = simulate(idle, None, cap, seconds=40.0, plant=plant)
+    settled = t >= 8.0
+    assert cap * 0.95 <= p[settled].mean() <= cap * 1.02, (name, p[settled].mean() / cap)
+    for start in np.arange(8.0, t[-1] - 2.0, 1.0):
+        win = (t >= start) & (t < start + 2.0)
+        assert p[win].mean() <= cap * 1.02, (name, start, p[win].mean() / cap)
+    assert duty[settled].std() < 0.05, (name, duty[settled].std())  # no oscillation
+
+
+def test_the_fitted_curve_learns_a_fixed_overhead():
+    gov = PowerGovernor(20.0, 4.5)
+    for duty in (0.2, 0.4, 0.6, 0.8) * 5:
+        gov._seen.append((duty, 4.5 + 2.0 + 8.0 * duty))
+    offset, slope = gov.curve()
+    assert slope == pytest.approx(8.0, rel=0.15) and offset == pytest.approx(6.5, abs=0.7)
+
+
+def test_operating_point_with_most_throughput_under_the_cap():
+    from edgert.runtime.power.operating_point import OperatingPoint, choose
+
+    idle, cap = 4.5, 9.0
+    points = [
+        OperatingPoint("threads=2 batch=1", {}, power_w=16.0, throughput_ips=130.0),
+        OperatingPoint("threads=1 batch=8", {}, power_w=10.0, throughput_ips=110.0),
+        OperatingPoint("threads=1 batch=1", {}, power_w=8.5, throughput_ips=60.0),
+    ]
+    best, why = choose(points, cap, idle)
+    # paced to 9 W: 130 * 4.5/11.5 = 50.9/s; 110 * 4.5/5.5 = 90/s; 60/s unpaced
+    assert best.label == "threads=1 batch=8" and "with pacing" in why
+    assert best.capped_throughput(cap, idle) == pytest.approx(90.0)
+    best, why = choose(points, 20.0, idle)  # a cap above every point: the fastest, no pacing
+    assert best.label == "threads=2 batch=1" and "without pacing" in why

@@ -1,0 +1,84 @@
+"""A power plant for closed-loop tests and benchmarks: a separate process turns the real CPU time of
+another process into the readings of a recreated Jetson Orin NX INA3221 tree (VDD_IN).
+
+    power = idle + fixed (while the process is busy at all) + k * cores busy
+            seen through a first-order lag, with noise, sampled at ``hz``, written atomically
+
+CPU time comes from /proc/PID/stat (utime + stime of every thread), so a runtime that spins while
+waiting pays for it here exactly as a real board would. Used by tests/runtime/test_power_plant.py
+and benchmarks/power_cap_cpu.py.
+
+    python -m tests.power_plant ROOT PID [--idle 4.5 --per-core 6 --fixed 0.5 --lag 0.3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import time
+from pathlib import Path
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+VOLTS_MV = 5000
+HWMON = "sys/bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon3"
+
+
+def write_tree(root: Path, watts: float) -> Path:
+    """The INA3221 files with VDD_IN at ``watts`` (5 V times the current), atomically."""
+    hw = Path(root) / HWMON
+    hw.mkdir(parents=True, exist_ok=True)
+    values = {"in1_label": "VDD_IN", "in1_input": VOLTS_MV, "curr1_input": round(watts / 5 * 1000)}
+    for name, value in values.items():
+        tmp = hw / f".{name}.new"
+        tmp.write_text(f"{value}\n")
+        os.replace(tmp, hw / name)
+    return hw
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
+def run(root: Path, pid: int, idle: float, per_core: float, fixed: float, lag: float,
+        noise: float, hz: float, seed: int = 0) -> None:  # fmt: skip
+    rng = random.Random(seed)
+    power = idle
+    last_t, last_cpu = time.monotonic(), cpu_seconds(pid)
+    busy_avg = 0.0
+    while True:
+        time.sleep(1.0 / hz)
+        try:
+            cpu = cpu_seconds(pid)
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            return  # the process under test has ended
+        now = time.monotonic()
+        busy = max(0.0, (cpu - last_cpu) / (now - last_t))  # cores busy over the last sample
+        last_t, last_cpu = now, cpu
+        # CPU time arrives in clock ticks (10 ms): smooth over ~0.2 s before it drives the plant
+        busy_avg += (busy - busy_avg) * min(1.0, 1.0 / (hz * 0.2))
+        target = idle + (fixed if busy_avg > 0.02 else 0.0) + per_core * busy_avg
+        power += (target - power) * min(1.0, (1.0 / hz) / lag)
+        write_tree(root, power * (1.0 + rng.gauss(0.0, noise)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("root", type=Path)
+    ap.add_argument("pid", type=int)
+    ap.add_argument("--idle", type=float, default=4.5, help="W with the process idle")
+    ap.add_argument("--per-core", type=float, default=6.0, help="W per core kept busy")
+    ap.add_argument("--fixed", type=float, default=0.5, help="W while busy at all (clocks up)")
+    ap.add_argument("--lag", type=float, default=0.3, help="first-order lag, s")
+    ap.add_argument("--noise", type=float, default=0.01, help="relative noise")
+    ap.add_argument("--hz", type=float, default=20.0)
+    a = ap.parse_args()
+    run(a.root, a.pid, a.idle, a.per_core, a.fixed, a.lag, a.noise, a.hz)
+
+
+if __name__ == "__main__":
+    main()

@@ -14,7 +14,10 @@ OLD_VENV ?= .venv-oldest
 OLDEST := numpy==1.24.4 opencv-python-headless==4.5.5.64 onnxruntime==1.16.3 onnx==1.14.1 pytest
 DEVICE_TESTS := tests/runtime tests/apps/test_device_side.py
 
-.PHONY: demo test install lint clean test-oldest wheel-smoke ci
+# edgert serve: PyTriton needs numpy < 2, so its tests run in their own environment
+SERVE_VENV ?= .venv-serve
+
+.PHONY: demo test install lint clean test-oldest wheel-smoke test-serve ci
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -50,11 +53,22 @@ test-oldest: $(OLD_VENV)/.installed
 	$(OLD_VENV)/bin/python -c "import numpy, cv2, onnxruntime; print('oldest set:', numpy.__version__, cv2.__version__, onnxruntime.__version__)"
 	$(OLD_VENV)/bin/python -m pytest -q -p no:cacheprovider $(DEVICE_TESTS)
 
+$(SERVE_VENV)/.installed: pyproject.toml Makefile
+	python3 -m venv $(SERVE_VENV)
+	$(SERVE_VENV)/bin/python -m pip install -q pytest "nvidia-pytriton>=0.7,<0.8" "numpy<2" \
+		"opencv-python-headless<4.11" "tritonclient[grpc,http]>=2.40" onnx onnxruntime
+	touch $@
+
+# edgert serve behind a real Triton (PyTriton's tritonserver), real HTTP and gRPC clients
+test-serve: $(SERVE_VENV)/.installed
+	$(SERVE_VENV)/bin/python -m pip install -q --no-deps --force-reinstall .
+	$(SERVE_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/apps/test_serve.py
+
 # the built wheel in a fresh environment, commands run from another folder
 wheel-smoke:
 	PYTHON=$(abspath $(PY)) bash scripts/wheel-smoke.sh
 
-ci: test test-oldest wheel-smoke
+ci: test test-oldest test-serve wheel-smoke
 
 clean:
-	rm -rf $(VENV) $(OLD_VENV) edgert-demo .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(OLD_VENV) $(SERVE_VENV) edgert-demo .pytest_cache .ruff_cache

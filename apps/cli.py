@@ -28,6 +28,7 @@ COMMANDS = (
     "power",
     "cache",
     "export-triton",
+    "serve",
     "info",
     "demo",
 )

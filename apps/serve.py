@@ -1,0 +1,217 @@
+"""``edgert serve``: bundles behind a real NVIDIA Triton Inference Server (PyTriton's
+``tritonserver``): KServe v2 HTTP/gRPC, dynamic batching, Prometheus metrics.
+
+Per bundle two models:
+
+- ``NAME``: the bundle's own tensors (names, dtypes, shapes without the batch axis, max batch from
+  the bundle), dynamic batching, inference by :class:`edgert.runtime.Engine`.
+- ``NAME_image``: one encoded image per request (BYTES, JPEG/PNG) -> the bundle's preprocessing ->
+  inference (requests of any image size batched together after preprocessing) -> the task's
+  decoded result as JSON (BYTES ``result``), plus the raw outputs.
+
+Every instance has its own engine (``--instances N``): Triton runs instances in parallel, and an
+engine serialises its own calls.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sysconfig
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgert.runtime.errors import MissingDependency, OutputError
+
+log = logging.getLogger(__name__)
+
+PIP_LINE = "pip install 'edgert[serve]' (its own environment: PyTriton needs numpy < 2)"
+
+
+@dataclass
+class ServeConfig:
+    bundles: list[str]
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    max_batch: int | None = None
+    max_queue_delay_us: int = 500
+    instances: int = 1
+    backend: str = "auto"
+    precision: str = "auto"
+
+
+def require_pytriton():
+    try:
+        import pytriton.triton  # noqa: F401
+    except ImportError as exc:
+        raise MissingDependency(
+            f"edgert serve needs PyTriton, which is not installed: {PIP_LINE}"
+        ) from exc
+    if int(np.__version__.split(".")[0]) >= 2:
+        raise MissingDependency(
+            f"PyTriton's Python backend needs numpy < 2 (this is {np.__version__}): {PIP_LINE}"
+        )
+
+
+def check_ports(host: str, ports: dict[str, int]) -> None:
+    """One sentence for a port in use, before Triton starts (it would only log and exit)."""
+    for flag, port in ports.items():
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            try:
+                s.bind((host, port))
+            except OSError as exc:
+                raise OutputError(
+                    f"port {port} on {host} is not free ({exc.strerror}); pick another with {flag}"
+                ) from None
+
+
+def _python_library_path() -> None:
+    """Triton's Python backend stub links libpython: point it at this interpreter's own (a pyenv
+    or conda interpreter is not the system one, and the wrong libpython fails at model load)."""
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if libdir and Path(libdir).is_dir():
+        current = os.environ.get("LD_LIBRARY_PATH", "")
+        if libdir not in current.split(":"):
+            os.environ["LD_LIBRARY_PATH"] = f"{libdir}:{current}" if current else libdir
+
+
+def _tensor(spec, batched: bool):
+    from pytriton.model_config import Tensor
+
+    shape = tuple(spec.shape[1:] if batched else spec.shape)
+    return Tensor(name=spec.name, dtype=np.dtype(spec.dtype).type, shape=shape)
+
+
+class _TensorModel:
+    """NAME: the bundle's tensors in, its outputs out."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def __call__(self, **inputs: np.ndarray) -> dict[str, np.ndarray]:
+        return self.engine.infer(inputs)
+
+
+class _ImageModel:
+    """NAME_image: encoded images -> preprocessing -> one batch -> results as JSON."""
+
+    def __init__(self, model) -> None:
+        self.model = model  # an edgert.runtime.tasks.TaskModel
+
+    def __call__(self, image: np.ndarray) -> dict[str, np.ndarray]:
+        from edgert.runtime.errors import EdgertError
+        from edgert.runtime.images import decode_image
+
+        frames, failed = [], {}
+        for i, blob in enumerate(image.reshape(len(image), -1)[:, 0]):
+            try:
+                frames.append(decode_image(bytes(blob), "the request's image"))
+            except EdgertError as exc:
+                failed[i] = str(exc)
+                frames.append(None)
+        ok = [i for i, f in enumerate(frames) if f is not None]
+        results: list = [None] * len(frames)
+        raw: dict[str, np.ndarray] = {}
+        if ok:
+            if self.model.batched:
+                pre = [self.model.preprocess(frames[i]) for i in ok]
+                outputs = self.model.infer(np.stack([t for t, _ in pre]))
+                decoded = self.model.postprocess(outputs, [tr for _, tr in pre])
+                for name, value in outputs.items():
+                    full = np.zeros((len(frames), *value.shape[1:]), value.dtype)
+                    full[ok] = value
+                    raw[name] = full
+            else:  # faces: one frame at a time
+                decoded = [self.model(frames[i]) for i in ok]
+            for i, r in zip(ok, decoded):
+                results[i] = r
+        text = [
+            json.dumps({"error": failed[i]} if i in failed else {"results": results[i]})
+            for i in range(len(frames))
+        ]
+        return {"result": np.array([[t.encode()] for t in text], dtype=np.object_), **raw}
+
+
+def serve(cfg: ServeConfig, say=print) -> None:
+    """Load the bundles, start Triton, block until interrupted (Ctrl-C, SIGTERM), stop it."""
+    require_pytriton()
+    from pytriton.decorators import batch
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    from edgert.runtime.bundle import Bundle, is_bundle
+    from edgert.runtime.tasks import load_task_model
+
+    check_ports(cfg.host, {"--http-port": cfg.http_port, "--grpc-port": cfg.grpc_port,
+                           "--metrics-port": cfg.metrics_port})  # fmt: skip
+    _python_library_path()
+    loaded = []  # everything to close at the end
+    bindings = []
+    try:
+        for path in cfg.bundles:
+            probe = load_task_model(path, backend=cfg.backend, precision=cfg.precision)
+            loaded.append(probe)
+            name = Bundle(path).manifest.name if is_bundle(path) else Path(path).stem
+            image_models = [probe] + [
+                load_task_model(path, backend=cfg.backend, precision=cfg.precision)
+                for _ in range(cfg.instances - 1)
+            ]
+            loaded.extend(image_models[1:])
+            say(f"{name}: {probe.backend_reason}")
+            if probe.task != "faces":
+                engines = [m.engine for m in image_models]
+                specs = engines[0]
+                dynamic = bool(specs.inputs) and specs.inputs[0].shape[0] < 0
+                recorded = specs.max_batch or 8
+                max_batch = min(cfg.max_batch or recorded, recorded) if dynamic else 0
+                tensor_config = ModelConfig(
+                    batching=dynamic,
+                    max_batch_size=max_batch,
+                    batcher=DynamicBatcher(max_queue_delay_microseconds=cfg.max_queue_delay_us),
+                )
+                bindings.append(dict(
+                    model_name=name,
+                    infer_func=[batch(_TensorModel(e)) if dynamic else _TensorModel(e) for e in engines],
+                    inputs=[_tensor(s, dynamic) for s in specs.inputs],
+                    outputs=[_tensor(s, dynamic) for s in specs.outputs],
+                    config=tensor_config,
+                ))  # fmt: skip
+                raw_outputs = [_tensor(s, True) for s in specs.outputs] if dynamic else []
+                image_batch = max_batch or 1
+            else:
+                raw_outputs, image_batch = [], cfg.max_batch or 8
+            bindings.append(dict(
+                model_name=f"{name}_image",
+                infer_func=[batch(_ImageModel(m)) for m in image_models],
+                inputs=[Tensor(name="image", dtype=np.bytes_, shape=(1,))],
+                outputs=[Tensor(name="result", dtype=np.bytes_, shape=(1,)), *raw_outputs],
+                config=ModelConfig(
+                    max_batch_size=image_batch,
+                    batcher=DynamicBatcher(max_queue_delay_microseconds=cfg.max_queue_delay_us),
+                ),
+            ))  # fmt: skip
+        log_file = Path(tempfile.gettempdir()) / f"edgert-serve-{os.getpid()}.log"
+        say(f"Triton's own log: {log_file}")
+        triton_config = TritonConfig(
+            http_address=cfg.host, http_port=cfg.http_port, grpc_address=cfg.host,
+            grpc_port=cfg.grpc_port, metrics_address=cfg.host, metrics_port=cfg.metrics_port,
+            exit_timeout_secs=3, log_verbose=0, log_file=log_file,
+        )  # fmt: skip
+        with Triton(config=triton_config) as triton:
+            for b in bindings:
+                triton.bind(strict=True, **b)
+            triton.run()
+            names = ", ".join(b["model_name"] for b in bindings)
+            say(f"ready: http://{cfg.host}:{cfg.http_port} grpc {cfg.host}:{cfg.grpc_port} "
+                f"metrics http://{cfg.host}:{cfg.metrics_port}/metrics (models: {names})")  # fmt: skip
+            triton.serve()
+    finally:
+        for m in loaded:
+            m.close()

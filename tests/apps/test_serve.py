@@ -1,0 +1,160 @@
+"""edgert serve behind a real Triton Inference Server (PyTriton), with real tritonclient HTTP and
+gRPC clients. PyTriton needs numpy < 2, so these run in their own environment (`make test-serve`,
+which CI runs); elsewhere they skip and say why."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+pytest.importorskip(
+    "pytriton", reason="PyTriton is not installed here: `make test-serve` runs these"
+)
+if int(np.__version__.split(".")[0]) >= 2:
+    pytest.skip("PyTriton needs numpy < 2: `make test-serve` runs these", allow_module_level=True)
+
+import tritonclient.grpc as grpcclient  # noqa: E402
+import tritonclient.http as httpclient  # noqa: E402
+
+from edgert.runtime import Engine  # noqa: E402
+from edgert.runtime.sample_data import photo_path  # noqa: E402
+from edgert.runtime.tasks import load_task_model  # noqa: E402
+from tests.conftest import ROOT, assert_user_error, run_cli  # noqa: E402
+from tests.tiny import classifier_bundle  # noqa: E402
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    bundle = classifier_bundle(tmp_path_factory.mktemp("serve"), size=32)
+    http, grpc, metrics = free_ports(3)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgert.apps", "serve", str(bundle), "--http-port", str(http),
+         "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--max-queue-delay-us", "20000"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    ready = ["/v2/health/ready", "/v2/models/tiny/ready", "/v2/models/tiny_image/ready"]
+    while ready and time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}{ready[0]}", timeout=1) as r:
+                if r.status == 200:
+                    ready.pop(0)
+        except OSError:
+            if proc.poll() is not None:
+                raise AssertionError(proc.stdout.read()) from None
+            time.sleep(0.5)
+    if ready:
+        proc.kill()
+        raise AssertionError(f"the server never became ready ({ready[0]})")
+    yield {"bundle": bundle, "http": http, "grpc": grpc, "metrics": metrics, "proc": proc}
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def _inputs(module, x):
+    inp = module.InferInput("x", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    return [inp]
+
+
+def test_tensor_requests_equal_engine_infer(server):
+    x = np.random.default_rng(0).random((3, 3, 32, 32), np.float32)
+    with Engine.load(server["bundle"]) as engine:
+        ref = engine.infer(x)["logits"]
+    h = httpclient.InferenceServerClient(f"127.0.0.1:{server['http']}")
+    g = grpcclient.InferenceServerClient(f"127.0.0.1:{server['grpc']}")
+    got_h = h.infer("tiny", _inputs(httpclient, x)).as_numpy("logits")
+    got_g = g.infer("tiny", _inputs(grpcclient, x)).as_numpy("logits")
+    assert np.abs(got_h - ref).max() <= 1e-4 and np.abs(got_g - ref).max() <= 1e-4
+
+
+def test_sixteen_clients_get_their_own_answers_and_requests_are_batched(server):
+    with Engine.load(server["bundle"]) as engine:
+        rng = np.random.default_rng(1)
+        xs = [rng.random((1, 3, 32, 32), np.float32) for _ in range(16)]
+        refs = [engine.infer(x)["logits"] for x in xs]
+    wrong, errors = [], []
+
+    def client(k: int) -> None:
+        try:
+            c = grpcclient.InferenceServerClient(f"127.0.0.1:{server['grpc']}")
+            for _ in range(10):
+                got = c.infer("tiny", _inputs(grpcclient, xs[k])).as_numpy("logits")
+                if np.abs(got - refs[k]).max() > 1e-4:
+                    wrong.append(k)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and wrong == []
+    with urllib.request.urlopen(f"http://127.0.0.1:{server['metrics']}/metrics") as r:
+        text = r.read().decode()
+
+    def metric(name: str) -> float:
+        m = re.search(rf'^{name}{{model="tiny",version="1"}} (\S+)$', text, re.M)
+        return float(m.group(1))
+
+    inferences, executions = metric("nv_inference_count"), metric("nv_inference_exec_count")
+    assert inferences >= 160 and executions < inferences  # dynamic batching really batches
+
+
+def test_a_jpeg_comes_back_with_the_label(server):
+    jpeg = photo_path("chelsea").read_bytes()
+    with load_task_model(server["bundle"], top_k=5) as model:
+        import cv2
+
+        expected = model(cv2.imread(str(photo_path("chelsea"))))[0]["label"]
+    h = httpclient.InferenceServerClient(f"127.0.0.1:{server['http']}")
+    inp = httpclient.InferInput("image", [1, 1], "BYTES")
+    inp.set_data_from_numpy(np.array([[jpeg]], dtype=np.object_))
+    out = h.infer("tiny_image", [inp])
+    result = json.loads(out.as_numpy("result")[0][0])
+    assert result["results"][0]["label"] == expected
+    assert out.as_numpy("logits").shape == (1, 3)
+    bad = httpclient.InferInput("image", [1, 1], "BYTES")
+    bad.set_data_from_numpy(np.array([[b"not an image"]], dtype=np.object_))
+    assert "error" in json.loads(h.infer("tiny_image", [bad]).as_numpy("result")[0][0])
+
+
+def test_port_in_use_is_one_sentence(server, tmp_path):
+    proc = run_cli("serve", server["bundle"], "--http-port", str(server["http"]))
+    assert_user_error(proc, f"port {server['http']}", "--http-port")
+
+
+def test_sigterm_stops_the_server_within_seconds(server):
+    proc = server["proc"]
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    assert time.monotonic() - t0 < 15
+    output = proc.stdout.read()
+    assert "Traceback" not in output, output
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{server['http']}/v2/health/ready", timeout=1)

@@ -143,6 +143,22 @@ def test_a_jpeg_comes_back_with_the_label(server):
     assert "error" in json.loads(h.infer("tiny_image", [bad]).as_numpy("result")[0][0])
 
 
+def test_images_of_different_sizes_share_one_batch(server):
+    import cv2
+
+    photos = [cv2.imread(str(photo_path(p))) for p in ("coffee", "rocket")]
+    blobs = [cv2.imencode(".png", photos[0][:200, :300])[1].tobytes(),
+             cv2.imencode(".jpg", photos[1])[1].tobytes()]  # fmt: skip
+    h = httpclient.InferenceServerClient(f"127.0.0.1:{server['http']}")
+    inp = httpclient.InferInput("image", [2, 1], "BYTES")
+    inp.set_data_from_numpy(np.array([[b] for b in blobs], dtype=np.object_))
+    out = h.infer("tiny_image", [inp])
+    with load_task_model(server["bundle"], top_k=5) as model:
+        expected = [model(photos[0][:200, :300])[0]["label"], model(photos[1])[0]["label"]]
+    got = [json.loads(r[0])["results"][0]["label"] for r in out.as_numpy("result")]
+    assert got == expected and out.as_numpy("logits").shape == (2, 3)
+
+
 def test_port_in_use_is_one_sentence(server, tmp_path):
     proc = run_cli("serve", server["bundle"], "--http-port", str(server["http"]))
     assert_user_error(proc, f"port {server['http']}", "--http-port")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -25,34 +24,17 @@ sys.path.insert(0, str(ROOT))
 
 from edgert.export import export_model  # noqa: E402
 from edgert.quantize import build  # noqa: E402
-from tests.power_plant import write_tree  # noqa: E402
+from tests.power_plant import bench_in_the_loop, settled_mean  # noqa: E402
 
 
 def bench(bundle: Path, work: Path, tag: str, seconds: float, *args: str) -> dict:
-    root = work / tag
-    write_tree(root, 4.5)
-    report = root / "bench.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "edgert.apps", "bench", str(bundle), "--duration", str(seconds),
-         "--warmup", "1", "--idle-seconds", "1.5", "--sysfs-root", str(root), "--json-file",
-         str(report), *args],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    plant = subprocess.Popen([sys.executable, "-m", "tests.power_plant", str(root), str(proc.pid)],
-                             cwd=ROOT)  # fmt: skip
-    _, err = proc.communicate()
-    plant.wait(10)
-    if proc.returncode:
-        raise SystemExit(f"{tag}: {err}")
-    r = json.loads(report.read_text())
-    t, w = r["power_series"]["t"], r["power_series"]["w"]
-    tail = [x for tt, x in zip(t, w, strict=True) if tt >= 0.4 * t[-1]]
+    r = bench_in_the_loop(bundle, work / tag, *args, seconds=seconds)
     return {
         "run": tag,
         "cap_w": r["power_cap_w"],
         "spin": r["spin"],
         "avg_w": r["power_w"]["avg"],
-        "settled_w": sum(tail) / len(tail),
+        "settled_w": settled_mean(r),
         "idle_w": r["power_w"]["idle"],
         "ips": r["throughput_ips"],
         "mj_per_inference": r["energy_mj_per_inference"],

@@ -14,8 +14,11 @@ and benchmarks/power_cap_cpu.py.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -62,6 +65,33 @@ def run(root: Path, pid: int, idle: float, per_core: float, fixed: float, lag: f
         target = idle + (fixed if busy_avg > 0.02 else 0.0) + per_core * busy_avg
         power += (target - power) * min(1.0, (1.0 / hz) / lag)
         write_tree(root, power * (1.0 + rng.gauss(0.0, noise)))
+
+
+def bench_in_the_loop(bundle, root: Path, *args: str, seconds: float = 10.0) -> dict:
+    """`edgert bench BUNDLE` in a subprocess with this plant writing its power; the bench JSON."""
+    repo = Path(__file__).resolve().parent.parent
+    write_tree(root, 4.5)
+    report = Path(root) / "bench.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgert.apps", "bench", str(bundle), "--duration", str(seconds),
+         "--warmup", "1", "--idle-seconds", "1.5", "--sysfs-root", str(root), "--json-file",
+         str(report), *args],
+        cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    plant = subprocess.Popen([sys.executable, "-m", "tests.power_plant", str(root), str(proc.pid)],
+                             cwd=repo)  # fmt: skip
+    _, err = proc.communicate(timeout=600)
+    plant.wait(timeout=10)
+    if proc.returncode:
+        raise RuntimeError(f"edgert bench failed: {err}")
+    return json.loads(report.read_text())
+
+
+def settled_mean(result: dict, after: float = 0.4) -> float:
+    """Average power over the run after the first ``after`` of it (the governor has settled)."""
+    t, w = result["power_series"]["t"], result["power_series"]["w"]
+    tail = [x for tt, x in zip(t, w, strict=True) if tt >= after * t[-1]]
+    return sum(tail) / len(tail)
 
 
 def main() -> None:

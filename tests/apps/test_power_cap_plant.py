@@ -4,15 +4,10 @@ times (issue: power-capped inference that keeps its throughput)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
 from edgert.export import export_model
-from tests.conftest import ROOT
-from tests.power_plant import write_tree
+from tests.power_plant import bench_in_the_loop, settled_mean
 
 
 @pytest.fixture(scope="module")
@@ -21,36 +16,12 @@ def mobilenet(tmp_path_factory):
     return export_model("zoo:mobilenet_v2", tmp_path_factory.mktemp("cap") / "mv2.edgert").bundle
 
 
-def bench_with_plant(bundle, root, *args, seconds: float = 10.0) -> dict:
-    write_tree(root, 4.5)
-    report = root / "bench.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "edgert.apps", "bench", str(bundle), "--duration", str(seconds),
-         "--warmup", "1", "--idle-seconds", "1.5", "--sysfs-root", str(root), "--json-file",
-         str(report), *args],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    plant = subprocess.Popen([sys.executable, "-m", "tests.power_plant", str(root), str(proc.pid)],
-                             cwd=ROOT)  # fmt: skip
-    _, err = proc.communicate(timeout=180)
-    plant.wait(timeout=10)
-    assert proc.returncode == 0, err
-    return json.loads(report.read_text())
-
-
-def settled_mean(result: dict, after: float = 0.4) -> float:
-    t, w = result["power_series"]["t"], result["power_series"]["w"]
-    start = t[-1] * after
-    tail = [x for tt, x in zip(t, w, strict=True) if tt >= start]
-    return sum(tail) / len(tail)
-
-
 def test_cap_holds_and_keeps_its_throughput(mobilenet, tmp_path):
-    free = bench_with_plant(mobilenet, tmp_path / "free", seconds=8.0)
+    free = bench_in_the_loop(mobilenet, tmp_path / "free", seconds=8.0)
     idle = free["power_w"]["idle"]
     uncapped_w = free["power_w"]["avg"]
     cap = idle + 0.6 * (uncapped_w - idle)
-    capped = bench_with_plant(mobilenet, tmp_path / "capped", "--power-cap", f"{cap:.3f}",
+    capped = bench_in_the_loop(mobilenet, tmp_path / "capped", "--power-cap", f"{cap:.3f}",
                               seconds=14.0)  # fmt: skip
     assert capped["spin"] is False  # nothing busy-waits under a cap
     achieved = settled_mean(capped)

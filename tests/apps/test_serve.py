@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -31,17 +30,8 @@ from edgert.runtime import Engine  # noqa: E402
 from edgert.runtime.sample_data import photo_path  # noqa: E402
 from edgert.runtime.tasks import load_task_model  # noqa: E402
 from tests.conftest import ROOT, assert_user_error, run_cli  # noqa: E402
+from tests.ports import free_ports  # noqa: E402
 from tests.tiny import classifier_bundle  # noqa: E402
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,9 @@ def header_size(data: bytes) -> tuple[int, int] | None:
             while i + 9 < len(data):
                 if data[i] != 0xFF:
                     return None
+                if data[i + 1] == 0xFF:  # fill bytes before a marker
+                    i += 1
+                    continue
                 marker = data[i + 1]
                 length = struct.unpack(">H", data[i + 2 : i + 4])[0]
                 if marker in (

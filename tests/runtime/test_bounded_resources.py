@@ -140,3 +140,19 @@ def test_absurd_image_sizes_are_refused_before_decoding(tmp_path):
     (tmp_path / "bomb.png").write_bytes(bomb)
     with pytest.raises(SourceError, match="more than the"):
         read_image(tmp_path / "bomb.png")
+
+
+def test_header_sizes_agree_with_decoding():
+    from edgert.runtime.images import header_size
+    from edgert.runtime.sample_data import ALL_PHOTOS, photo_path
+
+    for name in ALL_PHOTOS:
+        h, w = cv2.imread(str(photo_path(name))).shape[:2]
+        assert header_size(photo_path(name).read_bytes()) == (w, h)
+    img = np.zeros((37, 53, 3), np.uint8)
+    for ext in (".png", ".jpg", ".bmp"):
+        data = cv2.imencode(ext, img)[1].tobytes()
+        assert header_size(data) == (53, 37), ext
+    jpeg = cv2.imencode(".jpg", img)[1].tobytes()
+    assert header_size(jpeg[:2] + b"\xff\xff" + jpeg[2:]) == (53, 37)  # fill bytes
+    assert header_size(b"not an image") is None

@@ -99,11 +99,23 @@ class _TensorModel:
         return self.engine.infer(inputs)
 
 
+def _per_request(fn):
+    """For models without batching PyTriton hands over a list of requests (each a mapping of
+    input name to array, batch axis included): answer each one."""
+
+    def infer(requests):
+        return [fn(**dict(r.items())) for r in requests]
+
+    return infer
+
+
 class _ImageModel:
     """NAME_image: encoded images -> preprocessing -> one batch -> results as JSON."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, batch_images: bool = True) -> None:
         self.model = model  # an edgert.runtime.tasks.TaskModel
+        # a fixed-batch model (or the face detector) takes one image per inference
+        self.batch_images = batch_images and model.batched
 
     def __call__(self, image: np.ndarray) -> dict[str, np.ndarray]:
         from edgert.runtime.errors import EdgertError
@@ -120,7 +132,7 @@ class _ImageModel:
         results: list = [None] * len(frames)
         raw: dict[str, np.ndarray] = {}
         if ok:
-            if self.model.batched:
+            if self.batch_images:
                 pre = [self.model.preprocess(frames[i]) for i in ok]
                 outputs = self.model.infer(np.stack([t for t, _ in pre]))
                 decoded = self.model.postprocess(outputs, [tr for _, tr in pre])
@@ -128,7 +140,7 @@ class _ImageModel:
                     full = np.zeros((len(frames), *value.shape[1:]), value.dtype)
                     full[ok] = value
                     raw[name] = full
-            else:  # faces: one frame at a time
+            else:  # faces, or a fixed batch of 1: one image per inference, no raw outputs
                 decoded = [self.model(frames[i]) for i in ok]
             for i, r in zip(ok, decoded):
                 results[i] = r
@@ -178,18 +190,19 @@ def serve(cfg: ServeConfig, say=print) -> None:
                 )
                 bindings.append(dict(
                     model_name=name,
-                    infer_func=[batch(_TensorModel(e)) if dynamic else _TensorModel(e) for e in engines],
+                    infer_func=[batch(_TensorModel(e)) if dynamic else _per_request(_TensorModel(e))
+                                for e in engines],
                     inputs=[_tensor(s, dynamic) for s in specs.inputs],
                     outputs=[_tensor(s, dynamic) for s in specs.outputs],
                     config=tensor_config,
                 ))  # fmt: skip
                 raw_outputs = [_tensor(s, True) for s in specs.outputs] if dynamic else []
-                image_batch = max_batch or 1
+                image_batch = max_batch or cfg.max_batch or 8
             else:
-                raw_outputs, image_batch = [], cfg.max_batch or 8
+                dynamic, raw_outputs, image_batch = False, [], cfg.max_batch or 8
             bindings.append(dict(
                 model_name=f"{name}_image",
-                infer_func=[batch(_ImageModel(m)) for m in image_models],
+                infer_func=[batch(_ImageModel(m, dynamic)) for m in image_models],
                 inputs=[Tensor(name="image", dtype=np.bytes_, shape=(1,))],
                 outputs=[Tensor(name="result", dtype=np.bytes_, shape=(1,)), *raw_outputs],
                 config=ModelConfig(

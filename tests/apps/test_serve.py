@@ -37,6 +37,15 @@ from tests.tiny import classifier_bundle  # noqa: E402
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     bundle = classifier_bundle(tmp_path_factory.mktemp("serve"), size=32)
+    info = start(bundle, "tiny")
+    yield info
+    if info["proc"].poll() is None:
+        info["proc"].kill()
+        info["proc"].wait()
+
+
+def start(bundle, name: str) -> dict:
+    """`edgert serve BUNDLE` on free ports, once its models are ready."""
     http, grpc, metrics = free_ports(3)
     proc = subprocess.Popen(
         [sys.executable, "-m", "edgert.apps", "serve", str(bundle), "--http-port", str(http),
@@ -45,7 +54,7 @@ def server(tmp_path_factory):
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
     )  # fmt: skip
     deadline = time.monotonic() + 120
-    ready = ["/v2/health/ready", "/v2/models/tiny/ready", "/v2/models/tiny_image/ready"]
+    ready = ["/v2/health/ready", f"/v2/models/{name}/ready", f"/v2/models/{name}_image/ready"]
     while ready and time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{http}{ready[0]}", timeout=1) as r:
@@ -58,10 +67,7 @@ def server(tmp_path_factory):
     if ready:
         proc.kill()
         raise AssertionError(f"the server never became ready ({ready[0]})")
-    yield {"bundle": bundle, "http": http, "grpc": grpc, "metrics": metrics, "proc": proc}
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    return {"bundle": bundle, "http": http, "grpc": grpc, "metrics": metrics, "proc": proc}
 
 
 def _inputs(module, x):
@@ -164,3 +170,38 @@ def test_sigterm_stops_the_server_within_seconds(server):
     assert "Traceback" not in output, output
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{server['http']}/v2/health/ready", timeout=1)
+
+
+def test_a_fixed_batch_bundle_is_served_request_by_request(tmp_path):
+    """Without a dynamic batch Triton hands over requests one by one (no batching)."""
+    import onnx
+
+    from edgert.export import export_model
+    from tests.tiny import image_classifier
+
+    path = image_classifier(tmp_path / "fixed.onnx", size=16)
+    model = onnx.load(str(path))
+    for value in (*model.graph.input, *model.graph.output):
+        dim = value.type.tensor_type.shape.dim[0]
+        dim.ClearField("dim_param")
+        dim.dim_value = 1
+    onnx.save(model, str(path))
+    bundle = export_model(str(path), tmp_path / "fixed.edgert", task="classify",
+                          preprocess={"size": "16x16"}).bundle  # fmt: skip
+    info = start(bundle, "fixed")
+    try:
+        x = np.random.default_rng(2).random((1, 3, 16, 16), np.float32)
+        with Engine.load(bundle) as engine:
+            ref = engine.infer(x)["logits"]
+        h = httpclient.InferenceServerClient(f"127.0.0.1:{info['http']}")
+        assert (
+            np.abs(h.infer("fixed", _inputs(httpclient, x)).as_numpy("logits") - ref).max() <= 1e-4
+        )
+        jpeg = photo_path("chelsea").read_bytes()
+        inp = httpclient.InferInput("image", [2, 1], "BYTES")
+        inp.set_data_from_numpy(np.array([[jpeg], [jpeg]], dtype=np.object_))
+        rows = h.infer("fixed_image", [inp]).as_numpy("result")
+        assert [len(json.loads(r[0])["results"]) for r in rows] == [3, 3]
+    finally:
+        info["proc"].send_signal(signal.SIGTERM)
+        info["proc"].wait(timeout=30)

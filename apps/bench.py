@@ -129,6 +129,7 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
             )
             run = _timed_loop(engine, runner, feeds, cfg, meter, say)
             backend, reason = engine.backend, engine.backend_reason
+            capped = runner.report() if runner is not engine else None
     finally:  # on every path: no sampling thread or open sensor left behind
         if meter:
             meter.stop()
@@ -149,6 +150,7 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
         "spin": options["spin"],
         "operating_point": point,
         "power_cap_w": cfg.power_cap,
+        "power_cap": capped,  # the governor's last duty, achieved average, throughput
         "power_w": None,
         "energy_mj_per_inference": None,
         "energy_mj_per_inference_above_idle": None,

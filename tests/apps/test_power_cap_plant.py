@@ -20,11 +20,14 @@ def test_cap_holds_and_keeps_its_throughput(mobilenet, tmp_path):
     free = bench_in_the_loop(mobilenet, tmp_path / "free", seconds=8.0)
     idle = free["power_w"]["idle"]
     uncapped_w = free["power_w"]["avg"]
-    cap = idle + 0.6 * (uncapped_w - idle)
+    cap = idle + 0.5 * (uncapped_w - idle)
     capped = bench_in_the_loop(mobilenet, tmp_path / "capped", "--power-cap", f"{cap:.3f}",
                               seconds=14.0)  # fmt: skip
     assert capped["spin"] is False  # nothing busy-waits under a cap
     achieved = settled_mean(capped)
-    assert 0.95 * cap <= achieved <= 1.02 * cap, (achieved / cap, cap)
+    assert achieved <= 1.02 * cap, (achieved / cap, cap)
+    # below the cap only when the governor was not throttling at all (duty 1: other load on the
+    # machine kept the process from drawing that much)
+    assert achieved >= 0.95 * cap or capped["power_cap"]["duty"] >= 0.99, (achieved / cap, capped)
     linear = (cap - idle) / (uncapped_w - idle) * free["throughput_ips"]
     assert capped["throughput_ips"] >= 0.8 * linear, (capped["throughput_ips"], linear)

@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 from edgert.runtime import atomic
-from edgert.runtime.bundle import Bundle, TensorSpec, safe_name
+from edgert.runtime.bundle import Bundle, TensorSpec
 from edgert.runtime.engine_cache import EngineCache
 from edgert.runtime.errors import BundleError, OutputError
 
@@ -118,8 +118,8 @@ def export_triton(
         raise BundleError(f"--max-batch {max_batch} exceeds the bundle's maximum batch {recorded}")
     text = config_text(bundle, platform, max_batch, instances, kind)
     repo_dir = Path(repo).absolute()
-    target = repo_dir / safe_name(bundle.manifest.name, "the model name")
-    if target.resolve().parent != repo_dir.resolve():  # never replace anything outside --repo
+    target = repo_dir / bundle.manifest.name  # a safe name: the manifest's names are validated
+    if target.resolve().parent != repo_dir.resolve():  # a symlink pointing out of --repo
         raise BundleError(f"the model folder {target} would lie outside {repo_dir}")
     with atomic.staged_directory(target) as stage:
         (stage / "1").mkdir()

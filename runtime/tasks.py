@@ -19,9 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .bundle import TASKS, Bundle
 from .errors import ModelError
-
-TASKS = ("classify", "detect", "segment", "faces", "generic")
 
 
 class TaskModel:
@@ -152,11 +151,9 @@ def load_task_model(
     """The task model for a bundle (or .onnx / .engine): the manifest says which task; ``task``
     must agree with it when given (a ``generic`` model takes any). ``options`` go to
     :meth:`Engine.load` (e.g. ``spin=False`` under a power cap)."""
-    from .bundle import Bundle, is_bundle
-
     if task is not None and task not in TASKS:
         raise ModelError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
-    if is_bundle(path) and Bundle(path).manifest.task == "faces":
+    if Path(path).is_dir() and Bundle(path).manifest.task == "faces":
         if task not in (None, "faces"):
             raise ModelError(f"{path} is a face-detection bundle, not a {task} model")
         from .faces import MtcnnDetector

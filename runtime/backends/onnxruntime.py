@@ -130,9 +130,7 @@ class OnnxRuntimeBackend(Backend):
         )
         opts.intra_op_num_threads = threads
         opts.log_severity_level = 3
-        if (
-            not spin
-        ):  # worker threads sleep between runs instead of spinning: what a power cap needs
+        if not spin:  # worker threads sleep between runs instead of spinning (a power cap)
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
             opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         chosen = choose_providers(ort.get_available_providers(), providers)

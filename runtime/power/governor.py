@@ -35,6 +35,7 @@ class PowerGovernor:
     # recent (duty, power) measurements: the feed-forward inverts a line fitted through them, so
     # fixed overheads (clocks up while busy, threads spinning between runs) do not skew it
     _seen: list = field(default_factory=list, repr=False)
+    _duties: list = field(default_factory=list, repr=False)  # (applied duty, seconds) per step
 
     def __post_init__(self) -> None:
         if self.idle_w is None or not math.isfinite(self.idle_w):
@@ -55,7 +56,7 @@ class PowerGovernor:
     def _window_duty(self, applied: float, dt: float) -> float:
         """The duty averaged over the span the power measurement covers (the last period's duty
         alone would pair today's duty with the power of a second ago)."""
-        self._duties = [*getattr(self, "_duties", [])[-64:], (applied, dt)]
+        self._duties = [*self._duties[-64:], (applied, dt)]
         total = weight = 0.0
         for duty, span in reversed(self._duties):
             use = min(span, self.window_s - weight)

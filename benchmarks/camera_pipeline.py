@@ -22,7 +22,7 @@ import numpy as np
 from edgert.apps.camera.overlay import draw
 from edgert.apps.camera.pipeline import Pipeline
 from edgert.apps.camera.sources import SyntheticSource
-from edgert.apps.camera.tasks import stages_for
+from edgert.apps.camera.tasks import steps_for
 from edgert.export import export_model
 from edgert.runtime.engine import Engine
 from edgert.runtime.tasks import EngineTask
@@ -50,21 +50,30 @@ class PacedSynthetic(SyntheticSource):
         return f, time.monotonic()
 
 
-def stage_costs(engine, stages, frames: int = 30) -> dict[str, float]:
+def one_frame(steps, f) -> list[float]:
+    """The pipeline's three steps on one frame, in turn; seconds per step."""
+    t0 = time.perf_counter()
+    steps.prepare(f)
+    t1 = time.perf_counter()
+    out = steps.infer([f])
+    t2 = time.perf_counter()
+    steps.finish([f], out)
+    return [t1 - t0, t2 - t1, time.perf_counter() - t2]
+
+
+def stage_costs(engine, steps, frames: int = 30) -> dict[str, float]:
     from edgert.apps.camera.pipeline import Frame
 
     src = SyntheticSource(realtime=False)
-    costs = {s.name: [] for s in stages}
+    costs = {name: [] for name in steps.names}
     for i in range(frames):
-        f = Frame(i, time.monotonic(), src.frame(i))
-        for s in stages:
-            t0 = time.perf_counter()
-            s.fn(f)
-            costs[s.name].append(time.perf_counter() - t0)
+        secs = one_frame(steps, Frame(i, time.monotonic(), src.frame(i)))
+        for name, sec in zip(steps.names, secs, strict=True):
+            costs[name].append(sec)
     return {k: float(np.median(v)) for k, v in costs.items()}
 
 
-def sequential(engine, stages, source, seconds: float) -> dict:
+def sequential(engine, steps, source, seconds: float) -> dict:
     from edgert.apps.camera.pipeline import Frame
 
     t0 = time.monotonic()
@@ -73,8 +82,7 @@ def sequential(engine, stages, source, seconds: float) -> dict:
     while time.monotonic() - t0 < seconds:
         img, tc = source.read()
         f = Frame(n, tc, img)
-        for s in stages:
-            s.fn(f)
+        one_frame(steps, f)
         draw(f.image, f.results, ["sequential"])
         lat.append((time.monotonic() - tc) * 1e3)
         n += 1
@@ -85,14 +93,14 @@ def sequential(engine, stages, source, seconds: float) -> dict:
     }
 
 
-def pipelined(stages, source, seconds: float) -> tuple[dict, list[float]]:
+def pipelined(steps, source, seconds: float) -> tuple[dict, list[float]]:
     e2e = []
 
     def sink(f):
         draw(f.image, f.results, ["pipelined"])
         e2e.append((time.monotonic() - f.t_capture) * 1e3)
 
-    p = Pipeline(source, stages, sink, queue_size=1, duration=seconds)
+    p = Pipeline(source, steps, sink, queue_size=1, duration=seconds)
     p.run()
     s = p.stats()
     return {"fps": s["fps"], "dropped": s["frames_dropped"], "e2e_p50_ms": s["latency_ms"]["end_to_end"]["p50"],
@@ -113,15 +121,15 @@ def main() -> None:
         # one ONNX Runtime thread: on a 2-core machine the pipeline needs the other core for
         # preprocessing (both loops get the same engine)
         with Engine.load(bundle, backend="onnxruntime", intra_op_threads=1) as engine:
-            stages = stages_for(EngineTask(engine, "classify"))
-            costs = stage_costs(engine, stages)
+            steps = steps_for(EngineTask(engine, "classify"))
+            costs = stage_costs(engine, steps)
             slowest = max(costs.values())
             # 1. comparable stages: a camera as fast as the slowest stage
             cam_fps = 1.0 / slowest
-            seq = sequential(engine, stages, PacedSynthetic(cam_fps), args.seconds)
-            pip, _ = pipelined(stages, PacedSynthetic(cam_fps), args.seconds)
+            seq = sequential(engine, steps, PacedSynthetic(cam_fps), args.seconds)
+            pip, _ = pipelined(steps, PacedSynthetic(cam_fps), args.seconds)
             # 2. a source 4x faster than the model
-            fast, e2e = pipelined(stages, PacedSynthetic(4.0 / slowest), args.seconds)
+            fast, e2e = pipelined(steps, PacedSynthetic(4.0 / slowest), args.seconds)
     third = max(1, len(e2e) // 3)
     first, last = np.percentile(e2e[:third], 99), np.percentile(e2e[-third:], 99)
     result = {

@@ -109,50 +109,84 @@ class MtcnnDetector:
         return [np.concatenate([p[n] for p in parts]) for n in names]
 
     def detect(self, image_bgr: np.ndarray) -> list[Detection]:
-        import cv2
+        return self.detect_batch([image_bgr])[0]
 
-        img = image_bgr[:, :, ::-1].astype(np.float32)
-        h, w = img.shape[:2]
-        scale = 12.0 / self.min_face
-        side = min(h, w) * scale
-        found = []
-        while side >= 12:  # stage 1: P-Net over the pyramid
-            hs, ws = int(h * scale + 1), int(w * scale + 1)
-            x = _normalise(cv2.resize(img, (ws, hs), interpolation=cv2.INTER_AREA))[None]
-            prob, reg = (self.engines["pnet"].infer(x)[k] for k in ("prob", "reg"))
-            boxes = _generate(reg[0], prob[0, 1], scale, self.thresholds[0])
-            if len(boxes):
-                found.append(boxes[nms(boxes[:, :4], boxes[:, 4], 0.5)])
-            scale *= self.factor
-            side *= self.factor
-        if not found:
-            return []
-        boxes = np.concatenate(found)
-        boxes = boxes[nms(boxes[:, :4], boxes[:, 4], 0.7)]
-        w_, h_ = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
-        reg = boxes[:, 5:9]
-        boxes = np.stack([boxes[:, 0] + reg[:, 0] * w_, boxes[:, 1] + reg[:, 1] * h_,
-                          boxes[:, 2] + reg[:, 2] * w_, boxes[:, 3] + reg[:, 3] * h_, boxes[:, 4]], axis=1)  # fmt: skip
-        boxes = _square(boxes)
+    def detect_batch(self, images: list[np.ndarray]) -> list[list[Detection]]:
+        """Faces in several frames (a camera's streams): P-Net runs the frames of one size
+        together per pyramid level; R-Net and O-Net run the crops of all frames in shared
+        batches. The same boxes as :meth:`detect` frame by frame."""
+        imgs = [im[:, :, ::-1].astype(np.float32) for im in images]
+        boxes = self._pnet(imgs)
         for name, size, threshold, final in (
             ("rnet", 24, self.thresholds[1], False),
             ("onet", 48, self.thresholds[2], True),
         ):
-            if not len(boxes):
-                return []
-            prob, reg = self._run(name, self._crops(img, boxes, size))[:2]
-            score = prob[:, 1]
-            keep = score > threshold
-            boxes, reg = boxes[keep], reg[keep]
-            boxes[:, 4] = score[keep]
-            if not len(boxes):
-                return []
-            if final:
-                boxes = _regress(boxes, reg)
-                boxes = boxes[nms(boxes[:, :4], boxes[:, 4], 0.7, overlap="min")]
-            else:
-                order = nms(boxes[:, :4], boxes[:, 4], 0.7)
-                boxes = _square(_regress(boxes[order], reg[order]))
-        boxes[:, [0, 2]] = boxes[:, [0, 2]].clip(0, w)
-        boxes[:, [1, 3]] = boxes[:, [1, 3]].clip(0, h)
-        return [Detection(tuple(float(v) for v in b[:4]), float(b[4]), 0, "face") for b in boxes]
+            live = [k for k, b in enumerate(boxes) if len(b)]
+            if not live:
+                break
+            crops = np.concatenate([self._crops(imgs[k], boxes[k], size) for k in live])
+            prob, reg = self._run(name, crops)[:2]
+            at = 0
+            for k in live:
+                n = len(boxes[k])
+                boxes[k] = self._refine(boxes[k], prob[at : at + n, 1], reg[at : at + n],
+                                        threshold, final)  # fmt: skip
+                at += n
+        found = []
+        for img, b in zip(imgs, boxes):
+            h, w = img.shape[:2]
+            b[:, [0, 2]] = b[:, [0, 2]].clip(0, w)
+            b[:, [1, 3]] = b[:, [1, 3]].clip(0, h)
+            found.append([Detection(tuple(float(v) for v in r[:4]), float(r[4]), 0, "face")
+                          for r in b])  # fmt: skip
+        return found
+
+    def _pnet(self, imgs: list[np.ndarray]) -> list[np.ndarray]:
+        """Stage 1 for every frame: squared candidate boxes [x1, y1, x2, y2, score] each."""
+        import cv2
+
+        boxes = [np.zeros((0, 5), np.float32) for _ in imgs]
+        by_shape: dict = {}
+        for k, img in enumerate(imgs):
+            by_shape.setdefault(img.shape[:2], []).append(k)
+        for (h, w), members in by_shape.items():
+            found: dict = {k: [] for k in members}
+            scale = 12.0 / self.min_face
+            side = min(h, w) * scale
+            while side >= 12:  # the pyramid, one P-Net call per level for all frames of this size
+                hs, ws = int(h * scale + 1), int(w * scale + 1)
+                x = np.stack([_normalise(cv2.resize(imgs[k], (ws, hs), interpolation=cv2.INTER_AREA))
+                              for k in members])  # fmt: skip
+                out = self.engines["pnet"].infer(x)
+                for j, k in enumerate(members):
+                    b = _generate(out["reg"][j], out["prob"][j, 1], scale, self.thresholds[0])
+                    if len(b):
+                        found[k].append(b[nms(b[:, :4], b[:, 4], 0.5)])
+                scale *= self.factor
+                side *= self.factor
+            for k in members:
+                if not found[k]:
+                    continue
+                b = np.concatenate(found[k])
+                b = b[nms(b[:, :4], b[:, 4], 0.7)]
+                w_, h_ = b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
+                reg = b[:, 5:9]
+                b = np.stack([b[:, 0] + reg[:, 0] * w_, b[:, 1] + reg[:, 1] * h_,
+                              b[:, 2] + reg[:, 2] * w_, b[:, 3] + reg[:, 3] * h_, b[:, 4]], axis=1)  # fmt: skip
+                boxes[k] = _square(b)
+        return boxes
+
+    @staticmethod
+    def _refine(boxes: np.ndarray, score: np.ndarray, reg: np.ndarray, threshold: float,
+                final: bool) -> np.ndarray:  # fmt: skip
+        """R-Net or O-Net scores and offsets applied to one frame's boxes."""
+        keep = score > threshold
+        boxes, reg = boxes[keep], reg[keep]
+        boxes[:, 4] = score[keep]
+        if not len(boxes):
+            return boxes
+        if final:
+            boxes = _regress(boxes, reg)
+            return boxes[nms(boxes[:, :4], boxes[:, 4], 0.7, overlap="min")]
+        order = nms(boxes[:, :4], boxes[:, 4], 0.7)
+        return _square(_regress(boxes[order], reg[order]))

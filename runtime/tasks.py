@@ -6,6 +6,7 @@
 Pipelines split a call into its three steps, and may batch the middle one:
 
     tensor, transform = model.preprocess(image)
+    batch = model.collate([tensor, ...])                         # up to model.max_batch
     outputs = model.infer(batch)                                 # what a power cap paces
     results = model.postprocess(outputs, [transform, ...])       # one entry per image
 
@@ -30,10 +31,15 @@ class TaskModel:
     task = "generic"
     backend = "?"
     backend_reason = ""
-    batched = True  # infer takes a batch of preprocessed tensors (faces: one frame at a time)
+    batched = True  # infer takes a numpy batch of preprocessed tensors (faces: a list of frames)
+    max_batch: int | None = None  # the most images one infer call takes (None: no limit known)
 
     def preprocess(self, image: np.ndarray):
         raise NotImplementedError
+
+    def collate(self, tensors: list):
+        """One ``infer`` argument for several preprocessed images."""
+        return np.stack(tensors)
 
     def infer(self, batch):
         raise NotImplementedError
@@ -43,8 +49,7 @@ class TaskModel:
 
     def __call__(self, image: np.ndarray):
         tensor, transform = self.preprocess(image)
-        batch = tensor[None] if self.batched else tensor
-        return self.postprocess(self.infer(batch), [transform])[0]
+        return self.postprocess(self.infer(self.collate([tensor])), [transform])[0]
 
     def close(self) -> None:
         pass
@@ -70,14 +75,32 @@ class EngineTask(TaskModel):
         self.backend = engine.backend
         self.backend_reason = engine.backend_reason
         self.labels = engine.labels
+        first = engine.inputs[0].shape if engine.inputs else ()
+        # a fixed batch B takes exactly B images (collate pads); a dynamic one what the export says
+        self.fixed_batch = first[0] if first and first[0] > 0 else None
+        self.max_batch = self.fixed_batch or engine.max_batch
 
     def preprocess(self, image: np.ndarray):
         return self.engine.preprocessing.apply(image)
+
+    def collate(self, tensors: list):
+        if self.fixed_batch is not None and len(tensors) > self.fixed_batch:
+            raise ModelError(
+                f"{len(tensors)} images in one batch; this model takes exactly {self.fixed_batch} "
+                "(export it with --dynamic-batch for more)"
+            )
+        batch = np.stack(tensors)
+        if self.fixed_batch is not None and len(tensors) < self.fixed_batch:
+            pad = np.zeros((self.fixed_batch - len(tensors), *batch.shape[1:]), batch.dtype)
+            batch = np.concatenate([batch, pad])  # the padding's outputs are cut in postprocess
+        return batch
 
     def infer(self, batch):
         return self.engine.infer(batch)
 
     def postprocess(self, outputs: dict, transforms: list) -> list:
+        n = len(transforms)
+        outputs = {k: v[:n] for k, v in outputs.items()}  # without a fixed batch's padding
         values = list(outputs.values())
         if self.task == "classify":
             from .postprocess import classify
@@ -115,7 +138,9 @@ class EngineTask(TaskModel):
 
 
 class FaceTask(TaskModel):
-    """The MTCNN detector: its pyramid and crops are part of ``infer``, which takes one frame."""
+    """The MTCNN detector: its pyramid and crops are part of ``infer``, which takes a list of
+    frames (of any sizes): P-Net runs frames of one size together, R-Net and O-Net the crops of
+    all frames in shared batches."""
 
     task = "faces"
     batched = False
@@ -128,11 +153,14 @@ class FaceTask(TaskModel):
     def preprocess(self, image: np.ndarray):
         return image, None
 
-    def infer(self, frame):
-        return {"faces": self.detector.detect(frame)}
+    def collate(self, tensors: list):
+        return list(tensors)
+
+    def infer(self, frames):
+        return {"faces": self.detector.detect_batch(list(frames))}
 
     def postprocess(self, outputs: dict, transforms: list) -> list:
-        return [[d.to_dict() for d in outputs["faces"]]]
+        return [[d.to_dict() for d in found] for found in outputs["faces"]]
 
     def close(self) -> None:
         self.detector.close()

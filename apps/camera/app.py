@@ -13,7 +13,7 @@ from .outputs import HttpOutput, JsonlOutput, frame_record, open_output
 from .overlay import draw
 from .pipeline import Pipeline
 from .sources import SourceOptions, open_source
-from .tasks import stages_for
+from .tasks import steps_for
 
 log = logging.getLogger(__name__)
 
@@ -21,12 +21,12 @@ log = logging.getLogger(__name__)
 @dataclass
 class CameraConfig:
     model: str
-    source: str = "synthetic://"
+    sources: list[str] = field(default_factory=lambda: ["synthetic://"])
     outputs: list[str] = field(default_factory=list)
     task: str | None = None
     power_cap: float | None = None
     duration: float | None = None
-    max_frames: int | None = None
+    max_frames: int | None = None  # per stream
     jsonl: str | None = None
     headless: bool = False
     backend: str = "auto"
@@ -35,29 +35,111 @@ class CameraConfig:
     conf: float = 0.25
     iou: float = 0.45
     queue_size: int = 1
+    batch: int | None = None  # frames per inference; default: one per stream, within the model's
+    batch_timeout_ms: float = 20.0
+    mosaic: bool = False
     source_options: SourceOptions = field(default_factory=SourceOptions)
     sysfs_root: str | None = None
 
 
+def choose_batch(requested: int | None, streams: int, model) -> tuple[int, str | None]:
+    """(frames per inference, a note when it is not what was asked or expected): by default one
+    frame per stream, never more than the model takes (a fixed-batch model its batch)."""
+    fixed = getattr(model, "fixed_batch", None)
+    limit = fixed or model.max_batch
+    want = requested or streams
+    if limit is None or want <= limit:
+        return want, None
+    if fixed == 1:
+        why = "the model takes a fixed batch of 1 (export it with --dynamic-batch --max-batch N to batch streams)"
+    elif fixed:
+        why = f"the model takes a fixed batch of {fixed}"
+    else:
+        why = f"the model's largest batch is {limit}"
+    return limit, f"batch {limit}, not {want}: {why}"
+
+
+def open_sources(uris: list[str], opts: SourceOptions, stack: contextlib.ExitStack) -> list:
+    """Every source, each closed by ``stack``; a wrong URI fails before any model loads."""
+    sources = []
+    for uri in uris:
+        source = open_source(uri, opts)
+        stack.callback(source.close)
+        sources.append(source)
+    return sources
+
+
+def run_streams(
+    model,
+    sources: list,
+    on_result=None,
+    batch: int | None = None,
+    batch_timeout_ms: float = 20.0,
+    duration: float | None = None,
+    max_frames: int | None = None,
+    source_options: SourceOptions | None = None,
+) -> dict:
+    """The camera pipeline without the command line: frames of every source batched through one
+    task model (see :func:`edgert.runtime.tasks.load_task_model`).
+
+        with load_task_model("det.edgert") as model:
+            summary = run_streams(model, ["rtsp://cam1/live", "rtsp://cam2/live"],
+                                  on_result=lambda f: print(f.stream, f.index, f.results))
+
+    ``sources``: URIs (opened and closed here) or FrameSource objects. ``on_result(frame)`` is
+    called from the output thread for every processed frame (``frame.stream``, ``frame.index``,
+    ``frame.image``, ``frame.results``). Returns the statistics, overall and per stream; Ctrl-C
+    ends the run cleanly. A processing error, or every stream failing, raises.
+    """
+    with contextlib.ExitStack() as stack:
+        opened = [
+            open_sources([s], source_options or SourceOptions(), stack)[0]
+            if isinstance(s, str)
+            else s
+            for s in sources
+        ]
+        size, note = choose_batch(batch, len(opened), model)
+        if note:
+            log.warning(note)
+        pipeline = Pipeline(opened, steps_for(model), on_result or (lambda frame: None), size,
+                            batch_timeout_ms / 1e3, duration=duration, max_frames=max_frames)  # fmt: skip
+        pipeline.run()
+        summary = pipeline.stats()
+        if pipeline.interrupted:
+            summary["stopped"] = "interrupted (Ctrl-C or SIGTERM)"
+        return summary
+
+
 def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
-    """Open the source first (a wrong URI is reported before a model loads, which may mean building
-    a TensorRT plan), then the model, power and outputs; run the pipeline; close everything on
-    every path; return the summary."""
+    """Open the sources first (a wrong URI is reported before a model loads, which may mean
+    building a TensorRT plan), then the model, power and outputs; run the pipeline; close
+    everything on every path; return the summary."""
     from edgert.runtime.tasks import load_task_model
 
     with contextlib.ExitStack() as stack:
-        source = open_source(cfg.source, cfg.source_options)
-        stack.callback(source.close)
-        say(f"source: {source.description}")
+        sources = open_sources(cfg.sources, cfg.source_options, stack)
+        for i, source in enumerate(sources):
+            say(
+                f"source: {source.description}"
+                if len(sources) == 1
+                else f"source [{i}]: {source.description}"
+            )
         # under a power cap nothing busy-waits (ONNX Runtime's threads, CUDA's sync)
         spin = {"spin": False} if cfg.power_cap is not None else {}
         model = load_task_model(cfg.model, cfg.task, cfg.backend, cfg.precision, cfg.top_k,
                                 cfg.conf, cfg.iou, **spin)  # fmt: skip
         stack.callback(model.close)
         say(f"backend: {model.backend_reason}")
+        batch, note = choose_batch(cfg.batch, len(sources), model)
+        if note:
+            say(f"note: {note}")
+        elif len(sources) > 1 or batch > 1:
+            say(
+                f"batching: up to {batch} frames per inference, {cfg.batch_timeout_ms:g} ms deadline"
+            )
         power = _Power.start(cfg, model, stack)
-        outputs = _open_outputs(cfg, source, stack, say)
-        pipeline, labels_seen = _pipeline(cfg, source, model, power, outputs)
+        outputs = _open_outputs(cfg, sources, stack, say)
+        pipeline, labels_seen = _pipeline(cfg, sources, model, power, outputs, batch)
         m_start = power.meter.now() if power.meter else None
         pipeline.run()
         summary = pipeline.stats()
@@ -65,7 +147,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             task=model.task,
             backend=model.backend,
             backend_reason=model.backend_reason,
-            source=source.description,
+            source=sources[0].description if len(sources) == 1 else f"{len(sources)} streams",
             labels_seen=dict(labels_seen.most_common(10)),
         )
         if pipeline.interrupted:
@@ -128,51 +210,83 @@ class _Power:
         return out
 
 
-def _open_outputs(cfg: CameraConfig, source, stack: contextlib.ExitStack, say) -> list:
+def _open_outputs(cfg: CameraConfig, sources: list, stack: contextlib.ExitStack, say) -> list:
     uris = list(cfg.outputs)
     has_display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
     if not uris and not cfg.headless and has_display:
         uris.append("display://0")
+    fps = next((s.fps for s in sources if s.fps), None) or 30.0
     outputs = []
     for uri in uris:
-        out = open_output(uri, source.fps or 30.0)
+        out = open_output(uri, fps, len(sources), cfg.mosaic)
         stack.callback(out.close)
         outputs.append(out)
         if isinstance(out, HttpOutput):
             say(f"web viewer: {out.url}")
     if cfg.jsonl:
-        out = JsonlOutput(cfg.jsonl)
+        header = {"streams": [{"stream": i, "uri": uri, "source": s.description}
+                              for i, (uri, s) in enumerate(zip(cfg.sources, sources))]}  # fmt: skip
+        out = JsonlOutput(cfg.jsonl, header)
         stack.callback(out.close)
         outputs.append(out)
     return outputs
 
 
-def _pipeline(cfg: CameraConfig, source, model, power: _Power, outputs: list):
+def _pipeline(cfg: CameraConfig, sources: list, model, power: _Power, outputs: list, batch: int):
     """The pipeline and its sink: overlay (stats refreshed every 0.5 s), then every output."""
     labels_seen: collections.Counter = collections.Counter()
     t0 = time.monotonic()
     last_stats: list = [0.0, {}]
+    last_records: dict = {}
     drawn = any(not isinstance(o, JsonlOutput) for o in outputs)
+    web = [o for o in outputs if isinstance(o, HttpOutput)]
+    many = len(sources) > 1
 
     def sink(frame) -> None:
         if isinstance(frame.results, list) and frame.results:
             labels_seen[frame.results[0]["label"]] += 1
         now = time.monotonic()
+        record = frame_record(frame, t0)
+        record["latency_ms"]["end_to_end"] = round((now - frame.t_capture) * 1e3, 3)
+        last_records[frame.stream] = record
         if now - last_stats[0] > 0.5:
             last_stats[0], last_stats[1] = now, power.live(pipeline.stats(recent=True))
+            for st in last_stats[1]["streams"]:
+                st["last"] = last_records.get(st["stream"])
+            for o in web:
+                o.set_stats(last_stats[1])
         s = last_stats[1]
-        e2e = s.get("latency_ms", {}).get("end_to_end", {}).get("p50", 0.0)
-        lines = [f"{s.get('fps', 0):.1f} fps  e2e p50 {e2e:.1f} ms  dropped {pipeline.dropped}"]
-        if s.get("power_w"):
-            lines.append(f"{s['power_w']:.2f} W  {s.get('mj_per_frame') or 0:.1f} mJ/frame")
-        record = frame_record(frame, t0)
-        record["latency_ms"]["end_to_end"] = round((time.monotonic() - frame.t_capture) * 1e3, 3)
-        image = draw(frame.image, frame.results, lines) if drawn else frame.image
+        image = frame.image
+        if drawn:
+            image = draw(frame.image, frame.results, _overlay_lines(s, frame.stream, sources, many))
         for o in outputs:
-            if isinstance(o, HttpOutput):
-                o.set_stats({**s, "last": record})
             o.write(frame, image, record)
 
-    stages = stages_for(model, power.runner)
-    pipeline = Pipeline(source, stages, sink, cfg.queue_size, cfg.duration, cfg.max_frames)
+    steps = steps_for(model, power.runner)
+    pipeline = Pipeline(sources, steps, sink, batch, cfg.batch_timeout_ms / 1e3, cfg.queue_size,
+                        cfg.duration, cfg.max_frames)  # fmt: skip
     return pipeline, labels_seen
+
+
+def _overlay_lines(s: dict, stream: int, sources: list, many: bool) -> list[str]:
+    """The numbers drawn on a frame: its stream's (named when there are several), then power."""
+    lines = []
+    if many:
+        st = s["streams"][stream] if s.get("streams") else {}
+        e2e = st.get("latency_ms", {}).get("end_to_end", {}).get("p50", 0.0)
+        lines.append(f"[{stream}] {sources[stream].description}"[:60])
+        lines.append(
+            f"{st.get('fps', 0):.1f} fps  e2e p50 {e2e:.1f} ms  dropped {st.get('frames_dropped', 0)}"
+        )
+        batch = s.get("batch", {})
+        lines.append(
+            f"all: {s.get('fps', 0):.1f} fps, batch {batch.get('mean', 0):.1f}/{batch.get('max', 1)}"
+        )
+    else:
+        e2e = s.get("latency_ms", {}).get("end_to_end", {}).get("p50", 0.0)
+        lines.append(
+            f"{s.get('fps', 0):.1f} fps  e2e p50 {e2e:.1f} ms  dropped {s.get('frames_dropped', 0)}"
+        )
+    if s.get("power_w"):
+        lines.append(f"{s['power_w']:.2f} W  {s.get('mj_per_frame') or 0:.1f} mJ/frame")
+    return lines

@@ -1,9 +1,15 @@
-"""Outputs, several at once: a display window, an MJPEG web viewer, a video file, a JSONL log.
+"""Outputs, several at once: a display window, an MJPEG web viewer, a video file, a JSONL log;
+each knows the camera's streams (``frame.stream``).
 
-The web viewer serves only three things: the page (``/``), the MJPEG stream (``/stream.mjpg``) and
-the live statistics (``/stats.json``, which the page polls). It binds 127.0.0.1 unless told
-otherwise. The pipeline only replaces the latest JPEG under a lock, so a slow or stalled client
-never stalls it: each client is sent the newest frame when it is ready for one and skips the rest.
+The web viewer serves only these: the page (``/``, a grid of the streams with their numbers), one
+MJPEG stream per camera stream (``/stream/<i>.mjpg``; ``/stream.mjpg`` is stream 0) and the live
+statistics (``/stats.json``, which the page polls). It binds 127.0.0.1 unless told otherwise. The
+pipeline only replaces the latest JPEG of a stream under a lock, so a slow or stalled client never
+stalls it: each client is sent the newest frame when it is ready for one and skips the rest.
+
+Video files: one stream writes ``out.mp4``; several write ``out_<i>.mp4`` each, or one mosaic
+(``--mosaic``) with a tile per stream. JSONL: a header line ``{"streams": [...]}`` naming each
+stream's source, then one line per frame with its ``"stream"``.
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import math
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -19,6 +27,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlparse
+
+import numpy as np
 
 from edgert.runtime import atomic
 from edgert.runtime.errors import OutputError, SourceError
@@ -28,26 +38,49 @@ log = logging.getLogger(__name__)
 PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>edgert camera</title>
 <style>body{font-family:sans-serif;background:#111;color:#eee;margin:1em}
-img{max-width:70vw;border:1px solid #444}#stats{font-family:monospace;white-space:pre-wrap;margin-left:1em;max-width:26em}
+.grid{display:grid;grid-template-columns:repeat(%(cols)d,minmax(0,1fr));gap:6px;width:70vw;flex:none}
+figure{margin:0}img{width:100%%;border:1px solid #444;display:block}
+figcaption{font-family:monospace;font-size:12px;white-space:pre;color:#ccc}
+#stats{font-family:monospace;white-space:pre-wrap;margin-left:1em;max-width:26em;min-width:0}
 .row{display:flex;align-items:flex-start}</style></head>
-<body><h3>edgert camera</h3><div class="row"><img id="video" src="/stream.mjpg" alt="live video">
+<body><h3>edgert camera</h3><div class="row"><div class="grid">%(tiles)s</div>
 <div id="stats">waiting for statistics...</div></div>
 <script>
+const f1=v=>(v||0).toFixed(1);
+function lastLine(last){
+  if(!last||!last.results)return '';
+  const rs=Array.isArray(last.results)?last.results:[];
+  return rs.slice(0,3).map(r=>r.label+' '+(r.score||0).toFixed(2)).join(', ');}
 async function poll(){
   try{const r=await fetch('/stats.json',{cache:'no-store'});const s=await r.json();
     const lat=s.latency_ms||{};const e2e=lat.end_to_end||{};const inf=lat.infer||{};
     let t='frames   '+s.frames_processed+' (dropped '+s.frames_dropped+')\\n'+
-          'fps      '+(s.fps||0).toFixed(1)+'\\n'+
-          'infer    p50 '+(inf.p50||0).toFixed(1)+' ms\\n'+
-          'e2e      p50 '+(e2e.p50||0).toFixed(1)+' ms  p99 '+(e2e.p99||0).toFixed(1)+' ms\\n';
-    if(s.power_w!=null){t+='power    '+s.power_w.toFixed(2)+' W, '+(s.mj_per_frame||0).toFixed(1)+' mJ/frame\\n';}
+          'fps      '+f1(s.fps)+'\\n'+
+          'infer    p50 '+f1(inf.p50)+' ms\\n'+
+          'e2e      p50 '+f1(e2e.p50)+' ms  p99 '+f1(e2e.p99)+' ms\\n';
+    if(s.batch){t+='batch    mean '+(s.batch.mean||0).toFixed(2)+' of '+s.batch.max+'\\n';}
+    if(s.power_w!=null){t+='power    '+s.power_w.toFixed(2)+' W, '+f1(s.mj_per_frame)+' mJ/frame\\n';}
     else{t+='power    '+(s.power_reason||'unavailable')+'\\n';}
-    if(s.last&&s.last.results){t+='\\nlast:\\n'+s.last.results.slice(0,5).map(r=>'  '+r.label+' '+r.score.toFixed(3)).join('\\n');}
-    document.getElementById('stats').textContent=t;}catch(e){}
+    const streams=s.streams||[];
+    if(streams.length==1&&streams[0].last){t+='\\nlast:\\n'+lastLine(streams[0].last).split(', ').map(x=>'  '+x).join('\\n');}
+    document.getElementById('stats').textContent=t;
+    streams.forEach((st,i)=>{const c=document.getElementById('cap'+i);if(!c)return;
+      const se=(st.latency_ms||{}).end_to_end||{};
+      c.textContent='['+i+'] '+st.source+'\\nframes '+st.frames_processed+'  '+f1(st.fps)+' fps  e2e p99 '+
+        f1(se.p99)+' ms  dropped '+st.frames_dropped+'  '+st.status+'\\n'+lastLine(st.last);});
+  }catch(e){}
   setTimeout(poll,500);}
 poll();
 </script></body></html>
 """
+TILE = '<figure><img id="video%(i)d" src="/stream/%(i)d.mjpg" alt="stream %(i)d"><figcaption id="cap%(i)d">[%(i)d]</figcaption></figure>'
+
+
+def page(streams: int) -> str:
+    """The viewer page: one tile per stream (video and its numbers) and the overall numbers."""
+    cols = max(1, math.ceil(math.sqrt(streams)))
+    tiles = "".join(TILE % {"i": i} for i in range(streams))
+    return PAGE % {"cols": cols, "tiles": tiles}
 
 
 class Output:
@@ -59,13 +92,15 @@ class Output:
 
 
 class JsonlOutput(Output):
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, header: dict | None = None) -> None:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.fh = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
         except OSError as exc:
             raise OutputError(f"cannot write {path}: {exc.strerror}") from exc
+        if header is not None:
+            self.write(None, None, header)
 
     def write(self, frame, overlay_image, record: dict) -> None:
         try:
@@ -117,6 +152,88 @@ class VideoFileOutput(Output):
             self.writer.release()
 
 
+def stream_of(frame) -> int:
+    return getattr(frame, "stream", 0)
+
+
+def per_stream_path(path: Path, i: int) -> Path:
+    """out.mp4 -> out_<i>.mp4"""
+    return path.with_name(f"{path.stem}_{i}{path.suffix}")
+
+
+class StreamFilesOutput(Output):
+    """One video file per stream: ``out_<i>.mp4``."""
+
+    def __init__(self, path: str, fps: float, streams: int) -> None:
+        self.files = [
+            VideoFileOutput(str(per_stream_path(Path(path), i)), fps) for i in range(streams)
+        ]
+
+    def write(self, frame, overlay_image, record: dict) -> None:
+        self.files[stream_of(frame)].write(frame, overlay_image, record)
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+
+
+class MosaicOutput(Output):
+    """The streams tiled into one picture (letterboxed, at most 1920 pixels wide), one picture
+    per round of the streams: written when a stream's tile is about to be replaced a second time,
+    so a dead stream (its tile stays black, or its last frame) never holds the others up."""
+
+    MAX_WIDTH = 1920
+
+    def __init__(self, target: Output, streams: int) -> None:
+        self.target = target
+        self.cols = max(1, math.ceil(math.sqrt(streams)))
+        self.rows = math.ceil(streams / self.cols)
+        self.tiles: list = [None] * streams
+        self.fresh: set[int] = set()
+        self.tile_size: tuple[int, int] | None = None
+
+    def write(self, frame, overlay_image, record: dict) -> None:
+        i = stream_of(frame)
+        if i in self.fresh:
+            self._emit()
+        if self.tile_size is None:
+            h, w = overlay_image.shape[:2]
+            scale = min(1.0, self.MAX_WIDTH / (w * self.cols))
+            self.tile_size = (max(2, int(w * scale)) // 2 * 2, max(2, int(h * scale)) // 2 * 2)
+        self.tiles[i] = _letterbox(overlay_image, self.tile_size)
+        self.fresh.add(i)
+
+    def _emit(self) -> None:
+        tw, th = self.tile_size
+        mosaic = np.zeros((th * self.rows, tw * self.cols, 3), np.uint8)
+        for i, tile in enumerate(self.tiles):
+            if tile is not None:
+                r, c = divmod(i, self.cols)
+                mosaic[r * th : (r + 1) * th, c * tw : (c + 1) * tw] = tile
+        self.target.write(None, mosaic, {})
+        self.fresh.clear()
+
+    def close(self) -> None:
+        try:
+            if self.fresh:
+                self._emit()
+        finally:
+            self.target.close()
+
+
+def _letterbox(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    import cv2
+
+    tw, th = size
+    h, w = image.shape[:2]
+    scale = min(tw / w, th / h)
+    nw, nh = max(1, int(w * scale)), max(1, int(h * scale))
+    out = np.zeros((th, tw, 3), np.uint8)
+    y, x = (th - nh) // 2, (tw - nw) // 2
+    out[y : y + nh, x : x + nw] = cv2.resize(image, (nw, nh), interpolation=cv2.INTER_AREA)
+    return out
+
+
 class DisplayOutput(Output):
     def __init__(self, name: str = "edgert") -> None:
         import cv2
@@ -136,7 +253,12 @@ class DisplayOutput(Output):
     def write(self, frame, overlay_image, record: dict) -> None:
         import cv2
 
-        cv2.imshow(self.name, overlay_image)
+        name = (
+            self.name
+            if frame is None or not stream_of(frame)
+            else f"{self.name} [{stream_of(frame)}]"
+        )
+        cv2.imshow(name, overlay_image)
         cv2.waitKey(1)
 
     def close(self) -> None:
@@ -161,10 +283,13 @@ class _QuietServer(ThreadingHTTPServer):
 class HttpOutput(Output):
     """The MJPEG web viewer."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 8080, quality: int = 80) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 8080, quality: int = 80, streams: int = 1
+    ) -> None:
         self.quality = quality
-        self._jpeg: bytes | None = None
-        self._seq = 0
+        self.streams = max(1, streams)
+        self._jpeg: list[bytes | None] = [None] * self.streams
+        self._seq = [0] * self.streams
         self._cond = threading.Condition()
         self.stats: dict = {}
         self._closed = False
@@ -188,19 +313,20 @@ class HttpOutput(Output):
 
         ok, buf = cv2.imencode(".jpg", overlay_image, [cv2.IMWRITE_JPEG_QUALITY, self.quality])
         if ok:
+            i = stream_of(frame)
             with self._cond:
-                self._jpeg = buf.tobytes()
-                self._seq += 1
+                self._jpeg[i] = buf.tobytes()
+                self._seq[i] += 1
                 self._cond.notify_all()
 
     def set_stats(self, stats: dict) -> None:
         with self._cond:
             self.stats = stats
 
-    def _next_frame(self, last_seq: int, timeout: float = 1.0) -> tuple[int, bytes | None]:
+    def _next_frame(self, i: int, last_seq: int, timeout: float = 1.0) -> tuple[int, bytes | None]:
         with self._cond:
-            self._cond.wait_for(lambda: self._seq != last_seq or self._closed, timeout)
-            return self._seq, self._jpeg
+            self._cond.wait_for(lambda: self._seq[i] != last_seq or self._closed, timeout)
+            return self._seq[i], self._jpeg[i]
 
     def _handler(self):
         output = self
@@ -221,18 +347,21 @@ class HttpOutput(Output):
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 path = urlparse(self.path).path
+                stream = _STREAM_PATH.fullmatch(path)
                 if path == "/":
-                    self._send(200, PAGE.encode(), "text/html; charset=utf-8")
+                    self._send(200, page(output.streams).encode(), "text/html; charset=utf-8")
                 elif path == "/stats.json":
                     with output._cond:
                         body = json.dumps(output.stats, default=str).encode()
                     self._send(200, body, "application/json")
                 elif path == "/stream.mjpg":
-                    self._stream()
+                    self._stream(0)
+                elif stream and int(stream.group(1)) < output.streams:
+                    self._stream(int(stream.group(1)))
                 else:
                     self._send(404, b"not found\n", "text/plain")
 
-            def _stream(self) -> None:
+            def _stream(self, i: int) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
                 self.send_header("Cache-Control", "no-store")
@@ -241,7 +370,7 @@ class HttpOutput(Output):
                 seq = -1
                 try:
                     while not output._closed:
-                        seq, jpeg = output._next_frame(seq)
+                        seq, jpeg = output._next_frame(i, seq)
                         if jpeg is None:
                             continue
                         self.wfile.write(
@@ -265,9 +394,15 @@ class HttpOutput(Output):
         self.server.server_close()
 
 
-def open_output(uri: str, fps: float = 30.0) -> Output:
+_STREAM_PATH = re.compile(r"/stream/(\d{1,4})\.mjpg")
+
+
+def open_output(uri: str, fps: float = 30.0, streams: int = 1, mosaic: bool = False) -> Output:
+    """The output for ``uri``; ``streams``: how many camera streams it shows (a video file is
+    written per stream, or one mosaic of all)."""
     if uri.startswith("display://"):
-        return DisplayOutput()
+        display = DisplayOutput()
+        return MosaicOutput(display, streams) if mosaic and streams > 1 else display
     if uri.startswith("http://"):
         parsed = urlparse(uri)
         try:
@@ -278,9 +413,15 @@ def open_output(uri: str, fps: float = 30.0) -> Output:
             raise OutputError(
                 f"{uri}: the port must be a number from 0 to 65535 (0 picks a free one)"
             )
-        return HttpOutput(parsed.hostname or "127.0.0.1", 8080 if port is None else port)
+        return HttpOutput(parsed.hostname or "127.0.0.1", 8080 if port is None else port,
+                          streams=streams)  # fmt: skip
     if uri.startswith("file://") or uri.endswith((".mp4", ".avi", ".mkv")):
-        return VideoFileOutput(uri[len("file://") :] if uri.startswith("file://") else uri, fps)
+        path = uri[len("file://") :] if uri.startswith("file://") else uri
+        if streams > 1 and mosaic:
+            return MosaicOutput(VideoFileOutput(path, fps), streams)
+        if streams > 1:
+            return StreamFilesOutput(path, fps, streams)
+        return VideoFileOutput(path, fps)
     raise SourceError(
         f"unsupported output {uri!r}; supported: display://0, http://HOST:PORT, file://out.mp4"
     )
@@ -288,6 +429,7 @@ def open_output(uri: str, fps: float = 30.0) -> Output:
 
 def frame_record(frame, t0: float) -> dict:
     return {
+        "stream": frame.stream,
         "frame": frame.index,
         "t": round(frame.t_capture - t0, 4),
         "results": frame.results,

@@ -1,18 +1,33 @@
-"""A threaded pipeline: capture -> preprocess -> infer -> postprocess -> outputs.
+"""A threaded multi-stream pipeline: N sources, one model, frames of all streams batched.
 
-Stages run in their own threads joined by bounded queues that drop the oldest item when full, so a
-model slower than the camera never builds a backlog: end-to-end latency stays bounded and the drops
-are counted. Every frame carries its timings; the summary has per-stage percentiles.
+    stream i:  capture ─▶ raw queue ─▶ prepare (preprocess) ─▶ ready queue ─┐
+    stream j:  capture ─▶ raw queue ─▶ prepare (preprocess) ─▶ ready queue ─┤
+                                                                            ▼
+               batcher (freshest frame of each ready stream, round robin,
+               until the batch is full, every delivering stream gave one,
+               or the batch deadline) ─▶ infer (one call) ─▶ finish (postprocess) ─▶ sink
+
+Each stream has its own capture and preprocessing threads, so a slow or dead stream holds up only
+itself: the batcher waits for a stream at most ``batch_timeout`` seconds per batch, and not at all
+once the stream has delivered nothing for a while (``STALLED_S``). It starts each batch after the
+stream that came last in the previous one, so with more streams than the batch holds none starves.
+
+Frames are dropped only at the streams' own queues (live sources: the oldest is dropped and
+counted per stream, so latency stays bounded; files and folders are lossless, put waits): after
+the batcher the queues are lossless, so a slow output holds the batcher back and the drops happen,
+counted, where the frames enter. A stream that ends or fails is reported; the others go on. The
+run fails only when a processing step fails or every stream failed.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import math
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,26 +36,31 @@ from edgert.runtime.latency import LatencyRecorder
 
 log = logging.getLogger(__name__)
 _END = object()
+STALLED_S = 1.0  # a stream silent this long is not waited for (it is still polled)
 
 
 class DropOldestQueue:
     """A bounded queue whose put() never blocks: when full, the oldest item is dropped (counted).
 
     ``lossless=True`` (files and folders, where every frame matters and nothing is live) makes
-    put() wait for room instead.
+    put() wait for room instead, until :meth:`close` (the pipeline stopping) releases it. Queues
+    may share one condition (``cond``) so that one thread can wait on several of them.
     """
 
-    def __init__(self, maxsize: int = 1, lossless: bool = False) -> None:
+    def __init__(self, maxsize: int = 1, lossless: bool = False, cond=None) -> None:
         self._items: collections.deque = collections.deque()
         self.maxsize = max(1, maxsize)
         self.lossless = lossless
         self.dropped = 0
-        self._cond = threading.Condition()
+        self.closed = False
+        self._cond = cond if cond is not None else threading.Condition()
 
     def put(self, item) -> None:
         with self._cond:
             if self.lossless and item is not _END:
-                self._cond.wait_for(lambda: len(self._items) < self.maxsize)
+                self._cond.wait_for(lambda: len(self._items) < self.maxsize or self.closed)
+                if self.closed:
+                    return  # the pipeline is stopping: nobody will take it
             elif item is not _END:
                 while len(self._items) >= self.maxsize:
                     old = self._items.popleft()
@@ -49,7 +69,7 @@ class DropOldestQueue:
                         break
                     self.dropped += 1
             self._items.append(item)
-            self._cond.notify()
+            self._cond.notify_all()
 
     def get(self, timeout: float | None = None):
         with self._cond:
@@ -59,69 +79,149 @@ class DropOldestQueue:
             self._cond.notify_all()
             return item
 
+    def poll(self):
+        """The next item, or None when there is none (never waits)."""
+        with self._cond:
+            if not self._items:
+                return None
+            item = self._items.popleft()
+            self._cond.notify_all()
+            return item
+
+    def close(self) -> None:
+        """Release puts waiting for room (they drop their item) and refuse later ones."""
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
 
 @dataclass
 class Frame:
-    index: int
+    index: int  # within its stream
     t_capture: float
     image: np.ndarray
+    stream: int = 0
     tensor: object = None
     transform: object = None
-    outputs: dict | None = None
     results: object = None
+    t_ready: float = 0.0  # when preprocessing finished
     timings: dict[str, float] = field(default_factory=dict)  # stage -> ms
 
 
 @dataclass
-class Stage:
-    name: str
-    fn: Callable[[Frame], None]
+class Steps:
+    """What the pipeline runs on frames: ``prepare`` one frame in its stream's thread
+    (preprocessing), ``infer`` a batch of frames of several streams in one call (returns the
+    outputs), ``finish`` the same batch with those outputs (postprocessing: sets frame.results)."""
+
+    prepare: Callable[[Frame], None]
+    infer: Callable[[list], object]
+    finish: Callable[[list, object], None]
+    names: tuple[str, str, str] = ("preprocess", "infer", "postprocess")
+
+
+class Stream:
+    """One source's state: its queues, counts, timings and how it ended."""
+
+    def __init__(self, index: int, source, queue_size: int, depth: int, cond) -> None:
+        self.index = index
+        self.source = source
+        self.lossless = not getattr(source, "live", True)
+        self.raw = DropOldestQueue(queue_size, self.lossless)
+        # a lossless stream may give several frames to one batch: room for its share
+        self.ready = DropOldestQueue(max(queue_size, depth) if self.lossless else queue_size,
+                                     self.lossless, cond)  # fmt: skip
+        self.captured = 0
+        self.processed = 0
+        self.ended = False  # the batcher saw its end marker
+        self.error: BaseException | None = None
+        self.last_ready = time.monotonic()
+        self.timings = {"capture_age": LatencyRecorder(), "end_to_end": LatencyRecorder()}
+
+    @property
+    def dropped(self) -> int:
+        return self.raw.dropped + self.ready.dropped
+
+    @property
+    def status(self) -> str:
+        if self.error is not None:
+            return f"failed: {self.error}"
+        return "ended" if self.ended else "running"
 
 
 class Pipeline:
     def __init__(
         self,
-        source,
-        stages: list[Stage],
+        sources,
+        steps: Steps,
         sink: Callable[[Frame], None],
+        batch: int | None = None,
+        batch_timeout: float = 0.02,
         queue_size: int = 1,
         duration: float | None = None,
         max_frames: int | None = None,
     ) -> None:
-        self.source = source
-        self.stages = stages
+        """``sources``: one FrameSource or a list; ``batch``: frames per inference (default: one
+        per stream); ``batch_timeout``: the longest the batcher waits for more frames once it has
+        one; ``max_frames``: per stream."""
+        if not isinstance(sources, Sequence):
+            sources = [sources]
+        if not sources:
+            raise ValueError("a pipeline needs at least one source")
+        self.steps = steps
         self.sink = sink
+        self.batch = max(1, batch or len(sources))
+        self.batch_timeout = max(0.0, batch_timeout)
         self.duration = duration
         self.max_frames = max_frames
-        lossless = not getattr(source, "live", True)
-        self.queues = [DropOldestQueue(queue_size, lossless) for _ in range(len(stages) + 1)]
+        self._ready = threading.Condition()  # shared by the streams' ready queues
+        depth = math.ceil(self.batch / len(sources))
+        self.streams = [Stream(i, s, queue_size, depth, self._ready) for i, s in enumerate(sources)]
+        self.post = DropOldestQueue(2, lossless=True)  # batches
+        self.out = DropOldestQueue(2 * self.batch, lossless=True)  # frames
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
         # bounded: a camera left on for days keeps a fixed-size reservoir and window per stage
-        self.timings: dict[str, LatencyRecorder] = {
-            s.name: LatencyRecorder()
-            for s in [Stage("capture_age", None), *stages, Stage("output", None)]
-        }
+        names = ["capture_age", steps.names[0], "batch_wait", *steps.names[1:], "output"]
+        self.timings: dict[str, LatencyRecorder] = {n: LatencyRecorder() for n in names}
         self.timings["end_to_end"] = LatencyRecorder()
+        self.batch_sizes: collections.Counter = collections.Counter()
         self.interrupted = False
-        self.captured = 0
         self.processed = 0
         self.started = 0.0
         self.finished = 0.0
         self._lock = threading.Lock()
 
     @property
+    def source(self):
+        """The first stream's source (a single-stream pipeline's only one)."""
+        return self.streams[0].source
+
+    @property
+    def captured(self) -> int:
+        return sum(s.captured for s in self.streams)
+
+    @property
     def dropped(self) -> int:
-        return sum(q.dropped for q in self.queues)
+        return sum(s.dropped for s in self.streams)
+
+    def _queues(self) -> list[DropOldestQueue]:
+        return [q for s in self.streams for q in (s.raw, s.ready)] + [self.post, self.out]
+
+    def _stop(self) -> None:
+        self.stop_event.set()
+        for q in self._queues():
+            q.close()
 
     def _fail(self, exc: BaseException) -> None:
         if self.interrupted:  # e.g. a source told to stop while connecting: not a failure
             return
         if self.error is None:
             self.error = exc
-        self.stop_event.set()
+        self._stop()
 
-    def _capture(self) -> None:
+    # -- threads ----------------------------------------------------------------------------
+    def _capture(self, s: Stream) -> None:
         try:
             i = 0
             while not self.stop_event.is_set():
@@ -129,105 +229,231 @@ class Pipeline:
                     break
                 if self.duration is not None and time.monotonic() - self.started >= self.duration:
                     break
-                got = self.source.read()
+                got = s.source.read()
                 if got is None:
                     break
                 image, t = got
-                self.queues[0].put(Frame(i, t, image))
+                s.raw.put(Frame(i, t, image, s.index))
                 i += 1
-                self.captured = i
-        except BaseException as exc:  # noqa: BLE001 - reported by run()
-            self._fail(exc)
+                s.captured = i
+        except BaseException as exc:  # noqa: BLE001 - this stream ends; the others go on
+            if not self.interrupted:
+                s.error = exc
+                if len(self.streams) > 1:
+                    log.warning("stream %d (%s) stopped: %s", s.index, _describe(s.source), exc)
         finally:
-            self.queues[0].put(_END)
+            s.raw.put(_END)
 
     def _frames(self, q_in: DropOldestQueue):
-        """Frames from ``q_in`` until the end marker, or until another thread failed."""
+        """Items from ``q_in`` until the end marker, or until the pipeline stops."""
         while True:
             try:
-                frame = q_in.get(timeout=0.1)
+                item = q_in.get(timeout=0.1)
             except queue.Empty:
                 if self.stop_event.is_set():  # a failure or Ctrl-C: what was queued is done
                     return
                 continue
-            if frame is _END:
+            if item is _END:
                 return
-            yield frame
+            yield item
 
-    def _stage(self, k: int) -> None:
-        stage, q_in, q_out = self.stages[k], self.queues[k], self.queues[k + 1]
+    def _prepare(self, s: Stream) -> None:
+        name = self.steps.names[0]
         try:
-            for frame in self._frames(q_in):
-                if k == 0:
-                    frame.timings["capture_age"] = (time.monotonic() - frame.t_capture) * 1e3
+            for frame in self._frames(s.raw):
                 t0 = time.monotonic()
-                stage.fn(frame)
-                frame.timings[stage.name] = (time.monotonic() - t0) * 1e3
-                q_out.put(frame)
+                frame.timings["capture_age"] = (t0 - frame.t_capture) * 1e3
+                self.steps.prepare(frame)
+                frame.t_ready = time.monotonic()
+                frame.timings[name] = (frame.t_ready - t0) * 1e3
+                s.ready.put(frame)
         except BaseException as exc:  # noqa: BLE001 - reported by run()
             self._fail(exc)
         finally:
-            q_out.put(_END)
+            s.ready.put(_END)
+
+    def _collect(self, start: int) -> list[Frame] | None:
+        """The next batch: passes over the streams from ``start``, one frame per stream and pass,
+        until the batch is full, or every stream still delivering has given a frame and nothing
+        more is waiting, or ``batch_timeout`` after the first frame. None when all streams ended."""
+        n = len(self.streams)
+        frames: list[Frame] = []
+        deadline = None
+        with self._ready:
+            while True:
+                took = False
+                for k in range(n):
+                    s = self.streams[(start + k) % n]
+                    if s.ended or len(frames) >= self.batch:
+                        continue
+                    item = s.ready.poll()
+                    if item is _END:
+                        s.ended = True
+                    elif item is not None:
+                        s.last_ready = time.monotonic()
+                        frames.append(item)
+                        took = True
+                if len(frames) >= self.batch:
+                    return frames
+                now = time.monotonic()
+                if all(s.ended for s in self.streams) or self.stop_event.is_set():
+                    return frames or None
+                if took:
+                    continue  # another pass: lossless streams may have more queued
+                if frames:
+                    if deadline is None:
+                        deadline = now + self.batch_timeout
+                    given = {f.stream for f in frames}
+                    awaited = [s for s in self.streams if not s.ended and s.index not in given
+                               and now - s.last_ready < STALLED_S]  # fmt: skip
+                    if not awaited or now >= deadline:
+                        return frames
+                    self._ready.wait(deadline - now)
+                else:
+                    self._ready.wait(0.1)
+
+    def _batcher(self) -> None:
+        infer_name = self.steps.names[1]
+        start = 0
+        try:
+            while True:
+                frames = self._collect(start)
+                if not frames:
+                    break
+                start = (frames[-1].stream + 1) % len(self.streams)
+                t0 = time.monotonic()
+                outputs = self.steps.infer(frames)
+                ms = (time.monotonic() - t0) * 1e3
+                for f in frames:
+                    f.timings["batch_wait"] = (t0 - f.t_ready) * 1e3
+                    f.timings[infer_name] = ms
+                with self._lock:
+                    self.batch_sizes[len(frames)] += 1
+                self.post.put((frames, outputs))
+        except BaseException as exc:  # noqa: BLE001 - reported by run()
+            self._fail(exc)
+        finally:
+            self.post.put(_END)
+
+    def _finish(self) -> None:
+        name = self.steps.names[2]
+        try:
+            for frames, outputs in self._frames(self.post):
+                t0 = time.monotonic()
+                self.steps.finish(frames, outputs)
+                ms = (time.monotonic() - t0) * 1e3
+                for f in frames:
+                    f.timings[name] = ms
+                    self.out.put(f)
+        except BaseException as exc:  # noqa: BLE001 - reported by run()
+            self._fail(exc)
+        finally:
+            self.out.put(_END)
 
     def _output(self) -> None:
         try:
-            for frame in self._frames(self.queues[-1]):
+            for frame in self._frames(self.out):
                 t0 = time.monotonic()
                 self.sink(frame)
                 now = time.monotonic()
                 frame.timings["output"] = (now - t0) * 1e3
                 frame.timings["end_to_end"] = (now - frame.t_capture) * 1e3
+                s = self.streams[frame.stream]
                 with self._lock:
                     for name, ms in frame.timings.items():
                         self.timings.setdefault(name, LatencyRecorder()).add(ms)
+                    for name, rec in s.timings.items():
+                        rec.add(frame.timings[name])
+                    s.processed += 1
                     self.processed += 1
         except BaseException as exc:  # noqa: BLE001 - reported by run()
             self._fail(exc)
 
     def run(self) -> None:
-        """Run until the source ends, ``duration`` or ``max_frames``, Ctrl-C or an error."""
+        """Run until every stream ends, ``duration`` or ``max_frames``, Ctrl-C or an error."""
         self.started = time.monotonic()
-        threads = [threading.Thread(target=self._capture, name="capture", daemon=True)]
-        threads += [
-            threading.Thread(target=self._stage, args=(k,), name=s.name, daemon=True)
-            for k, s in enumerate(self.stages)
+        for s in self.streams:
+            s.last_ready = self.started
+        captures = [threading.Thread(target=self._capture, args=(s,), name=f"capture-{s.index}",
+                                     daemon=True) for s in self.streams]  # fmt: skip
+        workers = [threading.Thread(target=self._prepare, args=(s,), name=f"prepare-{s.index}",
+                                    daemon=True) for s in self.streams]  # fmt: skip
+        workers += [
+            threading.Thread(target=self._batcher, name="batcher", daemon=True),
+            threading.Thread(target=self._finish, name="finish", daemon=True),
+            threading.Thread(target=self._output, name="output", daemon=True),
         ]
-        threads.append(threading.Thread(target=self._output, name="output", daemon=True))
-        for t in threads:
+        for t in captures + workers:
             t.start()
         try:
-            while any(t.is_alive() for t in threads):
-                threads[-1].join(0.1)
+            while any(t.is_alive() for t in workers):
+                workers[-1].join(0.1)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM through the CLI's handler
             log.info("interrupted: finishing the frames in flight")
             self.interrupted = True
-            self.stop_event.set()
-            self.source.cancel()
+            self._stop()
+            for s in self.streams:
+                s.source.cancel()
             # stages finish their frame and the output closes within a second; a capture thread
             # stuck in a native call (a stream that does not answer) is left behind (daemon)
             deadline = time.monotonic() + 1.0
-            for t in threads[1:]:
+            for t in workers:
                 t.join(max(0.0, deadline - time.monotonic()))
         self.finished = time.monotonic()
         if self.error is not None:
             raise self.error
+        failed = [s.error for s in self.streams if s.error is not None]
+        if failed and len(failed) == len(self.streams):
+            raise failed[0]
 
+    # -- numbers ----------------------------------------------------------------------------
     def stats(self, recent: bool = False) -> dict:
-        """Counts and per-stage latency percentiles of the whole run (or of the recent window);
-        the cost does not grow with the run's length."""
+        """Counts and latency percentiles of the whole run (or of the recent window), overall and
+        per stream, and the batch sizes run; the cost does not grow with the run's length."""
         elapsed = max(1e-9, (self.finished or time.monotonic()) - self.started)
         with self._lock:
             recorders = dict(self.timings)
-        lat = {}
-        for name, rec in recorders.items():
-            summary = rec.summary(recent)
-            if summary:
-                lat[name] = {k: summary[k] for k in ("p50", "p90", "p99", "max", "mean")}
+            sizes = dict(self.batch_sizes)
+            per_stream = [(s, dict(s.timings), s.processed) for s in self.streams]
+        batches = sum(sizes.values())
         return {
             "frames_captured": self.captured,
             "frames_processed": self.processed,
             "frames_dropped": self.dropped,
             "seconds": elapsed,
             "fps": self.processed / elapsed,
-            "latency_ms": lat,
+            "latency_ms": _percentiles(recorders, recent),
+            "batch": {
+                "max": self.batch,
+                "timeout_ms": round(self.batch_timeout * 1e3, 3),
+                "batches": batches,
+                "mean": sum(k * v for k, v in sizes.items()) / batches if batches else 0.0,
+                "histogram": {str(k): sizes[k] for k in sorted(sizes)},
+            },
+            "streams": [
+                {
+                    "stream": s.index,
+                    "source": _describe(s.source),
+                    "status": s.status,
+                    "frames_captured": s.captured,
+                    "frames_processed": processed,
+                    "frames_dropped": s.dropped,
+                    "fps": processed / elapsed,
+                    "latency_ms": _percentiles(timings, recent),
+                }
+                for s, timings, processed in per_stream
+            ],
         }
+
+
+def _percentiles(recorders: dict, recent: bool) -> dict:
+    out = {}
+    for name, rec in recorders.items():
+        summary = rec.summary(recent)
+        if summary:
+            out[name] = {k: summary[k] for k in ("p50", "p90", "p99", "max", "mean")}
+    return out
+
+
+def _describe(source) -> str:
+    return getattr(source, "description", type(source).__name__)

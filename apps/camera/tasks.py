@@ -1,23 +1,25 @@
-"""The pipeline's three stages for any task model (classify, detect, segment, faces): preprocess,
-infer (what a power cap paces), postprocess into plain results."""
+"""The pipeline's steps for any task model (classify, detect, segment, faces): preprocess each
+frame in its stream's thread, infer a batch of frames of several streams in one call (what a power
+cap paces), postprocess the batch into plain results."""
 
 from __future__ import annotations
 
-from .pipeline import Frame, Stage
+from .pipeline import Frame, Steps
 
 
-def stages_for(model, runner=None) -> list[Stage]:
-    """[preprocess, infer, postprocess] for a :class:`edgert.runtime.tasks.TaskModel`. ``runner``
-    (a power-capped runner around the model) replaces ``model.infer`` when given."""
+def steps_for(model, runner=None) -> Steps:
+    """The :class:`Steps` for a :class:`edgert.runtime.tasks.TaskModel`. ``runner`` (a
+    power-capped runner around the model) replaces ``model.infer`` when given."""
     infer = (runner or model).infer
 
-    def preprocess(f: Frame) -> None:
+    def prepare(f: Frame) -> None:
         f.tensor, f.transform = model.preprocess(f.image)
 
-    def run(f: Frame) -> None:
-        f.outputs = infer(f.tensor[None] if model.batched else f.tensor)
+    def run(frames: list) -> object:
+        return infer(model.collate([f.tensor for f in frames]))
 
-    def post(f: Frame) -> None:
-        f.results = model.postprocess(f.outputs, [f.transform])[0]
+    def finish(frames: list, outputs) -> None:
+        for f, result in zip(frames, model.postprocess(outputs, [f.transform for f in frames])):
+            f.results = result
 
-    return [Stage("preprocess", preprocess), Stage("infer", run), Stage("postprocess", post)]
+    return Steps(prepare, run, finish)

@@ -5,16 +5,31 @@ from __future__ import annotations
 import argparse
 import json
 
-from edgert.apps.argtypes import BACKENDS, PRECISIONS, fraction, positive_float, positive_int
+from edgert.apps.argtypes import (
+    BACKENDS,
+    PRECISIONS,
+    fraction,
+    nonneg_float,
+    positive_float,
+    positive_int,
+)
 
-EPILOG = """sources: csi://0, v4l2:///dev/video0, rtsp://..., file://clip.mp4 or a path (video, image,
-folder, glob), synthetic://
-outputs (several allowed): display://0, http://127.0.0.1:8080 (MJPEG + live stats page),
-file://out.mp4; --jsonl FILE logs one line per frame.
+EPILOG = """sources (several allowed, mixed): csi://0, v4l2:///dev/video0, rtsp://..., file://clip.mp4 or
+a path (video, image, folder, glob), synthetic://
+outputs (several allowed): display://0, http://127.0.0.1:8080 (MJPEG + live stats page, a grid of
+the streams), file://out.mp4 (out_<i>.mp4 per stream, or one mosaic with --mosaic); --jsonl FILE
+logs a header line naming the streams, then one line per frame.
+
+several sources: one engine; the frames of all streams are batched into one inference (up to
+--batch, default one per stream within the model's largest batch), each stream with its own
+capture thread and drop-oldest queue; a slow or dead stream is waited for at most
+--batch-timeout-ms per batch, and a stream that ends or fails is reported while the rest go on.
 
 examples:
   edgert camera mobilenet_v2.edgert --source synthetic:// --output http://127.0.0.1:8080 --duration 30
   edgert camera det.edgert --source v4l2:///dev/video0 --width 1280 --height 720 --codec mjpeg --task detect
+  edgert camera det.edgert --source rtsp://cam1/live --source rtsp://cam2/live --source clip.mp4 \\
+      --output http://127.0.0.1:8080 --output file://out.mp4 --mosaic
 """
 
 
@@ -28,7 +43,12 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", metavar="MODEL")
-    p.add_argument("--source", default="synthetic://", metavar="URI")
+    p.add_argument(
+        "--source",
+        action="append",
+        metavar="URI",
+        help="a camera, stream or file; repeat for several streams (default: synthetic://)",
+    )
     p.add_argument(
         "--output",
         action="append",
@@ -41,7 +61,23 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--power-cap", type=positive_float, metavar="W")
     p.add_argument("--duration", type=positive_float, metavar="S")
-    p.add_argument("--max-frames", type=positive_int, metavar="N")
+    p.add_argument("--max-frames", type=positive_int, metavar="N", help="per stream")
+    p.add_argument(
+        "--batch",
+        type=positive_int,
+        metavar="N",
+        help="frames per inference (default: the number of streams, within the model's largest batch)",
+    )
+    p.add_argument(
+        "--batch-timeout-ms",
+        type=nonneg_float,
+        default=20.0,
+        metavar="MS",
+        help="how long a batch waits for the other streams once it has a frame (default 20)",
+    )
+    p.add_argument(
+        "--mosaic", action="store_true", help="several streams: one video file (or window) tiled"
+    )
     p.add_argument("--jsonl", metavar="FILE", help="one JSON line per processed frame")
     p.add_argument("--headless", action="store_true", help="never open a display window")
     p.add_argument("--backend", default="auto", choices=BACKENDS)
@@ -67,6 +103,20 @@ def print_summary(s: dict) -> None:
         print(
             f"  {name:<12} p50 {v['p50']:8.2f}  p90 {v['p90']:8.2f}  p99 {v['p99']:8.2f}  max {v['max']:8.2f} ms"
         )
+    streams = s.get("streams") or []
+    if len(streams) > 1:
+        b = s["batch"]
+        hist = ", ".join(f"{k}: {v}" for k, v in b["histogram"].items())
+        print(f"batches {b['batches']}, mean size {b['mean']:.2f} of {b['max']} (sizes {hist})")
+        for st in streams:
+            e2e = st["latency_ms"].get("end_to_end", {})
+            print(
+                f"  [{st['stream']}] {st['frames_processed']:>6} processed {st['frames_dropped']:>6} dropped "
+                f"{st['fps']:6.1f} fps  e2e p50 {e2e.get('p50', 0):7.1f} p99 {e2e.get('p99', 0):7.1f} ms  "
+                f"{st['status']}  {st['source']}"
+            )
+    elif streams and streams[0]["status"].startswith("failed"):
+        print(f"  stream {streams[0]['status']}")
     if s.get("labels_seen"):
         print("labels seen: " + ", ".join(f"{k} ({n})" for k, n in s["labels_seen"].items()))
     if s.get("power_w") is not None:
@@ -81,7 +131,7 @@ def run(args) -> int:
 
     cfg = CameraConfig(
         model=args.model,
-        source=args.source,
+        sources=args.source or ["synthetic://"],
         outputs=args.output,
         task=args.task,
         power_cap=args.power_cap,
@@ -98,6 +148,9 @@ def run(args) -> int:
             width=args.width, height=args.height, fps=args.fps, codec=args.codec, loop=args.loop
         ),
         sysfs_root=args.sysfs_root,
+        batch=args.batch,
+        batch_timeout_ms=args.batch_timeout_ms,
+        mosaic=args.mosaic,
     )
     summary = run_camera(cfg, say=(lambda s: None) if args.json else print)
     if args.json:

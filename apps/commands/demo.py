@@ -78,7 +78,7 @@ def run(args) -> int:
     precision = _classify(result.bundle, args)
 
     print(f"\n== 4. the camera app on synthetic:// for {args.seconds:g} s (headless)")
-    cfg = CameraConfig(model=str(result.bundle), source="synthetic://", headless=True, duration=args.seconds,
+    cfg = CameraConfig(model=str(result.bundle), sources=["synthetic://"], headless=True, duration=args.seconds,
                        backend=args.backend, precision=precision, jsonl=str(workdir / "camera.jsonl"))  # fmt: skip
     summary = run_camera(cfg, say=lambda s: print(f"  {s}"))
     print_summary(summary)
@@ -118,11 +118,11 @@ def _faces(args, workdir: Path) -> int:
         f"bundle: {result.bundle} ({result.seconds:.1f} s); P-Net parity max abs {result.parity.max_abs:.2e}"
     )
     print("\n== 2. faces in the bundled photos (astronaut and camera have one; the others none)")
-    cfg = CameraConfig(model=str(result.bundle), source=str(IMAGES / "*.jpg"), headless=True, backend=args.backend,
+    cfg = CameraConfig(model=str(result.bundle), sources=[str(IMAGES / "*.jpg")], headless=True, backend=args.backend,
                        jsonl=str(workdir / "faces.jsonl"), max_frames=20)  # fmt: skip
     summary = run_camera(cfg, say=lambda s: print(f"  {s}"))
     names = sorted(p.name for p in IMAGES.glob("*.jpg"))
-    for line in (workdir / "faces.jsonl").read_text().splitlines():
+    for line in (workdir / "faces.jsonl").read_text().splitlines()[1:]:  # after the header
         record = json.loads(line)
         name, faces = names[record["frame"]], record["results"]
         boxes = (

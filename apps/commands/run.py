@@ -46,7 +46,7 @@ def run(args) -> int:
             t0 = time.perf_counter()
             tensor, transform = model.preprocess(image)
             t1 = time.perf_counter()
-            outputs = model.infer(tensor[None] if model.batched else tensor)
+            outputs = model.infer(model.collate([tensor]))
             t2 = time.perf_counter()
             result = model.postprocess(outputs, [transform])[0]
             t3 = time.perf_counter()

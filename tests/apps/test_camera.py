@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from edgert.apps.camera.outputs import HttpOutput
-from edgert.apps.camera.pipeline import DropOldestQueue, Pipeline, Stage
+from edgert.apps.camera.pipeline import DropOldestQueue, Pipeline, Steps
 from edgert.apps.camera.sources import SourceOptions, SyntheticSource, open_source
 from edgert.export import export_model
 from edgert.runtime.errors import OutputError, SourceError
@@ -107,8 +107,10 @@ def test_drop_oldest_keeps_latency_bounded_under_a_slow_stage():
             return np.zeros((2, 2, 3), np.uint8), time.monotonic()
 
     done = []
-    slow = Stage("infer", lambda f: time.sleep(0.02))  # a 50 fps model
-    p = Pipeline(Fast(), [slow], done.append, queue_size=1, duration=1.0)
+    slow = Steps(
+        lambda f: None, lambda frames: time.sleep(0.02), lambda frames, out: None
+    )  # 50 fps
+    p = Pipeline(Fast(), slow, done.append, queue_size=1, duration=1.0)
     p.run()
     s = p.stats()
     assert s["frames_dropped"] > s["frames_processed"]  # most frames dropped, none queued up
@@ -123,8 +125,9 @@ def test_end_to_end_video_says_egyptian_cat(mobilenet, tmp_path):
     proc = run_cli("camera", mobilenet, "--source", f"file://{video}", "--headless", "--jsonl", jsonl,
                    "--output", f"file://{tmp_path / 'overlay.mp4'}")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    lines = [json.loads(x) for x in jsonl.read_text().splitlines()]
-    assert len(lines) >= 1 and {"frame", "t", "results", "latency_ms"} <= set(lines[0])
+    header, *lines = [json.loads(x) for x in jsonl.read_text().splitlines()]
+    assert header["streams"][0]["uri"] == f"file://{video}"
+    assert len(lines) >= 1 and {"stream", "frame", "t", "results", "latency_ms"} <= set(lines[0])
     top = [r["results"][0]["label"] for r in lines]
     assert top.count("Egyptian cat") >= len(top) * 0.8
     assert "labels seen: Egyptian cat" in proc.stdout
@@ -156,7 +159,7 @@ def test_web_viewer_page_stats_stream_and_stalled_client():
         assert (
             status == 200
             and "text/html" in ctype
-            and b"/stream.mjpg" in body
+            and b"/stream/0.mjpg" in body
             and b"/stats.json" in body
         )
         out.set_stats({"fps": 12.5, "frames_processed": 3})

@@ -35,7 +35,7 @@ def test_faces_through_the_camera_app(mtcnn, tmp_path, photo, faces):
         "camera", mtcnn.bundle, "--source", photo_path(photo), "--headless", "--jsonl", jsonl
     )
     assert proc.returncode == 0, proc.stderr
-    found = json.loads(jsonl.read_text().splitlines()[0])["results"]
+    found = json.loads(jsonl.read_text().splitlines()[1])["results"]  # after the header
     assert len(found) == faces
     if faces:
         x1, y1, x2, y2 = found[0]["box"]

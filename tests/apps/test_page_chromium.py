@@ -1,5 +1,6 @@
-"""The web viewer's page in headless Chromium (Debian's chromium): it shows the stream and its
-statistics change while the pipeline runs. A screenshot is kept for a person to look at."""
+"""The web viewer's page in headless Chromium (Debian's chromium): it shows the stream (every
+stream, in a grid, for several sources) and its statistics change while the pipeline runs.
+A screenshot is kept for a person to look at."""
 
 from __future__ import annotations
 
@@ -29,15 +30,20 @@ def free_port() -> int:
 @pytest.mark.skipif(
     CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"
 )
-def test_page_shows_stream_and_changing_stats(tmp_path):
+@pytest.mark.parametrize("streams", [1, 2])
+def test_page_shows_stream_and_changing_stats(tmp_path, streams):
     import sys
 
     from edgert.export import export_model
+    from edgert.runtime.sample_data import photo_path
 
     bundle = export_model("zoo:digits_cnn", tmp_path / "d.edgert").bundle
     port = free_port()
+    sources = ["--source", "synthetic://"]
+    if streams == 2:  # a second, different stream: a photo, looped
+        sources += ["--source", str(photo_path("coffee")), "--loop"]
     app = subprocess.Popen(
-        [sys.executable, "-m", "edgert.apps", "camera", str(bundle), "--source", "synthetic://", "--headless",
+        [sys.executable, "-m", "edgert.apps", "camera", str(bundle), *sources, "--headless",
          "--output", f"http://127.0.0.1:{port}", "--duration", "30"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -51,17 +57,25 @@ def test_page_shows_stream_and_changing_stats(tmp_path):
                 time.sleep(0.2)
         url = f"http://127.0.0.1:{port}/"
 
-        def frames_shown() -> int:
+        def frames_shown() -> list[int]:
+            """The overall frame count, then each stream's (its tile's caption)."""
             dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'p1'}", "--virtual-time-budget=2500", "--dump-dom", url],
                                  capture_output=True, text=True, timeout=60).stdout  # fmt: skip
             m = re.search(r"frames\s+(\d+)", dom)
             assert m, dom[-500:]
-            return int(m.group(1))
+            tiles = [
+                re.search(rf'id="cap{i}">\[{i}\][^<]*?\nframes (\d+)', dom) for i in range(streams)
+            ]
+            assert all(tiles), dom[-1500:]
+            assert (
+                f'src="/stream/{streams - 1}.mjpg"' in dom and f"/stream/{streams}.mjpg" not in dom
+            )
+            return [int(m.group(1))] + [int(t.group(1)) for t in tiles]
 
         first = frames_shown()
         time.sleep(1.5)
         second = frames_shown()
-        assert second > first  # the statistics change while the pipeline runs
+        assert all(b > a for a, b in zip(first, second, strict=True))  # every number moves
         shot = tmp_path / "page.png"
         subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'p2'}", "--window-size=1000,620", "--virtual-time-budget=3000",
                         f"--screenshot={shot}", url], capture_output=True, timeout=60)  # fmt: skip
@@ -69,10 +83,14 @@ def test_page_shows_stream_and_changing_stats(tmp_path):
 
         img = cv2.imread(str(shot))
         assert img is not None and img.shape[:2] == (620, 1000)
-        video = img[60:540, 16:656]  # where the <img> of the MJPEG stream sits
-        assert video.std() > 20  # a real picture, not the empty page background
+        # where the <img> of each MJPEG stream sits: one tile 700 px wide, or two of 347
+        tiles = (
+            [img[60:540, 16:656]] if streams == 1 else [img[90:300, 30:340], img[90:300, 390:700]]
+        )
+        for video in tiles:
+            assert video.std() > 20  # a real picture, not the empty page background
         (ROOT / "reports").mkdir(exist_ok=True)
-        shutil.copy(shot, ROOT / "reports" / "camera_page.png")
+        shutil.copy(shot, ROOT / "reports" / f"camera_page{'' if streams == 1 else '_grid'}.png")
     finally:
         app.terminate()
         app.wait(10)

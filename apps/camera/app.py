@@ -91,6 +91,8 @@ def run_streams(
     ``frame.image``, ``frame.results``). Returns the statistics, overall and per stream; Ctrl-C
     ends the run cleanly. A processing error, or every stream failing, raises.
     """
+    if isinstance(sources, str) or not isinstance(sources, (list, tuple)):
+        sources = [sources]  # one source given alone
     with contextlib.ExitStack() as stack:
         opened = [
             open_sources([s], source_options or SourceOptions(), stack)[0]

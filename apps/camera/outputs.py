@@ -235,7 +235,9 @@ def _letterbox(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 
 class DisplayOutput(Output):
-    def __init__(self, name: str = "edgert") -> None:
+    """A window (one per stream when there are several: "edgert [i]")."""
+
+    def __init__(self, name: str = "edgert", streams: int = 1) -> None:
         import cv2
 
         if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
@@ -249,6 +251,7 @@ class DisplayOutput(Output):
                 "this OpenCV has no GUI support (opencv-python-headless); use --output http://127.0.0.1:8080"
             ) from exc
         self.name = name
+        self.streams = streams
 
     def write(self, frame, overlay_image, record: dict) -> None:
         import cv2
@@ -401,8 +404,9 @@ def open_output(uri: str, fps: float = 30.0, streams: int = 1, mosaic: bool = Fa
     """The output for ``uri``; ``streams``: how many camera streams it shows (a video file is
     written per stream, or one mosaic of all)."""
     if uri.startswith("display://"):
-        display = DisplayOutput()
-        return MosaicOutput(display, streams) if mosaic and streams > 1 else display
+        if mosaic and streams > 1:
+            return MosaicOutput(DisplayOutput(), streams)
+        return DisplayOutput(streams=streams)
     if uri.startswith("http://"):
         parsed = urlparse(uri)
         try:

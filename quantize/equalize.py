@@ -1,0 +1,256 @@
+"""Making an FP32 model friendlier to INT8 before it is quantized (the model computes the same):
+
+- **Activation equalisation into depthwise convolutions** (cross-layer equalisation for
+  depthwise-separable blocks). TensorRT's Q/DQ gives an activation one scale for all its channels;
+  after ``Conv -> ReLU6`` some channels span [0, 6] and others [0, 0.05], and the small ones get a
+  handful of INT8 levels. For ``Conv -> (ReLU | ReLU6) -> depthwise Conv`` channel i of the
+  producer is multiplied by ``g_i = R / r_i`` (its range ``r_i`` brought up to the largest, ``R``,
+  with the gain capped) and the depthwise filter of channel i divided by ``g_i``: the depthwise
+  output is unchanged, the per-tensor scale now fits every channel, and per-channel weight scales
+  absorb both changes exactly. ReLU commutes with a positive gain; ReLU6 becomes
+  ``Min(ReLU(x), 6 g_i)``, per channel, so clipping happens where it did.
+- **Bias correction**: quantizing weights shifts each output channel's mean by
+  ``sum(W_q - W) * E[x]``; the expected shift, from the per-channel means of the layer's input on
+  calibration data, is subtracted from the bias (Conv and Gemm), so INT8 outputs are not biased.
+
+Both return a new ModelProto and a report; the builder measures which help and keeps those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+MAX_GAIN = 32.0  # a channel's activation is multiplied by at most this (dead channels stay put)
+
+
+def channel_stats(model, data: np.ndarray, tensors: list[str], batch: int = 16) -> dict[str, tuple]:
+    """Per-channel (axis 1) absolute maximum and mean of ``tensors`` on ``data`` (one pass)."""
+    import onnx
+    import onnxruntime as ort
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    have = {o.name for o in m.graph.output}
+    for t in tensors:
+        if t not in have:
+            m.graph.output.append(onnx.helper.make_empty_tensor_value_info(t))
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0]
+    if isinstance(inp.shape[0], int):
+        batch = inp.shape[0]
+        data = data[: len(data) - len(data) % batch]
+    names = [o.name for o in sess.get_outputs()]
+    absmax: dict[str, np.ndarray] = {}
+    total: dict[str, np.ndarray] = {}
+    count: dict[str, int] = dict.fromkeys(tensors, 0)
+    for i in range(0, len(data), batch):
+        outs = dict(zip(names, sess.run(None, {inp.name: data[i : i + batch]}), strict=True))
+        for t in tensors:
+            x = outs[t]
+            axes = tuple(k for k in range(x.ndim) if k != 1)
+            a = np.abs(x).max(axis=axes)
+            s = x.sum(axis=axes, dtype=np.float64)
+            absmax[t] = np.maximum(absmax[t], a) if t in absmax else a
+            total[t] = total[t] + s if t in total else s
+            count[t] += x.size // x.shape[1]
+    return {t: (absmax[t], (total[t] / max(1, count[t])).astype(np.float32)) for t in tensors}
+
+
+class _Graph:
+    """Lookups over a ModelProto's graph: producers, consumers, initializers by name."""
+
+    def __init__(self, model) -> None:
+        from onnx import numpy_helper
+
+        self.model = model
+        self.g = model.graph
+        self.inits = {i.name: i for i in self.g.initializer}
+        self.producer = {o: n for n in self.g.node for o in n.output}
+        self.consumers: dict[str, list] = {}
+        for n in self.g.node:
+            for t in n.input:
+                self.consumers.setdefault(t, []).append(n)
+        self.uses: dict[str, int] = {}
+        for n in self.g.node:
+            for t in n.input:
+                self.uses[t] = self.uses.get(t, 0) + 1
+        self.array = lambda name: numpy_helper.to_array(self.inits[name]).copy()
+        self.outputs = {o.name for o in self.g.output}
+
+    def set(self, name: str, value: np.ndarray) -> None:
+        from onnx import numpy_helper
+
+        self.inits[name].CopyFrom(numpy_helper.from_array(value.astype(np.float32), name))
+
+    def const(self, node_input: str) -> float | None:
+        """The scalar value of a Constant node's output or an initializer, else None."""
+        from onnx import numpy_helper
+
+        if node_input in self.inits:
+            v = numpy_helper.to_array(self.inits[node_input])
+        else:
+            p = self.producer.get(node_input)
+            if p is None or p.op_type != "Constant" or not p.attribute:
+                return None
+            v = numpy_helper.to_array(p.attribute[0].t)
+        return float(v) if v.size == 1 else None
+
+    def only_consumer(self, tensor: str):
+        users = self.consumers.get(tensor, [])
+        return users[0] if len(users) == 1 and tensor not in self.outputs else None
+
+
+def _attr(node, name: str, default):
+    from onnx import helper
+
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def depthwise_pairs(model) -> list[tuple]:
+    """(producer Conv, activation node or None, ReLU6 ceiling or None, depthwise Conv) for every
+    ``Conv -> [Relu | Clip(0, c)] -> depthwise Conv`` whose weights belong to them alone."""
+    gr = _Graph(model)
+    pairs = []
+    for conv in gr.g.node:
+        if conv.op_type != "Conv" or _attr(conv, "group", 1) != 1 or len(conv.input) < 2:
+            continue
+        if conv.input[1] not in gr.inits or gr.uses.get(conv.input[1], 0) != 1:
+            continue
+        if len(conv.input) > 2 and (conv.input[2] not in gr.inits or gr.uses[conv.input[2]] != 1):
+            continue
+        act = gr.only_consumer(conv.output[0])
+        ceiling = None
+        if act is not None and act.op_type in ("Relu", "Clip"):
+            if act.op_type == "Clip":
+                lo = gr.const(act.input[1]) if len(act.input) > 1 and act.input[1] else None
+                hi = gr.const(act.input[2]) if len(act.input) > 2 and act.input[2] else None
+                if lo != 0.0 or hi is None:
+                    continue
+                ceiling = hi
+            dw = gr.only_consumer(act.output[0])
+        else:
+            dw, act = act, None
+        if dw is None or dw.op_type != "Conv" or len(dw.input) < 2:
+            continue
+        if dw.input[1] not in gr.inits or gr.uses.get(dw.input[1], 0) != 1:
+            continue
+        w2 = gr.inits[dw.input[1]]
+        channels = gr.inits[conv.input[1]].dims[0]
+        if _attr(dw, "group", 1) != channels or w2.dims[0] != channels or w2.dims[1] != 1:
+            continue
+        pairs.append((conv, act, ceiling, dw))
+    return pairs
+
+
+def equalize(model, data: np.ndarray, max_gain: float = MAX_GAIN) -> tuple[object, dict]:
+    """Activation equalisation into depthwise convolutions (see the module's text)."""
+    import onnx
+    from onnx import helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    pairs = depthwise_pairs(out)
+    if not pairs:
+        return out, {"pairs": 0}
+    stats = channel_stats(out, data, [dw.input[0] for _, _, _, dw in pairs])
+    gr = _Graph(out)
+    report = {"pairs": len(pairs), "gain_median": [], "gain_max": []}
+    new_nodes: dict[str, list] = {}
+    for conv, act, ceiling, dw in pairs:
+        r = stats[dw.input[0]][0].astype(np.float64)
+        top = float(r.max())
+        if top <= 0:
+            continue
+        gain = np.clip(top / np.maximum(r, top / max_gain), 1.0, max_gain)
+        w1 = gr.array(conv.input[1])
+        gr.set(conv.input[1], w1 * gain.reshape(-1, *[1] * (w1.ndim - 1)))
+        if len(conv.input) > 2:
+            gr.set(conv.input[2], gr.array(conv.input[2]) * gain)
+        w2 = gr.array(dw.input[1])
+        gr.set(dw.input[1], w2 / gain.reshape(-1, 1, *[1] * (w2.ndim - 2)))
+        if ceiling is not None:  # ReLU6 -> Min(ReLU(x), 6 g) per channel
+            cap_name = f"{act.name}_equalized_ceiling"
+            shape = [1, len(gain)] + [1] * (w1.ndim - 2)
+            cap = (ceiling * gain).astype(np.float32).reshape(shape)
+            out.graph.initializer.append(onnx.numpy_helper.from_array(cap, cap_name))
+            relu_out = f"{act.output[0]}_relu"
+            new_nodes[act.name] = [
+                helper.make_node("Relu", [act.input[0]], [relu_out], name=f"{act.name}_relu"),
+                helper.make_node("Min", [relu_out, cap_name], [act.output[0]], name=act.name),
+            ]
+        report["gain_median"].append(round(float(np.median(gain)), 3))
+        report["gain_max"].append(round(float(gain.max()), 3))
+    if new_nodes:
+        nodes = []
+        for n in out.graph.node:
+            nodes.extend(new_nodes.get(n.name, [n]) if n.op_type == "Clip" else [n])
+        del out.graph.node[:]
+        out.graph.node.extend(nodes)
+    return out, report
+
+
+def correct_bias(
+    model, data: np.ndarray, quantize_weight: Callable[[np.ndarray], np.ndarray] | None = None
+) -> tuple[object, dict]:
+    """Subtract each Conv's / Gemm's expected output shift from INT8 weight rounding from its
+    bias (one is added where there was none)."""
+    import onnx
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    qw = quantize_weight or fake_quantize_per_channel
+    gr = _Graph(out)
+    layers = []
+    for n in out.graph.node:
+        if n.op_type not in ("Conv", "Gemm") or len(n.input) < 2 or n.input[1] not in gr.inits:
+            continue
+        if gr.uses.get(n.input[1], 0) != 1 or n.input[0] in gr.inits:
+            continue
+        if len(n.input) > 2 and n.input[2] and gr.uses.get(n.input[2], 0) != 1:
+            continue
+        if n.op_type == "Gemm" and (_attr(n, "transA", 0) or _attr(n, "alpha", 1.0) != 1.0
+                                    or _attr(n, "beta", 1.0) != 1.0):  # fmt: skip
+            continue
+        layers.append(n)
+    if not layers:
+        return out, {"layers": 0}
+    stats = channel_stats(out, data, sorted({n.input[0] for n in layers}))
+    shifts = []
+    for n in layers:
+        mean = stats[n.input[0]][1].astype(np.float64)
+        w = gr.array(n.input[1])
+        if n.op_type == "Gemm":
+            w_oi = w if _attr(n, "transB", 0) else w.T  # [out, in]
+            delta = (qw(w_oi) - w_oi).astype(np.float64) @ mean
+        else:
+            groups = _attr(n, "group", 1)
+            dw = (qw(w) - w).astype(np.float64).sum(axis=tuple(range(2, w.ndim)))  # [out, in/g]
+            per_group = w.shape[0] // groups
+            delta = np.empty(w.shape[0])
+            for o in range(w.shape[0]):
+                g = o // per_group
+                delta[o] = dw[o] @ mean[g * dw.shape[1] : (g + 1) * dw.shape[1]]
+        if len(n.input) > 2 and n.input[2]:
+            gr.set(n.input[2], gr.array(n.input[2]) - delta)
+        else:
+            name = f"{n.name}_corrected_bias"
+            out.graph.initializer.append(
+                onnx.numpy_helper.from_array((-delta).astype(np.float32), name)
+            )
+            gr.inits[name] = out.graph.initializer[-1]
+            n.input.append(name) if len(n.input) == 2 else n.input.__setitem__(2, name)
+        shifts.append(float(np.abs(delta).max()))
+    return out, {"layers": len(layers), "max_shift": round(max(shifts), 6)}
+
+
+def fake_quantize_per_channel(w: np.ndarray) -> np.ndarray:
+    """Symmetric INT8 per output channel (axis 0), as the Q/DQ model stores it."""
+    axes = tuple(range(1, w.ndim))
+    scale = np.abs(w).max(axis=axes, keepdims=True) / 127.0
+    scale = np.where(scale > 0, scale, 1.0)
+    return (np.clip(np.round(w / scale), -127, 127) * scale).astype(np.float32)

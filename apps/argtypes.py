@@ -9,7 +9,7 @@ import math
 # the same lists as edgert.runtime.engine (a test keeps them equal); here so that --help and
 # argument parsing import no numpy
 BACKENDS = ("auto", "tensorrt", "onnxruntime")
-PRECISIONS = ("auto", "fp32", "fp16", "int8")
+PRECISIONS = ("auto", "fp32", "fp16", "int8", "fp8")
 
 
 def _number(text: str, kind: type) -> float | int:

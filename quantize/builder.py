@@ -40,7 +40,7 @@ from edgert.runtime.locks import file_lock
 from . import calibration, evaluate, gate, int8, int8_search, ranges
 from .fp16 import to_fp16
 
-PRECISIONS = ("fp32", "fp16", "int8")
+PRECISIONS = ("fp32", "fp16", "int8", "fp8")
 VERIFY_SAMPLES = 8
 RANGES_FILE = "calibration/ranges.json"
 
@@ -79,6 +79,7 @@ def build(
     calib_size: int = 500,
     holdout_size: int = 200,
     calib_method: str | None = None,
+    prepare: str | tuple[str, ...] = "auto",
     gate_rules: str | dict | None = None,
     dla: int | None = None,
     workspace_gib: float | None = None,
@@ -108,15 +109,18 @@ def build(
                 f"--dla {dla}: this machine has no DLA (DLA cores exist on Jetson Xavier and Orin)"
             )
     rules = gate_rules if isinstance(gate_rules, dict) else _parse_gate(gate_rules)
+    preparations = _preparations(prepare)
     path = _as_bundle(Path(model), say)
     with file_lock(path / ".build.lock"):
         bundle = Bundle(path)
         job = _Job(bundle, dict(bundle.manifest.raw), BuildReport(path, precision), rules, say,
-                   calib, calib_size, holdout_size, calib_method, seed)  # fmt: skip
+                   calib, calib_size, holdout_size, calib_method, seed, preparations)  # fmt: skip
         if precision == "int8":
             job.report.quantization = _int8(job)
         elif precision == "fp16":
             job.report.quantization = _fp16(job)
+        elif precision == "fp8":
+            job.report.quantization = _fp8(job)
         _commit(bundle.path, job.manifest, job.report.pending)
         if no_engine:
             job.report.engine = {"built": False, "reason": "--no-engine"}
@@ -141,6 +145,24 @@ class _Job:
     holdout_size: int
     calib_method: str | None
     seed: int
+    preparations: tuple[str, ...] = int8_search.PREPARATIONS
+
+
+def _preparations(prepare: str | tuple[str, ...]) -> tuple[str, ...]:
+    """``auto``: every preparation, the best kept; else the named ones (``none``, ``equalize``,
+    ``bias``, ``equalize+bias``; comma-separated text or a tuple)."""
+    if prepare == "auto":
+        return int8_search.PREPARATIONS
+    names = (
+        tuple(p.strip() for p in prepare.split(",")) if isinstance(prepare, str) else tuple(prepare)
+    )
+    bad = [n for n in names if n not in int8_search.PREPARATIONS]
+    if bad or not names:
+        raise ModelError(
+            f"unknown --prepare {bad[0] if bad else prepare!r}; choose auto or from "
+            + ", ".join(int8_search.PREPARATIONS)
+        )
+    return names
 
 
 def _commit(folder: Path, manifest: dict, files: dict[str, bytes]) -> None:
@@ -257,16 +279,24 @@ def _int8(job: _Job) -> dict:
         raise ModelError(
             "the model has no Conv, Gemm or MatMul with constant weights: nothing to quantize"
         )
-    tensors = ranges.activation_inputs(model, nodes)
-    job.say(f"collecting activation ranges of {len(tensors)} tensors on {len(fit)} samples")
-    stats = ranges.collect(model, fit, tensors)
+    stages: dict[str, float] = {}
+    t0 = time.perf_counter()
     fp32 = evaluate.session(model)
     ref = _References(evaluate.run(fp32, validation), evaluate.run(fp32, data.holdout.inputs))
-    choice = int8_search.choose_method(model, stats, validation, ref.validation,
-                                       job.bundle.manifest.task, job.calib_method, job.say)  # fmt: skip
-    thresholds = stats.thresholds(choice.method)
-    job.say(f"calibration method: {choice.method} ({choice.why})")
-    q, ev, first, fallback = _gate(job, model, thresholds, nodes, validation, data.holdout, ref)
+    job.say(f"preparing and calibrating on {len(fit)} samples: {', '.join(job.preparations)}")
+    try:
+        prep, table = int8_search.choose_preparation(
+            model, fit, validation, ref.validation, job.bundle.manifest.task, job.calib_method,
+            job.preparations, job.say,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise ModelError(str(exc)) from None
+    stages["prepare_and_calibrate"] = time.perf_counter() - t0
+    choice, thresholds = prep.choice, prep.stats.thresholds(prep.choice.method)
+    job.say(f"kept: {prep.name}, calibration {choice.method} ({choice.why})")
+    t0 = time.perf_counter()
+    q, ev, first, fallback = _gate(job, prep, fit, thresholds, nodes, validation, data.holdout, ref)
+    stages["gate_and_fallback"] = time.perf_counter() - t0
     problems = int8.check_structure(q)
     if problems:
         raise ModelError("the Q/DQ model is not in TensorRT form: " + "; ".join(problems[:3]))
@@ -280,6 +310,11 @@ def _int8(job: _Job) -> dict:
             "method": choice.method,
             "method_why": choice.why,
             "method_scores": choice.scores,
+        },
+        "preparation": {
+            "kept": prep.name,
+            "candidates": table,
+            **{k: v for k, v in prep.report.items()},
         },
         "calibration_sha256": hashlib.sha256(
             json.dumps(thresholds, sort_keys=True).encode()
@@ -299,8 +334,14 @@ def _int8(job: _Job) -> dict:
             + "; ".join(ev.failures(job.rules))
             + " (nothing was written; relax it with --gate or try --calib-method)"
         )
-    _stage_int8(job, q, section, data.holdout.inputs, ref.holdout, choice.method, thresholds)
+    # the DLA path calibrates the FP32 model itself (no Q/DQ): its ranges, same method
+    fp32_thresholds = thresholds
+    if prep.name != "none":
+        tensors = ranges.activation_inputs(model, nodes)
+        fp32_thresholds = ranges.collect(model, fit, tensors).thresholds(choice.method)
+    _stage_int8(job, q, section, data.holdout.inputs, ref.holdout, choice.method, fp32_thresholds)
     section["onnxruntime_cpu_ms"] = _cpu_speeds(fp32, q, "int8", data.holdout.inputs[0], job.say)
+    section["seconds"] = {k: round(v, 1) for k, v in stages.items()}
     job.manifest.setdefault("quantization", {})["int8"] = section
     kept = f", {len(section['kept_fp32'])} kept in FP32" if section["kept_fp32"] else ""
     job.say(
@@ -317,10 +358,10 @@ class _References:
     holdout: dict
 
 
-def _gate(job: _Job, model, thresholds, nodes, validation, hold, ref: _References):
+def _gate(job: _Job, prep, fit, thresholds, nodes, validation, hold, ref: _References):
     """(Q/DQ model, its evaluation, the first evaluation's metrics, the fallback or None)."""
     task = job.bundle.manifest.task
-    q = int8.quantize(model, thresholds, validation)
+    q = int8.quantize(prep.model, thresholds, validation)
     ev = gate.evaluate(ref.holdout, evaluate.run(q, hold.inputs), task, hold.labels)
     job.say(f"INT8 vs FP32 on the hold-out: {ev.summary()}")
     first = dict(ev.metrics)
@@ -328,8 +369,9 @@ def _gate(job: _Job, model, thresholds, nodes, validation, hold, ref: _Reference
         return q, ev, first, None
     job.say(f"gate not met ({'; '.join(ev.failures(job.rules))}); ranking nodes by sensitivity")
     q, ev, fallback = int8_search.fallback(
-        model, thresholds, [n.name for n in nodes], validation, ref.validation, hold.inputs,
+        prep.base, thresholds, [n.name for n in nodes], validation, ref.validation, hold.inputs,
         ref.holdout, task, hold.labels, job.rules, job.say,
+        rebuild=lambda kept: prep.rebuild(fit, kept),
     )  # fmt: skip
     return q, ev, first, fallback
 
@@ -347,6 +389,83 @@ def _stage_int8(job: _Job, q, section: dict, hold_inputs, ref_hold, method, thre
     job.report.files.append(RANGES_FILE)
     job.manifest.setdefault("hashes", {})["model.int8.onnx"] = sha256_bytes(data_bytes)
     section["model_bytes"] = len(data_bytes)
+
+
+def _fp8(job: _Job) -> dict:
+    """FP8 E4M3 Q/DQ (:mod:`fp8`): calibrate, choose the method, gate on the hold-out like INT8
+    (with the same node-by-node fallback), stage ``model.fp8.onnx``."""
+    from . import fp8
+
+    model = _load_fp32(job.bundle)
+    data = _data(job)
+    cal = data.calibration.inputs
+    n_val = max(4, min(64, len(cal) // 5))
+    fit, validation = cal[n_val:], cal[:n_val]
+    nodes = ranges.quantizable_nodes(model)
+    if not nodes:
+        raise ModelError(
+            "the model has no Conv, Gemm or MatMul with constant weights: nothing to quantize"
+        )
+    t0 = time.perf_counter()
+    task = job.bundle.manifest.task
+    fp32 = evaluate.session(model)
+    ref = _References(evaluate.run(fp32, validation), evaluate.run(fp32, data.holdout.inputs))
+    stats = ranges.collect(model, fit, ranges.activation_inputs(model, nodes))
+    choice = int8_search.choose_method(model, stats, validation, ref.validation, task,
+                                       job.calib_method, job.say, quantize=fp8.quantize)  # fmt: skip
+    thresholds = stats.thresholds(choice.method)
+    job.say(f"calibration method: {choice.method} ({choice.why})")
+    q = fp8.quantize(model, thresholds)
+    hold = data.holdout
+    ev = gate.evaluate(ref.holdout, evaluate.run(q, hold.inputs), task, hold.labels)
+    job.say(f"FP8 vs FP32 on the hold-out: {ev.summary()}")
+    first, fallback = dict(ev.metrics), None
+    if not ev.passes(job.rules):
+        job.say(f"gate not met ({'; '.join(ev.failures(job.rules))}); ranking nodes by sensitivity")
+        q, ev, fallback = int8_search.fallback(
+            model, thresholds, [n.name for n in nodes], validation, ref.validation, hold.inputs,
+            ref.holdout, task, hold.labels, job.rules, job.say, quantize=fp8.quantize,
+        )  # fmt: skip
+    section = {
+        "format": "E4M3 (float8e4m3fn) Q/DQ, opset 19, per-tensor activations, per-channel weights",
+        "calibration": {
+            "source": data.source,
+            "samples": int(len(fit)),
+            "method": choice.method,
+            "method_why": choice.why,
+            "method_scores": choice.scores,
+        },  # fmt: skip
+        "calibration_sha256": hashlib.sha256(
+            json.dumps(thresholds, sort_keys=True).encode()
+        ).hexdigest(),
+        "gate": job.rules,
+        "holdout_before_fallback": {k: round(v, 5) for k, v in first.items()},
+        "holdout": {k: round(v, 5) for k, v in ev.metrics.items()},
+        "quantized_nodes": len(fp8.quantized_nodes(q)),
+        "quantizable_nodes": len(nodes),
+        "kept_fp32": fallback.kept_fp32 if fallback else [],
+        "passed": ev.passes(job.rules),
+        "requires": "TensorRT 10+ on a GPU of compute capability 8.9+ (Ada, Hopper, Blackwell, Jetson Thor)",
+    }
+    if not section["passed"]:
+        raise GateFailed(
+            f"FP8 misses the accuracy gate even with {len(section['kept_fp32'])} of {len(nodes)} nodes kept in FP32: "
+            + "; ".join(ev.failures(job.rules))
+            + " (nothing was written; relax it with --gate)"
+        )
+    data_bytes = q.SerializeToString()
+    job.report.pending["model.fp8.onnx"] = data_bytes
+    job.report.files.append("model.fp8.onnx")
+    job.manifest.setdefault("hashes", {})["model.fp8.onnx"] = sha256_bytes(data_bytes)
+    _write_verify(job.bundle, hold.inputs, ref.holdout, job.report)
+    section["model_bytes"] = len(data_bytes)
+    section["onnxruntime_cpu_ms"] = _cpu_speeds(fp32, q, "fp8", hold.inputs[0], job.say)
+    section["seconds"] = round(time.perf_counter() - t0, 1)
+    job.manifest.setdefault("quantization", {})["fp8"] = section
+    job.say(
+        f"wrote model.fp8.onnx ({section['quantized_nodes']}/{len(nodes)} nodes FP8); gate passed: {ev.summary()}"
+    )
+    return section
 
 
 def _fp16(job: _Job) -> dict:

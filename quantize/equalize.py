@@ -111,14 +111,15 @@ def _attr(node, name: str, default):
     return default
 
 
-def depthwise_pairs(model) -> list[tuple]:
-    """(producer Conv, activation node or None, ReLU6 ceiling or None, depthwise Conv) for every
-    ``Conv -> [Relu | Clip(0, c)] -> depthwise Conv`` whose weights belong to them alone."""
+def depthwise_pairs(model, any_consumer: bool = False) -> list[tuple]:
+    """(producer Conv, activation node or None, ReLU6 ceiling or None, consumer Conv) for every
+    ``Conv -> [Relu | Clip(0, c)] -> depthwise Conv`` whose weights belong to them alone
+    (``any_consumer``: any Conv consumer, e.g. a depthwise conv's pointwise projection)."""
     gr = _Graph(model)
     pairs = []
     for conv in gr.g.node:
-        if conv.op_type != "Conv" or _attr(conv, "group", 1) != 1 or len(conv.input) < 2:
-            continue
+        if conv.op_type != "Conv" or len(conv.input) < 2:
+            continue  # (a depthwise producer scales its channel i's filter alike)
         if conv.input[1] not in gr.inits or gr.uses.get(conv.input[1], 0) != 1:
             continue
         if len(conv.input) > 2 and (conv.input[2] not in gr.inits or gr.uses[conv.input[2]] != 1):
@@ -141,20 +142,24 @@ def depthwise_pairs(model) -> list[tuple]:
             continue
         w2 = gr.inits[dw.input[1]]
         channels = gr.inits[conv.input[1]].dims[0]
-        if _attr(dw, "group", 1) != channels or w2.dims[0] != channels or w2.dims[1] != 1:
+        depthwise = _attr(dw, "group", 1) == channels and w2.dims[0] == channels and w2.dims[1] == 1
+        regular = any_consumer and _attr(dw, "group", 1) == 1 and w2.dims[1] == channels
+        if not (depthwise or regular):
             continue
         pairs.append((conv, act, ceiling, dw))
     return pairs
 
 
-def equalize(model, data: np.ndarray, max_gain: float = MAX_GAIN) -> tuple[object, dict]:
+def equalize(
+    model, data: np.ndarray, max_gain: float = MAX_GAIN, any_consumer: bool = False
+) -> tuple[object, dict]:
     """Activation equalisation into depthwise convolutions (see the module's text)."""
     import onnx
     from onnx import helper
 
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    pairs = depthwise_pairs(out)
+    pairs = depthwise_pairs(out, any_consumer)
     if not pairs:
         return out, {"pairs": 0}
     stats = channel_stats(out, data, [dw.input[0] for _, _, _, dw in pairs])
@@ -172,7 +177,10 @@ def equalize(model, data: np.ndarray, max_gain: float = MAX_GAIN) -> tuple[objec
         if len(conv.input) > 2:
             gr.set(conv.input[2], gr.array(conv.input[2]) * gain)
         w2 = gr.array(dw.input[1])
-        gr.set(dw.input[1], w2 / gain.reshape(-1, 1, *[1] * (w2.ndim - 2)))
+        if _attr(dw, "group", 1) == 1:  # a regular conv: its input channels
+            gr.set(dw.input[1], w2 / gain.reshape(1, -1, *[1] * (w2.ndim - 2)))
+        else:  # depthwise: channel i's filter
+            gr.set(dw.input[1], w2 / gain.reshape(-1, 1, *[1] * (w2.ndim - 2)))
         if ceiling is not None:  # ReLU6 -> Min(ReLU(x), 6 g) per channel
             cap_name = f"{act.name}_equalized_ceiling"
             shape = [1, len(gain)] + [1] * (w1.ndim - 2)
@@ -189,16 +197,23 @@ def equalize(model, data: np.ndarray, max_gain: float = MAX_GAIN) -> tuple[objec
         nodes = []
         for n in out.graph.node:
             nodes.extend(new_nodes.get(n.name, [n]) if n.op_type == "Clip" else [n])
+        used = {t for n in nodes for t in n.input} | {o.name for o in out.graph.output}
+        # the replaced Clips' bounds, where nothing else reads them
+        nodes = [n for n in nodes if n.op_type != "Constant" or any(o in used for o in n.output)]
         del out.graph.node[:]
         out.graph.node.extend(nodes)
     return out, report
 
 
 def correct_bias(
-    model, data: np.ndarray, quantize_weight: Callable[[np.ndarray], np.ndarray] | None = None
+    model,
+    data: np.ndarray,
+    skip: frozenset[str] | set[str] = frozenset(),
+    quantize_weight: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[object, dict]:
     """Subtract each Conv's / Gemm's expected output shift from INT8 weight rounding from its
-    bias (one is added where there was none)."""
+    bias (one is added where there was none). ``skip``: nodes that stay in higher precision
+    (their weights are not rounded, so nothing is corrected)."""
     import onnx
 
     out = onnx.ModelProto()
@@ -209,7 +224,7 @@ def correct_bias(
     for n in out.graph.node:
         if n.op_type not in ("Conv", "Gemm") or len(n.input) < 2 or n.input[1] not in gr.inits:
             continue
-        if gr.uses.get(n.input[1], 0) != 1 or n.input[0] in gr.inits:
+        if n.name in skip or gr.uses.get(n.input[1], 0) != 1 or n.input[0] in gr.inits:
             continue
         if len(n.input) > 2 and n.input[2] and gr.uses.get(n.input[2], 0) != 1:
             continue

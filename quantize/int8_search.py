@@ -1,4 +1,10 @@
-"""Choosing the calibration method and, when the gate fails, what to keep in higher precision.
+"""Choosing how to prepare the model and calibrate it, and, when the gate fails, what to keep in
+higher precision.
+
+- Preparation: each candidate (``none``, ``equalize``, ``bias``, ``equalize+bias``; see
+  :mod:`equalize`) makes an FP32 model INT8 then quantizes; the one closest to FP32 on the
+  validation split (with its best calibration method) wins: techniques are kept only where they
+  measure better.
 
 - Method: every candidate (minmax, percentile, entropy) quantizes the model; the one whose outputs
   are closest to FP32 (cosine, then top-1 agreement) on a validation split of the calibration data
@@ -10,14 +16,16 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import evaluate, gate, int8, ranges
+from . import equalize, evaluate, gate, int8, ranges
 
 MAX_FALLBACK_FRACTION = 0.5
+PREPARATIONS = ("none", "equalize", "bias", "equalize+bias")
 
 
 @dataclass
@@ -35,26 +43,96 @@ def choose_method(
     task: str,
     forced: str | None,
     say: Callable[[str], None],
+    quantize: Callable = int8.quantize,
 ) -> MethodChoice:
     candidates = [forced] if forced else list(ranges.METHODS)
     scores = {}
     for method in candidates:
-        q = int8.quantize(model, stats.thresholds(method), validation)
+        q = quantize(model, stats.thresholds(method), validation)
         ev = gate.evaluate(ref, evaluate.run(q, validation), task)
         scores[method] = {k: round(v, 5) for k, v in ev.metrics.items()}
         say(f"  calibration {method:<10} validation {ev.summary()}")
     if forced:
         return MethodChoice(forced, "asked for with --calib-method", scores)
 
-    def rank(m):
-        s = scores[m]
-        return (s["cosine"], s.get("agreement", 0.0))
-
-    best = max(scores, key=rank)
-    runner_up = sorted(scores, key=rank)[-2] if len(scores) > 1 else None
+    best = max(scores, key=lambda m: _rank(scores[m]))
+    runner_up = sorted(scores, key=lambda m: _rank(scores[m]))[-2] if len(scores) > 1 else None
     why = f"highest validation cosine ({scores[best]['cosine']:.4f}"
     why += f" vs {runner_up} {scores[runner_up]['cosine']:.4f})" if runner_up else ")"
     return MethodChoice(best, why, scores)
+
+
+def _rank(scores: dict) -> tuple[float, float]:
+    return (scores["cosine"], scores.get("agreement", 0.0))
+
+
+@dataclass
+class Preparation:
+    """A prepared FP32 model, its activation statistics and calibration choice, and how close to
+    FP32 its INT8 model came on the validation split."""
+
+    name: str
+    model: object
+    stats: ranges.ActivationStats
+    choice: MethodChoice
+    scores: dict[str, float]
+    base: object  # the model before bias correction (sensitivity and fallback rebuild from it)
+    report: dict = field(default_factory=dict)
+
+    def rebuild(self, fit: np.ndarray, kept: list[str]):
+        """This preparation with ``kept`` nodes left unquantized (no bias correction for them)."""
+        if "bias" not in self.name or not kept:
+            return self.model
+        return equalize.correct_bias(self.base, fit, skip=set(kept))[0]
+
+
+def choose_preparation(
+    model,
+    fit: np.ndarray,
+    validation: np.ndarray,
+    ref: dict[str, np.ndarray],
+    task: str,
+    forced_method: str | None,
+    candidates: tuple[str, ...],
+    say: Callable[[str], None],
+) -> tuple[Preparation, dict]:
+    """The candidate preparation whose INT8 model is closest to FP32 on ``validation``, and every
+    candidate's scores and seconds."""
+    unknown = [c for c in candidates if c not in PREPARATIONS]
+    if unknown:
+        raise ValueError(
+            f"unknown preparation {unknown[0]!r}; choose from {', '.join(PREPARATIONS)}"
+        )
+    equalized = None
+    table: dict[str, dict] = {}
+    best: Preparation | None = None
+    for name in candidates:
+        t0 = time.perf_counter()
+        report: dict = {}
+        base = model
+        if "equalize" in name:
+            if equalized is None:
+                equalized = equalize.equalize(model, fit)
+            base, report["equalize"] = equalized
+        prepared = base
+        if "bias" in name:
+            prepared, report["bias"] = equalize.correct_bias(base, fit)
+        nodes = ranges.quantizable_nodes(prepared)
+        stats = ranges.collect(prepared, fit, ranges.activation_inputs(prepared, nodes))
+        choice = choose_method(
+            prepared, stats, validation, ref, task, forced_method, lambda s: None
+        )
+        scores = choice.scores[choice.method]
+        table[name] = {
+            "method": choice.method,
+            **scores,
+            "seconds": round(time.perf_counter() - t0, 1),
+        }
+        say(f"  preparation {name:<14} best method {choice.method:<10} validation cosine "
+            f"{scores['cosine']:.4f}" + (f", agreement {scores['agreement']:.3f}" if "agreement" in scores else ""))  # fmt: skip
+        if best is None or _rank(scores) > _rank(best.scores):
+            best = Preparation(name, prepared, stats, choice, scores, base, report)
+    return best, table
 
 
 @dataclass
@@ -65,12 +143,18 @@ class FallbackResult:
 
 
 def sensitivity(
-    model, thresholds: dict[str, float], nodes: list[str], validation: np.ndarray, ref, say
+    model,
+    thresholds: dict[str, float],
+    nodes: list[str],
+    validation: np.ndarray,
+    ref,
+    say,
+    quantize: Callable = int8.quantize,
 ) -> list[tuple[str, float]]:
     """(node, cosine loss when only that node is quantized), most sensitive first."""
     out = []
     for i, name in enumerate(nodes):
-        q = int8.quantize(model, thresholds, validation, only=[name])
+        q = quantize(model, thresholds, validation, only=[name])
         got = evaluate.run(q, validation)
         loss = 1.0 - min(float(gate.cosine_rows(ref[k], got[k]).mean()) for k in ref)
         out.append((name, loss))
@@ -92,15 +176,20 @@ def fallback(
     labels,
     gate_rules: dict[str, float],
     say,
+    rebuild: Callable[[list[str]], object] | None = None,
+    quantize: Callable = int8.quantize,
 ) -> tuple[object, gate.Evaluation, FallbackResult]:
-    """Keep the most sensitive nodes in FP32, one at a time, until the gate passes."""
-    ranked = sensitivity(model, thresholds, nodes, validation, ref_validation, say)
+    """Keep the most sensitive nodes in FP32, one at a time, until the gate passes. ``model`` is
+    ranked; ``rebuild(kept)`` gives the model to quantize with ``kept`` left out (a bias-corrected
+    model corrects only what is quantized), default ``model``."""
+    ranked = sensitivity(model, thresholds, nodes, validation, ref_validation, say, quantize)
     result = FallbackResult([], ranked)
     budget = max(1, int(len(nodes) * MAX_FALLBACK_FRACTION))
     q, ev = None, None
     for name, loss in ranked[:budget]:
         result.kept_fp32.append(name)
-        q = int8.quantize(model, thresholds, validation, exclude=result.kept_fp32)
+        source = rebuild(result.kept_fp32) if rebuild else model
+        q = quantize(source, thresholds, validation, exclude=result.kept_fp32)
         ev = gate.evaluate(ref_holdout, evaluate.run(q, holdout), task, labels)
         result.steps.append(
             {

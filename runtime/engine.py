@@ -23,7 +23,7 @@ from .preprocess import Preprocessing
 log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", *TABLE)
-PRECISIONS = ("auto", "fp32", "fp16", "int8")
+PRECISIONS = ("auto", "fp32", "fp16", "int8", "fp8")
 
 
 class Engine:

@@ -165,6 +165,10 @@ def ensure_plan(
             f"CUDA device {device} does not exist ({cuda.reason or len(cuda.devices)})"
         )
     dev = cuda.devices[device]
+    if precision == "fp8":
+        why_not = compat.fp8_unsupported_reason(version, dev.compute_capability)
+        if why_not:
+            raise EdgertError(f"no FP8 plan for {dev.name}: {why_not}")
     shapes = bundle_shapes(bundle.manifest, options.shapes or None)
     options.shapes = {k: tuple(tuple(s) for s in v) for k, v in shapes.items()}
     calib = (bundle.manifest.raw.get("quantization") or {}).get(precision, {})

@@ -28,7 +28,12 @@ def add_parser(sub) -> None:
     p.add_argument(
         "model", metavar="MODEL", help="bundle folder, or an .onnx (wrapped into a bundle)"
     )
-    p.add_argument("--precision", choices=["fp32", "fp16", "int8"], default="fp16")
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "int8", "fp8"],
+        default="fp16",
+        help="fp8: E4M3 Q/DQ for GPUs of compute capability 8.9+ (Ada, Hopper, Jetson Thor)",
+    )
     p.add_argument(
         "--calib",
         metavar="SOURCE",
@@ -50,8 +55,16 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--calib-method",
-        choices=["minmax", "entropy", "percentile"],
+        choices=["minmax", "entropy", "percentile", "mse"],
         help="default: chosen by measurement",
+    )
+    p.add_argument(
+        "--prepare",
+        default="auto",
+        metavar="LIST",
+        help="INT8 preparations to try, the best kept: auto (all), or from none, equalize, bias, "
+        "equalize+bias (comma-separated); equalize: activation equalisation into depthwise "
+        "convolutions; bias: bias correction of weight rounding",
     )
     p.add_argument("--gate", metavar="RULES", help="e.g. 'cosine>=0.995,agreement>=0.9', or 'off'")
     p.add_argument(
@@ -109,7 +122,9 @@ def _device_build(args) -> int:
 
     here = ".".join(map(str, sys.version_info[:3]))
     bundle = Bundle(args.model) if Path(args.model).is_dir() else None
-    model = {"fp16": "model.fp16.onnx", "int8": "model.int8.onnx"}.get(args.precision)
+    model = {"fp16": "model.fp16.onnx", "int8": "model.int8.onnx", "fp8": "model.fp8.onnx"}.get(
+        args.precision
+    )
     if bundle is None or args.calib or (model and model not in bundle.manifest.hashes):
         raise MissingDependency(
             f"making {args.precision.upper()} models needs Python 3.10 or newer (this is {here}): "
@@ -148,6 +163,7 @@ def run(args) -> int:
         calib_size=args.calib_size,
         holdout_size=args.holdout_size,
         calib_method=args.calib_method,
+        prepare=args.prepare,
         gate_rules=args.gate,
         dla=args.dla,
         workspace_gib=args.workspace,

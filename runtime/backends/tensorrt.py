@@ -76,7 +76,8 @@ class TensorRTBackend(Backend):
         version = compat.parse_version(trt.__version__)
         hashes = target.onnx_hashes or {}
         expected = {
-            p: hashes.get(compat.onnx_for_precision(version, p)) for p in ("fp32", "fp16", "int8")
+            p: hashes.get(compat.onnx_for_precision(version, p))
+            for p in ("fp32", "fp16", "int8", "fp8")
         }
         plan, why = compat.select_plan(
             target.bundle_dir / "engines", precision, trt.__version__, dev.name, cc, expected

@@ -155,7 +155,7 @@ def build_plan(onnx_path: Path, options: BuildOptions) -> bytes:
             raise BuildError(
                 f"DLA core {options.dla_core} requested but this device has {builder.num_DLA_cores} DLA core(s)"
             )
-        if options.precision == "fp32":
+        if options.precision in ("fp32", "fp8"):
             raise BuildError("DLA runs FP16 or INT8 only; use --precision fp16 or int8 with --dla")
         config.default_device_type = trt.DeviceType.DLA
         config.DLA_core = int(options.dla_core)

@@ -79,16 +79,36 @@ def network_flag_names(version: tuple[int, ...], strongly_typed: bool) -> list[s
 def builder_flag_names(version: tuple[int, ...], precision: str, qdq_model: bool) -> list[str]:
     """BuilderFlag names for a precision. TensorRT 11 takes none: types come from the model."""
     f = features(version)
-    if precision not in ("fp32", "fp16", "int8"):
+    if precision not in ("fp32", "fp16", "int8", "fp8"):
         raise ValueError(f"unknown precision {precision!r}")
     if not f.weak_typing:
         return []
     flags = []
-    if precision in ("fp16", "int8"):
-        flags.append("FP16")  # INT8 engines keep unquantized layers in FP16 where faster
+    if precision in ("fp16", "int8", "fp8"):
+        flags.append("FP16")  # quantized engines keep unquantized layers in FP16 where faster
     if precision == "int8" and (qdq_model and f.int8_builder_flag_for_qdq):
         flags.append("INT8")
+    if precision == "fp8":
+        flags.append("FP8")  # weakly typed FP8 Q/DQ networks (10.x)
     return flags
+
+
+FP8_MIN_VERSION = (10, 0)
+FP8_MIN_COMPUTE = (8, 9)
+
+
+def fp8_unsupported_reason(version: tuple[int, ...], compute: tuple[int, int]) -> str | None:
+    """Why an FP8 plan cannot be built with this TensorRT on this GPU (None when it can): FP8
+    tensor cores start at compute capability 8.9 (Ada; Hopper 9.0, Blackwell 10.x/12.x, Jetson
+    Thor 11.0; Jetson Orin is 8.7), and edgert builds FP8 Q/DQ from TensorRT 10."""
+    if tuple(version[:2]) < FP8_MIN_VERSION:
+        found = ".".join(map(str, version))
+        return f"TensorRT {found} does not build FP8 Q/DQ ONNX models (TensorRT 10 or later does)"
+    if tuple(compute) < FP8_MIN_COMPUTE:
+        cc = ".".join(map(str, compute))
+        return (f"this GPU (compute capability {cc}) has no FP8 tensor cores; FP8 needs 8.9 or later "
+                "(Ada, Hopper, Blackwell, Jetson Thor); use --precision int8 or fp16")  # fmt: skip
+    return None
 
 
 def calibration_cache_tag(version: tuple[int, ...]) -> int:
@@ -99,8 +119,8 @@ def calibration_cache_tag(version: tuple[int, ...]) -> int:
 
 def onnx_for_precision(version: tuple[int, ...], precision: str) -> str:
     """Which bundle model a build of ``precision`` starts from."""
-    if precision == "int8":
-        return "model.int8.onnx"
+    if precision in ("int8", "fp8"):
+        return f"model.{precision}.onnx"
     if precision == "fp16" and features(version).fp16_needs_fp16_onnx:
         return "model.fp16.onnx"
     return "model.onnx"

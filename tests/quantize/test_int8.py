@@ -73,8 +73,13 @@ def test_digits_int8_accuracy_and_manifest(digits_int8):
     assert hold["accuracy_fp32"] >= 0.95
     assert hold["accuracy_drop"] <= 0.01
     assert hold["cosine"] >= 0.99 and q["passed"]
-    assert q["calibration"]["method"] in ("minmax", "percentile", "entropy")
-    assert set(q["calibration"]["method_scores"]) == {"minmax", "percentile", "entropy"}
+    assert q["calibration"]["method"] in ("minmax", "percentile", "entropy", "mse")
+    assert set(q["calibration"]["method_scores"]) == {"minmax", "percentile", "entropy", "mse"}
+    prep = q["preparation"]
+    assert set(prep["candidates"]) == {"none", "equalize", "bias", "equalize+bias"}
+    best = max(prep["candidates"].values(), key=lambda c: (c["cosine"], c.get("agreement", 0)))
+    assert prep["candidates"][prep["kept"]] == best  # what measured best is what was kept
+    assert set(q["seconds"]) == {"prepare_and_calibrate", "gate_and_fallback"}
     assert "validation cosine" in q["calibration"]["method_why"]
     assert m["hashes"]["model.int8.onnx"]
     assert (bundle / "calibration" / "verify.npz").is_file()

@@ -153,3 +153,26 @@ def test_calibration_cache_text():
     assert text[0] == "TRT-8502-EntropyCalibration2"
     assert text[1] == "input: 3f800000"  # scale 1.0
     assert text[2] == "x: 3ca3d70a"  # scale 0.02
+
+
+@pytest.mark.parametrize(
+    ("version", "compute", "fragment"),
+    [
+        ((10, 3, 0), (8, 7), "compute capability 8.7) has no FP8"),  # Jetson Orin
+        ((10, 3, 0), (8, 6), "has no FP8 tensor cores"),  # Ampere
+        ((8, 6, 1), (9, 0), "TensorRT 8.6.1 does not build FP8"),
+        ((10, 3, 0), (8, 9), None),  # Ada
+        ((10, 8, 0), (11, 0), None),  # Jetson Thor
+        ((11, 0, 0), (9, 0), None),  # Hopper
+    ],
+)
+def test_fp8_only_where_the_gpu_and_tensorrt_have_it(version, compute, fragment):
+    why = compat.fp8_unsupported_reason(version, compute)
+    assert why is None if fragment is None else fragment in why
+
+
+def test_fp8_flags_and_model():
+    assert compat.builder_flag_names((10, 3), "fp8", qdq_model=True) == ["FP16", "FP8"]
+    assert compat.builder_flag_names((11, 0), "fp8", qdq_model=True) == []  # strongly typed
+    assert compat.onnx_for_precision((10, 3), "fp8") == "model.fp8.onnx"
+    assert compat.onnx_for_precision((11, 0), "fp8") == "model.fp8.onnx"

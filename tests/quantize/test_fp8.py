@@ -1,0 +1,72 @@
+"""FP8 (E4M3) Q/DQ: `edgert build --precision fp8` on digits_cnn, gated on ONNX Runtime (which runs
+opset-19 FP8 Q/DQ on a CPU), in TensorRT's form, and run by the runtime."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, numpy_helper
+
+from edgert.export import export_model
+from edgert.quantize import build
+from edgert.runtime.engine import Engine
+
+
+@pytest.fixture(scope="module")
+def digits_fp8(tmp_path_factory):
+    bundle = export_model(
+        "zoo:digits_cnn", tmp_path_factory.mktemp("f8") / "digits.edgert", dynamic_batch=True
+    ).bundle
+    report = build(bundle, "fp8", calib_size=300, holdout_size=200)
+    return bundle, report
+
+
+def test_fp8_model_is_tensorrt_form(digits_fp8):
+    bundle, report = digits_fp8
+    model = onnx.load(str(bundle / "model.fp8.onnx"))
+    assert next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) >= 19
+    inits = {i.name: i for i in model.graph.initializer}
+    producers = {o: n for n in model.graph.node for o in n.output}
+    qdq = [n for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    assert qdq
+    for n in qdq:
+        assert inits[n.input[1]].data_type == TensorProto.FLOAT  # FP32 scales
+        zp = inits[n.input[2]]
+        assert zp.data_type == TensorProto.FLOAT8E4M3FN and not any(zp.raw_data)  # all 0
+    for node in (n for n in model.graph.node if n.op_type in ("Conv", "Gemm")):
+        w_dq, x_dq = producers[node.input[1]], producers[node.input[0]]
+        assert w_dq.op_type == "DequantizeLinear" and x_dq.op_type == "DequantizeLinear"
+        assert inits[w_dq.input[0]].data_type == TensorProto.FLOAT8E4M3FN  # weights stored in FP8
+        out_channels = inits[w_dq.input[0]].dims[0]
+        assert numpy_helper.to_array(inits[w_dq.input[1]]).shape == (out_channels,)  # per channel
+        assert numpy_helper.to_array(inits[x_dq.input[1]]).shape == ()  # per-tensor activations
+        if len(node.input) > 2:
+            assert inits[node.input[2]].data_type == TensorProto.FLOAT  # FP32 bias
+        for consumer in model.graph.node:  # never quantized at the output
+            if node.output[0] in consumer.input:
+                assert consumer.op_type != "QuantizeLinear"
+    m = json.loads((bundle / "manifest.json").read_text())
+    q = m["quantization"]["fp8"]
+    assert q["passed"] and q["holdout"]["accuracy_drop"] <= 0.01 and m["hashes"]["model.fp8.onnx"]
+    assert q["quantized_nodes"] == q["quantizable_nodes"] and "8.9" in q["requires"]
+    assert report.engine["built"] is False  # no TensorRT here
+
+
+def test_runtime_runs_the_fp8_model(digits_fp8):
+    from edgert.export.zoo import digits_cnn
+
+    bundle, _ = digits_fp8
+    _, _, x_test, y_test = digits_cnn.dataset()
+    x = digits_cnn.normalise(x_test)
+    with Engine.load(bundle, backend="onnxruntime", precision="fp8") as engine:
+        assert "model.fp8.onnx" in engine.backend_reason
+        logits = np.concatenate(
+            [engine.infer(x[i : i + 32])["logits"] for i in range(0, len(x), 32)]
+        )
+    with Engine.load(bundle, backend="onnxruntime", precision="fp32") as engine:
+        ref = np.concatenate([engine.infer(x[i : i + 32])["logits"] for i in range(0, len(x), 32)])
+    assert (logits.argmax(1) == y_test).mean() >= 0.95
+    assert (logits.argmax(1) == ref.argmax(1)).mean() >= 0.98

@@ -1,0 +1,142 @@
+"""INT8 preparations on real ONNX models run by ONNX Runtime: activation equalisation into depthwise
+convolutions (the FP32 model computes the same, the per-tensor scale fits every channel, INT8 gets
+closer to FP32), bias correction (the mean shift of weight rounding is removed), the MSE
+calibration threshold, and the build keeping what measures best."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from edgert.quantize import equalize, evaluate, gate, int8, ranges
+
+
+def block_model(ceiling: float | None = 6.0, gemm_bias: bool = True):
+    """x[N,3,16,16] -> Conv 3->8 (channel gains 1e-2..4) -> ReLU6 (or ReLU) -> depthwise 3x3
+    -> ReLU -> GlobalAveragePool -> Flatten -> Gemm 8->5."""
+    rng = np.random.default_rng(1)
+    w1 = rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.4
+    w1 *= np.geomspace(0.01, 4.0, 8).astype(np.float32)[:, None, None, None]  # disparate channels
+    b1 = rng.uniform(0.0, 0.2, 8).astype(np.float32) * np.geomspace(0.01, 4.0, 8).astype(np.float32)
+    w2 = rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
+    b2 = rng.standard_normal(8).astype(np.float32) * 0.1
+    wg = rng.standard_normal((5, 8)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1")]
+    if ceiling is None:
+        nodes.append(helper.make_node("Relu", ["c1"], ["a1"], name="act1"))
+    else:
+        nodes += [
+            helper.make_node("Constant", [], ["lo"], value=numpy_helper.from_array(np.array(0.0, np.float32))),
+            helper.make_node("Constant", [], ["hi"], value=numpy_helper.from_array(np.array(ceiling, np.float32))),
+            helper.make_node("Clip", ["c1", "lo", "hi"], ["a1"], name="act1"),
+        ]  # fmt: skip
+    nodes += [
+        helper.make_node("Conv", ["a1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], group=8, name="dw"),
+        helper.make_node("Relu", ["c2"], ["a2"], name="act2"),
+        helper.make_node("GlobalAveragePool", ["a2"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "wg", "bg"] if gemm_bias else ["f", "wg"], ["y"], transB=1, name="fc"),
+    ]  # fmt: skip
+    inits = [numpy_helper.from_array(v, k) for k, v in
+             {"w1": w1, "b1": b1, "w2": w2, "b2": b2, "wg": wg}.items()]  # fmt: skip
+    if gemm_bias:
+        inits.append(numpy_helper.from_array(np.zeros(5, np.float32), "bg"))
+    graph = helper.make_graph(
+        nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])], initializer=inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.fixture(scope="module")
+def data():
+    return np.random.default_rng(2).uniform(0, 1, (96, 3, 16, 16)).astype(np.float32)
+
+
+def int8_cosine(model, data) -> float:
+    nodes = ranges.quantizable_nodes(model)
+    stats = ranges.collect(model, data[:64], ranges.activation_inputs(model, nodes))
+    q = int8.quantize(model, stats.thresholds("minmax"), data[:8])
+    assert not int8.check_structure(q)
+    ref, got = evaluate.run(model, data[64:]), evaluate.run(q, data[64:])
+    return float(gate.cosine_rows(ref["y"], got["y"]).mean())
+
+
+@pytest.mark.parametrize("ceiling", [6.0, 0.5, None])
+def test_equalisation_keeps_fp32_and_fills_the_per_tensor_scale(data, ceiling):
+    """ReLU6 (and a ceiling the large channels do reach, and plain ReLU) stay exact."""
+    model = block_model(ceiling)
+    eq, report = equalize.equalize(model, data[:64])
+    assert report["pairs"] == 1 and report["gain_max"][0] > 10
+    ref, got = evaluate.run(model, data), evaluate.run(eq, data)
+    assert np.allclose(ref["y"], got["y"], rtol=1e-4, atol=1e-5)  # the same function
+    before = equalize.channel_stats(model, data[:64], ["a1"])["a1"][0]
+    after = equalize.channel_stats(eq, data[:64], ["a1"])["a1"][0]
+    top = before.max()
+    assert top / before.min() > 25  # ranges 1:25+; after: each up to the top, gain capped
+    assert np.allclose(after, np.minimum(top, before * equalize.MAX_GAIN), rtol=1e-3)
+    assert int8_cosine(eq, data) > int8_cosine(model, data)  # INT8 closer to FP32
+
+
+def test_bias_correction_removes_the_mean_shift_of_weight_rounding(data):
+    model = block_model(gemm_bias=False)  # the Gemm gets a bias of its own
+    corrected, report = equalize.correct_bias(model, data[:64])
+    assert report["layers"] == 3 and report["max_shift"] > 0
+    assert "fc_corrected_bias" in {i.name for i in corrected.graph.initializer}
+
+    # the weights INT8 will store, in FP32 arithmetic: only the rounding differs
+    def rounded(m):
+        out = onnx.ModelProto()
+        out.CopyFrom(m)
+        for init in out.graph.initializer:
+            if init.name in ("w1", "w2", "wg"):
+                w = numpy_helper.to_array(init)
+                init.CopyFrom(
+                    numpy_helper.from_array(equalize.fake_quantize_per_channel(w), init.name)
+                )
+        return out
+
+    ref = evaluate.run(model, data)["y"]
+    plain = evaluate.run(rounded(model), data)["y"]
+    fixed = evaluate.run(rounded(corrected), data)["y"]
+    shift_plain = np.abs((plain - ref).mean(0)).max()
+    shift_fixed = np.abs((fixed - ref).mean(0)).max()
+    assert shift_fixed < 0.5 * shift_plain
+    # nodes kept in higher precision get no correction
+    skipped, report = equalize.correct_bias(model, data[:64], skip={"conv1", "dw", "fc"})
+    assert report == {"layers": 0}
+
+
+def test_mse_threshold_clips_a_lone_outlier():
+    hist = np.zeros(ranges.BINS, np.int64)
+    hist[: ranges.BINS // 20] = 100_000  # ten million values up to 5 % of the maximum...
+    hist[-1] = 1  # ...and one far outlier
+    stats = ranges.ActivationStats({"t": 100.0}, {"t": hist}, 1)
+    assert stats.thresholds("mse")["t"] < 20.0 < stats.thresholds("minmax")["t"]
+
+
+def test_build_keeps_the_preparation_that_measures_best(tmp_path, data):
+    from edgert.export import export_model
+    from edgert.quantize import build
+    from edgert.runtime.errors import ModelError
+
+    onnx.save(block_model(), tmp_path / "block.onnx")
+    bundle = export_model(str(tmp_path / "block.onnx"), tmp_path / "b.edgert").bundle
+    np.savez(tmp_path / "calib.npz", x=data)
+    report = build(bundle, "int8", calib=str(tmp_path / "calib.npz"), holdout_size=24,
+                   gate_rules="off")  # fmt: skip
+    prep = report.quantization["preparation"]
+    scores = {k: v["cosine"] for k, v in prep["candidates"].items()}
+    assert prep["kept"] == max(scores, key=scores.get) and "equalize" in prep["kept"]
+    assert scores["equalize"] > scores["none"]
+    q = onnx.load(str(bundle / "model.int8.onnx"))
+    assert "Min" in {n.op_type for n in q.graph.node}  # ReLU6 became Min(ReLU(x), 6 g)
+    only = build(bundle, "int8", calib=str(tmp_path / "calib.npz"), holdout_size=24,
+                 gate_rules="off", prepare="none")  # fmt: skip
+    assert set(only.quantization["preparation"]["candidates"]) == {"none"}
+    with pytest.raises(ModelError, match="unknown --prepare 'cle'"):
+        build(bundle, "int8", calib=str(tmp_path / "calib.npz"), prepare="cle")

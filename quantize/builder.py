@@ -149,8 +149,9 @@ class _Job:
 
 
 def _preparations(prepare: str | tuple[str, ...]) -> tuple[str, ...]:
-    """``auto``: every preparation, the best kept; else the named ones (``none``, ``equalize``,
-    ``bias``, ``equalize+bias``; comma-separated text or a tuple)."""
+    """``auto``: the four fast preparations, the best kept; else the named ones (``none``,
+    ``equalize``, ``bias``, ``equalize+bias``, ``adaround``, ``equalize+adaround``;
+    comma-separated text or a tuple)."""
     if prepare == "auto":
         return int8_search.PREPARATIONS
     names = (

@@ -25,7 +25,9 @@ import numpy as np
 from . import equalize, evaluate, gate, int8, ranges
 
 MAX_FALLBACK_FRACTION = 0.5
-PREPARATIONS = ("none", "equalize", "bias", "equalize+bias")
+PREPARATIONS = ("none", "equalize", "bias", "equalize+bias")  # what "auto" tries
+# adaptive rounding: asked for by name only (minutes on 2 cores; see docs/quantization.md)
+SLOW_PREPARATIONS = ("adaround", "equalize+adaround")
 
 
 @dataclass
@@ -80,10 +82,22 @@ class Preparation:
     report: dict = field(default_factory=dict)
 
     def rebuild(self, fit: np.ndarray, kept: list[str]):
-        """This preparation with ``kept`` nodes left unquantized (no bias correction for them)."""
-        if "bias" not in self.name or not kept:
+        """This preparation with ``kept`` nodes left unquantized: no bias correction for them,
+        and their original weights instead of adaptively rounded ones."""
+        if not kept or self.name in ("none", "equalize"):
             return self.model
-        return equalize.correct_bias(self.base, fit, skip=set(kept))[0]
+        if "bias" in self.name:
+            return equalize.correct_bias(self.base, fit, skip=set(kept))[0]
+        import onnx
+
+        out = onnx.ModelProto()
+        out.CopyFrom(self.model)
+        original = {i.name: i for i in self.base.graph.initializer}
+        weights = {n.input[1] for n in out.graph.node if n.name in set(kept) and len(n.input) > 1}
+        for init in out.graph.initializer:
+            if init.name in weights and init.name in original:
+                init.CopyFrom(original[init.name])
+        return out
 
 
 def choose_preparation(
@@ -119,6 +133,12 @@ def choose_preparation(
             prepared, report["bias"] = equalize.correct_bias(base, fit)
         nodes = ranges.quantizable_nodes(prepared)
         stats = ranges.collect(prepared, fit, ranges.activation_inputs(prepared, nodes))
+        if "adaround" in name:  # learned with the inputs quantized as the percentile method would
+            from . import adaround
+
+            prepared, report["adaround"] = adaround.adaround(
+                base, fit, stats.thresholds(forced_method or "percentile"), say=say
+            )
         choice = choose_method(
             prepared, stats, validation, ref, task, forced_method, lambda s: None
         )

@@ -62,9 +62,10 @@ def add_parser(sub) -> None:
         "--prepare",
         default="auto",
         metavar="LIST",
-        help="INT8 preparations to try, the best kept: auto (all), or from none, equalize, bias, "
-        "equalize+bias (comma-separated); equalize: activation equalisation into depthwise "
-        "convolutions; bias: bias correction of weight rounding",
+        help="INT8 preparations to try, the best kept: auto (the first four), or from none, "
+        "equalize, bias, equalize+bias, adaround, equalize+adaround (comma-separated); equalize: "
+        "activation equalisation into depthwise convolutions; bias: bias correction of weight "
+        "rounding; adaround: adaptive rounding of weights, layer by layer (minutes)",
     )
     p.add_argument("--gate", metavar="RULES", help="e.g. 'cosine>=0.995,agreement>=0.9', or 'off'")
     p.add_argument(

@@ -1,13 +1,19 @@
-"""INT8 quality and cost: edgert vs ONNX Runtime's plain quantize_static (TensorRT form) vs NVIDIA
-Model Optimizer (when its results file is given), on MobileNetV2 and digits_cnn.
+"""INT8 / FP8 quality and cost, side by side in one run: ONNX Runtime's plain quantize_static
+(TensorRT form), edgert today (no preparation; with its node fallback), edgert with each
+preparation (activation equalisation, bias correction, adaptive rounding) and with them together,
+the best with at most 2 nodes outside INT8, FP8 E4M3, FP16, and NVIDIA Model Optimizer (when its
+INT8 model of the same FP32 file is given: see scripts/modelopt_int8.py), on MobileNetV2; digits_cnn
+through edgert build.
 
-MobileNetV2: FP32 vs INT8 top-1 agreement (all crops and FP32-confident crops), FP32 top-1 within
-INT8 top-5, cosine, on >= 500 random crops / flips / colour jitter of the bundled photos, calibrated
-on 200 other crops. digits_cnn: accuracy drop on the labelled test split. Plus model size and CPU
-latency (ONNX Runtime, batch 1). Prints a table, writes JSON.
+MobileNetV2: FP32 vs quantized top-1 agreement (all crops and FP32-confident crops), FP32 top-1
+within the top-5, cosine, on 400 random crops / flips / colour jitter of the bundled photos (one of
+them never seen by calibration), calibrated on 200 crops of the other photos. digits_cnn: accuracy
+drop on the labelled test split. Plus model size, CPU latency (ONNX Runtime, batch 1) and the
+preparation's seconds. Prints a table, writes JSON.
 
-    python benchmarks/quantize_quality.py [--json reports/quantize_quality.json] [--eval 500] [--calib 200]
-        [--modelopt reports/modelopt_mobilenet.onnx]   # a Model Optimizer INT8 model of the same FP32 file
+    python benchmarks/quantize_quality.py [--json reports/quantize_quality.json] [--eval 400] [--calib 200]
+        [--no-adaround] [--save-fp32 reports/mobilenet_v2_fp32.onnx --save-calib reports/calib.npz]
+        [--modelopt reports/modelopt_int8_max.onnx ...]   # Model Optimizer's INT8 of the same FP32 file
 """
 
 from __future__ import annotations
@@ -67,74 +73,110 @@ def score(model, evals: np.ndarray, ref: dict) -> dict:
     return {k: round(v, 4) for k, v in ev.metrics.items()}
 
 
-def mobilenet(tmp: Path, n_eval: int, n_calib: int, modelopt: Path | None) -> dict:
+HELD_OUT_PHOTO = "camera"  # in the evaluation crops, never in calibration
+
+
+def prepared(fp32, name: str, calib: np.ndarray, validation, ref_val):
+    """(model, thresholds, method, seconds) for a preparation, its method chosen on validation."""
+    import time
+
+    from edgert.quantize import adaround, equalize
+
+    t0 = time.perf_counter()
+    model = fp32
+    if "equalize" in name:
+        model = equalize.equalize(model, calib)[0]
+    if "bias" in name:
+        model = equalize.correct_bias(model, calib)[0]
+    nodes = ranges.quantizable_nodes(model)
+    stats = ranges.collect(model, calib, ranges.activation_inputs(model, nodes))
+    if "adaround" in name:
+        model = adaround.adaround(model, calib, stats.thresholds("percentile"))[0]
+    choice = int8_search.choose_method(
+        model, stats, validation, ref_val, "classify", None, lambda s: None
+    )
+    return model, stats.thresholds(choice.method), choice.method, time.perf_counter() - t0
+
+
+def mobilenet(
+    tmp: Path, n_eval: int, n_calib: int, modelopt: Path | None, adaround_rows: bool
+) -> dict:
+    from edgert.quantize import fp8
+    from edgert.quantize.fp16 import to_fp16
+
     bundle = export_model(
         "zoo:mobilenet_v2", tmp / "mobilenet_v2.edgert", dynamic_batch=True, max_batch=64
     ).bundle
     src = bundle / "model.onnx"
     photos = [load_photo(p) for p in ALL_PHOTOS]
-    calib = np.stack([PREPROCESSING.apply(c)[0] for c in augmented_crops(photos, n_calib, seed=11)])
+    calib_photos = [load_photo(p) for p in ALL_PHOTOS if p != HELD_OUT_PHOTO]
+    calib = np.stack(
+        [PREPROCESSING.apply(c)[0] for c in augmented_crops(calib_photos, n_calib, seed=11)]
+    )
     evals = np.stack([PREPROCESSING.apply(c)[0] for c in augmented_crops(photos, n_eval, seed=22)])
+    np.savez(tmp / "calib.npz", input=calib)
     fp32 = onnx.load(str(src))
     ensure_node_names(fp32)
     ref = evaluate.run(fp32, evals)
     rows = {}
 
+    def add(name, model, kept, seconds=None, method=None):
+        path = tmp / f"row{len(rows)}.onnx"
+        onnx.save(model, path)
+        rows[name] = {**score(model, evals, ref), "outside_int8": kept, "method": method,
+                      "seconds": round(seconds, 1) if seconds is not None else None, "path": path}  # fmt: skip
+        r = rows[name]
+        print(f"  {name:<44} agreement {r['agreement']:.3f} cosine {r['cosine']:.4f}", flush=True)
+
     plain = tmp / "plain.onnx"
     plain_quantize_static(src, plain, calib)
-    rows["ORT quantize_static (TensorRT form)"] = {
-        **score(onnx.load(str(plain)), evals, ref),
-        "kept_fp32": 0,
-        "path": plain,
-    }
+    add("ORT quantize_static (TensorRT form)", onnx.load(str(plain)), 0, method="minmax")
 
-    nodes = ranges.quantizable_nodes(fp32)
-    tensors = ranges.activation_inputs(fp32, nodes)
-    # the calibration set calibrates; a separate set of crops chooses the method and ranks nodes
-    fit = calib
-    validation = np.stack([PREPROCESSING.apply(c)[0] for c in augmented_crops(photos, 40, seed=33)])
-    stats = ranges.collect(fp32, fit, tensors)
+    # a separate set of crops chooses the method and ranks nodes; the evaluation set only scores
+    validation = np.stack(
+        [PREPROCESSING.apply(c)[0] for c in augmented_crops(calib_photos, 40, seed=33)]
+    )
     ref_val = evaluate.run(fp32, validation)
-    choice = int8_search.choose_method(
-        fp32, stats, validation, ref_val, "classify", None, lambda s: None
-    )
-    thresholds = stats.thresholds(choice.method)
-    ours = int8.quantize(fp32, thresholds, validation)
-    onnx.save(ours, tmp / "edgert.onnx")
-    rows[f"edgert, no fallback ({choice.method})"] = {
-        **score(ours, evals, ref),
-        "kept_fp32": 0,
-        "path": tmp / "edgert.onnx",
-    }
+    nodes = [n.name for n in ranges.quantizable_nodes(fp32)]
+    names = ["none", "equalize", "bias", "equalize+bias"]
+    if adaround_rows:
+        names += ["adaround", "equalize+adaround", "equalize+bias+adaround"]
+    made = {}
+    for name in names:
+        model, th, method, sec = prepared(fp32, name, calib, validation, ref_val)
+        made[name] = (model, th)
+        label = "edgert today (no fallback)" if name == "none" else f"edgert + {name}"
+        add(label, int8.quantize(model, th, validation), 0, sec, method)
 
-    budget = max(1, len(nodes) // 10)
-    q, _, fb = int8_search.fallback(
-        fp32,
-        thresholds,
-        [n.name for n in nodes],
-        validation,
-        ref_val,
-        evals,
-        ref,
-        "classify",
-        None,
-        STRICT,
-        lambda s: None,
+    def with_fallback(name, budget, label):
+        model, th = made[name]
+        base = made["equalize"][0] if "equalize" in name else fp32
+        ranked = int8_search.sensitivity(base, th, nodes, validation, ref_val, lambda s: None)
+        kept = [n for n, _ in ranked[:budget]]  # the most sensitive nodes, by the validation crops
+        source = int8_search.Preparation(name, model, None, None, {}, base).rebuild(calib, kept)
+        add(label, int8.quantize(source, th, validation, exclude=kept), len(kept))
+        return kept
+
+    today_kept = with_fallback("none", 5, "edgert today + fallback (5 nodes FP32)")
+    best = max((n for n in names if n != "none"), key=lambda n: rows[f"edgert + {n}"]["cosine"])
+    best_kept = with_fallback(best, 2, f"edgert + {best} + fallback (2 nodes)")
+
+    stats = ranges.collect(
+        fp32, calib, ranges.activation_inputs(fp32, ranges.quantizable_nodes(fp32))
     )
-    kept = fb.kept_fp32[:budget]
-    q = int8.quantize(fp32, thresholds, validation, exclude=kept)
-    onnx.save(q, tmp / "edgert_fb.onnx")
-    rows[f"edgert, fallback (<= {budget} of {len(nodes)} nodes)"] = {
-        **score(q, evals, ref),
-        "kept_fp32": len(kept),
-        "path": tmp / "edgert_fb.onnx",
-    }
-    if modelopt and modelopt.is_file():
-        rows["Model Optimizer (modelopt.onnx int8)"] = {
-            **score(onnx.load(str(modelopt)), evals, ref),
-            "kept_fp32": None,
-            "path": modelopt,
-        }
+    choice8 = int8_search.choose_method(fp32, stats, validation, ref_val, "classify", None, lambda s: None,
+                                        quantize=fp8.quantize)  # fmt: skip
+    add("FP8 E4M3 (per-channel weights)", fp8.quantize(fp32, stats.thresholds(choice8.method)), 0,
+        method=choice8.method)  # fmt: skip
+    add("FP16 (ONNX, for TensorRT 11)", to_fp16(fp32), 0)
+    for path in modelopt or []:  # scripts/modelopt_int8.py, in Model Optimizer's environment
+        if not path.is_file():
+            raise SystemExit(f"{path} does not exist (make it with scripts/modelopt_int8.py)")
+        mo = onnx.load(str(path))
+        dq = {o for n in mo.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+        weighted = [n for n in mo.graph.node if n.op_type in ("Conv", "Gemm", "MatMul")]
+        outside = sum(1 for n in weighted if len(n.input) < 2 or n.input[1] not in dq)
+        add(f"Model Optimizer INT8 ({path.stem.rsplit('_', 1)[-1]} calibration)", mo, outside)
 
     x1 = evals[:1]
     base_ms = latency_ms(src, x1)
@@ -149,9 +191,9 @@ def mobilenet(tmp: Path, n_eval: int, n_calib: int, modelopt: Path | None) -> di
         },
         "eval_crops": n_eval,
         "calib_crops": n_calib,
-        "method": choice.method,
-        "method_scores": choice.scores,
-        "fallback_order": [(n, round(s, 5)) for n, s in fb.sensitivity[:10]],
+        "held_out_photo": HELD_OUT_PHOTO,
+        "today_fallback": today_kept,
+        "best_fallback": best_kept,
         "rows": rows,
     }
 
@@ -169,35 +211,50 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--json", default="reports/quantize_quality.json")
-    ap.add_argument("--eval", type=int, default=500)
+    ap.add_argument("--eval", type=int, default=400)
+    ap.add_argument(
+        "--no-adaround", action="store_true", help="skip the adaptive-rounding rows (minutes each)"
+    )
     ap.add_argument("--calib", type=int, default=200)
     ap.add_argument(
-        "--modelopt", type=Path, help="INT8 ONNX made by Model Optimizer from the same FP32 model"
+        "--modelopt",
+        type=Path,
+        action="append",
+        help="INT8 ONNX made by Model Optimizer from the same FP32 model (repeatable)",
     )
     ap.add_argument(
         "--save-fp32",
         type=Path,
         help="also copy the FP32 MobileNetV2 ONNX here (for Model Optimizer)",
     )
+    ap.add_argument("--save-calib", type=Path, help="and the calibration tensors (.npz, key input)")
     args = ap.parse_args()
     logging.getLogger().setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        mb = mobilenet(tmp, args.eval, args.calib, args.modelopt)
+        mb = mobilenet(tmp, args.eval, args.calib, args.modelopt, not args.no_adaround)
         if args.save_fp32:
             args.save_fp32.parent.mkdir(parents=True, exist_ok=True)
             args.save_fp32.write_bytes((tmp / "mobilenet_v2.edgert" / "model.onnx").read_bytes())
+        if args.save_calib:
+            args.save_calib.parent.mkdir(parents=True, exist_ok=True)
+            args.save_calib.write_bytes((tmp / "calib.npz").read_bytes())
         dg = digits(tmp)
     print(
         f"MobileNetV2, {mb['eval_crops']} crops (calibration {mb['calib_crops']} other crops); FP32 {mb['fp32']['size_mb']} MB, {mb['fp32']['cpu_latency_ms']} ms"
     )
     print(
-        f"{'variant':<44}{'agree':>7}{'conf':>7}{'top5':>7}{'cosine':>8}{'FP32':>6}{'MB':>7}{'ms':>7}"
+        f"(evaluation crops include the photo {mb['held_out_photo']!r}, which calibration never saw)"
+    )
+    print(
+        f"{'variant':<46}{'agree':>7}{'conf':>7}{'top5':>7}{'cosine':>8}{'!INT8':>6}{'MB':>7}{'ms':>7}{'prep s':>8}"
     )
     for name, r in mb["rows"].items():
-        kept = "" if r["kept_fp32"] is None else str(r["kept_fp32"])
+        kept = "" if r["outside_int8"] is None else str(r["outside_int8"])
+        sec = "" if r["seconds"] is None else f"{r['seconds']:.0f}"
         print(
-            f"{name:<44}{r['agreement']:>7.3f}{r['agreement_confident']:>7.3f}{r['top5_contains_fp32']:>7.3f}{r['cosine']:>8.4f}{kept:>6}{r['size_mb']:>7.2f}{r['cpu_latency_ms']:>7.2f}"
+            f"{name:<46}{r['agreement']:>7.3f}{r['agreement_confident']:>7.3f}{r['top5_contains_fp32']:>7.3f}"
+            f"{r['cosine']:>8.4f}{kept:>6}{r['size_mb']:>7.2f}{r['cpu_latency_ms']:>7.2f}{sec:>8}"
         )
     print(
         f"digits_cnn: FP32 {dg['accuracy_fp32']:.4f}, INT8 {dg['accuracy_int8']:.4f}, drop {dg['drop_points']:.2f} points ({dg['method']})"

@@ -68,26 +68,12 @@ def _layers(model) -> list[tuple]:
     return out
 
 
-def _capture(model, data: np.ndarray, tensors: list[str], batch: int = 8) -> dict[str, np.ndarray]:
-    import onnx
-    import onnxruntime as ort
+def _capture(model, data: np.ndarray, tensors: list[str]) -> dict[str, np.ndarray]:
+    from .evaluate import Exposed
 
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    have = {o.name for o in m.graph.output}
-    for t in tensors:
-        if t not in have:
-            m.graph.output.append(onnx.helper.make_empty_tensor_value_info(t))
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    inp = sess.get_inputs()[0]
-    usable = len(data)
-    if isinstance(inp.shape[0], int):  # a fixed batch: whole batches only
-        batch = inp.shape[0]
-        usable -= len(data) % batch
     parts: dict[str, list] = {t: [] for t in tensors}
-    for i in range(0, usable, batch):
-        outs = sess.run(tensors, {inp.name: data[i : i + batch]})
-        for t, v in zip(tensors, outs, strict=True):
+    for outs in Exposed(model, tensors).batches(data, 8):
+        for t, v in outs.items():
             parts[t].append(v)
     return {t: np.concatenate(v) for t, v in parts.items()}
 

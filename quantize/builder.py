@@ -268,18 +268,23 @@ def _data(job: _Job, calib_size: int | None = None) -> calibration.CalibrationDa
     return data
 
 
-def _int8(job: _Job) -> dict:
-    """Calibrate, quantize, gate (with the sensitivity fallback when needed); stage the files."""
-    model = _load_fp32(job.bundle)
+def _split(job: _Job, model):
+    """(data, calibration samples, validation split of them, quantizable nodes)."""
     data = _data(job)
     cal = data.calibration.inputs
     n_val = max(4, min(64, len(cal) // 5))
-    fit, validation = cal[n_val:], cal[:n_val]
     nodes = ranges.quantizable_nodes(model)
     if not nodes:
         raise ModelError(
             "the model has no Conv, Gemm or MatMul with constant weights: nothing to quantize"
         )
+    return data, cal[n_val:], cal[:n_val], nodes
+
+
+def _int8(job: _Job) -> dict:
+    """Calibrate, quantize, gate (with the sensitivity fallback when needed); stage the files."""
+    model = _load_fp32(job.bundle)
+    data, fit, validation, nodes = _split(job, model)
     stages: dict[str, float] = {}
     t0 = time.perf_counter()
     fp32 = evaluate.session(model)
@@ -317,17 +322,8 @@ def _int8(job: _Job) -> dict:
             "candidates": table,
             **{k: v for k, v in prep.report.items()},
         },
-        "calibration_sha256": hashlib.sha256(
-            json.dumps(thresholds, sort_keys=True).encode()
-        ).hexdigest(),
-        "gate": job.rules,
-        "holdout_before_fallback": {k: round(v, 5) for k, v in first.items()},
-        "holdout": {k: round(v, 5) for k, v in ev.metrics.items()},
-        "quantized_nodes": len(int8.quantized_nodes(q)),
-        "quantizable_nodes": len(nodes),
-        "kept_fp32": fallback.kept_fp32 if fallback else [],
+        **_gate_record(job, thresholds, first, ev, len(int8.quantized_nodes(q)), nodes, fallback),
         "fallback_steps": fallback.steps if fallback else [],
-        "passed": ev.passes(job.rules),
     }
     if not ev.passes(job.rules):
         raise GateFailed(
@@ -349,6 +345,22 @@ def _int8(job: _Job) -> dict:
         f"wrote model.int8.onnx ({section['quantized_nodes']}/{len(nodes)} nodes INT8{kept}); gate passed: {ev.summary()}"
     )
     return section
+
+
+def _gate_record(job: _Job, thresholds, first: dict, ev, quantized: int, nodes, fallback) -> dict:
+    """The manifest's record of a quantized model's calibration and gate."""
+    return {
+        "calibration_sha256": hashlib.sha256(
+            json.dumps(thresholds, sort_keys=True).encode()
+        ).hexdigest(),
+        "gate": job.rules,
+        "holdout_before_fallback": {k: round(v, 5) for k, v in first.items()},
+        "holdout": {k: round(v, 5) for k, v in ev.metrics.items()},
+        "quantized_nodes": quantized,
+        "quantizable_nodes": len(nodes),
+        "kept_fp32": fallback.kept_fp32 if fallback else [],
+        "passed": ev.passes(job.rules),
+    }
 
 
 @dataclass(frozen=True)
@@ -398,15 +410,7 @@ def _fp8(job: _Job) -> dict:
     from . import fp8
 
     model = _load_fp32(job.bundle)
-    data = _data(job)
-    cal = data.calibration.inputs
-    n_val = max(4, min(64, len(cal) // 5))
-    fit, validation = cal[n_val:], cal[:n_val]
-    nodes = ranges.quantizable_nodes(model)
-    if not nodes:
-        raise ModelError(
-            "the model has no Conv, Gemm or MatMul with constant weights: nothing to quantize"
-        )
+    data, fit, validation, nodes = _split(job, model)
     t0 = time.perf_counter()
     task = job.bundle.manifest.task
     fp32 = evaluate.session(model)
@@ -436,16 +440,7 @@ def _fp8(job: _Job) -> dict:
             "method_why": choice.why,
             "method_scores": choice.scores,
         },  # fmt: skip
-        "calibration_sha256": hashlib.sha256(
-            json.dumps(thresholds, sort_keys=True).encode()
-        ).hexdigest(),
-        "gate": job.rules,
-        "holdout_before_fallback": {k: round(v, 5) for k, v in first.items()},
-        "holdout": {k: round(v, 5) for k, v in ev.metrics.items()},
-        "quantized_nodes": len(fp8.quantized_nodes(q)),
-        "quantizable_nodes": len(nodes),
-        "kept_fp32": fallback.kept_fp32 if fallback else [],
-        "passed": ev.passes(job.rules),
+        **_gate_record(job, thresholds, first, ev, len(fp8.quantized_nodes(q)), nodes, fallback),
         "requires": "TensorRT 10+ on a GPU of compute capability 8.9+ (Ada, Hopper, Blackwell, Jetson Thor)",
     }
     if not section["passed"]:

@@ -27,28 +27,13 @@ MAX_GAIN = 32.0  # a channel's activation is multiplied by at most this (dead ch
 
 def channel_stats(model, data: np.ndarray, tensors: list[str], batch: int = 16) -> dict[str, tuple]:
     """Per-channel (axis 1) absolute maximum and mean of ``tensors`` on ``data`` (one pass)."""
-    import onnx
-    import onnxruntime as ort
+    from .evaluate import Exposed
 
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    have = {o.name for o in m.graph.output}
-    for t in tensors:
-        if t not in have:
-            m.graph.output.append(onnx.helper.make_empty_tensor_value_info(t))
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    inp = sess.get_inputs()[0]
-    if isinstance(inp.shape[0], int):
-        batch = inp.shape[0]
-        data = data[: len(data) - len(data) % batch]
-    names = [o.name for o in sess.get_outputs()]
     absmax: dict[str, np.ndarray] = {}
     total: dict[str, np.ndarray] = {}
     count: dict[str, int] = dict.fromkeys(tensors, 0)
-    for i in range(0, len(data), batch):
-        outs = dict(zip(names, sess.run(None, {inp.name: data[i : i + batch]}), strict=True))
-        for t in tensors:
-            x = outs[t]
+    for outs in Exposed(model, tensors).batches(data, batch):
+        for t, x in outs.items():
             axes = tuple(k for k in range(x.ndim) if k != 1)
             a = np.abs(x).max(axis=axes)
             s = x.sum(axis=axes, dtype=np.float64)

@@ -17,6 +17,34 @@ def session(model):
     return ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
 
 
+class Exposed:
+    """``model`` on ONNX Runtime CPU with some intermediate ``tensors`` made outputs: calibration
+    statistics, per-channel statistics and layer inputs for adaptive rounding all read them."""
+
+    def __init__(self, model, tensors: list[str]) -> None:
+        import onnx
+
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        have = {o.name for o in m.graph.output}
+        for t in tensors:
+            if t not in have:
+                m.graph.output.append(onnx.helper.make_empty_tensor_value_info(t))
+        self.tensors = list(tensors)
+        self.sess = session(m)
+        inp = self.sess.get_inputs()[0]
+        self.input = inp.name
+        self.fixed_batch = inp.shape[0] if isinstance(inp.shape[0], int) else None
+
+    def batches(self, data: np.ndarray, batch: int = 16):
+        """{tensor: array} per batch of ``data`` (whole batches only for a fixed-batch model)."""
+        step = self.fixed_batch or batch
+        usable = len(data) - len(data) % step if self.fixed_batch else len(data)
+        for i in range(0, usable, step):
+            outs = self.sess.run(self.tensors, {self.input: data[i : i + step]})
+            yield dict(zip(self.tensors, outs, strict=True))
+
+
 def has_fp8(model) -> bool:
     from onnx import TensorProto
 

@@ -67,28 +67,13 @@ class ActivationStats:
 def collect(model, data: np.ndarray, tensors: list[str], batch: int = 16) -> ActivationStats:
     """Run the FP32 model on ``data`` with ``tensors`` exposed as outputs (two passes: maxima, then
     histograms over [0, max])."""
-    import onnx
-    import onnxruntime as ort
+    from .evaluate import Exposed
 
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    have = {o.name for o in m.graph.output}
-    for t in tensors:
-        if t not in have:
-            m.graph.output.append(onnx.helper.make_empty_tensor_value_info(t))
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    inp = sess.get_inputs()[0]
-    input_name = inp.name
-    if isinstance(inp.shape[0], int):  # a fixed batch size: feed exactly that many
-        batch = inp.shape[0]
-        data = data[: len(data) - len(data) % batch]
-    names = [o.name for o in sess.get_outputs()]
-    wanted = [names.index(t) for t in tensors]
+    exposed = Exposed(model, tensors)
 
     def batches():
-        for i in range(0, len(data), batch):
-            outs = sess.run(None, {input_name: data[i : i + batch]})
-            yield {tensors[k]: np.abs(outs[j]) for k, j in enumerate(wanted)}
+        for outs in exposed.batches(data, batch):
+            yield {t: np.abs(a) for t, a in outs.items()}
 
     absmax = dict.fromkeys(tensors, 0.0)
     for outs in batches():
@@ -99,7 +84,8 @@ def collect(model, data: np.ndarray, tensors: list[str], batch: int = 16) -> Act
         for t, a in outs.items():
             top = max(absmax[t], 1e-8)
             hist[t] += np.histogram(a, bins=BINS, range=(0.0, top))[0]
-    return ActivationStats(absmax, hist, len(data))
+    used = len(data) - len(data) % exposed.fixed_batch if exposed.fixed_batch else len(data)
+    return ActivationStats(absmax, hist, used)
 
 
 def _percentile(hist: np.ndarray, top: float, pct: float) -> float:

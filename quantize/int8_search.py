@@ -27,7 +27,7 @@ from . import equalize, evaluate, gate, int8, ranges
 MAX_FALLBACK_FRACTION = 0.5
 PREPARATIONS = ("none", "equalize", "bias", "equalize+bias")  # what "auto" tries
 # adaptive rounding: asked for by name only (minutes on 2 cores; see docs/quantization.md)
-SLOW_PREPARATIONS = ("adaround", "equalize+adaround")
+SLOW_PREPARATIONS = ("adaround", "equalize+adaround", "equalize+bias+adaround")
 
 
 @dataclass
@@ -86,17 +86,19 @@ class Preparation:
         and their original weights instead of adaptively rounded ones."""
         if not kept or self.name in ("none", "equalize"):
             return self.model
-        if "bias" in self.name:
-            return equalize.correct_bias(self.base, fit, skip=set(kept))[0]
         import onnx
 
-        out = onnx.ModelProto()
-        out.CopyFrom(self.model)
-        original = {i.name: i for i in self.base.graph.initializer}
-        weights = {n.input[1] for n in out.graph.node if n.name in set(kept) and len(n.input) > 1}
-        for init in out.graph.initializer:
-            if init.name in weights and init.name in original:
-                init.CopyFrom(original[init.name])
+        if "bias" in self.name:
+            out = equalize.correct_bias(self.base, fit, skip=set(kept))[0]
+        else:
+            out = onnx.ModelProto()
+            out.CopyFrom(self.base)
+        if "adaround" in self.name:  # the learned weights of the nodes still quantized
+            learned = {i.name: i for i in self.model.graph.initializer}
+            weights = {n.input[1] for n in ranges.quantizable_nodes(out) if n.name not in set(kept)}
+            for init in out.graph.initializer:
+                if init.name in weights and init.name in learned:
+                    init.CopyFrom(learned[init.name])
         return out
 
 
@@ -112,11 +114,10 @@ def choose_preparation(
 ) -> tuple[Preparation, dict]:
     """The candidate preparation whose INT8 model is closest to FP32 on ``validation``, and every
     candidate's scores and seconds."""
-    unknown = [c for c in candidates if c not in PREPARATIONS]
+    known = PREPARATIONS + SLOW_PREPARATIONS
+    unknown = [c for c in candidates if c not in known]
     if unknown:
-        raise ValueError(
-            f"unknown preparation {unknown[0]!r}; choose from {', '.join(PREPARATIONS)}"
-        )
+        raise ValueError(f"unknown preparation {unknown[0]!r}; choose from {', '.join(known)}")
     equalized = None
     table: dict[str, dict] = {}
     best: Preparation | None = None
@@ -137,7 +138,7 @@ def choose_preparation(
             from . import adaround
 
             prepared, report["adaround"] = adaround.adaround(
-                base, fit, stats.thresholds(forced_method or "percentile"), say=say
+                prepared, fit, stats.thresholds(forced_method or "percentile"), say=say
             )
         choice = choose_method(
             prepared, stats, validation, ref, task, forced_method, lambda s: None

@@ -100,7 +100,7 @@ class EngineTask(TaskModel):
 
     def postprocess(self, outputs: dict, transforms: list) -> list:
         n = len(transforms)
-        outputs = {k: v[:n] for k, v in outputs.items()}  # without a fixed batch's padding
+        outputs = {k: v[:n] if v.ndim else v for k, v in outputs.items()}  # no fixed-batch padding
         values = list(outputs.values())
         if self.task == "classify":
             from .postprocess import classify

@@ -35,7 +35,7 @@ class CameraConfig:
     conf: float = 0.25
     iou: float = 0.45
     queue_size: int = 1
-    batch: int | None = None  # frames per inference; default: one per stream, within the model's
+    batch: int | None = None  # frames per inference; default one per stream, up to the model max
     batch_timeout_ms: float = 20.0
     mosaic: bool = False
     source_options: SourceOptions = field(default_factory=SourceOptions)

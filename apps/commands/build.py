@@ -63,7 +63,8 @@ def add_parser(sub) -> None:
         default="auto",
         metavar="LIST",
         help="INT8 preparations to try, the best kept: auto (the first four), or from none, "
-        "equalize, bias, equalize+bias, adaround, equalize+adaround (comma-separated); equalize: "
+        "equalize, bias, equalize+bias, adaround, equalize+adaround, equalize+bias+adaround "
+        "(comma-separated); equalize: "
         "activation equalisation into depthwise convolutions; bias: bias correction of weight "
         "rounding; adaround: adaptive rounding of weights, layer by layer (minutes)",
     )

@@ -138,6 +138,9 @@ def test_build_keeps_the_preparation_that_measures_best(tmp_path, data):
     only = build(bundle, "int8", calib=str(tmp_path / "calib.npz"), holdout_size=24,
                  gate_rules="off", prepare="none")  # fmt: skip
     assert set(only.quantization["preparation"]["candidates"]) == {"none"}
+    slow = build(bundle, "int8", calib=str(tmp_path / "calib.npz"), holdout_size=24,
+                 gate_rules="off", prepare="none,equalize+adaround")  # fmt: skip
+    assert set(slow.quantization["preparation"]["candidates"]) == {"none", "equalize+adaround"}
     with pytest.raises(ModelError, match="unknown --prepare 'cle'"):
         build(bundle, "int8", calib=str(tmp_path / "calib.npz"), prepare="cle")
 
@@ -164,3 +167,29 @@ def test_adaptive_rounding_lowers_layer_error_and_stays_on_the_int8_grid(data):
         assert np.allclose(stored * scale, w, rtol=0, atol=1e-6 * np.abs(w).max())
     nearest = equalize.fake_quantize_per_channel(numpy_helper.to_array(model.graph.initializer[0]))
     assert not np.array_equal(nearest, numpy_helper.to_array(rounded.graph.initializer[0]))
+
+
+def test_fallback_gives_kept_nodes_their_own_weights_and_bias_back(data):
+    from edgert.quantize import evaluate as ev_mod
+    from edgert.quantize import int8_search
+
+    model = block_model()
+    ref = ev_mod.run(model, data[64:80])
+    prep, table = int8_search.choose_preparation(
+        model, data[:64], data[64:80], ref, "generic", "minmax", ("equalize+bias+adaround",),
+        lambda s: None,
+    )  # fmt: skip
+    assert prep.name == "equalize+bias+adaround" and set(prep.report) == {
+        "equalize",
+        "bias",
+        "adaround",
+    }
+    rebuilt = prep.rebuild(data[:64], ["dw"])
+
+    def init(m, name):
+        return numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == name))
+
+    assert np.array_equal(init(rebuilt, "w2"), init(prep.base, "w2"))  # kept: equalized, unrounded
+    assert np.array_equal(init(rebuilt, "b2"), init(prep.base, "b2"))  # ... and uncorrected
+    assert np.array_equal(init(rebuilt, "w1"), init(prep.model, "w1"))  # quantized: learned
+    assert not np.array_equal(init(rebuilt, "w1"), init(prep.base, "w1"))

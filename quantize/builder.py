@@ -416,12 +416,16 @@ def _fp8(job: _Job) -> dict:
     task = job.bundle.manifest.task
     fp32 = evaluate.session(model)
     ref = _References(evaluate.run(fp32, validation), evaluate.run(fp32, data.holdout.inputs))
-    stats = ranges.collect(model, fit, ranges.activation_inputs(model, nodes))
-    choice = int8_search.choose_method(model, stats, validation, ref.validation, task,
-                                       job.calib_method, job.say, quantize=fp8.quantize)  # fmt: skip
-    thresholds = stats.thresholds(choice.method)
-    job.say(f"calibration method: {choice.method} ({choice.why})")
-    q = fp8.quantize(model, thresholds)
+    # FP8 rounds weights to 3 mantissa bits: bias correction (for that rounding) is tried too
+    candidates = tuple(p for p in job.preparations if p in ("none", "bias")) or ("none",)
+    job.say(f"calibrating on {len(fit)} samples: {', '.join(candidates)}")
+    prep, table = int8_search.choose_preparation(
+        model, fit, validation, ref.validation, task, job.calib_method, candidates, job.say,
+        quantize=fp8.quantize, round_weights=fp8.round_weights,
+    )  # fmt: skip
+    choice, thresholds = prep.choice, prep.stats.thresholds(prep.choice.method)
+    job.say(f"kept: {prep.name}, calibration {choice.method} ({choice.why})")
+    q = fp8.quantize(prep.model, thresholds)
     hold = data.holdout
     ev = gate.evaluate(ref.holdout, evaluate.run(q, hold.inputs), task, hold.labels)
     job.say(f"FP8 vs FP32 on the hold-out: {ev.summary()}")
@@ -429,8 +433,9 @@ def _fp8(job: _Job) -> dict:
     if not ev.passes(job.rules):
         job.say(f"gate not met ({'; '.join(ev.failures(job.rules))}); ranking nodes by sensitivity")
         q, ev, fallback = int8_search.fallback(
-            model, thresholds, [n.name for n in nodes], validation, ref.validation, hold.inputs,
-            ref.holdout, task, hold.labels, job.rules, job.say, quantize=fp8.quantize,
+            prep.base, thresholds, [n.name for n in nodes], validation, ref.validation, hold.inputs,
+            ref.holdout, task, hold.labels, job.rules, job.say,
+            rebuild=lambda kept: prep.rebuild(fit, kept), quantize=fp8.quantize,
         )  # fmt: skip
     section = {
         "format": "E4M3 (float8e4m3fn) Q/DQ, opset 19, per-tensor activations, per-channel weights",
@@ -440,7 +445,8 @@ def _fp8(job: _Job) -> dict:
             "method": choice.method,
             "method_why": choice.why,
             "method_scores": choice.scores,
-        },  # fmt: skip
+        },
+        "preparation": {"kept": prep.name, "candidates": table},
         **_gate_record(job, thresholds, first, ev, len(fp8.quantized_nodes(q)), nodes, fallback),
         "requires": "TensorRT 10+ on a GPU of compute capability 8.9+ (Ada, Hopper, Blackwell, Jetson Thor)",
     }

@@ -43,6 +43,15 @@ def fp8_round(values: np.ndarray) -> np.ndarray:
     return clipped.astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
 
 
+def round_weights(w: np.ndarray) -> np.ndarray:
+    """Conv / Gemm (transB) weights as the FP8 model stores them: per output channel (axis 0),
+    scale max|W| / 448 (what bias correction corrects for)."""
+    axes = tuple(range(1, w.ndim))
+    scale = np.abs(w).max(axis=axes, keepdims=True) / E4M3_MAX
+    scale = np.where(scale > 0, scale, 1.0)
+    return fp8_round(w / scale) * scale
+
+
 def _weight_axis(node, weight: np.ndarray) -> int:
     """The output-channel axis of a weighted node's weight."""
     from .equalize import _attr

@@ -80,6 +80,7 @@ class Preparation:
     scores: dict[str, float]
     base: object  # the model before bias correction (sensitivity and fallback rebuild from it)
     report: dict = field(default_factory=dict)
+    round_weights: Callable | None = None  # how the format rounds weights (bias correction)
 
     def rebuild(self, fit: np.ndarray, kept: list[str]):
         """This preparation with ``kept`` nodes left unquantized: no bias correction for them,
@@ -89,7 +90,7 @@ class Preparation:
         import onnx
 
         if "bias" in self.name:
-            out = equalize.correct_bias(self.base, fit, skip=set(kept))[0]
+            out = equalize.correct_bias(self.base, fit, set(kept), self.round_weights)[0]
         else:
             out = onnx.ModelProto()
             out.CopyFrom(self.base)
@@ -111,6 +112,8 @@ def choose_preparation(
     forced_method: str | None,
     candidates: tuple[str, ...],
     say: Callable[[str], None],
+    quantize: Callable = int8.quantize,
+    round_weights: Callable | None = None,
 ) -> tuple[Preparation, dict]:
     """The candidate preparation whose INT8 model is closest to FP32 on ``validation``, and every
     candidate's scores and seconds."""
@@ -131,7 +134,9 @@ def choose_preparation(
             base, report["equalize"] = equalized
         prepared = base
         if "bias" in name:
-            prepared, report["bias"] = equalize.correct_bias(base, fit)
+            prepared, report["bias"] = equalize.correct_bias(
+                base, fit, quantize_weight=round_weights
+            )
         nodes = ranges.quantizable_nodes(prepared)
         stats = ranges.collect(prepared, fit, ranges.activation_inputs(prepared, nodes))
         if "adaround" in name:  # learned with the inputs quantized as the percentile method would
@@ -141,7 +146,7 @@ def choose_preparation(
                 prepared, fit, stats.thresholds(forced_method or "percentile"), say=say
             )
         choice = choose_method(
-            prepared, stats, validation, ref, task, forced_method, lambda s: None
+            prepared, stats, validation, ref, task, forced_method, lambda s: None, quantize
         )
         scores = choice.scores[choice.method]
         table[name] = {
@@ -152,7 +157,7 @@ def choose_preparation(
         say(f"  preparation {name:<14} best method {choice.method:<10} validation cosine "
             f"{scores['cosine']:.4f}" + (f", agreement {scores['agreement']:.3f}" if "agreement" in scores else ""))  # fmt: skip
         if best is None or _rank(scores) > _rank(best.scores):
-            best = Preparation(name, prepared, stats, choice, scores, base, report)
+            best = Preparation(name, prepared, stats, choice, scores, base, report, round_weights)
     return best, table
 
 

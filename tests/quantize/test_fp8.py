@@ -52,6 +52,10 @@ def test_fp8_model_is_tensorrt_form(digits_fp8):
     q = m["quantization"]["fp8"]
     assert q["passed"] and q["holdout"]["accuracy_drop"] <= 0.01 and m["hashes"]["model.fp8.onnx"]
     assert q["quantized_nodes"] == q["quantizable_nodes"] and "8.9" in q["requires"]
+    assert set(q["preparation"]["candidates"]) == {
+        "none",
+        "bias",
+    }  # bias correction for FP8 rounding
     assert report.engine["built"] is False  # no TensorRT here
 
 

@@ -115,8 +115,8 @@ def choose_preparation(
     quantize: Callable = int8.quantize,
     round_weights: Callable | None = None,
 ) -> tuple[Preparation, dict]:
-    """The candidate preparation whose INT8 model is closest to FP32 on ``validation``, and every
-    candidate's scores and seconds."""
+    """The candidate preparation whose quantized model (``quantize``: INT8 or FP8) is closest to
+    FP32 on ``validation``, and every candidate's scores and seconds."""
     known = PREPARATIONS + SLOW_PREPARATIONS
     unknown = [c for c in candidates if c not in known]
     if unknown:

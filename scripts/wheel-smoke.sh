@@ -48,6 +48,8 @@ edgert run smoke.edgert "$photo" --top-k 2
 edgert bench smoke.edgert --iterations 50 --warmup 0 --idle-seconds 0
 edgert camera smoke.edgert --source synthetic:// --duration 3 --headless --jsonl frames.jsonl
 test -s frames.jsonl
+edgert camera smoke.edgert --source synthetic:// --source "$photo" --loop --duration 3 --headless --jsonl streams.jsonl
+python -c "import json; h = json.loads(open('streams.jsonl').readline()); assert len(h['streams']) == 2, h"
 edgert cache list smoke.edgert
 edgert export-triton smoke.edgert --repo triton-repo
 test -f triton-repo/smoke/config.pbtxt -a -f triton-repo/smoke/1/model.onnx

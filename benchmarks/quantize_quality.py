@@ -161,23 +161,19 @@ def mobilenet(
     best = max((n for n in names if n != "none"), key=lambda n: rows[f"edgert + {n}"]["cosine"])
     best_kept = with_fallback(best, 2, f"edgert + {best} + fallback (2 nodes)")
 
-    stats = ranges.collect(
-        fp32, calib, ranges.activation_inputs(fp32, ranges.quantizable_nodes(fp32))
-    )
-    choice8 = int8_search.choose_method(fp32, stats, validation, ref_val, "classify", None, lambda s: None,
-                                        quantize=fp8.quantize)  # fmt: skip
-    add("FP8 E4M3 (per-channel weights)", fp8.quantize(fp32, stats.thresholds(choice8.method)), 0,
-        method=choice8.method)  # fmt: skip
     from edgert.quantize import equalize
 
     bc8 = equalize.correct_bias(fp32, calib, quantize_weight=fp8.round_weights)[0]
-    stats8 = ranges.collect(
-        bc8, calib, ranges.activation_inputs(bc8, ranges.quantizable_nodes(bc8))
-    )
-    choice8 = int8_search.choose_method(bc8, stats8, validation, ref_val, "classify", None, lambda s: None,
-                                        quantize=fp8.quantize)  # fmt: skip
-    add("FP8 E4M3 + bias correction", fp8.quantize(bc8, stats8.thresholds(choice8.method)), 0,
-        method=choice8.method)  # fmt: skip
+    for label, model in (
+        ("FP8 E4M3 (per-channel weights)", fp32),
+        ("FP8 E4M3 + bias correction", bc8),
+    ):
+        stats = ranges.collect(
+            model, calib, ranges.activation_inputs(model, ranges.quantizable_nodes(model))
+        )
+        choice = int8_search.choose_method(model, stats, validation, ref_val, "classify", None,
+                                           lambda s: None, quantize=fp8.quantize)  # fmt: skip
+        add(label, fp8.quantize(model, stats.thresholds(choice.method)), 0, method=choice.method)
     add("FP16 (ONNX, for TensorRT 11)", to_fp16(fp32), 0)
     for path in modelopt or []:  # scripts/modelopt_int8.py, in Model Optimizer's environment
         if not path.is_file():

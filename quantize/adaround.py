@@ -43,9 +43,7 @@ def _layers(model) -> list[tuple]:
     gr = _Graph(model)
     out = []
     for n in model.graph.node:
-        if n.op_type not in ("Conv", "Gemm") or len(n.input) < 2 or n.input[1] not in gr.inits:
-            continue
-        if gr.uses.get(n.input[1], 0) != 1 or n.input[0] in gr.inits:
+        if n.op_type not in ("Conv", "Gemm") or not gr.owned(n, 1) or n.input[0] in gr.inits:
             continue
         w = gr.inits[n.input[1]]
         if n.op_type == "Conv" and (
@@ -55,16 +53,11 @@ def _layers(model) -> list[tuple]:
         if n.op_type == "Gemm" and (_attr(n, "transA", 0) or not _attr(n, "transB", 0)
                                     or _attr(n, "alpha", 1.0) != 1.0):  # fmt: skip
             continue  # per-channel scales are per row of a transB weight
-        act, target = None, n.output[0]
-        nxt = gr.only_consumer(n.output[0])
-        if nxt is not None and nxt.op_type == "Relu":
-            act, target = "relu", nxt.output[0]
-        elif nxt is not None and nxt.op_type == "Clip":
-            lo = gr.const(nxt.input[1]) if len(nxt.input) > 1 and nxt.input[1] else None
-            hi = gr.const(nxt.input[2]) if len(nxt.input) > 2 and nxt.input[2] else None
-            if lo == 0.0 and hi is not None:
-                act, target = hi, nxt.output[0]
-        out.append((n, act, target))
+        act, ceiling = gr.activation(n)
+        if act is None:
+            out.append((n, None, n.output[0]))
+        else:
+            out.append((n, "relu" if ceiling is None else ceiling, act.output[0]))
     return out
 
 

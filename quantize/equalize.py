@@ -49,7 +49,6 @@ class _Graph:
     def __init__(self, model) -> None:
         from onnx import numpy_helper
 
-        self.model = model
         self.g = model.graph
         self.inits = {i.name: i for i in self.g.initializer}
         self.producer = {o: n for n in self.g.node for o in n.output}
@@ -57,10 +56,6 @@ class _Graph:
         for n in self.g.node:
             for t in n.input:
                 self.consumers.setdefault(t, []).append(n)
-        self.uses: dict[str, int] = {}
-        for n in self.g.node:
-            for t in n.input:
-                self.uses[t] = self.uses.get(t, 0) + 1
         self.array = lambda name: numpy_helper.to_array(self.inits[name]).copy()
         self.outputs = {o.name for o in self.g.output}
 
@@ -86,6 +81,24 @@ class _Graph:
         users = self.consumers.get(tensor, [])
         return users[0] if len(users) == 1 and tensor not in self.outputs else None
 
+    def owned(self, node, k: int) -> bool:
+        """Whether input ``k`` of ``node`` is an initializer read by that node alone (so changing
+        it changes nothing else)."""
+        name = node.input[k] if len(node.input) > k else ""
+        return name in self.inits and len(self.consumers.get(name, [])) == 1
+
+    def activation(self, node) -> tuple[object, float | None]:
+        """(the ReLU or ReLU6 that alone reads ``node``'s output, its ceiling: None for ReLU);
+        (None, None) when there is none. ReLU6 is ``Clip(x, 0, c)`` with constant bounds."""
+        act = self.only_consumer(node.output[0])
+        if act is None or act.op_type not in ("Relu", "Clip"):
+            return None, None
+        if act.op_type == "Relu":
+            return act, None
+        lo = self.const(act.input[1]) if len(act.input) > 1 and act.input[1] else None
+        hi = self.const(act.input[2]) if len(act.input) > 2 and act.input[2] else None
+        return (act, hi) if lo == 0.0 and hi is not None else (None, None)
+
 
 def _attr(node, name: str, default):
     from onnx import helper
@@ -105,25 +118,11 @@ def depthwise_pairs(model, any_consumer: bool = False) -> list[tuple]:
     for conv in gr.g.node:
         if conv.op_type != "Conv" or len(conv.input) < 2:
             continue  # (a depthwise producer scales its channel i's filter alike)
-        if conv.input[1] not in gr.inits or gr.uses.get(conv.input[1], 0) != 1:
+        if not gr.owned(conv, 1) or (len(conv.input) > 2 and not gr.owned(conv, 2)):
             continue
-        if len(conv.input) > 2 and (conv.input[2] not in gr.inits or gr.uses[conv.input[2]] != 1):
-            continue
-        act = gr.only_consumer(conv.output[0])
-        ceiling = None
-        if act is not None and act.op_type in ("Relu", "Clip"):
-            if act.op_type == "Clip":
-                lo = gr.const(act.input[1]) if len(act.input) > 1 and act.input[1] else None
-                hi = gr.const(act.input[2]) if len(act.input) > 2 and act.input[2] else None
-                if lo != 0.0 or hi is None:
-                    continue
-                ceiling = hi
-            dw = gr.only_consumer(act.output[0])
-        else:
-            dw, act = act, None
-        if dw is None or dw.op_type != "Conv" or len(dw.input) < 2:
-            continue
-        if dw.input[1] not in gr.inits or gr.uses.get(dw.input[1], 0) != 1:
+        act, ceiling = gr.activation(conv)
+        dw = gr.only_consumer((act or conv).output[0])
+        if dw is None or dw.op_type != "Conv" or not gr.owned(dw, 1):
             continue
         w2 = gr.inits[dw.input[1]]
         channels = gr.inits[conv.input[1]].dims[0]
@@ -207,11 +206,9 @@ def correct_bias(
     gr = _Graph(out)
     layers = []
     for n in out.graph.node:
-        if n.op_type not in ("Conv", "Gemm") or len(n.input) < 2 or n.input[1] not in gr.inits:
+        if n.op_type not in ("Conv", "Gemm") or n.name in skip or not gr.owned(n, 1):
             continue
-        if n.name in skip or gr.uses.get(n.input[1], 0) != 1 or n.input[0] in gr.inits:
-            continue
-        if len(n.input) > 2 and n.input[2] and gr.uses.get(n.input[2], 0) != 1:
+        if n.input[0] in gr.inits or (len(n.input) > 2 and n.input[2] and not gr.owned(n, 2)):
             continue
         if n.op_type == "Gemm" and (_attr(n, "transA", 0) or _attr(n, "alpha", 1.0) != 1.0
                                     or _attr(n, "beta", 1.0) != 1.0):  # fmt: skip

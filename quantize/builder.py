@@ -292,12 +292,13 @@ def _int8(job: _Job) -> dict:
     ref = _References(evaluate.run(fp32, validation), evaluate.run(fp32, data.holdout.inputs))
     job.say(f"preparing and calibrating on {len(fit)} samples: {', '.join(job.preparations)}")
     try:
-        prep, table = int8_search.choose_preparation(
+        search = int8_search.choose_preparation(
             model, fit, validation, ref.validation, job.bundle.manifest.task, job.calib_method,
             job.preparations, job.say,
         )  # fmt: skip
     except ValueError as exc:
         raise ModelError(str(exc)) from None
+    prep, table = search.best, search.table
     stages["prepare_and_calibrate"] = time.perf_counter() - t0
     choice, thresholds = prep.choice, prep.stats.thresholds(prep.choice.method)
     job.say(f"kept: {prep.name}, calibration {choice.method} ({choice.why})")
@@ -321,7 +322,7 @@ def _int8(job: _Job) -> dict:
         "preparation": {
             "kept": prep.name,
             "candidates": table,
-            **{k: v for k, v in prep.report.items()},
+            **prep.report,
         },
         **_gate_record(job, thresholds, first, ev, len(int8.quantized_nodes(q)), nodes, fallback),
         "fallback_steps": fallback.steps if fallback else [],
@@ -333,10 +334,10 @@ def _int8(job: _Job) -> dict:
             + " (nothing was written; relax it with --gate or try --calib-method)"
         )
     # the DLA path calibrates the FP32 model itself (no Q/DQ): its ranges, same method
-    fp32_thresholds = thresholds
-    if prep.name != "none":
-        tensors = ranges.activation_inputs(model, nodes)
-        fp32_thresholds = ranges.collect(model, fit, tensors).thresholds(choice.method)
+    plain = search.stats.get("none") or ranges.collect(
+        model, fit, ranges.activation_inputs(model, nodes)
+    )
+    fp32_thresholds = plain.thresholds(choice.method)
     _stage_int8(job, q, section, data.holdout.inputs, ref.holdout, choice.method, fp32_thresholds)
     section["onnxruntime_cpu_ms"] = _cpu_speeds(fp32, q, "int8", data.holdout.inputs[0], job.say)
     section["seconds"] = {k: round(v, 1) for k, v in stages.items()}
@@ -372,12 +373,13 @@ class _References:
     holdout: dict
 
 
-def _gate(job: _Job, prep, fit, thresholds, nodes, validation, hold, ref: _References):
+def _gate(job: _Job, prep, fit, thresholds, nodes, validation, hold, ref: _References,
+          quantize=int8.quantize, label: str = "INT8"):  # fmt: skip
     """(Q/DQ model, its evaluation, the first evaluation's metrics, the fallback or None)."""
     task = job.bundle.manifest.task
-    q = int8.quantize(prep.model, thresholds, validation)
+    q = quantize(prep.model, thresholds, validation)
     ev = gate.evaluate(ref.holdout, evaluate.run(q, hold.inputs), task, hold.labels)
-    job.say(f"INT8 vs FP32 on the hold-out: {ev.summary()}")
+    job.say(f"{label} vs FP32 on the hold-out: {ev.summary()}")
     first = dict(ev.metrics)
     if ev.passes(job.rules):
         return q, ev, first, None
@@ -385,7 +387,7 @@ def _gate(job: _Job, prep, fit, thresholds, nodes, validation, hold, ref: _Refer
     q, ev, fallback = int8_search.fallback(
         prep.base, thresholds, [n.name for n in nodes], validation, ref.validation, hold.inputs,
         ref.holdout, task, hold.labels, job.rules, job.say,
-        rebuild=lambda kept: prep.rebuild(fit, kept),
+        rebuild=lambda kept: prep.rebuild(fit, kept), quantize=quantize,
     )  # fmt: skip
     return q, ev, first, fallback
 
@@ -419,24 +421,16 @@ def _fp8(job: _Job) -> dict:
     # FP8 rounds weights to 3 mantissa bits: bias correction (for that rounding) is tried too
     candidates = tuple(p for p in job.preparations if p in ("none", "bias")) or ("none",)
     job.say(f"calibrating on {len(fit)} samples: {', '.join(candidates)}")
-    prep, table = int8_search.choose_preparation(
+    search = int8_search.choose_preparation(
         model, fit, validation, ref.validation, task, job.calib_method, candidates, job.say,
         quantize=fp8.quantize, round_weights=fp8.round_weights,
     )  # fmt: skip
+    prep, table = search.best, search.table
     choice, thresholds = prep.choice, prep.stats.thresholds(prep.choice.method)
     job.say(f"kept: {prep.name}, calibration {choice.method} ({choice.why})")
-    q = fp8.quantize(prep.model, thresholds)
     hold = data.holdout
-    ev = gate.evaluate(ref.holdout, evaluate.run(q, hold.inputs), task, hold.labels)
-    job.say(f"FP8 vs FP32 on the hold-out: {ev.summary()}")
-    first, fallback = dict(ev.metrics), None
-    if not ev.passes(job.rules):
-        job.say(f"gate not met ({'; '.join(ev.failures(job.rules))}); ranking nodes by sensitivity")
-        q, ev, fallback = int8_search.fallback(
-            prep.base, thresholds, [n.name for n in nodes], validation, ref.validation, hold.inputs,
-            ref.holdout, task, hold.labels, job.rules, job.say,
-            rebuild=lambda kept: prep.rebuild(fit, kept), quantize=fp8.quantize,
-        )  # fmt: skip
+    q, ev, first, fallback = _gate(job, prep, fit, thresholds, nodes, validation, hold, ref,
+                                   fp8.quantize, "FP8")  # fmt: skip
     section = {
         "format": "E4M3 (float8e4m3fn) Q/DQ, opset 19, per-tensor activations, per-channel weights",
         "calibration": {

@@ -36,11 +36,14 @@ class Exposed:
         self.input = inp.name
         self.fixed_batch = inp.shape[0] if isinstance(inp.shape[0], int) else None
 
+    def usable(self, n: int) -> int:
+        """How many of ``n`` samples :meth:`batches` feeds (whole batches of a fixed batch)."""
+        return n - n % self.fixed_batch if self.fixed_batch else n
+
     def batches(self, data: np.ndarray, batch: int = 16):
         """{tensor: array} per batch of ``data`` (whole batches only for a fixed-batch model)."""
         step = self.fixed_batch or batch
-        usable = len(data) - len(data) % step if self.fixed_batch else len(data)
-        for i in range(0, usable, step):
+        for i in range(0, self.usable(len(data)), step):
             outs = self.sess.run(self.tensors, {self.input: data[i : i + step]})
             yield dict(zip(self.tensors, outs, strict=True))
 

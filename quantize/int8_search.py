@@ -103,6 +103,16 @@ class Preparation:
         return out
 
 
+@dataclass
+class PreparationSearch:
+    """The preparation kept, every candidate's scores and seconds, and each candidate's activation
+    statistics (``"none"``: the unprepared model's, which the DLA path calibrates with)."""
+
+    best: Preparation
+    table: dict[str, dict]
+    stats: dict[str, ranges.ActivationStats]
+
+
 def choose_preparation(
     model,
     fit: np.ndarray,
@@ -114,7 +124,7 @@ def choose_preparation(
     say: Callable[[str], None],
     quantize: Callable = int8.quantize,
     round_weights: Callable | None = None,
-) -> tuple[Preparation, dict]:
+) -> PreparationSearch:
     """The candidate preparation whose quantized model (``quantize``: INT8 or FP8) is closest to
     FP32 on ``validation``, and every candidate's scores and seconds."""
     known = PREPARATIONS + SLOW_PREPARATIONS
@@ -123,6 +133,7 @@ def choose_preparation(
         raise ValueError(f"unknown preparation {unknown[0]!r}; choose from {', '.join(known)}")
     equalized = None
     table: dict[str, dict] = {}
+    all_stats: dict[str, ranges.ActivationStats] = {}
     best: Preparation | None = None
     for name in candidates:
         t0 = time.perf_counter()
@@ -139,6 +150,7 @@ def choose_preparation(
             )
         nodes = ranges.quantizable_nodes(prepared)
         stats = ranges.collect(prepared, fit, ranges.activation_inputs(prepared, nodes))
+        all_stats[name] = stats
         if "adaround" in name:  # learned with the inputs quantized as the percentile method would
             from . import adaround
 
@@ -158,7 +170,7 @@ def choose_preparation(
             f"{scores['cosine']:.4f}" + (f", agreement {scores['agreement']:.3f}" if "agreement" in scores else ""))  # fmt: skip
         if best is None or _rank(scores) > _rank(best.scores):
             best = Preparation(name, prepared, stats, choice, scores, base, report, round_weights)
-    return best, table
+    return PreparationSearch(best, table, all_stats)
 
 
 @dataclass

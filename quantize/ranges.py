@@ -84,8 +84,7 @@ def collect(model, data: np.ndarray, tensors: list[str], batch: int = 16) -> Act
         for t, a in outs.items():
             top = max(absmax[t], 1e-8)
             hist[t] += np.histogram(a, bins=BINS, range=(0.0, top))[0]
-    used = len(data) - len(data) % exposed.fixed_batch if exposed.fixed_batch else len(data)
-    return ActivationStats(absmax, hist, used)
+    return ActivationStats(absmax, hist, exposed.usable(len(data)))
 
 
 def _percentile(hist: np.ndarray, top: float, pct: float) -> float:

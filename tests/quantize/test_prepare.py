@@ -175,10 +175,10 @@ def test_fallback_gives_kept_nodes_their_own_weights_and_bias_back(data):
 
     model = block_model()
     ref = ev_mod.run(model, data[64:80])
-    prep, table = int8_search.choose_preparation(
+    prep = int8_search.choose_preparation(
         model, data[:64], data[64:80], ref, "generic", "minmax", ("equalize+bias+adaround",),
         lambda s: None,
-    )  # fmt: skip
+    ).best  # fmt: skip
     assert prep.name == "equalize+bias+adaround" and set(prep.report) == {
         "equalize",
         "bias",

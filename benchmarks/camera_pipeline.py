@@ -33,21 +33,10 @@ class PacedSynthetic(SyntheticSource):
 
     def __init__(self, fps: float, n: int = 64) -> None:
         super().__init__(fps=fps, realtime=True)
-        self.cache = [self.frame(i) for i in range(n)]
+        self.cache = [SyntheticSource.frame(self, i) for i in range(n)]
 
-    def frame_at(self, i: int) -> np.ndarray:
+    def frame(self, i: int) -> np.ndarray:  # SyntheticSource.read paces and calls this
         return self.cache[i % len(self.cache)]
-
-    def read(self):
-        if self.start is None:
-            self.start = time.monotonic()
-        due = self.start + self.i / self.fps
-        wait = due - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
-        f = self.frame_at(self.i)
-        self.i += 1
-        return f, time.monotonic()
 
 
 def one_frame(steps, f) -> list[float]:

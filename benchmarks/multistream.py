@@ -43,19 +43,11 @@ class Prerendered(SyntheticSource):
     def __init__(self, k: int, fps: float | None, n: int = 48) -> None:
         photos = tuple(ALL_PHOTOS[(k + j) % len(ALL_PHOTOS)] for j in range(2))
         super().__init__(320, 240, fps or 30.0, photos=photos, realtime=fps is not None)
-        self.cache = [self.frame(i * 7 + k) for i in range(n)]
+        self.cache = [SyntheticSource.frame(self, i * 7 + k) for i in range(n)]
         self.description = f"stream {k} ({', '.join(photos)})"
 
-    def read(self):
-        if self.realtime:
-            if self.start is None:
-                self.start = time.monotonic()
-            wait = self.start + self.i / self.fps - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-        frame = self.cache[self.i % len(self.cache)]
-        self.i += 1
-        return frame, time.monotonic()
+    def frame(self, i: int):  # SyntheticSource.read paces (when live) and calls this
+        return self.cache[i % len(self.cache)]
 
 
 def measure(model, streams: int, batch: int | None, seconds: float, live: float | None) -> dict:

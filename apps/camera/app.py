@@ -106,10 +106,7 @@ def run_streams(
         pipeline = Pipeline(opened, steps_for(model), on_result or (lambda frame: None), size,
                             batch_timeout_ms / 1e3, duration=duration, max_frames=max_frames)  # fmt: skip
         pipeline.run()
-        summary = pipeline.stats()
-        if pipeline.interrupted:
-            summary["stopped"] = "interrupted (Ctrl-C or SIGTERM)"
-        return summary
+        return pipeline.stats()
 
 
 def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
@@ -152,8 +149,6 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             source=sources[0].description if len(sources) == 1 else f"{len(sources)} streams",
             labels_seen=dict(labels_seen.most_common(10)),
         )
-        if pipeline.interrupted:
-            summary["stopped"] = "interrupted (Ctrl-C or SIGTERM)"
         summary.update(power.summary(m_start, summary))
         return summary
 

@@ -76,9 +76,14 @@ poll();
 TILE = '<figure><img id="video%(i)d" src="/stream/%(i)d.mjpg" alt="stream %(i)d"><figcaption id="cap%(i)d">[%(i)d]</figcaption></figure>'
 
 
+def grid_columns(streams: int) -> int:
+    """Columns of the streams' grid (the web page's and the mosaic's): as square as it gets."""
+    return max(1, math.ceil(math.sqrt(streams)))
+
+
 def page(streams: int) -> str:
     """The viewer page: one tile per stream (video and its numbers) and the overall numbers."""
-    cols = max(1, math.ceil(math.sqrt(streams)))
+    cols = grid_columns(streams)
     tiles = "".join(TILE % {"i": i} for i in range(streams))
     return PAGE % {"cols": cols, "tiles": tiles}
 
@@ -186,7 +191,7 @@ class MosaicOutput(Output):
 
     def __init__(self, target: Output, streams: int) -> None:
         self.target = target
-        self.cols = max(1, math.ceil(math.sqrt(streams)))
+        self.cols = grid_columns(streams)
         self.rows = math.ceil(streams / self.cols)
         self.tiles: list = [None] * streams
         self.fresh: set[int] = set()

@@ -416,7 +416,9 @@ class Pipeline:
             sizes = dict(self.batch_sizes)
             per_stream = [(s, dict(s.timings), s.processed) for s in self.streams]
         batches = sum(sizes.values())
+        stopped = {"stopped": "interrupted (Ctrl-C or SIGTERM)"} if self.interrupted else {}
         return {
+            **stopped,
             "frames_captured": self.captured,
             "frames_processed": self.processed,
             "frames_dropped": self.dropped,

@@ -126,11 +126,11 @@ class Stream:
     def __init__(self, index: int, source, queue_size: int, depth: int, cond) -> None:
         self.index = index
         self.source = source
-        self.lossless = not getattr(source, "live", True)
-        self.raw = DropOldestQueue(queue_size, self.lossless)
+        lossless = not getattr(source, "live", True)  # files and folders: every frame
+        self.raw = DropOldestQueue(queue_size, lossless)
         # a lossless stream may give several frames to one batch: room for its share
-        self.ready = DropOldestQueue(max(queue_size, depth) if self.lossless else queue_size,
-                                     self.lossless, cond)  # fmt: skip
+        self.ready = DropOldestQueue(max(queue_size, depth) if lossless else queue_size,
+                                     lossless, cond)  # fmt: skip
         self.captured = 0
         self.processed = 0
         self.ended = False  # the batcher saw its end marker

@@ -1,7 +1,8 @@
 """INT8 / FP8 quality and cost, side by side in one run: ONNX Runtime's plain quantize_static
 (TensorRT form), edgert today (no preparation; with its node fallback), edgert with each
 preparation (activation equalisation, bias correction, adaptive rounding) and with them together,
-the best with at most 2 nodes outside INT8, FP8 E4M3, FP16, and NVIDIA Model Optimizer (when its
+the best with at most 2 nodes outside INT8 (and both with FP16 instead of FP32 outside INT8: what
+TensorRT 11 builds), FP8 E4M3, FP16, and NVIDIA Model Optimizer (when its
 INT8 model of the same FP32 file is given: see scripts/modelopt_int8.py), on MobileNetV2; digits_cnn
 through edgert build.
 
@@ -160,6 +161,12 @@ def mobilenet(
     today_kept = with_fallback("none", 5, "edgert today + fallback (5 nodes FP32)")
     best = max((n for n in names if n != "none"), key=lambda n: rows[f"edgert + {n}"]["cosine"])
     best_kept = with_fallback(best, 2, f"edgert + {best} + fallback (2 nodes)")
+    from edgert.quantize.fp16 import qdq_to_fp16
+
+    for label in (f"edgert + {best}", f"edgert + {best} + fallback (2 nodes)"):
+        row = rows[label]  # what TensorRT 11 builds: FP16, not FP32, outside INT8
+        add(f"{label}, FP16 outside INT8", qdq_to_fp16(onnx.load(str(row["path"]))),
+            row["outside_int8"])  # fmt: skip
 
     from edgert.quantize import equalize
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from edgert.runtime import atomic
+from edgert.runtime.backends.tensorrt_compat import INT8_FP16_ONNX
 from edgert.runtime.bundle import (
     Bundle,
     is_bundle,
@@ -38,7 +39,7 @@ from edgert.runtime.errors import EdgertError, ModelError, OutputError, first_li
 from edgert.runtime.locks import file_lock
 
 from . import calibration, evaluate, gate, int8, int8_search, ranges
-from .fp16 import to_fp16
+from .fp16 import qdq_to_fp16, to_fp16
 
 PRECISIONS = ("fp32", "fp16", "int8", "fp8")
 VERIFY_SAMPLES = 8
@@ -57,8 +58,9 @@ class BuildReport:
     files: list[str] = field(default_factory=list)
     quantization: dict | None = None
     engine: dict = field(default_factory=dict)
-    # files written only together with the manifest that records them (see _commit)
-    pending: dict[str, bytes] = field(default_factory=dict, repr=False)
+    # files written only together with the manifest that records them (see _commit); None:
+    # a file of an earlier build that this one did not make, removed once the manifest says so
+    pending: dict[str, bytes | None] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
         return {
@@ -167,14 +169,17 @@ def _preparations(prepare: str | tuple[str, ...]) -> tuple[str, ...]:
     return names
 
 
-def _commit(folder: Path, manifest: dict, files: dict[str, bytes]) -> None:
+def _commit(folder: Path, manifest: dict, files: dict[str, bytes | None]) -> None:
     """Write ``files`` and the manifest that records them as one change: the files go to hidden
-    temporary names first, then the manifest, then the files move into place. A failure (a full
-    disk, say) before the manifest leaves the bundle as it was; a crash after it leaves files
-    whose hashes the manifest does not match, which loading refuses with a sentence."""
+    temporary names first, then the manifest, then the files move into place (and the ones given
+    as None, which the manifest no longer records, are removed). A failure (a full disk, say)
+    before the manifest leaves the bundle as it was; a crash after it leaves files whose hashes
+    the manifest does not match, which loading refuses with a sentence."""
     temps: dict[str, Path] = {}
     try:
         for name, data in files.items():
+            if data is None:
+                continue
             final = folder / name
             temps[name] = final.with_name(f".{final.name}.pending")
             atomic.write_bytes(temps[name], data)
@@ -182,6 +187,9 @@ def _commit(folder: Path, manifest: dict, files: dict[str, bytes]) -> None:
         for name, tmp in temps.items():
             os.replace(tmp, folder / name)
         temps.clear()
+        for name in (n for n, data in files.items() if data is None):
+            with contextlib.suppress(FileNotFoundError):
+                (folder / name).unlink()
     except OSError as exc:
         raise OutputError(atomic.describe_os_error(exc, folder)) from exc
     finally:
@@ -339,6 +347,7 @@ def _int8(job: _Job) -> dict:
     )
     fp32_thresholds = plain.thresholds(choice.method)
     _stage_int8(job, q, section, data.holdout.inputs, ref.holdout, choice.method, fp32_thresholds)
+    section["fp16_variant"] = _stage_int8_fp16(job, q, data.holdout, ref.holdout)
     section["onnxruntime_cpu_ms"] = _cpu_speeds(fp32, q, "int8", data.holdout.inputs[0], job.say)
     section["seconds"] = {k: round(v, 1) for k, v in stages.items()}
     job.manifest.setdefault("quantization", {})["int8"] = section
@@ -357,7 +366,7 @@ def _gate_record(job: _Job, thresholds, first: dict, ev, quantized: int, nodes, 
         ).hexdigest(),
         "gate": job.rules,
         "holdout_before_fallback": {k: round(v, 5) for k, v in first.items()},
-        "holdout": {k: round(v, 5) for k, v in ev.metrics.items()},
+        "holdout": _rounded(ev),
         "quantized_nodes": quantized,
         "quantizable_nodes": len(nodes),
         "kept_fp32": fallback.kept_fp32 if fallback else [],
@@ -405,6 +414,40 @@ def _stage_int8(job: _Job, q, section: dict, hold_inputs, ref_hold, method, thre
     job.report.files.append(RANGES_FILE)
     job.manifest.setdefault("hashes", {})["model.int8.onnx"] = sha256_bytes(data_bytes)
     section["model_bytes"] = len(data_bytes)
+
+
+def _stage_int8_fp16(job: _Job, q, hold, ref_hold) -> dict:
+    """For TensorRT 11 (strongly typed: the model's types are the engine's), the INT8 model with
+    everything outside INT8 in FP16, gated like the INT8 model; staged when it passes. Without it
+    TensorRT 11 builds model.int8.onnx, whose unquantized layers run in FP32."""
+    name = INT8_FP16_ONNX
+    try:
+        q16 = qdq_to_fp16(q)
+        ev = gate.evaluate(ref_hold, evaluate.run(q16, hold.inputs), job.bundle.manifest.task,
+                           hold.labels)  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - ModelError, or ONNX Runtime refusing the model
+        ev, why = None, first_line(exc, 200)
+    else:
+        why = (
+            None
+            if ev.passes(job.rules)
+            else "misses the gate: " + "; ".join(ev.failures(job.rules))
+        )
+    if why:
+        job.say(f"no {name}: {why}; TensorRT 11 will build model.int8.onnx (FP32 outside INT8)")
+        job.manifest.get("hashes", {}).pop(name, None)  # an earlier build's, for another model
+        job.report.pending[name] = None
+        return {"written": False, "why": why, **({"holdout": _rounded(ev)} if ev else {})}
+    data_bytes = q16.SerializeToString()
+    job.report.pending[name] = data_bytes
+    job.report.files.append(name)
+    job.manifest.setdefault("hashes", {})[name] = sha256_bytes(data_bytes)
+    job.say(f"wrote {name} (for TensorRT 11: FP16 outside INT8); hold-out: {ev.summary()}")
+    return {"written": True, "file": name, "holdout": _rounded(ev), "model_bytes": len(data_bytes)}
+
+
+def _rounded(ev) -> dict:
+    return {k: round(v, 5) for k, v in ev.metrics.items()}
 
 
 def _fp8(job: _Job) -> dict:
@@ -485,7 +528,7 @@ def _fp16(job: _Job) -> dict:
         ev = gate.evaluate(
             ref, evaluate.run(fp16, data.holdout.inputs), bundle.manifest.task, data.holdout.labels
         )
-        section["holdout"] = {k: round(v, 5) for k, v in ev.metrics.items()}
+        section["holdout"] = _rounded(ev)
         section["onnxruntime_cpu_ms"] = _cpu_speeds(
             model, fp16, "fp16", data.holdout.inputs[0], say
         )
@@ -569,7 +612,7 @@ def _plan(bundle_path, precision: str, rules: dict, options, say) -> dict:
     if ran is not None:
         ref, got, n = ran
         ev = gate.evaluate(ref, got, Bundle(bundle_path).manifest.task)
-        result["verify"] = {k: round(v, 5) for k, v in ev.metrics.items()}
+        result["verify"] = _rounded(ev)
         device_rules = {k: v for k, v in rules.items() if k in ("cosine",)}
         if not ev.passes(device_rules):
             plan.unlink(missing_ok=True)

@@ -3,11 +3,19 @@ the FP16 builder flag on the FP32 model instead).
 
 Made with onnxruntime's float16 converter: FP32 inputs and outputs kept (``keep_io_types``), and
 overflow-prone operators kept in FP32 (exponentials, powers, reductions, normalisations, softmax).
+
+:func:`qdq_to_fp16` does the same to an INT8 Q/DQ model: what is not INT8 (nodes kept out of it,
+residual adds, activations, pooling) computes in FP16 instead of FP32, with FP16 Q/DQ scales
+(opset 19) -- the form NVIDIA Model Optimizer writes with ``high_precision_dtype="fp16"``, and
+what TensorRT 11 needs for INT8 engines whose other layers run in FP16 (it takes every type from
+the model; TensorRT 8.5/10 get the FP16 builder flag instead).
 """
 
 from __future__ import annotations
 
 import heapq
+
+import numpy as np
 
 from edgert.runtime.errors import ModelError, first_line
 
@@ -51,6 +59,72 @@ def to_fp16(model):
         raise ModelError(f"FP16 conversion failed: {first_line(exc)}") from exc
     sort_nodes(out.graph)  # the converter appends the casts of the graph inputs at the end
     return out
+
+
+QDQ_FP16_OPSET = 19  # QuantizeLinear / DequantizeLinear take FP16 scales from opset 19
+
+
+def qdq_to_fp16(model):
+    """An INT8 Q/DQ model with everything outside INT8 in FP16 and FP16 scales; FP32 I/O."""
+    from onnx import TensorProto, numpy_helper, version_converter
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < QDQ_FP16_OPSET:
+        try:
+            model = version_converter.convert_version(model, QDQ_FP16_OPSET)
+        except Exception as exc:  # noqa: BLE001 - the converter raises bare RuntimeErrors
+            raise ModelError(
+                f"cannot raise the model from opset {opset} to {QDQ_FP16_OPSET} "
+                f"(FP16 Q/DQ scales): {first_line(exc)}"
+            ) from exc
+    out = to_fp16(model)
+    before = {i.name: i for i in model.graph.initializer}
+    inits = {i.name: i for i in out.graph.initializer}
+    uses: dict[str, int] = {}
+    for n in out.graph.node:
+        for t in n.input:
+            uses[t] = uses.get(t, 0) + 1
+    for n in out.graph.node:
+        if n.op_type not in ("QuantizeLinear", "DequantizeLinear") or n.input[1] not in inits:
+            continue
+        half, full = inits[n.input[1]], before.get(n.input[1])
+        if half.data_type != TensorProto.FLOAT16 or full is None:
+            raise ModelError(f"{n.name}: its scale did not become FP16")
+        h = numpy_helper.to_array(half).astype(np.float64)
+        f = numpy_helper.to_array(full).astype(np.float64)
+        if not np.all(h > 0):
+            raise ModelError(f"{n.name}: a scale is 0 in FP16")
+        weights = inits.get(n.input[0]) if n.op_type == "DequantizeLinear" else None
+        if weights is not None and uses[n.input[0]] == 1 and uses[n.input[1]] == 1:
+            # constant INT8 weights: re-quantized on the FP16 scales where those moved (FP16
+            # rounds scales, and raises those below 6e-8, typically dead channels', to 6e-8), so
+            # the dequantized weights stay the nearest to the calibrated ones
+            _requantize(weights, f, h, _attr(n, "axis", 1))
+        elif not np.all(np.abs(h - f) <= 0.01 * np.abs(f)):
+            # an activation's scale: its calibrated range would not be the one quantized
+            raise ModelError(
+                f"{n.name}: its scale ({float(np.min(f)):.3g}) is smaller than FP16 holds to "
+                "1 % (the tensor's range is too small for FP16 scales)"
+            )
+    return out
+
+
+def _requantize(weights, old, new, axis: int) -> None:
+    from onnx import numpy_helper
+
+    q = numpy_helper.to_array(weights).astype(np.float64)
+    if old.size > 1:  # per channel along ``axis``
+        shape = [1] * q.ndim
+        shape[axis] = old.size
+        old, new = old.reshape(shape), new.reshape(shape)
+    requantized = np.clip(np.round(q * old / new), -127, 127).astype(np.int8)
+    weights.CopyFrom(numpy_helper.from_array(requantized, weights.name))
+
+
+def _attr(node, name: str, default):
+    from onnx import helper
+
+    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
 
 
 def sort_nodes(graph) -> None:

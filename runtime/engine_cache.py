@@ -139,7 +139,8 @@ def ensure_plan(
     version = compat.parse_version(trt.__version__)
     bundle = Bundle(bundle_dir)
     options = options or BuildOptions(precision=precision)
-    onnx_file = bundle.path / compat.onnx_for_precision(version, precision)
+    present = [f.name for f in bundle.path.glob("model*.onnx")]
+    onnx_file = bundle.path / compat.onnx_for_precision(version, precision, available=present)
     if (
         options.dla_core is not None
         and precision == "int8"

@@ -15,9 +15,11 @@ import numpy as np
 from ..bundle import TensorSpec
 from ..errors import ModelError, ShapeError, first_line
 from .base import Backend, Target
+from .tensorrt_compat import INT8_FP16_ONNX
 
 log = logging.getLogger(__name__)
 
+UNFUSED_MODELS = ("model.fp8.onnx", INT8_FP16_ONNX)
 PROVIDER_ORDER = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 _ORT_TYPES = {
     "tensor(float)": "float32",
@@ -122,9 +124,10 @@ class OnnxRuntimeBackend(Backend):
             "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
         }
-        # ONNX Runtime's Q/DQ fusions reject FP8 zero points (1.32): an FP8 model runs unfused
+        # ONNX Runtime 1.32's Q/DQ fusions reject FP8 zero points and compute FP16-scaled Q/DQ
+        # wrongly (measured): those models run unfused
         opts.graph_optimization_level = levels[
-            "disable" if model.name == "model.fp8.onnx" else optimization
+            "disable" if model.name in UNFUSED_MODELS else optimization
         ]
         threads = (
             intra_op_threads

@@ -76,7 +76,7 @@ class TensorRTBackend(Backend):
         version = compat.parse_version(trt.__version__)
         hashes = target.onnx_hashes or {}
         expected = {
-            p: hashes.get(compat.onnx_for_precision(version, p))
+            p: hashes.get(compat.onnx_for_precision(version, p, available=hashes))
             for p in ("fp32", "fp16", "int8", "fp8")
         }
         plan, why = compat.select_plan(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,8 +118,19 @@ def calibration_cache_tag(version: tuple[int, ...]) -> int:
     return major * 1000 + minor * 100 + patch if major < 10 else major * 10000 + minor * 100 + patch
 
 
-def onnx_for_precision(version: tuple[int, ...], precision: str) -> str:
-    """Which bundle model a build of ``precision`` starts from."""
+INT8_FP16_ONNX = "model.int8.fp16.onnx"  # INT8 Q/DQ with everything else in FP16 (TensorRT 11)
+
+
+def onnx_for_precision(
+    version: tuple[int, ...], precision: str, available: Iterable[str] | None = None
+) -> str:
+    """Which bundle model a build of ``precision`` starts from. ``available``: the bundle's model
+    files; an INT8 build on TensorRT 11 prefers :data:`INT8_FP16_ONNX` (a strongly typed network
+    runs whatever is not INT8 in the model's own type: FP16 there, FP32 in model.int8.onnx) and
+    takes model.int8.onnx where the bundle has no FP16 variant (older bundles)."""
+    fp16_variant = available is None or INT8_FP16_ONNX in set(available)
+    if precision == "int8" and features(version).fp16_needs_fp16_onnx and fp16_variant:
+        return INT8_FP16_ONNX
     if precision in ("int8", "fp8"):
         return f"model.{precision}.onnx"
     if precision == "fp16" and features(version).fp16_needs_fp16_onnx:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import onnx
+import pytest
 
 from edgert.export import export_model
 from tests.conftest import assert_user_error, run_cli
@@ -75,3 +76,71 @@ def test_sort_nodes_orders_a_shuffled_graph_and_keeps_a_valid_order():
     onnx.checker.check_model(helper.make_model(graph), full_check=True)
     sort_nodes(graph)  # already valid: unchanged
     assert [n.name for n in graph.node] == ["b", "a", "c", "y"]
+
+
+def test_int8_with_fp16_scales_runs_right_on_onnx_runtime(tmp_path):
+    """ONNX Runtime 1.32's graph optimisations compute MobileNetV2's INT8 model with FP16 scales
+    wrongly (cosine ~0.6 against the same model unfused); the runtime loads it unfused."""
+    pytest.importorskip("torch")
+    import numpy as np
+
+    from edgert.quantize import gate, int8, ranges
+    from edgert.quantize.builder import ensure_node_names
+    from edgert.quantize.fp16 import qdq_to_fp16
+    from edgert.runtime.engine import Engine
+
+    bundle = export_model("zoo:mobilenet_v2", tmp_path / "m.edgert").bundle
+    model = onnx.load(str(bundle / "model.onnx"))
+    ensure_node_names(model)
+    x = np.random.default_rng(0).normal(0, 1, (4, 3, 224, 224)).astype(np.float32)
+    nodes = ranges.quantizable_nodes(model)
+    stats = ranges.collect(model, x, ranges.activation_inputs(model, nodes))
+    q = int8.quantize(model, stats.thresholds("percentile"), x)
+    onnx.save(q, tmp_path / "model.int8.onnx")
+    onnx.save(qdq_to_fp16(q), tmp_path / "model.int8.fp16.onnx")
+    out = {}
+    for name in ("model.int8.onnx", "model.int8.fp16.onnx"):
+        with Engine.load(tmp_path / name, backend="onnxruntime") as engine:
+            out[name] = np.concatenate([engine.infer(x[i : i + 1])["logits"] for i in range(4)])
+    cos = gate.cosine_rows(out["model.int8.onnx"], out["model.int8.fp16.onnx"])
+    assert cos.min() > 0.99, cos
+
+
+def test_fp16_scales_requantize_weights_whose_scale_moved():
+    """A channel with weights a million times smaller (a dead channel): its FP16 scale is raised
+    to FP16's smallest, and its INT8 weights are re-quantized on that scale, so every dequantized
+    weight stays within half a step of the calibrated one."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgert.quantize import int8
+    from edgert.quantize.fp16 import qdq_to_fp16
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
+    w[0] *= np.float32(1e-6)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.normal(0, 1, (2, 3, 8, 8)).astype(np.float32)
+    q32 = int8.quantize(model, {"x": 3.0}, x)
+    q16 = qdq_to_fp16(q32)
+
+    def dequantized(m):
+        inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+        dq = next(
+            n for n in m.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits
+        )
+        scale = inits[dq.input[1]].astype(np.float64)
+        return inits[dq.input[0]].astype(np.float64) * scale[:, None, None, None], scale
+
+    w32, s32 = dequantized(q32)
+    w16, s16 = dequantized(q16)
+    assert s32[0] < 6e-8 and s16[0] >= 5.9e-8  # raised to FP16's smallest
+    step = s16[:, None, None, None]
+    assert np.all(np.abs(w16 - w32) <= step / 2 + 1e-12)
+    assert np.abs(w16[1:] - w32[1:]).max() < 0.01 * np.abs(w32[1:]).max()

@@ -95,6 +95,90 @@ def test_digits_int8_accuracy_and_manifest(digits_int8):
     assert (logits.argmax(1) == y_test).mean() >= 0.95
 
 
+def test_int8_with_fp16_outside_it_for_tensorrt_11(digits_int8):
+    """model.int8.fp16.onnx: the same INT8 weights and ranges, FP16 scales (opset 19) and FP16
+    everywhere else, FP32 I/O; the runtime runs it (unfused: ONNX Runtime's fusions get FP16
+    Q/DQ wrong) as accurately as model.int8.onnx."""
+    from edgert.export.zoo import digits_cnn
+    from edgert.runtime.bundle import sha256_file
+
+    bundle, report = digits_int8
+    variant = report.quantization["fp16_variant"]
+    assert variant["written"] and variant["holdout"]["cosine"] > 0.99
+    path = bundle / "model.int8.fp16.onnx"
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["hashes"]["model.int8.fp16.onnx"] == sha256_file(path)
+    q16, q32 = onnx.load(str(path)), onnx.load(str(bundle / "model.int8.onnx"))
+    onnx.checker.check_model(q16, full_check=True)
+    assert next(o.version for o in q16.opset_import if o.domain in ("", "ai.onnx")) >= 19
+    assert q16.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    inits = {i.name: i for i in q16.graph.initializer}
+    producers = {o: n for n in q16.graph.node for o in n.output}
+    for n in q16.graph.node:
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            assert inits[n.input[1]].data_type == onnx.TensorProto.FLOAT16
+        if n.op_type in ("Conv", "Gemm"):  # Q/DQ straight into the layer: TensorRT fuses it
+            assert (
+                producers[n.input[0]].op_type == producers[n.input[1]].op_type == "DequantizeLinear"
+            )
+    weights = sorted(
+        numpy_helper.to_array(i).tobytes() for i in q32.graph.initializer if i.data_type == onnx.TensorProto.INT8
+    )  # fmt: skip
+    assert weights == sorted(
+        numpy_helper.to_array(i).tobytes() for i in q16.graph.initializer if i.data_type == onnx.TensorProto.INT8
+    )  # fmt: skip
+    _, _, x_test, y_test = digits_cnn.dataset()
+    x = digits_cnn.normalise(x_test)
+    out = {}
+    for name in ("model.int8.fp16.onnx", "model.int8.onnx"):
+        with Engine.load(bundle / name, backend="onnxruntime") as engine:
+            out[name] = np.concatenate(
+                [engine.infer(x[i : i + 32])["logits"] for i in range(0, len(x), 32)]
+            )
+    agree = (out["model.int8.fp16.onnx"].argmax(1) == out["model.int8.onnx"].argmax(1)).mean()
+    assert agree >= 0.99 and (out["model.int8.fp16.onnx"].argmax(1) == y_test).mean() >= 0.95
+
+
+def test_an_fp16_variant_that_cannot_be_made_is_not_left_from_an_earlier_build(
+    digits_int8, tmp_path
+):
+    """A model with a layer a million times smaller and the next one a million times larger
+    (ReLU between: the same function) quantizes to INT8 as well as ever (FP32 scales), but its
+    scales do not fit FP16: no variant, and the one an earlier build left is removed with its
+    hash, not left for TensorRT 11 to build from."""
+    from edgert.export.zoo import digits_cnn
+    from edgert.runtime.bundle import sha256_file
+
+    made, _ = digits_int8
+    model = onnx.load(str(made / "model.onnx"))
+    inits = {i.name: i for i in model.graph.initializer}
+    consumers = {i: n for n in model.graph.node for i in n.input}
+    first = next(n for n in model.graph.node if n.op_type == "Conv"
+                 and consumers[n.output[0]].op_type == "Relu")  # fmt: skip
+    second = consumers[consumers[first.output[0]].output[0]]
+    assert second.op_type in ("Conv", "Gemm")
+    for name, factor in ((first.input[1], 1e-6), (first.input[2], 1e-6), (second.input[1], 1e6)):
+        scaled = numpy_helper.to_array(inits[name]) * np.float32(factor)
+        inits[name].CopyFrom(numpy_helper.from_array(scaled.astype(np.float32), name))
+    onnx.save(model, tmp_path / "tiny.onnx")
+    bundle = export_model(str(tmp_path / "tiny.onnx"), tmp_path / "tiny.edgert").bundle
+    # what an earlier build would have left: a variant and its hash
+    stale = bundle / "model.int8.fp16.onnx"
+    stale.write_bytes((made / "model.int8.fp16.onnx").read_bytes())
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["hashes"]["model.int8.fp16.onnx"] = sha256_file(stale)
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    np.savez(tmp_path / "calib.npz", input=digits_cnn.normalise(digits_cnn.dataset()[0][:300]))
+    report = build(bundle, "int8", calib=str(tmp_path / "calib.npz"))
+    assert report.quantization["passed"] and report.quantization["holdout"]["cosine"] > 0.99
+    variant = report.quantization["fp16_variant"]
+    assert not variant["written"] and "smaller than FP16 holds" in variant["why"]
+    assert not stale.exists() and "model.int8.fp16.onnx" not in report.files
+    assert (
+        "model.int8.fp16.onnx" not in json.loads((bundle / "manifest.json").read_text())["hashes"]
+    )
+
+
 def test_sensitive_layer_passes_only_after_fallback(tmp_path):
     bundle = export_model(
         f"{MODELS_PY}:build_sensitive",

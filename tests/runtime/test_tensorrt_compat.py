@@ -39,6 +39,12 @@ def test_version_features():
     assert compat.onnx_for_precision((10, 3), "fp16") == "model.onnx"
     assert compat.onnx_for_precision((11, 0), "fp16") == "model.fp16.onnx"
     assert compat.onnx_for_precision((8, 5), "int8") == "model.int8.onnx"
+    # TensorRT 11 builds INT8 from the variant with FP16 outside INT8 where the bundle has one
+    both = ["model.onnx", "model.int8.onnx", "model.int8.fp16.onnx"]
+    assert compat.onnx_for_precision((11, 0), "int8", available=both) == "model.int8.fp16.onnx"
+    assert compat.onnx_for_precision((11, 0), "int8", available=both[:2]) == "model.int8.onnx"
+    assert compat.onnx_for_precision((10, 3), "int8", available=both) == "model.int8.onnx"
+    assert compat.onnx_for_precision((11, 0), "fp8", available=both) == "model.fp8.onnx"
     f85, f10, f11 = compat.features((8, 5, 2)), compat.features((10, 3)), compat.features((11, 0))
     assert (f85.progress_monitor, f10.progress_monitor) == (False, True)
     assert (f85.device_memory_attr, f10.device_memory_attr) == (

@@ -347,7 +347,9 @@ def _int8(job: _Job) -> dict:
     )
     fp32_thresholds = plain.thresholds(choice.method)
     _stage_int8(job, q, section, data.holdout.inputs, ref.holdout, choice.method, fp32_thresholds)
+    t0 = time.perf_counter()
     section["fp16_variant"] = _stage_int8_fp16(job, q, data.holdout, ref.holdout)
+    stages["fp16_variant"] = time.perf_counter() - t0
     section["onnxruntime_cpu_ms"] = _cpu_speeds(fp32, q, "int8", data.holdout.inputs[0], job.say)
     section["seconds"] = {k: round(v, 1) for k, v in stages.items()}
     job.manifest.setdefault("quantization", {})["int8"] = section

@@ -79,7 +79,7 @@ def test_digits_int8_accuracy_and_manifest(digits_int8):
     assert set(prep["candidates"]) == {"none", "equalize", "bias", "equalize+bias"}
     best = max(prep["candidates"].values(), key=lambda c: (c["cosine"], c.get("agreement", 0)))
     assert prep["candidates"][prep["kept"]] == best  # what measured best is what was kept
-    assert set(q["seconds"]) == {"prepare_and_calibrate", "gate_and_fallback"}
+    assert set(q["seconds"]) == {"prepare_and_calibrate", "gate_and_fallback", "fp16_variant"}
     assert "validation cosine" in q["calibration"]["method_why"]
     assert m["hashes"]["model.int8.onnx"]
     assert (bundle / "calibration" / "verify.npz").is_file()

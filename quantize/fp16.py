@@ -77,8 +77,8 @@ def qdq_to_fp16(model):
                 f"cannot raise the model from opset {opset} to {QDQ_FP16_OPSET} "
                 f"(FP16 Q/DQ scales): {first_line(exc)}"
             ) from exc
-    out = to_fp16(model)
     before = {i.name: i for i in model.graph.initializer}
+    out = to_fp16(model)
     inits = {i.name: i for i in out.graph.initializer}
     uses: dict[str, int] = {}
     for n in out.graph.node:

@@ -139,8 +139,8 @@ def ensure_plan(
     version = compat.parse_version(trt.__version__)
     bundle = Bundle(bundle_dir)
     options = options or BuildOptions(precision=precision)
-    present = [f.name for f in bundle.path.glob("model*.onnx")]
-    onnx_file = bundle.path / compat.onnx_for_precision(version, precision, available=present)
+    vouched = bundle.manifest.hashes  # the models the bundle's manifest records
+    onnx_file = bundle.path / compat.onnx_for_precision(version, precision, available=vouched)
     if (
         options.dla_core is not None
         and precision == "int8"

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgert.runtime.backends.onnxruntime import needs_unfused
+
 
 def session(model):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    if not isinstance(model, bytes) and (has_fp8(model) or has_fp16_qdq(model)):
-        # ONNX Runtime 1.32's Q/DQ fusions reject FP8 zero points, and with FP16 scales they give
-        # wrong results (cosine 0.59 against the same model unfused, measured): run these as is
+    if not isinstance(model, bytes) and needs_unfused(model):
+        # FP8 or FP16-scaled Q/DQ: ONNX Runtime's fusions reject or miscompute them (1.32)
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     data = model if isinstance(model, bytes) else model.SerializeToString()
     return ort.InferenceSession(data, sess_options=opts, providers=["CPUExecutionProvider"])
@@ -49,14 +50,6 @@ class Exposed:
             yield dict(zip(self.tensors, outs, strict=True))
 
 
-def has_fp8(model) -> bool:
-    from onnx import TensorProto
-
-    fp8 = {TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2,
-           TensorProto.FLOAT8E5M2FNUZ}  # fmt: skip
-    return any(i.data_type in fp8 for i in model.graph.initializer)
-
-
 def run(model_or_session, inputs: np.ndarray, batch: int = 32) -> dict[str, np.ndarray]:
     """All outputs for ``inputs`` (N, ...), in batches (batch 1 when the model's batch is fixed)."""
     sess = model_or_session if hasattr(model_or_session, "run") else session(model_or_session)
@@ -90,14 +83,3 @@ def cpu_latency_ms(model, sample: np.ndarray, runs: int = 30) -> float:
         sess.run(None, {name: x})
         times.append(time.perf_counter() - t0)
     return float(np.median(times) * 1e3)
-
-
-def has_fp16_qdq(model) -> bool:
-    """Whether a Q/DQ node of ``model`` has an FP16 scale (:func:`fp16.qdq_to_fp16`)."""
-    from onnx import TensorProto
-
-    half = {i.name for i in model.graph.initializer if i.data_type == TensorProto.FLOAT16}
-    return any(
-        n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.input[1] in half
-        for n in model.graph.node
-    )

@@ -59,6 +59,22 @@ def test_fp8_model_is_tensorrt_form(digits_fp8):
     assert report.engine["built"] is False  # no TensorRT here
 
 
+def test_an_fp8_onnx_from_elsewhere_runs_too(digits_fp8, tmp_path):
+    """An FP8 Q/DQ file loaded directly under another name: ONNX Runtime's fusions would reject
+    its FP8 zero points, so the runtime sees what it holds and runs it unfused."""
+    from edgert.export.zoo import digits_cnn
+
+    bundle, _ = digits_fp8
+    other = tmp_path / "digits_fp8_from_elsewhere.onnx"
+    other.write_bytes((bundle / "model.fp8.onnx").read_bytes())
+    x = digits_cnn.normalise(digits_cnn.dataset()[2][:32])
+    with Engine.load(other, backend="onnxruntime") as engine:
+        got = engine.infer(x)["logits"]
+    with Engine.load(bundle, backend="onnxruntime", precision="fp8") as engine:
+        want = engine.infer(x)["logits"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_runtime_runs_the_fp8_model(digits_fp8):
     from edgert.export.zoo import digits_cnn
 

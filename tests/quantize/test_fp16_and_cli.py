@@ -102,11 +102,14 @@ def test_int8_with_fp16_scales_runs_right_on_onnx_runtime(tmp_path):
     # the same model from elsewhere (say Model Optimizer's high_precision_dtype="fp16"): known
     # by what it holds, not by its name
     onnx.save(qdq_to_fp16(q), tmp_path / "mv2_int8_fp16_from_elsewhere.onnx")
+    (tmp_path / "elsewhere").mkdir()
+    onnx.save(qdq_to_fp16(q), tmp_path / "elsewhere" / "model.onnx")  # named like a bundle's FP32
     out = {}
-    for name in ("model.int8.onnx", "model.int8.fp16.onnx", "mv2_int8_fp16_from_elsewhere.onnx"):
+    others = ("mv2_int8_fp16_from_elsewhere.onnx", "elsewhere/model.onnx")
+    for name in ("model.int8.onnx", "model.int8.fp16.onnx", *others):
         with Engine.load(tmp_path / name, backend="onnxruntime") as engine:
             out[name] = np.concatenate([engine.infer(x[i : i + 1])["logits"] for i in range(4)])
-    for name in ("model.int8.fp16.onnx", "mv2_int8_fp16_from_elsewhere.onnx"):
+    for name in ("model.int8.fp16.onnx", *others):
         cos = gate.cosine_rows(out["model.int8.onnx"], out[name])
         assert cos.min() > 0.99, (name, cos)
 

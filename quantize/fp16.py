@@ -19,6 +19,9 @@ import numpy as np
 
 from edgert.runtime.errors import ModelError, first_line
 
+from .equalize import _attr
+from .ranges import at_least_opset
+
 FP32_OPS = [
     "Exp",
     "Pow",
@@ -66,17 +69,9 @@ QDQ_FP16_OPSET = 19  # QuantizeLinear / DequantizeLinear take FP16 scales from o
 
 def qdq_to_fp16(model):
     """An INT8 Q/DQ model with everything outside INT8 in FP16 and FP16 scales; FP32 I/O."""
-    from onnx import TensorProto, numpy_helper, version_converter
+    from onnx import TensorProto, numpy_helper
 
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if opset < QDQ_FP16_OPSET:
-        try:
-            model = version_converter.convert_version(model, QDQ_FP16_OPSET)
-        except Exception as exc:  # noqa: BLE001 - the converter raises bare RuntimeErrors
-            raise ModelError(
-                f"cannot raise the model from opset {opset} to {QDQ_FP16_OPSET} "
-                f"(FP16 Q/DQ scales): {first_line(exc)}"
-            ) from exc
+    model = at_least_opset(model, QDQ_FP16_OPSET, "FP16 Q/DQ scales")
     before = {i.name: i for i in model.graph.initializer}
     out = to_fp16(model)
     inits = {i.name: i for i in out.graph.initializer}
@@ -119,12 +114,6 @@ def _requantize(weights, old, new, axis: int) -> None:
         old, new = old.reshape(shape), new.reshape(shape)
     requantized = np.clip(np.round(q * old / new), -127, 127).astype(np.int8)
     weights.CopyFrom(numpy_helper.from_array(requantized, weights.name))
-
-
-def _attr(node, name: str, default):
-    from onnx import helper
-
-    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
 
 
 def sort_nodes(graph) -> None:

@@ -17,9 +17,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from edgert.runtime.errors import ModelError, first_line
-
-from .ranges import quantizable_nodes
+from .ranges import at_least_opset, quantizable_nodes
 
 E4M3_MAX = 448.0
 OPSET = 19
@@ -76,18 +74,11 @@ def quantize(
     original precision; ``only`` quantizes just those nodes (one node's sensitivity). ``sample``
     is not needed (the same call as :func:`int8.quantize`)."""
     import onnx
-    from onnx import helper, numpy_helper, version_converter
+    from onnx import helper, numpy_helper
 
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    try:
-        out = (
-            version_converter.convert_version(model, OPSET) if opset < OPSET else onnx.ModelProto()
-        )
-    except Exception as exc:  # noqa: BLE001 - the converter raises whatever its adapters raise
-        raise ModelError(
-            f"cannot convert the model from opset {opset} to {OPSET} for FP8 Q/DQ: {first_line(exc)}"
-        ) from exc
-    if opset >= OPSET:
+    out = at_least_opset(model, OPSET, "FP8 Q/DQ")
+    if out is model:  # nodes are inserted below: never into the caller's model
+        out = onnx.ModelProto()
         out.CopyFrom(model)
     skip, wanted = set(exclude), set(only) if only is not None else None
     inits = {i.name: i for i in out.graph.initializer}

@@ -24,7 +24,7 @@ import numpy as np
 
 from edgert.runtime.errors import ModelError, first_line
 
-from .ranges import WEIGHTED_OPS
+from .ranges import WEIGHTED_OPS, opset_of
 
 
 class _OneSample:
@@ -107,7 +107,7 @@ def check_structure(model) -> list[str]:
     from onnx import TensorProto, numpy_helper
 
     problems = []
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opset = opset_of(model)
     if opset < 13:
         problems.append(f"opset {opset} < 13 (per-channel Q/DQ needs 13)")
     inits = {i.name: i for i in model.graph.initializer}

@@ -25,6 +25,29 @@ BINS = 2048
 PERCENTILE = 99.99
 
 
+def opset_of(model) -> int:
+    """The model's default-domain opset (0 when it names none)."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def at_least_opset(model, opset: int, what: str):
+    """``model`` itself when its opset is ``opset`` or newer, else a copy converted to ``opset``
+    (ONNX's version converter); ``what`` says in the error what needs it."""
+    have = opset_of(model)
+    if have >= opset:
+        return model
+    from onnx import version_converter
+
+    from edgert.runtime.errors import ModelError, first_line
+
+    try:
+        return version_converter.convert_version(model, opset)
+    except Exception as exc:  # noqa: BLE001 - the converter raises whatever its adapters raise
+        raise ModelError(
+            f"cannot convert the model from opset {have} to {opset} for {what}: {first_line(exc)}"
+        ) from exc
+
+
 def quantizable_nodes(model) -> list:
     """Weighted nodes whose weight (input 1) is a constant: the ones INT8 pays off for."""
     inits = {i.name for i in model.graph.initializer}

@@ -55,3 +55,13 @@ def leftovers(folder: Path) -> list[str]:
         for p in folder.iterdir()
         if p.name.startswith(".") or p.suffix in (".partial", ".tmp")
     ]
+
+
+def digits_built(folder: Path, precision: str):
+    """(bundle, build report): zoo:digits_cnn with a dynamic batch, built to ``precision`` with
+    300 calibration and 200 hold-out samples (the INT8 and FP8 tests' shared start)."""
+    from edgert.export import export_model
+    from edgert.quantize import build
+
+    bundle = export_model("zoo:digits_cnn", folder / "digits.edgert", dynamic_batch=True).bundle
+    return bundle, build(bundle, precision, calib_size=300, holdout_size=200)

@@ -10,18 +10,13 @@ import onnx
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from edgert.export import export_model
-from edgert.quantize import build
 from edgert.runtime.engine import Engine
+from tests.conftest import digits_built
 
 
 @pytest.fixture(scope="module")
 def digits_fp8(tmp_path_factory):
-    bundle = export_model(
-        "zoo:digits_cnn", tmp_path_factory.mktemp("f8") / "digits.edgert", dynamic_batch=True
-    ).bundle
-    report = build(bundle, "fp8", calib_size=300, holdout_size=200)
-    return bundle, report
+    return digits_built(tmp_path_factory.mktemp("f8"), "fp8")
 
 
 def test_fp8_model_is_tensorrt_form(digits_fp8):

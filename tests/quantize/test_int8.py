@@ -13,18 +13,14 @@ from edgert.export import export_model
 from edgert.quantize import GateFailed, build
 from edgert.quantize import gate as gate_mod
 from edgert.runtime.engine import Engine
-from tests.conftest import ROOT, assert_user_error, run_cli
+from tests.conftest import ROOT, assert_user_error, digits_built, run_cli
 
 MODELS_PY = ROOT / "tests" / "export" / "models.py"
 
 
 @pytest.fixture(scope="module")
 def digits_int8(tmp_path_factory):
-    bundle = export_model(
-        "zoo:digits_cnn", tmp_path_factory.mktemp("d") / "digits.edgert", dynamic_batch=True
-    ).bundle
-    report = build(bundle, "int8", calib_size=300, holdout_size=200)
-    return bundle, report
+    return digits_built(tmp_path_factory.mktemp("d"), "int8")
 
 
 def test_qdq_structure_is_tensorrt_form(digits_int8):

@@ -405,17 +405,13 @@ def _gate(job: _Job, prep, fit, thresholds, nodes, validation, hold, ref: _Refer
 
 def _stage_int8(job: _Job, q, section: dict, hold_inputs, ref_hold, method, thresholds) -> None:
     """The INT8 model, the verification samples and the ranges, staged for :func:`_commit`."""
-    data_bytes = q.SerializeToString()
-    job.report.pending["model.int8.onnx"] = data_bytes
-    job.report.files.append("model.int8.onnx")
+    section["model_bytes"] = _stage_model(job, "model.int8.onnx", q)
     _write_verify(job.bundle, hold_inputs, ref_hold, job.report)
     # the ranges themselves: TensorRT's calibration cache for INT8 on DLA is written from them
     job.report.pending[RANGES_FILE] = json.dumps(
         {"method": method, "thresholds": thresholds}, indent=1
     ).encode()
     job.report.files.append(RANGES_FILE)
-    job.manifest.setdefault("hashes", {})["model.int8.onnx"] = sha256_bytes(data_bytes)
-    section["model_bytes"] = len(data_bytes)
 
 
 def _stage_int8_fp16(job: _Job, q, hold, ref_hold) -> dict:
@@ -440,12 +436,19 @@ def _stage_int8_fp16(job: _Job, q, hold, ref_hold) -> dict:
         job.manifest.get("hashes", {}).pop(name, None)  # an earlier build's, for another model
         job.report.pending[name] = None
         return {"written": False, "why": why, **({"holdout": _rounded(ev)} if ev else {})}
-    data_bytes = q16.SerializeToString()
-    job.report.pending[name] = data_bytes
-    job.report.files.append(name)
-    job.manifest.setdefault("hashes", {})[name] = sha256_bytes(data_bytes)
+    size = _stage_model(job, name, q16)
     job.say(f"wrote {name} (for TensorRT 11: FP16 outside INT8); hold-out: {ev.summary()}")
-    return {"written": True, "file": name, "holdout": _rounded(ev), "model_bytes": len(data_bytes)}
+    return {"written": True, "file": name, "holdout": _rounded(ev), "model_bytes": size}
+
+
+def _stage_model(job: _Job, name: str, model) -> int:
+    """Stage ``model`` as the bundle file ``name`` for :func:`_commit`, with its hash in the
+    manifest; its size in bytes."""
+    data = model.SerializeToString()
+    job.report.pending[name] = data
+    job.report.files.append(name)
+    job.manifest.setdefault("hashes", {})[name] = sha256_bytes(data)
+    return len(data)
 
 
 def _rounded(ev) -> dict:
@@ -495,12 +498,8 @@ def _fp8(job: _Job) -> dict:
             + "; ".join(ev.failures(job.rules))
             + " (nothing was written; relax it with --gate)"
         )
-    data_bytes = q.SerializeToString()
-    job.report.pending["model.fp8.onnx"] = data_bytes
-    job.report.files.append("model.fp8.onnx")
-    job.manifest.setdefault("hashes", {})["model.fp8.onnx"] = sha256_bytes(data_bytes)
+    section["model_bytes"] = _stage_model(job, "model.fp8.onnx", q)
     _write_verify(job.bundle, hold.inputs, ref.holdout, job.report)
-    section["model_bytes"] = len(data_bytes)
     section["onnxruntime_cpu_ms"] = _cpu_speeds(fp32, q, "fp8", hold.inputs[0], job.say)
     section["seconds"] = round(time.perf_counter() - t0, 1)
     job.manifest.setdefault("quantization", {})["fp8"] = section
@@ -516,12 +515,8 @@ def _fp16(job: _Job) -> dict:
     bundle, say, report = job.bundle, job.say, job.report
     model = _load_fp32(bundle)
     fp16 = to_fp16(model)
-    data_bytes = fp16.SerializeToString()
-    report.pending["model.fp16.onnx"] = data_bytes
-    report.files.append("model.fp16.onnx")
-    job.manifest.setdefault("hashes", {})["model.fp16.onnx"] = sha256_bytes(data_bytes)
     section: dict = {
-        "model_bytes": len(data_bytes),
+        "model_bytes": _stage_model(job, "model.fp16.onnx", fp16),
         "fp32_ops": "overflow-prone ops kept in FP32, FP32 inputs/outputs",
     }
     try:

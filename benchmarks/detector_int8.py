@@ -171,23 +171,15 @@ def train(steps: int, seed: int = 0):
 
 
 def f1_against_truth(dets, boxes: list[np.ndarray]) -> dict:
-    from edgert.runtime.detection import box_iou
+    from edgert.quantize.gate import matched_boxes
 
     tp = n_pred = n_true = 0
     for d, bs in zip(dets, boxes, strict=True):
         n_pred += len(d)
         n_true += len(bs)
-        if not d or not len(bs):
-            continue
-        iou = box_iou(np.array([x.box for x in d]), bs[:, :4])
-        same = np.array([[x.class_id == int(c) for c in bs[:, 4]] for x in d])
-        iou = np.where(same, iou, 0)
-        used: set[int] = set()
-        for i in np.argsort(-iou.max(axis=1)):
-            j = int(iou[i].argmax())
-            if iou[i, j] >= 0.5 and j not in used:
-                used.add(j)
-                tp += 1
+        tp += matched_boxes(
+            [x.box for x in d], [x.class_id for x in d], bs[:, :4], bs[:, 4].astype(int)
+        )
     p, r = tp / max(n_pred, 1), tp / max(n_true, 1)
     return {
         "precision": round(p, 4),

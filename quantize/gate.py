@@ -137,10 +137,28 @@ def _classification(
     return out
 
 
+def matched_boxes(boxes_a, classes_a, boxes_b, classes_b, min_iou: float = 0.5) -> int:
+    """How many boxes of ``a`` (x1, y1, x2, y2) pair with a box of ``b`` of the same class at IoU
+    >= ``min_iou``, greedily, the best-overlapping first, each box of ``b`` used once."""
+    from edgert.runtime.detection import box_iou
+
+    if not len(boxes_a) or not len(boxes_b):
+        return 0
+    iou = box_iou(np.asarray(boxes_a, np.float64), np.asarray(boxes_b, np.float64))
+    same = np.asarray(classes_a)[:, None] == np.asarray(classes_b)[None, :]
+    iou = np.where(same, iou, 0)
+    used: set[int] = set()
+    for i in np.argsort(-iou.max(axis=1)):
+        j = int(iou[i].argmax())
+        if iou[i, j] >= min_iou and j not in used:
+            used.add(j)
+    return len(used)
+
+
 def _box_agreement(
     ref_outs: list[np.ndarray], got_outs: list[np.ndarray], num_classes: int | None
 ) -> float:
-    from edgert.runtime.detection import box_iou, decode_detections
+    from edgert.runtime.detection import decode_detections
 
     def decode(outs):
         return decode_detections(outs, num_classes=num_classes)
@@ -149,19 +167,9 @@ def _box_agreement(
     for r, g in zip(decode(ref_outs), decode(got_outs), strict=True):
         total_ref += len(r)
         total_got += len(g)
-        if not r or not g:
-            continue
-        rb = np.array([d.box for d in r])
-        gb = np.array([d.box for d in g])
-        iou = box_iou(rb, gb)
-        same = np.array([[a.class_id == b.class_id for b in g] for a in r])
-        iou = np.where(same, iou, 0)
-        used = set()
-        for i in np.argsort(-iou.max(axis=1)):
-            j = int(iou[i].argmax())
-            if iou[i, j] >= 0.5 and j not in used:
-                used.add(j)
-                matched += 1
+        matched += matched_boxes(
+            [d.box for d in r], [d.class_id for d in r], [d.box for d in g], [d.class_id for d in g]
+        )
     if total_ref + total_got == 0:
         return 1.0
     return 2 * matched / (total_ref + total_got)

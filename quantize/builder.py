@@ -149,6 +149,10 @@ class _Job:
     seed: int
     preparations: tuple[str, ...] = int8_search.PREPARATIONS
 
+    @property
+    def task(self) -> gate.Task:
+        return gate.Task.of(self.bundle.manifest)
+
 
 def _preparations(prepare: str | tuple[str, ...]) -> tuple[str, ...]:
     """``auto``: the four fast preparations, the best kept; else the named ones (``none``,
@@ -301,7 +305,7 @@ def _int8(job: _Job) -> dict:
     job.say(f"preparing and calibrating on {len(fit)} samples: {', '.join(job.preparations)}")
     try:
         search = int8_search.choose_preparation(
-            model, fit, validation, ref.validation, job.bundle.manifest.task, job.calib_method,
+            model, fit, validation, ref.validation, job.task, job.calib_method,
             job.preparations, job.say,
         )  # fmt: skip
     except ValueError as exc:
@@ -387,10 +391,15 @@ class _References:
 def _gate(job: _Job, prep, fit, thresholds, nodes, validation, hold, ref: _References,
           quantize=int8.quantize, label: str = "INT8"):  # fmt: skip
     """(Q/DQ model, its evaluation, the first evaluation's metrics, the fallback or None)."""
-    task = job.bundle.manifest.task
+    task = job.task
     q = quantize(prep.model, thresholds, validation)
     ev = gate.evaluate(ref.holdout, evaluate.run(q, hold.inputs), task, hold.labels)
     job.say(f"{label} vs FP32 on the hold-out: {ev.summary()}")
+    if ev.metrics.get("boxes_fp32") == 0:
+        job.say(
+            f"warning: FP32 finds no boxes on the {len(hold.inputs)} hold-out samples (confidence "
+            "0.25), so box F1 judges nothing: calibrate with images of what the model detects (--calib)"
+        )
     first = dict(ev.metrics)
     if ev.passes(job.rules):
         return q, ev, first, None
@@ -421,7 +430,7 @@ def _stage_int8_fp16(job: _Job, q, hold, ref_hold) -> dict:
     name = INT8_FP16_ONNX
     try:
         q16 = qdq_to_fp16(q)
-        ev = gate.evaluate(ref_hold, evaluate.run(q16, hold.inputs), job.bundle.manifest.task,
+        ev = gate.evaluate(ref_hold, evaluate.run(q16, hold.inputs), job.task,
                            hold.labels)  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - ModelError, or ONNX Runtime refusing the model
         ev, why = None, first_line(exc, 200)
@@ -463,7 +472,7 @@ def _fp8(job: _Job) -> dict:
     model = _load_fp32(job.bundle)
     data, fit, validation, nodes = _split(job, model)
     t0 = time.perf_counter()
-    task = job.bundle.manifest.task
+    task = job.task
     fp32 = evaluate.session(model)
     ref = _References(evaluate.run(fp32, validation), evaluate.run(fp32, data.holdout.inputs))
     # FP8 rounds weights to 3 mantissa bits: bias correction (for that rounding) is tried too
@@ -523,7 +532,7 @@ def _fp16(job: _Job) -> dict:
         data = _data(job, min(job.calib_size, 64))
         ref = evaluate.run(model, data.holdout.inputs)
         ev = gate.evaluate(
-            ref, evaluate.run(fp16, data.holdout.inputs), bundle.manifest.task, data.holdout.labels
+            ref, evaluate.run(fp16, data.holdout.inputs), job.task, data.holdout.labels
         )
         section["holdout"] = _rounded(ev)
         section["onnxruntime_cpu_ms"] = _cpu_speeds(
@@ -608,7 +617,7 @@ def _plan(bundle_path, precision: str, rules: dict, options, say) -> dict:
     ran = run_stored_samples(Path(bundle_path), plan)
     if ran is not None:
         ref, got, n = ran
-        ev = gate.evaluate(ref, got, Bundle(bundle_path).manifest.task)
+        ev = gate.evaluate(ref, got, gate.Task.of(Bundle(bundle_path).manifest))
         result["verify"] = _rounded(ev)
         device_rules = {k: v for k, v in rules.items() if k in ("cosine",)}
         if not ev.passes(device_rules):

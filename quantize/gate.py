@@ -3,7 +3,8 @@
 Metrics per output: cosine similarity (mean over samples) and max abs error. For classifiers:
 top-1 agreement with FP32 on all samples and on the samples FP32 is confident about (p > 0.5),
 and how often FP32's top-1 is within the quantized top-5; with labels, accuracy of both. For
-detectors: IoU-matched box agreement (F1 of boxes matching FP32's, IoU >= 0.5, same class).
+detectors: IoU-matched box agreement (F1 of boxes matching FP32's, IoU >= 0.5, same class) and
+how many boxes FP32 finds per sample (none: the F1 judged nothing).
 
 The default gate was chosen from measurements (see docs/quantization.md): cosine >= 0.99,
 confident top-1 agreement >= 0.97 and FP32 top-1 within top-5 >= 0.97 for classifiers, accuracy
@@ -53,6 +54,20 @@ def parse_gate(text: str | None) -> dict[str, float]:
     return gate
 
 
+@dataclass(frozen=True)
+class Task:
+    """What the gate judges a model's outputs as: the bundle's task and, for detectors, its class
+    count (a YOLO head's layout is read with it, never guessed from the output's shape)."""
+
+    name: str
+    num_classes: int | None = None
+
+    @classmethod
+    def of(cls, manifest) -> Task:
+        labels = getattr(manifest, "labels", None)
+        return cls(manifest.task, len(labels) if labels else None)
+
+
 @dataclass
 class Evaluation:
     metrics: dict[str, float]
@@ -91,11 +106,14 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def evaluate(
     ref: dict[str, np.ndarray],
     got: dict[str, np.ndarray],
-    task: str,
+    task: Task | str,
     labels: np.ndarray | None = None,
     num_classes: int | None = None,
 ) -> Evaluation:
-    """Compare quantized outputs ``got`` with FP32 ``ref`` (dicts name -> [N, ...])."""
+    """Compare quantized outputs ``got`` with FP32 ``ref`` (dicts name -> [N, ...]). ``task``: a
+    :class:`Task`, or its name with ``num_classes`` beside it."""
+    if isinstance(task, Task):
+        task, num_classes = task.name, task.num_classes
     per_output = {}
     cosines = []
     for name, r in ref.items():
@@ -111,7 +129,7 @@ def evaluate(
     if task == "classify":
         metrics.update(_classification(ref[first], got[first], labels))
     elif task == "detect":
-        metrics["box_f1"] = _box_agreement(list(ref.values()), list(got.values()), num_classes)
+        metrics.update(_box_agreement(list(ref.values()), list(got.values()), num_classes))
     return Evaluation(metrics, per_output)
 
 
@@ -157,7 +175,8 @@ def matched_boxes(boxes_a, classes_a, boxes_b, classes_b, min_iou: float = 0.5) 
 
 def _box_agreement(
     ref_outs: list[np.ndarray], got_outs: list[np.ndarray], num_classes: int | None
-) -> float:
+) -> dict[str, float]:
+    """``box_f1``, and ``boxes_fp32``: FP32's boxes per sample (0: the F1 of 1.0 judged nothing)."""
     from edgert.runtime.detection import decode_detections
 
     def decode(outs):
@@ -170,6 +189,5 @@ def _box_agreement(
         matched += matched_boxes(
             [d.box for d in r], [d.class_id for d in r], [d.box for d in g], [d.class_id for d in g]
         )
-    if total_ref + total_got == 0:
-        return 1.0
-    return 2 * matched / (total_ref + total_got)
+    f1 = 2 * matched / (total_ref + total_got) if total_ref + total_got else 1.0
+    return {"box_f1": f1, "boxes_fp32": total_ref / max(1, len(ref_outs[0]))}

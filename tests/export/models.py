@@ -179,3 +179,38 @@ class SensitiveLayer(nn.Module):
 
 def build_sensitive():
     return SensitiveLayer().eval()
+
+
+class TransposedYoloHead(nn.Module):
+    """A small convolutional detector with the head some exporters write: [N, anchors, 4 + nc]
+    (64 anchors on an 8x8 grid of a 32x32 input, 3 classes). Class 0 never fires (its logits sit
+    near -12), so a decoder that takes the 64 x 7 head for YOLOv5 ([N, anchors, 5 + nc], column 4
+    the objectness) finds no boxes at all, while classes 1 and 2 fire all over the grid.
+    ``silent``: no class ever fires."""
+
+    def __init__(self, silent: bool = False) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.body = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.head = nn.Conv2d(16, 7, 1)
+        with torch.no_grad():
+            self.head.bias[4:] = -12.0 if silent else self.head.bias[4:].clone()
+            self.head.bias[4] = -12.0
+        ys, xs = torch.meshgrid(torch.arange(8.0), torch.arange(8.0), indexing="ij")
+        self.register_buffer("grid", torch.stack([xs, ys]).reshape(1, 2, 64))
+
+    def forward(self, x):
+        h = self.head(torch.relu(self.body(torch.relu(self.stem(x))))).flatten(2)  # [N, 7, 64]
+        centre = (self.grid + torch.sigmoid(h[:, :2])) * 4.0
+        size = torch.exp(h[:, 2:4].clamp(-2, 2)) * 6.0
+        out = torch.cat([centre, size, torch.sigmoid(h[:, 4:])], dim=1)
+        return out.transpose(1, 2)
+
+
+def build_transposed_yolo():
+    return TransposedYoloHead().eval()
+
+
+def build_silent_yolo():
+    return TransposedYoloHead(silent=True).eval()

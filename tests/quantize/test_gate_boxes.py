@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from edgert.quantize import gate
@@ -35,3 +37,47 @@ def test_box_f1_of_a_yolo_head():
     flipped = [scores[0], scores[1], [0.2, 0.7]]  # one box's class changed
     ev = gate.evaluate(ref, {"out": _yolo_v8(moved, flipped)}, "detect")
     assert ev.metrics["box_f1"] == 2 * 1 / (3 + 3)
+
+
+def _detector(tmp_path, builder: str):
+    """A [N, 64, 4 + 3] detector bundle (tests/export/models.py) and 300 calibration inputs."""
+    from edgert.export import export_model
+    from tests.conftest import ROOT
+
+    (tmp_path / "labels.txt").write_text("never\nbird\nkite\n")
+    bundle = export_model(
+        f"{ROOT / 'tests' / 'export' / 'models.py'}:{builder}", tmp_path / "det.edgert",
+        input_shape="1x3x32x32", dynamic_batch=True, task="detect", labels=tmp_path / "labels.txt",
+    ).bundle  # fmt: skip
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "calib.npz", input=rng.uniform(0, 1, (300, 3, 32, 32)).astype(np.float32))
+    return bundle, str(tmp_path / "calib.npz")
+
+
+def test_int8_build_reads_a_transposed_head_with_the_bundles_classes(tmp_path):
+    """A [N, anchors, 4 + nc] head: the gate must decode it with the bundle's class count (3), not
+    guess the layout from its shape (64 x 7 looks like YOLOv5's [N, anchors, 5 + nc], whose
+    objectness column here is class 0 that never fires: no boxes on either side, F1 1.0 for
+    nothing)."""
+    from edgert.quantize import build
+
+    bundle, calib = _detector(tmp_path, "build_transposed_yolo")
+    report = build(bundle, "int8", calib=calib, calib_size=200, holdout_size=100, prepare="none")
+    holdout = json.loads((bundle / "manifest.json").read_text())["quantization"]["int8"]["holdout"]
+    assert holdout["boxes_fp32"] > 1.0  # FP32 boxes per hold-out image, as the app would decode
+    assert 0.9 <= holdout["box_f1"] <= 1.0
+    assert report.files
+
+
+def test_a_detector_that_finds_nothing_on_the_holdout_is_flagged(tmp_path):
+    """Box F1 of a detector that finds no boxes is 1.0 and says nothing: the build says so."""
+    from edgert.quantize import build
+
+    bundle, calib = _detector(tmp_path, "build_silent_yolo")
+    said: list[str] = []
+    build(bundle, "int8", calib=calib, calib_size=200, holdout_size=100, prepare="none",
+          say=said.append)  # fmt: skip
+    holdout = json.loads((bundle / "manifest.json").read_text())["quantization"]["int8"]["holdout"]
+    assert holdout["boxes_fp32"] == 0 and holdout["box_f1"] == 1.0
+    warning = [s for s in said if "finds no boxes" in s]
+    assert len(warning) == 1 and "box F1 judges nothing" in warning[0], said

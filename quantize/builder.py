@@ -36,6 +36,7 @@ from edgert.runtime.bundle import (
 )
 from edgert.runtime.engine_cache import VERIFY_FILE
 from edgert.runtime.errors import EdgertError, ModelError, OutputError, first_line
+from edgert.runtime.faces import int8_file
 from edgert.runtime.locks import file_lock
 
 from . import calibration, evaluate, gate, int8, int8_search, ranges
@@ -117,14 +118,25 @@ def build(
         bundle = Bundle(path)
         job = _Job(bundle, dict(bundle.manifest.raw), BuildReport(path, precision), rules, say,
                    calib, calib_size, holdout_size, calib_method, seed, preparations)  # fmt: skip
-        if precision == "int8":
+        faces = bundle.manifest.task == "faces" and bundle.manifest.raw.get("models")
+        if faces and precision != "int8":
+            raise ModelError(
+                f"--precision {precision} is not built for the face detector's three networks "
+                "(P-Net, R-Net, O-Net); INT8 is: edgert build --precision int8"
+            )
+        if faces:
+            job.report.quantization = _faces_int8(job)
+            job.report.engine = {"built": False, "reason": _FACES_NO_PLAN}
+        elif precision == "int8":
             job.report.quantization = _int8(job)
         elif precision == "fp16":
             job.report.quantization = _fp16(job)
         elif precision == "fp8":
             job.report.quantization = _fp8(job)
         _commit(bundle.path, job.manifest, job.report.pending)
-        if no_engine:
+        if faces:
+            say(f"no TensorRT plan: {_FACES_NO_PLAN}")
+        elif no_engine:
             job.report.engine = {"built": False, "reason": "--no-engine"}
         else:
             options = _plan_options(precision, workspace_gib, opt_level, shapes, dla)
@@ -240,19 +252,19 @@ def ensure_node_names(model) -> None:
             used.add(name)
 
 
-def _load_fp32(bundle: Bundle):
+def _load_fp32(bundle: Bundle, file: str = "model.onnx"):
+    """The bundle's FP32 ``file`` (its hash checked, external data only from inside the bundle)."""
     import onnx
     from onnx import external_data_helper
 
-    recorded = bundle.manifest.hashes.get("model.onnx")
+    path = bundle.path / file
+    recorded = bundle.manifest.hashes.get(file)
     if recorded:
-        verify_hash(bundle.onnx_path, recorded)
+        verify_hash(path, recorded)
     try:
-        model = onnx.load(str(bundle.onnx_path), load_external_data=False)
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends
-        raise ModelError(
-            f"{bundle.onnx_path} is not a valid ONNX model: {first_line(exc)}"
-        ) from exc
+        raise ModelError(f"{path} is not a valid ONNX model: {first_line(exc)}") from exc
     root = bundle.path.resolve()
     for tensor in external_data_helper._get_all_tensors(model):
         if not external_data_helper.uses_external_data(tensor):
@@ -261,15 +273,13 @@ def _load_fp32(bundle: Bundle):
         where = (root / location).resolve()
         if not location or Path(location).is_absolute() or root not in where.parents:
             raise ModelError(
-                f"{bundle.onnx_path}: the external data of {tensor.name!r} ({location!r}) lies "
+                f"{path}: the external data of {tensor.name!r} ({location!r}) lies "
                 "outside the bundle; refusing to read it"
             )
     try:
         external_data_helper.load_external_data_for_model(model, str(root))
     except Exception as exc:  # noqa: BLE001
-        raise ModelError(
-            f"cannot read the external data of {bundle.onnx_path}: {first_line(exc)}"
-        ) from exc
+        raise ModelError(f"cannot read the external data of {path}: {first_line(exc)}") from exc
     ensure_node_names(model)
     return model
 
@@ -360,6 +370,121 @@ def _int8(job: _Job) -> dict:
     kept = f", {len(section['kept_fp32'])} kept in FP32" if section["kept_fp32"] else ""
     job.say(
         f"wrote model.int8.onnx ({section['quantized_nodes']}/{len(nodes)} nodes INT8{kept}); gate passed: {ev.summary()}"
+    )
+    return section
+
+
+_FACES_NO_PLAN = (
+    "the face detector runs its three networks on ONNX Runtime (with its TensorRT execution "
+    "provider where installed); edgert builds no TensorRT plans for them"
+)
+
+
+def _faces_int8(job: _Job) -> dict:
+    """INT8 for the three networks of a face-detection bundle (:mod:`faces`): calibrated on what
+    each sees when the FP32 detector runs on the calibration images, gated end to end."""
+    from . import faces
+
+    t0 = time.perf_counter()
+    cal_images, hold_images, source = calibration.load_images(
+        job.calib, job.bundle.manifest, job.calib_size, job.holdout_size, job.seed
+    )
+    job.say(f"calibration: {len(cal_images)} of {source}; hold-out: {len(hold_images)} others")
+    specs = job.bundle.manifest.raw["models"]
+    det = faces.detector(job.bundle.path)
+    try:
+        cal_inputs = faces.stage_inputs(det, cal_images, job.seed)
+        hold_inputs = faces.stage_inputs(det, hold_images, job.seed + 1)
+        ref_faces = [det.detect(img) for img in hold_images]
+    finally:
+        det.close()
+    stages = {"record_inputs": time.perf_counter() - t0}
+    t0 = time.perf_counter()
+    nets, splits = {}, {}
+    for name in faces.NETWORKS:
+        model = _load_fp32(job.bundle, specs[name]["file"])
+        nets[name], splits[name] = faces.quantize_network(
+            name, model, cal_inputs[name], faces._subset(hold_inputs[name], job.holdout_size, 0),
+            job.calib_size, job.calib_method, job.preparations, job.seed, job.say,
+        )  # fmt: skip
+    stages["prepare_and_calibrate"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+
+    def judge() -> gate.Evaluation:
+        det_q = faces.detector(job.bundle.path, {n: r.quantized for n, r in nets.items()})
+        try:
+            got = [det_q.detect(img) for img in hold_images]
+        finally:
+            det_q.close()
+        cos = {n: faces.network_cosine(r) for n, r in nets.items()}
+        metrics = {
+            "cosine": min(cos.values()),
+            **faces.face_agreement(ref_faces, got),
+            **{f"cosine_{n}": c for n, c in cos.items()},
+        }
+        return gate.Evaluation(metrics)
+
+    ev = judge()
+    first = dict(ev.metrics)
+    job.say(f"INT8 face detector vs FP32 on the hold-out: {ev.summary()}")
+    if ev.metrics["boxes_fp32"] == 0:
+        job.say(
+            "warning: FP32 finds no faces in the hold-out images, so box F1 judges nothing: "
+            "calibrate with images of faces (--calib)"
+        )
+    tried: list[str] = []
+    while not ev.passes(job.rules) and len(tried) < len(nets):
+        name = min((n for n in nets if n not in tried), key=lambda n: ev.metrics[f"cosine_{n}"])
+        tried.append(name)
+        r, (fit, validation, ref_val) = nets[name], splits[name]
+        floor = max(job.rules.get("cosine", 0.0), 0.999)
+        job.say(
+            f"gate not met ({'; '.join(ev.failures(job.rules))}); {name} gives nodes back to FP32"
+        )
+        r.quantized, _, r.fallback = int8_search.fallback(
+            r.prep.base, r.thresholds, [n.name for n in ranges.quantizable_nodes(r.prep.base)],
+            validation, ref_val, r.holdout, r.ref_holdout, gate.Task("generic"), None,
+            {"cosine": floor}, job.say, rebuild=lambda kept, p=r.prep, f=fit: p.rebuild(f, kept),
+        )  # fmt: skip
+        ev = judge()
+        job.say(f"INT8 face detector vs FP32 on the hold-out: {ev.summary()}")
+    stages["gate_and_fallback"] = time.perf_counter() - t0
+    section: dict = {
+        "calibration": {
+            "source": source,
+            "images": len(cal_images),
+            "holdout_images": len(hold_images),
+            "seed": job.seed,
+        },  # fmt: skip
+        "networks": {},
+        "gate": job.rules,
+        "holdout_before_fallback": {k: round(v, 5) for k, v in first.items()},
+        "holdout": _rounded(ev),
+        "passed": ev.passes(job.rules),
+    }
+    for name, r in nets.items():
+        section["networks"][name] = {
+            "inputs": int(len(splits[name][0]) + len(splits[name][1])),
+            "preparation": r.prep.name,
+            "method": r.prep.choice.method,
+            "quantized_nodes": len(int8.quantized_nodes(r.quantized)),
+            "kept_fp32": r.fallback.kept_fp32 if r.fallback else [],
+        }
+    if not section["passed"]:
+        kept = sum(len(v["kept_fp32"]) for v in section["networks"].values())
+        raise GateFailed(
+            f"the INT8 face detector misses the accuracy gate even with {kept} nodes kept in FP32: "
+            + "; ".join(ev.failures(job.rules))
+            + " (nothing was written; relax it with --gate or calibrate with other images)"
+        )
+    for name, r in nets.items():
+        file = int8_file(specs[name]["file"])
+        section["networks"][name]["file"] = file
+        section["networks"][name]["model_bytes"] = _stage_model(job, file, r.quantized)
+    section["seconds"] = {k: round(v, 1) for k, v in stages.items()}
+    job.manifest.setdefault("quantization", {})["int8"] = section
+    job.say(
+        f"wrote {', '.join(v['file'] for v in section['networks'].values())}; gate passed: {ev.summary()}"
     )
     return section
 

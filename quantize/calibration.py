@@ -107,6 +107,57 @@ def load(
     return _split_images(pool, manifest, calib_size, holdout_size, seed, kind)
 
 
+def load_images(
+    source: str | None, manifest: Manifest, calib_size: int, holdout_size: int, seed: int
+) -> tuple[list[np.ndarray], list[np.ndarray], str]:
+    """(calibration images, hold-out images, where from): raw BGR images for a model that takes
+    whole images of any size (the face detector runs its own pyramid and crops). Sources: a
+    folder, a video, an .npz of uint8 images (N, H, W, C), or for zoo:mtcnn random crops of the
+    bundled photos, half of them of the one with a face (astronaut)."""
+    if calib_size < MIN_SAMPLES:
+        raise SourceError(f"--calib-size {calib_size} is too small; use at least {MIN_SAMPLES}")
+    zoo = (manifest.raw.get("source") or {}).get("spec", "")
+    if source in (None, "zoo"):
+        if zoo != "zoo:mtcnn":
+            raise SourceError(
+                "give calibration images with --calib (a folder of images, a video or an .npz of uint8 images)"
+            )
+        from edgert.runtime.sample_data import ALL_PHOTOS, load_photo
+
+        face = [load_photo("astronaut")]
+        others = [load_photo(p) for p in ALL_PHOTOS if p != "astronaut"]
+
+        def crops(n: int, offset: int) -> list[np.ndarray]:
+            half = n // 2
+            return augmented_crops(face, half, seed=offset + seed) + augmented_crops(
+                others, n - half, seed=offset + 1 + seed
+            )
+
+        what = f"random crops/flips/colour jitter of the {1 + len(others)} bundled photos (half of the face photo)"
+        return crops(calib_size, 3000), crops(holdout_size, 4000), what
+    path = Path(source)
+    if not path.exists():
+        raise SourceError(f"calibration source {path} does not exist")
+    if path.is_dir():
+        pool, kind = _images_from_folder(path), f"images in {path}"
+    elif path.suffix.lower() in VIDEO_SUFFIXES:
+        pool, kind = _frames_from_video(path, calib_size + holdout_size), f"frames of {path}"
+    elif path.suffix.lower() == ".npz":
+        with np.load(path) as z:
+            arr = z[z.files[0]] if z.files else np.zeros(0)
+        if not (arr.dtype == np.uint8 and arr.ndim == 4 and arr.shape[-1] in (1, 3)):
+            raise SourceError(
+                f"{path} must hold uint8 images (N, H, W, 3) for this model: it takes whole images"
+            )
+        pool, kind = list(arr), f"images in {path}"
+    else:
+        raise SourceError(
+            f"{path} is not a folder of images, a video ({', '.join(sorted(VIDEO_SUFFIXES))}) or an .npz"
+        )
+    cal_idx, hold_idx = _split(len(pool), calib_size, holdout_size, seed, f"{len(pool)} {kind}")
+    return [pool[i] for i in cal_idx], [pool[i] for i in hold_idx], f"{len(pool)} {kind}"
+
+
 def _preprocess(manifest: Manifest, images: list[np.ndarray], what: str) -> np.ndarray:
     pre = manifest.preprocessing
     if pre is None:

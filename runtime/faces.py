@@ -9,7 +9,12 @@ import numpy as np
 
 from .bundle import Bundle, verify_hash
 from .detection import Detection, nms
-from .errors import BundleError
+from .errors import BundleError, ModelError
+
+
+def int8_file(file: str) -> str:
+    """The INT8 file of one of the bundle's networks: rnet.onnx -> rnet.int8.onnx."""
+    return file[: -len(".onnx")] + ".int8.onnx" if file.endswith(".onnx") else file + ".int8"
 
 
 def _normalise(img_rgb: np.ndarray) -> np.ndarray:
@@ -60,8 +65,11 @@ class MtcnnDetector:
         bundle_path: str | Path,
         backend: str = "auto",
         min_face: int | None = None,
+        precision: str = "auto",
         **options,
     ) -> None:
+        """``precision``: ``auto`` or ``fp32`` runs the FP32 networks, ``int8`` the INT8 ones
+        ``edgert build --precision int8`` made (model.int8.onnx, rnet.int8.onnx, onet.int8.onnx)."""
         from .engine import Engine
 
         b = Bundle(bundle_path)
@@ -70,14 +78,26 @@ class MtcnnDetector:
             raise BundleError(
                 f"{b.path} is not a face-detection bundle (export one with: edgert export zoo:mtcnn)"
             )
+        if precision not in ("auto", "fp32", "int8"):
+            raise ModelError(
+                f"the face detector runs in FP32 or INT8 (edgert build --precision int8), not {precision}"
+            )
         hashes = b.manifest.hashes
-        for spec in models.values():  # file names were validated with the manifest
-            if spec["file"] not in hashes:
-                raise BundleError(f"{b.path / spec['file']} is not recorded in the manifest")
-            verify_hash(b.path / spec["file"], hashes[spec["file"]])
+        files = {}
+        for name, spec in models.items():  # file names were validated with the manifest
+            file = spec["file"] if precision in ("auto", "fp32") else int8_file(spec["file"])
+            if file not in hashes:
+                if file != spec["file"]:
+                    raise ModelError(
+                        f"{b.path} has no INT8 face detector ({file}); make one with: "
+                        f"edgert build {b.path} --precision int8"
+                    )
+                raise BundleError(f"{b.path / file} is not recorded in the manifest")
+            verify_hash(b.path / file, hashes[file])
+            files[name] = b.path / file
+        self.precision = "int8" if precision == "int8" else "fp32"
         self.engines = {
-            name: Engine.load(b.path / spec["file"], backend=backend, **options)
-            for name, spec in models.items()
+            name: Engine.load(file, backend=backend, **options) for name, file in files.items()
         }
         cfg = b.manifest.raw.get("detector", {})
         self.min_face = min_face or cfg.get("min_face", 20)

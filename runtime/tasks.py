@@ -186,7 +186,7 @@ def load_task_model(
             raise ModelError(f"{path} is a face-detection bundle, not a {task} model")
         from .faces import MtcnnDetector
 
-        return FaceTask(MtcnnDetector(path, backend=backend, **options))
+        return FaceTask(MtcnnDetector(path, backend=backend, precision=precision, **options))
     if task == "faces":
         raise ModelError(
             f"--task faces needs a face-detection bundle (edgert export zoo:mtcnn), not {path}"

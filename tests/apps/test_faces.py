@@ -60,3 +60,43 @@ def test_demo_faces(tmp_path):
     }
     assert "1 face(s)" in lines["astronaut.jpg"] and "0 face(s)" in lines["coffee.jpg"]
     assert (tmp_path / "faces_report.json").is_file()
+
+
+def test_int8_face_detector_is_gated_end_to_end_and_runs(tmp_path):
+    """`edgert build --precision int8` on the MTCNN bundle: each network calibrated on what the FP32
+    detector gives it, the INT8 detector gated against FP32 on hold-out images (face box F1), three
+    INT8 files written; `--precision int8` then runs them and finds the astronaut's face."""
+    bundle = export_model("zoo:mtcnn", tmp_path / "mtcnn.edgert").bundle
+    image = photo_path("astronaut")
+    assert_user_error(run_cli("run", bundle, image, "--precision", "int8"), "no INT8 face detector")
+    proc = run_cli("build", bundle, "--precision", "int8", "--calib-size", "120",
+                   "--holdout-size", "60")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    m = json.loads((bundle / "manifest.json").read_text())
+    q = m["quantization"]["int8"]
+    assert q["passed"] and q["holdout"]["box_f1"] >= 0.9 and q["holdout"]["boxes_fp32"] > 0.2
+    for name, file in (("pnet", "model"), ("rnet", "rnet"), ("onet", "onet")):
+        assert (
+            q["networks"][name]["file"] == f"{file}.int8.onnx"
+            and f"{file}.int8.onnx" in m["hashes"]
+        )
+        assert q["networks"][name]["quantized_nodes"] > 0
+    found = {}
+    for precision in ("fp32", "int8"):
+        proc = run_cli("run", bundle, image, "--precision", precision, "--json")
+        assert proc.returncode == 0, proc.stderr
+        found[precision] = json.loads(proc.stdout)["results"]
+    assert len(found["fp32"]) == len(found["int8"]) == 1
+    assert found["int8"][0]["box"] == pytest.approx(found["fp32"][0]["box"], abs=3)
+    assert_user_error(
+        run_cli("build", bundle, "--precision", "fp16"), "not built for the face detector"
+    )
+
+
+def test_face_detector_calibration_needs_whole_images(mtcnn, tmp_path):
+    import numpy as np
+
+    np.savez(tmp_path / "x.npz", input=np.zeros((40, 3, 24, 24), np.float32))
+    proc = run_cli("build", mtcnn.bundle, "--precision", "int8", "--calib", tmp_path / "x.npz")
+    assert_user_error(proc, "must hold uint8 images")
+    assert not (mtcnn.bundle / "model.int8.onnx").exists()

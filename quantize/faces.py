@@ -1,0 +1,167 @@
+"""INT8 for a face-detection bundle (MTCNN: P-Net over an image pyramid, then R-Net on 24x24 and
+O-Net on 48x48 candidate crops; the detector is :class:`edgert.runtime.faces.MtcnnDetector`).
+
+Each network gets its own Q/DQ model (``model.int8.onnx``, ``rnet.int8.onnx``,
+``onet.int8.onnx``), calibrated on what it sees when the FP32 detector runs on the calibration
+images: P-Net's pyramid levels (cut into tiles: the network is fully convolutional, and a
+per-tensor range does not depend on the image's size), R-Net's and O-Net's candidate crops. Each
+network chooses its preparation and calibration method on a validation split of its own inputs,
+as a single-model build does. The gate is end to end: the INT8 detector (all three networks
+quantized) against the FP32 detector on the hold-out images, faces matched at IoU >= 0.5 (box F1;
+``boxes_fp32``: FP32's faces per image), and each network's output cosine on the inputs the FP32
+detector gave it there. When the gate fails, the network furthest from FP32 gives nodes back to
+FP32 (most sensitive first, as for one model) until its cosine passes, and the detector is judged
+again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgert.runtime.errors import ModelError, SourceError
+
+from . import evaluate, gate, int8, int8_search
+
+TILE = 24  # P-Net calibration tiles (its receptive field is 12 x 12)
+NETWORKS = ("pnet", "rnet", "onet")
+MIN_INPUTS = 16
+
+
+class _Recorder:
+    """An engine that keeps the inputs the detector gives it (the FP32 detector's stages)."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.inputs: list[np.ndarray] = []
+
+    @property
+    def outputs(self):
+        return self.engine.outputs
+
+    def infer(self, x: np.ndarray) -> dict:
+        self.inputs.append(np.array(x, np.float32))
+        return self.engine.infer(x)
+
+
+@dataclass(frozen=True)
+class _Output:
+    name: str
+
+
+class _OnnxRuntime:
+    """A (quantized) network on ONNX Runtime CPU with the calls the detector makes."""
+
+    def __init__(self, model) -> None:
+        self.sess = evaluate.session(model)
+        self.input = self.sess.get_inputs()[0].name
+        self.outputs = [_Output(o.name) for o in self.sess.get_outputs()]
+
+    def infer(self, x: np.ndarray) -> dict:
+        values = self.sess.run(None, {self.input: np.ascontiguousarray(x, np.float32)})
+        return dict(zip([o.name for o in self.outputs], values, strict=True))
+
+    def close(self) -> None:
+        self.sess = None
+
+
+def detector(bundle_path, models: dict | None = None):
+    """The bundle's MTCNN detector on ONNX Runtime CPU; ``models``: {network: ModelProto} run in
+    place of its FP32 files."""
+    from edgert.runtime.faces import MtcnnDetector
+
+    det = MtcnnDetector(bundle_path, backend="onnxruntime")
+    for name, model in (models or {}).items():
+        det.engines[name].close()
+        det.engines[name] = _OnnxRuntime(model)
+    return det
+
+
+def stage_inputs(det, images: list[np.ndarray], seed: int) -> dict[str, np.ndarray]:
+    """{network: the inputs the detector gave it on ``images``}: P-Net's pyramid levels cut into
+    TILE x TILE tiles, R-Net's and O-Net's crops."""
+    originals = dict(det.engines)
+    rec = {name: _Recorder(det.engines[name]) for name in NETWORKS}
+    det.engines.update(rec)
+    try:
+        for img in images:
+            det.detect(img)
+    finally:
+        det.engines.update(originals)
+    rng = np.random.default_rng(seed)
+    tiles = []
+    for level in rec["pnet"].inputs:
+        _, _, h, w = level.shape
+        if h < TILE or w < TILE:
+            continue
+        for _ in range(max(1, (h // TILE) * (w // TILE) // 4)):
+            y, x = rng.integers(0, h - TILE + 1), rng.integers(0, w - TILE + 1)
+            tiles.append(level[:, :, y : y + TILE, x : x + TILE])
+    out = {"pnet": np.concatenate(tiles) if tiles else np.zeros((0, 3, TILE, TILE), np.float32)}
+    for name in ("rnet", "onet"):
+        batches = rec[name].inputs
+        out[name] = np.concatenate(batches) if batches else np.zeros((0, 3, 1, 1), np.float32)
+    return out
+
+
+def _subset(x: np.ndarray, n: int, seed: int) -> np.ndarray:
+    return x if len(x) <= n else x[np.sort(np.random.default_rng(seed).permutation(len(x))[:n])]
+
+
+def face_agreement(ref: list[list], got: list[list]) -> dict[str, float]:
+    """Box F1 of the faces ``got`` against ``ref`` (per image, IoU >= 0.5) and FP32's faces per
+    image."""
+    matched = sum(
+        gate.matched_boxes([d.box for d in r], [0] * len(r), [d.box for d in g], [0] * len(g))
+        for r, g in zip(ref, got, strict=True)
+    )
+    total = sum(len(r) for r in ref) + sum(len(g) for g in got)
+    return {
+        "box_f1": 2 * matched / total if total else 1.0,
+        "boxes_fp32": sum(len(r) for r in ref) / max(1, len(ref)),
+    }
+
+
+@dataclass
+class NetworkResult:
+    prep: int8_search.Preparation
+    thresholds: dict
+    quantized: object
+    holdout: np.ndarray
+    ref_holdout: dict
+    fallback: int8_search.FallbackResult | None = None
+
+
+def quantize_network(name: str, model, fit_all: np.ndarray, hold: np.ndarray, calib_size: int,
+                     method: str | None, preparations, seed: int, say: Callable[[str], None]):  # fmt: skip
+    """One network's preparation, calibration method and Q/DQ model from its recorded inputs."""
+    if len(fit_all) < MIN_INPUTS or len(hold) < 4:
+        raise SourceError(
+            f"the calibration images give {name} only {len(fit_all)} inputs (hold-out: {len(hold)}): "
+            f"the FP32 detector finds too few face candidates in them; give images with faces (--calib)"
+        )
+    cal = _subset(fit_all, calib_size, seed)
+    n_val = max(4, min(64, len(cal) // 5))
+    fit, validation = cal[n_val:], cal[:n_val]
+    fp32 = evaluate.session(model)
+    ref_val = evaluate.run(fp32, validation)
+    say(f"{name}: {len(fit)} calibration inputs {list(fit.shape[1:])}, {len(hold)} hold-out")
+    try:
+        search = int8_search.choose_preparation(
+            model, fit, validation, ref_val, gate.Task("generic"), method, preparations, say
+        )
+    except ValueError as exc:
+        raise ModelError(str(exc)) from None
+    prep = search.best
+    thresholds = prep.stats.thresholds(prep.choice.method)
+    say(f"{name}: kept {prep.name}, calibration {prep.choice.method} ({prep.choice.why})")
+    q = int8.quantize(prep.model, thresholds, validation)
+    ref_hold = evaluate.run(fp32, hold)
+    return NetworkResult(prep, thresholds, q, hold, ref_hold), (fit, validation, ref_val)
+
+
+def network_cosine(result: NetworkResult) -> float:
+    got = evaluate.run(result.quantized, result.holdout)
+    return min(float(gate.cosine_rows(r, got[k]).mean()) for k, r in result.ref_holdout.items())

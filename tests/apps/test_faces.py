@@ -100,3 +100,16 @@ def test_face_detector_calibration_needs_whole_images(mtcnn, tmp_path):
     proc = run_cli("build", mtcnn.bundle, "--precision", "int8", "--calib", tmp_path / "x.npz")
     assert_user_error(proc, "must hold uint8 images")
     assert not (mtcnn.bundle / "model.int8.onnx").exists()
+
+
+def test_int8_face_detector_gives_nodes_back_when_the_gate_asks_more(tmp_path):
+    """A stricter cosine than P-Net's INT8 reaches (0.9956 here): P-Net, the network furthest from
+    FP32, keeps its most sensitive convolutions in FP32 until the detector passes."""
+    bundle = export_model("zoo:mtcnn", tmp_path / "mtcnn.edgert").bundle
+    proc = run_cli("build", bundle, "--precision", "int8", "--calib-size", "120",
+                   "--holdout-size", "60", "--gate", "cosine>=0.9965")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    q = json.loads((bundle / "manifest.json").read_text())["quantization"]["int8"]
+    assert q["holdout_before_fallback"]["cosine_pnet"] < 0.9965 <= q["holdout"]["cosine"]
+    assert q["networks"]["pnet"]["kept_fp32"] and not q["networks"]["rnet"]["kept_fp32"]
+    assert "pnet gives nodes back to FP32" in proc.stdout + proc.stderr

@@ -393,9 +393,8 @@ def _faces_int8(job: _Job) -> dict:
     specs = job.bundle.manifest.raw["models"]
     det = faces.detector(job.bundle.path)
     try:
-        cal_inputs = faces.stage_inputs(det, cal_images, job.seed)
-        hold_inputs = faces.stage_inputs(det, hold_images, job.seed + 1)
-        ref_faces = [det.detect(img) for img in hold_images]
+        cal_inputs, _ = faces.stage_inputs(det, cal_images, job.seed)
+        hold_inputs, ref_faces = faces.stage_inputs(det, hold_images, job.seed + 1)
     finally:
         det.close()
     stages = {"record_inputs": time.perf_counter() - t0}
@@ -404,7 +403,7 @@ def _faces_int8(job: _Job) -> dict:
     for name in faces.NETWORKS:
         model = _load_fp32(job.bundle, specs[name]["file"])
         nets[name], splits[name] = faces.quantize_network(
-            name, model, cal_inputs[name], faces._subset(hold_inputs[name], job.holdout_size, 0),
+            name, model, cal_inputs[name], faces.subset(hold_inputs[name], job.holdout_size, 0),
             job.calib_size, job.calib_method, job.preparations, job.seed, job.say,
         )  # fmt: skip
     stages["prepare_and_calibrate"] = time.perf_counter() - t0
@@ -455,7 +454,7 @@ def _faces_int8(job: _Job) -> dict:
             "images": len(cal_images),
             "holdout_images": len(hold_images),
             "seed": job.seed,
-        },  # fmt: skip
+        },
         "networks": {},
         "gate": job.rules,
         "holdout_before_fallback": {k: round(v, 5) for k, v in first.items()},

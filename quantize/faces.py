@@ -31,10 +31,10 @@ MIN_INPUTS = 16
 
 
 class _Recorder:
-    """An engine that keeps the inputs the detector gives it (the FP32 detector's stages)."""
+    """An engine that keeps (``keep``: some of) the inputs the detector gives it."""
 
-    def __init__(self, engine) -> None:
-        self.engine = engine
+    def __init__(self, engine, keep: Callable[[np.ndarray], np.ndarray]) -> None:
+        self.engine, self.keep = engine, keep
         self.inputs: list[np.ndarray] = []
 
     @property
@@ -42,7 +42,9 @@ class _Recorder:
         return self.engine.outputs
 
     def infer(self, x: np.ndarray) -> dict:
-        self.inputs.append(np.array(x, np.float32))
+        kept = self.keep(x)
+        if len(kept):
+            self.inputs.append(np.array(kept, np.float32))
         return self.engine.infer(x)
 
 
@@ -79,34 +81,39 @@ def detector(bundle_path, models: dict | None = None):
     return det
 
 
-def stage_inputs(det, images: list[np.ndarray], seed: int) -> dict[str, np.ndarray]:
-    """{network: the inputs the detector gave it on ``images``}: P-Net's pyramid levels cut into
-    TILE x TILE tiles, R-Net's and O-Net's crops."""
-    originals = dict(det.engines)
-    rec = {name: _Recorder(det.engines[name]) for name in NETWORKS}
-    det.engines.update(rec)
-    try:
-        for img in images:
-            det.detect(img)
-    finally:
-        det.engines.update(originals)
+def stage_inputs(det, images: list[np.ndarray], seed: int) -> tuple[dict[str, np.ndarray], list]:
+    """({network: the inputs the detector gave it on ``images``}, the faces it found in each):
+    P-Net's pyramid levels cut into TILE x TILE tiles as they pass (about a quarter of each
+    level), R-Net's and O-Net's crops."""
     rng = np.random.default_rng(seed)
-    tiles = []
-    for level in rec["pnet"].inputs:
+
+    def tiles(level: np.ndarray) -> np.ndarray:
         _, _, h, w = level.shape
         if h < TILE or w < TILE:
-            continue
+            return level[:0, :, :TILE, :TILE]
+        out = []
         for _ in range(max(1, (h // TILE) * (w // TILE) // 4)):
             y, x = rng.integers(0, h - TILE + 1), rng.integers(0, w - TILE + 1)
-            tiles.append(level[:, :, y : y + TILE, x : x + TILE])
-    out = {"pnet": np.concatenate(tiles) if tiles else np.zeros((0, 3, TILE, TILE), np.float32)}
-    for name in ("rnet", "onet"):
-        batches = rec[name].inputs
-        out[name] = np.concatenate(batches) if batches else np.zeros((0, 3, 1, 1), np.float32)
-    return out
+            out.append(level[:, :, y : y + TILE, x : x + TILE])
+        return np.concatenate(out)
+
+    originals = dict(det.engines)
+    rec = {name: _Recorder(det.engines[name], tiles if name == "pnet" else lambda x: x)
+           for name in NETWORKS}  # fmt: skip
+    det.engines.update(rec)
+    try:
+        found = [det.detect(img) for img in images]
+    finally:
+        det.engines.update(originals)
+    inputs = {
+        name: np.concatenate(r.inputs) if r.inputs else np.zeros((0, 3, TILE, TILE), np.float32)
+        for name, r in rec.items()
+    }
+    return inputs, found
 
 
-def _subset(x: np.ndarray, n: int, seed: int) -> np.ndarray:
+def subset(x: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """At most ``n`` of ``x``, a seeded choice in their order."""
     return x if len(x) <= n else x[np.sort(np.random.default_rng(seed).permutation(len(x))[:n])]
 
 
@@ -142,7 +149,7 @@ def quantize_network(name: str, model, fit_all: np.ndarray, hold: np.ndarray, ca
             f"the calibration images give {name} only {len(fit_all)} inputs (hold-out: {len(hold)}): "
             f"the FP32 detector finds too few face candidates in them; give images with faces (--calib)"
         )
-    cal = _subset(fit_all, calib_size, seed)
+    cal = subset(fit_all, calib_size, seed)
     n_val = max(4, min(64, len(cal) // 5))
     fit, validation = cal[n_val:], cal[:n_val]
     fp32 = evaluate.session(model)

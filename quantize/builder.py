@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from edgert.runtime import atomic
-from edgert.runtime.backends.tensorrt_compat import INT8_FP16_ONNX
+from edgert.runtime.backends.tensorrt_compat import FP16_VARIANTS
 from edgert.runtime.bundle import (
     Bundle,
     is_bundle,
@@ -362,7 +362,7 @@ def _int8(job: _Job) -> dict:
     fp32_thresholds = plain.thresholds(choice.method)
     _stage_int8(job, q, section, data.holdout.inputs, ref.holdout, choice.method, fp32_thresholds)
     t0 = time.perf_counter()
-    section["fp16_variant"] = _stage_int8_fp16(job, q, data.holdout, ref.holdout)
+    section["fp16_variant"] = _stage_fp16_variant(job, "int8", q, data.holdout, ref.holdout)
     stages["fp16_variant"] = time.perf_counter() - t0
     section["onnxruntime_cpu_ms"] = _cpu_speeds(fp32, q, "int8", data.holdout.inputs[0], job.say)
     section["seconds"] = {k: round(v, 1) for k, v in stages.items()}
@@ -547,11 +547,12 @@ def _stage_int8(job: _Job, q, section: dict, hold_inputs, ref_hold, method, thre
     job.report.files.append(RANGES_FILE)
 
 
-def _stage_int8_fp16(job: _Job, q, hold, ref_hold) -> dict:
-    """For TensorRT 11 (strongly typed: the model's types are the engine's), the INT8 model with
-    everything outside INT8 in FP16, gated like the INT8 model; staged when it passes. Without it
-    TensorRT 11 builds model.int8.onnx, whose unquantized layers run in FP32."""
-    name = INT8_FP16_ONNX
+def _stage_fp16_variant(job: _Job, precision: str, q, hold, ref_hold) -> dict:
+    """For TensorRT 11 (strongly typed: the model's types are the engine's), the INT8 or FP8
+    model ``q`` with everything outside INT8 / FP8 in FP16, gated like ``q``; staged when it
+    passes. Without it TensorRT 11 builds model.int8.onnx / model.fp8.onnx, whose unquantized
+    layers run in FP32."""
+    name, plain = FP16_VARIANTS[precision], f"model.{precision}.onnx"
     try:
         q16 = qdq_to_fp16(q)
         ev = gate.evaluate(ref_hold, evaluate.run(q16, hold.inputs), job.task,
@@ -565,12 +566,16 @@ def _stage_int8_fp16(job: _Job, q, hold, ref_hold) -> dict:
             else "misses the gate: " + "; ".join(ev.failures(job.rules))
         )
     if why:
-        job.say(f"no {name}: {why}; TensorRT 11 will build model.int8.onnx (FP32 outside INT8)")
+        job.say(
+            f"no {name}: {why}; TensorRT 11 will build {plain} (FP32 outside {precision.upper()})"
+        )
         job.manifest.get("hashes", {}).pop(name, None)  # an earlier build's, for another model
         job.report.pending[name] = None
         return {"written": False, "why": why, **({"holdout": _rounded(ev)} if ev else {})}
     size = _stage_model(job, name, q16)
-    job.say(f"wrote {name} (for TensorRT 11: FP16 outside INT8); hold-out: {ev.summary()}")
+    job.say(
+        f"wrote {name} (for TensorRT 11: FP16 outside {precision.upper()}); hold-out: {ev.summary()}"
+    )
     return {"written": True, "file": name, "holdout": _rounded(ev), "model_bytes": size}
 
 
@@ -633,6 +638,7 @@ def _fp8(job: _Job) -> dict:
         )
     section["model_bytes"] = _stage_model(job, "model.fp8.onnx", q)
     _write_verify(job.bundle, hold.inputs, ref.holdout, job.report)
+    section["fp16_variant"] = _stage_fp16_variant(job, "fp8", q, hold, ref.holdout)
     section["onnxruntime_cpu_ms"] = _cpu_speeds(fp32, q, "fp8", hold.inputs[0], job.say)
     section["seconds"] = round(time.perf_counter() - t0, 1)
     job.manifest.setdefault("quantization", {})["fp8"] = section

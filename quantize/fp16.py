@@ -68,7 +68,8 @@ QDQ_FP16_OPSET = 19  # QuantizeLinear / DequantizeLinear take FP16 scales from o
 
 
 def qdq_to_fp16(model):
-    """An INT8 Q/DQ model with everything outside INT8 in FP16 and FP16 scales; FP32 I/O."""
+    """An INT8 (or FP8) Q/DQ model with everything outside INT8 (FP8) in FP16 and FP16 scales;
+    FP32 I/O."""
     from onnx import TensorProto, numpy_helper
 
     model = at_least_opset(model, QDQ_FP16_OPSET, "FP16 Q/DQ scales")
@@ -91,7 +92,7 @@ def qdq_to_fp16(model):
             raise ModelError(f"{n.name}: a scale is 0 in FP16")
         weights = inits.get(n.input[0]) if n.op_type == "DequantizeLinear" else None
         if weights is not None and uses[n.input[0]] == 1 and uses[n.input[1]] == 1:
-            # constant INT8 weights: re-quantized on the FP16 scales where those moved (FP16
+            # constant INT8 / FP8 weights: re-quantized on the FP16 scales where those moved (FP16
             # rounds scales, and raises those below 6e-8, typically dead channels', to 6e-8), so
             # the dequantized weights stay the nearest to the calibrated ones
             _requantize(weights, f, h, _attr(n, "axis", 1))
@@ -105,13 +106,26 @@ def qdq_to_fp16(model):
 
 
 def _requantize(weights, old, new, axis: int) -> None:
-    from onnx import numpy_helper
+    """Constant INT8 or FP8 (E4M3) ``weights`` re-quantized from scales ``old`` to ``new``."""
+    from onnx import TensorProto, numpy_helper
 
-    q = numpy_helper.to_array(weights).astype(np.float64)
+    from .fp8 import fp8_round, fp8_tensor
+
+    fp8 = weights.data_type == TensorProto.FLOAT8E4M3FN
+    if fp8:
+        import ml_dtypes
+
+        raw = np.frombuffer(weights.raw_data, dtype=ml_dtypes.float8_e4m3fn)
+        q = raw.astype(np.float64).reshape(tuple(weights.dims))
+    else:
+        q = numpy_helper.to_array(weights).astype(np.float64)
     if old.size > 1:  # per channel along ``axis``
         shape = [1] * q.ndim
         shape[axis] = old.size
         old, new = old.reshape(shape), new.reshape(shape)
+    if fp8:
+        weights.CopyFrom(fp8_tensor(weights.name, fp8_round(q * old / new)))
+        return
     requantized = np.clip(np.round(q * old / new), -127, 127).astype(np.int8)
     weights.CopyFrom(numpy_helper.from_array(requantized, weights.name))
 

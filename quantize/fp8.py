@@ -23,7 +23,7 @@ E4M3_MAX = 448.0
 OPSET = 19
 
 
-def _fp8_tensor(name: str, values: np.ndarray):
+def fp8_tensor(name: str, values: np.ndarray):
     """A FLOAT8E4M3FN initializer of ``values`` (saturated to +-448, rounded to nearest even)."""
     import ml_dtypes
     from onnx import TensorProto, helper
@@ -93,7 +93,7 @@ def quantize(
                 base = f"{t}_fp8"
                 scale = max(float(thresholds[t]), 1e-12) / E4M3_MAX
                 new_inits += [numpy_helper.from_array(np.array(scale, np.float32), f"{base}_scale"),
-                              _fp8_tensor(f"{base}_zero_point", np.zeros((), np.float32))]  # fmt: skip
+                              fp8_tensor(f"{base}_zero_point", np.zeros((), np.float32))]  # fmt: skip
                 before.setdefault(n.name, []).extend([
                     helper.make_node("QuantizeLinear", [t, f"{base}_scale", f"{base}_zero_point"],
                                      [f"{base}_q"], name=f"{base}_QuantizeLinear"),
@@ -110,9 +110,9 @@ def quantize(
         shape = [1] * w.ndim
         shape[axis] = -1
         base = f"{w_name}_fp8"
-        new_inits += [_fp8_tensor(f"{base}_quantized", w / scale.reshape(shape)),
+        new_inits += [fp8_tensor(f"{base}_quantized", w / scale.reshape(shape)),
                       numpy_helper.from_array(scale, f"{base}_scale"),
-                      _fp8_tensor(f"{base}_zero_point", np.zeros(len(scale), np.float32))]  # fmt: skip
+                      fp8_tensor(f"{base}_zero_point", np.zeros(len(scale), np.float32))]  # fmt: skip
         before.setdefault(n.name, []).append(
             helper.make_node(
                 "DequantizeLinear",

@@ -15,7 +15,7 @@ import numpy as np
 from ..bundle import TensorSpec
 from ..errors import ModelError, ShapeError, first_line
 from .base import Backend, Target
-from .tensorrt_compat import INT8_FP16_ONNX
+from .tensorrt_compat import FP16_VARIANTS
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 # wrongly (measured: cosine 0.59 on MobileNetV2): such models run with the optimisations off. The
 # bundle's FP8 / FP16-scaled files are known by name; any other .onnx, whatever it is called, is
 # looked at (:func:`needs_unfused`, ~10 ms for MobileNetV2).
-UNFUSED_MODELS = ("model.fp8.onnx", INT8_FP16_ONNX)
+UNFUSED_MODELS = ("model.fp8.onnx", *FP16_VARIANTS.values())
 PROVIDER_ORDER = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 _ORT_TYPES = {
     "tensor(float)": "float32",

@@ -119,18 +119,22 @@ def calibration_cache_tag(version: tuple[int, ...]) -> int:
 
 
 INT8_FP16_ONNX = "model.int8.fp16.onnx"  # INT8 Q/DQ with everything else in FP16 (TensorRT 11)
+FP8_FP16_ONNX = "model.fp8.fp16.onnx"  # FP8 Q/DQ with everything else in FP16 (TensorRT 11)
+FP16_VARIANTS = {"int8": INT8_FP16_ONNX, "fp8": FP8_FP16_ONNX}
 
 
 def onnx_for_precision(
     version: tuple[int, ...], precision: str, available: Iterable[str] | None = None
 ) -> str:
     """Which bundle model a build of ``precision`` starts from. ``available``: the bundle's model
-    files; an INT8 build on TensorRT 11 prefers :data:`INT8_FP16_ONNX` (a strongly typed network
-    runs whatever is not INT8 in the model's own type: FP16 there, FP32 in model.int8.onnx) and
-    takes model.int8.onnx where the bundle has no FP16 variant (older bundles)."""
-    fp16_variant = available is None or INT8_FP16_ONNX in set(available)
-    if precision == "int8" and features(version).fp16_needs_fp16_onnx and fp16_variant:
-        return INT8_FP16_ONNX
+    files; an INT8 or FP8 build on TensorRT 11 prefers its FP16 variant (:data:`FP16_VARIANTS`: a
+    strongly typed network runs whatever is not INT8/FP8 in the model's own type: FP16 there, FP32
+    in model.int8.onnx / model.fp8.onnx) and takes the plain Q/DQ model where the bundle has no
+    variant (older bundles)."""
+    variant = FP16_VARIANTS.get(precision)
+    have = available is None or variant in set(available)
+    if variant and features(version).fp16_needs_fp16_onnx and have:
+        return variant
     if precision in ("int8", "fp8"):
         return f"model.{precision}.onnx"
     if precision == "fp16" and features(version).fp16_needs_fp16_onnx:

@@ -85,3 +85,54 @@ def test_runtime_runs_the_fp8_model(digits_fp8):
         ref = np.concatenate([engine.infer(x[i : i + 32])["logits"] for i in range(0, len(x), 32)])
     assert (logits.argmax(1) == y_test).mean() >= 0.95
     assert (logits.argmax(1) == ref.argmax(1)).mean() >= 0.98
+
+
+def test_fp8_with_fp16_outside_it_for_tensorrt_11(digits_fp8):
+    """model.fp8.fp16.onnx (what TensorRT 11, strongly typed, builds FP8 from on Thor): the FP8
+    model's weights and ranges with FP16 scales and FP16 everywhere outside FP8, FP32 I/O, gated
+    like the FP8 model; ONNX Runtime runs it (unfused) as accurately."""
+    from edgert.export.zoo import digits_cnn
+    from edgert.runtime.bundle import sha256_file
+
+    bundle, report = digits_fp8
+    variant = report.quantization["fp16_variant"]
+    assert variant["written"] and variant["file"] == "model.fp8.fp16.onnx"
+    assert variant["holdout"]["cosine"] > 0.99 and variant["holdout"]["accuracy_drop"] <= 0.01
+    path = bundle / "model.fp8.fp16.onnx"
+    assert json.loads((bundle / "manifest.json").read_text())["hashes"][path.name] == sha256_file(
+        path
+    )
+    q16, q32 = onnx.load(str(path)), onnx.load(str(bundle / "model.fp8.onnx"))
+    onnx.checker.check_model(q16, full_check=True)
+    assert q16.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    inits = {i.name: i for i in q16.graph.initializer}
+    producers = {o: n for n in q16.graph.node for o in n.output}
+    for n in q16.graph.node:
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            assert inits[n.input[1]].data_type == TensorProto.FLOAT16
+            assert inits[n.input[2]].data_type == TensorProto.FLOAT8E4M3FN
+        if n.op_type in ("Conv", "Gemm"):
+            assert (
+                producers[n.input[0]].op_type == producers[n.input[1]].op_type == "DequantizeLinear"
+            )
+            if len(n.input) > 2:
+                assert inits[n.input[2]].data_type == TensorProto.FLOAT16  # FP16 outside FP8
+
+    def fp8_weights(model):
+        dq = [n for n in model.graph.node if n.op_type == "DequantizeLinear"]
+        found = {i.name: i for i in model.graph.initializer}
+        return [found[n.input[0]] for n in dq if n.input[0] in found]
+
+    assert len(fp8_weights(q16)) == len(fp8_weights(q32)) > 0
+    assert all(w.data_type == TensorProto.FLOAT8E4M3FN for w in fp8_weights(q16))
+    _, _, x_test, y_test = digits_cnn.dataset()
+    x = digits_cnn.normalise(x_test)
+    out = {}
+    for name in ("model.fp8.fp16.onnx", "model.fp8.onnx"):
+        with Engine.load(bundle / name, backend="onnxruntime") as engine:
+            out[name] = np.concatenate(
+                [engine.infer(x[i : i + 32])["logits"] for i in range(0, len(x), 32)]
+            )
+    top1 = {k: v.argmax(1) for k, v in out.items()}
+    assert (top1["model.fp8.fp16.onnx"] == top1["model.fp8.onnx"]).mean() >= 0.99
+    assert (top1["model.fp8.fp16.onnx"] == y_test).mean() >= 0.95

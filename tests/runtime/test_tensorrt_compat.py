@@ -45,6 +45,12 @@ def test_version_features():
     assert compat.onnx_for_precision((11, 0), "int8", available=both[:2]) == "model.int8.onnx"
     assert compat.onnx_for_precision((10, 3), "int8", available=both) == "model.int8.onnx"
     assert compat.onnx_for_precision((11, 0), "fp8", available=both) == "model.fp8.onnx"
+    # and FP8 from its FP16-outside variant likewise (Thor: TensorRT 11)
+    fp8 = ["model.onnx", "model.fp8.onnx", "model.fp8.fp16.onnx"]
+    assert compat.onnx_for_precision((11, 0), "fp8", available=fp8) == "model.fp8.fp16.onnx"
+    assert compat.onnx_for_precision((11, 0), "fp8", available=fp8[:2]) == "model.fp8.onnx"
+    assert compat.onnx_for_precision((10, 3), "fp8", available=fp8) == "model.fp8.onnx"
+    assert compat.onnx_for_precision((11, 0), "int8", available=fp8) == "model.int8.onnx"
     f85, f10, f11 = compat.features((8, 5, 2)), compat.features((10, 3)), compat.features((11, 0))
     assert (f85.progress_monitor, f10.progress_monitor) == (False, True)
     assert (f85.device_memory_attr, f10.device_memory_attr) == (
@@ -181,4 +187,4 @@ def test_fp8_flags_and_model():
     assert compat.builder_flag_names((10, 3), "fp8", qdq_model=True) == ["FP16", "FP8"]
     assert compat.builder_flag_names((11, 0), "fp8", qdq_model=True) == []  # strongly typed
     assert compat.onnx_for_precision((10, 3), "fp8") == "model.fp8.onnx"
-    assert compat.onnx_for_precision((11, 0), "fp8") == "model.fp8.onnx"
+    assert compat.onnx_for_precision((11, 0), "fp8") == "model.fp8.fp16.onnx"  # as for INT8

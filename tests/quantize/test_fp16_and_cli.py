@@ -152,3 +152,45 @@ def test_fp16_scales_requantize_weights_whose_scale_moved():
     step = s16[:, None, None, None]
     assert np.all(np.abs(w16 - w32) <= step / 2 + 1e-12)
     assert np.abs(w16[1:] - w32[1:]).max() < 0.01 * np.abs(w32[1:]).max()
+
+
+def test_fp16_scales_requantize_fp8_weights_whose_scale_moved():
+    """The same for FP8 (model.fp8.fp16.onnx): the dead channel's FP8 weights are re-quantized on
+    the raised FP16 scale: each within two FP8 roundings (3 mantissa bits: 1/16 each, the
+    calibrated value's and the re-quantized one's) of the FP32 weight."""
+    import ml_dtypes
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgert.quantize import fp8
+    from edgert.quantize.fp16 import qdq_to_fp16
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
+    w[0] *= np.float32(1e-6)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    q32 = fp8.quantize(model, {"x": 3.0})
+    q16 = qdq_to_fp16(q32)
+
+    def dequantized(m):
+        inits = {i.name: i for i in m.graph.initializer}
+        dq = next(n for n in m.graph.node if n.op_type == "DequantizeLinear"
+                  and inits.get(n.input[0]) is not None
+                  and inits[n.input[0]].data_type == TensorProto.FLOAT8E4M3FN
+                  and inits[n.input[0]].dims[0] == 4)  # fmt: skip
+        t = inits[dq.input[0]]
+        values = np.frombuffer(t.raw_data, ml_dtypes.float8_e4m3fn).astype(np.float64)
+        scale = numpy_helper.to_array(inits[dq.input[1]]).astype(np.float64)
+        return values.reshape(tuple(t.dims)) * scale[:, None, None, None], scale
+
+    w32, s32 = dequantized(q32)
+    w16, s16 = dequantized(q16)
+    assert s32[0] < 6e-8 and s16[0] >= 5.9e-8  # raised to FP16's smallest
+    assert np.all(np.abs(w16[0] - w[0]) <= np.abs(w[0]) / 8 + 2.0**-9 * s16[0])
+    assert np.abs(w16[1:] - w32[1:]).max() < 0.01 * np.abs(w32[1:]).max()

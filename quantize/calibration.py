@@ -169,6 +169,12 @@ def _preprocess(manifest: Manifest, images: list[np.ndarray], what: str) -> np.n
         if img.ndim == 3 and img.shape[2] not in (1, 3, 4):
             raise SourceError(f"{what} #{i} has {img.shape[2]} channels; images need 1, 3 or 4")
         tensors.append(pre.apply(img)[0])
+    shapes = sorted({t.shape for t in tensors})
+    if len(shapes) > 1:  # a model that takes any size (size -1) gets each image as it is
+        raise SourceError(
+            f"the {what}s come in {len(shapes)} sizes ({', '.join('x'.join(map(str, s)) for s in shapes[:3])}"
+            f"{', ...' if len(shapes) > 3 else ''}) and the model takes images as they are: give images of one size"
+        )
     return np.stack(tensors).astype(manifest.inputs[0].dtype)
 
 

@@ -146,10 +146,11 @@ class Preprocessing:
         """
         h, w = hw
         th, tw = self.size
-        if self.resize == "none":
-            if (h, w) != (th, tw):
+        if self.resize == "none":  # -1: any size on that side (a fully convolutional model)
+            if (th != -1 and h != th) or (tw != -1 and w != tw):
+                want = f"{'any height' if th == -1 else th} x {'any width' if tw == -1 else tw}"
                 raise ShapeError(
-                    f"image is {h}x{w} but the model takes {th}x{tw} and resize is 'none'"
+                    f"image is {h}x{w} but the model takes {want} and resize is 'none'"
                 )
             return Transform(1.0, 1.0, 0.0, 0.0, (h, w))
         if self.resize == "stretch":

@@ -95,6 +95,11 @@ class GpuPreprocessor:
     BLOCK = (16, 16, 1)
 
     def __init__(self, pre: Preprocessing, device: int = 0) -> None:
+        if -1 in pre.size:
+            raise ShapeError(
+                "GPU preprocessing writes inputs of one size; this model takes images of any size "
+                "(use the CPU path)"
+            )
         if pre.interpolation not in ("bilinear", "nearest"):
             raise ShapeError(
                 f"GPU preprocessing computes bilinear or nearest resizing; this model records "

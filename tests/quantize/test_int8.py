@@ -214,3 +214,37 @@ def test_gate_rules_parse():
         gate_mod.parse_gate("cosine<=0.9")
     with pytest.raises(ValueError):
         gate_mod.parse_gate("cosine=0.9")
+
+
+def test_calibration_images_of_several_sizes_for_an_any_size_model(tmp_path):
+    """A bundle whose model takes images of any size (preprocessing size -1, resize none: a fully
+    convolutional net) gets each image as it is; images of two sizes cannot be stacked into one
+    calibration set, and the build says so instead of failing inside numpy."""
+    import cv2
+    from onnx import TensorProto, helper
+
+    w = np.random.default_rng(0).normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, "H", "W"])],
+        [numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "fcn.onnx"
+    )
+    bundle = export_model(str(tmp_path / "fcn.onnx"), tmp_path / "fcn.edgert").bundle
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["preprocessing"] = {"size": [-1, -1], "resize": "none", "scale": 0.00392156862745098}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "imgs").mkdir()
+    for i in range(20):
+        cv2.imwrite(
+            str(tmp_path / "imgs" / f"{i}.png"), np.full((48 + (i % 2) * 8, 64, 3), i, np.uint8)
+        )
+    proc = run_cli("build", bundle, "--precision", "int8", "--calib", tmp_path / "imgs")
+    assert_user_error(proc, "give images of one size")
+    for i in range(1, 20, 2):  # one size: it calibrates
+        cv2.imwrite(str(tmp_path / "imgs" / f"{i}.png"), np.full((48, 64, 3), i, np.uint8))
+    proc = run_cli("build", bundle, "--precision", "int8", "--calib", tmp_path / "imgs")
+    assert proc.returncode == 0, proc.stderr

@@ -61,3 +61,26 @@ def test_round_trip_through_dict_and_errors():
         Preprocessing.from_dict({"resize": "stretch"})
     with pytest.raises(ShapeError):
         Preprocessing(size=(4, 4), resize="none").apply(np.zeros((5, 5, 3), np.uint8))
+
+
+def test_any_size_side_takes_the_image_as_it_is():
+    """-1: a fully convolutional model takes any size on that side (resize 'none' only)."""
+    img = np.random.default_rng(0).integers(0, 255, (37, 51, 3), dtype=np.uint8)
+    pre = Preprocessing(
+        size=(-1, -1), resize="none", channel_order="BGR", scale=1.0, mean=(0, 0, 0), std=(1, 1, 1)
+    )
+    x, t = pre.apply(img)
+    assert x.shape == (3, 37, 51) and (t.sx, t.sy, t.ox, t.oy) == (1.0, 1.0, 0.0, 0.0)
+    np.testing.assert_array_equal(x.transpose(1, 2, 0), img.astype(np.float32))
+    assert Preprocessing(size=(-1, 51), resize="none").apply(img)[0].shape == (3, 37, 51)
+    with pytest.raises(ShapeError, match="37x50 but the model takes any height x 51"):
+        Preprocessing(size=(-1, 51), resize="none").apply(img[:, :50])
+    with pytest.raises(BundleError):
+        Preprocessing(size=(-1, -1), resize="stretch")
+
+
+def test_gpu_preprocessing_refuses_an_any_size_model_before_touching_cuda():
+    from edgert.runtime.cuda.preprocess_kernel import GpuPreprocessor
+
+    with pytest.raises(ShapeError, match="takes images of any size"):
+        GpuPreprocessor(Preprocessing(size=(-1, -1), resize="none"))

@@ -2,14 +2,15 @@
 (TensorRT form), edgert today (no preparation; with its node fallback), edgert with each
 preparation (activation equalisation, bias correction, adaptive rounding) and with them together,
 the best with at most 2 nodes outside INT8 (and both with FP16 instead of FP32 outside INT8: what
-TensorRT 11 builds), FP8 E4M3, FP16, and NVIDIA Model Optimizer (when its
-INT8 model of the same FP32 file is given: see scripts/modelopt_int8.py), on MobileNetV2; digits_cnn
-through edgert build.
+TensorRT 11 builds), FP8 E4M3 (and with FP16 outside FP8), FP16, and NVIDIA Model Optimizer (when
+its INT8 model of the same FP32 file is given: see scripts/modelopt_int8.py), on MobileNetV2;
+digits_cnn and the face detector (MTCNN) through edgert build.
 
 MobileNetV2: FP32 vs quantized top-1 agreement (all crops and FP32-confident crops), FP32 top-1
 within the top-5, cosine, on 400 random crops / flips / colour jitter of the bundled photos (one of
 them never seen by calibration), calibrated on 200 crops of the other photos. digits_cnn: accuracy
-drop on the labelled test split. Plus model size, CPU latency (ONNX Runtime, batch 1) and the
+drop on the labelled test split; the face detector: face box F1 of the INT8 detector against FP32
+and each network's cosine on its hold-out. Plus model size, CPU latency (ONNX Runtime, batch 1) and the
 preparation's seconds. Prints a table, writes JSON.
 
     python benchmarks/quantize_quality.py [--json reports/quantize_quality.json] [--eval 400] [--calib 200]
@@ -181,6 +182,10 @@ def mobilenet(
         choice = int8_search.choose_method(model, stats, validation, ref_val, "classify", None,
                                            lambda s: None, quantize=fp8.quantize)  # fmt: skip
         add(label, fp8.quantize(model, stats.thresholds(choice.method)), 0, method=choice.method)
+    fp8_best = max(("FP8 E4M3 (per-channel weights)", "FP8 E4M3 + bias correction"),
+                   key=lambda n: rows[n]["cosine"])  # fmt: skip
+    # what TensorRT 11 (Thor) builds FP8 from: FP16, not FP32, outside FP8
+    add(f"{fp8_best}, FP16 outside FP8", qdq_to_fp16(onnx.load(str(rows[fp8_best]["path"]))), 0)
     add("FP16 (ONNX, for TensorRT 11)", to_fp16(fp32), 0)
     for path in modelopt or []:  # scripts/modelopt_int8.py, in Model Optimizer's environment
         if not path.is_file():
@@ -219,6 +224,14 @@ def digits(tmp: Path) -> dict:
             "method": report.quantization["calibration"]["method"]}  # fmt: skip
 
 
+def faces(tmp: Path) -> dict:
+    """The face detector's INT8 build (its own data: crops of the bundled photos), gated end to end."""
+    bundle = export_model("zoo:mtcnn", tmp / "mtcnn.edgert").bundle
+    q = build(bundle, "int8", no_engine=True).quantization
+    return {"holdout": q["holdout"], "kept_fp32": {n: v["kept_fp32"] for n, v in q["networks"].items()},
+            "seconds": q["seconds"]}  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -253,6 +266,7 @@ def main() -> None:
             args.save_calib.parent.mkdir(parents=True, exist_ok=True)
             args.save_calib.write_bytes((tmp / "calib.npz").read_bytes())
         dg = digits(tmp)
+        fc = faces(tmp)
     print(
         f"MobileNetV2, {mb['eval_crops']} crops (calibration {mb['calib_crops']} other crops); FP32 {mb['fp32']['size_mb']} MB, {mb['fp32']['cpu_latency_ms']} ms"
     )
@@ -272,11 +286,19 @@ def main() -> None:
     print(
         f"digits_cnn: FP32 {dg['accuracy_fp32']:.4f}, INT8 {dg['accuracy_int8']:.4f}, drop {dg['drop_points']:.2f} points ({dg['method']})"
     )
+    h = fc["holdout"]
+    print(
+        f"face detector (MTCNN): box F1 vs FP32 {h['box_f1']:.4f} ({h['boxes_fp32']:.2f} faces per image), "
+        f"cosine P-Net {h['cosine_pnet']:.4f} R-Net {h['cosine_rnet']:.4f} O-Net {h['cosine_onet']:.4f}, "
+        f"nodes in FP32: {sum(len(v) for v in fc['kept_fp32'].values())}"
+    )
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
-            {"mobilenet_v2": mb, "digits_cnn": dg, "strict_gate": STRICT}, indent=2, default=str
+            {"mobilenet_v2": mb, "digits_cnn": dg, "faces": fc, "strict_gate": STRICT},
+            indent=2,
+            default=str,
         )
     )
     print(f"wrote {out}")

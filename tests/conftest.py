@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,3 +66,12 @@ def digits_built(folder: Path, precision: str):
 
     bundle = export_model("zoo:digits_cnn", folder / "digits.edgert", dynamic_batch=True).bundle
     return bundle, build(bundle, precision, calib_size=300, holdout_size=200)
+
+
+def digits_logits(model: Path, x, **load) -> np.ndarray:
+    """digits_cnn logits of ``x`` from ``model`` (a bundle or one of its .onnx files) on ONNX
+    Runtime, in batches of 32; ``load``: more Engine.load arguments (precision=...)."""
+    from edgert.runtime.engine import Engine
+
+    with Engine.load(model, backend="onnxruntime", **load) as engine:
+        return np.concatenate([engine.infer(x[i : i + 32])["logits"] for i in range(0, len(x), 32)])

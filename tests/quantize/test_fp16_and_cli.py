@@ -114,18 +114,13 @@ def test_int8_with_fp16_scales_runs_right_on_onnx_runtime(tmp_path):
         assert cos.min() > 0.99, (name, cos)
 
 
-def test_fp16_scales_requantize_weights_whose_scale_moved():
-    """A channel with weights a million times smaller (a dead channel): its FP16 scale is raised
-    to FP16's smallest, and its INT8 weights are re-quantized on that scale, so every dequantized
-    weight stays within half a step of the calibrated one."""
+def _dead_channel_conv(opset: int):
+    """(one 3x3 Conv of 4 output channels whose first has weights a million times smaller: a dead
+    channel, its weights)."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
-    from edgert.quantize import int8
-    from edgert.quantize.fp16 import qdq_to_fp16
-
-    rng = np.random.default_rng(0)
-    w = rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
+    w = np.random.default_rng(0).normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
     w[0] *= np.float32(1e-6)
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")], "g",
@@ -133,8 +128,21 @@ def test_fp16_scales_requantize_weights_whose_scale_moved():
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [numpy_helper.from_array(w, "w")],
     )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    x = rng.normal(0, 1, (2, 3, 8, 8)).astype(np.float32)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), w
+
+
+def test_fp16_scales_requantize_weights_whose_scale_moved():
+    """A channel with weights a million times smaller (a dead channel): its FP16 scale is raised
+    to FP16's smallest, and its INT8 weights are re-quantized on that scale, so every dequantized
+    weight stays within half a step of the calibrated one."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    from edgert.quantize import int8
+    from edgert.quantize.fp16 import qdq_to_fp16
+
+    model, w = _dead_channel_conv(17)
+    x = np.random.default_rng(1).normal(0, 1, (2, 3, 8, 8)).astype(np.float32)
     q32 = int8.quantize(model, {"x": 3.0}, x)
     q16 = qdq_to_fp16(q32)
 
@@ -160,21 +168,12 @@ def test_fp16_scales_requantize_fp8_weights_whose_scale_moved():
     calibrated value's and the re-quantized one's) of the FP32 weight."""
     import ml_dtypes
     import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, numpy_helper
 
     from edgert.quantize import fp8
     from edgert.quantize.fp16 import qdq_to_fp16
 
-    rng = np.random.default_rng(0)
-    w = rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
-    w[0] *= np.float32(1e-6)
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(w, "w")],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model, w = _dead_channel_conv(19)
     q32 = fp8.quantize(model, {"x": 3.0})
     q16 = qdq_to_fp16(q32)
 

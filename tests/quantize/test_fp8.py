@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, numpy_helper
 
 from edgert.runtime.engine import Engine
-from tests.conftest import digits_built
+from tests.conftest import digits_built, digits_logits
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +78,8 @@ def test_runtime_runs_the_fp8_model(digits_fp8):
     x = digits_cnn.normalise(x_test)
     with Engine.load(bundle, backend="onnxruntime", precision="fp8") as engine:
         assert "model.fp8.onnx" in engine.backend_reason
-        logits = np.concatenate(
-            [engine.infer(x[i : i + 32])["logits"] for i in range(0, len(x), 32)]
-        )
-    with Engine.load(bundle, backend="onnxruntime", precision="fp32") as engine:
-        ref = np.concatenate([engine.infer(x[i : i + 32])["logits"] for i in range(0, len(x), 32)])
+    logits = digits_logits(bundle, x, precision="fp8")
+    ref = digits_logits(bundle, x, precision="fp32")
     assert (logits.argmax(1) == y_test).mean() >= 0.95
     assert (logits.argmax(1) == ref.argmax(1)).mean() >= 0.98
 
@@ -127,12 +124,9 @@ def test_fp8_with_fp16_outside_it_for_tensorrt_11(digits_fp8):
     assert all(w.data_type == TensorProto.FLOAT8E4M3FN for w in fp8_weights(q16))
     _, _, x_test, y_test = digits_cnn.dataset()
     x = digits_cnn.normalise(x_test)
-    out = {}
-    for name in ("model.fp8.fp16.onnx", "model.fp8.onnx"):
-        with Engine.load(bundle / name, backend="onnxruntime") as engine:
-            out[name] = np.concatenate(
-                [engine.infer(x[i : i + 32])["logits"] for i in range(0, len(x), 32)]
-            )
+    out = {
+        name: digits_logits(bundle / name, x) for name in ("model.fp8.fp16.onnx", "model.fp8.onnx")
+    }
     top1 = {k: v.argmax(1) for k, v in out.items()}
     assert (top1["model.fp8.fp16.onnx"] == top1["model.fp8.onnx"]).mean() >= 0.99
     assert (top1["model.fp8.fp16.onnx"] == y_test).mean() >= 0.95

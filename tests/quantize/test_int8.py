@@ -12,8 +12,7 @@ from onnx import numpy_helper
 from edgert.export import export_model
 from edgert.quantize import GateFailed, build
 from edgert.quantize import gate as gate_mod
-from edgert.runtime.engine import Engine
-from tests.conftest import ROOT, assert_user_error, digits_built, run_cli
+from tests.conftest import ROOT, assert_user_error, digits_built, digits_logits, run_cli
 
 MODELS_PY = ROOT / "tests" / "export" / "models.py"
 
@@ -83,11 +82,7 @@ def test_digits_int8_accuracy_and_manifest(digits_int8):
     from edgert.export.zoo import digits_cnn
 
     _, _, x_test, y_test = digits_cnn.dataset()
-    with Engine.load(bundle, backend="onnxruntime", precision="int8") as engine:
-        x = digits_cnn.normalise(x_test)
-        logits = np.concatenate(
-            [engine.infer(x[i : i + 32])["logits"] for i in range(0, len(x), 32)]
-        )
+    logits = digits_logits(bundle, digits_cnn.normalise(x_test), precision="int8")
     assert (logits.argmax(1) == y_test).mean() >= 0.95
 
 
@@ -125,12 +120,10 @@ def test_int8_with_fp16_outside_it_for_tensorrt_11(digits_int8):
     )  # fmt: skip
     _, _, x_test, y_test = digits_cnn.dataset()
     x = digits_cnn.normalise(x_test)
-    out = {}
-    for name in ("model.int8.fp16.onnx", "model.int8.onnx"):
-        with Engine.load(bundle / name, backend="onnxruntime") as engine:
-            out[name] = np.concatenate(
-                [engine.infer(x[i : i + 32])["logits"] for i in range(0, len(x), 32)]
-            )
+    out = {
+        name: digits_logits(bundle / name, x)
+        for name in ("model.int8.fp16.onnx", "model.int8.onnx")
+    }
     agree = (out["model.int8.fp16.onnx"].argmax(1) == out["model.int8.onnx"].argmax(1)).mean()
     assert agree >= 0.99 and (out["model.int8.fp16.onnx"].argmax(1) == y_test).mean() >= 0.95
 

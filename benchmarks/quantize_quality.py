@@ -1,6 +1,7 @@
 """INT8 / FP8 quality and cost, side by side in one run: ONNX Runtime's plain quantize_static
 (TensorRT form), edgert today (no preparation; with its node fallback), edgert with each
-preparation (activation equalisation, bias correction, adaptive rounding) and with them together,
+preparation (activation equalisation, bias correction, adaptive rounding, shifting post-ReLU inputs
+to use all INT8 levels) and with them together,
 the best with at most 2 nodes outside INT8 (and both with FP16 instead of FP32 outside INT8: what
 TensorRT 11 builds), FP8 E4M3 (and with FP16 outside FP8), FP16, and NVIDIA Model Optimizer (when
 its INT8 model of the same FP32 file is given: see scripts/modelopt_int8.py), on MobileNetV2;
@@ -79,25 +80,33 @@ HELD_OUT_PHOTO = "camera"  # in the evaluation crops, never in calibration
 
 
 def prepared(fp32, name: str, calib: np.ndarray, validation, ref_val):
-    """(model, thresholds, method, seconds) for a preparation, its method chosen on validation."""
+    """(model, thresholds, method, seconds, the model before bias correction) for a preparation,
+    its method chosen on validation."""
     import time
 
-    from edgert.quantize import adaround, equalize
+    from edgert.quantize import adaround, equalize, shift
 
     t0 = time.perf_counter()
     model = fp32
     if "equalize" in name:
         model = equalize.equalize(model, calib)[0]
+    pins = {}
+    if "shift" in name:  # around the percentile thresholds, as edgert build does
+        before = ranges.collect(
+            model, calib, ranges.activation_inputs(model, ranges.quantizable_nodes(model))
+        )
+        model, _, pins = shift.shift_activations(model, before.thresholds("percentile"), calib[:1])
+    base = model
     if "bias" in name:
         model = equalize.correct_bias(model, calib)[0]
     nodes = ranges.quantizable_nodes(model)
-    stats = ranges.collect(model, calib, ranges.activation_inputs(model, nodes))
+    stats = shift.pinned(ranges.collect(model, calib, ranges.activation_inputs(model, nodes)), pins)
     if "adaround" in name:
         model = adaround.adaround(model, calib, stats.thresholds("percentile"))[0]
     choice = int8_search.choose_method(
         model, stats, validation, ref_val, "classify", None, lambda s: None
     )
-    return model, stats.thresholds(choice.method), choice.method, time.perf_counter() - t0
+    return model, stats.thresholds(choice.method), choice.method, time.perf_counter() - t0, base
 
 
 def mobilenet(
@@ -140,19 +149,18 @@ def mobilenet(
     )
     ref_val = evaluate.run(fp32, validation)
     nodes = [n.name for n in ranges.quantizable_nodes(fp32)]
-    names = ["none", "equalize", "bias", "equalize+bias"]
+    names = ["none", "equalize", "bias", "equalize+bias", "equalize+shift+bias"]
     if adaround_rows:
         names += ["adaround", "equalize+adaround", "equalize+bias+adaround"]
     made = {}
     for name in names:
-        model, th, method, sec = prepared(fp32, name, calib, validation, ref_val)
-        made[name] = (model, th)
+        model, th, method, sec, base = prepared(fp32, name, calib, validation, ref_val)
+        made[name] = (model, th, base)
         label = "edgert today (no fallback)" if name == "none" else f"edgert + {name}"
         add(label, int8.quantize(model, th, validation), 0, sec, method)
 
     def with_fallback(name, budget, label):
-        model, th = made[name]
-        base = made["equalize"][0] if "equalize" in name else fp32
+        model, th, base = made[name]
         ranked = int8_search.sensitivity(base, th, nodes, validation, ref_val, lambda s: None)
         kept = [n for n, _ in ranked[:budget]]  # the most sensitive nodes, by the validation crops
         source = int8_search.Preparation(name, model, None, None, {}, base).rebuild(calib, kept)
@@ -161,7 +169,8 @@ def mobilenet(
 
     today_kept = with_fallback("none", 5, "edgert today + fallback (5 nodes FP32)")
     best = max((n for n in names if n != "none"), key=lambda n: rows[f"edgert + {n}"]["cosine"])
-    best_kept = with_fallback(best, 2, f"edgert + {best} + fallback (2 nodes)")
+    for name in dict.fromkeys(["equalize+bias", best]):
+        best_kept = with_fallback(name, 2, f"edgert + {name} + fallback (2 nodes)")
     from edgert.quantize.fp16 import qdq_to_fp16
 
     for label in (f"edgert + {best}", f"edgert + {best} + fallback (2 nodes)"):

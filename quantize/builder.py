@@ -169,13 +169,14 @@ class _Job:
 def _preparations(prepare: str | tuple[str, ...]) -> tuple[str, ...]:
     """``auto``: the four fast preparations, the best kept; else the named ones (``none``,
     ``equalize``, ``bias``, ``equalize+bias``, ``adaround``, ``equalize+adaround``,
-    ``equalize+bias+adaround``; comma-separated text or a tuple)."""
+    ``equalize+bias+adaround``, ``shift+bias``, ``equalize+shift+bias``; comma-separated text
+    or a tuple)."""
     if prepare == "auto":
         return int8_search.PREPARATIONS
     names = (
         tuple(p.strip() for p in prepare.split(",")) if isinstance(prepare, str) else tuple(prepare)
     )
-    known = int8_search.PREPARATIONS + int8_search.SLOW_PREPARATIONS
+    known = int8_search.ALL_PREPARATIONS
     bad = [n for n in names if n not in known]
     if bad or not names:
         raise ModelError(

@@ -24,7 +24,7 @@ import numpy as np
 
 from edgert.runtime.errors import ModelError, first_line
 
-from .ranges import WEIGHTED_OPS, opset_of
+from .ranges import WEIGHTED_OPS, opset_of, quantizable_nodes
 
 
 class _OneSample:
@@ -77,7 +77,10 @@ def quantize(
                     activation_type=QuantType.QInt8,
                     weight_type=QuantType.QInt8,
                     nodes_to_exclude=list(exclude),
-                    nodes_to_quantize=list(only) if only is not None else None,
+                    # only these: never the products of constants quantizable_nodes leaves out
+                    nodes_to_quantize=list(only)
+                    if only is not None
+                    else [n.name for n in quantizable_nodes(model)],
                     extra_options={
                         "ActivationSymmetric": True,
                         "WeightSymmetric": True,

@@ -28,6 +28,10 @@ MAX_FALLBACK_FRACTION = 0.5
 PREPARATIONS = ("none", "equalize", "bias", "equalize+bias")  # what "auto" tries
 # adaptive rounding: asked for by name only (minutes on 2 cores; see docs/quantization.md)
 SLOW_PREPARATIONS = ("adaround", "equalize+adaround", "equalize+bias+adaround")
+# shifting non-negative activations (:mod:`shift`): asked for by name only until its cost on
+# TensorRT (a Sub before shifted inputs, an Add after padded convolutions) is measured on a device
+SHIFT_PREPARATIONS = ("shift+bias", "equalize+shift+bias")
+ALL_PREPARATIONS = PREPARATIONS + SLOW_PREPARATIONS + SHIFT_PREPARATIONS
 
 
 @dataclass
@@ -127,7 +131,7 @@ def choose_preparation(
 ) -> PreparationSearch:
     """The candidate preparation whose quantized model (``quantize``: INT8 or FP8) is closest to
     FP32 on ``validation``, and every candidate's scores and seconds."""
-    known = PREPARATIONS + SLOW_PREPARATIONS
+    known = ALL_PREPARATIONS
     unknown = [c for c in candidates if c not in known]
     if unknown:
         raise ValueError(f"unknown preparation {unknown[0]!r}; choose from {', '.join(known)}")
@@ -143,6 +147,16 @@ def choose_preparation(
             if equalized is None:
                 equalized = equalize.equalize(model, fit)
             base, report["equalize"] = equalized
+        pins: dict[str, float] = {}
+        if "shift" in name:  # around the thresholds the percentile method (or the forced one) gives
+            from . import shift
+
+            before = ranges.collect(
+                base, fit, ranges.activation_inputs(base, ranges.quantizable_nodes(base))
+            )
+            base, report["shift"], pins = shift.shift_activations(
+                base, before.thresholds(forced_method or "percentile"), fit[:1]
+            )
         prepared = base
         if "bias" in name:
             prepared, report["bias"] = equalize.correct_bias(
@@ -150,6 +164,10 @@ def choose_preparation(
             )
         nodes = ranges.quantizable_nodes(prepared)
         stats = ranges.collect(prepared, fit, ranges.activation_inputs(prepared, nodes))
+        if pins:
+            from . import shift
+
+            stats = shift.pinned(stats, pins)
         all_stats[name] = stats
         if "adaround" in name:  # learned with the inputs quantized as the percentile method would
             from . import adaround

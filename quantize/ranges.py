@@ -49,12 +49,20 @@ def at_least_opset(model, opset: int, what: str):
 
 
 def quantizable_nodes(model) -> list:
-    """Weighted nodes whose weight (input 1) is a constant: the ones INT8 pays off for."""
+    """Weighted nodes whose weight (input 1) is a constant and whose data (input 0) is not: the
+    ones INT8 pays off for (a product of constants is folded before it ever runs)."""
     inits = {i.name for i in model.graph.initializer}
+    constant = set(inits)
+    for n in model.graph.node:  # topological order: constants computed from constants
+        if n.op_type == "Constant" or (n.input and all(not i or i in constant for i in n.input)):
+            constant.update(n.output)
     return [
         n
         for n in model.graph.node
-        if n.op_type in WEIGHTED_OPS and len(n.input) > 1 and n.input[1] in inits
+        if n.op_type in WEIGHTED_OPS
+        and len(n.input) > 1
+        and n.input[1] in inits
+        and n.input[0] not in constant
     ]
 
 

@@ -63,10 +63,12 @@ def add_parser(sub) -> None:
         default="auto",
         metavar="LIST",
         help="INT8 preparations to try, the best kept: auto (the first four), or from none, "
-        "equalize, bias, equalize+bias, adaround, equalize+adaround, equalize+bias+adaround "
-        "(comma-separated); equalize: "
+        "equalize, bias, equalize+bias, adaround, equalize+adaround, equalize+bias+adaround, "
+        "shift+bias, equalize+shift+bias (comma-separated); equalize: "
         "activation equalisation into depthwise convolutions; bias: bias correction of weight "
-        "rounding; adaround: adaptive rounding of weights, layer by layer (minutes)",
+        "rounding; adaround: adaptive rounding of weights, layer by layer (minutes); shift: "
+        "inputs after ReLU moved to the middle of their range, so symmetric INT8 uses all its "
+        "levels (adds a Sub / Add per shifted layer)",
     )
     p.add_argument("--gate", metavar="RULES", help="e.g. 'cosine>=0.995,agreement>=0.9', or 'off'")
     p.add_argument(

@@ -193,3 +193,88 @@ def test_fallback_gives_kept_nodes_their_own_weights_and_bias_back(data):
     assert np.array_equal(init(rebuilt, "b2"), init(prep.base, "b2"))  # ... and uncorrected
     assert np.array_equal(init(rebuilt, "w1"), init(prep.model, "w1"))  # quantized: learned
     assert not np.array_equal(init(rebuilt, "w1"), init(prep.base, "w1"))
+
+
+def _stats(model, data):
+    return ranges.collect(
+        model, data[:64], ranges.activation_inputs(model, ranges.quantizable_nodes(model))
+    )
+
+
+@pytest.mark.parametrize("ceiling", [6.0, None])
+def test_shift_keeps_fp32_and_uses_all_int8_levels(data, ceiling):
+    """The depthwise conv's input (after ReLU6 / ReLU, zero padding: a border map) and the Gemm's
+    (pooled ReLU) are moved to the middle of their ranges: the same FP32 function, Q/DQ still in
+    TensorRT form with the shifted inputs' scales pinned to half their threshold, and INT8 (with
+    bias correction, as the shift preparations run) closer to FP32 than without the shift."""
+    from edgert.quantize import shift
+
+    model = equalize.equalize(block_model(ceiling), data[:64])[0]
+    th = _stats(model, data).thresholds("minmax")
+    shifted, report, pins = shift.shift_activations(model, th, data[:1])
+    assert report == {"shifted": 2, "with_border_map": 1, "skipped_dynamic_size": 0}
+    assert {n.op_type for n in shifted.graph.node} >= {"Sub", "Add", "MatMul"}
+    # the border terms are products of constants: never quantized, never a node to fall back
+    names = [n.name for n in ranges.quantizable_nodes(model)]
+    assert [n.name for n in ranges.quantizable_nodes(shifted)] == names
+    ref, got = evaluate.run(model, data), evaluate.run(shifted, data)
+    assert np.allclose(ref["y"], got["y"], rtol=1e-4, atol=1e-4)  # the same function
+    assert sorted(pins.values()) == sorted([th["a1"] / 2, th["f"] / 2])
+    stats = shift.pinned(_stats(shifted, data), pins)
+    assert all(stats.thresholds(m)[t] == c for m in ranges.METHODS for t, c in pins.items())
+    q = int8.quantize(shifted, stats.thresholds("minmax"), data[:8])
+    assert not int8.check_structure(q) and sorted(int8.quantized_nodes(q)) == sorted(names)
+    inits = {i.name: numpy_helper.to_array(i) for i in q.graph.initializer}
+    scales = {
+        n.input[0]: float(inits[n.input[1]]) for n in q.graph.node if n.op_type == "QuantizeLinear"
+    }
+    for t, c in pins.items():
+        assert scales[t] == pytest.approx(c / 127, rel=1e-6)  # [-c, c] on all 255 levels
+
+    def error(m, pins=None):  # with bias correction, which also takes back the shift's share
+        m = equalize.correct_bias(m, data[:64])[0]  # of weight rounding (c * sum(W_q - W))
+        th = shift.pinned(_stats(m, data), pins or {}).thresholds("minmax")
+        qm = int8.quantize(m, th, data[:8], only=["dw", "fc"])  # the layers whose inputs moved
+        return 1 - float(gate.cosine_rows(ref["y"], evaluate.run(qm, data)["y"]).mean())
+
+    assert error(shifted, pins) < 0.8 * error(model)
+
+
+def test_shift_leaves_padded_convolutions_of_an_any_size_model(data):
+    """Without a fixed height and width no border map fits every input: only the Gemm's input is
+    shifted, and the model still computes the same."""
+    from edgert.quantize import shift
+
+    model = block_model()
+    for d, name in zip(
+        model.graph.input[0].type.tensor_type.shape.dim[2:], ("H", "W"), strict=True
+    ):
+        d.ClearField("dim_value")
+        d.dim_param = name
+    shifted, report, _ = shift.shift_activations(
+        model, _stats(model, data).thresholds("minmax"), data[:1]
+    )
+    assert report == {"shifted": 1, "with_border_map": 0, "skipped_dynamic_size": 1}
+    assert np.allclose(
+        evaluate.run(model, data)["y"], evaluate.run(shifted, data)["y"], rtol=1e-4, atol=1e-4
+    )
+
+
+def test_build_with_shift(tmp_path, data):
+    from edgert.export import export_model
+    from edgert.quantize import build
+
+    onnx.save(block_model(), tmp_path / "block.onnx")
+    bundle = export_model(str(tmp_path / "block.onnx"), tmp_path / "b.edgert").bundle
+    np.savez(tmp_path / "calib.npz", x=data)
+    report = build(bundle, "int8", calib=str(tmp_path / "calib.npz"), holdout_size=24,
+                   gate_rules="off", prepare="equalize+bias,equalize+shift+bias")  # fmt: skip
+    prep = report.quantization["preparation"]
+    assert set(prep["candidates"]) == {"equalize+bias", "equalize+shift+bias"}
+    assert (
+        prep["candidates"]["equalize+shift+bias"]["cosine"]
+        > prep["candidates"]["equalize+bias"]["cosine"]
+    )
+    assert prep["kept"] == "equalize+shift+bias" and prep["shift"]["shifted"] == 2
+    q = onnx.load(str(bundle / "model.int8.onnx"))
+    assert "Sub" in {n.op_type for n in q.graph.node} and not int8.check_structure(q)

@@ -5,12 +5,13 @@ never goes below 0, is quantized on the levels 0..127 only — half of INT8's re
 an input of a weighted node is moved to the middle of its range before it is quantized:
 ``x' = x - c`` with ``c = T / 2`` (``T`` its calibrated threshold), so ``x'`` spans ``[-T/2, T/2]``
 on all 255 levels with half the step; the node's bias takes the shift back (``b + c * sum(W)``
-per output channel), and for a convolution with zero padding, whose border pixels would otherwise
-see ``-c`` where the input had 0, a constant map adds the padded taps' share back at the border
-(``-c * sum of the taps outside``; needs the input's height and width fixed). The FP32 model
-computes the same (to float rounding); the Q/DQ model keeps TensorRT's form (Q/DQ only at the
-weighted nodes' inputs) with one ``Sub`` before each shifted Q and, for padded convolutions, one
-``Add`` of a constant after them: element-wise work TensorRT can fuse into the neighbouring
+per output channel); a convolution with zero padding, whose border taps would read ``x' = 0``
+where the input had ``x = 0`` (``x' = -c``), instead gets ``c *`` (the weights whose taps fall
+inside the input) added back per output position, from three small constants multiplied out
+(:func:`_border_terms`; needs the input's height and width fixed). The FP32 model computes the
+same (to float rounding); the Q/DQ model keeps TensorRT's form (Q/DQ only at the weighted nodes'
+inputs) with one ``Sub`` before each shifted Q and, for padded convolutions, one ``Add`` of a
+folded constant after them: element-wise work TensorRT can fuse into the neighbouring
 convolutions. The shifted inputs' thresholds are pinned to ``c`` (:class:`Pinned`), whatever
 calibration method is chosen for the rest.
 """
@@ -125,7 +126,7 @@ def shift_activations(model, thresholds: dict[str, float], sample: np.ndarray):
             t: v.shape for t, v in next(Exposed(out, padded_inputs).batches(sample[:1], 1)).items()
         }
     before, after, pins = {}, {}, {}
-    report = {"shifted": 0, "with_border_map": 0, "skipped_dynamic_size": 0}
+    report = {"shifted": 0, "with_border_terms": 0, "skipped_dynamic_size": 0}
     for n, padded in candidates:
         t = n.input[0]
         c = float(thresholds[t]) / 2
@@ -153,7 +154,7 @@ def shift_activations(model, thresholds: dict[str, float], sample: np.ndarray):
                                  name=f"{n.name}_shift_border_add"),
             ]  # fmt: skip
             n.output[0] = raw
-            report["with_border_map"] += 1
+            report["with_border_terms"] += 1
             total = np.zeros_like(total)
         bias = gr.array(n.input[2]).astype(np.float64) if len(n.input) > 2 and n.input[2] else 0.0
         b_name = n.input[2] if len(n.input) > 2 and n.input[2] else f"{n.name}_shift_bias"

@@ -212,7 +212,7 @@ def test_shift_keeps_fp32_and_uses_all_int8_levels(data, ceiling):
     model = equalize.equalize(block_model(ceiling), data[:64])[0]
     th = _stats(model, data).thresholds("minmax")
     shifted, report, pins = shift.shift_activations(model, th, data[:1])
-    assert report == {"shifted": 2, "with_border_map": 1, "skipped_dynamic_size": 0}
+    assert report == {"shifted": 2, "with_border_terms": 1, "skipped_dynamic_size": 0}
     assert {n.op_type for n in shifted.graph.node} >= {"Sub", "Add", "MatMul"}
     # the border terms are products of constants: never quantized, never a node to fall back
     names = [n.name for n in ranges.quantizable_nodes(model)]
@@ -254,7 +254,7 @@ def test_shift_leaves_padded_convolutions_of_an_any_size_model(data):
     shifted, report, _ = shift.shift_activations(
         model, _stats(model, data).thresholds("minmax"), data[:1]
     )
-    assert report == {"shifted": 1, "with_border_map": 0, "skipped_dynamic_size": 1}
+    assert report == {"shifted": 1, "with_border_terms": 0, "skipped_dynamic_size": 1}
     assert np.allclose(
         evaluate.run(model, data)["y"], evaluate.run(shifted, data)["y"], rtol=1e-4, atol=1e-4
     )

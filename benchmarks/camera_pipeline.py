@@ -12,12 +12,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from json_report import write_json
 
 from edgert.apps.camera.overlay import draw
 from edgert.apps.camera.pipeline import Pipeline
@@ -153,10 +153,7 @@ def main() -> None:
     f = result["fast_source"]
     print(f"source {f['source_fps']:.0f} fps > model: {f['fps']:.1f} fps processed, {f['dropped']} dropped; "
           f"e2e p99 first third {first:.1f} ms, last third {last:.1f} ms")  # fmt: skip
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out}")
+    write_json(args.json, result)
 
 
 if __name__ == "__main__":

@@ -18,12 +18,12 @@ writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from json_report import write_json
 
 SIZE, STRIDE, CLASSES = 96, 8, 10
 GRID = SIZE // STRIDE
@@ -243,10 +243,7 @@ def main() -> None:
     for label, r in result["rows"].items():
         print(f"{label:<22}{r['box_f1_vs_fp32']:>16.4f}{r['cosine']:>9.4f}{r['truth_f1']:>13.4f}"
               f"{r['truth_precision']:>11.4f}{r['truth_recall']:>8.4f}")  # fmt: skip
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out}")
+    write_json(args.json, result)
 
 
 if __name__ == "__main__":

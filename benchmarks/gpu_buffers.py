@@ -11,11 +11,10 @@ copy bandwidth >= 90 % of raw.
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import numpy as np
+from json_report import write_json
 
 KERNEL = r"""
 extern "C" __global__ void reduce_rows(const float* x, float* y, int rows, int cols) {
@@ -175,12 +174,7 @@ def main() -> None:
     print(f"{'measure':<34}{'value':>12}")
     for k, v in results.items():
         print(f"{k:<34}{v:>12.3f}")
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        json.dumps({"device": ctx.name, "zero_copy": ctx.zero_copy, "results": results}, indent=2)
-    )
-    print(f"wrote {path}")
+    write_json(args.json, {"device": ctx.name, "zero_copy": ctx.zero_copy, "results": results})
 
 
 if __name__ == "__main__":

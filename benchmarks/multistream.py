@@ -22,13 +22,13 @@ mean per-stream FPS.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from json_report import write_json
 
 from edgert.apps.camera.app import run_streams
 from edgert.apps.camera.sources import SyntheticSource
@@ -142,20 +142,8 @@ def main() -> None:
     if four and not args.live:
         print(f"\n4 streams batched: {four['vs_batch1']:.2f}x the --batch 1 throughput (goal >= 1.2x), "
               f"slowest stream {four['min_over_mean']:.2f}x the mean (goal >= 0.9x)")  # fmt: skip
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "backend": backend,
-                "live_fps": args.live,
-                "rows": rows,
-                "engine_alone_ms_per_image": alone,
-            },
-            indent=2,
-        )
-    )
-    print(f"wrote {out}")
+    write_json(args.json, {"backend": backend, "live_fps": args.live, "rows": rows,
+                           "engine_alone_ms_per_image": alone})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -12,11 +12,10 @@ power samples (target: within 5 %). Prints a table, writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import numpy as np
+from json_report import write_json
 
 BURN = r"""
 extern "C" __global__ void burn(float* x, int iters) {
@@ -120,12 +119,7 @@ def main() -> None:
         r["counter_vs_trapezoid_pct"] = diff
         print(f"{cap or 0:>8.1f}{r['mean_w_after_settle']:>9.1f}{vs:>9}{r['throughput_ips']:>9.1f}"
               f"{r['mj_per_inference_counter']:>16.1f}{r['mj_per_inference_trapezoid']:>14.1f}{diff:>6.1f}%")  # fmt: skip
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps({"sensor": sensor.describe(), "idle_w": idle, "rows": rows}, indent=2)
-    )
-    print(f"wrote {out}")
+    write_json(args.json, {"sensor": sensor.describe(), "idle_w": idle, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -24,13 +24,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import logging
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnx
+from json_report import write_json
 
 from edgert.export import export_model
 from edgert.export.zoo.mobilenet_v2 import PREPROCESSING
@@ -301,16 +301,8 @@ def main() -> None:
         f"cosine P-Net {h['cosine_pnet']:.4f} R-Net {h['cosine_rnet']:.4f} O-Net {h['cosine_onet']:.4f}, "
         f"nodes in FP32: {sum(len(v) for v in fc['kept_fp32'].values())}"
     )
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {"mobilenet_v2": mb, "digits_cnn": dg, "faces": fc, "strict_gate": STRICT},
-            indent=2,
-            default=str,
-        )
-    )
-    print(f"wrote {out}")
+    write_json(args.json, {"mobilenet_v2": mb, "digits_cnn": dg, "faces": fc, "strict_gate": STRICT},
+               default=str)  # fmt: skip
 
 
 if __name__ == "__main__":

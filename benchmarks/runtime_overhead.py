@@ -9,7 +9,6 @@ model. Runs both alternately (so drift hits both), reports medians, prints a tab
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+from json_report import write_json
 from onnx import TensorProto, helper
 
 from edgert.runtime.engine import Engine
@@ -112,15 +112,12 @@ def main() -> None:
         print(
             f"{case:<26}{r['bare_us']:>10.1f}us{r['engine_us']:>12.1f}us{r['added_us']:>10.1f}us{r['overhead_pct']:>9.2f}%"
         )
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
         "onnxruntime": ort.__version__,
         "providers": ["CPUExecutionProvider"],
         "targets": {"mobilenet_overhead_pct": 3.0, "trivial_added_us": 20.0},
     }
-    out.write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
-    print(f"wrote {out}")
+    write_json(args.json, {"meta": meta, "results": rows})
 
 
 if __name__ == "__main__":

@@ -89,22 +89,29 @@ def load(
                 "this model is not from the zoo: give calibration data with --calib (a folder of images, a video or an .npz)"
             )
         return _zoo(zoo[4:], manifest, calib_size, holdout_size, seed)
+    path, pool, kind = _pool(source, calib_size + holdout_size)
+    if pool is None:
+        return _npz(path, manifest, calib_size, holdout_size, seed)
+    return _split_images(pool, manifest, calib_size, holdout_size, seed, kind)
+
+
+def _pool(source: str, wanted: int) -> tuple[Path, list[np.ndarray] | None, str]:
+    """(path, the images of a folder or ``wanted`` frames of a video — None for an .npz —, what
+    they are)."""
     path = Path(source)
     if not path.exists():
         raise SourceError(f"calibration source {path} does not exist")
     if path.is_dir():
         pool = _images_from_folder(path)
-        kind = f"{len(pool)} images in {path}"
-    elif path.suffix.lower() == ".npz":
-        return _npz(path, manifest, calib_size, holdout_size, seed)
-    elif path.suffix.lower() in VIDEO_SUFFIXES:
-        pool = _frames_from_video(path, calib_size + holdout_size)
-        kind = f"{len(pool)} frames of {path}"
-    else:
-        raise SourceError(
-            f"{path} is not a folder of images, a video ({', '.join(sorted(VIDEO_SUFFIXES))}) or an .npz"
-        )
-    return _split_images(pool, manifest, calib_size, holdout_size, seed, kind)
+        return path, pool, f"{len(pool)} images in {path}"
+    if path.suffix.lower() == ".npz":
+        return path, None, str(path)
+    if path.suffix.lower() in VIDEO_SUFFIXES:
+        pool = _frames_from_video(path, wanted)
+        return path, pool, f"{len(pool)} frames of {path}"
+    raise SourceError(
+        f"{path} is not a folder of images, a video ({', '.join(sorted(VIDEO_SUFFIXES))}) or an .npz"
+    )
 
 
 def load_images(
@@ -135,27 +142,16 @@ def load_images(
 
         what = f"random crops/flips/colour jitter of the {1 + len(others)} bundled photos (half of the face photo)"
         return crops(calib_size, 3000), crops(holdout_size, 4000), what
-    path = Path(source)
-    if not path.exists():
-        raise SourceError(f"calibration source {path} does not exist")
-    if path.is_dir():
-        pool, kind = _images_from_folder(path), f"images in {path}"
-    elif path.suffix.lower() in VIDEO_SUFFIXES:
-        pool, kind = _frames_from_video(path, calib_size + holdout_size), f"frames of {path}"
-    elif path.suffix.lower() == ".npz":
-        with np.load(path) as z:
-            arr = z[z.files[0]] if z.files else np.zeros(0)
-        if not (arr.dtype == np.uint8 and arr.ndim == 4 and arr.shape[-1] in (1, 3)):
+    path, pool, kind = _pool(source, calib_size + holdout_size)
+    if pool is None:
+        arr, _ = _read_npz(path, manifest)
+        if not _raw_images(arr):
             raise SourceError(
                 f"{path} must hold uint8 images (N, H, W, 3) for this model: it takes whole images"
             )
-        pool, kind = list(arr), f"images in {path}"
-    else:
-        raise SourceError(
-            f"{path} is not a folder of images, a video ({', '.join(sorted(VIDEO_SUFFIXES))}) or an .npz"
-        )
-    cal_idx, hold_idx = _split(len(pool), calib_size, holdout_size, seed, f"{len(pool)} {kind}")
-    return [pool[i] for i in cal_idx], [pool[i] for i in hold_idx], f"{len(pool)} {kind}"
+        pool, kind = list(arr), f"{len(arr)} images in {path}"
+    cal_idx, hold_idx = _split(len(pool), calib_size, holdout_size, seed, kind)
+    return [pool[i] for i in cal_idx], [pool[i] for i in hold_idx], kind
 
 
 def _preprocess(manifest: Manifest, images: list[np.ndarray], what: str) -> np.ndarray:
@@ -248,9 +244,14 @@ def _frames_from_video(path: Path, wanted: int) -> list[np.ndarray]:
     return frames
 
 
-def _npz(
-    path: Path, manifest: Manifest, calib_size: int, holdout_size: int, seed: int
-) -> CalibrationData:
+def _raw_images(arr: np.ndarray) -> bool:
+    """Whether an .npz array is raw uint8 images (N x H x W x C) rather than model inputs."""
+    return arr.dtype == np.uint8 and arr.ndim == 4 and arr.shape[-1] in (1, 3)
+
+
+def _read_npz(path: Path, manifest: Manifest) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the samples: the array named like the model's input, else the first that is not
+    ``labels``; the labels or None), checked to be numeric, finite and as many as the labels."""
     try:
         with np.load(path, allow_pickle=False) as data:
             keys = [k for k in data if k != "labels"]
@@ -271,9 +272,15 @@ def _npz(
         raise SourceError(f"{path} holds NaN or infinite values; calibration needs real inputs")
     if labels is not None and len(labels) != len(arr):
         raise SourceError(f"{path} has {len(labels)} labels for {len(arr)} samples")
+    return arr, labels
+
+
+def _npz(
+    path: Path, manifest: Manifest, calib_size: int, holdout_size: int, seed: int
+) -> CalibrationData:
+    arr, labels = _read_npz(path, manifest)
     spec = manifest.inputs[0]
-    raw_images = arr.dtype == np.uint8 and arr.ndim == 4 and arr.shape[-1] in (1, 3)
-    if raw_images:
+    if _raw_images(arr):
         return _split_images(
             list(arr), manifest, calib_size, holdout_size, seed, f"{len(arr)} images in {path}"
         )

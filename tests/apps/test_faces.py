@@ -113,3 +113,9 @@ def test_int8_face_detector_gives_nodes_back_when_the_gate_asks_more(tmp_path):
     assert q["holdout_before_fallback"]["cosine_pnet"] < 0.9965 <= q["holdout"]["cosine"]
     assert q["networks"]["pnet"]["kept_fp32"] and not q["networks"]["rnet"]["kept_fp32"]
     assert "pnet gives nodes back to FP32" in proc.stdout + proc.stderr
+
+
+def test_face_detector_calibration_from_a_damaged_npz(mtcnn, tmp_path):
+    (tmp_path / "x.npz").write_bytes(b"not a zip file")
+    proc = run_cli("build", mtcnn.bundle, "--precision", "int8", "--calib", tmp_path / "x.npz")
+    assert_user_error(proc, "not a readable .npz")

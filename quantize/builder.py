@@ -126,7 +126,6 @@ def build(
             )
         if faces:
             job.report.quantization = _faces_int8(job)
-            job.report.engine = {"built": False, "reason": _FACES_NO_PLAN}
         elif precision == "int8":
             job.report.quantization = _int8(job)
         elif precision == "fp16":
@@ -135,6 +134,7 @@ def build(
             job.report.quantization = _fp8(job)
         _commit(bundle.path, job.manifest, job.report.pending)
         if faces:
+            job.report.engine = {"built": False, "reason": _FACES_NO_PLAN}
             say(f"no TensorRT plan: {_FACES_NO_PLAN}")
         elif no_engine:
             job.report.engine = {"built": False, "reason": "--no-engine"}
@@ -419,7 +419,7 @@ def _faces_int8(job: _Job) -> dict:
         cos = {n: faces.network_cosine(r) for n, r in nets.items()}
         metrics = {
             "cosine": min(cos.values()),
-            **faces.face_agreement(ref_faces, got),
+            **gate.box_agreement(ref_faces, got),  # faces: all class 0
             **{f"cosine_{n}": c for n, c in cos.items()},
         }
         return gate.Evaluation(metrics)
@@ -427,11 +427,7 @@ def _faces_int8(job: _Job) -> dict:
     ev = judge()
     first = dict(ev.metrics)
     job.say(f"INT8 face detector vs FP32 on the hold-out: {ev.summary()}")
-    if ev.metrics["boxes_fp32"] == 0:
-        job.say(
-            "warning: FP32 finds no faces in the hold-out images, so box F1 judges nothing: "
-            "calibrate with images of faces (--calib)"
-        )
+    _say_if_nothing_found(job, ev, len(hold_images), "faces", "faces")
     tried: list[str] = []
     while not ev.passes(job.rules) and len(tried) < len(nets):
         name = min((n for n in nets if n not in tried), key=lambda n: ev.metrics[f"cosine_{n}"])
@@ -489,6 +485,15 @@ def _faces_int8(job: _Job) -> dict:
     return section
 
 
+def _say_if_nothing_found(job: _Job, ev, samples: int, what: str, of: str) -> None:
+    """A detector's box F1 of 1.0 on a hold-out where FP32 finds nothing judged nothing: say so."""
+    if ev.metrics.get("boxes_fp32") == 0:
+        job.say(
+            f"warning: FP32 finds no {what} on the {samples} hold-out samples, so box F1 judges "
+            f"nothing: calibrate with images of {of} (--calib)"
+        )
+
+
 def _gate_record(job: _Job, thresholds, first: dict, ev, quantized: int, nodes, fallback) -> dict:
     """The manifest's record of a quantized model's calibration and gate."""
     return {
@@ -520,11 +525,7 @@ def _gate(job: _Job, prep, fit, thresholds, nodes, validation, hold, ref: _Refer
     q = quantize(prep.model, thresholds, validation)
     ev = gate.evaluate(ref.holdout, evaluate.run(q, hold.inputs), task, hold.labels)
     job.say(f"{label} vs FP32 on the hold-out: {ev.summary()}")
-    if ev.metrics.get("boxes_fp32") == 0:
-        job.say(
-            f"warning: FP32 finds no boxes on the {len(hold.inputs)} hold-out samples (confidence "
-            "0.25), so box F1 judges nothing: calibrate with images of what the model detects (--calib)"
-        )
+    _say_if_nothing_found(job, ev, len(hold.inputs), "boxes", "what the model detects")
     first = dict(ev.metrics)
     if ev.passes(job.rules):
         return q, ev, first, None

@@ -117,20 +117,6 @@ def subset(x: np.ndarray, n: int, seed: int) -> np.ndarray:
     return x if len(x) <= n else x[np.sort(np.random.default_rng(seed).permutation(len(x))[:n])]
 
 
-def face_agreement(ref: list[list], got: list[list]) -> dict[str, float]:
-    """Box F1 of the faces ``got`` against ``ref`` (per image, IoU >= 0.5) and FP32's faces per
-    image."""
-    matched = sum(
-        gate.matched_boxes([d.box for d in r], [0] * len(r), [d.box for d in g], [0] * len(g))
-        for r, g in zip(ref, got, strict=True)
-    )
-    total = sum(len(r) for r in ref) + sum(len(g) for g in got)
-    return {
-        "box_f1": 2 * matched / total if total else 1.0,
-        "boxes_fp32": sum(len(r) for r in ref) / max(1, len(ref)),
-    }
-
-
 @dataclass
 class NetworkResult:
     prep: int8_search.Preparation

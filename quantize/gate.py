@@ -173,21 +173,28 @@ def matched_boxes(boxes_a, classes_a, boxes_b, classes_b, min_iou: float = 0.5) 
     return len(used)
 
 
-def _box_agreement(
-    ref_outs: list[np.ndarray], got_outs: list[np.ndarray], num_classes: int | None
-) -> dict[str, float]:
-    """``box_f1``, and ``boxes_fp32``: FP32's boxes per sample (0: the F1 of 1.0 judged nothing)."""
-    from edgert.runtime.detection import decode_detections
-
-    def decode(outs):
-        return decode_detections(outs, num_classes=num_classes)
-
+def box_agreement(ref: list[list], got: list[list]) -> dict[str, float]:
+    """``box_f1`` of the detections ``got`` against ``ref`` (per sample, matched by
+    :func:`matched_boxes`), and ``boxes_fp32``: ``ref``'s boxes per sample (0: the F1 of 1.0
+    judged nothing)."""
     matched = total_ref = total_got = 0
-    for r, g in zip(decode(ref_outs), decode(got_outs), strict=True):
+    for r, g in zip(ref, got, strict=True):
         total_ref += len(r)
         total_got += len(g)
         matched += matched_boxes(
             [d.box for d in r], [d.class_id for d in r], [d.box for d in g], [d.class_id for d in g]
         )
     f1 = 2 * matched / (total_ref + total_got) if total_ref + total_got else 1.0
-    return {"box_f1": f1, "boxes_fp32": total_ref / max(1, len(ref_outs[0]))}
+    return {"box_f1": f1, "boxes_fp32": total_ref / max(1, len(ref))}
+
+
+def _box_agreement(
+    ref_outs: list[np.ndarray], got_outs: list[np.ndarray], num_classes: int | None
+) -> dict[str, float]:
+    """:func:`box_agreement` of a detector's outputs, decoded as the app decodes them."""
+    from edgert.runtime.detection import decode_detections
+
+    return box_agreement(
+        decode_detections(ref_outs, num_classes=num_classes),
+        decode_detections(got_outs, num_classes=num_classes),
+    )

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import equalize, evaluate, gate, int8, ranges
+from . import equalize, evaluate, gate, int8, ranges, shift
 
 MAX_FALLBACK_FRACTION = 0.5
 PREPARATIONS = ("none", "equalize", "bias", "equalize+bias")  # what "auto" tries
@@ -149,8 +149,6 @@ def choose_preparation(
             base, report["equalize"] = equalized
         pins: dict[str, float] = {}
         if "shift" in name:  # around the thresholds the percentile method (or the forced one) gives
-            from . import shift
-
             before = ranges.collect(
                 base, fit, ranges.activation_inputs(base, ranges.quantizable_nodes(base))
             )
@@ -164,10 +162,7 @@ def choose_preparation(
             )
         nodes = ranges.quantizable_nodes(prepared)
         stats = ranges.collect(prepared, fit, ranges.activation_inputs(prepared, nodes))
-        if pins:
-            from . import shift
-
-            stats = shift.pinned(stats, pins)
+        stats = shift.pinned(stats, pins)  # as it is when nothing was shifted
         all_stats[name] = stats
         if "adaround" in name:  # learned with the inputs quantized as the percentile method would
             from . import adaround

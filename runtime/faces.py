@@ -95,7 +95,6 @@ class MtcnnDetector:
                 raise BundleError(f"{b.path / file} is not recorded in the manifest")
             verify_hash(b.path / file, hashes[file])
             files[name] = b.path / file
-        self.precision = "int8" if precision == "int8" else "fp32"
         self.engines = {
             name: Engine.load(file, backend=backend, **options) for name, file in files.items()
         }

@@ -295,14 +295,12 @@ def _data(job: _Job, calib_size: int | None = None) -> calibration.CalibrationDa
 def _split(job: _Job, model):
     """(data, calibration samples, validation split of them, quantizable nodes)."""
     data = _data(job)
-    cal = data.calibration.inputs
-    n_val = max(4, min(64, len(cal) // 5))
     nodes = ranges.quantizable_nodes(model)
     if not nodes:
         raise ModelError(
             "the model has no Conv, Gemm or MatMul with constant weights: nothing to quantize"
         )
-    return data, cal[n_val:], cal[:n_val], nodes
+    return data, *int8_search.split_validation(data.calibration.inputs), nodes
 
 
 def _int8(job: _Job) -> dict:

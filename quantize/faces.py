@@ -136,8 +136,7 @@ def quantize_network(name: str, model, fit_all: np.ndarray, hold: np.ndarray, ca
             f"the FP32 detector finds too few face candidates in them; give images with faces (--calib)"
         )
     cal = subset(fit_all, calib_size, seed)
-    n_val = max(4, min(64, len(cal) // 5))
-    fit, validation = cal[n_val:], cal[:n_val]
+    fit, validation = int8_search.split_validation(cal)
     fp32 = evaluate.session(model)
     ref_val = evaluate.run(fp32, validation)
     say(f"{name}: {len(fit)} calibration inputs {list(fit.shape[1:])}, {len(hold)} hold-out")

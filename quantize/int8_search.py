@@ -34,6 +34,13 @@ SHIFT_PREPARATIONS = ("shift+bias", "equalize+shift+bias")
 ALL_PREPARATIONS = PREPARATIONS + SLOW_PREPARATIONS + SHIFT_PREPARATIONS
 
 
+def split_validation(cal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(calibration samples to fit ranges on, the validation split that chooses the method and
+    the preparation and ranks nodes): a fifth of them, 4 to 64."""
+    n_val = max(4, min(64, len(cal) // 5))
+    return cal[n_val:], cal[:n_val]
+
+
 @dataclass
 class MethodChoice:
     method: str

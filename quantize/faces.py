@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgert.runtime.errors import ModelError, SourceError
+from edgert.runtime.faces import NETWORKS
 
 from . import evaluate, gate, int8, int8_search
 
 TILE = 24  # P-Net calibration tiles (its receptive field is 12 x 12)
-NETWORKS = ("pnet", "rnet", "onet")
 MIN_INPUTS = 16
 
 

@@ -11,6 +11,8 @@ from .bundle import Bundle, verify_hash
 from .detection import Detection, nms
 from .errors import BundleError, ModelError
 
+NETWORKS = ("pnet", "rnet", "onet")  # the cascade, in the order it runs
+
 
 def int8_file(file: str) -> str:
     """The INT8 file of one of the bundle's networks: rnet.onnx -> rnet.int8.onnx."""
@@ -77,6 +79,12 @@ class MtcnnDetector:
         if b.manifest.task != "faces" or not models:
             raise BundleError(
                 f"{b.path} is not a face-detection bundle (export one with: edgert export zoo:mtcnn)"
+            )
+        missing = [n for n in NETWORKS if n not in models]
+        if missing:
+            raise BundleError(
+                f"{b.path}: the manifest names no {' or '.join(missing)} network; a face-detection "
+                f"bundle holds {', '.join(NETWORKS)} (export one with: edgert export zoo:mtcnn)"
             )
         if precision not in ("auto", "fp32", "int8"):
             raise ModelError(

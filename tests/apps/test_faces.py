@@ -119,3 +119,17 @@ def test_face_detector_calibration_from_a_damaged_npz(mtcnn, tmp_path):
     (tmp_path / "x.npz").write_bytes(b"not a zip file")
     proc = run_cli("build", mtcnn.bundle, "--precision", "int8", "--calib", tmp_path / "x.npz")
     assert_user_error(proc, "not a readable .npz")
+
+
+def test_a_face_bundle_without_all_three_networks_is_refused(mtcnn, tmp_path):
+    """A manifest from elsewhere that names only some of P-Net, R-Net and O-Net: one sentence
+    (for running it and for quantizing it), not a KeyError."""
+    import shutil
+
+    bundle = tmp_path / "two.edgert"
+    shutil.copytree(mtcnn.bundle, bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    del manifest["models"]["onet"]
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    assert_user_error(run_cli("run", bundle, photo_path("astronaut")), "onet")
+    assert_user_error(run_cli("build", bundle, "--precision", "int8", "--calib-size", "20"), "onet")

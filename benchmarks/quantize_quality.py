@@ -81,32 +81,14 @@ HELD_OUT_PHOTO = "camera"  # in the evaluation crops, never in calibration
 
 def prepared(fp32, name: str, calib: np.ndarray, validation, ref_val):
     """(model, thresholds, method, seconds, the model before bias correction) for a preparation,
-    its method chosen on validation."""
+    made by edgert build's own search with that one candidate (its method chosen on validation)."""
     import time
 
-    from edgert.quantize import adaround, equalize, shift
-
     t0 = time.perf_counter()
-    model = fp32
-    if "equalize" in name:
-        model = equalize.equalize(model, calib)[0]
-    pins = {}
-    if "shift" in name:  # around the percentile thresholds, as edgert build does
-        before = ranges.collect(
-            model, calib, ranges.activation_inputs(model, ranges.quantizable_nodes(model))
-        )
-        model, _, pins = shift.shift_activations(model, before.thresholds("percentile"), calib[:1])
-    base = model
-    if "bias" in name:
-        model = equalize.correct_bias(model, calib)[0]
-    nodes = ranges.quantizable_nodes(model)
-    stats = shift.pinned(ranges.collect(model, calib, ranges.activation_inputs(model, nodes)), pins)
-    if "adaround" in name:
-        model = adaround.adaround(model, calib, stats.thresholds("percentile"))[0]
-    choice = int8_search.choose_method(
-        model, stats, validation, ref_val, "classify", None, lambda s: None
-    )
-    return model, stats.thresholds(choice.method), choice.method, time.perf_counter() - t0, base
+    best = int8_search.choose_preparation(fp32, calib, validation, ref_val, "classify", None,
+                                          (name,), lambda s: None).best  # fmt: skip
+    thresholds = best.stats.thresholds(best.choice.method)
+    return best.model, thresholds, best.choice.method, time.perf_counter() - t0, best.base
 
 
 def mobilenet(

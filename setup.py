@@ -4,6 +4,10 @@ edgert.runtime and edgert.apps. setuptools' finder walks each folder, so every p
 in the wheel (a hand-written list once left edgert.runtime.power out). Metadata is in
 pyproject.toml."""
 
+import atexit
+import shutil
+import tempfile
+
 from setuptools import find_packages, setup
 
 FOLDERS = {"edgert.export": "export", "edgert.quantize": "quantize",
@@ -14,4 +18,13 @@ for name, folder in FOLDERS.items():
     packages.append(name)
     packages += [f"{name}.{sub}" for sub in find_packages(folder)]
 
-setup(packages=packages, package_dir=dict(FOLDERS))
+# `pip wheel .` / `python -m build` from the checkout: setuptools' build/ and *.egg-info go to a
+# scratch folder that is removed afterwards, not into the source tree
+scratch = tempfile.mkdtemp(prefix="edgert-setup-")
+atexit.register(shutil.rmtree, scratch, True)
+
+setup(
+    packages=packages,
+    package_dir=dict(FOLDERS),
+    options={"build": {"build_base": f"{scratch}/build"}, "egg_info": {"egg_base": scratch}},
+)

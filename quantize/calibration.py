@@ -15,7 +15,7 @@ import numpy as np
 
 from edgert.runtime.bundle import Manifest
 from edgert.runtime.errors import SourceError, first_line
-from edgert.runtime.images import IMAGE_SUFFIXES, read_image
+from edgert.runtime.images import IMAGE_SUFFIXES, check_pixels, read_image
 
 VIDEO_SUFFIXES = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v"}
 MIN_SAMPLES = 8
@@ -228,6 +228,13 @@ def _frames_from_video(path: Path, wanted: int) -> list[np.ndarray]:
     cap = cv2.VideoCapture(str(path))
     if not cap.isOpened():
         raise SourceError(f"{path} cannot be opened as a video")
+    try:
+        check_pixels(
+            cap.get(cv2.CAP_PROP_FRAME_WIDTH), cap.get(cv2.CAP_PROP_FRAME_HEIGHT), str(path)
+        )
+    except SourceError:
+        cap.release()
+        raise
     total = int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) or 0
     step = max(1, total // wanted) if total else 1
     frames, i = [], 0

@@ -8,11 +8,14 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from .outputs import HttpOutput, JsonlOutput, frame_record, open_output
+from edgert.runtime.errors import EdgertError, OutputError
+
+from .outputs import HttpOutput, JsonlOutput, frame_record, open_output, output_paths
 from .overlay import draw
 from .pipeline import Pipeline
-from .sources import SourceOptions, open_source
+from .sources import SourceOptions, open_source, redact, source_files
 from .tasks import steps_for
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,7 @@ class CameraConfig:
     mosaic: bool = False
     source_options: SourceOptions = field(default_factory=SourceOptions)
     sysfs_root: str | None = None
+    on_output_error: str = "stop"  # stop: the run ends; continue: that output ends, the run goes on
 
 
 def choose_batch(requested: int | None, streams: int, model) -> tuple[int, str | None]:
@@ -112,9 +116,12 @@ def run_streams(
 def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
     """Open the sources first (a wrong URI is reported before a model loads, which may mean
     building a TensorRT plan), then the model, power and outputs; run the pipeline; close
-    everything on every path; return the summary."""
+    everything on every path; return the summary. An output that fails (a full disk) is in the
+    summary's ``output_errors``: the run stopped there, or with ``on_output_error="continue"``
+    went on without it."""
     from edgert.runtime.tasks import load_task_model
 
+    check_outputs_apart(cfg)
     with contextlib.ExitStack() as stack:
         sources = open_sources(cfg.sources, cfg.source_options, stack)
         for i, source in enumerate(sources):
@@ -141,6 +148,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         pipeline, labels_seen = _pipeline(cfg, sources, model, power, outputs, batch)
         m_start = power.meter.now() if power.meter else None
         pipeline.run()
+        outputs.close()
         summary = pipeline.stats()
         summary.update(
             task=model.task,
@@ -148,9 +156,78 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             backend_reason=model.backend_reason,
             source=sources[0].description if len(sources) == 1 else f"{len(sources)} streams",
             labels_seen=dict(labels_seen.most_common(10)),
+            outputs=outputs.reports(),
         )
+        if outputs.errors:
+            summary["output_errors"] = outputs.errors
         summary.update(power.summary(m_start, summary))
         return summary
+
+
+def check_outputs_apart(cfg: CameraConfig) -> None:
+    """OutputError when a file the run would write is a file it reads (the same file: inode,
+    symlinks followed) or another output's file: ``--output file://clip.mp4`` on ``clip.mp4``
+    would destroy the source."""
+    reads = [f for uri in cfg.sources for f in source_files(uri)]
+    writes = output_paths(cfg.outputs, len(cfg.sources), cfg.mosaic)
+    if cfg.jsonl:
+        writes.append(("--jsonl", Path(cfg.jsonl)))
+    for k, (what, path) in enumerate(writes):
+        for src in reads:
+            if _same_file(path, src):
+                raise OutputError(
+                    f"{what} {path} is the source {src}: writing it would destroy what is read; "
+                    "pick another output file"
+                )
+        for other_what, other in writes[:k]:
+            if _same_file(path, other):
+                raise OutputError(f"{what} {path} and {other_what} {other} are the same file")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet): the same path once links are followed
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+class _Outputs:
+    """Every output of a run. One whose write fails (a full disk, a broken pipe) is closed and
+    reported; then the run stops (``stop``) or goes on without it (``continue``)."""
+
+    def __init__(self, outputs: list, policy: str) -> None:
+        self.live = list(outputs)
+        self.all = list(outputs)
+        self.policy = policy
+        self.errors: list[str] = []
+        self.on_stop = lambda: None
+
+    def write(self, frame, image, record: dict) -> None:
+        for o in list(self.live):
+            try:
+                o.write(frame, image, record)
+            except OutputError as exc:
+                self._failed(o, exc)
+
+    def _failed(self, o, exc: EdgertError) -> None:
+        self.live.remove(o)
+        self.errors.append(str(exc))
+        with contextlib.suppress(EdgertError, OSError):
+            o.close()
+        if self.policy == "continue":
+            log.warning("%s; going on without that output", exc)
+        else:
+            self.on_stop()
+
+    def close(self) -> None:
+        while self.live:
+            try:
+                self.live.pop(0).close()
+            except OutputError as exc:
+                self.errors.append(str(exc))
+
+    def reports(self) -> list:
+        return [o.report() for o in self.all if hasattr(o, "report")]
 
 
 @dataclass
@@ -207,7 +284,7 @@ class _Power:
         return out
 
 
-def _open_outputs(cfg: CameraConfig, sources: list, stack: contextlib.ExitStack, say) -> list:
+def _open_outputs(cfg: CameraConfig, sources: list, stack: contextlib.ExitStack, say) -> _Outputs:
     uris = list(cfg.outputs)
     has_display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
     if not uris and not cfg.headless and has_display:
@@ -216,17 +293,22 @@ def _open_outputs(cfg: CameraConfig, sources: list, stack: contextlib.ExitStack,
     outputs = []
     for uri in uris:
         out = open_output(uri, fps, len(sources), cfg.mosaic)
-        stack.callback(out.close)
+        stack.callback(_quiet_close, out)  # on an error path; the run closes them itself
         outputs.append(out)
         if isinstance(out, HttpOutput):
             say(f"web viewer: {out.url}")
     if cfg.jsonl:
-        header = {"streams": [{"stream": i, "uri": uri, "source": s.description}
+        header = {"streams": [{"stream": i, "uri": redact(uri), "source": s.description}
                               for i, (uri, s) in enumerate(zip(cfg.sources, sources))]}  # fmt: skip
         out = JsonlOutput(cfg.jsonl, header)
-        stack.callback(out.close)
+        stack.callback(_quiet_close, out)
         outputs.append(out)
-    return outputs
+    return _Outputs(outputs, cfg.on_output_error)
+
+
+def _quiet_close(out) -> None:
+    with contextlib.suppress(EdgertError, OSError):
+        out.close()
 
 
 def _pipeline(cfg: CameraConfig, sources: list, model, power: _Power, outputs: list, batch: int):
@@ -235,8 +317,8 @@ def _pipeline(cfg: CameraConfig, sources: list, model, power: _Power, outputs: l
     t0 = time.monotonic()
     last_stats: list = [0.0, {}]
     last_records: dict = {}
-    drawn = any(not isinstance(o, JsonlOutput) for o in outputs)
-    web = [o for o in outputs if isinstance(o, HttpOutput)]
+    drawn = any(not isinstance(o, JsonlOutput) for o in outputs.all)
+    web = [o for o in outputs.all if isinstance(o, HttpOutput)]
     many = len(sources) > 1
 
     def sink(frame) -> None:
@@ -256,12 +338,12 @@ def _pipeline(cfg: CameraConfig, sources: list, model, power: _Power, outputs: l
         image = frame.image
         if drawn:
             image = draw(frame.image, frame.results, _overlay_lines(s, frame.stream, sources, many))
-        for o in outputs:
-            o.write(frame, image, record)
+        outputs.write(frame, image, record)
 
     steps = steps_for(model, power.runner)
     pipeline = Pipeline(sources, steps, sink, batch, cfg.batch_timeout_ms / 1e3, cfg.queue_size,
                         cfg.duration, cfg.max_frames)  # fmt: skip
+    outputs.on_stop = pipeline.stop
     return pipeline, labels_seen
 
 

@@ -14,12 +14,14 @@ stream's source, then one line per frame with its ``"stream"``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
 import math
 import os
 import re
+import socket
 import sys
 import tempfile
 import threading
@@ -99,11 +101,13 @@ class Output:
 class JsonlOutput(Output):
     def __init__(self, path: str, header: dict | None = None) -> None:
         self.path = Path(path)
+        self.name = f"--jsonl {path}"
+        self.failed = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.fh = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
         except OSError as exc:
-            raise OutputError(f"cannot write {path}: {exc.strerror}") from exc
+            raise OutputError(atomic.describe_os_error(exc, self.path)) from exc
         if header is not None:
             self.write(None, None, header)
 
@@ -112,16 +116,35 @@ class JsonlOutput(Output):
             self.fh.write(json.dumps(record) + "\n")
             self.fh.flush()
         except OSError as exc:
-            raise OutputError(f"cannot write {self.path}: {exc.strerror}") from exc
+            self.failed = True
+            raise OutputError(atomic.describe_os_error(exc, self.path)) from exc
 
     def close(self) -> None:
-        self.fh.close()
+        try:
+            self.fh.close()
+        except OSError as exc:  # what was still buffered: said once, not over the first error
+            if not self.failed:
+                self.failed = True
+                raise OutputError(atomic.describe_os_error(exc, self.path)) from exc
 
 
 class VideoFileOutput(Output):
+    """A video file. Every frame goes in at the size of the first: others are letterboxed into it
+    (and counted). A write that fails (a full disk) raises OutputError, and the finished file is
+    opened again and its frames counted: a file that cannot be played, or holds fewer frames than
+    were written, is an error, not a success."""
+
+    CHECK_SPACE_S = 1.0
+
     def __init__(self, path: str, fps: float = 30.0) -> None:
         self.path, self.fps = Path(path), fps
+        self.name = f"video {path}"
         self.writer = None
+        self.size: tuple[int, int] | None = None
+        self.frames = 0
+        self.letterboxed = 0
+        self.failed = False
+        self._space_checked = 0.0
         blocker = next((p for p in self.path.parents if p.exists() and not p.is_dir()), None)
         if blocker is not None:
             raise OutputError(f"cannot write video {self.path}: {blocker} is a file, not a folder")
@@ -137,11 +160,18 @@ class VideoFileOutput(Output):
                 + atomic.describe_os_error(exc, self.path.parent).split(": ", 1)[-1]
             ) from exc
 
+    def _fail(self, why: str) -> OutputError:
+        self.failed = True
+        return OutputError(f"video {self.path}: {why}")
+
     def write(self, frame, overlay_image, record: dict) -> None:
         import cv2
 
+        from .sources import quiet_opencv
+
         if self.writer is None:
             h, w = overlay_image.shape[:2]
+            self.size = (w, h)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.writer = cv2.VideoWriter(
                 str(self.path), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, (w, h)
@@ -150,11 +180,57 @@ class VideoFileOutput(Output):
                 raise OutputError(
                     f"cannot write video {self.path} (no mp4v encoder in this OpenCV?)"
                 )
-        self.writer.write(overlay_image)
+        if overlay_image.shape[1::-1] != self.size:  # a stream whose size changed mid-run
+            overlay_image = _letterbox(overlay_image, self.size)
+            self.letterboxed += 1
+        with quiet_opencv():
+            ok = self.writer.write(overlay_image)
+        if ok is False:  # OpenCV 5 says; 4.x returns None and the file is checked on close
+            raise self._fail(f"writing frame {self.frames + 1} failed ({self._why()})")
+        self.frames += 1
+        now = time.monotonic()
+        if now - self._space_checked >= self.CHECK_SPACE_S:
+            self._space_checked = now
+            if self._free_bytes() == 0:
+                raise self._fail("no space left on the device")
+
+    def _free_bytes(self) -> int | None:
+        try:
+            st = os.statvfs(self.path.parent)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
+
+    def _why(self) -> str:
+        return "no space left on the device" if self._free_bytes() == 0 else "the disk may be full"
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.release()
+        if self.writer is None:
+            return
+        import cv2
+
+        from .sources import quiet_opencv
+
+        self.writer.release()
+        self.writer = None
+        if self.failed:
+            return
+        with quiet_opencv():
+            cap = cv2.VideoCapture(str(self.path))
+            opened = cap.isOpened()
+            count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) if opened else 0
+            cap.release()
+        if not opened:
+            raise self._fail(
+                f"the file cannot be played after {self.frames} frames ({self._why()})"
+            )
+        if 0 < count < self.frames:
+            raise self._fail(
+                f"the file holds {count} of the {self.frames} frames written ({self._why()})"
+            )
+
+    def report(self) -> dict:
+        return {"output": str(self.path), "frames": self.frames, "letterboxed": self.letterboxed}
 
 
 def stream_of(frame) -> int:
@@ -178,8 +254,17 @@ class StreamFilesOutput(Output):
         self.files[stream_of(frame)].write(frame, overlay_image, record)
 
     def close(self) -> None:
+        errors = []
         for f in self.files:
-            f.close()
+            try:
+                f.close()
+            except OutputError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def report(self) -> list:
+        return [f.report() for f in self.files]
 
 
 class MosaicOutput(Output):
@@ -224,6 +309,9 @@ class MosaicOutput(Output):
                 self._emit()
         finally:
             self.target.close()
+
+    def report(self):
+        return getattr(self.target, "report", dict)()
 
 
 def _letterbox(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -277,9 +365,33 @@ class DisplayOutput(Output):
 
 class _QuietServer(ThreadingHTTPServer):
     """A client that resets its connection or goes away mid-response is a normal disconnect,
-    not a traceback on the terminal (a burst of browsers closing tabs makes hundreds)."""
+    not a traceback on the terminal (a burst of browsers closing tabs makes hundreds). At most
+    ``MAX_CLIENTS`` connections at once (more are answered 503 and closed), and a connection
+    idle for ``IDLE_S`` is closed: idle clients cannot hold a thread each forever."""
 
     daemon_threads = True
+    MAX_CLIENTS = 64
+    IDLE_S = 30.0
+
+    def __init__(self, address, handler) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self._clients = threading.BoundedSemaphore(self.MAX_CLIENTS)
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._clients.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                                b"Connection: close\r\n\r\n")  # fmt: skip
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._clients.release()
 
     def handle_error(self, request, client_address) -> None:
         exc = sys.exc_info()[1]
@@ -312,7 +424,7 @@ class HttpOutput(Output):
             raise OutputError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
-        self.url = f"http://{host}:{self.port}/"
+        self.url = f"http://[{host}]:{self.port}/" if ":" in host else f"http://{host}:{self.port}/"
         self.thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
         self.thread.start()
 
@@ -341,6 +453,8 @@ class HttpOutput(Output):
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            timeout = _QuietServer.IDLE_S  # an idle keep-alive connection is closed
 
             def log_message(self, fmt, *args) -> None:  # quiet
                 pass
@@ -405,6 +519,30 @@ class HttpOutput(Output):
 _STREAM_PATH = re.compile(r"/stream/(\d{1,4})\.mjpg")
 
 
+def _file_output(uri: str) -> str | None:
+    if uri.startswith("file://") or uri.endswith((".mp4", ".avi", ".mkv")):
+        return uri[len("file://") :] if uri.startswith("file://") else uri
+    return None
+
+
+def output_paths(uris: list[str], streams: int = 1, mosaic: bool = False) -> list[tuple[str, Path]]:
+    """(what, path) of every file the outputs ``uris`` write (a file per stream when there are
+    several streams and no mosaic)."""
+    found = []
+    for uri in uris:
+        path = _file_output(uri)
+        if path is None:
+            continue
+        if streams > 1 and not mosaic:
+            found += [
+                (f"--output {uri} (stream {i})", per_stream_path(Path(path), i))
+                for i in range(streams)
+            ]
+        else:
+            found.append((f"--output {uri}", Path(path)))
+    return found
+
+
 def open_output(uri: str, fps: float = 30.0, streams: int = 1, mosaic: bool = False) -> Output:
     """The output for ``uri``; ``streams``: how many camera streams it shows (a video file is
     written per stream, or one mosaic of all)."""
@@ -424,8 +562,8 @@ def open_output(uri: str, fps: float = 30.0, streams: int = 1, mosaic: bool = Fa
             )
         return HttpOutput(parsed.hostname or "127.0.0.1", 8080 if port is None else port,
                           streams=streams)  # fmt: skip
-    if uri.startswith("file://") or uri.endswith((".mp4", ".avi", ".mkv")):
-        path = uri[len("file://") :] if uri.startswith("file://") else uri
+    path = _file_output(uri)
+    if path is not None:
         if streams > 1 and mosaic:
             return MosaicOutput(VideoFileOutput(path, fps), streams)
         if streams > 1:

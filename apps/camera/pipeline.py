@@ -208,6 +208,11 @@ class Pipeline:
     def _queues(self) -> list[DropOldestQueue]:
         return [q for s in self.streams for q in (s.raw, s.ready)] + [self.post, self.out]
 
+    def stop(self) -> None:
+        """End the run as its end would (from any thread): what is in flight is dropped, the
+        streams stop, and ``run`` returns without an error."""
+        self._stop()
+
     def _stop(self) -> None:
         self.stop_event.set()
         for q in self._queues():
@@ -442,10 +447,19 @@ class Pipeline:
                     "frames_dropped": s.dropped,
                     "fps": processed / elapsed,
                     "latency_ms": _percentiles(timings, recent),
+                    **_unreadable(s.source),
                 }
                 for s, timings, processed in per_stream
             ],
         }
+
+
+def _unreadable(source) -> dict:
+    """The files a stream of images skipped because they could not be read (named, at most 20)."""
+    failed = getattr(source, "failed", None)
+    if not failed:
+        return {}
+    return {"images_failed": len(failed), "images_failed_files": sorted(failed)[:20]}
 
 
 def _percentiles(recorders: dict, recent: bool) -> dict:

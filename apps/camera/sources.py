@@ -16,6 +16,7 @@ import contextlib
 import glob as globmod
 import logging
 import math
+import os
 import re
 import threading
 import time
@@ -25,9 +26,28 @@ from pathlib import Path
 import numpy as np
 
 from edgert.runtime.errors import SourceError
-from edgert.runtime.images import IMAGE_SUFFIXES
+from edgert.runtime.images import IMAGE_SUFFIXES, check_pixels
 
 log = logging.getLogger(__name__)
+
+_SECRET_QUERY = re.compile(
+    r"([?&;](?:pass|passwd|password|pwd|token|secret|key|auth)=)[^&;#]*", re.I
+)
+
+
+def redact(uri: str) -> str:
+    """``uri`` as edgert prints, logs and serves it: a password in it (``user:pass@``, or a
+    ``password=``/``token=`` query value) replaced by ``***``. Only the connection gets the real one."""
+    scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", uri)
+    if scheme is None:
+        return uri
+    rest = uri[scheme.end() :]
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    at = rest.rfind("@", 0, end)
+    if at >= 0 and ":" in rest[:at]:
+        rest = rest[: rest.index(":")] + ":***" + rest[at:]
+    return scheme.group(0) + _SECRET_QUERY.sub(r"\1***", rest)
+
 
 SUPPORTED = "csi://N, v4l2:///dev/videoN, rtsp://..., file://PATH (video, image, folder or glob), a bare path, synthetic://"
 
@@ -111,6 +131,12 @@ class CaptureSource(FrameSource):
             raise SourceError(f"cannot open {description}")
         if opts is not None:
             self._configure(opts)
+        try:  # frames over the decoded-size limit, as the container or the camera says
+            check_pixels(self.cap.get(cv2.CAP_PROP_FRAME_WIDTH),
+                         self.cap.get(cv2.CAP_PROP_FRAME_HEIGHT), description)  # fmt: skip
+        except SourceError:
+            self.cap.release()
+            raise
         fps = self.cap.get(cv2.CAP_PROP_FPS)
         self.fps = fps if fps and fps > 0 else None
 
@@ -162,7 +188,7 @@ class RtspSource(FrameSource):
 
     def __init__(self, url: str, opts: SourceOptions) -> None:
         self.url, self.opts = url, opts
-        self.description = f"RTSP stream {url}"
+        self.description = f"RTSP stream {redact(url)}"
         self.cap = None
         self._first = None
         self._cancel = threading.Event()
@@ -269,6 +295,9 @@ def quiet_opencv():
     if logging.getLogger("edgert").isEnabledFor(logging.DEBUG):
         yield
         return
+    # FFmpeg's own lines ("[tcp @ 0x...] Connection to tcp://... failed") go to stderr below
+    # OpenCV's logging; OpenCV reads this once, when its FFmpeg back end first opens something
+    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # AV_LOG_QUIET
     try:
         previous = cv2.utils.logging.getLogLevel()
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
@@ -282,22 +311,40 @@ def quiet_opencv():
 
 
 class ImageListSource(FrameSource):
+    """Images one after another. A file that cannot be read is reported (a warning naming it,
+    counted in ``failed``) and skipped; the stream goes on. Only when none can be read does it
+    fail."""
+
     live = False
 
     def __init__(self, files: list[Path], description: str, loop: bool) -> None:
         self.files, self.loop, self.description = files, loop, description
         self.i = 0
+        self.failed: dict[str, str] = {}  # file -> why, once per file however often it loops
+        self.delivered = 0
 
     def read(self):
         from edgert.runtime.images import read_image
 
-        if self.i >= len(self.files):
-            if not self.loop:
-                return None
-            self.i = 0
-        path = self.files[self.i]
-        self.i += 1
-        return read_image(path), time.monotonic()
+        while True:
+            if self.i >= len(self.files):
+                if not self.loop or not self.delivered:
+                    if not self.delivered and self.failed:
+                        raise SourceError(f"none of the {len(self.files)} images of {self.description} can be read: "
+                                          f"{next(iter(self.failed.values()))}")  # fmt: skip
+                    return None
+                self.i = 0
+            path = self.files[self.i]
+            self.i += 1
+            try:
+                image = read_image(path)
+            except SourceError as exc:
+                if str(path) not in self.failed:
+                    self.failed[str(path)] = str(exc)
+                    log.warning("skipped: %s", exc)
+                continue
+            self.delivered += 1
+            return image, time.monotonic()
 
 
 class SyntheticSource(FrameSource):
@@ -348,6 +395,35 @@ class SyntheticSource(FrameSource):
         return frame, time.monotonic()
 
 
+def _image_files(path_text: str) -> tuple[list[Path], str] | None:
+    """The images a glob, a folder or an image path names, and its description; None for
+    anything else (a video, a missing path)."""
+    if any(c in path_text for c in "*?["):
+        files = sorted(
+            Path(p) for p in globmod.glob(path_text) if Path(p).suffix.lower() in IMAGE_SUFFIXES
+        )
+        return files, f"{len(files)} images matching {path_text}"
+    path = Path(path_text)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        return files, f"{len(files)} images in {path}"
+    if path.suffix.lower() in IMAGE_SUFFIXES and path.exists():
+        return [path], f"image {path}"
+    return None
+
+
+def source_files(uri: str) -> list[Path]:
+    """The files a source URI reads (a video, an image, a folder's or a glob's images); none for
+    cameras and streams."""
+    if "://" in uri and not uri.startswith("file://"):
+        return []
+    path_text = uri[len("file://") :] if uri.startswith("file://") else uri
+    images = _image_files(path_text)
+    if images is not None:
+        return images[0]
+    return [Path(path_text)] if Path(path_text).is_file() else []
+
+
 def open_source(uri: str, opts: SourceOptions | None = None) -> FrameSource:
     """A FrameSource for ``uri``; SourceError listing the supported forms when it is not one."""
     import cv2
@@ -387,23 +463,19 @@ def open_source(uri: str, opts: SourceOptions | None = None) -> FrameSource:
     if re.fullmatch(r"/dev/video\d+", uri):  # a camera, not a video file (as jetson-utils does)
         return open_source(f"v4l2://{uri}", opts)
     if "://" in uri and not uri.startswith("file://"):
-        raise SourceError(f"unsupported source {uri!r}; supported: {SUPPORTED}")
+        raise SourceError(f"unsupported source {redact(uri)!r}; supported: {SUPPORTED}")
     path_text = uri[len("file://") :] if uri.startswith("file://") else uri
-    if any(c in path_text for c in "*?["):
-        files = sorted(
-            Path(p) for p in globmod.glob(path_text) if Path(p).suffix.lower() in IMAGE_SUFFIXES
-        )
+    images = _image_files(path_text)
+    if images is not None:
+        files, description = images
         if not files:
-            raise SourceError(f"the glob {path_text} matches no images")
-        return ImageListSource(files, f"{len(files)} images matching {path_text}", opts.loop)
+            raise SourceError(
+                f"the glob {path_text} matches no images"
+                if any(c in path_text for c in "*?[")
+                else f"{path_text} holds no images"
+            )
+        return ImageListSource(files, description, opts.loop)
     path = Path(path_text)
     if not path.exists():
         raise SourceError(f"{path} does not exist; supported sources: {SUPPORTED}")
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-        if not files:
-            raise SourceError(f"{path} holds no images")
-        return ImageListSource(files, f"{len(files)} images in {path}", opts.loop)
-    if path.suffix.lower() in IMAGE_SUFFIXES:
-        return ImageListSource([path], f"image {path}", opts.loop)
     return CaptureSource(str(path), f"video {path}", loop=opts.loop)

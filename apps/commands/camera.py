@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from edgert.apps.argtypes import (
     BACKENDS,
@@ -79,6 +80,13 @@ def add_parser(sub) -> None:
         "--mosaic", action="store_true", help="several streams: one video file (or window) tiled"
     )
     p.add_argument("--jsonl", metavar="FILE", help="one JSON line per processed frame")
+    p.add_argument(
+        "--on-output-error",
+        choices=["stop", "continue"],
+        default="stop",
+        help="when an output cannot be written (a full disk): stop the run (default), or go on "
+        "without that output; either way the exit code is non-zero",
+    )
     p.add_argument("--headless", action="store_true", help="never open a display window")
     p.add_argument("--backend", default="auto", choices=BACKENDS)
     p.add_argument("--precision", default="auto", choices=PRECISIONS)
@@ -123,6 +131,28 @@ def print_summary(s: dict) -> None:
         print(f"power {s['power_w']:.2f} W, {s['mj_per_frame']:.1f} mJ/frame")
     else:
         print(f"power unavailable ({s.get('power_reason')})")
+    for out in _flat(s.get("outputs") or []):
+        if out.get("letterboxed"):
+            print(f"{out['output']}: {out['letterboxed']} of {out['frames']} frames letterboxed "
+                  "(their size differs from the first frame's)")  # fmt: skip
+    for st in streams:
+        if st.get("images_failed"):
+            print(f"stream {st['stream']}: {st['images_failed']} images could not be read: "
+                  + ", ".join(st["images_failed_files"][:5]))  # fmt: skip
+
+
+def _flat(reports: list) -> list:
+    return [r for item in reports for r in (item if isinstance(item, list) else [item])]
+
+
+def problems(s: dict) -> tuple[list[str], int]:
+    """What went wrong in a run that finished (outputs that failed, images that could not be
+    read) as sentences for stderr, and the exit code: 0 when nothing did."""
+    lines = list(s.get("output_errors") or [])
+    failed = sum(st.get("images_failed", 0) for st in s.get("streams") or [])
+    if failed:
+        lines.append(f"{failed} images could not be read and were skipped (named in the summary)")
+    return lines, (2 if s.get("output_errors") else 1 if failed else 0)
 
 
 def run(args) -> int:
@@ -151,10 +181,14 @@ def run(args) -> int:
         batch=args.batch,
         batch_timeout_ms=args.batch_timeout_ms,
         mosaic=args.mosaic,
+        on_output_error=args.on_output_error,
     )
     summary = run_camera(cfg, say=(lambda s: None) if args.json else print)
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
         print_summary(summary)
-    return 0
+    lines, code = problems(summary)
+    for line in lines:
+        print(f"edgert camera: error: {line}", file=sys.stderr)
+    return code

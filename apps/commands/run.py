@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 from edgert.apps.argtypes import BACKENDS, PRECISIONS, fraction, positive_int
+from edgert.runtime.errors import ShapeError, SourceError
 
 
 def add_parser(sub) -> None:
@@ -16,7 +18,7 @@ def add_parser(sub) -> None:
         "in the bundle, and print results and timing.",
     )
     p.add_argument("model", metavar="MODEL", help="bundle folder, .onnx or .engine")
-    p.add_argument("images", metavar="IMAGE", nargs="+")
+    p.add_argument("images", metavar="IMAGE", nargs="+", help="image files or folders of images")
     p.add_argument("--backend", default="auto", choices=BACKENDS, help="default: auto")
     p.add_argument("--precision", default="auto", choices=PRECISIONS, help="default: auto")
     p.add_argument(
@@ -32,50 +34,87 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _images(paths: list[str]) -> list[str]:
+    """The image files named: a folder stands for the images in it (sorted)."""
+    from pathlib import Path
+
+    from edgert.runtime.images import IMAGE_SUFFIXES
+
+    files = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            found = sorted(str(f) for f in path.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+            if not found:
+                raise SourceError(f"{path} is a folder with no images in it")
+            files += found
+        else:
+            files.append(p)
+    return files
+
+
 def run(args) -> int:
+    """Every image in turn; one that cannot be read or preprocessed is reported (named) and the
+    rest go on; the exit code is 1 when any failed."""
     from edgert.runtime.images import read_image
     from edgert.runtime.tasks import load_task_model
 
+    images = _images(args.images)
     model = load_task_model(args.model, None, args.backend, args.precision, args.top_k,
                             args.conf, args.iou)  # fmt: skip
+    failed: list[str] = []
     with model:
         if not args.json:
             print(f"backend: {model.backend_reason}")
-        for path in args.images:
-            image = read_image(path)
-            t0 = time.perf_counter()
-            tensor, transform = model.preprocess(image)
+        for path in images:
+            try:
+                image = read_image(path)
+                t0 = time.perf_counter()
+                tensor, transform = model.preprocess(image)
+            except (SourceError, ShapeError) as exc:
+                if len(images) == 1:
+                    raise  # the only image: its sentence is the error
+                failed.append(path)
+                if args.json:
+                    print(json.dumps({"image": str(path), "error": str(exc)}))
+                else:
+                    print(f"{path}  skipped: {exc}")
+                continue
             t1 = time.perf_counter()
             outputs = model.infer(model.collate([tensor]))
             t2 = time.perf_counter()
             result = model.postprocess(outputs, [transform])[0]
             t3 = time.perf_counter()
-            timing = {
+            _print(args, path, result, {
                 "preprocess_ms": (t1 - t0) * 1e3,
                 "infer_ms": (t2 - t1) * 1e3,
                 "postprocess_ms": (t3 - t2) * 1e3,
-            }
-            if args.json:
-                print(
-                    json.dumps(
-                        {
-                            "image": str(path),
-                            "results": result,
-                            **{k: round(v, 3) for k, v in timing.items()},
-                        }
-                    )
-                )
-                continue
-            print(
-                f"{path}  (preprocess {timing['preprocess_ms']:.1f} ms, infer {timing['infer_ms']:.1f} ms, "
-                f"postprocess {timing['postprocess_ms']:.1f} ms)"
-            )
-            if isinstance(result, list):
-                for r in result:
-                    if "box" in r:
-                        print(f"  {r['score']:7.4f}  {r['label']:<20} {r['box']}")
-                    else:
-                        print(f"  {r['score']:7.4f}  {r['label']}")
-            else:
-                print(f"  {json.dumps(result)}")
+            })  # fmt: skip
+    if failed:
+        more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
+        print(
+            f"edgert run: error: {len(failed)} of {len(images)} images failed: "
+            f"{', '.join(failed[:3])}{more}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
+
+
+def _print(args, path: str, result, timing: dict) -> None:
+    if args.json:
+        print(json.dumps({"image": str(path), "results": result,
+                          **{k: round(v, 3) for k, v in timing.items()}}))  # fmt: skip
+        return
+    print(
+        f"{path}  (preprocess {timing['preprocess_ms']:.1f} ms, infer {timing['infer_ms']:.1f} ms, "
+        f"postprocess {timing['postprocess_ms']:.1f} ms)"
+    )
+    if isinstance(result, list):
+        for r in result:
+            if "box" in r:
+                print(f"  {r['score']:7.4f}  {r['label']:<20} {r['box']}")
+            else:
+                print(f"  {r['score']:7.4f}  {r['label']}")
+    else:
+        print(f"  {json.dumps(result)}")

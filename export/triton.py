@@ -12,8 +12,8 @@ preprocess; clients and ensembles read them).
 
 from __future__ import annotations
 
+import contextlib
 import json
-import shutil
 from pathlib import Path
 
 from edgert.runtime import atomic
@@ -80,6 +80,39 @@ def config_text(
     return text
 
 
+RECORD = ".edgert-export.json"  # what export-triton wrote into a model folder, with hashes
+
+
+def _sha256(path: Path) -> str | None:
+    import hashlib
+
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def _recorded(target: Path) -> dict[str, str]:
+    """The files an earlier export-triton wrote into ``target`` (relative path -> SHA-256)."""
+    try:
+        files = json.loads((target / RECORD).read_text(encoding="utf-8")).get("files", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not isinstance(files, dict):
+        return {}
+    return {k: v for k, v in files.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _ours(target: Path, rel: str, recorded: dict[str, str]) -> bool:
+    """Whether ``target/rel`` is a file we wrote and nobody changed since."""
+    path = target / rel
+    return path.is_file() and not path.is_symlink() and recorded.get(rel) == _sha256(path)
+
+
 def export_triton(
     bundle_path: str | Path,
     repo: str | Path,
@@ -87,11 +120,20 @@ def export_triton(
     onnx: bool = False,
     max_batch: int | None = None,
     instances: int = 1,
+    version: int = 1,
+    force: bool = False,
 ) -> Path:
-    """Write the model folder into ``repo``; returns it. Replaces an existing folder of that name."""
+    """Write the model folder ``repo/NAME`` (config.pbtxt, labels.txt, ``VERSION/model.*``);
+    returns it. Only what is ours is written: other versions and the user's files in the folder
+    stay. A file in the way that edgert did not write (or that was changed since) is refused
+    unless ``force``; files edgert wrote earlier and no longer writes are removed."""
     bundle = Bundle(bundle_path)
     if instances < 1:
         raise BundleError("--instances must be at least 1")
+    if version < 1:
+        raise BundleError(
+            "--version must be 1 or more (Triton's version folders are numbered from 1)"
+        )
     if engine_key and onnx:
         raise BundleError("choose --engine KEY or --onnx, not both")
     if engine_key:
@@ -109,25 +151,59 @@ def export_triton(
     else:
         source, filename, platform, kind = bundle.onnx_path, "model.onnx", "onnxruntime_onnx", None
     dynamic = bool(bundle.manifest.inputs) and bundle.manifest.inputs[0].shape[0] < 0
-    recorded = bundle.manifest.max_batch
+    recorded_batch = bundle.manifest.max_batch
     if max_batch is None:
-        max_batch = (recorded or 8) if dynamic else 0
+        max_batch = (recorded_batch or 8) if dynamic else 0
     if max_batch < 0:
         raise BundleError("--max-batch must be 0 (no batching) or more")
-    if recorded and max_batch > recorded:
-        raise BundleError(f"--max-batch {max_batch} exceeds the bundle's maximum batch {recorded}")
+    if recorded_batch and max_batch > recorded_batch:
+        raise BundleError(
+            f"--max-batch {max_batch} exceeds the bundle's maximum batch {recorded_batch}"
+        )
     text = config_text(bundle, platform, max_batch, instances, kind)
     repo_dir = Path(repo).absolute()
     target = repo_dir / bundle.manifest.name  # a safe name: the manifest's names are validated
-    if target.resolve().parent != repo_dir.resolve():  # a symlink pointing out of --repo
-        raise BundleError(f"the model folder {target} would lie outside {repo_dir}")
-    with atomic.staged_directory(target) as stage:
-        (stage / "1").mkdir()
-        try:
-            shutil.copyfile(source, stage / "1" / filename)
-        except OSError as exc:
-            raise OutputError(f"cannot copy {source} into {target}: {exc.strerror}") from exc
-        atomic.write_text(stage / "config.pbtxt", text)
-        if bundle.manifest.labels and bundle.manifest.task == "classify":
-            atomic.write_text(stage / "labels.txt", "\n".join(bundle.manifest.labels) + "\n")
+    for folder in (target, target / str(version)):  # a symlink pointing out of --repo
+        inside = repo_dir.resolve() in folder.resolve().parents
+        if folder.is_symlink() or (folder.exists() and not inside):
+            raise BundleError(
+                f"the model folder {folder} is a link or lies outside {repo_dir}; not writing through it"
+            )
+    if target.exists() and not target.is_dir():
+        raise OutputError(f"{target} is a file, not a model folder")
+    labels = bundle.manifest.labels if bundle.manifest.task == "classify" else None
+    writes = {"config.pbtxt": text.encode(), f"{version}/{filename}": source}
+    if labels:
+        writes["labels.txt"] = ("\n".join(labels) + "\n").encode()
+    recorded = _recorded(target)
+    in_the_way = [rel for rel in writes if (target / rel).exists() or (target / rel).is_symlink()]
+    foreign = [rel for rel in in_the_way if not _ours(target, rel, recorded)]
+    if foreign and not force:
+        raise OutputError(
+            f"{target / foreign[0]} is not a file edgert export-triton wrote (or it was changed "
+            "since); pass --force to replace it (other files and versions are left alone)"
+        )
+    # ours from an earlier export that this one replaces (labels.txt, VERSION/model.onnx when
+    # VERSION/model.plan is written now); other version folders of ours stay
+    stale = [rel for rel in recorded if rel not in writes and _ours(target, rel, recorded)
+             and ("/" not in rel or rel.startswith(f"{version}/"))]  # fmt: skip
+    files: dict[str, str] = {}
+    for rel, data in writes.items():
+        if isinstance(data, Path):
+            atomic.copy_file(data, target / rel)
+        else:
+            atomic.write_bytes(target / rel, data)
+        files[rel] = _sha256(target / rel) or ""
+    for rel in stale:
+        with contextlib.suppress(OSError):
+            (target / rel).unlink()
+    kept = {rel: h for rel, h in recorded.items() if rel not in writes and rel not in stale
+            and _ours(target, rel, recorded)}  # fmt: skip
+    atomic.write_text(target / RECORD, json.dumps({"files": {**kept, **files}}, indent=2) + "\n")
     return target
+
+
+def other_versions(target: Path, version: int) -> list[int]:
+    """Version folders in ``target`` besides ``version`` (Triton serves the latest by default)."""
+    return sorted(int(p.name) for p in target.iterdir() if p.is_dir() and p.name.isdigit()
+                  and int(p.name) != version)  # fmt: skip

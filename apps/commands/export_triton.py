@@ -34,19 +34,36 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--instances", type=positive_int, default=1, metavar="N", help="model instances (default 1)"
     )
+    p.add_argument(
+        "--version",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="the model version folder to write (default 1); other versions are left alone",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace config.pbtxt, labels.txt or VERSION/model.* even when edgert did not write them",
+    )
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from edgert.export.triton import export_triton
+    from edgert.export.triton import RECORD, export_triton, other_versions
 
-    target = export_triton(
-        args.bundle, args.repo, args.engine, args.onnx, args.max_batch, args.instances
-    )
+    target = export_triton(args.bundle, args.repo, args.engine, args.onnx, args.max_batch,
+                           args.instances, args.version, args.force)  # fmt: skip
+    others = other_versions(target, args.version)
     if args.json:
-        files = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
-        print(json.dumps({"model": target.name, "folder": str(target), "files": files}, indent=2))
+        files = sorted(str(p.relative_to(target)) for p in target.rglob("*")
+                       if p.is_file() and p.name != RECORD)  # fmt: skip
+        print(json.dumps({"model": target.name, "folder": str(target), "version": args.version,
+                          "other_versions": others, "files": files}, indent=2))  # fmt: skip
     else:
-        print(f"wrote {target}/config.pbtxt and {target}/1/")
+        print(f"wrote {target}/config.pbtxt and {target}/{args.version}/")
+        if others:
+            print(f"note: {target} also holds version(s) {', '.join(map(str, others))}, left as they "
+                  "were; Triton serves the latest version unless config.pbtxt's version_policy says otherwise")  # fmt: skip
     return 0

@@ -19,7 +19,7 @@ from edgert.runtime import atomic
 from edgert.runtime.bundle import Bundle, is_bundle
 from edgert.runtime.engine import Engine
 from edgert.runtime.errors import BundleError, OutputError
-from tests.conftest import ROOT, assert_user_error, run_cli
+from tests.conftest import ROOT, assert_user_error, leftovers, run_cli
 from tests.tiny import classifier_bundle
 
 
@@ -221,3 +221,34 @@ def test_staged_directory_refuses_when_told_not_to_replace(tmp_path):
         atomic.staged_directory(target, replace=False) as stage,
     ):
         (stage / "f").write_text("x")
+
+
+def test_export_triton_writes_only_what_is_ours(tmp_path, tiny):
+    """Issue 28.2: other versions and the user's files in REPO/NAME survive; a file in the way that
+    we did not write is refused unless --force; our own earlier files are replaced."""
+    repo = tmp_path / "repo"
+    model = repo / Bundle(tiny).manifest.name
+    (model / "2").mkdir(parents=True)
+    (model / "2" / "model.onnx").write_bytes(b"version two")
+    (model / "README.md").write_text("mine")
+    proc = run_cli("export-triton", tiny, "--repo", repo)
+    assert proc.returncode == 0, proc.stderr
+    assert "also holds version(s) 2" in proc.stdout
+    assert (model / "2" / "model.onnx").read_bytes() == b"version two"
+    assert (model / "README.md").read_text() == "mine"
+    assert (model / "1" / "model.onnx").is_file() and (model / "config.pbtxt").is_file()
+    # again: the files are ours, so they are replaced without --force
+    assert run_cli("export-triton", tiny, "--repo", repo, "--max-batch", "2").returncode == 0
+    assert "max_batch_size: 2" in (model / "config.pbtxt").read_text()
+    # the user edits config.pbtxt: no longer ours
+    (model / "config.pbtxt").write_text("# tuned by hand\n")
+    proc = run_cli("export-triton", tiny, "--repo", repo)
+    assert_user_error(proc, "config.pbtxt is not a file edgert export-triton wrote", "--force")
+    assert (model / "config.pbtxt").read_text() == "# tuned by hand\n"
+    assert run_cli("export-triton", tiny, "--repo", repo, "--force").returncode == 0
+    assert "max_batch_size" in (model / "config.pbtxt").read_text()
+    # another version folder of ours, next to the user's version 2
+    assert run_cli("export-triton", tiny, "--repo", repo, "--version", "3").returncode == 0
+    assert (model / "3" / "model.onnx").is_file() and (model / "1" / "model.onnx").is_file()
+    assert (model / "2" / "model.onnx").read_bytes() == b"version two"
+    assert not leftovers(model) or leftovers(model) == [".edgert-export.json"]

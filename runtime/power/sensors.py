@@ -155,14 +155,25 @@ def ina3221_iio(root: Path) -> RailSensor | None:
 
 
 def ina238(root: Path) -> RailSensor | None:
-    rails = []
+    """INA238-family monitors (the kernel's ina238 hwmon driver: ``power1_input`` in uW, beside
+    ``in0_input``, ``in1_input``, ``curr1_input``, ``temp1_input``; no per-channel label files).
+    A chip is named by the hwmon core's device ``label`` (from the firmware's label property)
+    where the board has one. On Jetson Thor the one INA238 is the carrier's monitor of the board
+    input, so a single unlabelled INA238 is VIN (the total); several unlabelled ones are named by
+    their I2C address and summed."""
+    found = []
     for hw in sorted(glob.glob(str(root / "sys/bus/i2c/drivers/ina238/*/hwmon/hwmon*"))):
         hw = Path(hw)
         power = hw / "power1_input"
         if not power.exists():
             continue
-        label = _label(hw / "power1_label") or _label(hw / "in1_label") or _label(hw / "label")
-        label = label or f"ina238-{hw.parent.parent.name}"
+        label = _label(hw / "label") or _label(hw / "power1_label") or _label(hw / "in1_label")
+        found.append((hw, label, power))
+    unlabelled = sum(1 for _, label, _ in found if label is None)
+    rails = []
+    for hw, label, power in found:
+        if label is None:
+            label = "VIN" if unlabelled == 1 else f"ina238-{hw.parent.parent.name}"
         if _skip(label):
             continue
         rails.append(_Rail(label, (power,), 1e-6))  # uW

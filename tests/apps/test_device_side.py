@@ -11,7 +11,7 @@ import pytest
 
 from edgert.runtime.sample_data import photo_path
 from tests.conftest import run_cli
-from tests.runtime.test_power_sensors import ina3221_hwmon, write
+from tests.runtime.test_power_sensors import ina238_hwmon, ina3221_hwmon, write
 from tests.tiny import classifier_bundle
 
 
@@ -44,9 +44,7 @@ def test_run_bench_camera_cache_triton_info(bundle, tmp_path):
 
 def _board(root, board: str) -> None:
     if board == "thor":  # carrier INA238 on VIN + module INA3221 rails
-        hw = root / "sys/bus/i2c/drivers/ina238/2-0044/hwmon/hwmon9"
-        write(hw / "power1_input", 42_500_000)
-        write(hw / "in1_label", "VIN")
+        ina238_hwmon(root, "2-0044", 9, 42_500_000)  # unlabelled, as the driver writes it
         ina3221_hwmon(root, "1-0040", 1, [("VDD_GPU", 5000, 3000), ("VDD_CPU_SOC_MSS", 5000, 2000),
                                            ("VDD_SYS", 5000, 800)])  # fmt: skip
     elif board == "agx_orin":  # no input rail: the sum

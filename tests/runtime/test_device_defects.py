@@ -14,24 +14,21 @@ import pytest
 from edgert.runtime.backends import tensorrt_compat as compat
 from edgert.runtime.errors import ShapeError
 from edgert.runtime.power.sensors import discover, nvml_handle
-from tests.runtime.test_power_sensors import ina3221_hwmon, write
+from tests.runtime.test_power_sensors import ina238_hwmon, ina3221_hwmon
 
 
-def _ina238(root, addr: str, label: str, microwatts: int) -> None:
-    hw = root / f"sys/bus/i2c/drivers/ina238/{addr}/hwmon/hwmon9"
-    write(hw / "power1_input", microwatts)
-    write(hw / "in1_label", label)
-
-
-def test_thor_totals_vin_not_the_module_rails(tmp_path):
-    """Thor: the carrier's INA238 measures VIN (42.5 W); the module's INA3221 rails add up to 29 W."""
+@pytest.mark.parametrize("label", [None, "VIN"])
+def test_thor_totals_vin_not_the_module_rails(tmp_path, label):
+    """Thor: the carrier's INA238 measures VIN (42.5 W); the module's INA3221 rails add up to 29 W.
+    The ina238 driver writes no label files (None: the real layout; before, every rail was summed:
+    71.5 W); a firmware label reaches sysfs as the hwmon device's ``label``."""
     ina3221_hwmon(
         tmp_path,
         "1-0040",
         1,
         [("VDD_GPU", 5000, 3000), ("VDD_CPU_SOC_MSS", 5000, 2000), ("VDD_SYS", 5000, 800)],
     )
-    _ina238(tmp_path, "2-0044", "VIN", 42_500_000)
+    ina238_hwmon(tmp_path, "2-0044", 9, 42_500_000, label=label)
     d = discover(tmp_path, nvml=False)
     s = d.sensor.read()
     assert s.total_w == pytest.approx(42.5)  # the board's input, as jtop reports it
@@ -41,9 +38,17 @@ def test_thor_totals_vin_not_the_module_rails(tmp_path):
 
 def test_several_sensors_without_an_input_rail_sum_everything(tmp_path):
     ina3221_hwmon(tmp_path, "1-0040", 1, [("VDD_GPU", 5000, 1000)])
-    _ina238(tmp_path, "2-0044", "VDD_CPU", 2_000_000)
+    ina238_hwmon(tmp_path, "2-0044", 9, 2_000_000, label="VDD_CPU")
     s = discover(tmp_path, nvml=False).sensor.read()
     assert s.total_w == pytest.approx(7.0)
+
+
+def test_several_unlabelled_ina238_are_named_by_address(tmp_path):
+    ina238_hwmon(tmp_path, "2-0044", 9, 2_000_000)
+    ina238_hwmon(tmp_path, "2-0045", 10, 3_000_000)
+    s = discover(tmp_path, nvml=False).sensor.read()
+    assert s.rails == pytest.approx({"ina238-2-0044": 2.0, "ina238-2-0045": 3.0})
+    assert s.total_w == pytest.approx(5.0)
 
 
 def test_dla_core_is_set_before_deserialising():

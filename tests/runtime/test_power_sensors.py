@@ -39,6 +39,22 @@ def ina3221_hwmon(root: Path, addr: str, hwmon: int, channels: list[tuple[str, i
     return hw
 
 
+def ina238_hwmon(root: Path, addr: str, hwmon: int, microwatts: int, millivolts: int = 19_000,
+                 label: str | None = None) -> Path:  # fmt: skip
+    """The kernel's ina238 hwmon driver (Documentation/hwmon/ina238.rst): ``name``, in0_input
+    (shunt mV), in1_input (bus mV), curr1_input (mA), power1_input (uW), temp1_input (m°C), and no
+    label files. ``label``: the hwmon core's device-wide ``label`` attribute, which it writes only
+    when the firmware gives the chip a label property (Documentation/hwmon/sysfs-interface.rst)."""
+    hw = root / f"sys/bus/i2c/drivers/ina238/{addr}/hwmon/hwmon{hwmon}"
+    ma = round(microwatts / millivolts)
+    for name, value in (("name", "ina238"), ("in0_input", round(ma * 0.002)), ("in1_input", millivolts),
+                        ("curr1_input", ma), ("power1_input", microwatts), ("temp1_input", 41_250)):  # fmt: skip
+        write(hw / name, value)
+    if label is not None:
+        write(hw / "label", label)
+    return hw
+
+
 def test_orin_nx_jetpack6_uses_vdd_in(tmp_path):
     ina3221_hwmon(
         tmp_path,
@@ -81,11 +97,9 @@ def test_nano_jetpack4_iio_milliwatts(tmp_path):
     assert s.total_w == pytest.approx(4.2) and s.rails["POM_5V_GPU"] == pytest.approx(0.9)
 
 
-def test_thor_ina238_microwatts(tmp_path):
+def test_labelled_ina238_microwatts(tmp_path):
     for addr, label, uw in (("2-0040", "VDD_IN", 41_500_000), ("2-0041", "VDD_GPU", 17_250_000)):
-        hw = tmp_path / f"sys/bus/i2c/drivers/ina238/{addr}/hwmon/hwmon{addr[-1]}"
-        write(hw / "power1_input", uw)
-        write(hw / "in1_label", label)
+        ina238_hwmon(tmp_path, addr, int(addr[-1]), uw, label=label)
     s = discover(tmp_path, nvml=False).sensor.read()
     assert s.rails == pytest.approx({"VDD_IN": 41.5, "VDD_GPU": 17.25})
     assert s.total_w == pytest.approx(41.5)

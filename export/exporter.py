@@ -23,7 +23,7 @@ from edgert.runtime.errors import (
 
 from . import onnx_export
 from .describe import check_labels, describe
-from .parity import ParityReport, random_inputs, run_cases
+from .parity import ParityReport, random_inputs, run_cases, uniform_inputs
 from .source import SourceModel, load_source
 
 log = logging.getLogger(__name__)
@@ -78,12 +78,14 @@ def export_model(
     task: str | None = None,
     labels: str | Path | None = None,
     preprocess: dict | None = None,
+    allow_trace_warnings: bool = False,
 ) -> ExportResult:
     """Export MODEL to a bundle folder and return its path with the parity report.
 
     Nothing is written unless every step (export, checks, parity) succeeds. ``task``, ``labels``
     (a file) and ``preprocess`` (preprocessing fields, see docs/bundle.md) describe models that
-    do not bring their own description.
+    do not bring their own description. A model whose tracing fixes data-dependent control flow
+    (the tracer's warnings) is refused unless ``allow_trace_warnings``.
     """
     start = time.perf_counter()
     from .zoo import zoo_exporter
@@ -118,9 +120,9 @@ def export_model(
             raise ModelError(
                 f"--input-shape is required for {src.kind} models (e.g. --input-shape 1x3x224x224)"
             )
-        onnx_model, parity, export_info = _from_torch(
-            src, shapes, opset, dynamic_batch, max_batch or DEFAULT_MAX_BATCH, simplify, atol, rtol
-        )
+        onnx_model, parity, export_info = _from_torch(src, shapes, opset, dynamic_batch,
+                                                      max_batch or DEFAULT_MAX_BATCH, simplify,
+                                                      atol, rtol, allow_trace_warnings)  # fmt: skip
     if not parity.passed:
         worst = max(
             (o for c in parity.cases for o in c.outputs if not o.passed), key=lambda o: o.max_abs
@@ -160,13 +162,13 @@ def _check_target(target: Path) -> None:
         raise OutputError(f"{target} exists and is not an edgert bundle; refusing to replace it")
 
 
-def _from_torch(src, shapes, opset, dynamic_batch, max_batch, simplify, atol, rtol):
+def _from_torch(src, shapes, opset, dynamic_batch, max_batch, simplify, atol, rtol,
+                allow_trace_warnings=False):  # fmt: skip
     torch = require("torch", "pip install 'edgert[export]'", "exporting a PyTorch model")
     names = src.input_names if src.input_names and len(src.input_names) == len(shapes) else None
     names = names or (["input"] if len(shapes) == 1 else [f"input_{i}" for i in range(len(shapes))])
-    model = onnx_export.torch_to_onnx(
-        torch, src.module, shapes, names, src.output_names, opset, dynamic_batch
-    )
+    model = onnx_export.torch_to_onnx(torch, src.module, shapes, names, src.output_names, opset,
+                                      dynamic_batch, allow_trace_warnings=allow_trace_warnings)  # fmt: skip
     info = {"opset": opset, "dynamic_batch": dynamic_batch, "exporter": "torch.onnx (TorchScript)"}
     if simplify:
         model, info["simplify"] = onnx_export.simplify(model)
@@ -183,12 +185,16 @@ def _from_torch(src, shapes, opset, dynamic_batch, max_batch, simplify, atol, rt
     def candidate(feeds):
         return session.run(output_names, dict(zip(names, feeds, strict=True)))
 
-    cases = [("random, batch 1", random_inputs(shapes, 1, seed=1))]
+    first = 1 if dynamic_batch else shapes[0][0]
+    cases = [(f"random, batch {first}", random_inputs(shapes, first, seed=1))]
     if dynamic_batch:
         batch = min(max(PARITY_BATCH, shapes[0][0]), max_batch)
         cases.append((f"random, batch {batch}", random_inputs(shapes, batch, seed=2)))
-    elif shapes[0][0] != 1:
-        cases = [(f"random, batch {shapes[0][0]}", random_inputs(shapes, shapes[0][0], seed=1))]
+    # other input distributions, so a step that depends on the data (a branch, a clamp) taken
+    # one way by the example is seen taken the other way too
+    base = cases[0][1]
+    cases.append((f"random negated, batch {first}", [-x for x in base]))
+    cases.append((f"uniform [0, 1), batch {first}", uniform_inputs(shapes, first, seed=3)))
     if src.samples is not None and len(shapes) == 1:
         cases += _real_cases(src.samples, shapes[0], dynamic_batch, max_batch)
     report = run_cases(reference, candidate, output_names, cases, atol, rtol)

@@ -9,11 +9,12 @@ import platform
 import re
 import warnings
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edgert.runtime.bundle import TensorSpec
+from edgert.runtime.bundle import MAX_DIM, TensorSpec
 from edgert.runtime.errors import ExportError, ShapeError, first_line, require
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,23 @@ def run_module(torch, module, inputs: tuple) -> list[np.ndarray]:
     with torch.no_grad():
         out = module(*inputs)
     return [t.detach().cpu().numpy() for t in flatten_outputs(torch, out)]
+
+
+def output_keys(out, prefix: str = "") -> list[str] | None:
+    """The names a model's dict outputs give (``{"logits": t}`` -> ["logits"], nested dicts and
+    lists joined by "_"), one per flattened tensor; None when the outputs are not a dict."""
+    if not isinstance(out, dict):
+        return None
+
+    def walk(item, name: str) -> list[str]:
+        if isinstance(item, dict):
+            return [n for k, v in item.items() for n in walk(v, f"{name}_{k}" if name else str(k))]
+        if isinstance(item, list | tuple):
+            return [n for i, v in enumerate(item) for n in walk(v, f"{name}_{i}")]
+        return [name]
+
+    names = walk(out, prefix)
+    return names if len(set(names)) == len(names) else None
 
 
 def flatten_outputs(torch, out) -> list:
@@ -61,24 +79,35 @@ def torch_to_onnx(
     opset: int = DEFAULT_OPSET,
     dynamic_batch: bool = False,
     dynamic_axes: dict[str, dict[int, str]] | None = None,
+    allow_trace_warnings: bool = False,
 ):
     """Export with the TorchScript-based exporter (it targets opset 17 exactly; the dynamo exporter
-    cannot down-convert below 18), then ``onnx.checker`` and shape inference."""
+    cannot down-convert below 18), then ``onnx.checker`` and shape inference. The tracer's
+    warnings (a tensor turned into a Python bool or number: control flow fixed to the example's
+    branch) refuse the export unless ``allow_trace_warnings``, which logs them instead."""
     import onnx
 
     module.eval()
     inputs = example_inputs(torch, input_shapes)
     try:
-        outputs = run_module(torch, module, inputs)
+        with torch.no_grad():
+            raw = module(*inputs)
+        outputs = [t.detach().cpu().numpy() for t in flatten_outputs(torch, raw)]
     except ExportError:
         raise
     except Exception as exc:
         shapes = ", ".join(shape_text(s) for s in input_shapes)
         raise ShapeError(f"the model rejects input shape {shapes}: {first_line(exc)}") from exc
     if output_names is None or len(output_names) != len(outputs):
-        output_names = (
+        output_names = output_keys(raw) or (
             ["output"] if len(outputs) == 1 else [f"output_{i}" for i in range(len(outputs))]
         )
+    for name, value in zip(output_names, outputs, strict=True):  # before exporting, not after
+        if value.ndim > 8 or any(d > MAX_DIM for d in value.shape):
+            raise ExportError(
+                f"output {name} has shape {shape_text(value.shape)}: a bundle takes at most 8 "
+                f"dimensions of at most {MAX_DIM} (TensorRT's limit)"
+            )
     axes: dict[str, dict[int, str]] = {}
     if dynamic_batch:
         axes = {n: {0: "batch"} for n in [*input_names, *output_names]}
@@ -86,8 +115,8 @@ def torch_to_onnx(
         axes.setdefault(name, {}).update(extra)
     buf = io.BytesIO()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             torch.onnx.export(
                 module,
                 inputs,
@@ -101,6 +130,15 @@ def torch_to_onnx(
             )
     except Exception as exc:
         raise ExportError(_explain_export_failure(exc, opset)) from exc
+    traced = _trace_warnings(torch, caught)
+    if traced and not allow_trace_warnings:
+        raise ExportError(
+            f"the tracer fixed a data-dependent step of the model: {traced[0]}; the ONNX model "
+            "would do what this one input did for every input (rewrite it with torch.where, or "
+            "pass --allow-trace-warnings if that is what you want)"
+        )
+    for text in traced:
+        log.warning("tracer: %s", text)
     try:
         model = onnx.load_from_string(buf.getvalue())
         onnx.checker.check_model(model, full_check=True)
@@ -108,6 +146,23 @@ def torch_to_onnx(
     except Exception as exc:
         raise ExportError(f"the exported ONNX model fails onnx.checker: {first_line(exc)}") from exc
     return model
+
+
+def _trace_warnings(torch, caught) -> list[str]:
+    """The tracer's warnings among ``caught`` that point into the model's own code, each with its
+    line. Those raised inside PyTorch itself (an ExportedProgram's input guards, shape arithmetic
+    in torch.nn.functional) are about shapes it already specialised, not the model's branches."""
+    kind = getattr(torch.jit, "TracerWarning", None)
+    torch_dir = str(Path(torch.__file__).resolve().parent)
+    found = []
+    for w in caught:
+        if str(Path(w.filename).resolve()).startswith(torch_dir):
+            log.debug("tracer (inside PyTorch): %s", first_line(w.message))
+            continue
+        if kind is not None and issubclass(w.category, kind):
+            text = first_line(w.message).split(". ")[0].rstrip(".")
+            found.append(f"{text} (at {Path(w.filename).name}:{w.lineno})")
+    return list(dict.fromkeys(found))
 
 
 def check_onnx(model) -> Any:

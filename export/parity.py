@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from edgert.runtime.errors import ExportError
+
 
 @dataclass(frozen=True)
 class OutputParity:
@@ -109,6 +111,12 @@ def run_cases(
     results = []
     for label, feeds in cases:
         ref = reference(feeds)
+        for n, r in zip(output_names, ref, strict=True):
+            if not np.isfinite(np.asarray(r, dtype=np.float64)).all():
+                raise ExportError(
+                    f"the model's own output {n!r} is not finite (NaN or inf) on the {label} input, "
+                    "before any ONNX: fix the model (the export cannot be checked against it)"
+                )
         got = candidate(feeds)
         outputs = tuple(
             compare(n, r, g, atol, rtol) for n, r, g in zip(output_names, ref, got, strict=True)
@@ -120,3 +128,9 @@ def run_cases(
 def random_inputs(shapes: Sequence[tuple[int, ...]], batch: int, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.standard_normal((batch, *s[1:])).astype(np.float32) for s in shapes]
+
+
+def uniform_inputs(shapes: Sequence[tuple[int, ...]], batch: int, seed: int) -> list[np.ndarray]:
+    """Inputs in [0, 1): what an image scaled by 1/255 looks like, all positive."""
+    rng = np.random.default_rng(seed)
+    return [rng.random((batch, *s[1:]), dtype=np.float32) for s in shapes]

@@ -22,6 +22,8 @@ from .preprocess import Preprocessing
 FORMAT = "edgert-bundle/1"
 MANIFEST = "manifest.json"
 MODEL = "model.onnx"
+MAX_MANIFEST_BYTES = 64 << 20  # 50,000 labels make a manifest of about 1.2 MB
+MAX_DIM = 2**31 - 1  # TensorRT's dimensions are 32-bit
 ENGINES = "engines"
 TASKS = ("classify", "detect", "segment", "faces", "generic")
 DTYPES = ("float32", "float16", "float64", "int8", "uint8", "int16", "int32", "int64", "bool")
@@ -79,7 +81,7 @@ class TensorSpec:
         if (
             not isinstance(shape, list)
             or len(shape) > 8
-            or not all(type(d) is int and -1 <= d <= 1 << 20 and d != 0 for d in shape)
+            or not all(type(d) is int and -1 <= d <= MAX_DIM and d != 0 for d in shape)
         ):
             raise BundleError(
                 f"{where}: tensor {name!r} has an invalid shape {str(shape)[:60]} (a list of at "
@@ -211,7 +213,7 @@ class Bundle:
         if not manifest_path.is_file():
             raise BundleError(f"{self.path} is not an edgert bundle: it has no {MANIFEST}")
         try:
-            data = json.loads(manifest_path.read_text(encoding="utf-8"))
+            data = json.loads(_read_manifest(manifest_path).decode("utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise BundleError(f"{manifest_path} is not valid JSON ({exc})") from exc
         self.manifest = Manifest.from_dict(data, where=str(manifest_path))
@@ -230,14 +232,21 @@ class Bundle:
         return f"Bundle({str(self.path)!r}, task={self.manifest.task!r})"
 
 
+def _read_manifest(path: Path) -> bytes:
+    """The manifest's bytes; BundleError for one over ``MAX_MANIFEST_BYTES`` (not a manifest)."""
+    with open(path, "rb") as fh:
+        data = fh.read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise BundleError(f"{path} is over {MAX_MANIFEST_BYTES >> 20} MiB: not an edgert manifest")
+    return data
+
+
 def is_bundle(path: str | Path) -> bool:
     """True for a folder whose manifest.json declares edgert's bundle format (not any folder that
     happens to hold a manifest.json, such as a web app's)."""
     try:
-        with open(Path(path) / MANIFEST, "rb") as fh:
-            head = fh.read(1 << 20)
-        data = json.loads(head.decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        data = json.loads(_read_manifest(Path(path) / MANIFEST).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, BundleError):
         return False
     return isinstance(data, dict) and data.get("format") == FORMAT
 

@@ -64,6 +64,12 @@ def add_parser(sub) -> None:
         help="allow loading a pickled whole module (runs code)",
     )
     p.add_argument(
+        "--allow-trace-warnings",
+        action="store_true",
+        help="export even when the tracer warns that data-dependent control flow was fixed "
+        "(the warnings are printed instead)",
+    )
+    p.add_argument(
         "--atol", type=nonneg_float, default=1e-4, help="parity absolute tolerance (default 1e-4)"
     )
     p.add_argument(
@@ -121,6 +127,7 @@ def run(args) -> int:
         weights=args.weights,
         simplify=not args.no_simplify,
         trust_pickle=args.trust_pickle,
+        allow_trace_warnings=args.allow_trace_warnings,
         atol=args.atol,
         rtol=args.rtol,
         task=args.task,

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
 import torch
 
+from edgert.export import export_model
 from tests.conftest import ROOT, assert_user_error, leftovers, run_cli
 from tests.export import models
 
@@ -121,3 +125,105 @@ def test_missing_torch_prints_install_line(tmp_path):
     assert_user_error(proc, "pip install 'edgert[export]'", code=1)
     helped = run_cli("export", "--help", env={"PYTHONPATH": str(blocker)})
     assert helped.returncode == 0 and "opset" in helped.stdout
+
+
+# -- issue 28.10, 13, 14: what the export must not do silently -----------------------------------
+BRANCHY = """
+import torch
+
+
+class Branchy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y if y.sum() > 0 else -y
+
+
+class Named(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return {"logits": self.fc(x), "features": x * 2}
+
+
+class Wide(torch.nn.Module):
+    def forward(self, x):
+        return x.flatten(1)
+
+
+class Log(torch.nn.Module):
+    def forward(self, x):
+        return torch.log(x)
+
+
+def branchy():
+    return Branchy()
+
+
+def named():
+    return Named()
+
+
+def wide():
+    return Wide()
+
+
+def log():
+    return Log()
+"""
+
+
+@pytest.fixture()
+def branchy_py(tmp_path):
+    path = tmp_path / "branchy.py"
+    path.write_text(BRANCHY)
+    return path
+
+
+def test_data_dependent_control_flow_is_refused(tmp_path, branchy_py):
+    """`y if y.sum() > 0 else -y`: the trace keeps one branch. Refused with the tracer's words and
+    the model's line; with --allow-trace-warnings the parity on negated inputs sees the other
+    branch and nothing is written either."""
+    proc = run_cli("export", f"{branchy_py}:branchy", "--input-shape", "1x8", "-o", tmp_path / "b")
+    assert_user_error(proc, "tracer fixed a data-dependent step", "branchy.py:13",
+                      "--allow-trace-warnings")  # fmt: skip
+    proc = run_cli("export", f"{branchy_py}:branchy", "--input-shape", "1x8", "-o", tmp_path / "b",
+                   "--allow-trace-warnings")  # fmt: skip
+    assert proc.returncode == 2 and "differs from PyTorch" in proc.stderr, proc.stderr
+    assert "WARNING: tracer: Converting a tensor to a Python boolean" in proc.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_dict_outputs_keep_their_names(tmp_path, branchy_py):
+    result = export_model(f"{branchy_py}:named", tmp_path / "n", input_shape="1x8")
+    assert [o["name"] for o in result.manifest["outputs"]] == ["logits", "features"]
+
+
+def test_a_wide_output_exports_and_a_big_manifest_is_a_bundle(tmp_path, branchy_py):
+    """An output of 1,080,000 values (over the 2**20 the manifest used to allow), and a manifest
+    over 1 MiB (50,000 labels) that build and export-triton still take for a bundle."""
+    from edgert.runtime.bundle import Bundle, is_bundle
+
+    result = export_model(f"{branchy_py}:wide", tmp_path / "w", input_shape="1x3x600x600")
+    assert Bundle(result.bundle).manifest.outputs[0].shape == (1, 1_080_000)
+    labels = tmp_path / "labels.txt"
+    labels.write_text("".join(f"a fairly long class name number {i}\n" for i in range(50_000)))
+    big = export_model(f"{branchy_py}:named", tmp_path / "big", input_shape="1x8")
+    manifest = json.loads((big.bundle / "manifest.json").read_text())
+    manifest["labels"] = labels.read_text().splitlines()
+    (big.bundle / "manifest.json").write_text(json.dumps(manifest))
+    assert (big.bundle / "manifest.json").stat().st_size > 1 << 20
+    assert is_bundle(big.bundle) and len(Bundle(big.bundle).manifest.labels) == 50_000
+    proc = run_cli("export-triton", big.bundle, "--repo", tmp_path / "repo")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_nan_from_pytorch_itself_is_blamed_on_the_model(tmp_path, branchy_py):
+    proc = run_cli("export", f"{branchy_py}:log", "--input-shape", "1x8", "-o", tmp_path / "l")
+    assert_user_error(proc, "the model's own output", "before any onnx")

@@ -8,6 +8,7 @@ with a non-zero exit code and no traceback (``--debug`` shows it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
@@ -106,7 +107,94 @@ def _sigterm_as_interrupt() -> None:
         signal.signal(signal.SIGTERM, handler)
 
 
+class _Stdout:
+    """Standard output that turns a write error (``> /dev/full``, a closed descriptor) into one
+    OutputError sentence instead of an OSError from deep inside a command."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def _fail(self, why: str):
+        from edgert.runtime.errors import OutputError
+
+        return OutputError(f"cannot write to standard output: {why}")
+
+    def write(self, text: str) -> int:
+        if self._stream is None:
+            raise self._fail("it is closed")
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise self._fail(exc.strerror or str(exc)) from exc
+
+    def flush(self) -> None:
+        if self._stream is None:
+            return
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise self._fail(exc.strerror or str(exc)) from exc
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _guard_standard_streams() -> None:
+    """A closed descriptor 0, 1 or 2 gets /dev/null, so a file opened later cannot take its number
+    (print() would then write into it); stdout writes fail with a sentence."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    if not isinstance(sys.stdout, _Stdout):
+        sys.stdout = _Stdout(sys.stdout)
+
+
+def _finish_stdout() -> str | None:
+    """Flush standard output now (at exit an error would be a traceback); the sentence when that
+    fails, after which the descriptor points at /dev/null so the exit cannot fail again."""
+    try:
+        sys.stdout.flush()
+        return None
+    except BrokenPipeError:  # the reader left (`| head -1`): nothing to say
+        _silence_stdout()
+        return None
+    except (EdgertError, OSError) as exc:
+        _silence_stdout()
+        if isinstance(exc, EdgertError):
+            return str(exc)
+        return f"cannot write to standard output: {exc.strerror}"
+
+
+def _silence_stdout() -> None:
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+    inner = getattr(sys.stdout, "_stream", None)
+    if inner is not None:
+        with contextlib.suppress(Exception):
+            inner.flush()  # what was buffered goes to /dev/null
+
+
 def main(argv: list[str] | None = None) -> int:
+    code = _main(argv)
+    failed = _finish_stdout()
+    if failed and code == 0:  # a failure mid-command was said already
+        print(f"edgert: error: {failed}", file=sys.stderr)
+        return 2
+    return code
+
+
+def _main(argv: list[str] | None = None) -> int:
+    _guard_standard_streams()
     _sigterm_as_interrupt()  # first: a stop during start-up is handled too
     try:
         parser = build_parser()

@@ -35,7 +35,7 @@ def read_labels(path: str | Path) -> list[str]:
     """Class names from a JSON list or a text file with one name per line."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM (Notepad's UTF-8) is not in a label
     except OSError as exc:
         raise ModelError(f"cannot read labels file {path}: {exc.strerror}") from exc
     except UnicodeDecodeError:

@@ -20,6 +20,7 @@ from edgert.runtime.errors import (
     first_line,
     require,
 )
+from edgert.runtime.tasks import check_task_outputs
 
 from . import onnx_export
 from .describe import check_labels, describe
@@ -137,9 +138,9 @@ def export_model(
     describe(
         src, onnx_export.tensor_specs(onnx_model.graph.input, onnx_model), task, labels, preprocess
     )
-    check_labels(
-        src.task, src.labels, onnx_export.tensor_specs(onnx_model.graph.output, onnx_model)
-    )
+    output_specs = onnx_export.tensor_specs(onnx_model.graph.output, onnx_model)
+    check_labels(src.task, src.labels, output_specs)
+    check_task_outputs(src.task, output_specs)
     manifest = _manifest(src, name, onnx_model, parity, export_info)
     _set_metadata(onnx_model, manifest)
     data = onnx_model.SerializeToString()

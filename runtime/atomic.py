@@ -150,13 +150,17 @@ def recover(target: str | os.PathLike) -> None:
             with contextlib.suppress(OSError):
                 os.replace(olds[-1], target)
     for p, _ in leftovers:
-        if p.exists():
+        if p.is_symlink():  # a link swapped out by an older edgert (rmtree refuses links)
+            with contextlib.suppress(OSError):
+                p.unlink()
+        elif p.exists():
             shutil.rmtree(p, ignore_errors=True)
 
 
 @contextlib.contextmanager
 def staged_directory(target: str | os.PathLike, replace: bool = True) -> Iterator[Path]:
-    """Yield an empty staging folder beside ``target``; on success it becomes ``target``.
+    """Yield an empty staging folder beside ``target`` (where it points, when it is a symbolic link);
+    on success it becomes ``target``.
 
     On any exception the staging folder is removed and ``target`` is left as it was. When
     ``target`` exists and ``replace`` is true, the complete new folder and the old one trade
@@ -166,6 +170,8 @@ def staged_directory(target: str | os.PathLike, replace: bool = True) -> Iterato
     a crash came between the two renames. Leftovers of earlier crashes are deleted.
     """
     target = Path(target).absolute()
+    if target.is_symlink():  # write where the link points; the link stays a link
+        target = Path(os.path.realpath(target))
     parent = target.parent
     tag = f".{target.name}.{os.getpid()}."
     try:

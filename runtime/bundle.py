@@ -213,7 +213,7 @@ class Bundle:
         if not manifest_path.is_file():
             raise BundleError(f"{self.path} is not an edgert bundle: it has no {MANIFEST}")
         try:
-            data = json.loads(_read_manifest(manifest_path).decode("utf-8"))
+            data = json.loads(_read_manifest(manifest_path).decode("utf-8-sig"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise BundleError(f"{manifest_path} is not valid JSON ({exc})") from exc
         self.manifest = Manifest.from_dict(data, where=str(manifest_path))
@@ -245,7 +245,7 @@ def is_bundle(path: str | Path) -> bool:
     """True for a folder whose manifest.json declares edgert's bundle format (not any folder that
     happens to hold a manifest.json, such as a web app's)."""
     try:
-        data = json.loads(_read_manifest(Path(path) / MANIFEST).decode("utf-8"))
+        data = json.loads(_read_manifest(Path(path) / MANIFEST).decode("utf-8-sig"))
     except (OSError, UnicodeDecodeError, ValueError, BundleError):
         return False
     return isinstance(data, dict) and data.get("format") == FORMAT

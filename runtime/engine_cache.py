@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import atomic
 from .backends.tensorrt_compat import PlanInfo
-from .errors import EdgertError
+from .errors import BundleError, EdgertError
 from .locks import file_lock
 
 
@@ -90,6 +90,10 @@ class EngineCache:
     def clear(self, key_prefix: str | None = None) -> list[Path]:
         """Delete plans (all, or those whose file name starts with ``key_prefix``) with their
         sidecars; returns what was removed."""
+        if key_prefix is not None and not key_prefix.strip():
+            raise BundleError(
+                "--key is empty; name part of a plan's key, or leave --key out to clear every plan"
+            )
         removed = []
         for plan, _, _ in self.entries():
             if key_prefix and not plan.name.startswith(key_prefix) and key_prefix not in plan.stem:

@@ -61,10 +61,29 @@ class TaskModel:
         self.close()
 
 
+def check_task_outputs(task: str, outputs) -> None:
+    """ModelError when a model's outputs cannot be what ``task`` reads (a classifier called a
+    segmenter): said when the model is exported or loaded, not as an error on the first frame."""
+    if not outputs:
+        return
+    first = outputs[0]
+    if task == "segment" and len(first.shape) != 4:
+        raise ModelError(
+            f"the task segment reads per-pixel class scores [N, C, H, W] from the first output, "
+            f"and {first.describe()} is not that (is it a classifier? export it with its own --task)"
+        )
+    if task == "classify" and len(first.shape) < 2:
+        raise ModelError(
+            f"the task classify reads class scores [N, C] from the first output, and "
+            f"{first.describe()} has no class axis"
+        )
+
+
 class EngineTask(TaskModel):
     """Classification, detection, segmentation (or raw outputs) on one :class:`Engine`."""
 
     def __init__(self, engine, task: str, top_k: int = 5, conf: float = 0.25, iou: float = 0.45):
+        check_task_outputs(task, engine.outputs)
         if engine.preprocessing is None:
             raise ModelError(
                 "the model records no preprocessing; export it with edgert export (--resize, --size, ...)"

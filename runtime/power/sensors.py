@@ -361,6 +361,11 @@ def discover(
     read, combined so the board total is the input rail wherever it is measured), then NVML, then
     RAPL. A sensor that fails while being probed is skipped with its reason, never fatal."""
     base = sysfs_root(root)
+    if not base.is_dir():  # a mistyped --sysfs-root or EDGERT_SYSFS_ROOT: say so, not "no sensor"
+        origin = "--sysfs-root" if root else "EDGERT_SYSFS_ROOT"
+        return Discovery(
+            None, f"the sysfs root {base} ({origin}) does not exist or is not a folder"
+        )
     tried = []
     problems: list[str] = []
     rail_sensors = []

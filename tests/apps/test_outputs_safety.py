@@ -292,3 +292,19 @@ def test_pip_wheel_leaves_the_source_tree_clean(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     after = {p.name for p in ROOT.iterdir()}
     assert not {n for n in after - before if n == "build" or n.endswith(".egg-info")}
+
+
+# -- 14: standard output that cannot be written --------------------------------------------------
+def _cli(*args, **popen):
+    return subprocess.run([sys.executable, "-m", "edgert.apps", *map(str, args)],
+                          stderr=subprocess.PIPE, text=True, timeout=120, **popen)  # fmt: skip
+
+
+def test_a_full_or_closed_stdout_is_one_sentence(tmp_path, tiny):
+    img = tmp_path / "a.png"
+    cv2.imwrite(str(img), np.zeros((20, 20, 3), np.uint8))
+    with open("/dev/full", "w") as full:
+        proc = _cli("run", tiny, img, img, img, stdout=full)
+    assert_user_error(proc, "cannot write to standard output: No space left on device")
+    proc = _cli("info", "--json", stdout=subprocess.DEVNULL, preexec_fn=lambda: os.close(1))
+    assert_user_error(proc, "cannot write to standard output: it is closed")

@@ -252,3 +252,40 @@ def test_export_triton_writes_only_what_is_ours(tmp_path, tiny):
     assert (model / "3" / "model.onnx").is_file() and (model / "1" / "model.onnx").is_file()
     assert (model / "2" / "model.onnx").read_bytes() == b"version two"
     assert not leftovers(model) or leftovers(model) == [".edgert-export.json"]
+
+
+def test_export_through_a_symlinked_bundle_keeps_the_link(tmp_path):
+    """14: `export -o LINK` replaced the link with a folder and left a `.partial` link forever."""
+    from tests.tiny import image_classifier
+
+    first = classifier_bundle(tmp_path / "a")
+    link = tmp_path / "current.edgert"
+    link.symlink_to(first)
+    onnx = image_classifier(tmp_path / "m.onnx")
+    proc = run_cli("export", onnx, "-o", link, "--task", "classify")
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and os.path.realpath(link) == str(first)
+    assert Bundle(link).manifest.name == "m"
+    assert leftovers(tmp_path) == [] and leftovers(first.parent) == []
+
+
+def test_small_sentences(tmp_path, tiny):
+    """14: `cache clear --key ""`, a BOM in a labels file, a missing EDGERT_SYSFS_ROOT, task
+    segment on a classifier."""
+    proc = run_cli("cache", "clear", tiny, "--key", "")
+    assert_user_error(proc, "--key is empty")
+    labels = tmp_path / "labels.txt"
+    labels.write_bytes("\ufeffcat\ndog\nbird\n".encode())
+    from edgert.export.describe import read_labels
+
+    assert read_labels(labels) == ["cat", "dog", "bird"]
+    proc = run_cli(
+        "power", "--json", "--no-nvml", env={"EDGERT_SYSFS_ROOT": str(tmp_path / "nope")}
+    )
+    assert "EDGERT_SYSFS_ROOT" in json.loads(proc.stdout)["reason"]
+    _edit_manifest(tiny, task="segment")
+    img = tmp_path / "a.png"
+    import cv2
+
+    cv2.imwrite(str(img), np.zeros((16, 16, 3), np.uint8))
+    assert_user_error(run_cli("run", tiny, img), "task segment reads per-pixel class scores")

@@ -151,9 +151,35 @@ def _print(r: dict) -> None:
     )
 
 
+def _check_outputs(args) -> None:
+    """--json-file and --plot must not be the model (or a file of its bundle): writing them would
+    destroy what is measured."""
+    import os
+
+    from edgert.runtime.errors import OutputError
+
+    model = Path(args.model)
+    for flag, value in (("--json-file", args.json_file), ("--plot", args.plot)):
+        if not value:
+            continue
+        out = os.path.realpath(value)
+        inside = model.is_dir() and Path(os.path.realpath(model)) in Path(out).parents
+        if inside or out == os.path.realpath(model):
+            raise OutputError(
+                f"{flag} {value} is the model {model} (or inside its bundle): pick another file"
+            )
+    if (
+        args.json_file
+        and args.plot
+        and os.path.realpath(args.json_file) == os.path.realpath(args.plot)
+    ):
+        raise OutputError(f"--json-file and --plot are the same file {args.plot}")
+
+
 def run(args) -> int:
     from edgert.apps import bench
 
+    _check_outputs(args)
     if args.nvpmodel:
         from edgert.runtime.errors import SensorError
         from edgert.runtime.power import nvpmodel

@@ -308,3 +308,11 @@ def test_a_full_or_closed_stdout_is_one_sentence(tmp_path, tiny):
     assert_user_error(proc, "cannot write to standard output: No space left on device")
     proc = _cli("info", "--json", stdout=subprocess.DEVNULL, preexec_fn=lambda: os.close(1))
     assert_user_error(proc, "cannot write to standard output: it is closed")
+
+
+def test_bench_never_writes_over_the_model(tmp_path, tiny):
+    onnx = tiny / "model.onnx"
+    before = onnx.read_bytes()
+    proc = run_cli("bench", tiny, "--json-file", onnx, "--iterations", "2")
+    assert_user_error(proc, "is the model")
+    assert onnx.read_bytes() == before

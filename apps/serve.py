@@ -15,6 +15,7 @@ engine serialises its own calls.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -61,15 +62,48 @@ def require_pytriton():
 
 
 def check_ports(host: str, ports: dict[str, int]) -> None:
-    """One sentence for a port in use, before Triton starts (it would only log and exit)."""
+    """One sentence for a port in use, a port given twice or a host that is not this machine's,
+    before Triton starts (it would only log and exit, or hang). The probe sets SO_REUSEADDR, as
+    Triton's own listeners do, so connections of a server just stopped (TIME-WAIT) do not count
+    as the port being in use."""
+    seen: dict[int, str] = {}
+    for flag, port in ports.items():
+        if port in seen:
+            raise OutputError(f"{flag} and {seen[port]} are both {port}: give each its own port")
+        seen[port] = flag
     for flag, port in ports.items():
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((host, port))
+            except socket.gaierror as exc:
+                raise OutputError(f"--host {host} is not an address ({exc.strerror})") from None
             except OSError as exc:
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    raise OutputError(
+                        f"--host {host} is not an address of this machine; use 127.0.0.1, 0.0.0.0 "
+                        "(every interface) or one of its own addresses"
+                    ) from None
                 raise OutputError(
                     f"port {port} on {host} is not free ({exc.strerror}); pick another with {flag}"
                 ) from None
+
+
+def model_names(paths: list[str]) -> list[str]:
+    """The Triton model name of each bundle (its manifest name; a file's stem); BundleError when
+    two would be served under one name (Triton would fail only after loading both)."""
+    from edgert.runtime.bundle import Bundle, is_bundle
+    from edgert.runtime.errors import BundleError
+
+    names = [Bundle(p).manifest.name if is_bundle(p) else Path(p).stem for p in paths]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            first = paths[names.index(name)]
+            raise BundleError(
+                f"{first} and {paths[i]} are both named {name!r}; Triton serves one model per name "
+                "(export one with --name)"
+            )
+    return names
 
 
 def _python_library_path() -> None:
@@ -128,22 +162,35 @@ class _ImageModel:
             except EdgertError as exc:
                 failed[i] = str(exc)
                 frames.append(None)
-        ok = [i for i, f in enumerate(frames) if f is not None]
         results: list = [None] * len(frames)
         raw: dict[str, np.ndarray] = {}
-        if ok:
-            if self.batch_images:
-                pre = [self.model.preprocess(frames[i]) for i in ok]
-                outputs = self.model.infer(np.stack([t for t, _ in pre]))
-                decoded = self.model.postprocess(outputs, [tr for _, tr in pre])
+        ok = [i for i, f in enumerate(frames) if f is not None]
+        if self.batch_images:
+            groups: dict[tuple, list] = {}  # one inference per input size (an any-size model)
+            for i in ok:
+                try:
+                    tensor, transform = self.model.preprocess(frames[i])
+                except EdgertError as exc:  # this request's image only
+                    failed[i] = str(exc)
+                    continue
+                groups.setdefault(tensor.shape, []).append((i, tensor, transform))
+            for members in groups.values():
+                idx = [i for i, _, _ in members]
+                outputs = self.model.infer(np.stack([t for _, t, _ in members]))
+                decoded = self.model.postprocess(outputs, [tr for _, _, tr in members])
                 for name, value in outputs.items():
-                    full = np.zeros((len(frames), *value.shape[1:]), value.dtype)
-                    full[ok] = value
-                    raw[name] = full
-            else:  # faces, or a fixed batch of 1: one image per inference, no raw outputs
-                decoded = [self.model(frames[i]) for i in ok]
-            for i, r in zip(ok, decoded):
-                results[i] = r
+                    if name not in raw:
+                        raw[name] = np.zeros((len(frames), *value.shape[1:]), value.dtype)
+                    if raw[name].shape[1:] == value.shape[1:]:
+                        raw[name][idx] = value
+                for i, r in zip(idx, decoded):
+                    results[i] = r
+        else:  # faces, or a fixed batch of 1: one image per inference, no raw outputs
+            for i in ok:
+                try:
+                    results[i] = self.model(frames[i])
+                except EdgertError as exc:
+                    failed[i] = str(exc)
         text = [
             json.dumps({"error": failed[i]} if i in failed else {"results": results[i]})
             for i in range(len(frames))
@@ -158,19 +205,18 @@ def serve(cfg: ServeConfig, say=print) -> None:
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig
 
-    from edgert.runtime.bundle import Bundle, is_bundle
     from edgert.runtime.tasks import load_task_model
 
     check_ports(cfg.host, {"--http-port": cfg.http_port, "--grpc-port": cfg.grpc_port,
                            "--metrics-port": cfg.metrics_port})  # fmt: skip
+    names = model_names(cfg.bundles)
     _python_library_path()
     loaded = []  # everything to close at the end
     bindings = []
     try:
-        for path in cfg.bundles:
+        for path, name in zip(cfg.bundles, names):
             probe = load_task_model(path, backend=cfg.backend, precision=cfg.precision)
             loaded.append(probe)
-            name = Bundle(path).manifest.name if is_bundle(path) else Path(path).stem
             image_models = [probe] + [
                 load_task_model(path, backend=cfg.backend, precision=cfg.precision)
                 for _ in range(cfg.instances - 1)

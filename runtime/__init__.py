@@ -4,6 +4,8 @@ It imports nothing heavy at import time (no torch, tensorrt, pycuda or pynvml); 
 """
 
 from .bundle import Bundle, Manifest, TensorSpec
+from .counting import LineCounter, ZoneCounter
+from .detection import Detection
 from .engine import Engine
 from .errors import (
     BackendUnavailable,
@@ -20,15 +22,18 @@ from .errors import (
     SourceError,
 )
 from .preprocess import Preprocessing, Transform
+from .tracking import Track, Tracker
 
 __all__ = [
     "BackendUnavailable",
     "Bundle",
     "BundleError",
+    "Detection",
     "EdgertError",
     "Engine",
     "EngineMismatch",
     "ExportError",
+    "LineCounter",
     "Manifest",
     "MissingDependency",
     "ModelError",
@@ -39,5 +44,8 @@ __all__ = [
     "ShapeError",
     "SourceError",
     "TensorSpec",
+    "Track",
+    "Tracker",
     "Transform",
+    "ZoneCounter",
 ]

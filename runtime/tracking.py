@@ -1,0 +1,266 @@
+"""Multi-object tracking on the device: ByteTrack-style association over a constant-velocity
+Kalman filter that predicts with the real time between frames.
+
+    tracker = Tracker()
+    for frame in frames:
+        tracks = tracker.update(detections, frame.t_capture)   # runtime Detection objects
+        for t in tracks:
+            print(t.track_id, t.box, t.label)
+
+Why it holds up where frames arrive irregularly (a live queue that drops the oldest frame):
+
+- the filter's state is in pixels and pixels per *second*; each prediction uses the time since
+  the frame before (the capture timestamps), and its process noise grows with that time, so a
+  track that skipped two frames is predicted two frames ahead, with a wider gate;
+- tracks are kept for ``lost_seconds`` after their last match, not for a number of frames;
+- association is ByteTrack's: confident detections first (IoU against every track's prediction,
+  solved by SciPy's ``linear_sum_assignment``), then the low-confidence ones against the tracks
+  still unmatched (occluded objects often score low), then new tracks only from unmatched
+  confident detections; a track is confirmed after ``min_hits`` matches (a new track on the very
+  first frames of a stream is confirmed at once, as ByteTrack does).
+
+Association ignores the class by default (detectors flicker between similar classes); a track's
+label is its most frequent label over its recent matches. ``per_class=True`` only lets a detection
+join a track of its own class. Only tracks matched in this update are returned: a track that is
+only predicted is not reported as if it were detected. Ended tracks are dropped (``ended`` lists
+those of the last update), so memory does not grow with the number of objects ever seen.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .detection import Detection, box_iou
+
+# noise as fractions of the box height (ByteTrack's at 30 fps, turned into per-second units)
+_POS_STD = 1.0 / 20  # measurement and position process noise, per frame at 30 fps
+_VEL_STD = 1.0 / 160 * 30  # velocity process noise, per second
+_REF_DT = 1.0 / 30
+
+
+class KalmanBoxFilter:
+    """A constant-velocity filter of one box: state (cx, cy, w, h) and their velocities in pixels
+    per second. ``predict(dt)`` moves it ``dt`` seconds ahead; ``update(box)`` corrects it."""
+
+    def __init__(self, box) -> None:
+        z = _xyxy_to_cxcywh(np.asarray(box, dtype=np.float64))
+        self.x = np.concatenate([z, np.zeros(4)])
+        h = max(z[3], 1.0)
+        self.P = np.diag(
+            np.square([2 * _POS_STD * h] * 4 + [10 * _VEL_STD * h] * 4).astype(np.float64)
+        )
+
+    def predict(self, dt: float) -> None:
+        dt = max(0.0, float(dt))
+        F = np.eye(8)
+        F[:4, 4:] = np.eye(4) * dt
+        h = max(self.x[3], 1.0)
+        steps = max(dt / _REF_DT, 1e-6)  # noise accumulates with elapsed time (a random walk)
+        q_pos = np.square(_POS_STD * h) * steps
+        q_vel = np.square(_VEL_STD * h) * steps
+        Q = np.diag([q_pos] * 4 + [q_vel] * 4)
+        self.x = F @ self.x
+        self.x[2:4] = np.maximum(self.x[2:4], 1.0)
+        self.P = F @ self.P @ F.T + Q
+
+    def update(self, box) -> None:
+        z = _xyxy_to_cxcywh(np.asarray(box, dtype=np.float64))
+        H = np.hstack([np.eye(4), np.zeros((4, 4))])
+        R = np.diag(np.square([_POS_STD * max(z[3], 1.0)] * 4))
+        S = H @ self.P @ H.T + R
+        K = np.linalg.solve(S, H @ self.P).T
+        self.x = self.x + K @ (z - H @ self.x)
+        self.P = (np.eye(8) - K @ H) @ self.P
+
+    @property
+    def box(self) -> tuple[float, float, float, float]:
+        cx, cy, w, h = self.x[:4]
+        return (float(cx - w / 2), float(cy - h / 2), float(cx + w / 2), float(cy + h / 2))
+
+    @property
+    def velocity(self) -> tuple[float, float]:
+        """Centre velocity in pixels per second."""
+        return float(self.x[4]), float(self.x[5])
+
+
+def _xyxy_to_cxcywh(b: np.ndarray) -> np.ndarray:
+    w, h = max(b[2] - b[0], 1.0), max(b[3] - b[1], 1.0)
+    return np.array([b[0] + w / 2, b[1] + h / 2, w, h])
+
+
+@dataclass
+class Track:
+    """One tracked object as of the last update that matched it."""
+
+    track_id: int
+    box: tuple[float, float, float, float]  # x1, y1, x2, y2 in source pixels (filtered)
+    score: float
+    class_id: int
+    label: str
+    first_seen: float  # timestamp of the first detection
+    last_seen: float  # timestamp of the last matched detection
+    hits: int = 1
+    confirmed: bool = False
+    detection: Detection | None = None  # the detection matched in the last update
+    _labels: collections.deque = field(default_factory=lambda: collections.deque(maxlen=30),
+                                       repr=False)  # fmt: skip
+    _filter: KalmanBoxFilter | None = field(default=None, repr=False)
+
+    @property
+    def age(self) -> float:
+        """Seconds from the first detection to the last match."""
+        return self.last_seen - self.first_seen
+
+    def to_dict(self) -> dict:
+        return {
+            "track_id": self.track_id,
+            "box": [round(v, 2) for v in self.box],
+            "score": round(self.score, 5),
+            "class_id": self.class_id,
+            "label": self.label,
+            "age_s": round(self.age, 3),
+        }
+
+
+class Tracker:
+    """ByteTrack-class multi-object tracker; see the module text. Thresholds: detections scoring
+    ``high`` or more are associated first and may start tracks (at ``new_track`` or more);
+    those between ``low`` and ``high`` only extend existing tracks. ``match_iou``: the least IoU
+    between a prediction and a detection to pair them (``low_match_iou`` for the second pass)."""
+
+    def __init__(
+        self,
+        high: float = 0.5,
+        low: float = 0.1,
+        new_track: float = 0.6,
+        match_iou: float = 0.2,
+        low_match_iou: float = 0.5,
+        min_hits: int = 3,
+        lost_seconds: float = 1.0,
+        per_class: bool = False,
+    ) -> None:
+        if not 0 <= low <= high <= 1 or not 0 < match_iou <= 1 or not 0 < low_match_iou <= 1:
+            raise ValueError("thresholds must satisfy 0 <= low <= high <= 1 and IoUs in (0, 1]")
+        if min_hits < 1 or lost_seconds < 0:
+            raise ValueError("min_hits must be at least 1 and lost_seconds not negative")
+        self.high, self.low, self.new_track = high, low, new_track
+        self.match_iou, self.low_match_iou = match_iou, low_match_iou
+        self.min_hits, self.lost_seconds, self.per_class = min_hits, lost_seconds, per_class
+        self._tracks: list[Track] = []
+        self._ids = itertools.count(1)
+        self._last_t: float | None = None
+        self._updates = 0
+        self.started: list[Track] = []  # confirmed in the last update
+        self.ended: list[Track] = []  # dropped in the last update (lost for lost_seconds)
+
+    @property
+    def tracks(self) -> list[Track]:
+        """Every live track, matched or only predicted, confirmed or not."""
+        return list(self._tracks)
+
+    def update(self, detections, timestamp: float) -> list[Track]:
+        """Associate this frame's detections (runtime ``Detection`` objects, or dicts with box,
+        score, class_id, label) taken at ``timestamp`` (seconds, monotonic); return the confirmed
+        tracks matched in this frame."""
+        dets = [d if isinstance(d, Detection) else _detection(d) for d in detections]
+        dt = 0.0 if self._last_t is None else max(0.0, timestamp - self._last_t)
+        self._last_t = timestamp
+        self._updates += 1
+        self.started, self.ended = [], []
+        for t in self._tracks:
+            t._filter.predict(dt)
+        scores = np.array([d.score for d in dets], dtype=np.float64)
+        high = [i for i in range(len(dets)) if scores[i] >= self.high]
+        low = [i for i in range(len(dets)) if self.low <= scores[i] < self.high]
+        pool = list(range(len(self._tracks)))
+        matched: dict[int, int] = {}  # track index -> detection index
+        # confirmed tracks first, then tentative ones (ByteTrack's order)
+        for group in (
+            [k for k in pool if self._tracks[k].confirmed],
+            [k for k in pool if not self._tracks[k].confirmed],
+        ):
+            pairs, high = self._associate(group, high, dets, self.match_iou)
+            matched.update(pairs)
+        rest = [k for k in pool if k not in matched and self._tracks[k].confirmed]
+        pairs, _ = self._associate(rest, low, dets, self.low_match_iou)
+        matched.update(pairs)
+        out = []
+        for k, i in matched.items():
+            t = self._tracks[k]
+            self._match(t, dets[i], timestamp)
+            if t.confirmed:
+                out.append(t)
+        for i in high:  # unmatched confident detections start tracks
+            d = dets[i]
+            if d.score < self.new_track:
+                continue
+            t = Track(next(self._ids), tuple(map(float, d.box)), float(d.score), d.class_id,
+                      d.label, timestamp, timestamp, detection=d)  # fmt: skip
+            t._filter = KalmanBoxFilter(d.box)
+            t._labels.append((d.class_id, d.label))
+            if self._updates == 1 or self.min_hits == 1:  # a stream's first frame: no history
+                t.confirmed = True
+                self.started.append(t)
+                out.append(t)
+            self._tracks.append(t)
+        keep = []
+        for t in self._tracks:
+            lost = timestamp - t.last_seen
+            # a tentative track that missed a frame is noise; a confirmed one waits lost_seconds
+            if lost > self.lost_seconds or (not t.confirmed and lost > 0):
+                if t.confirmed:
+                    self.ended.append(t)
+            else:
+                keep.append(t)
+        self._tracks = keep
+        out.sort(key=lambda t: t.track_id)
+        return out
+
+    def close(self) -> list[Track]:
+        """End every live confirmed track (the stream ended); returns them."""
+        ended = [t for t in self._tracks if t.confirmed]
+        self._tracks = []
+        return ended
+
+    def _associate(self, tracks: list[int], det_idx: list[int], dets, min_iou: float):
+        """(pairs track->detection, detections left) by IoU of predictions against detections."""
+        from scipy.optimize import linear_sum_assignment
+
+        if not tracks or not det_idx:
+            return {}, det_idx
+        pred = np.array([self._tracks[k]._filter.box for k in tracks], dtype=np.float64)
+        boxes = np.array([dets[i].box for i in det_idx], dtype=np.float64)
+        iou = box_iou(pred, boxes)
+        if self.per_class:
+            same = np.array([[self._tracks[k].class_id == dets[i].class_id for i in det_idx]
+                             for k in tracks])  # fmt: skip
+            iou = np.where(same, iou, 0.0)
+        rows, cols = linear_sum_assignment(-iou)
+        pairs, used = {}, set()
+        for r, c in zip(rows, cols):
+            if iou[r, c] >= min_iou:
+                pairs[tracks[r]] = det_idx[c]
+                used.add(c)
+        return pairs, [i for j, i in enumerate(det_idx) if j not in used]
+
+    def _match(self, t: Track, d: Detection, timestamp: float) -> None:
+        t._filter.update(d.box)
+        t.box = t._filter.box
+        t.score = float(d.score)
+        t.last_seen = timestamp
+        t.hits += 1
+        t.detection = d
+        t._labels.append((d.class_id, d.label))
+        (t.class_id, t.label), _ = collections.Counter(t._labels).most_common(1)[0]
+        if not t.confirmed and t.hits >= self.min_hits:
+            t.confirmed = True
+            self.started.append(t)
+
+
+def _detection(d: dict) -> Detection:
+    return Detection(tuple(float(v) for v in d["box"]), float(d["score"]),
+                     int(d.get("class_id", 0)), str(d.get("label", d.get("class_id", 0))))  # fmt: skip

@@ -37,6 +37,31 @@ graph = helper.make_graph(
                  helper.make_tensor("gw", TensorProto.FLOAT, gw.shape, gw.ravel())])
 onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), "smoke.onnx")
 open("labels.txt", "w").write("cat\ndog\nbird\n")
+# a one-class detector (a bright 24-pixel square: mean brightness under 24-pixel anchors every
+# 4 pixels, a YOLOv8 head) and a video of a square crossing the middle left to right
+import cv2
+ys, xs = np.meshgrid(np.arange(24), np.arange(32), indexing="ij")
+boxes = np.stack([(xs + 1.0) * 4, (ys + 1.0) * 4, np.full(xs.shape, 24.0),
+                  np.full(xs.shape, 24.0)]).reshape(1, 4, -1).astype(np.float32)
+det = helper.make_graph(
+    [helper.make_node("ReduceMean", ["x"], ["g"], axes=[1], keepdims=1),
+     helper.make_node("AveragePool", ["g"], ["c"], kernel_shape=[4, 4], strides=[4, 4]),
+     helper.make_node("AveragePool", ["c"], ["a"], kernel_shape=[6, 6], pads=[2, 2, 3, 3]),
+     helper.make_node("Reshape", ["a", "flat"], ["s"]),
+     helper.make_node("Concat", ["boxes", "s"], ["output0"], axis=1)],
+    "det", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 96, 128])],
+    [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 5, 768])],
+    initializer=[helper.make_tensor("boxes", TensorProto.FLOAT, boxes.shape, boxes.ravel()),
+                 helper.make_tensor("flat", TensorProto.INT64, [3], [1, 1, 768])])
+onnx.save(helper.make_model(det, opset_imports=[helper.make_opsetid("", 17)]), "det.onnx")
+open("det.txt", "w").write("blob\n")
+video = cv2.VideoWriter("walk.mp4", cv2.VideoWriter_fourcc(*"mp4v"), 10, (320, 240))
+for i in range(60):
+    frame = np.zeros((240, 320, 3), np.uint8)
+    x = 10 + 4 * i
+    frame[90:150, x : x + 60] = 255
+    video.write(frame)
+video.release()
 PY
 photo=$(python -c "from edgert.runtime.sample_data import photo_path; print(photo_path('chelsea'))")
 set -x
@@ -50,6 +75,10 @@ edgert camera smoke.edgert --source synthetic:// --duration 3 --headless --jsonl
 test -s frames.jsonl
 edgert camera smoke.edgert --source synthetic:// --source "$photo" --loop --duration 3 --headless --jsonl streams.jsonl
 python -c "import json; h = json.loads(open('streams.jsonl').readline()); assert len(h['streams']) == 2, h"
+edgert export det.onnx -o det.edgert --task detect --labels det.txt --size 96x128 --resize stretch
+edgert camera det.edgert --source walk.mp4 --headless --conf 0.75 --line door=160,0,160,240 --events events.jsonl --json > track.json
+python -c "import json; c = json.load(open('track.json'))['streams'][0]['counts']['door']; assert (c['in'], c['out']) == (1, 0), c"
+grep -q line_cross events.jsonl
 edgert cache list smoke.edgert
 edgert export-triton smoke.edgert --repo triton-repo
 test -f triton-repo/smoke/config.pbtxt -a -f triton-repo/smoke/1/model.onnx

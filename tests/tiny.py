@@ -75,3 +75,59 @@ def classifier_bundle(folder: Path, name: str = "tiny", size: int = 16, **option
     return export_model(
         str(onnx_path), folder / f"{name}.edgert", task="classify", labels=labels, preprocess=pre
     ).bundle
+
+
+def blob_detector(
+    path: Path, height: int = 96, width: int = 128, cell: int = 4, window: int = 6
+) -> Path:
+    """A real detector without training: one class ("blob"), a YOLOv8 head [N, 5, anchors]. One
+    anchor per ``cell``-pixel cell: a square of ``window`` cells; its score is the mean brightness
+    of the frame under it (grey mean pooled per cell, then over the window), so a bright square of
+    the anchor's size on a dark frame scores 1 where it is (to a cell) and NMS keeps that one."""
+    gh, gw = height // cell, width // cell
+    ys, xs = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
+    lead = (window - 1) // 2  # the window covers cells i - lead .. i - lead + window - 1
+    centre = lambda i: (i - lead + window / 2) * cell  # noqa: E731
+    side = np.full(xs.shape, float(window * cell))
+    boxes = np.stack([centre(xs), centre(ys), side, side]).reshape(1, 4, gh * gw).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceMean", ["x"], ["grey"], axes=[1], keepdims=1),
+            helper.make_node(
+                "AveragePool", ["grey"], ["cells"], kernel_shape=[cell, cell], strides=[cell, cell]
+            ),  # fmt: skip
+            helper.make_node(
+                "AveragePool",
+                ["cells"],
+                ["around"],
+                kernel_shape=[window, window],
+                pads=[lead, lead, window - 1 - lead, window - 1 - lead],
+                count_include_pad=1,
+            ),  # fmt: skip
+            helper.make_node("Reshape", ["around", "flat"], ["scores"]),
+            helper.make_node("Concat", ["boxes", "scores"], ["output0"], axis=1),
+        ],
+        "blob_detector",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, height, width])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 5, gh * gw])],
+        initializer=[
+            helper.make_tensor("boxes", TensorProto.FLOAT, boxes.shape, boxes.ravel()),
+            helper.make_tensor("flat", TensorProto.INT64, [3], [1, 1, gh * gw]),
+        ],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return Path(path)
+
+
+def blob_detector_bundle(folder: Path, height: int = 96, width: int = 128) -> Path:
+    """An edgert detect bundle of :func:`blob_detector` (frames resized to its input, 0..1)."""
+    from edgert.export import export_model
+
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx_path = blob_detector(folder / "blobs.onnx", height, width)
+    labels = folder / "labels.txt"
+    labels.write_text("blob\n")
+    pre = {"resize": "stretch", "size": f"{height}x{width}", "scale": 1 / 255}
+    return export_model(
+        str(onnx_path), folder / "blobs.edgert", task="detect", labels=labels, preprocess=pre
+    ).bundle

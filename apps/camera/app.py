@@ -12,6 +12,7 @@ from pathlib import Path
 
 from edgert.runtime.errors import EdgertError, OutputError
 
+from .analytics import Analytics, EventsOutput, check_in_frame, check_task, parse_all
 from .outputs import HttpOutput, JsonlOutput, frame_record, open_output, output_paths
 from .overlay import draw
 from .pipeline import Pipeline
@@ -44,6 +45,16 @@ class CameraConfig:
     source_options: SourceOptions = field(default_factory=SourceOptions)
     sysfs_root: str | None = None
     on_output_error: str = "stop"  # stop: the run ends; continue: that output ends, the run goes on
+    track: bool = False  # a tracker per stream (implied by lines, zones and events)
+    lines: list[str] = field(default_factory=list)  # [STREAM:]NAME=x1,y1,x2,y2
+    zones: list[str] = field(default_factory=list)  # [STREAM:]NAME=x1,y1,x2,y2,x3,y3,...
+    events: str | None = None  # JSONL file of track and counting events
+    count_anchor: str = "bottom_center"  # the point of a box that counts: or "center"
+    lost_seconds: float = 1.0  # how long a track is kept without a detection
+
+    @property
+    def tracking(self) -> bool:
+        return bool(self.track or self.lines or self.zones or self.events)
 
 
 def choose_batch(requested: int | None, streams: int, model) -> tuple[int, str | None]:
@@ -122,6 +133,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
     from edgert.runtime.tasks import load_task_model
 
     check_outputs_apart(cfg)
+    geometries = _tracking_before_sources(cfg)
     with contextlib.ExitStack() as stack:
         sources = open_sources(cfg.sources, cfg.source_options, stack)
         for i, source in enumerate(sources):
@@ -130,6 +142,8 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
                 if len(sources) == 1
                 else f"source [{i}]: {source.description}"
             )
+            if geometries:
+                check_in_frame(geometries, i, getattr(source, "size", None))
         # under a power cap nothing busy-waits (ONNX Runtime's threads, CUDA's sync)
         spin = {"spin": False} if cfg.power_cap is not None else {}
         model = load_task_model(cfg.model, cfg.task, cfg.backend, cfg.precision, cfg.top_k,
@@ -143,13 +157,23 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             say(
                 f"batching: up to {batch} frames per inference, {cfg.batch_timeout_ms:g} ms deadline"
             )
+        analytics = None
+        if cfg.tracking:
+            check_task(model.task)
+            analytics = Analytics(len(sources), geometries, cfg.count_anchor, cfg.lost_seconds)
         power = _Power.start(cfg, model, stack)
         outputs = _open_outputs(cfg, sources, stack, say)
-        pipeline, labels_seen = _pipeline(cfg, sources, model, power, outputs, batch)
+        pipeline, labels_seen = _pipeline(cfg, sources, model, power, outputs, batch, analytics)
         m_start = power.meter.now() if power.meter else None
         pipeline.run()
+        if analytics is not None:
+            outputs.write(_Final(analytics.finish()), None, {})  # the tracks still live end
         outputs.close()
         summary = pipeline.stats()
+        if analytics is not None:
+            for st in summary["streams"]:
+                st["counts"] = analytics.counts(st["stream"])
+            summary["events"] = dict(analytics.event_counts)
         summary.update(
             task=model.task,
             backend=model.backend,
@@ -164,6 +188,29 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         return summary
 
 
+class _Final:
+    """The end-of-run events as a frame the outputs know (only the events output writes it)."""
+
+    stream, index, results = 0, None, None
+
+    def __init__(self, events: list) -> None:
+        self.events = events
+
+
+def _tracking_before_sources(cfg: CameraConfig) -> list:
+    """Lines and zones parsed and the model's task checked before any camera opens."""
+    from edgert.runtime.bundle import Bundle, is_bundle
+
+    if not cfg.tracking:
+        return []
+    geometries = parse_all(cfg.lines, cfg.zones, len(cfg.sources))
+    if is_bundle(cfg.model):
+        task = cfg.task or Bundle(cfg.model).manifest.task
+        if task != "generic":
+            check_task(task)
+    return geometries
+
+
 def check_outputs_apart(cfg: CameraConfig) -> None:
     """OutputError when a file the run would write is a file it reads (the same file: inode,
     symlinks followed) or another output's file: ``--output file://clip.mp4`` on ``clip.mp4``
@@ -172,6 +219,8 @@ def check_outputs_apart(cfg: CameraConfig) -> None:
     writes = output_paths(cfg.outputs, len(cfg.sources), cfg.mosaic)
     if cfg.jsonl:
         writes.append(("--jsonl", Path(cfg.jsonl)))
+    if cfg.events:
+        writes.append(("--events", Path(cfg.events)))
     for k, (what, path) in enumerate(writes):
         for src in reads:
             if _same_file(path, src):
@@ -204,6 +253,8 @@ class _Outputs:
 
     def write(self, frame, image, record: dict) -> None:
         for o in list(self.live):
+            if isinstance(frame, _Final) and not isinstance(o, EventsOutput):
+                continue
             try:
                 o.write(frame, image, record)
             except OutputError as exc:
@@ -303,6 +354,10 @@ def _open_outputs(cfg: CameraConfig, sources: list, stack: contextlib.ExitStack,
         out = JsonlOutput(cfg.jsonl, header)
         stack.callback(_quiet_close, out)
         outputs.append(out)
+    if cfg.events:
+        out = EventsOutput(cfg.events)
+        stack.callback(_quiet_close, out)
+        outputs.append(out)
     return _Outputs(outputs, cfg.on_output_error)
 
 
@@ -311,19 +366,22 @@ def _quiet_close(out) -> None:
         out.close()
 
 
-def _pipeline(cfg: CameraConfig, sources: list, model, power: _Power, outputs: list, batch: int):
+def _pipeline(cfg: CameraConfig, sources: list, model, power: _Power, outputs, batch: int,
+              analytics=None):  # fmt: skip
     """The pipeline and its sink: overlay (stats refreshed every 0.5 s), then every output."""
     labels_seen: collections.Counter = collections.Counter()
     t0 = time.monotonic()
     last_stats: list = [0.0, {}]
     last_records: dict = {}
-    drawn = any(not isinstance(o, JsonlOutput) for o in outputs.all)
+    drawn = any(not isinstance(o, (JsonlOutput, EventsOutput)) for o in outputs.all)
     web = [o for o in outputs.all if isinstance(o, HttpOutput)]
     many = len(sources) > 1
 
     def sink(frame) -> None:
         if isinstance(frame.results, list) and frame.results:
             labels_seen[frame.results[0]["label"]] += 1
+        if analytics is not None:
+            analytics.update(frame)  # track IDs into the results, events onto the frame
         now = time.monotonic()
         record = frame_record(frame, t0)
         record["latency_ms"]["end_to_end"] = round((now - frame.t_capture) * 1e3, 3)
@@ -332,12 +390,16 @@ def _pipeline(cfg: CameraConfig, sources: list, model, power: _Power, outputs: l
             last_stats[0], last_stats[1] = now, power.live(pipeline.stats(recent=True))
             for st in last_stats[1]["streams"]:
                 st["last"] = last_records.get(st["stream"])
+                if analytics is not None:
+                    st["counts"] = analytics.counts(st["stream"])
             for o in web:
                 o.set_stats(last_stats[1])
         s = last_stats[1]
         image = frame.image
         if drawn:
-            image = draw(frame.image, frame.results, _overlay_lines(s, frame.stream, sources, many))
+            scene = analytics.overlay(frame.stream) if analytics is not None else None
+            image = draw(frame.image, frame.results, _overlay_lines(s, frame.stream, sources, many),
+                         scene)  # fmt: skip
         outputs.write(frame, image, record)
 
     steps = steps_for(model, power.runner)

@@ -49,6 +49,10 @@ figcaption{font-family:monospace;font-size:12px;white-space:pre;color:#ccc}
 <div id="stats">waiting for statistics...</div></div>
 <script>
 const f1=v=>(v||0).toFixed(1);
+function countsLine(counts){
+  if(!counts)return '';
+  return Object.entries(counts).map(([n,c])=>c.type=='line'?n+': in '+c.in+' out '+c.out:
+    n+': '+c.occupancy+' now, '+c.entries+' in, '+c.exits+' out').join('  ');}
 function lastLine(last){
   if(!last||!last.results)return '';
   const rs=Array.isArray(last.results)?last.results:[];
@@ -69,7 +73,8 @@ async function poll(){
     streams.forEach((st,i)=>{const c=document.getElementById('cap'+i);if(!c)return;
       const se=(st.latency_ms||{}).end_to_end||{};
       c.textContent='['+i+'] '+st.source+'\\nframes '+st.frames_processed+'  '+f1(st.fps)+' fps  e2e p99 '+
-        f1(se.p99)+' ms  dropped '+st.frames_dropped+'  '+st.status+'\\n'+lastLine(st.last);});
+        f1(se.p99)+' ms  dropped '+st.frames_dropped+'  '+st.status+'\\n'+lastLine(st.last)+
+        (st.counts?'\\n'+countsLine(st.counts):'');});
   }catch(e){}
   setTimeout(poll,500);}
 poll();

@@ -5,22 +5,70 @@ from __future__ import annotations
 import numpy as np
 
 
-def draw(image: np.ndarray, results, lines: list[str]) -> np.ndarray:
+def _color(track_id) -> tuple[int, int, int]:
+    """A steady colour per track (green for boxes without one)."""
+    if track_id is None:
+        return (0, 220, 0)
+    hue = (track_id * 47) % 180
+    import cv2
+
+    bgr = cv2.cvtColor(np.uint8([[[hue, 200, 255]]]), cv2.COLOR_HSV2BGR)[0, 0]
+    return tuple(int(v) for v in bgr)
+
+
+def draw_scene(out: np.ndarray, scene) -> None:
+    """Lines and zones with their counts, and each track's trail."""
+    import cv2
+
+    counters, trails = scene
+    for c in counters:
+        pts = np.array(c.points, dtype=np.int32)
+        r = c.report()
+        if r["type"] == "line":
+            cv2.line(out, tuple(pts[0]), tuple(pts[1]), (0, 200, 255), 2, cv2.LINE_AA)
+            text = f"{c.name}: in {r['in']} out {r['out']}"
+        else:
+            cv2.polylines(out, [pts.reshape(-1, 1, 2)], True, (255, 160, 0), 2, cv2.LINE_AA)
+            text = f"{c.name}: {r['occupancy']} now, {r['entries']} in"
+        x, y = int(pts[:, 0].min()), int(pts[:, 1].min())
+        _label(out, text, (max(4, x + 4), max(30, y + 16)))
+    for track_id, trail in trails.items():
+        if len(trail) > 1:
+            pts = np.array(trail, dtype=np.int32).reshape(-1, 1, 2)
+            cv2.polylines(out, [pts], False, _color(track_id), 2, cv2.LINE_AA)
+
+
+def _label(out: np.ndarray, text: str, org: tuple[int, int]) -> None:
+    import cv2
+
+    (tw, th), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, 0.5, 1)
+    x, y = org
+    cv2.rectangle(out, (x - 2, y - th - 3), (x + tw + 2, y + base), (0, 0, 0), cv2.FILLED)
+    cv2.putText(out, text, (x, y), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (255, 255, 255), 1, cv2.LINE_AA)
+
+
+def draw(image: np.ndarray, results, lines: list[str], scene=None) -> np.ndarray:
+    """Boxes (with their track IDs), the lines and zones of ``scene`` (counters, trails) and the
+    numbers ``lines`` onto a copy of ``image``."""
     import cv2
 
     out = image.copy()
+    if scene is not None:
+        draw_scene(out, scene)
     if isinstance(results, list):
         for i, r in enumerate(results):
             if "box" in r:
                 x1, y1, x2, y2 = (int(round(v)) for v in r["box"])
-                cv2.rectangle(out, (x1, y1), (x2, y2), (0, 220, 0), 2)
+                color = _color(r.get("track_id"))
+                cv2.rectangle(out, (x1, y1), (x2, y2), color, 2)
+                tag = f"#{r['track_id']} " if r.get("track_id") is not None else ""
                 cv2.putText(
                     out,
-                    f"{r['label']} {r['score']:.2f}",
+                    f"{tag}{r['label']} {r['score']:.2f}",
                     (x1, max(12, y1 - 4)),
                     cv2.FONT_HERSHEY_SIMPLEX,
                     0.5,
-                    (0, 220, 0),
+                    color,
                     1,
                     cv2.LINE_AA,
                 )

@@ -106,6 +106,16 @@ class Frame:
     results: object = None
     t_ready: float = 0.0  # when preprocessing finished
     timings: dict[str, float] = field(default_factory=dict)  # stage -> ms
+    # the frame's own time in its video (seconds; files), where the source knows it: a tracker
+    # steps by this, since a file is read faster or slower than it was filmed
+    t_media: float | None = None
+    tracks: list = field(default_factory=list)  # set by tracking
+    events: list = field(default_factory=list)  # track and counting events of this frame
+
+    @property
+    def t_scene(self) -> float:
+        """The frame's time in the scene: its media time in a video file, else its capture time."""
+        return self.t_media if self.t_media is not None else self.t_capture
 
 
 @dataclass
@@ -238,7 +248,9 @@ class Pipeline:
                 if got is None:
                     break
                 image, t = got
-                s.raw.put(Frame(i, t, image, s.index))
+                s.raw.put(
+                    Frame(i, t, image, s.index, t_media=getattr(s.source, "media_time", None))
+                )
                 i += 1
                 s.captured = i
         except BaseException as exc:  # noqa: BLE001 - this stream ends; the others go on

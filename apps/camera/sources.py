@@ -77,6 +77,7 @@ class FrameSource:
     description = "source"
     fps: float | None = None
     live = True  # a camera or stream: when inference is slower, old frames are dropped
+    size: tuple[int, int] | None = None  # (width, height) when known before the first frame
 
     def read(self) -> tuple[np.ndarray, float] | None:
         """The next frame and its capture time, or None at the end of a finite source."""
@@ -139,6 +140,8 @@ class CaptureSource(FrameSource):
             raise
         fps = self.cap.get(cv2.CAP_PROP_FPS)
         self.fps = fps if fps and fps > 0 else None
+        w, h = (int(self.cap.get(p)) for p in (cv2.CAP_PROP_FRAME_WIDTH, cv2.CAP_PROP_FRAME_HEIGHT))
+        self.size = (w, h) if w > 0 and h > 0 else None
 
     def _configure(self, opts: SourceOptions) -> None:
         cv2 = self.cv2
@@ -154,13 +157,20 @@ class CaptureSource(FrameSource):
         if opts.fps:
             self.cap.set(cv2.CAP_PROP_FPS, opts.fps)
 
+    media_time: float | None = None  # the last frame's time in the video (seconds)
+    _loop_offset = 0.0
+
     def read(self):
         ok, frame = self.cap.read()
         if not ok and self.loop:
+            self._loop_offset = (self.media_time or 0.0) + 1.0 / (self.fps or 30.0)
             self.cap.set(self.cv2.CAP_PROP_POS_FRAMES, 0)
             ok, frame = self.cap.read()
         if not ok:
             return None
+        if not self.live:  # a file: its own clock (a loop goes on from where it ended)
+            ms = self.cap.get(self.cv2.CAP_PROP_POS_MSEC)
+            self.media_time = self._loop_offset + ms / 1e3 if ms is not None and ms >= 0 else None
         return frame, time.monotonic()
 
     def close(self) -> None:
@@ -357,6 +367,7 @@ class SyntheticSource(FrameSource):
 
         self.images = [load_photo(p) for p in (photos or PHOTOS)]
         self.width, self.height, self.fps = width, height, fps
+        self.size = (width, height)
         self.frames, self.realtime = frames, realtime
         self.live = realtime
         self.i = 0

@@ -80,6 +80,21 @@ def add_parser(sub) -> None:
         "--mosaic", action="store_true", help="several streams: one video file (or window) tiled"
     )
     p.add_argument("--jsonl", metavar="FILE", help="one JSON line per processed frame")
+    t = p.add_argument_group("tracking and counting (detect and faces models)")
+    t.add_argument("--track", action="store_true",
+                   help="follow objects across frames: a track ID per detection (one tracker per stream)")  # fmt: skip
+    t.add_argument("--line", action="append", default=[], metavar="[STREAM:]NAME=x1,y1,x2,y2",
+                   help="count crossings of a line, per direction (pixels, or fractions of the "
+                   "frame when all are 0..1); repeatable; implies --track")  # fmt: skip
+    t.add_argument("--zone", action="append", default=[], metavar="[STREAM:]NAME=x1,y1,x2,y2,x3,y3,...",
+                   help="count who is in a polygon, entries, exits and dwell time; repeatable; implies --track")  # fmt: skip
+    t.add_argument("--events", metavar="FILE",
+                   help="one JSON line per event: track_start, track_end, line_cross, zone_enter, "
+                   "zone_exit; implies --track")  # fmt: skip
+    t.add_argument("--count-point", choices=["bottom_center", "center"], default="bottom_center",
+                   help="the point of a box that counts (default bottom_center: where a person stands)")  # fmt: skip
+    t.add_argument("--lost-seconds", type=nonneg_float, default=1.0, metavar="S",
+                   help="how long a track waits for its object to be detected again (default 1)")  # fmt: skip
     p.add_argument(
         "--on-output-error",
         choices=["stop", "continue"],
@@ -136,6 +151,18 @@ def print_summary(s: dict) -> None:
             print(f"{out['output']}: {out['letterboxed']} of {out['frames']} frames letterboxed "
                   "(their size differs from the first frame's)")  # fmt: skip
     for st in streams:
+        for name, c in (st.get("counts") or {}).items():
+            where = f"[{st['stream']}] " if len(streams) > 1 else ""
+            if c["type"] == "line":
+                print(f"{where}line {name}: in {c['in']}, out {c['out']}")
+            else:
+                dwell = (
+                    f", mean dwell {c['dwell_s_mean']:.1f} s"
+                    if c["dwell_s_mean"] is not None
+                    else ""
+                )
+                print(f"{where}zone {name}: {c['entries']} entries, {c['exits']} exits{dwell}")
+    for st in streams:
         if st.get("images_failed"):
             print(f"stream {st['stream']}: {st['images_failed']} images could not be read: "
                   + ", ".join(st["images_failed_files"][:5]))  # fmt: skip
@@ -182,6 +209,12 @@ def run(args) -> int:
         batch_timeout_ms=args.batch_timeout_ms,
         mosaic=args.mosaic,
         on_output_error=args.on_output_error,
+        track=args.track,
+        lines=args.line,
+        zones=args.zone,
+        events=args.events,
+        count_anchor=args.count_point,
+        lost_seconds=args.lost_seconds,
     )
     summary = run_camera(cfg, say=(lambda s: None) if args.json else print)
     if args.json:

@@ -1,0 +1,218 @@
+"""Tracking, line and zone counting and the events file for the camera app: one tracker and one
+set of counters per stream (every stream's track IDs are its own), fed from the output thread in
+each stream's frame order with the frames' capture timestamps.
+
+``--line NAME=x1,y1,x2,y2`` and ``--zone NAME=x1,y1,x2,y2,x3,y3,...`` apply to every stream;
+``STREAM:NAME=...`` (a stream number) to one. Coordinates are pixels, or fractions of the frame
+when all are within 0..1 (see :mod:`edgert.runtime.counting`).
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import time
+from dataclasses import dataclass, field
+
+from edgert.runtime.counting import Counters, LineCounter, ZoneCounter
+from edgert.runtime.detection import Detection
+from edgert.runtime.errors import EdgertError, SourceError
+from edgert.runtime.tracking import Tracker
+
+_SPEC = re.compile(r"(?:(\d+):)?([A-Za-z0-9_-]+)=(.*)")
+TRAIL = 20  # centres drawn behind each track
+
+
+class GeometryError(SourceError):
+    """A --line or --zone that cannot be one."""
+
+
+@dataclass(frozen=True)
+class Geometry:
+    kind: str  # line | zone
+    stream: int | None  # None: every stream
+    name: str
+    points: tuple[tuple[float, float], ...]
+    spec: str
+
+    def counter(self, anchor: str):
+        cls = LineCounter if self.kind == "line" else ZoneCounter
+        return cls(self.name, self.points, anchor=anchor)
+
+
+def parse_geometry(spec: str, kind: str, streams: int) -> Geometry:
+    """``[STREAM:]NAME=x1,y1,...`` -> Geometry; GeometryError with one sentence otherwise."""
+    m = _SPEC.fullmatch(spec.strip())
+    flag = f"--{kind} {spec}"
+    if m is None:
+        raise GeometryError(f"{flag}: write it as NAME=x1,y1,x2,y2{',...' if kind == 'zone' else ''} "
+                            "(or STREAM:NAME=... for one stream)")  # fmt: skip
+    stream = int(m.group(1)) if m.group(1) is not None else None
+    if stream is not None and stream >= streams:
+        raise GeometryError(f"{flag}: there is no stream {stream} (streams are 0 to {streams - 1})")
+    try:
+        values = [float(v) for v in m.group(3).split(",")]
+    except ValueError:
+        raise GeometryError(
+            f"{flag}: the coordinates must be numbers separated by commas"
+        ) from None
+    if len(values) % 2:
+        raise GeometryError(f"{flag}: coordinates come in x,y pairs ({len(values)} numbers given)")
+    points = tuple(zip(values[::2], values[1::2]))
+    geometry = Geometry(kind, stream, m.group(2), points, spec)
+    try:
+        geometry.counter("bottom_center")  # the counter's own checks: points, crossing, area
+    except ValueError as exc:
+        raise GeometryError(f"{flag}: {exc}") from None
+    return geometry
+
+
+def parse_all(lines: list[str], zones: list[str], streams: int) -> list[Geometry]:
+    found = [parse_geometry(s, "line", streams) for s in lines]
+    found += [parse_geometry(s, "zone", streams) for s in zones]
+    for i in range(streams):
+        names = [g.name for g in found if g.stream in (None, i)]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise GeometryError(
+                f"the name {dup} is used by two lines or zones of stream {i}: give each its own"
+            )
+    return found
+
+
+def check_in_frame(geometries: list[Geometry], stream: int, size: tuple[int, int] | None) -> None:
+    """GeometryError when a pixel coordinate lies outside stream ``stream``'s frame."""
+    if size is None:
+        return
+    for g in geometries:
+        if g.stream in (None, stream):
+            try:
+                g.counter("bottom_center").resolve(*size)
+            except ValueError as exc:
+                raise GeometryError(f"--{g.kind} {g.spec} on stream {stream}: {exc}") from None
+
+
+class EventsOutput:
+    """``--events FILE``: one JSON line per event (``frame.events``), written as they happen; an
+    output like the others, so a full disk is handled as theirs is."""
+
+    def __init__(self, path: str) -> None:
+        from .outputs import JsonlOutput
+
+        self.out = JsonlOutput(path)
+        self.name = f"--events {path}"
+
+    def write(self, frame, overlay_image, record: dict) -> None:
+        for event in getattr(frame, "events", None) or ():
+            self.out.write(None, None, event)
+
+    def close(self) -> None:
+        self.out.close()
+
+
+@dataclass
+class _Stream:
+    tracker: Tracker
+    counters: Counters
+    geometries: list
+    resolved: bool = False
+    trails: dict = field(default_factory=dict)
+
+
+class Analytics:
+    """Per stream: a tracker, its counters, the trails drawn on the overlay."""
+
+    def __init__(self, streams: int, geometries: list[Geometry], anchor: str = "bottom_center",
+                 lost_seconds: float = 1.0) -> None:  # fmt: skip
+        self.streams = [
+            _Stream(
+                Tracker(lost_seconds=lost_seconds),
+                Counters(),
+                [g for g in geometries if g.stream in (None, i)],
+            )  # fmt: skip
+            for i in range(streams)
+        ]
+        self.anchor = anchor
+        self.event_counts: collections.Counter = collections.Counter()
+        self.t0_wall = time.time() - time.monotonic()  # monotonic -> wall clock
+
+    def _resolve(self, s: _Stream, stream: int, image) -> None:
+        h, w = image.shape[:2]
+        check_in_frame(s.geometries, stream, (w, h))
+        for g in s.geometries:
+            counter = g.counter(self.anchor).resolve(w, h)
+            (s.counters.lines if g.kind == "line" else s.counters.zones).append(counter)
+        s.resolved = True
+
+    def update(self, frame) -> None:
+        """Track this frame's detections; sets ``track_id`` on each (None when no confirmed track
+        holds it) and ``frame.tracks``; writes the events."""
+        s = self.streams[frame.stream]
+        if not s.resolved:
+            self._resolve(s, frame.stream, frame.image)
+        results = frame.results if isinstance(frame.results, list) else []
+        found = [r for r in results if isinstance(r, dict) and "box" in r]
+        dets = [Detection(tuple(float(v) for v in r["box"]), float(r.get("score", 1.0)),
+                          int(r.get("class_id", 0)), str(r.get("label", ""))) for r in found]  # fmt: skip
+        tracks = s.tracker.update(dets, frame.t_scene)
+        by_det = {id(t.detection): t.track_id for t in tracks}
+        for r, d in zip(found, dets):
+            r["track_id"] = by_det.get(id(d))  # None: no confirmed track holds it (yet)
+        frame.tracks = tracks
+        events = [
+            dict(event="track_start", track_id=t.track_id, label=t.label) for t in s.tracker.started
+        ]
+        events += s.counters.update(tracks, frame.t_scene)
+        ended = s.tracker.ended
+        events += s.counters.forget(ended)
+        events += [dict(event="track_end", track_id=t.track_id, label=t.label,
+                        duration_s=round(t.age, 3)) for t in ended]  # fmt: skip
+        for t in tracks:
+            x1, y1, x2, y2 = t.box
+            point = ((x1 + x2) / 2, y2 if self.anchor == "bottom_center" else (y1 + y2) / 2)
+            s.trails.setdefault(t.track_id, collections.deque(maxlen=TRAIL)).append(point)
+        for t in ended:
+            s.trails.pop(t.track_id, None)
+        frame.events = self._records(events, frame.stream, frame.index, frame.t_capture,
+                                     frame.t_media)  # fmt: skip
+
+    def _records(self, events: list[dict], stream: int, index: int | None, t: float,
+                 t_media: float | None = None) -> list:  # fmt: skip
+        """Event lines: what happened, where (stream, frame), and when: the capture's monotonic
+        and wall-clock time, and for a video file the frame's time in the video."""
+        out = []
+        for e in events:
+            self.event_counts[e["event"]] += 1
+            record = {"event": e.pop("event"), "stream": stream, **e, "frame": index,
+                      "t_monotonic": round(t, 4), "time": round(self.t0_wall + t, 4)}  # fmt: skip
+            if t_media is not None:
+                record["t_video"] = round(t_media, 4)
+            out.append(record)
+        return out
+
+    def finish(self) -> list[dict]:
+        """The run ended: every live track ends (zone exits for those inside); their events."""
+        records = []
+        for i, s in enumerate(self.streams):
+            ended = s.tracker.close()
+            events = s.counters.forget(ended)
+            events += [dict(event="track_end", track_id=t.track_id, label=t.label,
+                            duration_s=round(t.age, 3)) for t in ended]  # fmt: skip
+            records += self._records(events, i, None, time.monotonic())
+        return records
+
+    def counts(self, stream: int) -> dict:
+        return self.streams[stream].counters.report()
+
+    def overlay(self, stream: int):
+        """(counters, trails) for drawing."""
+        s = self.streams[stream]
+        return [*s.counters.lines, *s.counters.zones], s.trails
+
+
+def check_task(task: str) -> None:
+    """--track needs boxes: a detect or faces model."""
+    if task not in ("detect", "faces"):
+        raise EdgertError(
+            f"--track follows detected objects, and this is a {task} model: use a detect or faces bundle"
+        )

@@ -1,0 +1,89 @@
+"""edgert camera --track --line --zone --events on a rendered video through a real detector bundle
+(tests.tiny.blob_detector_bundle on ONNX Runtime), through the command line (issue 23)."""
+
+from __future__ import annotations
+
+import json
+
+import cv2
+import numpy as np
+import pytest
+
+from tests.conftest import assert_user_error, run_cli
+from tests.tiny import blob_detector_bundle, classifier_bundle
+
+W, H, FPS, FRAMES = 320, 240, 10, 110
+
+
+def square_at(img, cx, cy, side=60):
+    x, y = int(cx - side / 2), int(cy - side / 2)
+    img[max(0, y) : y + side, max(0, x) : x + side] = 255
+
+
+def scene_video(path):
+    """A goes right along y=60 (frames 0-55) and stays in the top-right zone; B goes left along
+    y=170 (frames 40-95) and leaves the frame's left side."""
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), FPS, (W, H))
+    for i in range(FRAMES):
+        img = np.zeros((H, W, 3), np.uint8)
+        square_at(img, 20 + 5 * min(i, 56), 60)
+        if 40 <= i <= 95:
+            square_at(img, 300 - 5 * (i - 40), 170)
+        writer.write(img)
+    writer.release()
+    return path
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("track")
+    return blob_detector_bundle(folder / "det"), scene_video(folder / "scene.mp4")
+
+
+def test_track_line_zone_and_events_from_the_cli(scene, tmp_path):
+    bundle, video = scene
+    events, frames = tmp_path / "events.jsonl", tmp_path / "frames.jsonl"
+    proc = run_cli("camera", bundle, "--source", video, "--headless", "--conf", "0.75", "--json",
+                   "--line", "door=160,0,160,240", "--zone", "pen=200,0,320,0,320,120,200,120",
+                   "--events", events, "--jsonl", frames)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    counts = summary["streams"][0]["counts"]
+    # looking down the line from (160,0) to (160,240), left->right is "in"
+    assert (counts["door"]["in"], counts["door"]["out"]) == (1, 1)
+    assert counts["pen"]["entries"] == 1 and counts["pen"]["occupancy"] == 0  # A ended inside
+    lines = [json.loads(x) for x in events.read_text().splitlines()]
+    kinds = [e["event"] for e in lines]
+    assert kinds.count("track_start") == 2 and kinds.count("track_end") == 2
+    crossings = [e for e in lines if e["event"] == "line_cross"]
+    assert sorted(e["direction"] for e in crossings) == ["in", "out"]
+    assert len({e["track_id"] for e in crossings}) == 2
+    assert all({"stream", "track_id", "label", "t_monotonic", "time"} <= set(e) for e in lines)
+    exit_ = next(e for e in lines if e["event"] == "zone_exit")
+    enter = next(e for e in lines if e["event"] == "zone_enter")
+    assert exit_["track_id"] == enter["track_id"] and exit_["dwell_s"] > 3
+    assert summary["events"]["line_cross"] == 2
+    records = [json.loads(x) for x in frames.read_text().splitlines()[1:]]
+    ids = {r["track_id"] for rec in records for r in rec["results"]}
+    assert {e["track_id"] for e in crossings} <= ids
+
+
+def test_track_is_refused_on_a_classifier_and_bad_geometry_before_any_camera(scene, tmp_path):
+    bundle, video = scene
+    classifier = classifier_bundle(tmp_path / "cls")
+    assert_user_error(run_cli("camera", classifier, "--source", video, "--track", "--headless"),
+                      "--track follows detected objects")  # fmt: skip
+    dead = "rtsp://127.0.0.1:9/never"  # nothing answers: had it been opened, the error would say so
+    cases = [
+        (("--line", "door=1,2"), "at least 2 points"),
+        (("--zone", "pen=0,0,10,10,10,0,0,10"), "crosses itself"),
+        (("--zone", "pen=0,0,10"), "x,y pairs"),
+        (("--line", "a=0,0,9,9", "--zone", "a=0,0,9,0,9,9"), "used by two"),
+        (("--line", "3:door=0,0,9,9"), "no stream 3"),
+        (("--line", "door"), "NAME=x1,y1,x2,y2"),
+    ]
+    for args, fragment in cases:
+        proc = run_cli("camera", bundle, "--source", dead, "--headless", *args)
+        assert_user_error(proc, fragment)
+    proc = run_cli("camera", bundle, "--source", video, "--headless", "--line", "door=0,0,900,10")
+    assert_user_error(proc, "outside the 320x240 frame")

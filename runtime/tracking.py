@@ -42,54 +42,72 @@ _VEL_STD = 1.0 / 160 * 30  # velocity process noise, per second
 _REF_DT = 1.0 / 30
 
 
-class KalmanBoxFilter:
-    """A constant-velocity filter of one box: state (cx, cy, w, h) and their velocities in pixels
-    per second. ``predict(dt)`` moves it ``dt`` seconds ahead; ``update(box)`` corrects it."""
+def _cxcywh(boxes: np.ndarray) -> np.ndarray:
+    """[N, 4] x1, y1, x2, y2 -> centre, size (at least a pixel)."""
+    w = np.maximum(boxes[:, 2] - boxes[:, 0], 1.0)
+    h = np.maximum(boxes[:, 3] - boxes[:, 1], 1.0)
+    return np.stack([boxes[:, 0] + w / 2, boxes[:, 1] + h / 2, w, h], axis=1)
 
-    def __init__(self, box) -> None:
-        z = _xyxy_to_cxcywh(np.asarray(box, dtype=np.float64))
-        self.x = np.concatenate([z, np.zeros(4)])
-        h = max(z[3], 1.0)
-        self.P = np.diag(
-            np.square([2 * _POS_STD * h] * 4 + [10 * _VEL_STD * h] * 4).astype(np.float64)
+
+def _xyxy(x: np.ndarray) -> np.ndarray:
+    """Filter states [N, 8] -> boxes [N, 4] x1, y1, x2, y2."""
+    cx, cy, w, h = x[:, 0], x[:, 1], x[:, 2], x[:, 3]
+    return np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
+
+
+class KalmanBoxes:
+    """Constant-velocity Kalman filters of many boxes at once: states (cx, cy, w, h) and their
+    velocities in pixels per second, ``x`` [N, 8] and covariances ``P`` [N, 8, 8]. ``predict(dt)``
+    moves every box ``dt`` seconds ahead (the noise grows with ``dt``); ``update`` corrects some."""
+
+    def __init__(self) -> None:
+        self.x = np.zeros((0, 8))
+        self.P = np.zeros((0, 8, 8))
+
+    def add(self, boxes: np.ndarray) -> None:
+        z = _cxcywh(np.asarray(boxes, dtype=np.float64).reshape(-1, 4))
+        x = np.concatenate([z, np.zeros_like(z)], axis=1)
+        h = z[:, 3:4]
+        std = np.concatenate(
+            [np.repeat(2 * _POS_STD * h, 4, 1), np.repeat(10 * _VEL_STD * h, 4, 1)], 1
         )
+        P = np.zeros((len(z), 8, 8))
+        P[:, np.arange(8), np.arange(8)] = std**2
+        self.x = np.concatenate([self.x, x])
+        self.P = np.concatenate([self.P, P])
+
+    def keep(self, mask) -> None:
+        self.x, self.P = self.x[mask], self.P[mask]
 
     def predict(self, dt: float) -> None:
+        if not len(self.x):
+            return
         dt = max(0.0, float(dt))
         F = np.eye(8)
         F[:4, 4:] = np.eye(4) * dt
-        h = max(self.x[3], 1.0)
+        h = np.maximum(self.x[:, 3:4], 1.0)
         steps = max(dt / _REF_DT, 1e-6)  # noise accumulates with elapsed time (a random walk)
-        q_pos = np.square(_POS_STD * h) * steps
-        q_vel = np.square(_VEL_STD * h) * steps
-        Q = np.diag([q_pos] * 4 + [q_vel] * 4)
-        self.x = F @ self.x
-        self.x[2:4] = np.maximum(self.x[2:4], 1.0)
-        self.P = F @ self.P @ F.T + Q
+        q = np.concatenate([np.repeat((_POS_STD * h) ** 2, 4, 1),
+                            np.repeat((_VEL_STD * h) ** 2, 4, 1)], 1) * steps  # fmt: skip
+        self.x = self.x @ F.T
+        self.x[:, 2:4] = np.maximum(self.x[:, 2:4], 1.0)
+        self.P = F @ self.P @ F.T
+        self.P[:, np.arange(8), np.arange(8)] += q
 
-    def update(self, box) -> None:
-        z = _xyxy_to_cxcywh(np.asarray(box, dtype=np.float64))
-        H = np.hstack([np.eye(4), np.zeros((4, 4))])
-        R = np.diag(np.square([_POS_STD * max(z[3], 1.0)] * 4))
-        S = H @ self.P @ H.T + R
-        K = np.linalg.solve(S, H @ self.P).T
-        self.x = self.x + K @ (z - H @ self.x)
-        self.P = (np.eye(8) - K @ H) @ self.P
+    def update(self, idx, boxes: np.ndarray) -> None:
+        """Correct filters ``idx`` with measured boxes [len(idx), 4] (x1, y1, x2, y2)."""
+        if not len(idx):
+            return
+        z = _cxcywh(np.asarray(boxes, dtype=np.float64).reshape(-1, 4))
+        x, P = self.x[idx], self.P[idx]
+        S = P[:, :4, :4].copy()
+        S[:, np.arange(4), np.arange(4)] += (_POS_STD * z[:, 3:4]) ** 2
+        K = np.linalg.solve(S, P[:, :4, :]).transpose(0, 2, 1)  # [m, 8, 4] (S is symmetric)
+        self.x[idx] = x + (K @ (z - x[:, :4])[:, :, None])[:, :, 0]
+        self.P[idx] = P - K @ P[:, :4, :]
 
-    @property
-    def box(self) -> tuple[float, float, float, float]:
-        cx, cy, w, h = self.x[:4]
-        return (float(cx - w / 2), float(cy - h / 2), float(cx + w / 2), float(cy + h / 2))
-
-    @property
-    def velocity(self) -> tuple[float, float]:
-        """Centre velocity in pixels per second."""
-        return float(self.x[4]), float(self.x[5])
-
-
-def _xyxy_to_cxcywh(b: np.ndarray) -> np.ndarray:
-    w, h = max(b[2] - b[0], 1.0), max(b[3] - b[1], 1.0)
-    return np.array([b[0] + w / 2, b[1] + h / 2, w, h])
+    def boxes(self) -> np.ndarray:
+        return _xyxy(self.x)
 
 
 @dataclass
@@ -106,9 +124,9 @@ class Track:
     hits: int = 1
     confirmed: bool = False
     detection: Detection | None = None  # the detection matched in the last update
+    velocity: tuple[float, float] = (0.0, 0.0)  # the box centre's, pixels per second (filtered)
     _labels: collections.deque = field(default_factory=lambda: collections.deque(maxlen=30),
                                        repr=False)  # fmt: skip
-    _filter: KalmanBoxFilter | None = field(default=None, repr=False)
 
     @property
     def age(self) -> float:
@@ -139,7 +157,7 @@ class Tracker:
         new_track: float = 0.6,
         match_iou: float = 0.2,
         low_match_iou: float = 0.5,
-        min_hits: int = 3,
+        min_hits: int = 2,
         lost_seconds: float = 1.0,
         per_class: bool = False,
     ) -> None:
@@ -151,6 +169,7 @@ class Tracker:
         self.match_iou, self.low_match_iou = match_iou, low_match_iou
         self.min_hits, self.lost_seconds, self.per_class = min_hits, lost_seconds, per_class
         self._tracks: list[Track] = []
+        self._kf = KalmanBoxes()  # row k is self._tracks[k]'s filter
         self._ids = itertools.count(1)
         self._last_t: float | None = None
         self._updates = 0
@@ -171,8 +190,8 @@ class Tracker:
         self._last_t = timestamp
         self._updates += 1
         self.started, self.ended = [], []
-        for t in self._tracks:
-            t._filter.predict(dt)
+        self._kf.predict(dt)
+        self._pred = self._kf.boxes()
         scores = np.array([d.score for d in dets], dtype=np.float64)
         high = [i for i in range(len(dets)) if scores[i] >= self.high]
         low = [i for i in range(len(dets)) if self.low <= scores[i] < self.high]
@@ -188,35 +207,42 @@ class Tracker:
         rest = [k for k in pool if k not in matched and self._tracks[k].confirmed]
         pairs, _ = self._associate(rest, low, dets, self.low_match_iou)
         matched.update(pairs)
+        order = sorted(matched)
+        self._kf.update(order, np.array([dets[matched[k]].box for k in order], dtype=np.float64))
+        filtered = self._kf.boxes()
         out = []
-        for k, i in matched.items():
+        for k in order:
             t = self._tracks[k]
-            self._match(t, dets[i], timestamp)
+            self._match(t, dets[matched[k]], timestamp, filtered[k], self._kf.x[k, 4:6])
             if t.confirmed:
                 out.append(t)
+        new = []
         for i in high:  # unmatched confident detections start tracks
             d = dets[i]
             if d.score < self.new_track:
                 continue
             t = Track(next(self._ids), tuple(map(float, d.box)), float(d.score), d.class_id,
                       d.label, timestamp, timestamp, detection=d)  # fmt: skip
-            t._filter = KalmanBoxFilter(d.box)
             t._labels.append((d.class_id, d.label))
             if self._updates == 1 or self.min_hits == 1:  # a stream's first frame: no history
                 t.confirmed = True
                 self.started.append(t)
                 out.append(t)
             self._tracks.append(t)
+            new.append(d.box)
+        if new:
+            self._kf.add(np.array(new, dtype=np.float64))
         keep = []
         for t in self._tracks:
             lost = timestamp - t.last_seen
             # a tentative track that missed a frame is noise; a confirmed one waits lost_seconds
-            if lost > self.lost_seconds or (not t.confirmed and lost > 0):
-                if t.confirmed:
-                    self.ended.append(t)
-            else:
-                keep.append(t)
-        self._tracks = keep
+            gone = lost > self.lost_seconds or (not t.confirmed and lost > 0)
+            if gone and t.confirmed:
+                self.ended.append(t)
+            keep.append(not gone)
+        if not all(keep):
+            self._tracks = [t for t, k in zip(self._tracks, keep) if k]
+            self._kf.keep(np.array(keep, dtype=bool))
         out.sort(key=lambda t: t.track_id)
         return out
 
@@ -224,6 +250,7 @@ class Tracker:
         """End every live confirmed track (the stream ended); returns them."""
         ended = [t for t in self._tracks if t.confirmed]
         self._tracks = []
+        self._kf = KalmanBoxes()
         return ended
 
     def _associate(self, tracks: list[int], det_idx: list[int], dets, min_iou: float):
@@ -232,7 +259,7 @@ class Tracker:
 
         if not tracks or not det_idx:
             return {}, det_idx
-        pred = np.array([self._tracks[k]._filter.box for k in tracks], dtype=np.float64)
+        pred = self._pred[tracks]
         boxes = np.array([dets[i].box for i in det_idx], dtype=np.float64)
         iou = box_iou(pred, boxes)
         if self.per_class:
@@ -247,9 +274,9 @@ class Tracker:
                 used.add(c)
         return pairs, [i for j, i in enumerate(det_idx) if j not in used]
 
-    def _match(self, t: Track, d: Detection, timestamp: float) -> None:
-        t._filter.update(d.box)
-        t.box = t._filter.box
+    def _match(self, t: Track, d: Detection, timestamp: float, box, velocity) -> None:
+        t.box = tuple(float(v) for v in box)
+        t.velocity = (float(velocity[0]), float(velocity[1]))
         t.score = float(d.score)
         t.last_seen = timestamp
         t.hits += 1

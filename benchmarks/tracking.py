@@ -106,7 +106,7 @@ class Peer:
         arr = np.array(dets, dtype=np.float64).reshape(-1, 5)
         d = sv.Detections(xyxy=arr[:, :4], confidence=arr[:, 4], class_id=np.zeros(len(arr), int))
         out = self.tracker.update(d, timestamp=t) if self.timestamps else self.tracker.update(d)
-        return [(int(i), tuple(b)) for i, b in zip(out.tracker_id, out.xyxy) if i >= 0]
+        return [(int(i), tuple(b)) for i, b in zip(out.tracker_id, out.xyxy, strict=True) if i >= 0]
 
 
 def score(make, gt, dets, frames: list[int]) -> dict:
@@ -116,7 +116,9 @@ def score(make, gt, dets, frames: list[int]) -> dict:
         hyp = tracker.update(dets[f], f / FPS)
         g = gt[f]
         gt_boxes = g[:, 1:5]
-        hyp_boxes = np.array([[b[0], b[1], b[2] - b[0], b[3] - b[1]] for _, b in hyp]).reshape(-1, 4)
+        hyp_boxes = np.array([[b[0], b[1], b[2] - b[0], b[3] - b[1]] for _, b in hyp]).reshape(
+            -1, 4
+        )
         dist = mm.distances.iou_matrix(gt_boxes, hyp_boxes, max_iou=0.5)
         acc.update(g[:, 0].astype(int).tolist(), [i for i, _ in hyp], dist)
     m = mm.metrics.create().compute(acc, metrics=["mota", "idf1", "num_switches"], name="x")
@@ -159,7 +161,7 @@ def main() -> None:
                 frames = all_frames
                 if mode == "half dropped":
                     keep = np.random.default_rng(1000 + seed).random(len(all_frames)) >= 0.5
-                    frames = [f for f, k in zip(all_frames, keep) if k]
+                    frames = [f for f, k in zip(all_frames, keep, strict=True) if k]
                 for name, make in makers.items():
                     if mode == "regular" and "timestamps" in name:
                         continue  # the same as without at a fixed rate
@@ -176,7 +178,9 @@ def main() -> None:
     timing = []
     for n in (10, 20, 100):
         for name in ("edgert", "trackers ByteTrack"):
-            timing.append({"tracker": name, "detections": n, "ms_per_update": update_times(makers[name], n)})
+            timing.append(
+                {"tracker": name, "detections": n, "ms_per_update": update_times(makers[name], n)}
+            )
     print(f"\n{'tracker':<34}{'detections':>11}{'ms/update':>11}")
     for r in timing:
         print(f"{r['tracker']:<34}{r['detections']:>11}{r['ms_per_update']:>11.3f}")

@@ -30,8 +30,11 @@ def draw_scene(out: np.ndarray, scene) -> None:
         else:
             cv2.polylines(out, [pts.reshape(-1, 1, 2)], True, (255, 160, 0), 2, cv2.LINE_AA)
             text = f"{c.name}: {r['occupancy']} now, {r['entries']} in"
-        x, y = int(pts[:, 0].min()), int(pts[:, 1].min())
-        _label(out, text, (max(4, x + 4), max(30, y + 16)))
+        # at the line's middle, or the zone's centre: clear of the numbers in the top left
+        x, y = (int(v) for v in pts.mean(axis=0))
+        h, w = out.shape[:2]
+        (tw, _), _ = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, 0.5, 1)
+        _label(out, text, (min(max(4, x - tw // 2), max(4, w - tw - 4)), min(max(60, y), h - 6)))
     for track_id, trail in trails.items():
         if len(trail) > 1:
             pts = np.array(trail, dtype=np.int32).reshape(-1, 1, 2)

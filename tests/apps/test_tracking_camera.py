@@ -87,3 +87,17 @@ def test_track_is_refused_on_a_classifier_and_bad_geometry_before_any_camera(sce
         assert_user_error(proc, fragment)
     proc = run_cli("camera", bundle, "--source", video, "--headless", "--line", "door=0,0,900,10")
     assert_user_error(proc, "outside the 320x240 frame")
+
+
+def test_each_stream_has_its_own_ids_and_bound_lines(scene, tmp_path):
+    bundle, video = scene
+    events = tmp_path / "events.jsonl"
+    proc = run_cli("camera", bundle, "--source", video, "--source", video, "--headless", "--conf",
+                   "0.75", "--json", "--line", "1:door=160,0,160,240", "--events", events)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    streams = json.loads(proc.stdout)["streams"]
+    assert streams[0]["counts"] == {} and streams[1]["counts"]["door"]["in"] == 1
+    lines = [json.loads(x) for x in events.read_text().splitlines()]
+    starts = [(e["stream"], e["track_id"]) for e in lines if e["event"] == "track_start"]
+    assert sorted(starts) == [(0, 1), (0, 2), (1, 1), (1, 2)]  # IDs per stream, from 1
+    assert {e["stream"] for e in lines if e["event"] == "line_cross"} == {1}

@@ -15,13 +15,18 @@ engine serialises its own calls.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
 import os
+import shutil
+import signal
 import socket
 import sysconfig
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +51,7 @@ class ServeConfig:
     instances: int = 1
     backend: str = "auto"
     precision: str = "auto"
+    drain_s: float = 5.0  # SIGTERM/Ctrl-C: longest wait for in-flight requests (then unload)
 
 
 def require_pytriton():
@@ -198,6 +204,122 @@ class _ImageModel:
         return {"result": np.array([[t.encode()] for t in text], dtype=np.object_), **raw}
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Live processes below pid (Linux /proc): tritonserver's Python backend stubs, and their
+    resource trackers and tensor store processes."""
+    children, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except OSError:
+            continue
+        children += [k for k in kids if _alive(k)]
+        todo += kids
+    return children
+
+
+def _defer_signals():
+    """(pending, restore): from now on SIGINT and SIGTERM are noted in ``pending``, not acted on,
+    until ``restore()`` (main thread only; restoring twice is harmless)."""
+    pending: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        return pending, lambda: None
+    old = {s: signal.signal(s, lambda signum, frame: pending.append(signum))
+           for s in (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
+
+    def restore() -> None:
+        while old:
+            sig, handler = old.popitem()
+            signal.signal(sig, handler)
+
+    return pending, restore
+
+
+def _stop(triton, cfg: ServeConfig, models, started, log_file: Path, say) -> str | None:
+    """Stop accepting, let the requests in flight finish (at most cfg.drain_s), stop Triton, and
+    leave nothing behind: unloading a model makes Triton answer new requests for it with 404,
+    finish the queued and running ones, then finalise its Python backend stubs (which closes
+    their tensor stores: shared memory, resource trackers). Triton's own SIGINT path instead
+    spends exit_timeout_secs on open keep-alive connections first and then exits at once, with
+    the stubs still running. Returns None after a clean stop, else what went wrong."""
+    import tritonclient.http as httpclient
+
+    if threading.current_thread() is threading.main_thread():  # a second Ctrl-C or SIGTERM
+        for sig in (signal.SIGINT, signal.SIGTERM):  # must not cut the clean-up short
+            signal.signal(sig, signal.SIG_IGN)
+    server = triton._triton_server  # PyTriton 0.7: pytriton.server.triton_server.TritonServer
+    running = server._tritonserver_running_cmd  # an sh.RunningCommand
+    pid = running.pid if server.is_alive() else None
+    helpers = sorted(set(started) | set(_descendants(pid) if pid else []))
+    # Triton writes each model PyTriton loads to a temporary folder (the stubs' first argument,
+    # FOLDER/1/model.py) and removes it only on a clean unload
+    folders = {
+        Path(a.decode()).parents[1]
+        for p in helpers
+        for a in _cmdline(p).split(b"\0")[1:2]
+        if a.endswith(b"/model.py")
+    }
+    if pid:
+        say(f"stopping: waiting up to {cfg.drain_s:g} s for requests in flight")
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(cfg.host, cfg.host)
+        url = f"[{host}]:{cfg.http_port}" if ":" in host else f"{host}:{cfg.http_port}"
+        headers = {"triton-access-token": triton.get_access_token()}  # model-repository API
+        try:
+            client = httpclient.InferenceServerClient(url, network_timeout=10)
+            for model in models:
+                client.unload_model(model, headers=headers)  # returns at once
+            client.close()
+        except Exception as exc:  # noqa: BLE001 - Triton is dying anyway: the clean-up below
+            log.debug("unloading the models failed: %s", exc)
+        deadline = time.monotonic() + cfg.drain_s
+        while _descendants(pid) and time.monotonic() < deadline:  # the stubs are gone = unloaded
+            time.sleep(0.1)
+    triton.stop()  # SIGINT, waits for tritonserver; cleans PyTriton's workspace
+    killed = [p for p in helpers if _alive(p)]
+    trackers = [p for p in killed if b"resource_tracker" in _cmdline(p)]
+    for p in killed:  # stubs of a failed stop and their tensor store processes; not the
+        if p not in trackers:  # resource trackers: once those are alone they unlink the
+            _kill(p)  # stubs' shared memory themselves, and exit
+    deadline = time.monotonic() + 2
+    while any(_alive(p) for p in trackers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for p in trackers:
+        _kill(p)
+    prefix = triton._python_backend_config["shm-region-prefix-name"]
+    for p in Path("/dev/shm").glob(f"{prefix}*"):  # the Python backend's own regions
+        p.unlink(missing_ok=True)
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+    code = running.process.exit_code  # negative: killed by that signal (-11: it crashed)
+    if code == 0 and not killed:
+        log_file.unlink(missing_ok=True)
+        return None
+    return f"exit code {code}" + (f", {len(killed)} of its processes killed" if killed else "")
+
+
 def serve(cfg: ServeConfig, say=print) -> None:
     """Load the bundles, start Triton, block until interrupted (Ctrl-C, SIGTERM), stop it."""
     require_pytriton()
@@ -263,14 +385,40 @@ def serve(cfg: ServeConfig, say=print) -> None:
             grpc_port=cfg.grpc_port, metrics_address=cfg.host, metrics_port=cfg.metrics_port,
             exit_timeout_secs=3, log_verbose=0, log_file=log_file,
         )  # fmt: skip
-        with Triton(config=triton_config) as triton:
-            for b in bindings:
-                triton.bind(strict=True, **b)
-            triton.run()
-            names = ", ".join(b["model_name"] for b in bindings)
-            say(f"ready: http://{cfg.host}:{cfg.http_port} grpc {cfg.host}:{cfg.grpc_port} "
-                f"metrics http://{cfg.host}:{cfg.metrics_port}/metrics (models: {names})")  # fmt: skip
-            triton.serve()
+        # a stop asked for while Triton starts waits until it has (PyTriton's own start would
+        # stop it abruptly, leaving its stubs behind), then takes the clean path below
+        pending, restore = _defer_signals()
+        try:
+            with Triton(config=triton_config) as triton:
+                try:
+                    for b in bindings:
+                        triton.bind(strict=True, **b)
+                    triton.run()
+                finally:
+                    restore()
+                models = [b["model_name"] for b in bindings]
+                started = _descendants(triton._triton_server._tritonserver_running_cmd.pid)
+                interrupted = False
+                try:
+                    if pending:
+                        raise KeyboardInterrupt
+                    say(f"ready: http://{cfg.host}:{cfg.http_port} grpc {cfg.host}:{cfg.grpc_port} "
+                        f"metrics http://{cfg.host}:{cfg.metrics_port}/metrics (models: {', '.join(models)})")  # fmt: skip
+                    # not triton.serve(): it swallows KeyboardInterrupt and stops Triton at once
+                    while triton.is_alive():
+                        time.sleep(0.5)
+                except KeyboardInterrupt:
+                    interrupted = True
+                finally:
+                    failure = _stop(triton, cfg, models, started, log_file, say)
+        finally:
+            restore()
+        if not interrupted:
+            raise OutputError(f"Triton exited on its own ({failure}); its log: {log_file}")
+        if failure:
+            raise OutputError(f"Triton did not stop cleanly within {cfg.drain_s:g} s ({failure}); "
+                              f"requests still in flight were cut; its log: {log_file}")  # fmt: skip
+        raise KeyboardInterrupt  # commands/serve.py: "stopped", exit code 0
     finally:
         for m in loaded:
             m.close()

@@ -35,6 +35,13 @@ def add_parser(sub) -> None:
     p.add_argument("--max-queue-delay-us", type=nonneg_int, default=500,
                    help="dynamic batching: longest wait for a fuller batch (default 500)")  # fmt: skip
     p.add_argument("--instances", type=positive_int, default=1, help="model instances (default 1)")
+    p.add_argument(
+        "--drain-timeout",
+        type=positive_int,
+        default=5,
+        metavar="S",
+        help="on SIGTERM/Ctrl-C: longest wait for requests in flight (default 5)",
+    )
     p.add_argument("--backend", default="auto", choices=BACKENDS)
     p.add_argument("--precision", default="auto", choices=PRECISIONS)
     p.set_defaults(func=run)
@@ -47,7 +54,7 @@ def run(args) -> int:
         bundles=args.bundles, host=args.host, http_port=args.http_port, grpc_port=args.grpc_port,
         metrics_port=args.metrics_port, max_batch=args.max_batch,
         max_queue_delay_us=args.max_queue_delay_us, instances=args.instances,
-        backend=args.backend, precision=args.precision,
+        backend=args.backend, precision=args.precision, drain_s=args.drain_timeout,
     )  # fmt: skip
     try:
         serve(cfg, say=lambda line: print(line, flush=True))

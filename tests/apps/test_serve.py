@@ -205,3 +205,143 @@ def test_a_fixed_batch_bundle_is_served_request_by_request(tmp_path):
     finally:
         info["proc"].send_signal(signal.SIGTERM)
         info["proc"].wait(timeout=30)
+
+
+# -- issue 28.6-9: a graceful stop, a quick restart, per-request errors, sentences up front ------
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except OSError:
+            continue
+        found += kids
+        todo += kids
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _temp_state() -> set:
+    import glob
+    import tempfile
+
+    shm = set(glob.glob("/dev/shm/*"))
+    tmp = set(glob.glob(f"{tempfile.gettempdir()}/folder*"))
+    logs = set(glob.glob(f"{tempfile.gettempdir()}/edgert-serve-*.log"))
+    return shm | tmp | logs
+
+
+def test_sigterm_finishes_requests_in_flight_leaves_nothing_and_restarts_at_once(tmp_path):
+    """Requests waiting in a 2-second batch window when SIGTERM comes are answered; then no
+    process, shared memory, Triton model folder or log of the server is left; exit code 0; and
+    the same ports serve again right away (TIME-WAIT sockets of those keep-alive clients)."""
+    bundle = classifier_bundle(tmp_path / "b", size=32)
+    before = _temp_state()
+    http, grpc, metrics = free_ports(3)
+    cmd = [sys.executable, "-m", "edgert.apps", "serve", str(bundle), "--http-port", str(http),
+           "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--max-queue-delay-us",
+           "2000000", "--max-batch", "8"]  # fmt: skip
+
+    def launch():
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))  # fmt: skip
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                url = f"http://127.0.0.1:{http}/v2/models/tiny/ready"
+                with urllib.request.urlopen(url, timeout=1) as r:
+                    if r.status == 200:
+                        return proc
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read()
+                time.sleep(0.3)
+        proc.kill()
+        raise AssertionError("never ready")
+
+    # a stop while it starts: deferred until Triton is up, then the same clean stop
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "stopped" in out, out
+    assert _temp_state() - before == set()
+    proc = launch()
+    helpers = _descendants(proc.pid)
+    x = np.random.default_rng(3).random((1, 3, 32, 32), np.float32)
+    with Engine.load(bundle) as engine:
+        ref = engine.infer(x)["logits"]
+    answers, errors = [], []
+
+    def client() -> None:
+        try:
+            c = httpclient.InferenceServerClient(f"127.0.0.1:{http}", network_timeout=30)
+            answers.append(c.infer("tiny", _inputs(httpclient, x)).as_numpy("logits"))
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client) for _ in range(6)]
+    while "ready:" not in proc.stdout.readline():  # every model loaded
+        pass
+    for t in threads:
+        t.start()
+    time.sleep(0.7)  # the six wait in the batch window
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    for t in threads:
+        t.join(timeout=30)
+    assert proc.returncode == 0, out
+    assert errors == [] and len(answers) == 6, (errors, out)
+    assert all(np.abs(a - ref).max() <= 1e-4 for a in answers)
+    assert helpers and not [p for p in helpers if _alive(p)]
+    assert _temp_state() - before == set()
+    assert "Traceback" not in out and "stopped" in out
+    proc = launch()  # at once, on the same ports
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 0
+
+
+def test_one_bad_image_fails_only_its_own_request(tmp_path):
+    """A model that takes 32x32 as it is (resize none): an image of another size in the same
+    dynamic batch gets its own error; the others their results; no traceback reaches a client."""
+    import cv2
+
+    bundle = classifier_bundle(tmp_path / "b", size=32, resize="none")
+    info = start(bundle, "tiny")
+    try:
+        good = cv2.imencode(".png", np.full((32, 32, 3), 90, np.uint8))[1].tobytes()
+        wrong = photo_path("chelsea").read_bytes()
+        h = httpclient.InferenceServerClient(f"127.0.0.1:{info['http']}")
+        inp = httpclient.InferInput("image", [2, 1], "BYTES")
+        inp.set_data_from_numpy(np.array([[wrong], [good]], dtype=np.object_))
+        rows = [json.loads(r[0]) for r in h.infer("tiny_image", [inp]).as_numpy("result")]
+        assert "error" in rows[0] and "Traceback" not in rows[0]["error"]
+        assert "resize" in rows[0]["error"] and len(rows[1]["results"]) == 3
+    finally:
+        info["proc"].send_signal(signal.SIGTERM)
+        info["proc"].wait(timeout=60)
+
+
+def test_conflicts_are_one_sentence_before_anything_starts(tmp_path):
+    a = classifier_bundle(tmp_path / "a", name="tiny")
+    b = classifier_bundle(tmp_path / "b", name="tiny")
+    http, grpc, metrics = free_ports(3)
+    ports = ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+    t0 = time.monotonic()
+    same = ["--http-port", str(http), "--grpc-port", str(http), "--metrics-port", str(metrics)]
+    assert_user_error(run_cli("serve", a, *same), "are both", "give each its own port")
+    assert_user_error(run_cli("serve", a, b, *ports), "both named 'tiny'")
+    assert_user_error(run_cli("serve", a, "--host", "192.0.2.1", *ports),
+                      "not an address of this machine")  # fmt: skip
+    assert time.monotonic() - t0 < 60

@@ -12,7 +12,8 @@ def add_parser(sub) -> None:
         "power",
         help="power sensors, rails, total and power mode (e.g. edgert power --json)",
         description="Show the power sensor edgert uses, every rail, the total (input rail, or the sum "
-        "of rails), and on Jetson the current nvpmodel mode, the modes available and jetson_clocks.",
+        "of rails), the thermal zones with their trip points, the GPU, CPU and EMC clocks, and on "
+        "Jetson the current nvpmodel mode, the modes available and jetson_clocks.",
     )
     p.add_argument(
         "--json",
@@ -53,6 +54,15 @@ def snapshot(root=None, nvml: bool = True, device: int = 0) -> dict:
             facts["reason"] = str(exc)
         finally:
             found.sensor.close()
+    from edgert.runtime.power.thermal import read_conditions, suggested_temp_cap
+
+    cond = read_conditions(root, nvml=nvml, device=device)
+    facts["thermal"] = [z.to_dict() for z in cond.zones]
+    facts["clocks"] = [c.to_dict() for c in cond.clocks]
+    facts["clocks_pinned"] = cond.jetson_clocks
+    if cond.gpu is not None:
+        facts["gpu"] = cond.gpu
+    facts["suggested_temp_cap_c"] = suggested_temp_cap(cond)
     modes = nvpmodel.read(sysfs_root(root))
     facts["nvpmodel"] = (
         {
@@ -78,6 +88,20 @@ def run(args) -> int:
         print(f"power: {facts['total_w']:.2f} W from {facts['source']}")
         for name, watts in facts["rails"].items():
             print(f"  {name:<24} {watts:8.3f} W")
+    for z in facts["thermal"]:
+        passive = [t["temp_c"] for t in z["trips"] if t["type"] == "passive"]
+        trip = f"  (passive trip {min(passive):.1f} °C)" if passive else ""
+        temp = f"{z['temp_c']:6.1f} °C" if z["temp_c"] is not None else f"n/a ({z.get('reason')})"
+        print(f"  {z['name']:<24} {temp}{trip}")
+    for c in facts["clocks"]:
+        cur = f"{c['cur_mhz']:8.1f} MHz" if c["cur_mhz"] is not None else f"n/a ({c.get('reason')})"
+        limits = f"  (max {c['max_mhz']:.1f})" if c["max_mhz"] is not None else ""
+        print(f"  clock {c['name']:<18} {cur}{limits}")
+    if facts.get("gpu"):
+        print(f"  gpu (NVML)               {facts['gpu']}")
+    if facts["suggested_temp_cap_c"] is not None:
+        print(f"suggested --temp-cap: {facts['suggested_temp_cap_c']:.0f} (a few degrees below the "
+              "lowest passive trip point)")  # fmt: skip
     nv = facts["nvpmodel"]
     if nv:
         modes = ", ".join(f"{i}:{n}" for i, n in sorted(nv["modes"].items()))

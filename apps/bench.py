@@ -8,7 +8,6 @@ import math
 import platform
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -76,19 +75,11 @@ def device_facts() -> dict:
         "jetson": jetson_info(),
         "tensorrt": module_version("tensorrt")[0],
         "nvpmodel": None,
-        "temperatures_c": {},
     }
     modes = nvpmodel.read()
     if modes:
         facts["nvpmodel"] = {"mode": modes.current_name, "jetson_clocks": modes.jetson_clocks}
-    for zone in sorted(Path("/sys/class/thermal").glob("thermal_zone*")):
-        try:
-            facts["temperatures_c"][(zone / "type").read_text().strip()] = (
-                int((zone / "temp").read_text()) / 1000
-            )
-        except (OSError, ValueError):
-            continue
-    return facts
+    return facts  # temperatures and clocks: the report's "conditions"
 
 
 def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
@@ -96,6 +87,7 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
     from edgert.runtime.power.governor import CappedRunner
     from edgert.runtime.power.meter import PowerMeter
     from edgert.runtime.power.sensors import discover
+    from edgert.runtime.power.thermal import ConditionsMonitor, busy_clocks
 
     _validate(cfg)
     found = discover(cfg.sysfs_root, nvml=cfg.nvml)
@@ -127,7 +119,11 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
                 if cfg.power_cap is not None
                 else engine
             )
-            run = _timed_loop(engine, runner, feeds, cfg, meter, say)
+            monitor = ConditionsMonitor(cfg.sysfs_root, nvml=cfg.nvml).start()
+            try:
+                run = _timed_loop(engine, runner, feeds, cfg, meter, say)
+            finally:
+                conditions = monitor.stop(busy_clocks(engine))
             backend, reason = engine.backend, engine.backend_reason
             capped = runner.report() if runner is not engine else None
     finally:  # on every path: no sampling thread or open sensor left behind
@@ -156,6 +152,7 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
         "energy_mj_per_inference_above_idle": None,
         "power_reason": found.reason,
         "device": device_facts(),
+        "conditions": conditions,
         "power_series": None,
     }
     if meter:

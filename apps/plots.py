@@ -15,12 +15,42 @@ def _pyplot():
     return plt
 
 
+def _conditions_panel(ax, cond: dict) -> None:
+    """The hottest zone's temperature and the GPU clock over the run, throttling shaded."""
+    heat = cond["series"]
+    t = heat["t"]
+    temps = [(x, v) for x, v in zip(t, heat["hottest_c"]) if v is not None]
+    if temps:
+        ax.plot(*zip(*temps), color="#cc3311", lw=1, label="hottest zone (°C)")
+        ax.set_ylabel("temperature (°C)")
+    clocks = [(x, v) for x, v in zip(t, heat["gpu_mhz"]) if v is not None]
+    if clocks:
+        ax_clock = ax.twinx()
+        ax_clock.plot(*zip(*clocks), color="#0077bb", lw=1, label="GPU clock (MHz)")
+        ax_clock.set_ylabel("GPU clock (MHz)")
+        ax_clock.legend(loc="lower right")
+    for span in cond.get("throttling", []):
+        ax.axvspan(span["from_s"], span["to_s"], color="#ee7733", alpha=0.25)
+    ax.set_xlabel("time (s)")
+    ax.set_title("heat and clocks" + (" (throttled: shaded)" if cond.get("throttled") else ""))
+    if temps:
+        ax.legend(loc="upper left")
+
+
 def bench_plot(result: dict, path: str | Path) -> Path:
     """Latency histogram and power over time (or why there is no power)."""
     from edgert.runtime import atomic
 
     plt = _pyplot()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    cond = result.get("conditions") or {}
+    heat = cond.get("series") or {}
+    panels = (
+        3 if any(v is not None for v in heat.get("hottest_c", []) + heat.get("gpu_mhz", [])) else 2
+    )
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4))
+    ax1, ax2 = axes[0], axes[1]
+    if panels == 3:
+        _conditions_panel(axes[2], cond)
     lat = result["latencies_ms"]
     ax1.hist(lat, bins=min(60, max(10, len(lat) // 20)), color="#4477aa")
     for key, style in (("p50", "-"), ("p99", "--")):

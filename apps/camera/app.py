@@ -165,7 +165,14 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         outputs = _open_outputs(cfg, sources, stack, say)
         pipeline, labels_seen = _pipeline(cfg, sources, model, power, outputs, batch, analytics)
         m_start = power.meter.now() if power.meter else None
-        pipeline.run()
+        from edgert.runtime.power.thermal import ConditionsMonitor, busy_clocks
+
+        monitor = ConditionsMonitor(cfg.sysfs_root).start()
+        try:
+            pipeline.run()
+        finally:
+            engine = getattr(model, "engine", None)
+            conditions = monitor.stop(busy_clocks(engine))
         if analytics is not None:
             outputs.write(_Final(analytics.finish()), None, {})  # the tracks still live end
         outputs.close()
@@ -181,6 +188,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             source=sources[0].description if len(sources) == 1 else f"{len(sources)} streams",
             labels_seen=dict(labels_seen.most_common(10)),
             outputs=outputs.reports(),
+            conditions=conditions,
         )
         if outputs.errors:
             summary["output_errors"] = outputs.errors

@@ -149,6 +149,55 @@ def _print(r: dict) -> None:
         f"device     GPU {gpu}; {jet}; TensorRT {d['tensorrt'] or 'absent'}"
         + (f"; nvpmodel {d['nvpmodel']['mode']}" if d["nvpmodel"] else "")
     )
+    print_conditions(r.get("conditions"))
+
+
+def conditions_mismatch(points: list[dict]) -> str | None:
+    """What differed between the sweep's points: the power mode, jetson_clocks, a clock's limit,
+    or throttling in some and not others; None when they ran alike."""
+    conds = [(p["label"], p.get("conditions")) for p in points if p.get("conditions")]
+    if len(conds) < 2:
+        return None
+    found = []
+    for key, what in (("nvpmodel", "power mode"), ("jetson_clocks", "jetson_clocks")):
+        values = {c[key] for _, c in conds}
+        if len(values) > 1:
+            found.append(f"{what}: " + ", ".join(f"{lab} {c[key]}" for lab, c in conds))
+    limits = {name for _, c in conds for name in c["clocks"]}
+    for name in sorted(limits):
+        values = {c["clocks"].get(name, {}).get("limit_mhz") for _, c in conds}
+        if len(values) > 1:
+            found.append(f"{name} clock limit: " + ", ".join(
+                f"{lab} {c['clocks'].get(name, {}).get('limit_mhz')} MHz" for lab, c in conds))  # fmt: skip
+    throttled = {c["throttled"] for _, c in conds}
+    if len(throttled) > 1:
+        found.append("throttled: " + ", ".join(lab for lab, c in conds if c["throttled"]))
+    return "; ".join(found) or None
+
+
+def print_conditions(c: dict | None, say=print) -> None:
+    """The conditions block: temperatures (start -> end, peak), clocks (range vs limit), mode,
+    and throttling with its intervals."""
+    if not c or not (c["zones"] or c["clocks"]):
+        return
+    start = {z["name"]: z["temp_c"] for z in (c["start"] or {}).get("zones", [])}
+    end = {z["name"]: z["temp_c"] for z in (c["end"] or {}).get("zones", [])}
+    hot = sorted(c["zones"].items(), key=lambda kv: -kv[1]["max_c"])[:3]
+    if hot:
+        say("heat       " + ", ".join(f"{n} {start.get(n) or 0:.1f} -> {end.get(n) or 0:.1f} °C (peak {v['max_c']:.1f})"
+                                      for n, v in hot))  # fmt: skip
+    for name, v in c["clocks"].items():
+        limit = f" of {v['limit_mhz']:.0f}" if v["limit_mhz"] else ""
+        say(f"clock      {name} {v['min_mhz']:.0f}-{v['max_mhz']:.0f}{limit} MHz")
+    mode = f"nvpmodel {c['nvpmodel']}" if c["nvpmodel"] else "no nvpmodel"
+    pinned = {True: "pinned (jetson_clocks)", False: "not pinned", None: "unknown"}[
+        c["jetson_clocks"]
+    ]
+    say(f"mode       {mode}; clocks {pinned}")
+    for t in c["throttling"]:
+        why = ", ".join([*(f"{n} below its maximum" for n in t["clocks"]),
+                         *(f"{n} past its passive trip" for n in t["zones"])])  # fmt: skip
+        say(f"THROTTLED  {t['from_s']:.1f}-{t['to_s']:.1f} s: {why}")
 
 
 def _check_outputs(args) -> None:
@@ -271,10 +320,16 @@ def _sweep(args, bench) -> int:
         )
     if not best:
         say("(no power sensor: energy per inference unavailable, so no energy ranking)")
+    mismatch = conditions_mismatch(ran)
+    if mismatch:
+        say(
+            f"warning: the points ran under different conditions ({mismatch}); compare them with care"
+        )
     summary = {
         "points": points,
         "pareto": [ran[i]["label"] for i in front],
         "most_efficient": best["label"] if best else None,
+        "conditions_mismatch": mismatch,
     }
     _emit(args, summary, say)
     if args.plot:

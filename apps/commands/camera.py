@@ -146,6 +146,9 @@ def print_summary(s: dict) -> None:
         print(f"power {s['power_w']:.2f} W, {s['mj_per_frame']:.1f} mJ/frame")
     else:
         print(f"power unavailable ({s.get('power_reason')})")
+    from edgert.apps.commands.bench import print_conditions
+
+    print_conditions(s.get("conditions"))
     for out in _flat(s.get("outputs") or []):
         if out.get("letterboxed"):
             print(f"{out['output']}: {out['letterboxed']} of {out['frames']} frames letterboxed "

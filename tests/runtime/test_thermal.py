@@ -200,3 +200,53 @@ def test_power_json_shows_heat_clocks_and_the_suggested_cap(tmp_path, board):
     assert facts["suggested_temp_cap_c"] == {"orin_nx_jp6": 90.0, "nano": 65.0}[board]
     text = run_cli("power", "--no-nvml", "--sysfs-root", tmp_path).stdout
     assert "suggested --temp-cap" in text and "clock gpu" in text
+
+
+def test_a_bench_whose_gpu_clock_drops_reports_the_throttling_and_when(tmp_path):
+    """The tree's GPU clock is rewritten mid-run (918 -> 510 MHz from about 1.5 s to 3 s): the
+    report's conditions say throttled, by the GPU, in that interval; the text says so too."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.tiny import classifier_bundle
+
+    bundle = classifier_bundle(tmp_path / "b")
+    tree = tmp_path / "tree"
+    orin_nx_jp6(tree)
+    cur = tree / "sys/class/devfreq/17000000.gpu/cur_freq"
+    out = tmp_path / "bench.json"
+    proc = subprocess.Popen([sys.executable, "-m", "edgert.apps", "bench", str(bundle), "--duration",
+                             "4.5", "--warmup", "0", "--idle-seconds", "0", "--sysfs-root", str(tree),
+                             "--json-file", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    time.sleep(2.0)  # the tiny model loads in well under a second: the run is under way
+    write(cur, 510000000)
+    time.sleep(1.5)
+    write(cur, 918000000)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    cond = json.loads(out.read_text())["conditions"]
+    assert cond["throttled"] is True
+    (span,) = cond["throttling"]
+    assert span["clocks"] == ["gpu"] and 0.0 < span["to_s"] - span["from_s"] < 3.0
+    assert cond["clocks"]["gpu"]["min_mhz"] == 510.0 and cond["clocks"]["gpu"]["limit_mhz"] == 918.0
+    assert "THROTTLED" in stdout and "gpu below its maximum" in stdout
+    assert cond["start"]["zones"][0]["name"] == "cpu-thermal" and "cpu-thermal" in cond["zones"]
+
+
+def test_sweeps_are_warned_when_points_ran_at_other_clocks_or_modes(tmp_path):
+    from edgert.apps.commands.bench import conditions_mismatch
+    from edgert.runtime.power.thermal import ConditionsMonitor
+
+    free, pinned = tmp_path / "a", tmp_path / "b"
+    orin_nx_jp6(free)
+    orin_nx_jp6(pinned, pinned=True)
+    write(free / "sys/class/devfreq/17000000.gpu/max_freq", 624750000)
+    points = []
+    for label, root in (("fp32", free), ("int8", pinned)):
+        m = ConditionsMonitor(root, interval=0.05).start()
+        points.append({"label": label, "conditions": m.stop()})
+    text = conditions_mismatch(points)
+    assert "jetson_clocks: fp32 False, int8 True" in text and "gpu clock limit" in text
+    assert conditions_mismatch([points[1], points[1]]) is None

@@ -32,6 +32,7 @@ class BenchConfig:
     precision: str = "auto"
     backend: str = "auto"
     power_cap: float | None = None
+    temp_cap: float | None = None  # °C for the hottest thermal zone
     idle_seconds: float = 2.0
     sysfs_root: str | None = None
     nvml: bool = True
@@ -95,7 +96,13 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
     if cfg.power_cap is not None and meter is None:
         raise EdgertError(f"--power-cap needs a power sensor, and there is none: {found.reason}")
     options = {"profile": True} if cfg.backend in ("auto", "tensorrt") else {}  # the split
-    options["spin"] = cfg.spin == "on" or (cfg.spin == "auto" and cfg.power_cap is None)
+    capped = cfg.power_cap is not None or cfg.temp_cap is not None
+    options["spin"] = cfg.spin == "on" or (cfg.spin == "auto" and not capped)
+    zone = None
+    if cfg.temp_cap is not None:
+        from edgert.runtime.power.governor import HottestZone
+
+        zone = HottestZone(cfg.sysfs_root)
     idle = None
     point = None
     try:
@@ -115,8 +122,8 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
             while time.perf_counter() < end_warm:
                 engine.infer(feeds)
             runner = (
-                CappedRunner(engine, meter, cfg.power_cap, idle)
-                if cfg.power_cap is not None
+                CappedRunner(engine, meter, cfg.power_cap, idle, temp_cap_c=cfg.temp_cap, zone=zone)
+                if capped
                 else engine
             )
             monitor = ConditionsMonitor(cfg.sysfs_root, nvml=cfg.nvml).start()
@@ -248,6 +255,7 @@ def _validate(cfg: BenchConfig) -> None:
         ("--duration", cfg.duration, 0.0),
         ("--iterations", cfg.iterations, 0),
         ("--power-cap", cfg.power_cap, 0.0),
+        ("--temp-cap", cfg.temp_cap, 0.0),
     ):
         if value is not None and not (math.isfinite(value) and value > low):
             raise ModelError(f"{name} must be a positive number, not {value}")
@@ -285,7 +293,7 @@ def _timed_loop(engine, runner, feeds, cfg: BenchConfig, meter, say) -> _Run:
             if engine.last_split_ms:
                 for part, ms in engine.last_split_ms.items():
                     split[part] = split.get(part, 0.0) + ms
-            busy = time.perf_counter() - t0 if cfg.power_cap is None else engine_time(runner)
+            busy = time.perf_counter() - t0 if runner is engine else engine_time(runner)
             latencies.add(busy * 1e3)
             if cfg.iterations is not None and latencies.count >= cfg.iterations:
                 break

@@ -29,6 +29,7 @@ class CameraConfig:
     outputs: list[str] = field(default_factory=list)
     task: str | None = None
     power_cap: float | None = None
+    temp_cap: float | None = None  # °C for the hottest thermal zone
     duration: float | None = None
     max_frames: int | None = None  # per stream
     jsonl: str | None = None
@@ -145,7 +146,8 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             if geometries:
                 check_in_frame(geometries, i, getattr(source, "size", None))
         # under a power cap nothing busy-waits (ONNX Runtime's threads, CUDA's sync)
-        spin = {"spin": False} if cfg.power_cap is not None else {}
+        capped = cfg.power_cap is not None or cfg.temp_cap is not None
+        spin = {"spin": False} if capped else {}
         model = load_task_model(cfg.model, cfg.task, cfg.backend, cfg.precision, cfg.top_k,
                                 cfg.conf, cfg.iou, **spin)  # fmt: skip
         stack.callback(model.close)
@@ -304,18 +306,31 @@ class _Power:
         from edgert.runtime.power.meter import PowerMeter
         from edgert.runtime.power.sensors import discover
 
+        zone = None
+        if cfg.temp_cap is not None:
+            from edgert.runtime.power.governor import HottestZone
+
+            zone = HottestZone(cfg.sysfs_root)
         found = discover(cfg.sysfs_root)
         if found.sensor is None:
             if cfg.power_cap is not None:
                 raise SensorError(
                     f"--power-cap needs a power sensor, and there is none: {found.reason}"
                 )
-            return cls(reason=found.reason)
+            runner = (
+                CappedRunner(model, None, None, None, temp_cap_c=cfg.temp_cap, zone=zone)
+                if zone
+                else None
+            )
+            return cls(reason=found.reason, runner=runner)
         meter = PowerMeter(found.sensor).start()
         stack.callback(meter.stop)
         runner = None
-        if cfg.power_cap is not None:
-            runner = CappedRunner(model, meter, cfg.power_cap, meter.measure_idle(1.5))
+        if cfg.power_cap is not None or zone is not None:
+            idle = meter.measure_idle(1.5) if cfg.power_cap is not None else None
+            runner = CappedRunner(
+                model, meter, cfg.power_cap, idle, temp_cap_c=cfg.temp_cap, zone=zone
+            )
         return cls(meter, runner)
 
     def live(self, s: dict) -> dict:

@@ -53,6 +53,13 @@ def add_parser(sub) -> None:
         help="pace inference to keep average power under W watts",
     )
     p.add_argument(
+        "--temp-cap",
+        type=positive_float,
+        metavar="C",
+        help="pace inference so the hottest thermal zone settles at or below C °C (with "
+        "--power-cap too: the tighter wins); edgert power suggests one",
+    )
+    p.add_argument(
         "--idle-seconds",
         type=nonneg_float,
         default=2.0,
@@ -105,6 +112,7 @@ def _config(args, **over):
         precision=args.precision,
         backend=args.backend,
         power_cap=args.power_cap,
+        temp_cap=args.temp_cap,
         idle_seconds=args.idle_seconds,
         sysfs_root=args.sysfs_root,
         spin=args.spin,

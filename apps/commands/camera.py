@@ -61,6 +61,8 @@ def add_parser(sub) -> None:
         "--task", choices=["classify", "detect", "faces"], help="default: the bundle's task"
     )
     p.add_argument("--power-cap", type=positive_float, metavar="W")
+    p.add_argument("--temp-cap", type=positive_float, metavar="C",
+                   help="pace inference so the hottest thermal zone settles at or below C °C")  # fmt: skip
     p.add_argument("--duration", type=positive_float, metavar="S")
     p.add_argument("--max-frames", type=positive_int, metavar="N", help="per stream")
     p.add_argument(
@@ -195,6 +197,7 @@ def run(args) -> int:
         outputs=args.output,
         task=args.task,
         power_cap=args.power_cap,
+        temp_cap=args.temp_cap,
         duration=args.duration,
         max_frames=args.max_frames,
         jsonl=args.jsonl,

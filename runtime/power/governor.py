@@ -89,8 +89,12 @@ class PowerGovernor:
     def target_w(self) -> float:
         return self.cap_w * (1.0 - self.margin)
 
-    def update(self, measured_w: float, applied_duty: float, dt: float) -> float:
-        """One control step: the window-average power measured while ``applied_duty`` was applied."""
+    def update(
+        self, measured_w: float, applied_duty: float, dt: float, limited: bool = False
+    ) -> float:
+        """One control step: the window-average power measured while ``applied_duty`` was applied.
+        ``limited``: another cap (temperature) held the duty lower, so the integral must not wind
+        up towards a duty this governor does not get."""
         duty = self._window_duty(applied_duty, dt)
         if duty > 0.05 and measured_w > self.idle_w:
             k_meas = (measured_w - self.idle_w) / duty
@@ -106,12 +110,150 @@ class PowerGovernor:
         error = (self.target_w - measured_w) / k  # in duty units
         raw = feed_forward + self.kp * error + self.ki * self._integral
         saturated = (raw >= 1.0 and error > 0) or (raw <= self.min_duty and error < 0)
+        saturated = saturated or (limited and error > 0)
         if not saturated:  # anti-windup: integrate only while the output can still move
             self._integral += error * dt
         raw = feed_forward + self.kp * error + self.ki * self._integral
         step = max(-self.slew, min(self.slew, raw - self.duty))
         self.duty = max(self.min_duty, min(1.0, self.duty + step))
         return self.duty
+
+
+@dataclass
+class TemperatureGovernor:
+    """Paces inference so the hottest zone settles at ``cap_c``: the power governor's design with
+    heat as the signal. Heat lags the work by tens of seconds to minutes, so the controller does
+    not chase the temperature it sees; it identifies the first-order plant
+
+        dT/dt = alpha * T + beta * duty + gamma          (alpha = -1 / tau, beta = g / tau)
+
+    by least squares over the recent (T, duty) history and sets the duty whose *steady state*
+    ``-(beta * duty + gamma) / alpha`` is the target, a little under the cap, plus a slow
+    integral of the remaining error once the temperature has settled (a model that is slightly
+    off still ends at the cap). The duty changes at most ``slew`` per step. Before the model is
+    known the duty stays 1 until the temperature comes within ``guard_c`` of the cap, then backs
+    off, which also gives the fit the spread in duty it needs."""
+
+    cap_c: float
+    idle_c: float
+    margin_c: float = 0.3  # aim under the cap: sensor steps of 0.5 °C must not cross it
+    ki: float = 0.01  # duty per °C·s of settled error
+    slew: float = 0.1
+    min_duty: float = 0.02
+    guard_c: float = 2.0
+    duty: float = 1.0
+    tau_s: float | None = None  # identified time constant
+    gain_c: float | None = None  # identified °C per unit duty
+    MEMORY = 400
+    _history: list = field(default_factory=list, repr=False)  # (T, duty, dt)
+    _integral: float = field(default=0.0, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.idle_c is None or not math.isfinite(self.idle_c):
+            raise SensorError(
+                "the idle temperature could not be read, so no temperature cap can be set"
+            )
+        if not math.isfinite(self.cap_c):
+            raise SensorError(f"the temperature cap must be a number of °C, not {self.cap_c}")
+        if self.cap_c <= self.idle_c + 0.5:
+            raise SensorError(
+                f"temperature cap {self.cap_c:.1f} °C is not above the temperature at the start, "
+                f"{self.idle_c:.1f} °C; pacing cannot cool below that (let the board cool, improve "
+                "its cooling, or lower the clocks with nvpmodel)"
+            )
+
+    @property
+    def target_c(self) -> float:
+        return self.cap_c - self.margin_c
+
+    def _identify(self) -> tuple[float, float, float] | None:
+        """(alpha, beta, gamma) of ``dT/dt = alpha * T + beta * duty + gamma`` by least squares
+        over the history, or None while the duty has not varied enough to tell heating by work
+        from the board's own (ambient, other load) or the fit is not a stable heating plant."""
+        import numpy as np
+
+        h = self._history
+        rows = [((t1 - t0) / dt, t0, u0) for (t0, u0, _), (t1, _, dt) in zip(h, h[1:]) if dt > 0]
+        if len(rows) < 12:
+            return None
+        y, temp, duty = (np.array(c, dtype=np.float64) for c in zip(*rows))
+        if duty.std() < 0.02 or temp.std() < 0.05:
+            return None
+        a = np.stack([temp, duty, np.ones_like(temp)], axis=1)
+        (alpha, beta, gamma), _, rank, _ = np.linalg.lstsq(a, y, rcond=None)
+        if rank < 3 or alpha >= -1e-4 or beta <= 0:
+            return None
+        return float(alpha), float(beta), float(gamma)
+
+    def _slope(self, seconds: float = 2.0) -> float:
+        """°C per second over the last ``seconds`` of the history (least squares)."""
+        t, pts = 0.0, []
+        for temp, _, dt in reversed(self._history):
+            pts.append((-t, temp))
+            t += dt
+            if t >= seconds:
+                break
+        if len(pts) < 3:
+            return 0.0
+        mt = sum(x for x, _ in pts) / len(pts)
+        my = sum(y for _, y in pts) / len(pts)
+        var = sum((x - mt) ** 2 for x, _ in pts)
+        return sum((x - mt) * (y - my) for x, y in pts) / var if var > 0 else 0.0
+
+    def update(self, temp_c: float, applied_duty: float, dt: float, limited: bool = False) -> float:
+        """One step with the hottest zone's temperature now, the duty applied since the last step,
+        and the seconds since. ``limited``: another cap held the duty lower (do not integrate)."""
+        self._history = [*self._history[-(self.MEMORY - 1) :], (temp_c, applied_duty, dt)]
+        model = self._identify()
+        if model is not None:
+            alpha, beta, gamma = model
+            self.tau_s, self.gain_c = -1.0 / alpha, -beta / alpha
+            base = -gamma / alpha  # where the temperature settles at duty 0
+            wanted = (self.target_c - base) / self.gain_c
+            # settled: the temperature heads nowhere else (its recent slope times tau is under
+            # 0.5 °C); then the integral removes what the model misses
+            settled = abs(self._slope() * self.tau_s) < 1.0
+            error = self.target_c - temp_c
+            if settled and not limited and not (self.duty >= 1.0 and error > 0):
+                self._integral += error * dt
+            wanted += self.ki * self._integral
+        elif temp_c < self.cap_c - self.guard_c:
+            wanted = 1.0
+        else:  # close to the cap with no model yet: back off (which also shows the plant's gain)
+            wanted = self.duty * (0.8 if temp_c >= self.target_c - 0.5 else 0.95)
+        step = max(-self.slew, min(self.slew, wanted - self.duty))
+        self.duty = max(self.min_duty, min(1.0, self.duty + step))
+        return self.duty
+
+    def report(self) -> dict:
+        return {"cap_c": self.cap_c, "duty": round(self.duty, 4), "idle_c": round(self.idle_c, 2),
+                "tau_s": None if self.tau_s is None else round(self.tau_s, 2),
+                "gain_c": None if self.gain_c is None else round(self.gain_c, 2)}  # fmt: skip
+
+
+class HottestZone:
+    """The temperature a cap holds: the hottest readable thermal zone under a sysfs root."""
+
+    def __init__(self, root=None) -> None:
+        from .thermal import thermal_zones
+
+        self.root = root
+        zones = [z for z in thermal_zones(root) if z.temp_c is not None]
+        if not zones:
+            raise SensorError(
+                "--temp-cap needs a readable thermal zone (/sys/class/thermal), and there is none"
+            )
+        self.names = [z.name for z in zones]
+
+    def read(self) -> float | None:
+        from .thermal import thermal_zones
+
+        temps = [
+            z.temp_c
+            for z in thermal_zones(self.root)
+            if z.temp_c is not None and z.name in self.names
+        ]
+        return max(temps) if temps else None
 
 
 class Pacer:
@@ -133,21 +275,29 @@ class Pacer:
 
 
 class CappedRunner:
-    """Runs an engine under a power cap: ``infer`` paces itself; ``report()`` gives achieved power
-    and throughput."""
+    """Runs an engine under a power cap, a temperature cap, or both (the tighter duty wins):
+    ``infer`` paces itself; ``report()`` gives what was achieved and the throughput."""
 
     def __init__(
         self,
         engine,
         meter,
-        cap_w: float,
-        idle_w: float,
+        cap_w: float | None,
+        idle_w: float | None,
         window_s: float = 1.0,
         period_s: float = 0.25,
+        temp_cap_c: float | None = None,
+        zone: HottestZone | None = None,
     ) -> None:
         self.engine = engine
         self.meter = meter
-        self.governor = PowerGovernor(cap_w, idle_w)
+        self.governor = PowerGovernor(cap_w, idle_w) if cap_w is not None else None
+        self.zone = zone
+        self.thermal = None
+        if temp_cap_c is not None:
+            if zone is None:
+                raise SensorError("--temp-cap needs a thermal zone to read")
+            self.thermal = TemperatureGovernor(temp_cap_c, zone.read())
         self.pacer = Pacer()
         self.window_s = window_s
         self.period_s = period_s
@@ -156,6 +306,12 @@ class CappedRunner:
         self.last_busy_s = 0.0
         self.count = 0
         self.started = time.monotonic()
+        self.temps: list[tuple[float, float]] = []  # (t, °C), thinned
+
+    @property
+    def duty(self) -> float:
+        duties = [g.duty for g in (self.governor, self.thermal) if g is not None]
+        return min(duties) if duties else 1.0
 
     def infer(self, inputs):
         self.pacer.before()
@@ -165,12 +321,21 @@ class CappedRunner:
         self._busy += t1 - t0
         self.last_busy_s = t1 - t0
         self.count += 1
-        self.pacer.after(t1 - t0, self.governor.duty)
-        if t1 - self._last_update >= self.period_s and self.meter.lost is None:
-            applied = min(1.0, self._busy / (t1 - self._last_update))
-            measured = self.meter.recent_w(self.window_s)
-            if measured is not None and math.isfinite(measured):
-                self.governor.update(measured, applied, t1 - self._last_update)
+        self.pacer.after(t1 - t0, self.duty)
+        if t1 - self._last_update >= self.period_s:
+            dt = t1 - self._last_update
+            applied = min(1.0, self._busy / dt)
+            power_duty = self.governor.duty if self.governor else 1.0
+            thermal_duty = self.thermal.duty if self.thermal else 1.0
+            if self.governor is not None and self.meter is not None and self.meter.lost is None:
+                measured = self.meter.recent_w(self.window_s)
+                if measured is not None and math.isfinite(measured):
+                    self.governor.update(measured, applied, dt, limited=thermal_duty < power_duty)
+            if self.thermal is not None:
+                temp = self.zone.read()
+                if temp is not None:
+                    self.thermal.update(temp, applied, dt, limited=power_duty < thermal_duty)
+                    self.temps = [*self.temps[-1999:], (round(t1 - self.started, 2), temp)]
             self._busy = 0.0
             self._last_update = t1
         return out
@@ -200,13 +365,20 @@ class CappedRunner:
             raise
 
     def close(self) -> None:
-        self.meter.stop()
+        if self.meter is not None:
+            self.meter.stop()
 
     def report(self) -> dict:
         t1 = time.monotonic()
-        return {
-            "cap_w": self.governor.cap_w,
-            "duty": round(self.governor.duty, 4),
-            "average_w": self.meter.average_w(self.started, t1),
+        out = {
+            "cap_w": self.governor.cap_w if self.governor else None,
+            "duty": round(self.duty, 4),
+            "average_w": self.meter.average_w(self.started, t1) if self.meter else None,
             "throughput_ips": self.count / (t1 - self.started) if t1 > self.started else 0.0,
         }
+        if self.thermal is not None:
+            out["temperature"] = {
+                **self.thermal.report(),
+                "series": self.temps[:: max(1, len(self.temps) // 400)],
+            }
+        return out

@@ -32,15 +32,16 @@ def describe_os_error(exc: OSError, path: Path) -> str:
     return f"cannot write {path}: {exc.strerror or exc}"
 
 
-def write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+def _write_with(path: str | os.PathLike, fill) -> None:
+    """``fill(file)`` writes a temp file in ``path``'s folder; then fsync and rename onto ``path``.
+    OSError (a full disk, a read-only folder) becomes OutputError; the temp file never stays."""
     path = Path(path)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            fill(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
@@ -54,30 +55,23 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
                 os.unlink(tmp)
 
 
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+    _write_with(path, lambda fh: fh.write(data))
+
+
 def write_text(path: str | os.PathLike, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
 def copy_file(source: str | os.PathLike, path: str | os.PathLike) -> None:
     """Copy ``source`` to ``path`` atomically (a temp copy beside it, fsync, rename)."""
-    path = Path(path)
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
+
+    def fill(out) -> None:
+        with open(source, "rb") as src:
             shutil.copyfileobj(src, out, 1 << 20)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        raise OutputError(describe_os_error(exc, path)) from exc
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+
+    _write_with(path, fill)
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h

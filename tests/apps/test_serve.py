@@ -209,25 +209,15 @@ def test_a_fixed_batch_bundle_is_served_request_by_request(tmp_path):
 
 # -- issue 28.6-9: a graceful stop, a quick restart, per-request errors, sentences up front ------
 def _descendants(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                kids = [int(k) for k in f.read().split()]
-        except OSError:
-            continue
-        found += kids
-        todo += kids
-    return found
+    from edgert.apps.serve import _descendants as below
+
+    return below(pid)
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    from edgert.apps.serve import _alive as alive
+
+    return alive(pid)
 
 
 def _temp_state() -> set:

@@ -235,12 +235,14 @@ def check_outputs_apart(cfg: CameraConfig) -> None:
         for src in reads:
             if _same_file(path, src):
                 raise OutputError(
-                    f"{what} {path} is the source {src}: writing it would destroy what is read; "
-                    "pick another output file"
+                    f"{what} would write {path}, which is the source {src}: it would destroy what "
+                    "is read; pick another output file"
                 )
         for other_what, other in writes[:k]:
             if _same_file(path, other):
-                raise OutputError(f"{what} {path} and {other_what} {other} are the same file")
+                raise OutputError(
+                    f"{what} and {other_what} would both write {path}: give each its own file"
+                )
 
 
 def _same_file(a: Path, b: Path) -> bool:

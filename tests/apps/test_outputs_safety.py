@@ -76,7 +76,7 @@ def test_two_outputs_on_one_file_are_refused(tmp_path, tiny):
     clip = _video(tmp_path / "clip.mp4")
     out = tmp_path / "out.mp4"
     proc = run_cli("camera", tiny, "--source", clip, "--headless", "--output", out, "--jsonl", out)
-    assert_user_error(proc, "are the same file")
+    assert_user_error(proc, "would both write")
 
 
 # -- 4: credentials -----------------------------------------------------------------------------

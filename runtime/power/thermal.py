@@ -131,7 +131,10 @@ def thermal_zones(root: str | os.PathLike | None = None) -> list[Zone]:
     ):
         z = Path(path)
         name = _text(z / "type") or z.name
-        value, reason = _number(z / "temp")
+        if (z / "temp").exists():
+            value, reason = _number(z / "temp")
+        else:  # Orin Nano/NX's cv zones: listed, with trips, but no temperature to read
+            value, reason = None, f"{z / 'temp'} is missing: the zone reports no temperature"
         temp = round(value / 1000.0, 3) if value is not None else None
         if temp is not None and not -60 <= temp <= 200:  # a sensor that is off reads -256 °C
             temp, reason = None, f"{z / 'temp'} holds {value:g}, not a temperature"

@@ -130,7 +130,7 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
             try:
                 run = _timed_loop(engine, runner, feeds, cfg, meter, say)
             finally:
-                conditions = monitor.stop(busy_clocks(engine))
+                conditions = monitor.stop(busy_clocks(engine), busy=runner is engine)
             backend, reason = engine.backend, engine.backend_reason
             capped = runner.report() if runner is not engine else None
     finally:  # on every path: no sampling thread or open sensor left behind

@@ -185,7 +185,12 @@ def _silence_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    code = _main(argv)
+    try:
+        code = _main(argv)
+    except EdgertError as exc:  # --help or --version to a standard output that cannot take it
+        _silence_stdout()
+        print(f"edgert: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     failed = _finish_stdout()
     if failed and code == 0:  # a failure mid-command was said already
         print(f"edgert: error: {failed}", file=sys.stderr)

@@ -170,6 +170,7 @@ class _ImageModel:
                 frames.append(None)
         results: list = [None] * len(frames)
         raw: dict[str, np.ndarray] = {}
+        no_raw: set[int] = set()  # said in their JSON: {"raw_outputs": false}
         ok = [i for i, f in enumerate(frames) if f is not None]
         if self.batch_images:
             groups: dict[tuple, list] = {}  # one inference per input size (an any-size model)
@@ -189,6 +190,8 @@ class _ImageModel:
                         raw[name] = np.zeros((len(frames), *value.shape[1:]), value.dtype)
                     if raw[name].shape[1:] == value.shape[1:]:
                         raw[name][idx] = value
+                    else:  # one batch holds one shape: these requests' raw outputs stay zeros
+                        no_raw.update(idx)
                 for i, r in zip(idx, decoded):
                     results[i] = r
         else:  # faces, or a fixed batch of 1: one image per inference, no raw outputs
@@ -198,9 +201,10 @@ class _ImageModel:
                 except EdgertError as exc:
                     failed[i] = str(exc)
         text = [
-            json.dumps({"error": failed[i]} if i in failed else {"results": results[i]})
+            json.dumps({"error": failed[i]} if i in failed else
+                       {"results": results[i], **({"raw_outputs": False} if i in no_raw else {})})
             for i in range(len(frames))
-        ]
+        ]  # fmt: skip
         return {"result": np.array([[t.encode()] for t in text], dtype=np.object_), **raw}
 
 
@@ -231,11 +235,17 @@ def _descendants(pid: int) -> list[int]:
     children, todo = [], [pid]
     while todo:
         p = todo.pop()
-        try:
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                kids = [int(k) for k in f.read().split()]
+        kids = []
+        try:  # every thread's children: Triton starts its stubs from its model-loading threads
+            tasks = os.listdir(f"/proc/{p}/task")
         except OSError:
             continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    kids += [int(k) for k in f.read().split()]
+            except OSError:
+                continue
         children += [k for k in kids if _alive(k)]
         todo += kids
     return children
@@ -390,16 +400,14 @@ def serve(cfg: ServeConfig, say=print) -> None:
         pending, restore = _defer_signals()
         try:
             with Triton(config=triton_config) as triton:
-                try:
-                    for b in bindings:
-                        triton.bind(strict=True, **b)
-                    triton.run()
-                finally:
-                    restore()
+                for b in bindings:
+                    triton.bind(strict=True, **b)
+                triton.run()
                 models = [b["model_name"] for b in bindings]
                 started = _descendants(triton._triton_server._tritonserver_running_cmd.pid)
                 interrupted = False
                 try:
+                    restore()  # signals act again, inside the try that stops cleanly
                     if pending:
                         raise KeyboardInterrupt
                     say(f"ready: http://{cfg.host}:{cfg.http_port} grpc {cfg.host}:{cfg.grpc_port} "

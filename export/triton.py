@@ -172,9 +172,12 @@ def export_triton(
     if target.exists() and not target.is_dir():
         raise OutputError(f"{target} is a file, not a model folder")
     labels = bundle.manifest.labels if bundle.manifest.task == "classify" else None
-    writes = {"config.pbtxt": text.encode(), f"{version}/{filename}": source}
+    # the model first, config.pbtxt last (Triton loads nothing half-written), and the record
+    # updated after each file, so a failed export leaves files that are still known to be ours
+    writes = {f"{version}/{filename}": source}
     if labels:
         writes["labels.txt"] = ("\n".join(labels) + "\n").encode()
+    writes["config.pbtxt"] = text.encode()
     recorded = _recorded(target)
     in_the_way = [rel for rel in writes if (target / rel).exists() or (target / rel).is_symlink()]
     foreign = [rel for rel in in_the_way if not _ours(target, rel, recorded)]
@@ -187,19 +190,19 @@ def export_triton(
     # VERSION/model.plan is written now); other version folders of ours stay
     stale = [rel for rel in recorded if rel not in writes and _ours(target, rel, recorded)
              and ("/" not in rel or rel.startswith(f"{version}/"))]  # fmt: skip
-    files: dict[str, str] = {}
+    record = {rel: h for rel, h in recorded.items() if _ours(target, rel, recorded)}
     for rel, data in writes.items():
         if isinstance(data, Path):
             atomic.copy_file(data, target / rel)
         else:
             atomic.write_bytes(target / rel, data)
-        files[rel] = _sha256(target / rel) or ""
+        record[rel] = _sha256(target / rel) or ""
+        atomic.write_text(target / RECORD, json.dumps({"files": record}, indent=2) + "\n")
     for rel in stale:
         with contextlib.suppress(OSError):
             (target / rel).unlink()
-    kept = {rel: h for rel, h in recorded.items() if rel not in writes and rel not in stale
-            and _ours(target, rel, recorded)}  # fmt: skip
-    atomic.write_text(target / RECORD, json.dumps({"files": {**kept, **files}}, indent=2) + "\n")
+        record.pop(rel, None)
+    atomic.write_text(target / RECORD, json.dumps({"files": record}, indent=2) + "\n")
     return target
 
 

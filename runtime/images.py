@@ -50,15 +50,20 @@ _STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})  # TEM, RSTn: no length fiel
 
 
 def _jpeg(data: bytes) -> tuple[int, int]:
+    """The frame header's size, found the way libjpeg finds markers: bytes up to the next 0xFF
+    are skipped, fill bytes (0xFF 0xFF) and stuffed zeros (0xFF 0x00) are not markers."""
     i = 2  # after SOI; the frame header may follow any number of APP segments of 64 KiB each
     while True:
+        i = data.find(b"\xff", i)
+        if i < 0:
+            raise _Unreadable()
         while i < len(data) and data[i] == 0xFF:  # fill bytes before a marker
             i += 1
-        if i >= len(data) or data[i - 1] != 0xFF:
+        if i >= len(data):
             raise _Unreadable()
         marker = data[i]
         i += 1
-        if marker in _STANDALONE:
+        if marker == 0x00 or marker in _STANDALONE:
             continue
         if marker in (0xD9, 0xDA):  # end of image or start of scan before any frame header
             raise _Unreadable()
@@ -130,7 +135,8 @@ def _tiff(data: bytes) -> tuple[int, int]:
         tag, kind = _unpack(end + "HH", data, at)
         if tag in (256, 257) and kind in _TIFF_TYPES:
             code, _ = _TIFF_TYPES[kind]
-            (found[tag],) = _unpack(end + code, data, at + (12 if big else 8))
+            (value,) = _unpack(end + code, data, at + (12 if big else 8))
+            found.setdefault(tag, value)  # libtiff takes the first of duplicate tags
     if 256 not in found or 257 not in found:
         raise _Unreadable()
     return found[256], found[257]
@@ -203,8 +209,11 @@ def _jp2(data: bytes) -> tuple[int, int]:
                 if sub == b"ihdr":
                     h, w = _unpack(">II", data, sa)
                     return w, h
-        if kind == b"jp2c":
-            return _jp2(data[a:b])
+        if kind == b"jp2c":  # the codestream box, at the top level: its SIZ segment
+            if data[a : a + 4] != b"\xff\x4f\xff\x51":
+                raise _Unreadable()
+            xs, ys, xo, yo = _unpack(">IIII", data, a + 8)
+            return xs - xo, ys - yo
     raise _Unreadable()
 
 
@@ -287,12 +296,12 @@ def _format(data: bytes):
 def header_size(data: bytes) -> tuple[int, int] | None:
     """(width, height) from the header of any image format OpenCV decodes, without decoding; None
     when ``data`` is no such image or its header is truncated."""
-    found = _format(bytes(data[:16]))
+    found = _format(bytes(data[:256]))
     if found is None:
         return None
     try:
         return found[1](bytes(data))
-    except (_Unreadable, ValueError):
+    except Exception:  # noqa: BLE001 - any header a reader cannot make sense of is unreadable
         return None
 
 
@@ -318,12 +327,12 @@ def decode_image(data: bytes | np.ndarray, what: str) -> np.ndarray:
 
     buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else data
     raw = buf.tobytes()
-    found = _format(raw[:16])
+    found = _format(raw[:256])
     if found is None:
         raise SourceError(f"{what} is not an image OpenCV can decode (formats: {FORMATS})")
     try:
         w, h = found[1](raw)
-    except (_Unreadable, ValueError):
+    except Exception:  # noqa: BLE001 - _Unreadable, or a header built to break the reader
         raise SourceError(
             f"{what} is not a readable {found[0]} image (its header is damaged)"
         ) from None
@@ -347,7 +356,12 @@ def read_image(path: str | Path) -> np.ndarray:
     if not path.is_file():
         raise SourceError(f"image {path} does not exist")
     try:
-        data = np.fromfile(path, dtype=np.uint8)
+        with open(path, "rb") as fh:  # the header first: a huge file is not read in to refuse it
+            head = fh.read(1 << 20)
+            size = header_size(head)
+            if size is not None:
+                check_pixels(size[0], size[1], str(path))
+            data = np.frombuffer(head + fh.read(), dtype=np.uint8)
     except OSError as exc:
         raise SourceError(f"cannot read image {path}: {exc.strerror}") from exc
     return decode_image(data, str(path))

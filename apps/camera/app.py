@@ -174,7 +174,9 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             pipeline.run()
         finally:
             engine = getattr(model, "engine", None)
-            conditions = monitor.stop(busy_clocks(engine))
+            # a camera paces itself by its frame rate: only lowered limits, hot zones and NVML
+            # slowdowns count as throttling, not DVFS easing off between frames
+            conditions = monitor.stop(busy_clocks(engine), busy=False)
         if analytics is not None:
             outputs.write(_Final(analytics.finish()), None, {})  # the tracks still live end
         outputs.close()

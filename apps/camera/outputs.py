@@ -400,7 +400,7 @@ class _QuietServer(ThreadingHTTPServer):
 
     def handle_error(self, request, client_address) -> None:
         exc = sys.exc_info()[1]
-        if isinstance(exc, (ConnectionError, TimeoutError)):
+        if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout)):
             return
         log.warning("web viewer: request from %s failed: %s", client_address[0], exc)
 
@@ -507,7 +507,7 @@ class HttpOutput(Output):
                             + jpeg
                             + b"\r\n"
                         )
-                except (BrokenPipeError, ConnectionResetError, TimeoutError):
+                except (BrokenPipeError, ConnectionResetError, TimeoutError, socket.timeout):
                     pass
                 self.close_connection = True
 

@@ -416,6 +416,9 @@ class Pipeline:
             deadline = time.monotonic() + 1.0
             for t in workers:
                 t.join(max(0.0, deadline - time.monotonic()))
+            # the output thread (not stuck in native code) finishes its frame before the outputs
+            # are closed and the trackers ended from this thread
+            workers[-1].join(10.0)
         self.finished = time.monotonic()
         if self.error is not None:
             raise self.error

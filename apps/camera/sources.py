@@ -31,7 +31,7 @@ from edgert.runtime.images import IMAGE_SUFFIXES, check_pixels
 log = logging.getLogger(__name__)
 
 _SECRET_QUERY = re.compile(
-    r"([?&;](?:pass|passwd|password|pwd|token|secret|key|auth)=)[^&;#]*", re.I
+    r"([?&;][^=&;#]*(?:pass|passwd|password|pwd|token|secret|key|auth)[^=&;#]*=)[^&;#]*", re.I
 )
 
 
@@ -42,7 +42,9 @@ def redact(uri: str) -> str:
     if scheme is None:
         return uri
     rest = uri[scheme.end() :]
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    # the credentials end at the last "@" (a password may hold "/", "?" or "@"); an "@" in a path
+    # after a host without credentials makes this hide that part of the path: printing only
+    end = rest.find("#") if "#" in rest else len(rest)
     at = rest.rfind("@", 0, end)
     if at >= 0 and ":" in rest[:at]:
         rest = rest[: rest.index(":")] + ":***" + rest[at:]
@@ -170,7 +172,11 @@ class CaptureSource(FrameSource):
             return None
         if not self.live:  # a file: its own clock (a loop goes on from where it ended)
             ms = self.cap.get(self.cv2.CAP_PROP_POS_MSEC)
-            self.media_time = self._loop_offset + ms / 1e3 if ms is not None and ms >= 0 else None
+            t = self._loop_offset + ms / 1e3 if ms is not None and ms >= 0 else None
+            last = self.media_time
+            if t is None or (last is not None and t <= last):  # no timestamps (raw .h264): frames
+                t = (last + 1.0 / (self.fps or 30.0)) if last is not None else 0.0  # at its rate
+            self.media_time = t
         return frame, time.monotonic()
 
     def close(self) -> None:
@@ -296,6 +302,14 @@ class RtspSource(FrameSource):
                 self._busy.release()
 
 
+def quiet_ffmpeg() -> None:
+    """FFmpeg's own lines ("[tcp @ 0x...] Connection to tcp://... failed") go to stderr below
+    OpenCV's logging; OpenCV reads this once, when its FFmpeg back end first opens something.
+    ``--debug`` keeps them."""
+    if not logging.getLogger("edgert").isEnabledFor(logging.DEBUG):
+        os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # AV_LOG_QUIET
+
+
 @contextlib.contextmanager
 def quiet_opencv():
     """OpenCV's and FFmpeg's own log lines (timeouts, probing) stay off the terminal: edgert says
@@ -305,9 +319,7 @@ def quiet_opencv():
     if logging.getLogger("edgert").isEnabledFor(logging.DEBUG):
         yield
         return
-    # FFmpeg's own lines ("[tcp @ 0x...] Connection to tcp://... failed") go to stderr below
-    # OpenCV's logging; OpenCV reads this once, when its FFmpeg back end first opens something
-    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # AV_LOG_QUIET
+    quiet_ffmpeg()
     try:
         previous = cv2.utils.logging.getLogLevel()
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
@@ -336,14 +348,18 @@ class ImageListSource(FrameSource):
     def read(self):
         from edgert.runtime.images import read_image
 
+        tried = 0
         while True:
+            if tried >= len(self.files):  # a whole pass without one image: they all fail now
+                if self.delivered and not self.loop:
+                    return None
+                raise SourceError(f"none of the {len(self.files)} images of {self.description} can be read: "
+                                  f"{next(iter(self.failed.values()))}")  # fmt: skip
             if self.i >= len(self.files):
-                if not self.loop or not self.delivered:
-                    if not self.delivered and self.failed:
-                        raise SourceError(f"none of the {len(self.files)} images of {self.description} can be read: "
-                                          f"{next(iter(self.failed.values()))}")  # fmt: skip
+                if not self.loop:
                     return None
                 self.i = 0
+            tried += 1
             path = self.files[self.i]
             self.i += 1
             try:
@@ -470,6 +486,7 @@ def open_source(uri: str, opts: SourceOptions | None = None) -> FrameSource:
                 f"cannot open camera {device} (busy in another process, or not a capture device)"
             ) from None
     if uri.startswith(("rtsp://", "rtsps://")):
+        quiet_ffmpeg()  # here, on the thread that opens sources, before capture threads run
         return RtspSource(uri, opts)
     if re.fullmatch(r"/dev/video\d+", uri):  # a camera, not a video file (as jetson-utils does)
         return open_source(f"v4l2://{uri}", opts)

@@ -190,9 +190,16 @@ def print_conditions(c: dict | None, say=print) -> None:
         return
     start = {z["name"]: z["temp_c"] for z in (c["start"] or {}).get("zones", [])}
     end = {z["name"]: z["temp_c"] for z in (c["end"] or {}).get("zones", [])}
-    hot = sorted(c["zones"].items(), key=lambda kv: -kv[1]["max_c"])[:3]
+    from edgert.runtime.power.thermal import NOT_THE_DIE
+
+    die = {n: v for n, v in c["zones"].items() if n not in NOT_THE_DIE}
+    hot = sorted(die.items(), key=lambda kv: -kv[1]["max_c"])[:3]
     if hot:
-        say("heat       " + ", ".join(f"{n} {start.get(n) or 0:.1f} -> {end.get(n) or 0:.1f} °C (peak {v['max_c']:.1f})"
+
+        def temp(v) -> str:
+            return "n/a" if v is None else f"{v:.1f}"
+
+        say("heat       " + ", ".join(f"{n} {temp(start.get(n))} -> {temp(end.get(n))} °C (peak {v['max_c']:.1f})"
                                       for n, v in hot))  # fmt: skip
     for name, v in c["clocks"].items():
         limit = f" of {v['limit_mhz']:.0f}" if v["limit_mhz"] else ""
@@ -203,7 +210,8 @@ def print_conditions(c: dict | None, say=print) -> None:
     ]
     say(f"mode       {mode}; clocks {pinned}")
     for t in c["throttling"]:
-        why = ", ".join([*(f"{n} below its maximum" for n in t["clocks"]),
+        why = ", ".join([*(f"{n[:-6]}'s limit lowered" if n.endswith(" limit") else
+                           f"{n} below its maximum" for n in t["clocks"]),
                          *(f"{n} past its passive trip" for n in t["zones"])])  # fmt: skip
         say(f"THROTTLED  {t['from_s']:.1f}-{t['to_s']:.1f} s: {why}")
 

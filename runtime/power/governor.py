@@ -173,7 +173,8 @@ class TemperatureGovernor:
         import numpy as np
 
         h = self._history
-        rows = [((t1 - t0) / dt, t0, u0) for (t0, u0, _), (t1, _, dt) in zip(h, h[1:]) if dt > 0]
+        # the duty stored with a sample is the one in force since the sample before it
+        rows = [((t1 - t0) / dt, t0, u1) for (t0, _, _), (t1, u1, dt) in zip(h, h[1:]) if dt > 0]
         if len(rows) < 12:
             return None
         y, temp, duty = (np.array(c, dtype=np.float64) for c in zip(*rows))
@@ -232,27 +233,45 @@ class TemperatureGovernor:
 
 
 class HottestZone:
-    """The temperature a cap holds: the hottest readable thermal zone under a sysfs root."""
+    """The temperature a cap holds: the hottest readable thermal zone that measures the die (not
+    PMIC-Die's fixed 100 °C or the fan's estimate), its ``temp`` files found once."""
 
     def __init__(self, root=None) -> None:
-        from .thermal import thermal_zones
+        import glob
+        from pathlib import Path
 
-        self.root = root
-        zones = [z for z in thermal_zones(root) if z.temp_c is not None]
+        from .sensors import sysfs_root
+        from .thermal import NOT_THE_DIE, thermal_zones
+
+        zones = [
+            z for z in thermal_zones(root) if z.temp_c is not None and z.name not in NOT_THE_DIE
+        ]
         if not zones:
             raise SensorError(
                 "--temp-cap needs a readable thermal zone (/sys/class/thermal), and there is none"
             )
         self.names = [z.name for z in zones]
+        base = sysfs_root(root)
+        dirs = glob.glob(str(base / "sys/class/thermal/thermal_zone*")) or glob.glob(
+            str(base / "sys/devices/virtual/thermal/thermal_zone*"))  # fmt: skip
+        self.files = []
+        for d in dirs:
+            try:
+                kind = (Path(d) / "type").read_text().strip()
+            except OSError:
+                continue
+            if kind in self.names:
+                self.files.append(Path(d) / "temp")
 
     def read(self) -> float | None:
-        from .thermal import thermal_zones
-
-        temps = [
-            z.temp_c
-            for z in thermal_zones(self.root)
-            if z.temp_c is not None and z.name in self.names
-        ]
+        temps = []
+        for f in self.files:
+            try:
+                value = float(f.read_bytes().split()[0]) / 1000.0
+            except (OSError, ValueError, IndexError):
+                continue
+            if math.isfinite(value) and -60 <= value <= 200:
+                temps.append(value)
         return max(temps) if temps else None
 
 

@@ -169,11 +169,10 @@ def ina238(root: Path) -> RailSensor | None:
             continue
         label = _label(hw / "label") or _label(hw / "power1_label") or _label(hw / "in1_label")
         found.append((hw, label, power))
-    unlabelled = sum(1 for _, label, _ in found if label is None)
     rails = []
     for hw, label, power in found:
-        if label is None:
-            label = "VIN" if unlabelled == 1 else f"ina238-{hw.parent.parent.name}"
+        if label is None:  # the board's only INA238 is Thor's carrier monitor of VIN
+            label = "VIN" if len(found) == 1 else f"ina238-{hw.parent.parent.name}"
         if _skip(label):
             continue
         rails.append(_Rail(label, (power,), 1e-6))  # uW

@@ -48,6 +48,11 @@ class Trip:
     temp_c: float
 
 
+# zones that say nothing about the die's heat: PMIC-Die reads a fixed 100 °C on Nano and Xavier
+# (balena-os/balena-jetson#142), thermal-fan-est is the fan's own estimate from the others
+NOT_THE_DIE = ("PMIC-Die", "thermal-fan-est")
+
+
 @dataclass(frozen=True)
 class Zone:
     name: str  # the zone's type, e.g. "CPU-therm", "tj-thermal"
@@ -106,7 +111,7 @@ def _mhz(hz: float | None) -> float | None:
 
 def _text(path: Path) -> str | None:
     try:
-        text = path.read_bytes().decode("utf-8", "replace").strip()
+        text = path.read_bytes().decode("utf-8", "replace").strip("\x00 \n\t")
     except OSError:
         return None
     return text if text.isprintable() and len(text) <= 64 else None
@@ -212,7 +217,8 @@ class Conditions:
 
     @property
     def hottest(self) -> Zone | None:
-        zones = [z for z in self.zones if z.temp_c is not None]
+        """The hottest zone that measures the die (not PMIC-Die's fixed reading or an estimate)."""
+        zones = [z for z in self.zones if z.temp_c is not None and z.name not in NOT_THE_DIE]
         return max(zones, key=lambda z: z.temp_c) if zones else None
 
     @property
@@ -330,6 +336,7 @@ class ConditionsMonitor:
         self._zones: dict[str, list[float]] = {}  # name -> [min, max]
         self._clocks: dict[str, list[float]] = {}  # name -> [min, max] Hz
         self._limits: dict[str, float] = {}  # clock -> its maximum (the limit in force)
+        self._first_limits: dict[str, float | None] = {}
         self._samples: list[tuple[float, dict[str, bool], list[str]]] = []  # t, below max, hot
         self.series: list[tuple[float, float | None, float | None]] = []  # t, hottest °C, gpu MHz
 
@@ -356,6 +363,10 @@ class ConditionsMonitor:
         cond = read_conditions(self.root, nvml=self.nvml, device=self.device)
         t = time.monotonic() - self.t0
         below = {c.name: bool(c.below_max) for c in cond.clocks if c.below_max is not None}
+        for c in cond.clocks:  # a limit lowered during the run (the OS capping a clock) throttles
+            first = self._first_limits.setdefault(c.name, c.max_hz)
+            if c.max_hz is not None and first is not None and c.max_hz < first * 0.995:
+                below[c.name + " limit"] = True
         hot = [z.name for z in cond.zones
                if z.temp_c is not None and z.passive_c is not None and z.temp_c >= z.passive_c]  # fmt: skip
         slow = [r for r in (cond.gpu or {}).get("throttle_reasons", []) if r in SLOWDOWNS]
@@ -385,9 +396,11 @@ class ConditionsMonitor:
             if len(self.series) > self.MAX_SERIES:
                 self.series = self.series[::2]
 
-    def report(self, watch: tuple[str, ...] = ("gpu",)) -> dict:
+    def report(self, watch: tuple[str, ...] = ("gpu",), busy: bool = True) -> dict:
         """The conditions block of a report. ``watch``: the clocks that count for throttling (the
-        GPU for a GPU backend, the CPU clusters too for a CPU one)."""
+        GPU for a GPU backend, the CPU clusters too for a CPU one); below their maximum only
+        when the run kept them ``busy`` (uncapped, back to back: DVFS lowers an idle clock), a
+        lowered limit always."""
         import time
 
         with self._lock:
@@ -400,7 +413,7 @@ class ConditionsMonitor:
                       "gpu_mhz": [g for _, _, g in self.series]}  # fmt: skip
             clocks = {k: {"min_mhz": _mhz(v[0]), "max_mhz": _mhz(v[1]),
                           "limit_mhz": _mhz(self._limits.get(k))} for k, v in self._clocks.items()}  # fmt: skip
-        intervals = _throttle_intervals(samples, watch, end)
+        intervals = _throttle_intervals(samples, watch, end, busy)
         return {
             "start": first.to_dict() if first else None,
             "end": last.to_dict() if last else None,
@@ -413,13 +426,13 @@ class ConditionsMonitor:
             "series": series,
         }
 
-    def stop(self, watch: tuple[str, ...] = ("gpu",)) -> dict:
+    def stop(self, watch: tuple[str, ...] = ("gpu",), busy: bool = True) -> dict:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * self.interval + 1)
         with contextlib.suppress(Exception):
             self._sample()  # the end of the run
-        return self.report(watch)
+        return self.report(watch, busy)
 
 
 def _changes(samples: list) -> list:
@@ -431,13 +444,16 @@ def _changes(samples: list) -> list:
     return [*kept, samples[-1]] if len(samples) > 1 else kept
 
 
-def _throttle_intervals(samples: list, watch: tuple[str, ...], end: float) -> list[dict]:
+def _throttle_intervals(
+    samples: list, watch: tuple[str, ...], end: float, busy: bool = True
+) -> list[dict]:
     """Runs of samples in which a watched clock was below its maximum or a zone past its passive
     trip: ``{"from_s", "to_s", "clocks": [...], "zones": [...]}`` (seconds from the start)."""
     out: list[dict] = []
     current = None
     for i, (t, below, hot) in enumerate(samples):
-        clocks = sorted(n for n, b in below.items() if b and any(n.startswith(w) for w in watch))
+        clocks = sorted(n for n, b in below.items() if b and any(n.startswith(w) for w in watch)
+                        and (busy or n.endswith(" limit")))  # fmt: skip
         if clocks or hot:
             if current is None:
                 current = {

@@ -88,6 +88,11 @@ def test_redact_hides_passwords_only():
     assert redact("rtsp://cam.local:8554/live") == "rtsp://cam.local:8554/live"
     assert redact("rtsp://user@cam/live") == "rtsp://user@cam/live"
     assert redact("clip.mp4") == "clip.mp4"
+    assert "pa/ss" not in redact("rtsp://admin:pa/ss@10.0.0.5/live")
+    assert (
+        redact("rtsp://cam/live?access_token=abc&apikey=k")
+        == "rtsp://cam/live?access_token=***&apikey=***"
+    )
 
 
 def test_rtsp_password_never_printed_served_or_logged(tmp_path, tiny):
@@ -222,6 +227,28 @@ def test_one_bad_image_is_reported_and_the_rest_run(tmp_path, tiny):
     assert summary["streams"][0]["images_failed"] == 1
     assert summary["streams"][0]["images_failed_files"][0].endswith("1b.jpg")
     assert "1 images could not be read" in proc.stderr
+
+
+def test_a_looping_folder_whose_images_all_fail_ends_with_a_sentence(tmp_path):
+    """Review finding: with --loop, a pass in which every file fails (deleted or rewritten
+    mid-run) spun forever."""
+    from edgert.apps.camera.sources import SourceOptions, open_source
+    from edgert.runtime.errors import SourceError
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    cv2.imwrite(str(folder / "a.png"), np.zeros((8, 8, 3), np.uint8))
+    src = open_source(str(folder), SourceOptions(loop=True))
+    assert src.read() is not None
+    (folder / "a.png").write_bytes(b"no longer an image")
+    with pytest.raises(SourceError, match="none of the 1 images"):
+        src.read()
+
+
+def test_help_to_a_full_stdout_is_one_sentence():
+    with open("/dev/full", "w") as full:
+        proc = _cli("--help", stdout=full)
+    assert_user_error(proc, "cannot write to standard output")
 
 
 def test_huge_video_frames_are_refused(tmp_path, tiny):

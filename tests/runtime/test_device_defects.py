@@ -43,6 +43,13 @@ def test_several_sensors_without_an_input_rail_sum_everything(tmp_path):
     assert s.total_w == pytest.approx(7.0)
 
 
+def test_an_unlabelled_ina238_beside_labelled_ones_is_not_taken_for_vin(tmp_path):
+    ina238_hwmon(tmp_path, "2-0044", 9, 2_000_000, label="VDD_GPU")
+    ina238_hwmon(tmp_path, "2-0045", 10, 3_000_000)
+    s = discover(tmp_path, nvml=False).sensor.read()
+    assert set(s.rails) == {"VDD_GPU", "ina238-2-0045"} and s.total_w == pytest.approx(5.0)
+
+
 def test_several_unlabelled_ina238_are_named_by_address(tmp_path):
     ina238_hwmon(tmp_path, "2-0044", 9, 2_000_000)
     ina238_hwmon(tmp_path, "2-0045", 10, 3_000_000)

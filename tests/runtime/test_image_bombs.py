@@ -79,8 +79,13 @@ def _tiff() -> bytes:
     return b"II*\0" + struct.pack("<I", ifd_at) + bytes(16) + ifd + b"\0\0\0\0"
 
 
+# a 1x1 GIF written by hand (OpenCV before 4.11 has no GIF encoder)
+GIF_1X1 = (b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01\x00\x00\x00"
+           b"\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;")  # fmt: skip
+
+
 def _gif() -> bytes:
-    data = bytearray(_encode(".gif", np.zeros((8, 8, 3), np.uint8)))
+    data = bytearray(GIF_1X1)
     data[6:10] = struct.pack("<HH", BIG, BIG)
     return bytes(data)
 
@@ -153,6 +158,39 @@ def test_every_format_opencv_writes_has_its_size_read():
         data = _encode(".webp", img, [cv2.IMWRITE_WEBP_QUALITY, q])
         assert header_size(data) == (53, 37)
     assert {".png", ".jpg", ".bmp", ".tiff", ".ppm", ".hdr", ".ras"} <= set(read)
+
+
+def test_headers_built_to_fool_the_readers():
+    """Review findings: a fake frame header after a segment ending in 0xFF (libjpeg skips to the
+    next 0xFF), a TIFF with a second, smaller size (libtiff takes the first), 3000 nested JPEG
+    2000 boxes (no recursion), an AVIF whose major brand is mif1."""
+    big = _encode(".jpg", np.zeros((100, 100, 3), np.uint8))
+    fake_sof = b"\xc0\x00\x11\x08\x00\x0a\x00\x0a"
+    app = b"\xff\xe9" + struct.pack(">H", 6) + b"abc\xff"
+    assert header_size(big[:2] + app + fake_sof + big[2:]) == (100, 100)
+    tiff = bytearray(_tiff())
+    n = struct.unpack("<H", tiff[24:26])[0]
+    entry = struct.pack("<HHI", 256, 3, 1) + struct.pack("<H", 10) + b"\0\0"
+    tiff[24:26] = struct.pack("<H", n + 1)
+    tiff = bytes(tiff[: 26 + 12 * n]) + entry + bytes(tiff[26 + 12 * n :])
+    assert header_size(tiff) == (BIG, BIG)
+    nested = b"\xff\x4f\xff\x51"
+    for _ in range(3000):
+        nested = struct.pack(">I", len(nested) + 8) + b"jp2c" + nested
+    jp2 = b"\0\0\0\x0cjP  \r\n\x87\n" + nested
+    assert header_size(jp2) is None
+    with pytest.raises(SourceError, match="not a readable JPEG 2000"):
+        decode_image(jp2, "upload")
+    ok, avif = (
+        cv2.imencode(".avif", np.zeros((37, 53, 3), np.uint8))
+        if hasattr(cv2, "IMWRITE_AVIF_QUALITY")
+        else (False, None)
+    )
+    if ok:
+        data = bytearray(avif.tobytes())
+        assert data[8:12] == b"avif"
+        data[8:12] = b"mif1"  # major brand; avif stays among the compatible brands
+        assert header_size(bytes(data)) == (53, 37)
 
 
 def test_unknown_and_truncated_files_get_a_sentence():

@@ -140,10 +140,20 @@ def test_every_board_gives_zones_and_the_gpu_clock(tmp_path, board):
     assert cond.zones and all(z.name for z in cond.zones)
     gpu = next(c for c in cond.clocks if c.name == "gpu")
     assert gpu.cur_hz and gpu.max_hz and gpu.cur_hz <= gpu.max_hz
+    from edgert.runtime.power.thermal import NOT_THE_DIE
+
+    die = [z.temp_c for z in cond.zones if z.temp_c is not None and z.name not in NOT_THE_DIE]
     hottest = cond.hottest
-    assert hottest is not None and hottest.temp_c == max(
-        z.temp_c for z in cond.zones if z.temp_c is not None
-    )
+    assert hottest is not None and hottest.temp_c == max(die)
+    assert hottest.name != "PMIC-Die"  # it reads a fixed 100 °C on Nano and Xavier
+
+
+def test_a_temp_cap_on_a_nano_reads_the_die_not_the_pmic(tmp_path):
+    from edgert.runtime.power.governor import HottestZone
+
+    nano(tmp_path)
+    zone = HottestZone(tmp_path)
+    assert zone.read() == 41.0 and "PMIC-Die" not in zone.names
 
 
 def test_nano_trips_suggest_a_cap_below_the_lowest_passive_trip(tmp_path):

@@ -39,6 +39,19 @@ def run_cli(
     )
 
 
+def unprivileged() -> tuple:
+    """A command prefix under which a file with mode 0 really cannot be read: as root, util-linux
+    setpriv drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (the test skips without it)."""
+    if os.geteuid() != 0:
+        return ()
+    import shutil
+
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without util-linux setpriv to drop CAP_DAC_OVERRIDE")
+    return (setpriv, "--bounding-set=-dac_override,-dac_read_search")
+
+
 def assert_user_error(proc, *fragments: str, code: int = 2) -> None:
     """One clear sentence on stderr, the given exit code, no traceback."""
     assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from edgert.runtime.errors import SensorError
 from edgert.runtime.power import nvpmodel
 from edgert.runtime.power.meter import PowerMeter
 from edgert.runtime.power.sensors import counter_delta, discover, rapl
-from tests.conftest import run_cli
+from tests.conftest import run_cli, unprivileged
 
 
 def write(path: Path, value) -> None:
@@ -108,12 +107,7 @@ def test_labelled_ina238_microwatts(tmp_path):
 def test_permission_denied_rail_says_what_to_do(tmp_path):
     hw = ina3221_hwmon(tmp_path, "1-0040", 1, [("VDD_IN", 5000, 1000)])
     os.chmod(hw / "curr1_input", 0)
-    prefix: tuple = ()
-    if os.geteuid() == 0:  # root reads anything: drop the capabilities that let it, for real
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("running as root without util-linux setpriv to drop CAP_DAC_OVERRIDE")
-        prefix = (setpriv, "--bounding-set=-dac_override,-dac_read_search")
+    prefix = unprivileged()
     proc = run_cli("power", "--json", "--sysfs-root", tmp_path, "--no-nvml", prefix=prefix)
     assert proc.returncode == 0, proc.stderr
     facts = json.loads(proc.stdout)

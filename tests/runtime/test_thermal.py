@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 
 from edgert.runtime.power.thermal import read_conditions, suggested_temp_cap, thermal_zones
-from tests.conftest import run_cli
+from tests.conftest import run_cli, unprivileged
 from tests.runtime.test_power_sensors import write
 
 
@@ -194,12 +194,7 @@ def test_junk_and_permission_errors_are_reasons_not_failures(tmp_path):
     assert zs["soc0-thermal"].temp_c is None and "not a temperature" in zs["soc0-thermal"].reason
     assert zs["cpu-thermal"].temp_c == 52.0
     os.chmod(tmp_path / "sys/class/thermal/thermal_zone0/temp", 0)
-    prefix: tuple = ()
-    if os.geteuid() == 0:  # root reads anything: drop the capabilities that let it, for real
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("running as root without util-linux setpriv to drop CAP_DAC_OVERRIDE")
-        prefix = (setpriv, "--bounding-set=-dac_override,-dac_read_search")
+    prefix = unprivileged()
     proc = run_cli("power", "--json", "--no-nvml", "--sysfs-root", tmp_path, prefix=prefix)
     assert proc.returncode == 0, proc.stderr
     cpu = json.loads(proc.stdout)["thermal"][0]

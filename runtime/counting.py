@@ -24,7 +24,8 @@ import numpy as np
 ANCHORS = ("bottom_center", "center")
 
 
-def _point(box, anchor: str) -> tuple[float, float]:
+def anchor_point(box, anchor: str) -> tuple[float, float]:
+    """The point of a box (x1, y1, x2, y2) that counts: its bottom centre, or its centre."""
     x1, y1, x2, y2 = box
     return ((x1 + x2) / 2, y2 if anchor == "bottom_center" else (y1 + y2) / 2)
 
@@ -113,7 +114,7 @@ class LineCounter(_Counter):
         "track_id", "label"}``."""
         events = []
         for t in tracks:
-            p = _point(t.box, self.anchor)
+            p = anchor_point(t.box, self.anchor)
             dist, along = self._side(p)
             margin = self._margin(t.box)
             if abs(dist) < margin:
@@ -190,7 +191,7 @@ class ZoneCounter(_Counter):
         """Events of this update: ``zone_enter`` and ``zone_exit`` (with ``dwell_s``)."""
         events = []
         for t in tracks:
-            dist = self._distance(_point(t.box, self.anchor))  # > 0 inside
+            dist = self._distance(anchor_point(t.box, self.anchor))  # > 0 inside
             margin = self._margin(t.box)
             state = self._state.get(t.track_id)
             if state is None:

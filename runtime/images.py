@@ -293,16 +293,23 @@ def _format(data: bytes):
     return None
 
 
-def header_size(data: bytes) -> tuple[int, int] | None:
-    """(width, height) from the header of any image format OpenCV decodes, without decoding; None
-    when ``data`` is no such image or its header is truncated."""
-    found = _format(bytes(data[:256]))
+def _header(data: bytes) -> tuple[str, tuple[int, int] | None] | None:
+    """(format name, (width, height) or None when its header cannot be read) for any format
+    OpenCV decodes; None when ``data`` starts with none of their signatures."""
+    found = _format(data[:256])
     if found is None:
         return None
     try:
-        return found[1](bytes(data))
-    except Exception:  # noqa: BLE001 - any header a reader cannot make sense of is unreadable
-        return None
+        return found[0], found[1](data)
+    except Exception:  # noqa: BLE001 - _Unreadable, or a header built to break the reader
+        return found[0], None
+
+
+def header_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from the header of any image format OpenCV decodes, without decoding; None
+    when ``data`` is no such image or its header is truncated."""
+    found = _header(bytes(data))
+    return found[1] if found else None
 
 
 def _too_large(what: str, w: int, h: int, limit: int) -> SourceError:
@@ -326,17 +333,12 @@ def decode_image(data: bytes | np.ndarray, what: str) -> np.ndarray:
     import cv2
 
     buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else data
-    raw = buf.tobytes()
-    found = _format(raw[:256])
+    found = _header(buf.tobytes())
     if found is None:
         raise SourceError(f"{what} is not an image OpenCV can decode (formats: {FORMATS})")
-    try:
-        w, h = found[1](raw)
-    except Exception:  # noqa: BLE001 - _Unreadable, or a header built to break the reader
-        raise SourceError(
-            f"{what} is not a readable {found[0]} image (its header is damaged)"
-        ) from None
-    check_pixels(w, h, what)
+    if found[1] is None:
+        raise SourceError(f"{what} is not a readable {found[0]} image (its header is damaged)")
+    check_pixels(*found[1], what)
     limit = max_pixels()
     try:
         img = cv2.imdecode(buf, cv2.IMREAD_COLOR)

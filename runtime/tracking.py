@@ -185,7 +185,7 @@ class Tracker:
         """Associate this frame's detections (runtime ``Detection`` objects, or dicts with box,
         score, class_id, label) taken at ``timestamp`` (seconds, monotonic); return the confirmed
         tracks matched in this frame."""
-        dets = [d if isinstance(d, Detection) else _detection(d) for d in detections]
+        dets = [d if isinstance(d, Detection) else as_detection(d) for d in detections]
         dt = 0.0 if self._last_t is None else max(0.0, timestamp - self._last_t)
         self._last_t = timestamp
         self._updates += 1
@@ -288,6 +288,8 @@ class Tracker:
             self.started.append(t)
 
 
-def _detection(d: dict) -> Detection:
-    return Detection(tuple(float(v) for v in d["box"]), float(d["score"]),
+def as_detection(d: dict) -> Detection:
+    """A result dict (``box``, ``score``, ``class_id``, ``label``: what the task models give) as a
+    runtime ``Detection``."""
+    return Detection(tuple(float(v) for v in d["box"]), float(d.get("score", 1.0)),
                      int(d.get("class_id", 0)), str(d.get("label", d.get("class_id", 0))))  # fmt: skip

@@ -45,10 +45,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
-def run(root: Path, pid: int, idle: float, per_core: float, fixed: float, lag: float,
-        noise: float, hz: float, seed: int = 0) -> None:  # fmt: skip
-    rng = random.Random(seed)
-    power = idle
+def busy_cores(pid: int, hz: float):
+    """(time.monotonic(), seconds since the last, cores busy) every 1/hz s while ``pid`` runs,
+    its CPU time smoothed over ~0.2 s (CPU time arrives in clock ticks of 10 ms)."""
     last_t, last_cpu = time.monotonic(), cpu_seconds(pid)
     busy_avg = 0.0
     while True:
@@ -59,9 +58,16 @@ def run(root: Path, pid: int, idle: float, per_core: float, fixed: float, lag: f
             return  # the process under test has ended
         now = time.monotonic()
         busy = max(0.0, (cpu - last_cpu) / (now - last_t))  # cores busy over the last sample
-        last_t, last_cpu = now, cpu
-        # CPU time arrives in clock ticks (10 ms): smooth over ~0.2 s before it drives the plant
         busy_avg += (busy - busy_avg) * min(1.0, 1.0 / (hz * 0.2))
+        yield now, now - last_t, busy_avg
+        last_t, last_cpu = now, cpu
+
+
+def run(root: Path, pid: int, idle: float, per_core: float, fixed: float, lag: float,
+        noise: float, hz: float, seed: int = 0) -> None:  # fmt: skip
+    rng = random.Random(seed)
+    power = idle
+    for _, _, busy_avg in busy_cores(pid, hz):
         target = idle + (fixed if busy_avg > 0.02 else 0.0) + per_core * busy_avg
         power += (target - power) * min(1.0, (1.0 / hz) / lag)
         write_tree(root, power * (1.0 + rng.gauss(0.0, noise)))

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.power_plant import cpu_seconds
+from tests.power_plant import busy_cores
 
 ZONE = "sys/class/thermal/thermal_zone0"
 
@@ -38,21 +38,10 @@ def write_zone(root: Path, temp_c: float) -> None:
 def run(root: Path, pid: int, ambient: float, per_core: float, tau: float, hz: float) -> None:
     temp = ambient
     write_zone(root, temp)
-    last_t, last_cpu = time.monotonic(), cpu_seconds(pid)
-    busy_avg = 0.0
     series = []
-    t0 = last_t
-    while True:
-        time.sleep(1.0 / hz)
-        try:
-            cpu = cpu_seconds(pid)
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            break  # the process under test has ended
-        now = time.monotonic()
-        busy = max(0.0, (cpu - last_cpu) / (now - last_t))
-        busy_avg += (busy - busy_avg) * min(1.0, 1.0 / (hz * 0.2))  # ticks of 10 ms: smooth
-        temp += (ambient + per_core * busy_avg - temp) * min(1.0, (now - last_t) / tau)
-        last_t, last_cpu = now, cpu
+    t0 = time.monotonic()
+    for now, dt, busy_avg in busy_cores(pid, hz):
+        temp += (ambient + per_core * busy_avg - temp) * min(1.0, dt / tau)
         write_zone(root, temp)
         series.append((round(now - t0, 3), round(temp, 3)))
     (Path(root) / "plant.json").write_text(json.dumps(series))

@@ -14,10 +14,9 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from edgert.runtime.counting import Counters, LineCounter, ZoneCounter
-from edgert.runtime.detection import Detection
+from edgert.runtime.counting import Counters, LineCounter, ZoneCounter, anchor_point
 from edgert.runtime.errors import EdgertError, SourceError
-from edgert.runtime.tracking import Tracker
+from edgert.runtime.tracking import Tracker, as_detection
 
 _SPEC = re.compile(r"(?:(\d+):)?([A-Za-z0-9_-]+)=(.*)")
 TRAIL = 20  # centres drawn behind each track
@@ -152,8 +151,7 @@ class Analytics:
             self._resolve(s, frame.stream, frame.image)
         results = frame.results if isinstance(frame.results, list) else []
         found = [r for r in results if isinstance(r, dict) and "box" in r]
-        dets = [Detection(tuple(float(v) for v in r["box"]), float(r.get("score", 1.0)),
-                          int(r.get("class_id", 0)), str(r.get("label", ""))) for r in found]  # fmt: skip
+        dets = [as_detection(r) for r in found]
         tracks = s.tracker.update(dets, frame.t_scene)
         by_det = {id(t.detection): t.track_id for t in tracks}
         for r, d in zip(found, dets):
@@ -168,8 +166,7 @@ class Analytics:
         events += [dict(event="track_end", track_id=t.track_id, label=t.label,
                         duration_s=round(t.age, 3)) for t in ended]  # fmt: skip
         for t in tracks:
-            x1, y1, x2, y2 = t.box
-            point = ((x1 + x2) / 2, y2 if self.anchor == "bottom_center" else (y1 + y2) / 2)
+            point = anchor_point(t.box, self.anchor)
             s.trails.setdefault(t.track_id, collections.deque(maxlen=TRAIL)).append(point)
         for t in ended:
             s.trails.pop(t.track_id, None)

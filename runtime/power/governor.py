@@ -237,41 +237,20 @@ class HottestZone:
     PMIC-Die's fixed 100 °C or the fan's estimate), its ``temp`` files found once."""
 
     def __init__(self, root=None) -> None:
-        import glob
-        from pathlib import Path
+        from .thermal import NOT_THE_DIE, zone_dirs, zone_name, zone_temp
 
-        from .sensors import sysfs_root
-        from .thermal import NOT_THE_DIE, thermal_zones
-
-        zones = [
-            z for z in thermal_zones(root) if z.temp_c is not None and z.name not in NOT_THE_DIE
-        ]
-        if not zones:
+        self.zones = [d for d in zone_dirs(root)
+                      if zone_name(d) not in NOT_THE_DIE and zone_temp(d)[0] is not None]  # fmt: skip
+        if not self.zones:
             raise SensorError(
                 "--temp-cap needs a readable thermal zone (/sys/class/thermal), and there is none"
             )
-        self.names = [z.name for z in zones]
-        base = sysfs_root(root)
-        dirs = glob.glob(str(base / "sys/class/thermal/thermal_zone*")) or glob.glob(
-            str(base / "sys/devices/virtual/thermal/thermal_zone*"))  # fmt: skip
-        self.files = []
-        for d in dirs:
-            try:
-                kind = (Path(d) / "type").read_text().strip()
-            except OSError:
-                continue
-            if kind in self.names:
-                self.files.append(Path(d) / "temp")
+        self.names = [zone_name(d) for d in self.zones]
 
     def read(self) -> float | None:
-        temps = []
-        for f in self.files:
-            try:
-                value = float(f.read_bytes().split()[0]) / 1000.0
-            except (OSError, ValueError, IndexError):
-                continue
-            if math.isfinite(value) and -60 <= value <= 200:
-                temps.append(value)
+        from .thermal import zone_temp
+
+        temps = [t for t, _ in map(zone_temp, self.zones) if t is not None]
         return max(temps) if temps else None
 
 

@@ -124,25 +124,42 @@ def _number(path: Path) -> tuple[float | None, str | None]:
         return None, str(exc)
 
 
-def thermal_zones(root: str | os.PathLike | None = None) -> list[Zone]:
-    """Every ``/sys/class/thermal/thermal_zone*``: its type, temperature (m°C -> °C) and trips."""
+def zone_dirs(root: str | os.PathLike | None = None) -> list[Path]:
+    """The ``thermal_zoneN`` folders, in zone order (``/sys/class/thermal``, else the devices
+    they link to)."""
     base = sysfs_root(root)
-    zones = []
     paths = glob.glob(str(base / "sys/class/thermal/thermal_zone*")) or glob.glob(
         str(base / "sys/devices/virtual/thermal/thermal_zone*")
     )
-    for path in sorted(
-        paths, key=lambda p: int("".join(c for c in Path(p).name if c.isdigit()) or 0)
-    ):
-        z = Path(path)
-        name = _text(z / "type") or z.name
-        if (z / "temp").exists():
-            value, reason = _number(z / "temp")
-        else:  # Orin Nano/NX's cv zones: listed, with trips, but no temperature to read
-            value, reason = None, f"{z / 'temp'} is missing: the zone reports no temperature"
-        temp = round(value / 1000.0, 3) if value is not None else None
-        if temp is not None and not -60 <= temp <= 200:  # a sensor that is off reads -256 °C
-            temp, reason = None, f"{z / 'temp'} holds {value:g}, not a temperature"
+    return sorted(
+        (Path(p) for p in paths), key=lambda p: int("".join(c for c in p.name if c.isdigit()) or 0)
+    )
+
+
+def zone_name(zone: Path) -> str:
+    """A zone's type (``CPU-therm``, ``tj-thermal``), or its folder's name without one."""
+    return _text(zone / "type") or zone.name
+
+
+def zone_temp(zone: Path) -> tuple[float | None, str | None]:
+    """(°C, None) from a zone's ``temp`` (m°C), or (None, why)."""
+    path = zone / "temp"
+    if not path.exists():  # Orin Nano/NX's cv zones: listed, with trips, but no temperature to read
+        return None, f"{path} is missing: the zone reports no temperature"
+    value, reason = _number(path)
+    if value is None:
+        return None, reason
+    if not -60000 <= value <= 200000:  # a sensor that is off reads -256 °C
+        return None, f"{path} holds {value:g}, not a temperature"
+    return round(value / 1000.0, 3), None
+
+
+def thermal_zones(root: str | os.PathLike | None = None) -> list[Zone]:
+    """Every ``/sys/class/thermal/thermal_zone*``: its type, temperature (m°C -> °C) and trips."""
+    zones = []
+    for z in zone_dirs(root):
+        name = zone_name(z)
+        temp, reason = zone_temp(z)
         trips = []
         for t in sorted(z.glob("trip_point_*_type")):
             kind = _text(t)

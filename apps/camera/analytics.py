@@ -102,7 +102,10 @@ class EventsOutput:
         self.name = f"--events {path}"
 
     def write(self, frame, overlay_image, record: dict) -> None:
-        for event in getattr(frame, "events", None) or ():
+        self.write_events(frame.events)
+
+    def write_events(self, events: list) -> None:
+        for event in events:
             self.out.write(None, None, event)
 
     def close(self) -> None:

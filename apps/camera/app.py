@@ -178,7 +178,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             # slowdowns count as throttling, not DVFS easing off between frames
             conditions = monitor.stop(busy_clocks(engine), busy=False)
         if analytics is not None:
-            outputs.write(_Final(analytics.finish()), None, {})  # the tracks still live end
+            outputs.write_events(analytics.finish())  # the tracks still live end
         outputs.close()
         summary = pipeline.stats()
         if analytics is not None:
@@ -198,15 +198,6 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             summary["output_errors"] = outputs.errors
         summary.update(power.summary(m_start, summary))
         return summary
-
-
-class _Final:
-    """The end-of-run events as a frame the outputs know (only the events output writes it)."""
-
-    stream, index, results = 0, None, None
-
-    def __init__(self, events: list) -> None:
-        self.events = events
 
 
 def _tracking_before_sources(cfg: CameraConfig) -> list:
@@ -267,12 +258,19 @@ class _Outputs:
 
     def write(self, frame, image, record: dict) -> None:
         for o in list(self.live):
-            if isinstance(frame, _Final) and not isinstance(o, EventsOutput):
-                continue
-            try:
-                o.write(frame, image, record)
-            except OutputError as exc:
-                self._failed(o, exc)
+            self._guarded(o, o.write, frame, image, record)
+
+    def write_events(self, events: list) -> None:
+        """Events that belong to no frame (the end of the run) to the events outputs."""
+        for o in list(self.live):
+            if isinstance(o, EventsOutput):
+                self._guarded(o, o.write_events, events)
+
+    def _guarded(self, o, call, *args) -> None:
+        try:
+            call(*args)
+        except OutputError as exc:
+            self._failed(o, exc)
 
     def _failed(self, o, exc: EdgertError) -> None:
         self.live.remove(o)
@@ -306,36 +304,26 @@ class _Power:
     @classmethod
     def start(cls, cfg: CameraConfig, model, stack: contextlib.ExitStack) -> _Power:
         from edgert.runtime.errors import SensorError
-        from edgert.runtime.power.governor import CappedRunner
+        from edgert.runtime.power.governor import CappedRunner, HottestZone
         from edgert.runtime.power.meter import PowerMeter
         from edgert.runtime.power.sensors import discover
 
-        zone = None
-        if cfg.temp_cap is not None:
-            from edgert.runtime.power.governor import HottestZone
-
-            zone = HottestZone(cfg.sysfs_root)
+        zone = HottestZone(cfg.sysfs_root) if cfg.temp_cap is not None else None
         found = discover(cfg.sysfs_root)
-        if found.sensor is None:
-            if cfg.power_cap is not None:
-                raise SensorError(
-                    f"--power-cap needs a power sensor, and there is none: {found.reason}"
-                )
-            runner = (
-                CappedRunner(model, None, None, None, temp_cap_c=cfg.temp_cap, zone=zone)
-                if zone
-                else None
+        meter = None
+        if found.sensor is not None:
+            meter = PowerMeter(found.sensor).start()
+            stack.callback(meter.stop)
+        elif cfg.power_cap is not None:
+            raise SensorError(
+                f"--power-cap needs a power sensor, and there is none: {found.reason}"
             )
-            return cls(reason=found.reason, runner=runner)
-        meter = PowerMeter(found.sensor).start()
-        stack.callback(meter.stop)
         runner = None
         if cfg.power_cap is not None or zone is not None:
             idle = meter.measure_idle(1.5) if cfg.power_cap is not None else None
-            runner = CappedRunner(
-                model, meter, cfg.power_cap, idle, temp_cap_c=cfg.temp_cap, zone=zone
-            )
-        return cls(meter, runner)
+            runner = CappedRunner(model, meter, cfg.power_cap, idle, temp_cap_c=cfg.temp_cap,
+                                  zone=zone)  # fmt: skip
+        return cls(meter, runner, None if meter else found.reason)
 
     def live(self, s: dict) -> dict:
         if self.meter and not self.meter.lost:

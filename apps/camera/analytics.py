@@ -99,7 +99,6 @@ class EventsOutput:
         from .outputs import JsonlOutput
 
         self.out = JsonlOutput(path)
-        self.name = f"--events {path}"
 
     def write(self, frame, overlay_image, record: dict) -> None:
         self.write_events(frame.events)

@@ -106,7 +106,6 @@ class Output:
 class JsonlOutput(Output):
     def __init__(self, path: str, header: dict | None = None) -> None:
         self.path = Path(path)
-        self.name = f"--jsonl {path}"
         self.failed = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,7 +142,6 @@ class VideoFileOutput(Output):
 
     def __init__(self, path: str, fps: float = 30.0) -> None:
         self.path, self.fps = Path(path), fps
-        self.name = f"video {path}"
         self.writer = None
         self.size: tuple[int, int] | None = None
         self.frames = 0

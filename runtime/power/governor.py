@@ -212,7 +212,7 @@ class TemperatureGovernor:
             base = -gamma / alpha  # where the temperature settles at duty 0
             wanted = (self.target_c - base) / self.gain_c
             # settled: the temperature heads nowhere else (its recent slope times tau is under
-            # 0.5 °C); then the integral removes what the model misses
+            # 1 °C); then the integral removes what the model misses
             settled = abs(self._slope() * self.tau_s) < 1.0
             error = self.target_c - temp_c
             if settled and not limited and not (self.duty >= 1.0 and error > 0):

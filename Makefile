@@ -17,7 +17,7 @@ DEVICE_TESTS := tests/runtime tests/apps/test_device_side.py
 # edgert serve: PyTriton needs numpy < 2, so its tests run in their own environment
 SERVE_VENV ?= .venv-serve
 
-.PHONY: demo test install lint clean test-oldest wheel-smoke test-serve ci
+.PHONY: demo test install gi-link lint clean test-oldest wheel-smoke test-serve ci
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -28,7 +28,19 @@ $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PIP) install -q -e '.[export,dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# GStreamer's Python bindings are Debian's python3-gi (as on JetPack, where the system Python has
+# them): linked into the venv when built for its Python version (pip's PyGObject would need a C
+# toolchain and GLib's headers). Without them the GStreamer tests skip and edgert uses FFmpeg.
+SYSTEM_GI := /usr/lib/python3/dist-packages/gi
+gi-link: | $(PY)
+	@tag=$$($(PY) -c 'import sys; print("%d%d" % sys.version_info[:2])'); \
+	site=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	if ls $(SYSTEM_GI)/_gi.cpython-$$tag-*.so >/dev/null 2>&1; then \
+		mkdir -p $(VENV)/system-gi && ln -sfn $(SYSTEM_GI) $(VENV)/system-gi/gi && \
+		echo "$(abspath $(VENV))/system-gi" > $$site/edgert-system-gi.pth; \
+	else rm -f $$site/edgert-system-gi.pth; fi
+
+install: $(STAMP) gi-link
 
 demo: install
 	$(VENV)/bin/edgert demo

@@ -143,6 +143,8 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
                 if len(sources) == 1
                 else f"source [{i}]: {source.description}"
             )
+            if getattr(source, "note", None):
+                say(f"note: {source.note}")
             if geometries:
                 check_in_frame(geometries, i, getattr(source, "size", None))
         # under a power cap nothing busy-waits (ONNX Runtime's threads, CUDA's sync)

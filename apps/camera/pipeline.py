@@ -463,6 +463,7 @@ class Pipeline:
                     "fps": processed / elapsed,
                     "latency_ms": _percentiles(timings, recent),
                     **_unreadable(s.source),
+                    **_connection(s.source),
                 }
                 for s, timings, processed in per_stream
             ],
@@ -475,6 +476,12 @@ def _unreadable(source) -> dict:
     if not failed:
         return {}
     return {"images_failed": len(failed), "images_failed_files": sorted(failed)[:20]}
+
+
+def _connection(source) -> dict:
+    """A network stream's decoder, connection state, reconnects, stalls and time without frames."""
+    stats = getattr(source, "connection_stats", None)
+    return stats() if stats is not None else {}
 
 
 def _percentiles(recorders: dict, recent: bool) -> dict:

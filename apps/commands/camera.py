@@ -11,6 +11,7 @@ from edgert.apps.argtypes import (
     PRECISIONS,
     fraction,
     nonneg_float,
+    nonneg_int,
     positive_float,
     positive_int,
 )
@@ -115,9 +116,29 @@ def add_parser(sub) -> None:
     p.add_argument("--fps", type=positive_float)
     p.add_argument("--codec", choices=["mjpeg", "yuyv"])
     p.add_argument("--loop", action="store_true", help="loop files, folders and globs")
+    n = p.add_argument_group("network streams (rtsp://)")
+    n.add_argument("--decoder", choices=["auto", "gstreamer", "ffmpeg"], default="auto",
+                   help="auto (default): GStreamer for streams when PyGObject is there (NVDEC on a "
+                   "Jetson), and for files when there is a hardware decoder; else OpenCV's FFmpeg")  # fmt: skip
+    n.add_argument("--reconnect", type=_tries, default=5, metavar="N|forever",
+                   help="tries per (re)connection of a stream that drops (default 5; forever for "
+                   "cameras that reboot)")  # fmt: skip
+    n.add_argument("--stall-timeout", type=positive_float, default=5.0, metavar="S",
+                   help="a connected stream without a frame this long is a stall, reconnected (default 5)")  # fmt: skip
+    n.add_argument("--rtsp-latency", type=nonneg_int, default=100, metavar="MS",
+                   help="GStreamer's RTSP jitter buffer (default 100; GStreamer's own is 2000)")  # fmt: skip
+    n.add_argument("--rtsp-transport", choices=["auto", "tcp", "udp"], default="auto",
+                   help="RTP over TCP or UDP (default auto: UDP, then TCP)")  # fmt: skip
     p.add_argument("--sysfs-root", metavar="DIR")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
+
+
+def _tries(text: str):
+    """--reconnect: a count of tries, or forever (None)."""
+    if text.strip().lower() in ("forever", "inf", "always"):
+        return None
+    return positive_int(text)
 
 
 def print_summary(s: dict) -> None:
@@ -142,6 +163,11 @@ def print_summary(s: dict) -> None:
             )
     elif streams and streams[0]["status"].startswith("failed"):
         print(f"  stream {streams[0]['status']}")
+    for st in streams:
+        if "reconnects" in st and (st["reconnects"] or st["stalls"] or st["downtime_s"]):
+            where = f"[{st['stream']}] " if len(streams) > 1 else ""
+            print(f"{where}{st['decoder']}: {st['reconnects']} reconnects, {st['stalls']} stalls, "
+                  f"{st['downtime_s']:.1f} s without frames (last: {st['last_error']})")  # fmt: skip
     if s.get("labels_seen"):
         print("labels seen: " + ", ".join(f"{k} ({n})" for k, n in s["labels_seen"].items()))
     if s.get("power_w") is not None:
@@ -208,7 +234,16 @@ def run(args) -> int:
         conf=args.conf,
         iou=args.iou,
         source_options=SourceOptions(
-            width=args.width, height=args.height, fps=args.fps, codec=args.codec, loop=args.loop
+            width=args.width,
+            height=args.height,
+            fps=args.fps,
+            codec=args.codec,
+            loop=args.loop,
+            decoder=args.decoder,
+            reconnect_tries=args.reconnect,
+            stall_timeout=args.stall_timeout,
+            rtsp_latency_ms=args.rtsp_latency,
+            rtsp_transport=args.rtsp_transport,
         ),
         sysfs_root=args.sysfs_root,
         batch=args.batch,

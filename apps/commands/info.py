@@ -21,11 +21,13 @@ def _line(label: str, value: str) -> str:
 
 
 def run(args) -> int:
+    from edgert.apps.camera.gstreamer import decoders
     from edgert.apps.cli import version
     from edgert.runtime.device import machine_summary
 
     facts = machine_summary()
     facts["edgert"] = version()
+    facts["decoders"] = decoders()
     if args.json:
         print(json.dumps(facts, indent=2))
         return 0
@@ -64,4 +66,18 @@ def run(args) -> int:
             else "no (not a Jetson: /etc/nv_tegra_release absent)",
         )
     )
+    print_decoders(facts["decoders"])
     return 0
+
+
+def print_decoders(d: dict) -> None:
+    g = d["gstreamer"]
+    print(_line("GStreamer", g["version"] if g["available"] else f"absent: {g['reason']}"))
+    print(_line("hardware decoder", d["hardware_decoder"] or "none (decoding on the CPU)"))
+    print(_line("rtsp:// decoder", d["rtsp"]["decoder"]))
+    if d["rtsp"]["pipeline_h264"]:
+        print(_line("  H.264 pipeline", d["rtsp"]["pipeline_h264"]))
+        print(_line("  H.265 pipeline", d["rtsp"]["pipeline_h265"]))
+    print(_line("video file decoder", d["files"]["decoder"]))
+    if d["files"]["pipeline"]:
+        print(_line("  pipeline", d["files"]["pipeline"]))

@@ -1,0 +1,322 @@
+"""Frames through GStreamer (PyGObject's ``Gst`` and an ``appsink``, as JetPack's own Python and
+DeepStream's Python apps have it): NVDEC through ``nvv4l2decoder`` on a Jetson, FFmpeg's decoders
+(``avdec_h264``/``avdec_h265``) elsewhere, ``rtspsrc`` with a small jitter buffer.
+
+The pipeline descriptions are pure functions of what the machine has (:func:`elements`), so they
+are tested for a Jetson on any machine; :class:`GstConnection` is the thin part that runs one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+INSTALL = (
+    "install GStreamer's Python bindings: on Debian, Ubuntu or JetPack `apt install python3-gi "
+    "gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0 gstreamer1.0-plugins-good "
+    "gstreamer1.0-plugins-bad gstreamer1.0-libav`, then run edgert with the system Python or a "
+    "venv made with --system-site-packages"
+)
+# the elements a pipeline may use; `edgert info` shows which exist
+ELEMENTS = ("rtspsrc", "rtph264depay", "rtph265depay", "h264parse", "h265parse", "decodebin",
+            "nvv4l2decoder", "nvvidconv", "nvarguscamerasrc", "avdec_h264", "avdec_h265",
+            "v4l2src", "jpegdec", "videoconvert", "appsink")  # fmt: skip
+BGR = "videoconvert ! capsfilter caps=video/x-raw,format=BGR"
+_state: dict = {}
+_init_lock = threading.Lock()
+
+
+def gst():
+    """The ``Gst`` module, initialised once; ImportError with what to install when absent."""
+    with _init_lock:
+        if "Gst" in _state:
+            return _state["Gst"]
+        if "error" in _state:
+            raise ImportError(_state["error"])
+        try:
+            import gi
+
+            gi.require_version("Gst", "1.0")
+            gi.require_version("GstApp", "1.0")
+            from gi.repository import Gst, GstApp  # noqa: F401 - GstApp gives appsink its calls
+
+            Gst.init(None)
+        except (ImportError, ValueError) as exc:
+            _state["error"] = f"GStreamer is not available to this Python ({exc})"
+            raise ImportError(_state["error"]) from None
+        _state["Gst"] = Gst
+        return Gst
+
+
+def available() -> tuple[bool, str]:
+    """(whether GStreamer can be used, its version or why not)."""
+    try:
+        return True, gst().version_string()
+    except ImportError as exc:
+        return False, str(exc)
+
+
+def elements() -> set[str]:
+    """The elements of :data:`ELEMENTS` this machine's GStreamer has (none without GStreamer)."""
+    try:
+        Gst = gst()
+    except ImportError:
+        return set()
+    return {name for name in ELEMENTS if Gst.ElementFactory.find(name) is not None}
+
+
+def hardware_decoder(have: set[str]) -> bool:
+    """NVDEC through nvv4l2decoder, with nvvidconv to bring frames to system memory."""
+    return {"nvv4l2decoder", "nvvidconv"} <= have
+
+
+def _to_bgr(have: set[str]) -> str:
+    # nvvidconv takes NVMM (NVDEC's) and system memory alike, and converts on the VIC
+    return f"nvvidconv ! video/x-raw,format=BGRx ! {BGR}" if hardware_decoder(have) else BGR
+
+
+def decode_chain(codec: str, have: set[str]) -> tuple[str, str]:
+    """(the description from ``codec``'s RTP packets to BGR frames, the decoder it uses).
+    ``codec``: the RTP encoding name (H264, H265; anything else goes to decodebin)."""
+    codec = codec.lower()
+    if codec in ("h264", "h265") and {f"rtp{codec}depay", f"{codec}parse"} <= have:
+        head = f"rtp{codec}depay ! {codec}parse ! "
+        if hardware_decoder(have):
+            return head + f"nvv4l2decoder ! {_to_bgr(have)}", "nvv4l2decoder"
+        if f"avdec_{codec}" in have:  # frame threading would hold frames back: slices only
+            return head + f"avdec_{codec} thread-type=slice ! {BGR}", f"avdec_{codec}"
+    return f"decodebin ! {_to_bgr(have)}", "decodebin"
+
+
+def appsink(live: bool) -> str:
+    """A live source keeps only the newest frame (older ones are stale); a file loses none."""
+    if live:
+        return "appsink name=sink sync=false max-buffers=1 drop=true"
+    return "appsink name=sink sync=false max-buffers=4 drop=false"
+
+
+def rtsp_source(url: str, latency_ms: int, transport: str, timeout_s: float) -> str:
+    """``rtspsrc`` for ``url``: ``latency_ms`` of jitter buffer (GStreamer's default is 2000),
+    ``transport`` tcp, udp or auto (UDP, then TCP)."""
+    protocols = {"tcp": " protocols=tcp", "udp": " protocols=udp"}.get(transport, "")
+    us = int(timeout_s * 1e6)
+    return (f'rtspsrc name=src location="{url}" latency={int(latency_ms)}{protocols} '
+            f"tcp-timeout={us} timeout={us}")  # fmt: skip
+
+
+def file_pipeline(path: str, have: set[str]) -> str:
+    return f'filesrc location="{path}" ! decodebin ! {_to_bgr(have)} ! {appsink(False)}'
+
+
+def csi_pipeline(sensor: int, width: int, height: int, fps: int) -> str:
+    return (f"nvarguscamerasrc sensor-id={sensor} ! video/x-raw(memory:NVMM),width={width},"
+            f"height={height},framerate={fps}/1 ! nvvidconv ! video/x-raw,format=BGRx ! {BGR} ! "
+            f"{appsink(True)}")  # fmt: skip
+
+
+def v4l2_pipeline(device: str, width, height, fps, codec) -> str:
+    caps = ",".join(
+        [f"width={width}"] * bool(width)
+        + [f"height={height}"] * bool(height)
+        + [f"framerate={int(fps)}/1"] * bool(fps)  # fmt: skip
+    )
+    if codec == "mjpeg":
+        head = "image/jpeg" + ("," + caps if caps else "") + " ! jpegdec"
+    else:
+        head = (
+            "video/x-raw"
+            + (",format=YUY2" if codec == "yuyv" else "")
+            + ("," + caps if caps else "")
+        )
+    return f'v4l2src device="{device}" ! {head} ! {BGR} ! {appsink(True)}'
+
+
+def describe(kind: str, have: set[str], latency_ms: int = 100, transport: str = "auto") -> str:
+    """The pipeline edgert would run here for ``kind`` (rtsp-h264, rtsp-h265, file), for
+    ``edgert info``."""
+    if kind.startswith("rtsp"):
+        chain, _ = decode_chain(kind.split("-")[1], have)
+        return f"{rtsp_source('rtsp://…', latency_ms, transport, 5.0)} ! {chain} ! {appsink(True)}"
+    return file_pipeline("…", have)
+
+
+class Lost(Exception):
+    """The connection ended (``ended``: the server ended the stream) or failed."""
+
+    def __init__(self, reason: str, stalled: bool = False) -> None:
+        super().__init__(reason)
+        self.stalled = stalled
+
+
+class GstConnection:
+    """One running pipeline ending in an appsink. ``description`` ends in the appsink, or, for
+    RTSP, is ``rtspsrc name=src ...`` alone: its video pad is linked, once it appears, to the
+    decode chain of its codec (:func:`decode_chain`), and other pads (audio) to a fakesink."""
+
+    def __init__(self, description: str, live: bool, have: set[str], timeout_s: float,
+                 cancel: threading.Event) -> None:  # fmt: skip
+        Gst = gst()
+        self.Gst, self.live, self.have = Gst, live, have
+        self.decoder: str | None = None
+        made = Gst.parse_launch(description)
+        if isinstance(made, Gst.Pipeline):
+            self.pipeline = made
+        else:  # one element (rtspsrc alone)
+            self.pipeline = Gst.Pipeline.new(None)
+            self.pipeline.add(made)
+        self.sink = self.pipeline.get_by_name("sink")
+        if self.sink is None:  # RTSP: the chain is chosen by the stream's codec
+            self.sink = Gst.parse_launch(appsink(live))
+            self.pipeline.add(self.sink)
+            self.pipeline.get_by_name("src").connect("pad-added", self._pad_added)
+        else:
+            self.decoder = "decodebin" if "decodebin" in description else description.split()[0]
+        self.sink.set_property("caps", Gst.Caps.from_string("video/x-raw,format=BGR"))
+        self.bus = self.pipeline.get_bus()
+        self.media_time: float | None = None
+        self._linked = False
+        self._error: str | None = None
+        self.pipeline.set_state(Gst.State.PLAYING)
+        try:
+            self.first = self.read(timeout_s, cancel, connecting=True)
+        except BaseException:
+            self.close()
+            raise
+
+    def _pad_added(self, _src, pad) -> None:
+        Gst = self.Gst
+        caps = pad.get_current_caps() or pad.query_caps(None)
+        s = caps.get_structure(0)
+        media = s.get_string("media") if s.has_field("media") else ""
+        if self._linked or (media and media != "video"):
+            sink = Gst.ElementFactory.make("fakesink")
+            self.pipeline.add(sink)
+            sink.sync_state_with_parent()
+            pad.link(sink.get_static_pad("sink"))
+            return
+        codec = s.get_string("encoding-name") if s.has_field("encoding-name") else ""
+        chain, self.decoder = decode_chain(codec or "", self.have)
+        log.debug("RTSP %s stream: %s", codec, chain)
+        try:
+            bin_ = Gst.parse_bin_from_description(chain, True)
+        except Exception as exc:  # noqa: BLE001 - GLib.Error: reported by read()
+            self._error = f"cannot build the decoder for {codec}: {exc}"
+            return
+        self.pipeline.add(bin_)
+        bin_.link(self.sink)
+        bin_.sync_state_with_parent()
+        pad.link(bin_.get_static_pad("sink"))
+        self._linked = True
+
+    def _bus_problem(self) -> Lost | None:
+        Gst = self.Gst
+        if self._error:
+            return Lost(self._error)
+        msg = self.bus.pop_filtered(Gst.MessageType.ERROR | Gst.MessageType.EOS)
+        if msg is None:
+            return None
+        if msg.type == Gst.MessageType.EOS:
+            return Lost("the stream ended (end of stream)")
+        err, _debug = msg.parse_error()
+        return Lost(err.message.rstrip("."))
+
+    def read(self, timeout_s: float, cancel: threading.Event, connecting: bool = False):
+        """The next (frame, capture time); None at the end of a file; Lost when the stream ends,
+        fails, or sends nothing for ``timeout_s`` (a stall)."""
+        Gst = self.Gst
+        deadline = time.monotonic() + timeout_s
+        while True:
+            sample = self.sink.try_pull_sample(Gst.SECOND // 10)
+            if sample is not None:
+                return self._frame(sample)
+            problem = self._bus_problem()
+            if problem is not None:
+                if not self.live and str(problem).endswith("(end of stream)"):
+                    return None
+                raise problem
+            if self.sink.is_eos():
+                if not self.live:
+                    return None
+                raise Lost("the stream ended (end of stream)")
+            if cancel.is_set():
+                raise Lost("stopped")
+            if time.monotonic() >= deadline:
+                if connecting:
+                    raise Lost("no frame yet")
+                raise Lost(f"stalled: no frame for {timeout_s:g} s", stalled=True)
+
+    def _frame(self, sample):
+        Gst = self.Gst
+        buf = sample.get_buffer()
+        s = sample.get_caps().get_structure(0)
+        w, h = s.get_value("width"), s.get_value("height")
+        ok, info = buf.map(Gst.MapFlags.READ)
+        if not ok:
+            raise Lost("a frame could not be read from GStreamer's memory")
+        try:
+            stride = len(info.data) // h  # rows are padded to 4 bytes
+            frame = np.frombuffer(info.data, np.uint8, count=stride * h).reshape(h, stride)
+            frame = frame[:, : w * 3].reshape(h, w, 3).copy()
+        finally:
+            buf.unmap(info)
+        now = time.monotonic()
+        t = now
+        if buf.pts != Gst.CLOCK_TIME_NONE:
+            if not self.live:
+                self.media_time = buf.pts / 1e9
+            else:  # running time + base time on the pipeline's clock: CLOCK_MONOTONIC, as ours
+                clock = self.pipeline.get_clock()
+                if clock is not None and isinstance(clock, Gst.SystemClock):
+                    stamped = (self.pipeline.get_base_time() + buf.pts) / 1e9
+                    if now - 10.0 < stamped <= now:
+                        t = stamped
+        return frame, t
+
+    def fps(self) -> float | None:
+        pad = self.sink.get_static_pad("sink")
+        caps = pad.get_current_caps() if pad is not None else None
+        if caps is None:
+            return None
+        ok, num, den = caps.get_structure(0).get_fraction("framerate")
+        return num / den if ok and num > 0 and den > 0 else None
+
+    def rewind(self) -> bool:
+        Gst = self.Gst
+        return self.pipeline.seek_simple(
+            Gst.Format.TIME, Gst.SeekFlags.FLUSH | Gst.SeekFlags.KEY_UNIT, 0
+        )
+
+    def close(self) -> None:
+        self.pipeline.set_state(self.Gst.State.NULL)
+
+
+def decoders(have: set[str] | None = None, found: tuple[bool, str] | None = None) -> dict:
+    """Which decoders this machine has and which edgert would use (``edgert info``); ``have``
+    and ``found`` default to this machine's (a test gives a Jetson's)."""
+    ok, version = found if found is not None else available()
+    have = elements() if have is None else have
+    hw = ok and hardware_decoder(have)
+    return {
+        "gstreamer": {
+            "available": ok,
+            "version": version if ok else None,
+            "reason": None if ok else f"{version}; {INSTALL}",
+            "elements": sorted(have),
+        },  # fmt: skip
+        "ffmpeg": {"available": True, "version": "OpenCV's FFmpeg back end"},
+        "hardware_decoder": "nvv4l2decoder (NVDEC)" if hw else None,
+        "rtsp": {
+            "decoder": "gstreamer" if ok else "ffmpeg",
+            "pipeline_h264": describe("rtsp-h264", have) if ok else None,
+            "pipeline_h265": describe("rtsp-h265", have) if ok else None,
+        },  # fmt: skip
+        "files": {
+            "decoder": "gstreamer" if hw else "ffmpeg",
+            "pipeline": describe("file", have) if hw else None,
+        },  # fmt: skip
+    }

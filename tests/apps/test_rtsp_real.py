@@ -50,8 +50,10 @@ def _rtsp_server_bindings() -> bool:
     return True
 
 
+# CI installs them (.ci/run): there a missing piece fails these tests instead of skipping them
 needs_server = pytest.mark.skipif(
-    not (
+    not os.environ.get("CI")
+    and not (
         _gst_has("x264enc", "x265enc", "rtspsrc", "avdec_h264", "appsrc")
         and _rtsp_server_bindings()
     ),

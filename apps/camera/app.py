@@ -52,6 +52,15 @@ class CameraConfig:
     events: str | None = None  # JSONL file of track and counting events
     count_anchor: str = "bottom_center"  # the point of a box that counts: or "center"
     lost_seconds: float = 1.0  # how long a track is kept without a detection
+    metrics: str | None = None  # [HOST:]PORT of /metrics, /live, /ready
+    mqtt: str | None = None  # mqtt[s]://[user:pass@]host[:port]/PREFIX
+    mqtt_buffer: int = 1000  # events kept while the broker is away
+    mqtt_heartbeat: float = 10.0  # seconds between heartbeats (0: none)
+    mqtt_ca: str | None = None
+    mqtt_cert: str | None = None
+    mqtt_key: str | None = None
+    mqtt_insecure: bool = False
+    mqtt_client_id: str | None = None
 
     @property
     def tracking(self) -> bool:
@@ -133,10 +142,14 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
     went on without it."""
     from edgert.runtime.tasks import load_task_model
 
+    from .telemetry import CameraTelemetry
+
     check_outputs_apart(cfg)
     geometries = _tracking_before_sources(cfg)
     with contextlib.ExitStack() as stack:
         sources = open_sources(cfg.sources, cfg.source_options, stack)
+        telemetry = CameraTelemetry(cfg, say)  # /ready answers 503 while the model loads
+        stack.callback(telemetry.close)
         for i, source in enumerate(sources):
             say(
                 f"source: {source.description}"
@@ -153,6 +166,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         model = load_task_model(cfg.model, cfg.task, cfg.backend, cfg.precision, cfg.top_k,
                                 cfg.conf, cfg.iou, **spin)  # fmt: skip
         stack.callback(model.close)
+        telemetry.loaded(model)
         say(f"backend: {model.backend_reason}")
         batch, note = choose_batch(cfg.batch, len(sources), model)
         if note:
@@ -166,8 +180,10 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             check_task(model.task)
             analytics = Analytics(len(sources), geometries, cfg.count_anchor, cfg.lost_seconds)
         power = _Power.start(cfg, model, stack)
-        outputs = _open_outputs(cfg, sources, stack, say)
-        pipeline, labels_seen = _pipeline(cfg, sources, model, power, outputs, batch, analytics)
+        outputs = _open_outputs(cfg, sources, stack, say, telemetry)
+        pipeline, labels_seen = _pipeline(cfg, sources, model, power, outputs, batch, analytics,
+                                          telemetry)  # fmt: skip
+        telemetry.attach(pipeline, power, analytics)
         m_start = power.meter.now() if power.meter else None
         from edgert.runtime.power.thermal import ConditionsMonitor, busy_clocks
 
@@ -199,6 +215,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         if outputs.errors:
             summary["output_errors"] = outputs.errors
         summary.update(power.summary(m_start, summary))
+        summary.update(telemetry.report())
         return summary
 
 
@@ -265,7 +282,7 @@ class _Outputs:
     def write_events(self, events: list) -> None:
         """Events that belong to no frame (the end of the run) to the events outputs."""
         for o in list(self.live):
-            if isinstance(o, EventsOutput):
+            if hasattr(o, "write_events"):
                 self._guarded(o, o.write_events, events)
 
     def _guarded(self, o, call, *args) -> None:
@@ -352,7 +369,8 @@ class _Power:
         return out
 
 
-def _open_outputs(cfg: CameraConfig, sources: list, stack: contextlib.ExitStack, say) -> _Outputs:
+def _open_outputs(cfg: CameraConfig, sources: list, stack: contextlib.ExitStack, say,
+                  telemetry=None) -> _Outputs:  # fmt: skip
     uris = list(cfg.outputs)
     has_display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
     if not uris and not cfg.headless and has_display:
@@ -364,6 +382,7 @@ def _open_outputs(cfg: CameraConfig, sources: list, stack: contextlib.ExitStack,
         stack.callback(_quiet_close, out)  # on an error path; the run closes them itself
         outputs.append(out)
         if isinstance(out, HttpOutput):
+            out.probes = telemetry.probes if telemetry is not None else None
             say(f"web viewer: {out.url}")
     if cfg.jsonl:
         header = {"streams": [{"stream": i, "uri": redact(uri), "source": s.description}
@@ -375,6 +394,9 @@ def _open_outputs(cfg: CameraConfig, sources: list, stack: contextlib.ExitStack,
         out = EventsOutput(cfg.events)
         stack.callback(_quiet_close, out)
         outputs.append(out)
+    for out in telemetry.outputs() if telemetry is not None else []:
+        stack.callback(_quiet_close, out)
+        outputs.append(out)
     return _Outputs(outputs, cfg.on_output_error)
 
 
@@ -384,13 +406,14 @@ def _quiet_close(out) -> None:
 
 
 def _pipeline(cfg: CameraConfig, sources: list, model, power: _Power, outputs, batch: int,
-              analytics=None):  # fmt: skip
+              analytics=None, telemetry=None):  # fmt: skip
     """The pipeline and its sink: overlay (stats refreshed every 0.5 s), then every output."""
     labels_seen: collections.Counter = collections.Counter()
     t0 = time.monotonic()
     last_stats: list = [0.0, {}]
     last_records: dict = {}
-    drawn = any(not isinstance(o, (JsonlOutput, EventsOutput)) for o in outputs.all)
+    drawn = any(getattr(o, "draws", True) and not isinstance(o, (JsonlOutput, EventsOutput))
+                for o in outputs.all)  # fmt: skip
     web = [o for o in outputs.all if isinstance(o, HttpOutput)]
     many = len(sources) > 1
 

@@ -415,6 +415,7 @@ class HttpOutput(Output):
         self._seq = [0] * self.streams
         self._cond = threading.Condition()
         self.stats: dict = {}
+        self.probes = None  # telemetry's /metrics, /live and /ready, when the run has them
         self._closed = False
         handler = self._handler()
         try:
@@ -483,6 +484,8 @@ class HttpOutput(Output):
                     self._stream(0)
                 elif stream and int(stream.group(1)) < output.streams:
                     self._stream(int(stream.group(1)))
+                elif output.probes is not None and (got := output.probes.answer(path)):
+                    self._send(*got)  # /metrics, /live, /ready
                 else:
                     self._send(404, b"not found\n", "text/plain")
 

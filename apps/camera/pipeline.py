@@ -146,7 +146,12 @@ class Stream:
         self.ended = False  # the batcher saw its end marker
         self.error: BaseException | None = None
         self.last_ready = time.monotonic()
+        self.last_output: float | None = None  # when its last frame left the pipeline
         self.timings = {"capture_age": LatencyRecorder(), "end_to_end": LatencyRecorder()}
+
+    def delivering(self, now: float, window: float = 5.0) -> bool:
+        """Whether a frame of this stream left the pipeline in the last ``window`` seconds."""
+        return self.last_output is not None and now - self.last_output < window
 
     @property
     def dropped(self) -> int:
@@ -200,6 +205,9 @@ class Pipeline:
         self.processed = 0
         self.started = 0.0
         self.finished = 0.0
+        self.heartbeat: float | None = None  # the run loop's last turn (the liveness probe)
+        self.observers: list[Callable[[Frame], None]] = []  # called with each finished frame
+        self._outputs_at: collections.deque = collections.deque(maxlen=8192)  # recent frame times
         self._lock = threading.Lock()
 
     @property
@@ -383,6 +391,10 @@ class Pipeline:
                         rec.add(frame.timings[name])
                     s.processed += 1
                     self.processed += 1
+                    s.last_output = now
+                    self._outputs_at.append((now, frame.stream))
+                for observe in self.observers:  # its timings complete (metrics)
+                    observe(frame)
         except BaseException as exc:  # noqa: BLE001 - reported by run()
             self._fail(exc)
 
@@ -404,6 +416,7 @@ class Pipeline:
             t.start()
         try:
             while any(t.is_alive() for t in workers):
+                self.heartbeat = time.monotonic()
                 workers[-1].join(0.1)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM through the CLI's handler
             log.info("interrupted: finishing the frames in flight")
@@ -427,6 +440,13 @@ class Pipeline:
             raise failed[0]
 
     # -- numbers ----------------------------------------------------------------------------
+    def recent_fps(self, seconds: float = 2.0, stream: int | None = None) -> float:
+        """Frames out of the pipeline per second over the last ``seconds`` (of one stream)."""
+        since = time.monotonic() - seconds
+        with self._lock:
+            n = sum(1 for t, k in self._outputs_at if t >= since and stream in (None, k))
+        return n / seconds
+
     def stats(self, recent: bool = False) -> dict:
         """Counts and latency percentiles of the whole run (or of the recent window), overall and
         per stream, and the batch sizes run; the cost does not grow with the run's length."""

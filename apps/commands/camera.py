@@ -98,6 +98,24 @@ def add_parser(sub) -> None:
                    help="the point of a box that counts (default bottom_center: where a person stands)")  # fmt: skip
     t.add_argument("--lost-seconds", type=nonneg_float, default=1.0, metavar="S",
                    help="how long a track waits for its object to be detected again (default 1)")  # fmt: skip
+    m = p.add_argument_group("telemetry (pip install 'edgert[telemetry]')")
+    m.add_argument("--metrics", metavar="[HOST:]PORT",
+                   help="Prometheus /metrics and the /live and /ready probes on HOST:PORT (host "
+                   "127.0.0.1 unless given); the web viewer's port serves them too")  # fmt: skip
+    m.add_argument("--mqtt", metavar="URI",
+                   help="mqtt://[user:pass@]host[:port]/PREFIX (mqtts:// for TLS): events on "
+                   "PREFIX/events (QoS 1), heartbeats on PREFIX/streams/N/heartbeat, PREFIX/status "
+                   "online/offline (retained, with a Last Will)")  # fmt: skip
+    m.add_argument("--mqtt-buffer", type=positive_int, default=1000, metavar="N",
+                   help="events kept while the broker is away, the oldest dropped first (default 1000)")  # fmt: skip
+    m.add_argument("--mqtt-heartbeat", type=nonneg_float, default=10.0, metavar="S",
+                   help="seconds between heartbeats (0: none; default 10)")  # fmt: skip
+    m.add_argument("--mqtt-ca", metavar="FILE", help="mqtts: the CA bundle (default: the system's)")
+    m.add_argument("--mqtt-cert", metavar="FILE", help="mqtts: a client certificate")
+    m.add_argument("--mqtt-key", metavar="FILE", help="mqtts: its key")
+    m.add_argument("--mqtt-insecure", action="store_true",
+                   help="mqtts: do not check the broker's host name")  # fmt: skip
+    m.add_argument("--mqtt-client-id", metavar="ID", help="default: edgert-HOSTNAME-NNNN")
     p.add_argument(
         "--on-output-error",
         choices=["stop", "continue"],
@@ -178,6 +196,10 @@ def print_summary(s: dict) -> None:
 
     print_conditions(s.get("conditions"))
     for out in _flat(s.get("outputs") or []):
+        if out.get("output") == "mqtt":
+            print(f"mqtt {out['broker']}: {out['events']} events, {out['delivered']} delivered, "
+                  f"{out['dropped']} dropped from the full buffer while the broker was away, "
+                  f"{out['buffered']} undelivered at the end")  # fmt: skip
         if out.get("letterboxed"):
             print(f"{out['output']}: {out['letterboxed']} of {out['frames']} frames letterboxed "
                   "(their size differs from the first frame's)")  # fmt: skip
@@ -256,6 +278,15 @@ def run(args) -> int:
         events=args.events,
         count_anchor=args.count_point,
         lost_seconds=args.lost_seconds,
+        metrics=args.metrics,
+        mqtt=args.mqtt,
+        mqtt_buffer=args.mqtt_buffer,
+        mqtt_heartbeat=args.mqtt_heartbeat,
+        mqtt_ca=args.mqtt_ca,
+        mqtt_cert=args.mqtt_cert,
+        mqtt_key=args.mqtt_key,
+        mqtt_insecure=args.mqtt_insecure,
+        mqtt_client_id=args.mqtt_client_id,
     )
     summary = run_camera(cfg, say=(lambda s: None) if args.json else print)
     if args.json:

@@ -30,6 +30,7 @@ class PowerMeter:
         self._n = 0
         self._has_counter = True
         self.lost: str | None = None  # why sampling stopped early (sensor vanished)
+        self.last: PowerSample | None = None  # the newest sample (its rails), for live metrics
         self._failures = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -80,6 +81,7 @@ class PowerMeter:
             return True
         self._failures = 0
         self._append(sample)
+        self.last = sample
         return True
 
     def _append(self, sample: PowerSample) -> None:

@@ -335,3 +335,71 @@ def test_conflicts_are_one_sentence_before_anything_starts(tmp_path):
     assert_user_error(run_cli("serve", a, "--host", "192.0.2.1", *ports),
                       "not an address of this machine")  # fmt: skip
     assert time.monotonic() - t0 < 60
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0  # not listening yet
+
+
+def test_edgert_ready_means_every_model_answers(tmp_path):
+    """A load balancer's view: edgert's /ready (--edgert-metrics-port) polled from the moment
+    the process starts; every inference sent right after a 200 succeeds, on both models. Triton's
+    own /v2/health/ready is polled beside it, for the timeline."""
+    pytest.importorskip("prometheus_client")
+    bundle = classifier_bundle(tmp_path, size=32)
+    http, grpc, metrics, edgert_port = free_ports(4)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgert.apps", "serve", str(bundle), "--http-port", str(http),
+         "--grpc-port", str(grpc), "--metrics-port", str(metrics),
+         "--edgert-metrics-port", str(edgert_port)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    timeline = {}  # the first time each answer was seen
+    changes = []  # (s, probe, status) each time a probe's answer changed
+    answered = 0
+    x = np.random.default_rng(0).random((1, 3, 32, 32), dtype=np.float32)
+    jpeg = photo_path("chelsea").read_bytes()
+    try:
+        deadline = time.monotonic() + 120
+        while answered < 5 and time.monotonic() < deadline:
+            ours = _status(f"http://127.0.0.1:{edgert_port}/ready")
+            triton = _status(f"http://127.0.0.1:{http}/v2/health/ready")
+            now = round(time.monotonic() - t0, 2)
+            for probe, code in (("edgert /ready", ours), ("triton /v2/health/ready", triton)):
+                timeline.setdefault(f"{probe} {code}", now)
+                if (
+                    not any(c[1] == probe for c in changes)
+                    or [c for c in changes if c[1] == probe][-1][2] != code
+                ):
+                    changes.append((now, probe, code))
+            if ours == 200:  # what a balancer does next: send traffic
+                h = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
+                logits = h.infer("tiny", _inputs(httpclient, x)).as_numpy("logits")
+                assert logits.shape == (1, 3)
+                inp = httpclient.InferInput("image", [1, 1], "BYTES")
+                inp.set_data_from_numpy(np.array([[jpeg]], dtype=np.object_))
+                result = json.loads(h.infer("tiny_image", [inp]).as_numpy("result")[0][0])
+                assert result["results"][0]["label"]
+                answered += 1
+            else:
+                assert proc.poll() is None, proc.stdout.read()
+                time.sleep(0.05)
+        assert answered == 5, timeline
+        text = urllib.request.urlopen(f"http://127.0.0.1:{edgert_port}/metrics").read().decode()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    print("readiness timeline (s after the process started):", changes)
+    assert timeline["edgert /ready 503"] < timeline["edgert /ready 200"], timeline
+    assert 'edgert_inferences_total{model="tiny"} 5.0' in text
+    assert 'edgert_inferences_total{model="tiny_image"} 5.0' in text
+    assert "edgert_build_info{" in text and 'model="tiny"' in text
+    ready_line = next(line for line in out.splitlines() if line.startswith("ready:"))
+    assert "models: tiny, tiny_image" in ready_line

@@ -38,6 +38,7 @@ def gst():
             return _state["Gst"]
         if "error" in _state:
             raise ImportError(_state["error"])
+        _unwinder_first()
         try:
             import gi
 
@@ -51,6 +52,18 @@ def gst():
             raise ImportError(_state["error"]) from None
         _state["Gst"] = Gst
         return Gst
+
+
+def _unwinder_first() -> None:
+    """GIRepository opens libgstreamer with global symbols, and with it libunwind (Debian's and
+    JetPack's builds link it for backtraces), whose ``_Unwind_*`` then take the place of libgcc's
+    for every C++ library that throws later in this process (measured: PyTorch's JIT tracer aborts
+    in torch.onnx.export after Gst.init). Loading libgcc_s globally first keeps its unwinder."""
+    import contextlib
+    import ctypes
+
+    with contextlib.suppress(OSError):  # another C library (musl) or platform: nothing to keep
+        ctypes.CDLL("libgcc_s.so.1", mode=ctypes.RTLD_GLOBAL)
 
 
 def available() -> tuple[bool, str]:
@@ -163,7 +176,10 @@ class GstConnection:
         Gst = gst()
         self.Gst, self.live, self.have = Gst, live, have
         self.decoder: str | None = None
-        made = Gst.parse_launch(description)
+        try:
+            made = Gst.parse_launch(description)
+        except Exception as exc:  # noqa: BLE001 - GLib.Error: an element this machine lacks
+            raise Lost(f"GStreamer cannot build {description.split()[0]}: {exc}") from None
         if isinstance(made, Gst.Pipeline):
             self.pipeline = made
         else:  # one element (rtspsrc alone)
@@ -181,6 +197,8 @@ class GstConnection:
         self.media_time: float | None = None
         self._linked = False
         self._error: str | None = None
+        self._problem: Lost | None = None
+        self._drained = time.monotonic()
         self.pipeline.set_state(Gst.State.PLAYING)
         try:
             self.first = self.read(timeout_s, cancel, connecting=True)
@@ -214,16 +232,21 @@ class GstConnection:
         self._linked = True
 
     def _bus_problem(self) -> Lost | None:
+        """The first error or end of stream on the bus. Every message is taken off it (no main
+        loop drains this bus: left there, messages would pile up over a long run)."""
         Gst = self.Gst
+        while self._problem is None:
+            msg = self.bus.pop()
+            if msg is None:
+                break
+            if msg.type == Gst.MessageType.EOS:
+                self._problem = Lost("the stream ended (end of stream)")
+            elif msg.type == Gst.MessageType.ERROR:
+                err, _debug = msg.parse_error()
+                self._problem = Lost(err.message.rstrip("."))
         if self._error:
             return Lost(self._error)
-        msg = self.bus.pop_filtered(Gst.MessageType.ERROR | Gst.MessageType.EOS)
-        if msg is None:
-            return None
-        if msg.type == Gst.MessageType.EOS:
-            return Lost("the stream ended (end of stream)")
-        err, _debug = msg.parse_error()
-        return Lost(err.message.rstrip("."))
+        return self._problem
 
     def read(self, timeout_s: float, cancel: threading.Event, connecting: bool = False):
         """The next (frame, capture time); None at the end of a file; Lost when the stream ends,
@@ -233,6 +256,9 @@ class GstConnection:
         while True:
             sample = self.sink.try_pull_sample(Gst.SECOND // 10)
             if sample is not None:
+                if time.monotonic() - self._drained > 1.0:  # keep the bus empty while frames flow
+                    self._drained = time.monotonic()
+                    self._bus_problem()
                 return self._frame(sample)
             problem = self._bus_problem()
             if problem is not None:

@@ -303,7 +303,7 @@ class StreamSource(FrameSource):
         deadline = None if forever else start + o.connect_deadline
         last = "no answer"
         attempt = 0
-        tries = "∞" if forever else str(o.reconnect_tries)
+        tries = "" if forever else f"/{o.reconnect_tries}"
         while forever or attempt < o.reconnect_tries:
             attempt += 1
             left = o.io_timeout if deadline is None else deadline - time.monotonic()
@@ -327,7 +327,7 @@ class StreamSource(FrameSource):
             no_time = deadline is not None and deadline - time.monotonic() <= delay
             if (not forever and attempt >= o.reconnect_tries) or no_time:
                 break  # the error below says it
-            log.warning("%s: attempt %d/%s failed (%s); retrying in %.1f s", self.description,
+            log.warning("%s: attempt %d%s failed (%s); retrying in %.1f s", self.description,
                         attempt, tries, last, delay)  # fmt: skip
             if self._cancel.wait(delay):
                 break
@@ -667,6 +667,9 @@ def open_source(uri: str, opts: SourceOptions | None = None) -> FrameSource:
         from . import gstreamer
 
         if opts.decoder != "ffmpeg" and gstreamer.available()[0]:
+            if "nvarguscamerasrc" not in gstreamer.elements():
+                raise SourceError("csi:// needs JetPack's nvarguscamerasrc (a Jetson with a CSI "
+                                  "camera); this machine's GStreamer has none")  # fmt: skip
             return GstCameraSource(f"CSI camera {index}",
                                    gstreamer.csi_pipeline(int(index), w, h, fps), opts.io_timeout)  # fmt: skip
         pipeline = (

@@ -265,6 +265,22 @@ def test_the_pipeline_chosen_for_a_jetson_and_for_a_pc():
     assert gstreamer.hardware_decoder(jetson) and not gstreamer.hardware_decoder(pc)
 
 
+def test_pytorch_still_throws_and_catches_after_gstreamer_started():
+    """libgstreamer brings libunwind in with global symbols; without libgcc's unwinder loaded
+    first, PyTorch's JIT tracer aborted the process in torch.onnx.export (the test suite's own
+    process, which runs both)."""
+    pytest.importorskip("torch")
+    if not gstreamer.available()[0]:
+        pytest.skip("GStreamer's Python bindings")
+    code = (
+        "from edgert.apps.camera import gstreamer; gstreamer.gst(); import io, torch; "
+        "net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval(); "
+        "torch.onnx.export(net, torch.zeros(1, 3, 16, 16), io.BytesIO(), dynamo=False); print('ok')"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
 ABSENT = "import sys; sys.modules['gi'] = None; from edgert.apps.cli import main; sys.exit(main())"
 
 

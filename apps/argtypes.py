@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import math
 
-# the same lists as edgert.runtime.engine (a test keeps them equal); here so that --help and
-# argument parsing import no numpy
+from edgert.runtime.precision import CHOICES
+
+# the same list as edgert.runtime.engine's (a test keeps them equal); here so that --help and
+# argument parsing import no numpy (edgert.runtime.precision imports nothing)
 BACKENDS = ("auto", "tensorrt", "onnxruntime")
-PRECISIONS = ("auto", "fp32", "fp16", "int8", "fp8")
+PRECISIONS = CHOICES
 
 
 def _number(text: str, kind: type) -> float | int:

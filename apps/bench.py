@@ -13,6 +13,7 @@ import numpy as np
 
 from edgert.runtime.errors import EdgertError, ModelError, ShapeError
 from edgert.runtime.latency import LatencyRecorder
+from edgert.runtime.precision import PRECISIONS, model_file
 
 SWEEP_KEYS = {
     "precision": ("fp32", "fp16", "int8", "auto"),
@@ -181,7 +182,7 @@ def operating_points(cfg: BenchConfig) -> list[dict]:
         dynamic = bool(probe.inputs) and probe.inputs[0].shape[0] < 0
         batches = sorted({cfg.batch, min(8, probe.max_batch or 8)} if dynamic else {cfg.batch})
         hashes = probe.manifest.hashes if probe.manifest else {}
-    precisions = ["fp32"] + [p for p in ("fp16", "int8", "fp8") if f"model.{p}.onnx" in hashes]
+    precisions = ["fp32"] + [p for p in PRECISIONS[1:] if model_file(p) in hashes]
     cores = os.cpu_count() or 1
     threads = sorted({1, 2, cores} & set(range(1, cores + 1))) if onnxruntime else [None]
     return [

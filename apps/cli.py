@@ -15,9 +15,9 @@ import os
 import signal
 import sys
 import threading
-from importlib import metadata
 
 from edgert.apps.argtypes import Parser
+from edgert.runtime.device import edgert_version
 from edgert.runtime.errors import EdgertError
 
 COMMANDS = (
@@ -45,11 +45,7 @@ EPILOG = """examples:
 """
 
 
-def version() -> str:
-    try:
-        return metadata.version("edgert")
-    except metadata.PackageNotFoundError:
-        return "unknown (not installed)"
+version = edgert_version  # the name the CLI has always used
 
 
 def build_parser() -> argparse.ArgumentParser:

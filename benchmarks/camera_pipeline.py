@@ -22,7 +22,7 @@ from json_report import write_json
 from edgert.apps.camera.overlay import draw
 from edgert.apps.camera.pipeline import Pipeline
 from edgert.apps.camera.sources import SyntheticSource
-from edgert.apps.camera.tasks import steps_for
+from edgert.apps.camera.steps import steps_for
 from edgert.export import export_model
 from edgert.runtime.engine import Engine
 from edgert.runtime.tasks import EngineTask

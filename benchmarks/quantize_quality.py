@@ -34,7 +34,7 @@ from json_report import write_json
 
 from edgert.export import export_model
 from edgert.export.zoo.mobilenet_v2 import PREPROCESSING
-from edgert.quantize import build, evaluate, gate, int8, int8_search, ranges
+from edgert.quantize import build, evaluate, gate, int8, qdq_search, ranges
 from edgert.quantize.builder import ensure_node_names
 from edgert.quantize.calibration import augmented_crops
 from edgert.runtime.sample_data import ALL_PHOTOS, load_photo
@@ -85,7 +85,7 @@ def prepared(fp32, name: str, calib: np.ndarray, validation, ref_val):
     import time
 
     t0 = time.perf_counter()
-    best = int8_search.choose_preparation(fp32, calib, validation, ref_val, "classify", None,
+    best = qdq_search.choose_preparation(fp32, calib, validation, ref_val, "classify", None,
                                           (name,), lambda s: None).best  # fmt: skip
     thresholds = best.stats.thresholds(best.choice.method)
     return best.model, thresholds, best.choice.method, time.perf_counter() - t0, best.base
@@ -143,9 +143,9 @@ def mobilenet(
 
     def with_fallback(name, budget, label):
         model, th, base = made[name]
-        ranked = int8_search.sensitivity(base, th, nodes, validation, ref_val, lambda s: None)
+        ranked = qdq_search.sensitivity(base, th, nodes, validation, ref_val, lambda s: None)
         kept = [n for n, _ in ranked[:budget]]  # the most sensitive nodes, by the validation crops
-        source = int8_search.Preparation(name, model, None, None, {}, base).rebuild(calib, kept)
+        source = qdq_search.Preparation(name, model, None, None, {}, base).rebuild(calib, kept)
         add(label, int8.quantize(source, th, validation, exclude=kept), len(kept))
         return kept
 
@@ -170,7 +170,7 @@ def mobilenet(
         stats = ranges.collect(
             model, calib, ranges.activation_inputs(model, ranges.quantizable_nodes(model))
         )
-        choice = int8_search.choose_method(model, stats, validation, ref_val, "classify", None,
+        choice = qdq_search.choose_method(model, stats, validation, ref_val, "classify", None,
                                            lambda s: None, quantize=fp8.quantize)  # fmt: skip
         add(label, fp8.quantize(model, stats.thresholds(choice.method)), 0, method=choice.method)
     fp8_best = max(("FP8 E4M3 (per-channel weights)", "FP8 E4M3 + bias correction"),

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from edgert.runtime import atomic
 from edgert.runtime.bundle import Bundle, TensorSpec
-from edgert.runtime.engine_cache import EngineCache
 from edgert.runtime.errors import BundleError, OutputError
+from edgert.runtime.plan_cache import PlanCache
 
 TRITON_TYPES = {
     "float32": "TYPE_FP32",
@@ -137,12 +137,10 @@ def export_triton(
     if engine_key and onnx:
         raise BundleError("choose --engine KEY or --onnx, not both")
     if engine_key:
-        matches = [
-            p for p, _, _ in EngineCache(bundle.engines_dir).entries() if engine_key in p.name
-        ]
+        matches = [p for p, _, _ in PlanCache(bundle.engines_dir).entries() if engine_key in p.name]
         if len(matches) != 1:
             have = (
-                ", ".join(p.name for p, _, _ in EngineCache(bundle.engines_dir).entries()) or "none"
+                ", ".join(p.name for p, _, _ in PlanCache(bundle.engines_dir).entries()) or "none"
             )
             raise BundleError(
                 f"--engine {engine_key} matches {len(matches)} plans in {bundle.engines_dir} (have: {have})"

@@ -16,15 +16,17 @@ again.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from edgert.runtime.errors import ModelError, SourceError
-from edgert.runtime.faces import NETWORKS
+from edgert.runtime.errors import GateFailed, ModelError, SourceError
+from edgert.runtime.faces import NETWORKS, int8_file
 
-from . import evaluate, gate, int8, int8_search
+from . import calibration, evaluate, gate, int8, qdq_search, ranges
+from .job import Job, load_fp32, rounded, say_if_nothing_found, stage_model
 
 TILE = 24  # P-Net calibration tiles (its receptive field is 12 x 12)
 MIN_INPUTS = 16
@@ -119,12 +121,12 @@ def subset(x: np.ndarray, n: int, seed: int) -> np.ndarray:
 
 @dataclass
 class NetworkResult:
-    prep: int8_search.Preparation
+    prep: qdq_search.Preparation
     thresholds: dict
     quantized: object
     holdout: np.ndarray
     ref_holdout: dict
-    fallback: int8_search.FallbackResult | None = None
+    fallback: qdq_search.FallbackResult | None = None
 
 
 def quantize_network(name: str, model, fit_all: np.ndarray, hold: np.ndarray, calib_size: int,
@@ -136,12 +138,12 @@ def quantize_network(name: str, model, fit_all: np.ndarray, hold: np.ndarray, ca
             f"the FP32 detector finds too few face candidates in them; give images with faces (--calib)"
         )
     cal = subset(fit_all, calib_size, seed)
-    fit, validation = int8_search.split_validation(cal)
+    fit, validation = qdq_search.split_validation(cal)
     fp32 = evaluate.session(model)
     ref_val = evaluate.run(fp32, validation)
     say(f"{name}: {len(fit)} calibration inputs {list(fit.shape[1:])}, {len(hold)} hold-out")
     try:
-        search = int8_search.choose_preparation(
+        search = qdq_search.choose_preparation(
             model, fit, validation, ref_val, gate.Task("generic"), method, preparations, say
         )
     except ValueError as exc:
@@ -157,3 +159,117 @@ def quantize_network(name: str, model, fit_all: np.ndarray, hold: np.ndarray, ca
 def network_cosine(result: NetworkResult) -> float:
     got = evaluate.run(result.quantized, result.holdout)
     return min(float(gate.cosine_rows(r, got[k]).mean()) for k, r in result.ref_holdout.items())
+
+
+# -- the recipe ---------------------------------------------------------------------------
+def is_face_bundle(manifest) -> bool:
+    """A face-detection bundle: the three MTCNN networks, built by :func:`build_int8`."""
+    return manifest.task == "faces" and bool(manifest.models)
+
+
+NO_PLAN = (
+    "the face detector runs its three networks on ONNX Runtime (with its TensorRT execution "
+    "provider where installed); edgert builds no TensorRT plans for them"
+)
+
+
+def build_int8(job: Job) -> dict:
+    """INT8 for the three networks of a face-detection bundle (:mod:`faces`): calibrated on what
+    each sees when the FP32 detector runs on the calibration images, gated end to end."""
+    t0 = time.perf_counter()
+    cal_images, hold_images, source = calibration.load_images(
+        job.calib, job.bundle.manifest, job.calib_size, job.holdout_size, job.seed
+    )
+    job.say(f"calibration: {len(cal_images)} of {source}; hold-out: {len(hold_images)} others")
+    specs = job.bundle.manifest.models
+    det = detector(job.bundle.path)
+    try:
+        cal_inputs, _ = stage_inputs(det, cal_images, job.seed)
+        hold_inputs, ref_faces = stage_inputs(det, hold_images, job.seed + 1)
+    finally:
+        det.close()
+    stages = {"record_inputs": time.perf_counter() - t0}
+    t0 = time.perf_counter()
+    nets, splits = {}, {}
+    for name in NETWORKS:
+        model = load_fp32(job.bundle, specs[name]["file"])
+        nets[name], splits[name] = quantize_network(
+            name, model, cal_inputs[name], subset(hold_inputs[name], job.holdout_size, 0),
+            job.calib_size, job.calib_method, job.preparations, job.seed, job.say,
+        )  # fmt: skip
+    stages["prepare_and_calibrate"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+
+    def judge() -> gate.Evaluation:
+        det_q = detector(job.bundle.path, {n: r.quantized for n, r in nets.items()})
+        try:
+            got = [det_q.detect(img) for img in hold_images]
+        finally:
+            det_q.close()
+        cos = {n: network_cosine(r) for n, r in nets.items()}
+        metrics = {
+            "cosine": min(cos.values()),
+            **gate.box_agreement(ref_faces, got),  # faces: all class 0
+            **{f"cosine_{n}": c for n, c in cos.items()},
+        }
+        return gate.Evaluation(metrics)
+
+    ev = judge()
+    first = dict(ev.metrics)
+    job.say(f"INT8 face detector vs FP32 on the hold-out: {ev.summary()}")
+    say_if_nothing_found(job, ev, len(hold_images), "faces", "faces")
+    tried: list[str] = []
+    while not ev.passes(job.rules) and len(tried) < len(nets):
+        name = min((n for n in nets if n not in tried), key=lambda n: ev.metrics[f"cosine_{n}"])
+        tried.append(name)
+        r, (fit, validation, ref_val) = nets[name], splits[name]
+        floor = max(job.rules.get("cosine", 0.0), 0.999)
+        job.say(
+            f"gate not met ({'; '.join(ev.failures(job.rules))}); {name} gives nodes back to FP32"
+        )
+        r.quantized, _, r.fallback = qdq_search.fallback(
+            r.prep.base, r.thresholds, [n.name for n in ranges.quantizable_nodes(r.prep.base)],
+            validation, ref_val, r.holdout, r.ref_holdout, gate.Task("generic"), None,
+            {"cosine": floor}, job.say, rebuild=lambda kept, p=r.prep, f=fit: p.rebuild(f, kept),
+        )  # fmt: skip
+        ev = judge()
+        job.say(f"INT8 face detector vs FP32 on the hold-out: {ev.summary()}")
+    stages["gate_and_fallback"] = time.perf_counter() - t0
+    section: dict = {
+        "calibration": {
+            "source": source,
+            "images": len(cal_images),
+            "holdout_images": len(hold_images),
+            "seed": job.seed,
+        },
+        "networks": {},
+        "gate": job.rules,
+        "holdout_before_fallback": {k: round(v, 5) for k, v in first.items()},
+        "holdout": rounded(ev),
+        "passed": ev.passes(job.rules),
+    }
+    for name, r in nets.items():
+        section["networks"][name] = {
+            "inputs": int(len(splits[name][0]) + len(splits[name][1])),
+            "preparation": r.prep.name,
+            "method": r.prep.choice.method,
+            "quantized_nodes": len(int8.quantized_nodes(r.quantized)),
+            "kept_fp32": r.fallback.kept_fp32 if r.fallback else [],
+        }
+    if not section["passed"]:
+        kept = sum(len(v["kept_fp32"]) for v in section["networks"].values())
+        raise GateFailed(
+            f"the INT8 face detector misses the accuracy gate even with {kept} nodes kept in FP32: "
+            + "; ".join(ev.failures(job.rules))
+            + " (nothing was written; relax it with --gate or calibrate with other images)"
+        )
+    for name, r in nets.items():
+        file = int8_file(specs[name]["file"])
+        section["networks"][name]["file"] = file
+        section["networks"][name]["model_bytes"] = stage_model(job, file, r.quantized)
+    section["seconds"] = {k: round(v, 1) for k, v in stages.items()}
+    job.manifest.setdefault("quantization", {})["int8"] = section
+    job.say(
+        f"wrote {', '.join(v['file'] for v in section['networks'].values())}; gate passed: {ev.summary()}"
+    )
+    return section

@@ -157,6 +157,28 @@ class Manifest:
         """Bundle file name -> SHA-256 recorded when the file was written."""
         return dict(self.raw.get("hashes") or {})
 
+    @property
+    def quantization(self) -> dict[str, dict]:
+        """Precision -> what its ``edgert build`` recorded (calibration, gate, files)."""
+        found = self.raw.get("quantization") or {}
+        return {p: dict(s) for p, s in found.items() if isinstance(s, dict)}
+
+    @property
+    def models(self) -> dict[str, dict]:
+        """Network name -> its spec (``file``, ...) in a bundle of several networks (a face
+        detector's P-Net, R-Net and O-Net); empty for one model."""
+        return {name: dict(spec) for name, spec in (self.raw.get("models") or {}).items()}
+
+    @property
+    def source(self) -> dict:
+        """Where the model came from (``kind``, ``spec``: a zoo name, a file)."""
+        return dict(self.raw.get("source") or {})
+
+    @property
+    def detector(self) -> dict:
+        """The detector's settings a multi-network task records (thresholds, pyramid)."""
+        return dict(self.raw.get("detector") or {})
+
 
 def _labels(labels: object, where: str) -> tuple[str, ...] | None:
     if labels is None:

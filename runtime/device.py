@@ -160,6 +160,16 @@ def jetson_info(root: str | Path = "/") -> dict[str, str] | None:
     return info
 
 
+def edgert_version() -> str:
+    """The installed edgert's version."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("edgert")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def machine_summary() -> dict:
     """Everything ``edgert info`` shows, as plain data."""
     cuda = probe_cuda()

@@ -18,12 +18,13 @@ from .backends import TABLE, Backend, backend_class
 from .backends.base import Target
 from .bundle import Bundle, Manifest, TensorSpec, verify_hash
 from .errors import BackendUnavailable, BundleError, ModelError, ShapeError, first_line
+from .precision import CHOICES
 from .preprocess import Preprocessing
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", *TABLE)
-PRECISIONS = ("auto", "fp32", "fp16", "int8", "fp8")
+PRECISIONS = CHOICES  # auto: the best the bundle has for the backend
 
 
 class Engine:
@@ -88,6 +89,14 @@ class Engine:
             model_file = None
             if why_not is None:
                 model_file, why = impl_cls.select(target, precision, device)
+                first_use = getattr(impl_cls, "first_use_precision", None)
+                build_as = (
+                    first_use(target, precision, device)
+                    if model_file is None and first_use
+                    else None
+                )
+                if build_as is not None:
+                    model_file, why = _build_on_first_use(target, build_as, device, why)
                 if model_file is None:
                     why_not = why
             if why_not is not None:
@@ -197,6 +206,20 @@ class Engine:
         return f"Engine({str(self.source)!r}, backend={self.backend!r})"
 
 
+def _build_on_first_use(target: Target, precision: str, device: int, why_none: str):
+    """No plan for this GPU yet: build one into the bundle's plan cache, or say why not."""
+    from .errors import EdgertError
+    from .plan_cache import ensure_plan
+
+    log.warning("%s; building a %s TensorRT plan now (once; it is cached in the bundle)",
+                why_none, precision)  # fmt: skip
+    try:
+        plan, _, _ = ensure_plan(target.bundle_dir, precision, device)
+    except EdgertError as exc:
+        return None, f"{why_none}; building one failed: {exc}"
+    return plan, f"plan {plan.name} built now for this GPU and cached"
+
+
 def _check_options(options: dict, backends: list[str]) -> None:
     """Options no candidate backend takes are a mistake (``provder=``), not something to ignore."""
     import difflib
@@ -230,7 +253,7 @@ def _resolve(path: Path) -> tuple[Target, Manifest | None, int | None]:
         m = bundle.manifest
         speeds = {
             precision: section["onnxruntime_cpu_ms"]
-            for precision, section in (m.raw.get("quantization") or {}).items()
+            for precision, section in m.quantization.items()
             if isinstance(section, dict) and isinstance(section.get("onnxruntime_cpu_ms"), dict)
         }
         target = Target(path, bundle_dir=path, onnx=bundle.onnx_path, onnx_hashes=m.hashes,

@@ -68,6 +68,34 @@ class SensorError(EdgertError):
     """A power sensor is absent, unreadable or vanished."""
 
 
+class GeometryError(SourceError):
+    """A --line or --zone that cannot be one."""
+
+
+class StreamLost(SourceError):
+    """A network stream ended, failed or stalled (``stalled``); the source reconnects."""
+
+    def __init__(self, reason: str, stalled: bool = False) -> None:
+        super().__init__(reason)
+        self.stalled = stalled
+
+
+class CudaError(EdgertError):
+    """A CUDA call failed (out of memory, launch failure, ...)."""
+
+
+class CaptureFailed(EdgertError):
+    """Stream capture or graph instantiation failed; run the work without a graph instead."""
+
+
+class BuildError(EdgertError):
+    """TensorRT could not parse or build the network."""
+
+
+class GateFailed(EdgertError):
+    """The quantized model (or plan) is further from FP32 than the gate allows."""
+
+
 def first_line(exc: BaseException, limit: int = 300) -> str:
     """The first non-empty line of an exception's message (or its type name), at most ``limit``
     characters: third-party errors become part of one sentence."""

@@ -75,7 +75,7 @@ class MtcnnDetector:
         from .engine import Engine
 
         b = Bundle(bundle_path)
-        models = b.manifest.raw.get("models")
+        models = b.manifest.models
         if b.manifest.task != "faces" or not models:
             raise BundleError(
                 f"{b.path} is not a face-detection bundle (export one with: edgert export zoo:mtcnn)"
@@ -106,7 +106,7 @@ class MtcnnDetector:
         self.engines = {
             name: Engine.load(file, backend=backend, **options) for name, file in files.items()
         }
-        cfg = b.manifest.raw.get("detector", {})
+        cfg = b.manifest.detector
         self.min_face = min_face or cfg.get("min_face", 20)
         self.thresholds = cfg.get("thresholds", [0.6, 0.7, 0.7])
         self.factor = cfg.get("factor", 0.709)

@@ -36,13 +36,25 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
                 prefix = ".".join(anchor + ([node.module] if node.module else []))
             else:
                 prefix = node.module or ""
-            targets = [prefix] + [f"{prefix}.{a.name}" for a in node.names]
+            subs = [f"{prefix}.{a.name}" for a in node.names]
+            # "from . import sibling" depends on the sibling, not on the package's own names
+            targets = subs if all(s in known for s in subs) else [prefix, *subs]
+        if (
+            isinstance(node, ast.Constant)
+            and str(node.value).startswith("edgert.")
+            and node.value in known
+        ):
+            targets = [node.value]  # a module named for importlib (the backend table)
+            NAMED.add((name, node.value))
         for t in targets:
             while t and t not in known:  # a module, or the package holding the imported name
                 t = t.rpartition(".")[0]
             if t and t != name:
                 found.add(t)
     return found
+
+
+NAMED: set[tuple[str, str]] = set()  # (module, module it names for importlib)
 
 
 def graph() -> dict[str, set[str]]:
@@ -88,9 +100,10 @@ def _package_init_edges(g):
     """An edge into edgert.x.y also runs edgert.x's __init__: packages import their children,
     which is not a cycle of our making, so parents' __init__ imports of children are left out."""
     return {
-        v: {w for w in ws if not (v.count(".") < w.count(".") and w.startswith(v + "."))}
+        v: {w for w in ws if (v, w) in NAMED
+            or not (v.count(".") < w.count(".") and w.startswith(v + "."))}
         for v, ws in g.items()
-    }
+    }  # fmt: skip
 
 
 def test_no_import_cycles():
@@ -109,7 +122,9 @@ def test_layers_point_one_way():
     assert wrong == []
 
 
-def test_the_graph_sees_function_level_imports():
+def test_the_graph_sees_function_level_and_importlib_imports():
     g = graph()
-    # engine_cache imports the Engine inside a function: it must still be an edge
-    assert "edgert.runtime.engine" in g["edgert.runtime.engine_cache"]
+    # the backend table names its modules as strings for importlib
+    assert "edgert.runtime.backends.tensorrt" in g["edgert.runtime.backends"]
+    # plan_check imports the Engine inside a function: it must still be an edge
+    assert "edgert.runtime.engine" in g["edgert.runtime.plan_check"]

@@ -15,15 +15,11 @@ import time
 from dataclasses import dataclass, field
 
 from edgert.runtime.counting import Counters, LineCounter, ZoneCounter, anchor_point
-from edgert.runtime.errors import EdgertError, SourceError
+from edgert.runtime.errors import EdgertError, GeometryError
 from edgert.runtime.tracking import Tracker, as_detection
 
 _SPEC = re.compile(r"(?:(\d+):)?([A-Za-z0-9_-]+)=(.*)")
 TRAIL = 20  # centres drawn behind each track
-
-
-class GeometryError(SourceError):
-    """A --line or --zone that cannot be one."""
 
 
 @dataclass(frozen=True)

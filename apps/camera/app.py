@@ -17,7 +17,7 @@ from .outputs import HttpOutput, JsonlOutput, frame_record, open_output, output_
 from .overlay import draw
 from .pipeline import Pipeline
 from .sources import SourceOptions, open_source, redact, source_files
-from .tasks import steps_for
+from .steps import steps_for
 
 log = logging.getLogger(__name__)
 

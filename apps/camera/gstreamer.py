@@ -14,6 +14,8 @@ import time
 
 import numpy as np
 
+from edgert.runtime.errors import StreamLost
+
 log = logging.getLogger(__name__)
 
 INSTALL = (
@@ -158,12 +160,7 @@ def describe(kind: str, have: set[str], latency_ms: int = 100, transport: str = 
     return file_pipeline("…", have)
 
 
-class Lost(Exception):
-    """The connection ended (``ended``: the server ended the stream) or failed."""
-
-    def __init__(self, reason: str, stalled: bool = False) -> None:
-        super().__init__(reason)
-        self.stalled = stalled
+Lost = StreamLost  # the name this module and sources.py use
 
 
 class GstConnection:

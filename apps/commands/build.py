@@ -7,6 +7,7 @@ import json
 import sys
 
 from edgert.apps.argtypes import nonneg_int, positive_float, positive_int
+from edgert.runtime.precision import PRECISIONS, model_file
 
 EPILOG = """The INT8 model is explicit quantization (Q/DQ ONNX, symmetric INT8, per-channel weights),
 so it runs in ONNX Runtime anywhere and TensorRT 8.5 to 11 builds it. Without TensorRT (CI, a
@@ -30,7 +31,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--precision",
-        choices=["fp32", "fp16", "int8", "fp8"],
+        choices=list(PRECISIONS),
         default="fp16",
         help="fp8: E4M3 Q/DQ for GPUs of compute capability 8.9+ (Ada, Hopper, Jetson Thor)",
     )
@@ -121,14 +122,13 @@ def _device_build(args) -> int:
 
     from edgert.runtime import Bundle
     from edgert.runtime.backends.tensorrt import TensorRTBackend
-    from edgert.runtime.engine_cache import ensure_plan, verify_plan
     from edgert.runtime.errors import BackendUnavailable, MissingDependency
+    from edgert.runtime.plan_cache import ensure_plan
+    from edgert.runtime.plan_check import verify_plan
 
     here = ".".join(map(str, sys.version_info[:3]))
     bundle = Bundle(args.model) if Path(args.model).is_dir() else None
-    model = {"fp16": "model.fp16.onnx", "int8": "model.int8.onnx", "fp8": "model.fp8.onnx"}.get(
-        args.precision
-    )
+    model = model_file(args.precision) if args.precision != "fp32" else None
     if bundle is None or args.calib or (model and model not in bundle.manifest.hashes):
         raise MissingDependency(
             f"making {args.precision.upper()} models needs Python 3.10 or newer (this is {here}): "

@@ -20,9 +20,9 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from edgert.runtime import Bundle
-    from edgert.runtime.engine_cache import EngineCache
+    from edgert.runtime.plan_cache import PlanCache
 
-    cache = EngineCache(Bundle(args.bundle).engines_dir)
+    cache = PlanCache(Bundle(args.bundle).engines_dir)
     if args.action == "clear":
         removed = cache.clear(args.key)
         if args.json:

@@ -22,7 +22,7 @@ def _line(label: str, value: str) -> str:
 
 def run(args) -> int:
     from edgert.apps.camera.gstreamer import decoders
-    from edgert.apps.cli import version
+    from edgert.runtime.device import edgert_version as version
     from edgert.runtime.device import machine_summary
 
     facts = machine_summary()

@@ -51,6 +51,16 @@ class Probes:
         return (200 if ok else 503), body + b"\n", "application/json"
 
 
+def send(handler: BaseHTTPRequestHandler, code: int, body: bytes, ctype: str) -> None:
+    """One whole answer, never cached (the probes', the metrics', the web viewer's)."""
+    handler.send_response(code)
+    handler.send_header("Content-Type", ctype)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.send_header("Cache-Control", "no-store")
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -78,13 +88,7 @@ class ProbeServer:
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 got = probes.answer(self.path)
-                code, body, ctype = got if got is not None else (404, b"not found\n", "text/plain")
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.send_header("Cache-Control", "no-store")
-                self.end_headers()
-                self.wfile.write(body)
+                send(self, *(got if got is not None else (404, b"not found\n", "text/plain")))
 
         try:
             self.server = _Server((host, port), Handler)

@@ -22,7 +22,7 @@ STAGES = ("capture_age", "preprocess", "batch_wait", "infer", "postprocess", "ou
 
 def build_labels(model, precision: str | None = None) -> dict:
     """The build info metric's labels: edgert, backend, precision, TensorRT, device."""
-    from edgert.apps.cli import version
+    from edgert.runtime.device import edgert_version as version
     from edgert.runtime.device import jetson_info, module_version
 
     engine = getattr(model, "engine", None)

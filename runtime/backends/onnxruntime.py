@@ -14,6 +14,7 @@ import numpy as np
 
 from ..bundle import TensorSpec
 from ..errors import ModelError, ShapeError, first_line
+from ..precision import model_file
 from .base import Backend, Target
 from .tensorrt_compat import FP16_VARIANTS
 
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 # wrongly (measured: cosine 0.59 on MobileNetV2): such models run with the optimisations off. The
 # bundle's FP8 / FP16-scaled files are known by name; any other .onnx, whatever it is called, is
 # looked at (:func:`needs_unfused`, ~10 ms for MobileNetV2).
-UNFUSED_MODELS = ("model.fp8.onnx", *FP16_VARIANTS.values())
+UNFUSED_MODELS = (model_file("fp8"), *FP16_VARIANTS.values())
 PROVIDER_ORDER = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 _ORT_TYPES = {
     "tensor(float)": "float32",
@@ -56,13 +57,17 @@ def fastest_on_cpu(speeds: dict, recorded: set[str]) -> tuple[str, str]:
         if isinstance(measured.get("fp32"), (int, float)):
             times["fp32"] = min(times.get("fp32", float("inf")), float(measured["fp32"]))
         ms = measured.get(precision)
-        if f"model.{precision}.onnx" in recorded and isinstance(ms, (int, float)):
+        if (
+            precision != "fp32"
+            and model_file(precision) in recorded
+            and isinstance(ms, (int, float))
+        ):
             times[precision] = float(ms)
     if len(times) < 2:
         return "fp32", "FP32 model"
     best = min(times, key=lambda p: times[p])
     table = ", ".join(f"{p} {ms:.2f} ms" for p, ms in sorted(times.items(), key=lambda kv: kv[1]))
-    name = "FP32 model" if best == "fp32" else f"{best.upper()} model (model.{best}.onnx)"
+    name = "FP32 model" if best == "fp32" else f"{best.upper()} model ({model_file(best)})"
     return best, f"{name}: the fastest gated model on ONNX Runtime CPU when built ({table})"
 
 
@@ -93,12 +98,10 @@ class OnnxRuntimeBackend(Backend):
             if choose_providers(ort.get_available_providers()) == ["CPUExecutionProvider"]:
                 precision, why = fastest_on_cpu(target.cpu_speeds, set(target.onnx_hashes or {}))
                 if precision != "fp32":
-                    return target.onnx.with_name(f"model.{precision}.onnx"), why
+                    return target.onnx.with_name(model_file(precision)), why
                 return target.onnx, why
         if precision in ("int8", "fp16", "fp8"):
-            variant = (
-                target.onnx.with_name(f"model.{precision}.onnx") if target.bundle_dir else None
-            )
+            variant = target.onnx.with_name(model_file(precision)) if target.bundle_dir else None
             if variant is None or not variant.is_file():
                 return None, (
                     f"the bundle has no {precision.upper()} model; make one with: "

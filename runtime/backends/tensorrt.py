@@ -17,6 +17,7 @@ import numpy as np
 from ..bundle import TensorSpec
 from ..device import cc_string
 from ..errors import BackendUnavailable, EngineMismatch, ModelError, ShapeError, first_line
+from ..precision import PRECISIONS
 from . import tensorrt_compat as compat
 from .base import Backend, Target
 from .tensorrt_logger import import_tensorrt, init_plugins, process_logger
@@ -77,37 +78,28 @@ class TensorRTBackend(Backend):
         hashes = target.onnx_hashes or {}
         expected = {
             p: hashes.get(compat.onnx_for_precision(version, p, available=hashes))
-            for p in ("fp32", "fp16", "int8", "fp8")
+            for p in PRECISIONS
         }
         plan, why = compat.select_plan(
             target.bundle_dir / "engines", precision, trt.__version__, dev.name, cc, expected
         )
-        if plan is not None:
-            return plan, why
-        return cls._build_on_first_use(target, precision, device, why)
+        return plan, why
 
     @classmethod
-    def _build_on_first_use(cls, target: Target, precision: str, device: int, why_none: str):
-        """No plan for this GPU yet: build one into the bundle's engine cache (what trtexec users
-        do by hand), or say why not."""
-        from ..engine_cache import ensure_plan
-        from ..errors import EdgertError
+    def first_use_precision(cls, target: Target, precision: str, device: int) -> str | None:
+        """When :meth:`select` found no plan for a bundle on an existing GPU: the precision to
+        build one in now (``Engine.load`` builds it: what trtexec users do by hand); else None."""
+        from ..device import probe_cuda
 
-        trt = import_tensorrt()
-        version = compat.parse_version(trt.__version__)
-        if precision == "auto":
-            fp16_onnx = target.bundle_dir / compat.onnx_for_precision(version, "fp16")
-            precision = "fp16" if fp16_onnx.is_file() else "fp32"
-        log.warning(
-            "%s; building a %s TensorRT plan now (once; it is cached in the bundle)",
-            why_none,
-            precision,
-        )
-        try:
-            plan, _, _ = ensure_plan(target.bundle_dir, precision, device)
-        except EdgertError as exc:
-            return None, f"{why_none}; building one failed: {exc}"
-        return plan, f"plan {plan.name} built now for this GPU and cached"
+        if target.engine is not None or target.bundle_dir is None:
+            return None
+        if device >= len(probe_cuda().devices):
+            return None
+        if precision != "auto":
+            return precision
+        version = compat.parse_version(import_tensorrt().__version__)
+        fp16_onnx = target.bundle_dir / compat.onnx_for_precision(version, "fp16")
+        return "fp16" if fp16_onnx.is_file() else "fp32"
 
     @classmethod
     def load(

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..precision import PRECISIONS, QDQ, model_file
+
 MIN_VERSION = (8, 5)
 
 
@@ -80,7 +82,7 @@ def network_flag_names(version: tuple[int, ...], strongly_typed: bool) -> list[s
 def builder_flag_names(version: tuple[int, ...], precision: str, qdq_model: bool) -> list[str]:
     """BuilderFlag names for a precision. TensorRT 11 takes none: types come from the model."""
     f = features(version)
-    if precision not in ("fp32", "fp16", "int8", "fp8"):
+    if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}")
     if not f.weak_typing:
         return []
@@ -118,9 +120,9 @@ def calibration_cache_tag(version: tuple[int, ...]) -> int:
     return major * 1000 + minor * 100 + patch if major < 10 else major * 10000 + minor * 100 + patch
 
 
-INT8_FP16_ONNX = "model.int8.fp16.onnx"  # INT8 Q/DQ with everything else in FP16 (TensorRT 11)
-FP8_FP16_ONNX = "model.fp8.fp16.onnx"  # FP8 Q/DQ with everything else in FP16 (TensorRT 11)
-FP16_VARIANTS = {"int8": INT8_FP16_ONNX, "fp8": FP8_FP16_ONNX}
+INT8_FP16_ONNX = model_file("int8", "fp16")  # INT8 Q/DQ, everything else FP16 (TensorRT 11)
+FP8_FP16_ONNX = model_file("fp8", "fp16")  # FP8 Q/DQ, everything else FP16 (TensorRT 11)
+FP16_VARIANTS = {p: model_file(p, "fp16") for p in QDQ}
 
 
 def onnx_for_precision(
@@ -135,11 +137,11 @@ def onnx_for_precision(
     have = available is None or variant in set(available)
     if variant and features(version).fp16_needs_fp16_onnx and have:
         return variant
-    if precision in ("int8", "fp8"):
-        return f"model.{precision}.onnx"
+    if precision in QDQ:
+        return model_file(precision)
     if precision == "fp16" and features(version).fp16_needs_fp16_onnx:
-        return "model.fp16.onnx"
-    return "model.onnx"
+        return model_file("fp16")
+    return model_file("fp32")
 
 
 # -- plans ------------------------------------------------------------------------------------

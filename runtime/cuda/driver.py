@@ -6,13 +6,9 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from ..errors import BackendUnavailable, EdgertError, first_line
+from ..errors import BackendUnavailable, CudaError, EdgertError, first_line
 
 PIP_LINE = "pip install 'edgert[cuda]' (on Jetson build PyCUDA against JetPack's CUDA)"
-
-
-class CudaError(EdgertError):
-    """A CUDA call failed (out of memory, launch failure, ...)."""
 
 
 def pycuda_driver():

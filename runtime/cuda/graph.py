@@ -14,13 +14,9 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable
 
-from ..errors import EdgertError
+from ..errors import CaptureFailed
 
 CAPTURE_MODE_THREAD_LOCAL = 1
-
-
-class CaptureFailed(EdgertError):
-    """Stream capture or graph instantiation failed; run the work without a graph instead."""
 
 
 _lib = None

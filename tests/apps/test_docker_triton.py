@@ -12,7 +12,7 @@ import pytest
 
 from edgert.export import export_model
 from edgert.runtime import Bundle
-from edgert.runtime.engine_cache import EngineCache, PlanKey
+from edgert.runtime.plan_cache import PlanCache, PlanKey
 from tests.conftest import ROOT, assert_user_error, run_cli
 
 DOCKERFILE = ROOT / "Dockerfile.jetson"
@@ -108,7 +108,7 @@ def test_onnx_repository_matches_the_bundle(bundle, tmp_path):
 
 def test_plan_repository_and_fixed_batch(bundle, tmp_path):
     key = PlanKey("a" * 64, "fp16", "10.3.0.26", "Orin", "8.7")
-    plan, _ = EngineCache(bundle / "engines").get_or_build(key, lambda: b"PLAN")
+    plan, _ = PlanCache(bundle / "engines").get_or_build(key, lambda: b"PLAN")
     proc = run_cli("export-triton", bundle, "--repo", tmp_path / "m", "--engine", key.digest[:8])
     assert proc.returncode == 0, proc.stderr
     cfg = parse(tmp_path / "m" / "digits_cnn" / "config.pbtxt")

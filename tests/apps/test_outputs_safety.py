@@ -283,10 +283,10 @@ def test_web_viewer_on_ipv6():
 
 
 def test_web_viewer_limits_clients_and_closes_idle_ones(monkeypatch):
-    from edgert.apps.camera import outputs
+    from edgert.apps.camera import outputs, web
 
-    monkeypatch.setattr(outputs._QuietServer, "MAX_CLIENTS", 4)
-    monkeypatch.setattr(outputs._QuietServer, "IDLE_S", 1.0)
+    monkeypatch.setattr(web._QuietServer, "MAX_CLIENTS", 4)
+    monkeypatch.setattr(web._QuietServer, "IDLE_S", 1.0)
     out = outputs.open_output("http://127.0.0.1:0")
     idle = [socket.create_connection(("127.0.0.1", out.port)) for _ in range(4)]
     try:

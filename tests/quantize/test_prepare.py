@@ -171,11 +171,11 @@ def test_adaptive_rounding_lowers_layer_error_and_stays_on_the_int8_grid(data):
 
 def test_fallback_gives_kept_nodes_their_own_weights_and_bias_back(data):
     from edgert.quantize import evaluate as ev_mod
-    from edgert.quantize import int8_search
+    from edgert.quantize import qdq_search
 
     model = block_model()
     ref = ev_mod.run(model, data[64:80])
-    prep = int8_search.choose_preparation(
+    prep = qdq_search.choose_preparation(
         model, data[:64], data[64:80], ref, "generic", "minmax", ("equalize+bias+adaround",),
         lambda s: None,
     ).best  # fmt: skip

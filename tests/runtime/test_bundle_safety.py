@@ -104,7 +104,7 @@ def test_unrecorded_int8_model_never_runs(tmp_path, tiny):
 
 
 def test_build_commits_models_and_manifest_together(tmp_path, tiny):
-    from edgert.quantize.builder import _commit
+    from edgert.quantize.staging import commit as _commit
 
     def files():
         return sorted(str(p.relative_to(tiny)) for p in tiny.rglob("*") if p.is_file())

@@ -157,7 +157,7 @@ def test_numpy_dtypes():
 
 
 def test_calibration_cache_text():
-    from edgert.runtime.backends.tensorrt_build import calibration_cache_text
+    from edgert.runtime.backends.tensorrt_plan import calibration_cache_text
 
     assert compat.calibration_cache_tag((8, 5, 2, 2)) == 8502
     assert compat.calibration_cache_tag((10, 3, 0)) == 100300

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -43,7 +43,7 @@ class PlanKey:
         return f"{self.precision}-{self.digest}.engine"
 
 
-class EngineCache:
+class PlanCache:
     def __init__(self, engines_dir: str | Path) -> None:
         self.dir = Path(engines_dir)
 
@@ -133,16 +133,20 @@ def ensure_plan(
 
     Used by ``edgert build`` and by ``Engine.load`` (build on first use), so both agree on keys.
     """
+    if options is not None and options.precision != precision:  # one source of precision
+        raise EdgertError(f"the plan's options are for {options.precision}, not {precision}: the "
+                          "cache key and the build would disagree")  # fmt: skip
     from .backends import tensorrt_compat as compat
-    from .backends.tensorrt_build import BuildOptions, build_plan
     from .backends.tensorrt_logger import import_tensorrt
+    from .backends.tensorrt_plan import BuildOptions, build_plan
     from .bundle import Bundle, sha256_file
     from .device import probe_cuda
 
     trt = import_tensorrt()
     version = compat.parse_version(trt.__version__)
     bundle = Bundle(bundle_dir)
-    options = options or BuildOptions(precision=precision)
+    # the caller's options are never changed: what is filled in here goes into a copy
+    options = replace(options) if options is not None else BuildOptions(precision=precision)
     vouched = bundle.manifest.hashes  # the models the bundle's manifest records
     onnx_file = bundle.path / compat.onnx_for_precision(version, precision, available=vouched)
     if (
@@ -151,7 +155,7 @@ def ensure_plan(
         and compat.features(version).implicit_int8_calibration
     ):
         # DLA on JetPack 5/6 does not take Q/DQ: the FP32 model plus a calibration cache from our ranges
-        from .backends.tensorrt_build import calibration_cache_text
+        from .backends.tensorrt_plan import calibration_cache_text
 
         ranges = bundle.path / "calibration" / "ranges.json"
         if not ranges.is_file():
@@ -176,7 +180,7 @@ def ensure_plan(
             raise EdgertError(f"no FP8 plan for {dev.name}: {why_not}")
     shapes = bundle_shapes(bundle.manifest, options.shapes or None)
     options.shapes = {k: tuple(tuple(s) for s in v) for k, v in shapes.items()}
-    calib = (bundle.manifest.raw.get("quantization") or {}).get(precision, {})
+    calib = bundle.manifest.quantization.get(precision, {})
     onnx_sha256 = sha256_file(onnx_file)
     recorded = bundle.manifest.hashes.get(onnx_file.name)
     if recorded != onnx_sha256:
@@ -200,59 +204,7 @@ def ensure_plan(
         options.timing_cache = bundle.engines_dir / compat.timing_cache_name(
             key.tensorrt, key.compute_capability, dev.name
         )
-    path, built = EngineCache(bundle.engines_dir).get_or_build(
+    path, built = PlanCache(bundle.engines_dir).get_or_build(
         key, lambda: build_plan(onnx_file, options), extra
     )
     return path, built, key
-
-
-VERIFY_FILE = "calibration/verify.npz"  # written by edgert build on the host
-
-
-def run_stored_samples(bundle_dir: Path, plan: Path):
-    """(FP32 reference outputs, the plan's outputs, sample count) on the samples the host stored
-    in the bundle (``calibration/verify.npz``), or None when there are none."""
-    import numpy as np
-
-    from .engine import Engine
-
-    stored_path = Path(bundle_dir) / VERIFY_FILE
-    if not stored_path.is_file():
-        return None
-    with np.load(stored_path, allow_pickle=False) as stored:
-        inputs = stored["inputs"]
-        refs = {k[4:]: stored[k] for k in stored.files if k.startswith("ref_")}
-    got: dict[str, list] = {k: [] for k in refs}
-    with Engine.load(plan, backend="tensorrt") as engine:
-        for x in inputs:
-            out = engine.infer(x[None])
-            for k in refs:
-                got[k].append(out[k])
-    return refs, {k: np.concatenate(v) for k, v in got.items()}, len(inputs)
-
-
-def verify_plan(bundle_dir: Path, plan: Path, min_cosine: float = 0.99) -> str:
-    """Run ``plan`` on the FP32 reference samples the host stored in the bundle and compare:
-    the plan is deleted and EdgertError raised when an output's cosine is under ``min_cosine``.
-    (``edgert build`` on the host applies the whole accuracy gate instead.)"""
-    import numpy as np
-
-    ran = run_stored_samples(bundle_dir, plan)
-    if ran is None:
-        return "no stored samples to verify against"
-    refs, got, n = ran
-    worst = 1.0
-    for k, ref in refs.items():
-        a = got[k].reshape(n, -1).astype(np.float64)
-        b = ref.reshape(n, -1).astype(np.float64)
-        denom = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-        cos = np.where(denom > 0, (a * b).sum(axis=1) / np.maximum(denom, 1e-30), 1.0)
-        worst = min(worst, float(cos.min()))
-    if worst < min_cosine:
-        plan.unlink(missing_ok=True)
-        plan.with_suffix(".json").unlink(missing_ok=True)
-        raise EdgertError(
-            f"the TensorRT plan's outputs differ from FP32: cosine {worst:.5f} < {min_cosine} on "
-            f"{n} stored samples (plan deleted)"
-        )
-    return f"cosine {worst:.5f} vs FP32 on {n} stored samples"

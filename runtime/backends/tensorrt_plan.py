@@ -14,15 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import atomic
-from ..errors import EdgertError, ModelError
+from ..errors import BuildError, ModelError
 from . import tensorrt_compat as compat
 from .tensorrt_logger import import_tensorrt, process_logger
 
 log = logging.getLogger(__name__)
-
-
-class BuildError(EdgertError):
-    """TensorRT could not parse or build the network."""
 
 
 @dataclass

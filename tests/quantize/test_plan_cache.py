@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from edgert.runtime.backends.tensorrt_compat import PlanInfo, select_plan
-from edgert.runtime.engine_cache import EngineCache, PlanKey, bundle_shapes
+from edgert.runtime.plan_cache import PlanCache, PlanKey, bundle_shapes
 from tests.conftest import run_cli
 
 KEY = PlanKey(
@@ -51,8 +51,8 @@ BUILDER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from edgert.runtime.engine_cache import EngineCache
-    from tests.quantize.test_engine_cache import KEY
+    from edgert.runtime.plan_cache import PlanCache
+    from tests.quantize.test_plan_cache import KEY
 
     log = Path(sys.argv[2])
 
@@ -62,7 +62,7 @@ BUILDER = textwrap.dedent(
         time.sleep(1.0)  # long enough for the other process to arrive while this one builds
         return b"PLAN" * 1000
 
-    path, built = EngineCache(sys.argv[1]).get_or_build(KEY, slow_build)
+    path, built = PlanCache(sys.argv[1]).get_or_build(KEY, slow_build)
     print(path.name, built)
     """
 )
@@ -102,7 +102,7 @@ def test_cache_list_and_clear_cli(tmp_path):
     from edgert.export import export_model
 
     bundle = export_model("zoo:digits_cnn", tmp_path / "d.edgert").bundle
-    EngineCache(bundle / "engines").get_or_build(KEY, lambda: b"x" * 2048)
+    PlanCache(bundle / "engines").get_or_build(KEY, lambda: b"x" * 2048)
     listed = run_cli("cache", "list", bundle)
     assert listed.returncode == 0 and "int8" in listed.stdout and "Orin (8.7)" in listed.stdout
     cleared = run_cli("cache", "clear", bundle)
@@ -153,3 +153,14 @@ def test_bad_calibration_input(tmp_path, args, fragment):
     proc = run_cli("build", bundle, "--precision", "int8", *[a.format(tmp=tmp_path) for a in args])
     assert_user_error(proc, fragment)
     assert not (bundle / "model.int8.onnx").exists()
+
+
+def test_ensure_plan_takes_its_precision_from_one_place(tmp_path):
+    """Options of another precision than the one asked for are refused before anything runs
+    (the cache key and the build would have disagreed)."""
+    from edgert.runtime.backends.tensorrt_plan import BuildOptions
+    from edgert.runtime.errors import EdgertError
+    from edgert.runtime.plan_cache import ensure_plan
+
+    with pytest.raises(EdgertError, match="options are for fp16, not int8"):
+        ensure_plan(tmp_path, "int8", options=BuildOptions(precision="fp16"))

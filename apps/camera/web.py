@@ -1,0 +1,198 @@
+"""The MJPEG web viewer: the page (``/``, a grid of the streams with their numbers, from
+``viewer.html``), one MJPEG stream per camera stream (``/stream/<i>.mjpg``; ``/stream.mjpg`` is
+stream 0), the live statistics (``/stats.json``, which the page polls) and, when the run has
+telemetry, ``/metrics``, ``/live`` and ``/ready``. It binds 127.0.0.1 unless told otherwise. The
+pipeline only replaces the latest JPEG of a stream under a lock, so a slow or stalled client never
+stalls it: each client is sent the newest frame when it is ready for one and skips the rest."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import math
+import re
+import socket
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlparse
+
+from edgert.apps.telemetry.http import send
+from edgert.runtime.errors import OutputError
+
+log = logging.getLogger(__name__)
+_HERE = Path(__file__).resolve().parent
+
+
+def grid_columns(streams: int) -> int:
+    """Columns of the streams' grid (the web page's and the mosaic's): as square as it gets."""
+    return max(1, math.ceil(math.sqrt(streams)))
+
+
+def page(streams: int) -> str:
+    """The viewer page: one tile per stream (video and its numbers) and the overall numbers."""
+    template = (_HERE / "viewer.html").read_text(encoding="utf-8")
+    tile = (_HERE / "viewer_tile.html").read_text(encoding="utf-8").strip()
+    tiles = "".join(tile % {"i": i} for i in range(streams))
+    return template % {"cols": grid_columns(streams), "tiles": tiles}
+
+
+def stream_of(frame) -> int:
+    return getattr(frame, "stream", 0)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that resets its connection or goes away mid-response is a normal disconnect,
+    not a traceback on the terminal (a burst of browsers closing tabs makes hundreds). At most
+    ``MAX_CLIENTS`` connections at once (more are answered 503 and closed), and a connection
+    idle for ``IDLE_S`` is closed: idle clients cannot hold a thread each forever."""
+
+    daemon_threads = True
+    MAX_CLIENTS = 64
+    IDLE_S = 30.0
+
+    def __init__(self, address, handler) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self._clients = threading.BoundedSemaphore(self.MAX_CLIENTS)
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._clients.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                                b"Connection: close\r\n\r\n")  # fmt: skip
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._clients.release()
+
+    def handle_error(self, request, client_address) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout)):
+            return
+        log.warning("web viewer: request from %s failed: %s", client_address[0], exc)
+
+
+class HttpOutput:
+    """The MJPEG web viewer."""
+
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 8080, quality: int = 80, streams: int = 1
+    ) -> None:
+        self.quality = quality
+        self.streams = max(1, streams)
+        self._jpeg: list[bytes | None] = [None] * self.streams
+        self._seq = [0] * self.streams
+        self._cond = threading.Condition()
+        self.stats: dict = {}
+        self.probes = None  # telemetry's /metrics, /live and /ready, when the run has them
+        self._closed = False
+        handler = self._handler()
+        try:
+            self.server = _QuietServer((host, port), handler)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise OutputError(
+                    f"port {port} on {host} is already in use; pick another with --output http://{host}:PORT"
+                ) from exc
+            raise OutputError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://[{host}]:{self.port}/" if ":" in host else f"http://{host}:{self.port}/"
+        self.thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
+        self.thread.start()
+
+    def write(self, frame, overlay_image, record: dict) -> None:
+        import cv2
+
+        ok, buf = cv2.imencode(".jpg", overlay_image, [cv2.IMWRITE_JPEG_QUALITY, self.quality])
+        if ok:
+            i = stream_of(frame)
+            with self._cond:
+                self._jpeg[i] = buf.tobytes()
+                self._seq[i] += 1
+                self._cond.notify_all()
+
+    def set_stats(self, stats: dict) -> None:
+        with self._cond:
+            self.stats = stats
+
+    def _next_frame(self, i: int, last_seq: int, timeout: float = 1.0) -> tuple[int, bytes | None]:
+        with self._cond:
+            self._cond.wait_for(lambda: self._seq[i] != last_seq or self._closed, timeout)
+            return self._seq[i], self._jpeg[i]
+
+    def _handler(self):
+        output = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            timeout = _QuietServer.IDLE_S  # an idle keep-alive connection is closed
+
+            def log_message(self, fmt, *args) -> None:  # quiet
+                pass
+
+            def _send(self, code: int, body: bytes, ctype: str) -> None:
+                send(self, code, body, ctype)
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                path = urlparse(self.path).path
+                stream = _STREAM_PATH.fullmatch(path)
+                if path == "/":
+                    self._send(200, page(output.streams).encode(), "text/html; charset=utf-8")
+                elif path == "/stats.json":
+                    with output._cond:
+                        body = json.dumps(output.stats, default=str).encode()
+                    self._send(200, body, "application/json")
+                elif path == "/stream.mjpg":
+                    self._stream(0)
+                elif stream and int(stream.group(1)) < output.streams:
+                    self._stream(int(stream.group(1)))
+                elif output.probes is not None and (got := output.probes.answer(path)):
+                    self._send(*got)  # /metrics, /live, /ready
+                else:
+                    self._send(404, b"not found\n", "text/plain")
+
+            def _stream(self, i: int) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
+                self.send_header("Cache-Control", "no-store")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                seq = -1
+                try:
+                    while not output._closed:
+                        seq, jpeg = output._next_frame(i, seq)
+                        if jpeg is None:
+                            continue
+                        self.wfile.write(
+                            b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: "
+                            + str(len(jpeg)).encode()
+                            + b"\r\n\r\n"
+                            + jpeg
+                            + b"\r\n"
+                        )
+                except (BrokenPipeError, ConnectionResetError, TimeoutError, socket.timeout):
+                    pass
+                self.close_connection = True
+
+        return Handler
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+_STREAM_PATH = re.compile(r"/stream/(\d{1,4})\.mjpg")

@@ -133,6 +133,7 @@ class MqttPublisher:
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_publish = self._on_publish
+        client.on_connect_fail = self._on_connect_fail
         self.client = client
         client.connect_async(target.host, target.port, keepalive)
         client.loop_start()  # paho's thread: the connection, reconnects and acknowledgements
@@ -154,6 +155,14 @@ class MqttPublisher:
             self._cond.notify_all()
         if self.connects > 1:
             log.warning("MQTT %s: connected again", self.target.shown)
+
+    def _on_connect_fail(self, client, userdata) -> None:
+        """No connection (refused, no route, a TLS handshake that failed); paho tries again."""
+        first = self.last_error is None
+        self.last_error = "cannot connect to the broker (refused, unreachable, or TLS failed)"
+        if first:
+            log.warning("MQTT %s: %s; trying again, events are kept (up to %d)",
+                        self.target.shown, self.last_error, self.buffer)  # fmt: skip
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties=None) -> None:
         with self._cond:

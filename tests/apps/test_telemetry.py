@@ -57,7 +57,9 @@ class Mosquitto:
         folder.mkdir(parents=True, exist_ok=True)
         self.conf = folder / "mosquitto.conf"
         self.conf.write_text(
-            f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence true\n"
+            # run as root (CI), mosquitto would drop to its own user, which cannot write to
+            # pytest's private folders: "user root" keeps the test's user
+            f"user root\nlistener {self.port} 127.0.0.1\nallow_anonymous true\npersistence true\n"
             f"persistence_location {folder}/\nmax_queued_messages 100000\n"
         )
         self.proc = None
@@ -251,6 +253,104 @@ def test_the_last_will_says_offline_when_the_camera_is_killed(broker, tmp_path):
         camera.kill()
         sub.close()
     assert arrived - killed < 5.0  # the broker saw the socket close and sent the Will
+
+
+def _tls_files(folder: Path) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for 127.0.0.1 it signed (openssl, as a site would)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca, ca_key = folder / "ca.pem", folder / "ca.key"
+    cert, key, csr = folder / "server.pem", folder / "server.key", folder / "server.csr"
+    ext = folder / "san.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1\n")
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=edgert test CA",
+        "-keyout",
+        str(ca_key),
+        "-out",
+        str(ca),
+    )
+    run(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+    )
+    run("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
+        "-days", "1", "-extfile", str(ext), "-out", str(cert))  # fmt: skip
+    return ca, cert, key
+
+
+@needs["mosquitto"]
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl makes the test certificates")
+def test_mqtts_with_a_private_ca(scene, tmp_path):
+    """mqtts:// to a broker whose certificate a private CA signed: --mqtt-ca makes it trusted (the
+    host name checked against the certificate); without it the connection is refused and the
+    events wait in the buffer (the run still ends cleanly, the loss reported)."""
+    ca, cert, key = _tls_files(tmp_path / "tls")
+    port = free_ports(1)[0]
+    conf = tmp_path / "tls.conf"
+    conf.write_text(f"user root\nlistener {port} 127.0.0.1\nallow_anonymous true\ncafile {ca}\n"
+                    f"certfile {cert}\nkeyfile {key}\n")  # fmt: skip
+    broker = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    got: list[bytes] = []
+    try:
+        _wait_port(port)
+        sub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="tls-subscriber")
+        sub.tls_set(ca_certs=str(ca))
+        subscribed = threading.Event()
+        sub.on_connect = lambda c, *a: c.subscribe("tls/events", qos=1)
+        sub.on_subscribe = lambda *a: subscribed.set()
+        sub.on_message = lambda c, u, msg: got.append(msg.payload)
+        sub.connect("127.0.0.1", port)
+        sub.loop_start()
+        assert subscribed.wait(10)
+        bundle, video = scene
+        url = f"mqtts://127.0.0.1:{port}/tls"
+        ok = run_cli("camera", bundle, "--source", video, "--headless", *TRACKING, "--json",
+                     "--mqtt", url, "--mqtt-ca", ca)  # fmt: skip
+        refused = run_cli("camera", bundle, "--source", video, "--headless", *TRACKING, "--json",
+                          "--mqtt", url.replace("/tls", "/untrusted"))  # fmt: skip
+        time.sleep(0.5)
+        sub.loop_stop()
+        sub.disconnect()
+    finally:
+        broker.terminate()
+        broker.wait(10)
+    assert ok.returncode == 0, ok.stderr
+    report = next(
+        o
+        for o in json.loads(ok.stdout)["outputs"]
+        if isinstance(o, dict) and o.get("output") == "mqtt"
+    )
+    assert report["broker"].startswith("mqtts://") and report["delivered"] == report["events"] > 0
+    assert len({json.loads(p)["seq"] for p in got}) == report["events"]
+    assert refused.returncode == 0, refused.stderr
+    r2 = next(
+        o
+        for o in json.loads(refused.stdout)["outputs"]
+        if isinstance(o, dict) and o.get("output") == "mqtt"
+    )
+    assert r2["connects"] == 0 and r2["delivered"] == 0 and r2["buffered"] == r2["events"] > 0
+    assert "cannot connect to the broker" in r2["last_error"]
 
 
 def test_bad_mqtt_and_metrics_options_are_one_sentence(tmp_path):

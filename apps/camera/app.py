@@ -181,8 +181,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             analytics = Analytics(len(sources), geometries, cfg.count_anchor, cfg.lost_seconds)
         power = _Power.start(cfg, model, stack)
         outputs = _open_outputs(cfg, sources, stack, say, telemetry)
-        pipeline, labels_seen = _pipeline(cfg, sources, model, power, outputs, batch, analytics,
-                                          telemetry)  # fmt: skip
+        pipeline, labels_seen = _pipeline(cfg, sources, model, power, outputs, batch, analytics)
         telemetry.attach(pipeline, power, analytics)
         m_start = power.meter.now() if power.meter else None
         from edgert.runtime.power.thermal import ConditionsMonitor, busy_clocks
@@ -406,7 +405,7 @@ def _quiet_close(out) -> None:
 
 
 def _pipeline(cfg: CameraConfig, sources: list, model, power: _Power, outputs, batch: int,
-              analytics=None, telemetry=None):  # fmt: skip
+              analytics=None):  # fmt: skip
     """The pipeline and its sink: overlay (stats refreshed every 0.5 s), then every output."""
     labels_seen: collections.Counter = collections.Counter()
     t0 = time.monotonic()

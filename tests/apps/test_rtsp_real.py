@@ -110,7 +110,7 @@ def test_both_decoders_receive_the_served_frames(decoder, codec, slices):
     """Every frame received is a frame the server sent (its index read from its pixels), in
     order, and its pixels are the sent frame's within codec noise. (Several slices a frame, as
     x264's zerolatency and many IP cameras send: OpenCV's FFmpeg decodes such a stream wrongly,
-    measured: 40 of 60 frames damaged; GStreamer's rtph264depay decodes it right.)"""
+    measured: 60 of 60 frames damaged; GStreamer's rtph264depay decodes it right.)"""
     args = ("--codec", codec) + (("--slices",) if slices else ())
     with Server(free_ports(1)[0], *args) as server:
         source = open_source(server.url, SourceOptions(decoder=decoder, rtsp_transport="tcp"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from edgert.runtime.errors import GateFailed, ModelError, first_line
 from edgert.runtime.precision import model_file
@@ -43,7 +43,8 @@ class QdqFormat:
     round_weights: Callable | None = None  # weight rounding that bias correction corrects for
     check_structure: Callable | None = None  # problems with the Q/DQ model's TensorRT form
     dla_ranges: bool = False  # stage the FP32 model's ranges (INT8 on DLA calibrates from them)
-    record: dict = field(default_factory=dict)  # fixed fields of the manifest's section
+    format: str | None = None  # the manifest's description of the format
+    requires: str | None = None  # what runs it
     hint: str = "relax it with --gate"
 
 
@@ -57,10 +58,8 @@ FP8 = QdqFormat(
     "fp8", "FP8", fp8.quantize, fp8.quantized_nodes,
     lambda prepare: tuple(p for p in prepare if p in ("none", "bias")) or ("none",),
     round_weights=fp8.round_weights,
-    record={
-        "format": "E4M3 (float8e4m3fn) Q/DQ, opset 19, per-tensor activations, per-channel weights",
-        "requires": "TensorRT 10+ on a GPU of compute capability 8.9+ (Ada, Hopper, Blackwell, Jetson Thor)",
-    },
+    format="E4M3 (float8e4m3fn) Q/DQ, opset 19, per-tensor activations, per-channel weights",
+    requires="TensorRT 10+ on a GPU of compute capability 8.9+ (Ada, Hopper, Blackwell, Jetson Thor)",
 )  # fmt: skip
 FORMATS = {f.precision: f for f in (INT8, FP8)}
 
@@ -96,7 +95,7 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
         raise ModelError("the Q/DQ model is not in TensorRT form: " + "; ".join(problems[:3]))
     quantized = len(fmt.quantized_nodes(q))
     section = {
-        **({"format": fmt.record["format"]} if "format" in fmt.record else {}),
+        **({"format": fmt.format} if fmt.format else {}),
         "calibration": {
             "source": data.source,
             "samples": int(len(fit)),
@@ -110,7 +109,7 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
         "preparation": {"kept": prep.name, "candidates": table, **prep.report},
         **gate_record(job, thresholds, first, ev, quantized, nodes, fallback),
         "fallback_steps": fallback.steps if fallback else [],
-        **{k: v for k, v in fmt.record.items() if k != "format"},
+        **({"requires": fmt.requires} if fmt.requires else {}),
     }
     if not ev.passes(job.rules):
         raise GateFailed(

@@ -11,6 +11,7 @@ import time
 from edgert.runtime.errors import SourceError
 from edgert.runtime.images import check_pixels
 
+from . import gstreamer
 from .gstreamer import Lost
 from .source_base import FrameSource, SourceOptions, quiet_opencv, redact
 
@@ -92,8 +93,6 @@ class StreamSource(FrameSource):
     def _attempt(self, timeout_s: float):
         if self.decoder == "ffmpeg":
             return _FfmpegConnection(self.url, timeout_s, self.opts.stall_timeout)
-        from . import gstreamer
-
         if self._have is None:
             self._have = gstreamer.elements()
         o = self.opts
@@ -193,8 +192,6 @@ class GstCameraSource(FrameSource):
     """A CSI or V4L2 camera through a GStreamer pipeline ending in an appsink."""
 
     def __init__(self, description: str, pipeline: str, timeout_s: float) -> None:
-        from . import gstreamer
-
         self.description = description
         self._cancel = threading.Event()
         try:
@@ -229,8 +226,6 @@ class GstFileSource(FrameSource):
     live = False
 
     def __init__(self, path: str, loop: bool = False) -> None:
-        from . import gstreamer
-
         self.description = f"video {path} (GStreamer)"
         self.loop = loop
         self._cancel = threading.Event()
@@ -275,8 +270,6 @@ class GstFileSource(FrameSource):
 
 
 def _gst_ok() -> bool:
-    from . import gstreamer
-
     return gstreamer.available()[0]
 
 
@@ -285,8 +278,6 @@ def choose_decoder(requested: str, kind: str) -> tuple[str, str | None]:
     auto: GStreamer for network streams whenever it is there (its jitter buffer, hardware
     decode, stall and end detection); for files only with a hardware decoder (elsewhere both
     decode with FFmpeg's own decoders, and OpenCV's is the proven path)."""
-    from . import gstreamer
-
     if requested == "ffmpeg":
         return "ffmpeg", None
     ok, why = gstreamer.available()

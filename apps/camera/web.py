@@ -7,19 +7,19 @@ stalls it: each client is sent the newest frame when it is ready for one and ski
 
 from __future__ import annotations
 
-import contextlib
 import errno
+import functools
 import json
 import logging
 import math
 import re
 import socket
-import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import urlparse
 
+from edgert.apps.telemetry.http import QuietServer as _QuietServer
 from edgert.apps.telemetry.http import send
 from edgert.runtime.errors import OutputError
 
@@ -32,53 +32,22 @@ def grid_columns(streams: int) -> int:
     return max(1, math.ceil(math.sqrt(streams)))
 
 
+@functools.lru_cache(maxsize=None)
+def _templates() -> tuple[str, str]:
+    """The page and the tile, read once from the package's files."""
+    return ((_HERE / "viewer.html").read_text(encoding="utf-8"),
+            (_HERE / "viewer_tile.html").read_text(encoding="utf-8").strip())  # fmt: skip
+
+
 def page(streams: int) -> str:
     """The viewer page: one tile per stream (video and its numbers) and the overall numbers."""
-    template = (_HERE / "viewer.html").read_text(encoding="utf-8")
-    tile = (_HERE / "viewer_tile.html").read_text(encoding="utf-8").strip()
+    template, tile = _templates()
     tiles = "".join(tile % {"i": i} for i in range(streams))
     return template % {"cols": grid_columns(streams), "tiles": tiles}
 
 
 def stream_of(frame) -> int:
     return getattr(frame, "stream", 0)
-
-
-class _QuietServer(ThreadingHTTPServer):
-    """A client that resets its connection or goes away mid-response is a normal disconnect,
-    not a traceback on the terminal (a burst of browsers closing tabs makes hundreds). At most
-    ``MAX_CLIENTS`` connections at once (more are answered 503 and closed), and a connection
-    idle for ``IDLE_S`` is closed: idle clients cannot hold a thread each forever."""
-
-    daemon_threads = True
-    MAX_CLIENTS = 64
-    IDLE_S = 30.0
-
-    def __init__(self, address, handler) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self._clients = threading.BoundedSemaphore(self.MAX_CLIENTS)
-        super().__init__(address, handler)
-
-    def process_request(self, request, client_address) -> None:
-        if not self._clients.acquire(blocking=False):
-            with contextlib.suppress(OSError):
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
-                                b"Connection: close\r\n\r\n")  # fmt: skip
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request, client_address) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._clients.release()
-
-    def handle_error(self, request, client_address) -> None:
-        exc = sys.exc_info()[1]
-        if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout)):
-            return
-        log.warning("web viewer: request from %s failed: %s", client_address[0], exc)
 
 
 class HttpOutput:

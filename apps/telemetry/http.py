@@ -10,9 +10,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
@@ -61,16 +63,42 @@ def send(handler: BaseHTTPRequestHandler, code: int, body: bytes, ctype: str) ->
     handler.wfile.write(body)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class QuietServer(ThreadingHTTPServer):
+    """A client that resets its connection or goes away mid-response is a normal disconnect,
+    not a traceback on the terminal (a burst of browsers closing tabs makes hundreds). At most
+    ``MAX_CLIENTS`` connections at once (more are answered 503 and closed), and a connection
+    idle for ``IDLE_S`` is closed: idle clients cannot hold a thread each forever."""
 
-    def __init__(self, address, handler) -> None:
+    daemon_threads = True
+    MAX_CLIENTS = 64
+    IDLE_S = 30.0
+
+    def __init__(self, address, handler, what: str = "web viewer") -> None:
+        self.what = what  # named in the warning of a request that failed
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self._clients = threading.BoundedSemaphore(self.MAX_CLIENTS)
         super().__init__(address, handler)
 
-    def handle_error(self, request, client_address) -> None:  # a client gone mid-answer
-        log.debug("telemetry: request from %s failed", client_address[0])
+    def process_request(self, request, client_address) -> None:
+        if not self._clients.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                                b"Connection: close\r\n\r\n")  # fmt: skip
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._clients.release()
+
+    def handle_error(self, request, client_address) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout)):
+            return
+        log.warning("%s: request from %s failed: %s", self.what, client_address[0], exc)
 
 
 class ProbeServer:
@@ -81,7 +109,7 @@ class ProbeServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
-            timeout = 30.0
+            timeout = QuietServer.IDLE_S  # an idle keep-alive connection is closed
 
             def log_message(self, fmt, *args) -> None:
                 pass
@@ -91,7 +119,7 @@ class ProbeServer:
                 send(self, *(got if got is not None else (404, b"not found\n", "text/plain")))
 
         try:
-            self.server = _Server((host, port), Handler)
+            self.server = QuietServer((host, port), Handler, "telemetry")
         except OSError as exc:
             raise OutputError(f"{option}: cannot listen on {host}:{port}: {exc.strerror}") from None
         self.port = self.server.server_address[1]

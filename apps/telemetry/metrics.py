@@ -22,8 +22,10 @@ STAGES = ("capture_age", "preprocess", "batch_wait", "infer", "postprocess", "ou
 
 def build_labels(model, precision: str | None = None) -> dict:
     """The build info metric's labels: edgert, backend, precision, TensorRT, device."""
+    import sys
+
     from edgert.runtime.device import edgert_version as version
-    from edgert.runtime.device import jetson_info, module_version
+    from edgert.runtime.device import jetson_info
 
     engine = getattr(model, "engine", None)
     jetson = jetson_info() or {}
@@ -31,7 +33,8 @@ def build_labels(model, precision: str | None = None) -> dict:
         "version": version(),
         "backend": str(getattr(model, "backend", None) or getattr(engine, "backend", "")),
         "precision": str(precision or getattr(engine, "precision", None) or "fp32"),
-        "tensorrt": module_version("tensorrt")[0] or "",
+        # only where this process loaded it (the TensorRT backend): never imported for a label
+        "tensorrt": str(getattr(sys.modules.get("tensorrt"), "__version__", "")),
         "device": str(jetson.get("model") or _device_name()),
         "task": str(getattr(model, "task", "")),
     }

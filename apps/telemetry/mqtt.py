@@ -78,7 +78,7 @@ def parse_uri(uri: str) -> MqttTarget:
 
 
 def _hide(uri: str) -> str:
-    from edgert.apps.camera.sources import redact
+    from edgert.apps.camera.source_base import redact
 
     return redact(uri)
 

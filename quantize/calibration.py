@@ -82,7 +82,7 @@ def load(
     model's own data)."""
     if calib_size < MIN_SAMPLES:
         raise SourceError(f"--calib-size {calib_size} is too small; use at least {MIN_SAMPLES}")
-    zoo = manifest.source.get("spec", "")
+    zoo = str(manifest.source.get("spec") or "")  # whatever a foreign manifest holds
     if source in (None, "zoo"):
         if not zoo.startswith("zoo:"):
             raise SourceError(
@@ -123,7 +123,7 @@ def load_images(
     bundled photos, half of them of the one with a face (astronaut)."""
     if calib_size < MIN_SAMPLES:
         raise SourceError(f"--calib-size {calib_size} is too small; use at least {MIN_SAMPLES}")
-    zoo = manifest.source.get("spec", "")
+    zoo = str(manifest.source.get("spec") or "")  # whatever a foreign manifest holds
     if source in (None, "zoo"):
         if zoo != "zoo:mtcnn":
             raise SourceError(

@@ -171,8 +171,10 @@ class Manifest:
 
     @property
     def source(self) -> dict:
-        """Where the model came from (``kind``, ``spec``: a zoo name, a file)."""
-        return dict(self.raw.get("source") or {})
+        """Where the model came from (``kind``, ``spec``: a zoo name, a file); empty when the
+        manifest has none or something else than an object there."""
+        found = self.raw.get("source")
+        return dict(found) if isinstance(found, dict) else {}
 
     @property
     def detector(self) -> dict:

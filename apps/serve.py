@@ -161,7 +161,7 @@ class _ImageModel:
     def __init__(self, model, batch_images: bool = True, counted=None) -> None:
         self.model = model  # an edgert.runtime.tasks.TaskModel
         self.counted = counted or (lambda n: None)
-        # a fixed-batch model (or the face detector) takes one image per inference
+        # a fixed-batch model (or one of several networks) takes one image per inference
         self.batch_images = batch_images and model.batched
 
     def __call__(self, image: np.ndarray) -> dict[str, np.ndarray]:
@@ -201,7 +201,7 @@ class _ImageModel:
                         no_raw.update(idx)
                 for i, r in zip(idx, decoded):
                     results[i] = r
-        else:  # faces, or a fixed batch of 1: one image per inference, no raw outputs
+        else:  # several networks, or a fixed batch of 1: one image per inference, no raw outputs
             for i in ok:
                 try:
                     results[i] = self.model(frames[i])
@@ -375,7 +375,7 @@ def serve(cfg: ServeConfig, say=print) -> None:
             say(f"{name}: {probe.backend_reason}")
             if telemetry is not None:
                 telemetry.loaded(name, probe)
-            if probe.task != "faces":
+            if probe.engine is not None:  # one engine: its tensors are a model of their own
                 engines = [m.engine for m in image_models]
                 specs = engines[0]
                 dynamic = bool(specs.inputs) and specs.inputs[0].shape[0] < 0

@@ -34,9 +34,9 @@ from json_report import write_json
 
 from edgert.export import export_model
 from edgert.export.zoo.mobilenet_v2 import PREPROCESSING
+from edgert.export.zoo.samples import augmented_crops
 from edgert.quantize import build, evaluate, gate, int8, qdq_search, ranges
 from edgert.quantize.builder import ensure_node_names
-from edgert.quantize.calibration import augmented_crops
 from edgert.runtime.sample_data import ALL_PHOTOS, load_photo
 
 STRICT = {"cosine": 0.995, "agreement": 0.95}

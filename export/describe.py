@@ -11,9 +11,10 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from edgert.runtime.bundle import TASKS, TensorSpec
+from edgert.runtime.bundle import TensorSpec
 from edgert.runtime.errors import ModelError
 from edgert.runtime.preprocess import Preprocessing
+from edgert.runtime.tasks import TASK_SPECS, task_spec
 
 from .source import SourceModel
 
@@ -62,7 +63,7 @@ def read_labels(path: str | Path) -> list[str]:
 
 def check_labels(task: str, labels, outputs: list[TensorSpec]) -> None:
     """A classifier's labels must match its number of classes (the first output's last axis)."""
-    if task != "classify" or not labels or not outputs or not outputs[0].shape:
+    if not TASK_SPECS[task].class_scores or not labels or not outputs or not outputs[0].shape:
         return
     classes = outputs[0].shape[-1]
     if classes > 0 and classes != len(labels):
@@ -73,8 +74,10 @@ def check_labels(task: str, labels, outputs: list[TensorSpec]) -> None:
 
 
 def default_preprocessing(spec: TensorSpec, task: str) -> Preprocessing:
-    """A starting point from the input's shape: NCHW or NHWC, 1 or 3 channels, its spatial size."""
+    """A starting point from the input's shape: NCHW or NHWC, 1 or 3 channels, its spatial size;
+    the task's spec says whether it letterboxes (detectors)."""
     shape = spec.shape
+    letterbox = TASK_SPECS[task].letterbox
     if len(shape) != 4:
         raise ModelError(
             f"input {spec.name} has shape {list(shape)}; image preprocessing needs a 4-D input"
@@ -87,9 +90,9 @@ def default_preprocessing(spec: TensorSpec, task: str) -> Preprocessing:
         raise ModelError(f"input {spec.name} shape {list(shape)} has no channel axis of 1 or 3")
     return Preprocessing(
         size=(max(hw[0], 1), max(hw[1], 1)),
-        resize="letterbox" if task == "detect" else "stretch",
+        resize="letterbox" if letterbox else "stretch",
         # YOLO-style detectors are trained on plain bilinear resizing (no area averaging)
-        interpolation="bilinear" if task == "detect" else "linear",
+        interpolation="bilinear" if letterbox else "linear",
         layout=layout,
         channel_order="GRAY" if channels == 1 else "RGB",
         mean=(0.0,) * channels,
@@ -106,16 +109,14 @@ def describe(
 ) -> None:
     """Apply the user's task / labels / preprocessing options to ``src`` (in place)."""
     if task is not None:
-        if task not in TASKS:
-            raise ModelError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
-        src.task = task
+        src.task = task_spec(task).name
     if labels is not None:
         src.labels = read_labels(labels)
     overrides = {k: v for k, v in (preprocess or {}).items() if v is not None}
     unknown = set(overrides) - set(PREPROCESS_KEYS)
     if unknown:
         raise ModelError(f"unknown preprocessing option(s): {', '.join(sorted(unknown))}")
-    wants_images = src.task in ("classify", "detect", "segment", "faces")
+    wants_images = TASK_SPECS[src.task].images
     if src.preprocessing is None and (overrides or (wants_images and inputs)):
         base = default_preprocessing(inputs[0], src.task)
         if any(d < 0 for d in inputs[0].shape[1:]) and "size" not in overrides:

@@ -20,6 +20,7 @@ from edgert.runtime import atomic
 from edgert.runtime.bundle import Bundle, TensorSpec
 from edgert.runtime.errors import BundleError, OutputError
 from edgert.runtime.plan_cache import PlanCache
+from edgert.runtime.tasks import TASK_SPECS
 
 TRITON_TYPES = {
     "float32": "TYPE_FP32",
@@ -57,7 +58,7 @@ def config_text(
     batched = max_batch > 0
     if batched and not all(s.shape and s.shape[0] < 0 for s in (*m.inputs, *m.outputs)):
         raise BundleError("--max-batch needs a dynamic-batch bundle (export with --dynamic-batch)")
-    label_output = m.outputs[0].name if m.task == "classify" and m.labels else None
+    label_output = m.outputs[0].name if TASK_SPECS[m.task].class_scores and m.labels else None
     lines = [f'name: "{m.name}"', f'platform: "{platform}"', f"max_batch_size: {max_batch}"]
     text = "\n".join(lines) + "\n"
     text += _io("input", m.inputs, batched, None)
@@ -169,7 +170,7 @@ def export_triton(
             )
     if target.exists() and not target.is_dir():
         raise OutputError(f"{target} is a file, not a model folder")
-    labels = bundle.manifest.labels if bundle.manifest.task == "classify" else None
+    labels = bundle.manifest.labels if TASK_SPECS[bundle.manifest.task].class_scores else None
     # the model first, config.pbtxt last (Triton loads nothing half-written), and the record
     # updated after each file, so a failed export leaves files that are still known to be ours
     writes = {f"{version}/{filename}": source}

@@ -3,8 +3,8 @@
     report = build("mobilenet_v2.edgert", precision="int8")
 
 Each precision has its recipe: INT8 and FP8 are one Q/DQ recipe with a format record
-(:mod:`recipe_qdq`), FP16 its own (:mod:`recipe_fp16`), the face detector's three networks theirs
-(:func:`faces.build_int8`). A recipe reads the bundle, stages its files in the job's report
+(:mod:`recipe_qdq`), FP16 its own (:mod:`recipe_fp16`); a task whose bundle is several networks
+brings its own table (``TASK_RECIPES``: the face detector's INT8, :func:`faces.build_int8`). A recipe reads the bundle, stages its files in the job's report
 (:mod:`job`), and the build commits files and manifest as one change (:mod:`staging`). Then,
 where TensorRT and a GPU exist, the plan is built (or taken from the cache) and checked against
 FP32 on stored samples; elsewhere the report says the plan will be built on the device.
@@ -20,6 +20,7 @@ from edgert.runtime.bundle import Bundle, is_bundle, sha256_file
 from edgert.runtime.errors import GateFailed, ModelError
 from edgert.runtime.locks import file_lock
 from edgert.runtime.precision import PRECISIONS
+from edgert.runtime.tasks import TASK_SPECS
 
 from . import faces, gate, qdq_search, ranges
 from .job import BuildReport, Job, ensure_node_names, rounded  # noqa: F401 - the build's types
@@ -33,6 +34,11 @@ RECIPES: dict[str, Callable[[Job], dict | None]] = {
     "fp16": build_fp16,
     "int8": lambda job: build_qdq(job, FORMATS["int8"]),
     "fp8": lambda job: build_qdq(job, FORMATS["fp8"]),
+}
+# a task whose bundle is several networks (its spec names a model module of its own) brings its
+# own recipes: task -> {precision -> recipe}; the one table in quantize keyed by a task's name
+TASK_RECIPES: dict[str, dict[str, Callable[[Job], dict | None]]] = {
+    "faces": {"int8": faces.build_int8},
 }
 
 
@@ -80,18 +86,20 @@ def build(
         bundle = Bundle(path)
         job = Job(bundle, dict(bundle.manifest.raw), BuildReport(path, precision), rules, say,
                   calib, calib_size, holdout_size, calib_method, seed, preparations)  # fmt: skip
-        face_bundle = faces.is_face_bundle(bundle.manifest)
-        if face_bundle and precision != "int8":
+        task = TASK_SPECS[bundle.manifest.task]
+        recipes = TASK_RECIPES.get(task.name, RECIPES)
+        if precision not in recipes:
+            made = [p for p in recipes if p != "fp32"]
             raise ModelError(
-                f"--precision {precision} is not built for the face detector's three networks "
-                "(P-Net, R-Net, O-Net); INT8 is: edgert build --precision int8"
+                f"--precision {precision} is not built for a {task.kind} bundle "
+                f"({task.description}); {' or '.join(p.upper() for p in made)} "
+                f"{'is' if len(made) == 1 else 'are'}: edgert build --precision {made[0]}"
             )
-        recipe = faces.build_int8 if face_bundle else RECIPES[precision]
-        job.report.quantization = recipe(job)
+        job.report.quantization = recipes[precision](job)
         commit(bundle.path, job.manifest, job.report.pending)
-        if face_bundle:
-            job.report.engine = {"built": False, "reason": faces.NO_PLAN}
-            say(f"no TensorRT plan: {faces.NO_PLAN}")
+        if task.plan:
+            job.report.engine = {"built": False, "reason": task.plan}
+            say(f"no TensorRT plan: {task.plan}")
         elif no_engine:
             job.report.engine = {"built": False, "reason": "--no-engine"}
         else:

@@ -1,9 +1,8 @@
 """Calibration and hold-out data, always through the bundle's own preprocessing.
 
 Sources: a folder of images, a video file, an ``.npz`` (preprocessed tensors or raw uint8 images),
-or ``zoo`` — the zoo model's own data (MobileNetV2: random crops, flips and colour jitter of the
-bundled photos; digits_cnn: scikit-learn digits, training images to calibrate, test images with
-labels to evaluate). Subsets are seeded; calibration and hold-out never share a sample.
+or ``zoo`` — the zoo entry's own data (each entry supplies them: :mod:`edgert.export.zoo`).
+Subsets are seeded; calibration and hold-out never share a sample.
 """
 
 from __future__ import annotations
@@ -44,31 +43,6 @@ class CalibrationData:
     holdout: Dataset
     source: str
     seed: int
-
-
-def augmented_crops(images: list[np.ndarray], n: int, seed: int) -> list[np.ndarray]:
-    """Random crops (25-100 % of the area, aspect 3:4-4:3), horizontal flips and brightness /
-    contrast / saturation jitter (x0.7-1.3) of the given BGR images; deterministic for a seed."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        img = images[rng.integers(len(images))]
-        h, w = img.shape[:2]
-        area = h * w * rng.uniform(0.25, 1.0)
-        ratio = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
-        cw = int(min(w, round(np.sqrt(area * ratio))))
-        ch = int(min(h, round(np.sqrt(area / ratio))))
-        x, y = rng.integers(0, w - cw + 1), rng.integers(0, h - ch + 1)
-        crop = img[y : y + ch, x : x + cw].astype(np.float32)
-        if rng.random() < 0.5:
-            crop = crop[:, ::-1]
-        crop = crop * rng.uniform(0.7, 1.3)
-        mean = crop.mean()
-        crop = (crop - mean) * rng.uniform(0.7, 1.3) + mean
-        gray = crop.mean(axis=2, keepdims=True)
-        crop = (crop - gray) * rng.uniform(0.7, 1.3) + gray
-        out.append(np.clip(crop, 0, 255).astype(np.uint8))
-    return out
 
 
 def load(
@@ -119,29 +93,23 @@ def load_images(
 ) -> tuple[list[np.ndarray], list[np.ndarray], str]:
     """(calibration images, hold-out images, where from): raw BGR images for a model that takes
     whole images of any size (the face detector runs its own pyramid and crops). Sources: a
-    folder, a video, an .npz of uint8 images (N, H, W, C), or for zoo:mtcnn random crops of the
-    bundled photos, half of them of the one with a face (astronaut)."""
+    folder, a video, an .npz of uint8 images (N, H, W, C), or the zoo entry's own images."""
     if calib_size < MIN_SAMPLES:
         raise SourceError(f"--calib-size {calib_size} is too small; use at least {MIN_SAMPLES}")
     zoo = str(manifest.source.get("spec") or "")  # whatever a foreign manifest holds
     if source in (None, "zoo"):
-        if zoo != "zoo:mtcnn":
+        from edgert.export.zoo import ZOO
+
+        if not zoo.startswith("zoo:") or zoo[4:] not in ZOO:
             raise SourceError(
                 "give calibration images with --calib (a folder of images, a video or an .npz of uint8 images)"
             )
-        from edgert.runtime.sample_data import ALL_PHOTOS, load_photo
-
-        face = [load_photo("astronaut")]
-        others = [load_photo(p) for p in ALL_PHOTOS if p != "astronaut"]
-
-        def crops(n: int, offset: int) -> list[np.ndarray]:
-            half = n // 2
-            return augmented_crops(face, half, seed=offset + seed) + augmented_crops(
-                others, n - half, seed=offset + 1 + seed
+        got = ZOO[zoo[4:]].calibration_samples(calib_size, holdout_size, seed)
+        if got.preprocessed:
+            raise SourceError(
+                f"{zoo}'s own data are model inputs, and this model takes whole images: give --calib"
             )
-
-        what = f"random crops/flips/colour jitter of the {1 + len(others)} bundled photos (half of the face photo)"
-        return crops(calib_size, 3000), crops(holdout_size, 4000), what
+        return list(got.calibration), list(got.holdout), got.source
     path, pool, kind = _pool(source, calib_size + holdout_size)
     if pool is None:
         arr, _ = _read_npz(path, manifest)
@@ -308,34 +276,19 @@ def _npz(
 def _zoo(
     name: str, manifest: Manifest, calib_size: int, holdout_size: int, seed: int
 ) -> CalibrationData:
-    if name == "digits_cnn":
-        from edgert.export.zoo import digits_cnn
+    """The zoo entry's own samples (:mod:`edgert.export.zoo`), preprocessed for the bundle unless
+    the entry gives model inputs."""
+    from edgert.export.zoo import ZOO
 
-        x_train, _, x_test, y_test = digits_cnn.dataset()
-        rng = np.random.default_rng(seed)
-        cal = digits_cnn.normalise(x_train[rng.permutation(len(x_train))[:calib_size]])
-        hold_idx = rng.permutation(len(x_test))[:holdout_size]
-        return CalibrationData(
-            Dataset(cal, None, f"{len(cal)} scikit-learn digits training images"),
-            Dataset(
-                digits_cnn.normalise(x_test[hold_idx]),
-                y_test[hold_idx],
-                f"{len(hold_idx)} labelled test images",
-            ),
-            "zoo:digits_cnn data",
-            seed,
-        )
-    if name == "mobilenet_v2":
-        from edgert.runtime.sample_data import ALL_PHOTOS, load_photo
-
-        photos = [load_photo(p) for p in ALL_PHOTOS]
-        cal = augmented_crops(photos, calib_size, seed=1000 + seed)
-        hold = augmented_crops(photos, holdout_size, seed=2000 + seed)
-        what = f"random crops/flips/colour jitter of the {len(photos)} bundled photos"
-        return CalibrationData(
-            Dataset(_preprocess(manifest, cal, "crop"), None, f"{calib_size} {what}"),
-            Dataset(_preprocess(manifest, hold, "crop"), None, f"{holdout_size} other {what}"),
-            "zoo:mobilenet_v2 photos",
-            seed,
-        )
-    raise SourceError(f"zoo model {name} has no calibration data of its own; give --calib")
+    if name not in ZOO:
+        raise SourceError(f"zoo model {name} has no calibration data of its own; give --calib")
+    got = ZOO[name].calibration_samples(calib_size, holdout_size, seed)
+    cal, hold = got.calibration, got.holdout
+    if not got.preprocessed:
+        cal, hold = _preprocess(manifest, cal, "crop"), _preprocess(manifest, hold, "crop")
+    return CalibrationData(
+        Dataset(cal, None, got.calibration_text),
+        Dataset(hold, got.labels, got.holdout_text),
+        got.source,
+        seed,
+    )

@@ -162,17 +162,6 @@ def network_cosine(result: NetworkResult) -> float:
 
 
 # -- the recipe ---------------------------------------------------------------------------
-def is_face_bundle(manifest) -> bool:
-    """A face-detection bundle: the three MTCNN networks, built by :func:`build_int8`."""
-    return manifest.task == "faces" and bool(manifest.models)
-
-
-NO_PLAN = (
-    "the face detector runs its three networks on ONNX Runtime (with its TensorRT execution "
-    "provider where installed); edgert builds no TensorRT plans for them"
-)
-
-
 def build_int8(job: Job) -> dict:
     """INT8 for the three networks of a face-detection bundle (:mod:`faces`): calibrated on what
     each sees when the FP32 detector runs on the calibration images, gated end to end."""

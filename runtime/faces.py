@@ -10,6 +10,7 @@ import numpy as np
 from .bundle import Bundle, verify_hash
 from .detection import Detection, nms
 from .errors import BundleError, ModelError
+from .task_model import TaskModel
 
 NETWORKS = ("pnet", "rnet", "onet")  # the cascade, in the order it runs
 
@@ -217,3 +218,37 @@ class MtcnnDetector:
             return boxes[nms(boxes[:, :4], boxes[:, 4], 0.7, overlap="min")]
         order = nms(boxes[:, :4], boxes[:, 4], 0.7)
         return _square(_regress(boxes[order], reg[order]))
+
+
+class FaceTask(TaskModel):
+    """The MTCNN detector: its pyramid and crops are part of ``infer``, which takes a list of
+    frames (of any sizes): P-Net runs frames of one size together, R-Net and O-Net the crops of
+    all frames in shared batches."""
+
+    task = "faces"
+    batched = False
+
+    def __init__(self, detector):
+        self.detector = detector
+        self.backend = f"mtcnn ({detector.engines['pnet'].backend})"
+        self.backend_reason = detector.backend_reason
+
+    def preprocess(self, image: np.ndarray):
+        return image, None
+
+    def collate(self, tensors: list):
+        return list(tensors)
+
+    def infer(self, frames):
+        return {"faces": self.detector.detect_batch(list(frames))}
+
+    def postprocess(self, outputs: dict, transforms: list) -> list:
+        return [[d.to_dict() for d in found] for found in outputs["faces"]]
+
+    def close(self) -> None:
+        self.detector.close()
+
+
+def load_task(path, backend: str = "auto", precision: str = "auto", **options) -> FaceTask:
+    """The face task's model for a face-detection bundle (the task registry's loader)."""
+    return FaceTask(MtcnnDetector(path, backend=backend, precision=precision, **options))

@@ -1,4 +1,5 @@
-"""One interface for every task: load a bundle, hand it frames, get plain results.
+"""The task registry, and one interface for every task: load a bundle, hand it frames, get plain
+results.
 
     with load_task_model("mobilenet_v2.edgert") as model:       # classify, detect, segment, faces
         results = model(bgr_image)                               # list of dicts (or a dict)
@@ -10,77 +11,140 @@ Pipelines split a call into its three steps, and may batch the middle one:
     outputs = model.infer(batch)                                 # what a power cap paces
     results = model.postprocess(outputs, [transform, ...])       # one entry per image
 
-The camera app, ``edgert run`` and the server treat every task alike through this; the MTCNN
-face detector (three networks with their own pyramid and crops) is one more implementation.
+Each task is one :class:`TaskSpec` in :data:`TASK_SPECS`: what its results are, what export,
+the camera, the server and edgert build do with it, and its task model (the decoder of one
+engine's outputs, or a module of its own for a bundle of several networks: the MTCNN face
+detector, :mod:`faces`). Code elsewhere asks the spec (``boxes``, ``images``, ...), never which
+task it is; the one part that cannot live here, a task's own build recipes (they are host code, above the
+runtime), is one table in ``quantize/builder.py``, ``TASK_RECIPES``.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .bundle import TASKS, Bundle
 from .errors import ModelError
+from .task_model import TaskModel
+
+__all__ = ["TASK_SPECS", "EngineTask", "TaskModel", "TaskSpec", "load_task_model", "task_spec"]
 
 
-class TaskModel:
-    """Base of the task models. ``infer`` takes and returns what ``preprocess`` / ``postprocess``
-    speak: a batch of model inputs and its outputs."""
+def _classify(model: EngineTask, values: list, transforms: list) -> list:
+    from .postprocess import classify
 
-    task = "generic"
-    backend = "?"
-    backend_reason = ""
-    batched = True  # infer takes a numpy batch of preprocessed tensors (faces: a list of frames)
-    max_batch: int | None = None  # the most images one infer call takes (None: no limit known)
+    return [
+        [{"label": c.label, "index": c.index, "score": round(c.score, 6)} for c in row]
+        for row in classify(values[0], model.labels, model.top_k)
+    ]
 
-    def preprocess(self, image: np.ndarray):
-        raise NotImplementedError
 
-    def collate(self, tensors: list):
-        """One ``infer`` argument for several preprocessed images."""
-        return np.stack(tensors)
+def _detect(model: EngineTask, values: list, transforms: list) -> list:
+    from .detection import decode_detections
 
-    def infer(self, batch):
-        raise NotImplementedError
+    dets = decode_detections(values, model.conf, model.iou, transforms=transforms,
+                             labels=model.labels, input_size=model.engine.preprocessing.size)  # fmt: skip
+    return [[d.to_dict() for d in per_image] for per_image in dets]
 
-    def postprocess(self, outputs, transforms: list) -> list:
-        raise NotImplementedError
 
-    def __call__(self, image: np.ndarray):
-        tensor, transform = self.preprocess(image)
-        return self.postprocess(self.infer(self.collate([tensor])), [transform])[0]
+def _segment(model: EngineTask, values: list, transforms: list) -> list:
+    from .postprocess import segment
 
-    def close(self) -> None:
-        pass
+    out = []
+    for mask in segment(values[0]):
+        classes, counts = np.unique(mask, return_counts=True)
+        out.append({"mask_shape": list(mask.shape),
+                    "classes": {int(c): int(n) for c, n in zip(classes, counts)}})  # fmt: skip
+    return out
 
-    def __enter__(self) -> TaskModel:
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task: what its results are and what every part of edgert does with it."""
+
+    name: str
+    kind: str  # what its bundle is called in a sentence ("a face-detection bundle")
+    description: str
+    images: bool = True  # takes images: export records preprocessing, the camera and server feed it
+    boxes: bool = False  # results are boxes: --track, --line and --zone work on them
+    class_scores: bool = False  # the first output is class scores the labels name (top-k, Triton)
+    # the first output's (least rank, most rank or None, what it holds): checked on export/load
+    first_output: tuple[int, int | None, str] | None = None
+    letterbox: bool = False  # export's default resize keeps the aspect (and resizes bilinearly)
+    export_option: bool = True  # `edgert export --task NAME` makes one (else: made_by)
+    camera: bool = True  # `edgert camera --task NAME` is offered
+    made_by: str = "edgert export MODEL --task NAME"  # how a bundle of this task is made
+    # one engine's outputs -> results (None: the raw outputs' names, shapes and dtypes)
+    decode: Callable[[EngineTask, list, list], list] | None = None
+    model: str | None = None  # a module whose load_task() loads a bundle of several networks
+    plan: str | None = None  # why edgert builds no TensorRT plan for it (None: it does)
+
+
+_NO_FACE_PLAN = (
+    "the face detector runs its three networks on ONNX Runtime (with its TensorRT execution "
+    "provider where installed); edgert builds no TensorRT plans for them"
+)
+TASK_SPECS: dict[str, TaskSpec] = {
+    spec.name: spec
+    for spec in (
+        TaskSpec(
+            "classify", "classification", "class scores: the top-k labels per image",
+            class_scores=True, first_output=(2, None, "class scores [N, C]"), decode=_classify,
+        ),
+        TaskSpec(
+            "detect", "detection", "boxes with labels and scores (SSD pair or YOLO head)",
+            boxes=True, letterbox=True, decode=_detect,
+        ),
+        TaskSpec(
+            "segment", "segmentation", "per-pixel classes: a mask per image",
+            first_output=(4, 4, "per-pixel class scores [N, C, H, W]"), camera=False,
+            decode=_segment,
+        ),
+        TaskSpec(
+            "faces", "face-detection", "face boxes from the MTCNN cascade (P-Net, R-Net, O-Net)",
+            boxes=True, export_option=False, made_by="edgert export zoo:mtcnn",
+            model="edgert.runtime.faces", plan=_NO_FACE_PLAN,
+        ),
+        TaskSpec(
+            "generic", "generic", "the raw outputs (name, shape, dtype)", images=False,
+            camera=False, made_by="edgert export MODEL",
+        ),
+    )
+}  # fmt: skip
+assert tuple(TASK_SPECS) == TASKS, "every task the manifest may name has one spec"
+
+
+def task_spec(name: str) -> TaskSpec:
+    """The spec of a task, or ModelError naming the tasks there are."""
+    try:
+        return TASK_SPECS[name]
+    except KeyError:
+        raise ModelError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}") from None
 
 
 def check_task_outputs(task: str, outputs) -> None:
     """ModelError when a model's outputs cannot be what ``task`` reads (a classifier called a
     segmenter): said when the model is exported or loaded, not as an error on the first frame."""
-    if not outputs:
+    want = TASK_SPECS[task].first_output if task in TASK_SPECS else None
+    if not outputs or want is None:
         return
+    low, high, what = want
     first = outputs[0]
-    if task == "segment" and len(first.shape) != 4:
+    if len(first.shape) < low or (high is not None and len(first.shape) > high):
         raise ModelError(
-            f"the task segment reads per-pixel class scores [N, C, H, W] from the first output, "
-            f"and {first.describe()} is not that (is it a classifier? export it with its own --task)"
-        )
-    if task == "classify" and len(first.shape) < 2:
-        raise ModelError(
-            f"the task classify reads class scores [N, C] from the first output, and "
-            f"{first.describe()} has no class axis"
+            f"the task {task} reads {what} from the first output, and {first.describe()} is not "
+            "that (export the model with the --task its outputs mean)"
         )
 
 
 class EngineTask(TaskModel):
-    """Classification, detection, segmentation (or raw outputs) on one :class:`Engine`."""
+    """A task on one :class:`Engine`: classification, detection, segmentation (its spec's
+    ``decode``), or raw outputs."""
 
     def __init__(self, engine, task: str, top_k: int = 5, conf: float = 0.25, iou: float = 0.45):
         check_task_outputs(task, engine.outputs)
@@ -90,6 +154,7 @@ class EngineTask(TaskModel):
             )
         self.engine = engine
         self.task = task
+        self.decode = TASK_SPECS[task].decode
         self.top_k, self.conf, self.iou = top_k, conf, iou
         self.backend = engine.backend
         self.backend_reason = engine.backend_reason
@@ -121,28 +186,8 @@ class EngineTask(TaskModel):
         n = len(transforms)
         outputs = {k: v[:n] if v.ndim else v for k, v in outputs.items()}  # no fixed-batch padding
         values = list(outputs.values())
-        if self.task == "classify":
-            from .postprocess import classify
-
-            return [
-                [{"label": c.label, "index": c.index, "score": round(c.score, 6)} for c in row]
-                for row in classify(values[0], self.labels, self.top_k)
-            ]
-        if self.task == "detect":
-            from .detection import decode_detections
-
-            dets = decode_detections(values, self.conf, self.iou, transforms=transforms,
-                                     labels=self.labels, input_size=self.engine.preprocessing.size)  # fmt: skip
-            return [[d.to_dict() for d in per_image] for per_image in dets]
-        if self.task == "segment":
-            from .postprocess import segment
-
-            out = []
-            for mask in segment(values[0]):
-                classes, counts = np.unique(mask, return_counts=True)
-                out.append({"mask_shape": list(mask.shape),
-                            "classes": {int(c): int(n) for c, n in zip(classes, counts)}})  # fmt: skip
-            return out
+        if self.decode is not None:
+            return self.decode(self, values, transforms)
         n = len(values[0]) if values else 0
         return [
             {
@@ -154,35 +199,6 @@ class EngineTask(TaskModel):
 
     def close(self) -> None:
         self.engine.close()
-
-
-class FaceTask(TaskModel):
-    """The MTCNN detector: its pyramid and crops are part of ``infer``, which takes a list of
-    frames (of any sizes): P-Net runs frames of one size together, R-Net and O-Net the crops of
-    all frames in shared batches."""
-
-    task = "faces"
-    batched = False
-
-    def __init__(self, detector):
-        self.detector = detector
-        self.backend = f"mtcnn ({detector.engines['pnet'].backend})"
-        self.backend_reason = detector.backend_reason
-
-    def preprocess(self, image: np.ndarray):
-        return image, None
-
-    def collate(self, tensors: list):
-        return list(tensors)
-
-    def infer(self, frames):
-        return {"faces": self.detector.detect_batch(list(frames))}
-
-    def postprocess(self, outputs: dict, transforms: list) -> list:
-        return [[d.to_dict() for d in found] for found in outputs["faces"]]
-
-    def close(self) -> None:
-        self.detector.close()
 
 
 def load_task_model(
@@ -198,18 +214,15 @@ def load_task_model(
     """The task model for a bundle (or .onnx / .engine): the manifest says which task; ``task``
     must agree with it when given (a ``generic`` model takes any). ``options`` go to
     :meth:`Engine.load` (e.g. ``spin=False`` under a power cap)."""
-    if task is not None and task not in TASKS:
-        raise ModelError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
-    if Path(path).is_dir() and Bundle(path).manifest.task == "faces":
-        if task not in (None, "faces"):
-            raise ModelError(f"{path} is a face-detection bundle, not a {task} model")
-        from .faces import MtcnnDetector
-
-        return FaceTask(MtcnnDetector(path, backend=backend, precision=precision, **options))
-    if task == "faces":
-        raise ModelError(
-            f"--task faces needs a face-detection bundle (edgert export zoo:mtcnn), not {path}"
-        )
+    asked = task_spec(task) if task is not None else None
+    own = TASK_SPECS[Bundle(path).manifest.task] if Path(path).is_dir() else None
+    if own is not None and own.model is not None:  # a bundle of several networks: its own loader
+        if asked not in (None, own):
+            raise ModelError(f"{path} is a {own.kind} bundle, not a {task} model")
+        load = importlib.import_module(own.model).load_task
+        return load(path, backend=backend, precision=precision, **options)
+    if asked is not None and asked.model is not None:
+        raise ModelError(f"--task {task} needs a {asked.kind} bundle ({asked.made_by}), not {path}")
     from .engine import Engine
 
     engine = Engine.load(path, backend=backend, precision=precision, **options)

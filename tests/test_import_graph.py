@@ -128,3 +128,36 @@ def test_the_graph_sees_function_level_and_importlib_imports():
     assert "edgert.runtime.backends.tensorrt" in g["edgert.runtime.backends"]
     # plan_check imports the Engine inside a function: it must still be an edge
     assert "edgert.runtime.engine" in g["edgert.runtime.plan_check"]
+
+
+FACE_TASK = {"edgert.runtime.faces", "edgert.quantize.faces", "edgert.export.zoo.mtcnn"}
+FACE_NAMES = {"faces", "mtcnn", "zoo:mtcnn"}
+
+
+def _compared_strings(node) -> set[str]:
+    """String constants a comparison tests against (``x == "faces"``, ``x in ("a", "faces")``)."""
+    out = set()
+    for side in [node.left, *node.comparators]:
+        items = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+        out |= {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
+    return out
+
+
+def test_only_the_face_task_asks_whether_a_model_is_the_face_detector():
+    """The task registry (runtime/tasks.py) says what a task does; code outside the face task's
+    own modules asks the spec, never whether the task is faces or the model MTCNN."""
+    asking = []
+    for name, path in modules().items():
+        if name in FACE_TASK:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and _compared_strings(node) & FACE_NAMES:
+                asking.append(f"{name}:{node.lineno}")
+    assert asking == []
+
+
+def test_the_task_registry_and_the_zoo_name_their_modules():
+    g = graph()
+    assert "edgert.runtime.faces" in g["edgert.runtime.tasks"]
+    assert "edgert.export.zoo.mtcnn" in g["edgert.export.zoo"]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from edgert.runtime.counting import Counters, LineCounter, ZoneCounter, anchor_point
 from edgert.runtime.errors import EdgertError, GeometryError
+from edgert.runtime.tasks import TASK_SPECS, task_spec
 from edgert.runtime.tracking import Tracker, as_detection
 
 _SPEC = re.compile(r"(?:(\d+):)?([A-Za-z0-9_-]+)=(.*)")
@@ -206,8 +207,9 @@ class Analytics:
 
 
 def check_task(task: str) -> None:
-    """--track needs boxes: a detect or faces model."""
-    if task not in ("detect", "faces"):
+    """--track needs boxes: a model whose task's results are boxes (detect, faces)."""
+    if not task_spec(task).boxes:
+        boxes = " or ".join(t.name for t in TASK_SPECS.values() if t.boxes)
         raise EdgertError(
-            f"--track follows detected objects, and this is a {task} model: use a detect or faces bundle"
+            f"--track follows detected objects, and this is a {task} model: use a {boxes} bundle"
         )

@@ -15,6 +15,7 @@ from edgert.apps.argtypes import (
     positive_float,
     positive_int,
 )
+from edgert.runtime.tasks import TASK_SPECS
 
 EPILOG = """sources (several allowed, mixed): csi://0, v4l2:///dev/video0, rtsp://..., file://clip.mp4 or
 a path (video, image, folder, glob), synthetic://
@@ -59,7 +60,9 @@ def add_parser(sub) -> None:
         help="display://0, http://HOST:PORT, file://out.mp4",
     )
     p.add_argument(
-        "--task", choices=["classify", "detect", "faces"], help="default: the bundle's task"
+        "--task",
+        choices=[t.name for t in TASK_SPECS.values() if t.camera],
+        help="default: the bundle's task",
     )
     p.add_argument("--power-cap", type=positive_float, metavar="W")
     p.add_argument("--temp-cap", type=positive_float, metavar="C",

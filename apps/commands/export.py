@@ -7,6 +7,7 @@ import json
 import sys
 
 from edgert.apps.argtypes import finite_float, nonneg_float, positive_int
+from edgert.runtime.tasks import TASK_SPECS
 
 HELP = """MODEL is one of:
   zoo:mobilenet_v2 | zoo:digits_cnn     built-in trained models (no download)
@@ -78,7 +79,9 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     d = p.add_argument_group("description (for models other than the zoo's)")
     d.add_argument(
-        "--task", choices=["classify", "detect", "segment", "generic"], help="what the outputs mean"
+        "--task",
+        choices=[t.name for t in TASK_SPECS.values() if t.export_option],
+        help="what the outputs mean",
     )
     d.add_argument(
         "--labels", metavar="FILE", help="class names: a text file (one per line) or a JSON list"

@@ -19,6 +19,7 @@ from edgert.runtime.bundle import sha256_bytes
 from edgert.runtime.errors import require
 
 from ..source_model import SourceModel
+from .samples import ZooSamples
 
 RECIPE = {
     "version": 2,  # 2: the initial weights are seeded too
@@ -172,4 +173,21 @@ def load() -> SourceModel:
             "test_accuracy": accuracy(logits, y_test),
             "recipe": RECIPE,
         },
+    )
+
+
+def calibration_samples(calib_size: int, holdout_size: int, seed: int) -> ZooSamples:
+    """Training images to calibrate, labelled test images to evaluate (model inputs)."""
+    x_train, _, x_test, y_test = dataset()
+    rng = np.random.default_rng(seed)
+    cal = normalise(x_train[rng.permutation(len(x_train))[:calib_size]])
+    hold_idx = rng.permutation(len(x_test))[:holdout_size]
+    return ZooSamples(
+        cal,
+        normalise(x_test[hold_idx]),
+        f"{len(cal)} scikit-learn digits training images",
+        f"{len(hold_idx)} labelled test images",
+        "zoo:digits_cnn data",
+        preprocessed=True,
+        labels=y_test[hold_idx],
     )

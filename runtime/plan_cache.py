@@ -1,4 +1,6 @@
-"""The engine cache: ``engines/<key>.engine`` plus a ``<key>.json`` sidecar in the bundle.
+"""The plan cache: ``engines/<key>.engine`` plus a ``<key>.json`` sidecar in the bundle, both
+from one record (:class:`PlanKey`, in ``backends/tensorrt_compat.py`` beside the other version
+decisions).
 
 The key hashes everything a plan depends on — ONNX bytes, precision, calibration, TensorRT
 version, GPU name and compute capability, DLA core, shapes and builder options — so a plan is
@@ -8,39 +10,15 @@ Writes are atomic and a per-key lock makes two processes building the same key d
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
+from dataclasses import replace
 from pathlib import Path
 
 from . import atomic
-from .backends.tensorrt_compat import PlanInfo
+from .backends.tensorrt_compat import PlanKey
 from .errors import BundleError, EdgertError
 from .locks import file_lock
-
-
-@dataclass(frozen=True)
-class PlanKey:
-    onnx_sha256: str
-    precision: str
-    tensorrt: str
-    device_name: str
-    compute_capability: str
-    calibration_sha256: str | None = None
-    dla_core: int | None = None
-    shapes: dict = field(default_factory=dict)  # input -> [min, opt, max]
-    builder: dict = field(default_factory=dict)  # workspace, optimisation level, ...
-
-    @property
-    def digest(self) -> str:
-        text = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:20]
-
-    @property
-    def filename(self) -> str:
-        return f"{self.precision}-{self.digest}.engine"
 
 
 class PlanCache:
@@ -65,27 +43,14 @@ class PlanCache:
                 return plan, False
             data = build()
             atomic.write_bytes(plan, data)
-            sidecar = {
-                "key": key.digest,
-                "precision": key.precision,
-                "tensorrt": key.tensorrt,
-                "device": {"name": key.device_name, "compute_capability": key.compute_capability},
-                "dla_core": key.dla_core,
-                "onnx_sha256": key.onnx_sha256,
-                "calibration_sha256": key.calibration_sha256,
-                "shapes": key.shapes,
-                "builder": key.builder,
-                "bytes": len(data),
-                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                **(extra or {}),
-            }
+            sidecar = key.sidecar(len(data), extra)
             atomic.write_text(plan.with_suffix(".json"), json.dumps(sidecar, indent=2) + "\n")
             return plan, True
 
-    def entries(self) -> list[tuple[Path, PlanInfo | None, int]]:
+    def entries(self) -> list[tuple[Path, PlanKey | None, int]]:
         if not self.dir.is_dir():
             return []
-        return [(p, PlanInfo.read(p), p.stat().st_size) for p in sorted(self.dir.glob("*.engine"))]
+        return [(p, PlanKey.read(p), p.stat().st_size) for p in sorted(self.dir.glob("*.engine"))]
 
     def clear(self, key_prefix: str | None = None) -> list[Path]:
         """Delete plans (all, or those whose file name starts with ``key_prefix``) with their

@@ -1,14 +1,34 @@
-"""A TensorRT plan checked against FP32: the plan runs the samples the host stored in the bundle
-(``calibration/verify.npz``, written by ``edgert build``) and its outputs are compared with the
-stored FP32 outputs. Apart from the cache (``plan_cache``), which never runs a model."""
+"""A TensorRT plan checked against FP32, in one place: the plan runs the samples the host stored
+in the bundle (``calibration/verify.npz``, written by ``edgert build``), its outputs are judged
+against the stored FP32 outputs, and a plan that fails is deleted (with its sidecar) and said in
+one sentence. ``edgert build`` judges with its accuracy gate's metrics; on the device (and by
+default) the judge is each output's cosine. Apart from the cache (``plan_cache``), which never
+runs a model."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, List, Tuple
 
-from .errors import EdgertError
+from .errors import GateFailed
 
 VERIFY_FILE = "calibration/verify.npz"  # written by edgert build on the host
+MIN_COSINE = 0.99
+
+
+@dataclass
+class PlanCheck:
+    """What the check found: ``summary`` for a log line, ``metrics`` for a report."""
+
+    samples: int
+    summary: str
+    metrics: dict = field(default_factory=dict)
+
+
+# judge(FP32 outputs, the plan's outputs) -> (failures, summary, metrics); typing's generics: the
+# alias is evaluated on import, and JetPack 5's Python 3.8 cannot subscript the builtins
+Judge = Callable[[dict, dict], Tuple[List[str], str, dict]]
 
 
 def run_stored_samples(bundle_dir: Path, plan: Path):
@@ -33,28 +53,39 @@ def run_stored_samples(bundle_dir: Path, plan: Path):
     return refs, {k: np.concatenate(v) for k, v in got.items()}, len(inputs)
 
 
-def verify_plan(bundle_dir: Path, plan: Path, min_cosine: float = 0.99) -> str:
-    """Run ``plan`` on the FP32 reference samples the host stored in the bundle and compare:
-    the plan is deleted and EdgertError raised when an output's cosine is under ``min_cosine``.
-    (``edgert build`` on the host applies the whole accuracy gate instead.)"""
+def cosine_judge(min_cosine: float = MIN_COSINE) -> Judge:
+    """The device's judge: every output's per-sample cosine against FP32 at least ``min_cosine``."""
     import numpy as np
 
+    def judge(refs: dict, got: dict) -> tuple[list[str], str, dict]:
+        worst = 1.0
+        for k, ref in refs.items():
+            n = len(ref)
+            a = got[k].reshape(n, -1).astype(np.float64)
+            b = ref.reshape(n, -1).astype(np.float64)
+            denom = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+            cos = np.where(denom > 0, (a * b).sum(axis=1) / np.maximum(denom, 1e-30), 1.0)
+            worst = min(worst, float(cos.min()))
+        failures = [f"cosine {worst:.5f} < {min_cosine}"] if worst < min_cosine else []
+        return failures, f"cosine {worst:.5f}", {"cosine": worst}
+
+    return judge
+
+
+def verify_plan(bundle_dir: Path, plan: Path, judge: Judge | None = None) -> PlanCheck | None:
+    """Run ``plan`` on the FP32 reference samples the host stored in the bundle and judge it
+    (default: :func:`cosine_judge`); None when the bundle stores no samples. A plan that fails
+    is deleted with its sidecar and GateFailed raised."""
     ran = run_stored_samples(bundle_dir, plan)
     if ran is None:
-        return "no stored samples to verify against"
+        return None
     refs, got, n = ran
-    worst = 1.0
-    for k, ref in refs.items():
-        a = got[k].reshape(n, -1).astype(np.float64)
-        b = ref.reshape(n, -1).astype(np.float64)
-        denom = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-        cos = np.where(denom > 0, (a * b).sum(axis=1) / np.maximum(denom, 1e-30), 1.0)
-        worst = min(worst, float(cos.min()))
-    if worst < min_cosine:
+    failures, summary, metrics = (judge or cosine_judge())(refs, got)
+    if failures:
         plan.unlink(missing_ok=True)
         plan.with_suffix(".json").unlink(missing_ok=True)
-        raise EdgertError(
-            f"the TensorRT plan's outputs differ from FP32: cosine {worst:.5f} < {min_cosine} on "
-            f"{n} stored samples (plan deleted)"
+        raise GateFailed(
+            f"the TensorRT plan's outputs differ from FP32: {'; '.join(failures)} on {n} stored "
+            "samples (plan deleted)"
         )
-    return f"cosine {worst:.5f} vs FP32 on {n} stored samples"
+    return PlanCheck(n, f"{summary} vs FP32 on {n} stored samples", metrics)

@@ -140,7 +140,8 @@ def _device_build(args) -> int:
         raise BackendUnavailable(f"no TensorRT plan can be built here: {why_not}")
     plan, built, _ = ensure_plan(bundle.path, args.precision)
     check = verify_plan(bundle.path, plan)
-    print(f"{'built' if built else 'cached'}: {plan} ({check})")
+    said = check.summary if check else "no stored samples to verify against"
+    print(f"{'built' if built else 'cached'}: {plan} ({said})")
     return 0
 
 

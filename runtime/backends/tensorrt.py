@@ -135,7 +135,7 @@ class TensorRTBackend(Backend):
         self.last_split_ms: dict[str, float] | None = None
         self._events = None
         self.logger = process_logger()  # one per process: the plugin library keeps its pointer
-        info = compat.PlanInfo.read(plan)
+        info = compat.PlanKey.read(plan)
         if info is not None:
             cc = cc_string(self.ctx.compute_capability)
             why = compat.plan_mismatch(info, trt.__version__, self.ctx.name, cc)

@@ -6,10 +6,12 @@ from the version tuple, so no ``if trt10:`` branches are scattered through the c
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from ..precision import PRECISIONS, QDQ, model_file
@@ -146,37 +148,77 @@ def onnx_for_precision(
 
 # -- plans ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class PlanInfo:
-    """What a plan was built with: the sidecar ``<key>.json`` beside ``<key>.engine``."""
+class PlanKey:
+    """One plan's record: everything it depends on, hashed into its cache key (``digest``, in its
+    file name) and written beside it as the sidecar ``<file>.json``, which :meth:`read` reads
+    back. Another GPU or TensorRT version simply has another key, so a plan is never loaded
+    where it was not built for."""
 
-    path: Path
     precision: str
     tensorrt: str
     device_name: str
     compute_capability: str
+    onnx_sha256: str | None = None  # the model file the plan was built from
+    calibration_sha256: str | None = None
     dla_core: int | None = None
-    onnx_sha256: str | None = None
+    shapes: dict = field(default_factory=dict)  # input -> [min, opt, max]
+    builder: dict = field(default_factory=dict)  # workspace, optimisation level, ...
+
+    @property
+    def digest(self) -> str:
+        text = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+    @property
+    def filename(self) -> str:
+        return f"{self.precision}-{self.digest}.engine"
+
+    def sidecar(self, size: int, extra: dict | None = None) -> dict:
+        """The ``<file>.json`` written beside the plan (``extra``: what the build adds)."""
+        return {
+            "key": self.digest,
+            "precision": self.precision,
+            "tensorrt": self.tensorrt,
+            "device": {"name": self.device_name, "compute_capability": self.compute_capability},
+            "dla_core": self.dla_core,
+            "onnx_sha256": self.onnx_sha256,
+            "calibration_sha256": self.calibration_sha256,
+            "shapes": self.shapes,
+            "builder": self.builder,
+            "bytes": size,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            **(extra or {}),
+        }
 
     @classmethod
-    def read(cls, engine_path: Path) -> PlanInfo | None:
-        sidecar = engine_path.with_suffix(".json")
+    def read(cls, engine_path: Path) -> PlanKey | None:
+        """The record in a plan's sidecar, or None when it is missing or unreadable (a plan of
+        unknown origin: never selected)."""
+        sidecar = Path(engine_path).with_suffix(".json")
         try:
             data = json.loads(sidecar.read_text(encoding="utf-8"))
+            dla = data.get("dla_core")
             return cls(
-                path=engine_path,
                 precision=str(data["precision"]),
                 tensorrt=str(data["tensorrt"]),
                 device_name=str(data["device"]["name"]),
                 compute_capability=str(data["device"]["compute_capability"]),
-                dla_core=data.get("dla_core"),
-                onnx_sha256=data.get("onnx_sha256"),
+                onnx_sha256=_text_or_none(data.get("onnx_sha256")),
+                calibration_sha256=_text_or_none(data.get("calibration_sha256")),
+                dla_core=None if dla is None else int(dla),
+                shapes=dict(data.get("shapes") or {}),
+                builder=dict(data.get("builder") or {}),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
 
+def _text_or_none(value) -> str | None:
+    return None if value is None else str(value)
+
+
 def plan_mismatch(
-    info: PlanInfo, tensorrt: str, device_name: str, compute_capability: str
+    info: PlanKey, tensorrt: str, device_name: str, compute_capability: str
 ) -> str | None:
     """Why a plan cannot run here (None when it can). Plans are tied to the exact TensorRT
     version and to the GPU they were built on."""
@@ -205,7 +247,7 @@ def select_plan(
     rejected = []
     for prec in wanted:
         for engine in sorted(engines_dir.glob("*.engine")):
-            info = PlanInfo.read(engine)
+            info = PlanKey.read(engine)
             if info is None or info.precision != prec:
                 continue
             why = plan_mismatch(info, tensorrt, device_name, compute_capability)
@@ -278,7 +320,25 @@ def numpy_dtype(trt_dtype_name: str) -> str:
         raise ValueError(f"TensorRT type {name} has no numpy equivalent for I/O") from None
 
 
-def runtime_dla_core(info: PlanInfo | None) -> int | None:
+DLA_PRECISIONS = ("fp16", "int8")
+
+
+def dla_refusal(precision: str, dla_core: int | None, cores: int | None = None) -> str | None:
+    """Why a plan cannot be built on DLA core ``dla_core`` (None when it can, or no DLA is
+    asked for): DLA runs FP16 and INT8 only, and the core must exist (``cores``: how many the
+    device has, None while unknown). The one DLA check, before a build and inside it."""
+    if dla_core is None:
+        return None
+    if dla_core < 0:
+        return f"--dla {dla_core}: a DLA core is numbered from 0"
+    if precision not in DLA_PRECISIONS:
+        return "DLA runs FP16 or INT8 only; use --precision fp16 or int8 with --dla"
+    if cores is not None and cores <= dla_core:
+        return f"DLA core {dla_core} requested but this device has {cores} DLA core(s)"
+    return None
+
+
+def runtime_dla_core(info: PlanKey | None) -> int | None:
     """The DLA core an ``IRuntime`` must be set to before deserialising a plan: the core the plan
     was built for (``IRuntime.DLA_core`` defaults to 0, so a plan built with ``--dla 1`` would
     otherwise run on core 0), or None for a GPU plan."""

@@ -147,12 +147,9 @@ def build_plan(onnx_path: Path, options: BuildOptions) -> bytes:
         config.int8_calibrator = _calibrator(trt, options.calibration_cache)
     _add_profile(trt, builder, network, config, options.shapes)
     if options.dla_core is not None:
-        if builder.num_DLA_cores <= options.dla_core:
-            raise BuildError(
-                f"DLA core {options.dla_core} requested but this device has {builder.num_DLA_cores} DLA core(s)"
-            )
-        if options.precision in ("fp32", "fp8"):
-            raise BuildError("DLA runs FP16 or INT8 only; use --precision fp16 or int8 with --dla")
+        refusal = compat.dla_refusal(options.precision, options.dla_core, builder.num_DLA_cores)
+        if refusal:
+            raise BuildError(refusal)
         config.default_device_type = trt.DeviceType.DLA
         config.DLA_core = int(options.dla_core)
         config.set_flag(trt.BuilderFlag.GPU_FALLBACK)

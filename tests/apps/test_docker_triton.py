@@ -107,7 +107,7 @@ def test_onnx_repository_matches_the_bundle(bundle, tmp_path):
 
 
 def test_plan_repository_and_fixed_batch(bundle, tmp_path):
-    key = PlanKey("a" * 64, "fp16", "10.3.0.26", "Orin", "8.7")
+    key = PlanKey("fp16", "10.3.0.26", "Orin", "8.7", onnx_sha256="a" * 64)
     plan, _ = PlanCache(bundle / "engines").get_or_build(key, lambda: b"PLAN")
     proc = run_cli("export-triton", bundle, "--repo", tmp_path / "m", "--engine", key.digest[:8])
     assert proc.returncode == 0, proc.stderr

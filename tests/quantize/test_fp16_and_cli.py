@@ -53,6 +53,10 @@ def test_build_bad_arguments(tmp_path):
         run_cli("build", tmp_path / "missing"), "neither a bundle folder nor an .onnx"
     )
     assert_user_error(run_cli("build", bundle, "--dla", "0"), "no DLA")
+    # DLA's precisions are refused before any calibration, whatever the machine
+    assert_user_error(
+        run_cli("build", bundle, "--dla", "0", "--precision", "fp8"), "FP16 or INT8 only"
+    )
     assert_user_error(run_cli("build", bundle, "--gate", "cosine=1"), "not of the form")
     assert_user_error(run_cli("build", bundle, "--opt-level", "9"), "between 0 and 5")
     assert run_cli("build", bundle, "--precision", "int4").returncode == 2

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from edgert.runtime.backends.tensorrt_compat import PlanInfo, select_plan
+from edgert.runtime.backends.tensorrt_compat import select_plan
 from edgert.runtime.plan_cache import PlanCache, PlanKey, bundle_shapes
 from tests.conftest import run_cli
 
@@ -88,10 +88,9 @@ def test_two_processes_one_key_build_once(tmp_path):
     assert sorted(o[1] for o in outs) == ["False", "True"]
     plans = list(engines.glob("*.engine"))
     assert len(plans) == 1 and plans[0].read_bytes() == b"PLAN" * 1000
-    info = PlanInfo.read(plans[0])
-    assert (
-        info.precision == "int8" and info.device_name == "Orin" and info.compute_capability == "8.7"
-    )
+    # one record: the sidecar the cache wrote reads back as the key the plan was built for
+    info = PlanKey.read(plans[0])
+    assert info == KEY and info.digest == KEY.digest and plans[0].name == KEY.filename
     assert [p.name for p in engines.iterdir() if p.name.endswith(".tmp")] == []
     # what the cache wrote is what the runtime selects for that GPU and TensorRT, and nothing else
     assert select_plan(engines, "int8", "10.3.0.26", "Orin", "8.7")[0] == plans[0]
@@ -164,3 +163,42 @@ def test_ensure_plan_takes_its_precision_from_one_place(tmp_path):
 
     with pytest.raises(EdgertError, match="options are for fp16, not int8"):
         ensure_plan(tmp_path, "int8", options=BuildOptions(precision="fp16"))
+
+
+def test_one_plan_check_judges_deletes_and_says(tmp_path, monkeypatch):
+    """plan_check.verify_plan is the one check of a plan against FP32 (the device's cosine
+    judge, or the build's gate metrics): a failing plan is deleted with its sidecar and said in
+    one sentence. TensorRT's run of the stored samples cannot happen here (no TensorRT on CI):
+    what it returns is given, the judging and the deletion are what is tested."""
+    import numpy as np
+
+    from edgert.runtime import plan_check
+    from edgert.runtime.errors import GateFailed
+
+    plan = tmp_path / "engines" / "int8-abc.engine"
+    plan.parent.mkdir()
+    ref = {"logits": np.random.default_rng(0).normal(size=(8, 10)).astype(np.float32)}
+
+    def plan_returns(outputs):
+        plan.write_bytes(b"PLAN")
+        plan.with_suffix(".json").write_text("{}")
+        monkeypatch.setattr(plan_check, "run_stored_samples", lambda b, p: (ref, outputs, 8))
+
+    plan_returns({"logits": ref["logits"] * 1.01 + 0.001})
+    check = plan_check.verify_plan(tmp_path, plan)
+    assert check.samples == 8 and check.metrics["cosine"] > 0.999 and plan.exists()
+    assert check.summary.endswith("vs FP32 on 8 stored samples")
+
+    plan_returns({"logits": -ref["logits"]})
+    with pytest.raises(GateFailed, match=r"differ from FP32: cosine -1.00000 < 0.99 on 8 stored"):
+        plan_check.verify_plan(tmp_path, plan)
+    assert not plan.exists() and not plan.with_suffix(".json").exists()
+
+    # another judge (the build passes its gate's): its failures decide, the same deletion
+    plan_returns({"logits": ref["logits"]})
+    with pytest.raises(GateFailed, match="agreement 0.5 < 0.9"):
+        plan_check.verify_plan(tmp_path, plan, lambda r, g: (["agreement 0.5 < 0.9"], "", {}))
+    assert not plan.exists()
+
+    monkeypatch.setattr(plan_check, "run_stored_samples", lambda b, p: None)
+    assert plan_check.verify_plan(tmp_path, plan) is None  # no stored samples: nothing judged

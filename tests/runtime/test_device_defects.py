@@ -59,11 +59,10 @@ def test_several_unlabelled_ina238_are_named_by_address(tmp_path):
 
 
 def test_dla_core_is_set_before_deserialising():
-    from pathlib import Path
 
-    info = compat.PlanInfo(Path("p.engine"), "int8", "10.3.0", "Orin", "8.7", dla_core=1)
+    info = compat.PlanKey("int8", "10.3.0", "Orin", "8.7", dla_core=1)
     assert compat.runtime_dla_core(info) == 1
-    gpu = compat.PlanInfo(Path("p.engine"), "fp16", "10.3.0", "Orin", "8.7")
+    gpu = compat.PlanKey("fp16", "10.3.0", "Orin", "8.7")
     assert compat.runtime_dla_core(gpu) is None and compat.runtime_dla_core(None) is None
     import inspect
 

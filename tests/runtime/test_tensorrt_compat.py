@@ -101,7 +101,7 @@ def test_select_plan_never_picks_another_gpu_or_version(tmp_path):
 
 
 def test_plan_mismatch_sentences():
-    info = compat.PlanInfo(Path("p.engine"), "fp16", "8.5.2.2", "Orin", "8.7")
+    info = compat.PlanKey("fp16", "8.5.2.2", "Orin", "8.7")
     assert compat.plan_mismatch(info, "8.5.2.2", "Orin", "8.7") is None
     assert "TensorRT 8.5.2.2" in compat.plan_mismatch(info, "10.3.0", "Orin", "8.7")
     assert "this GPU is Xavier (compute 7.2)" in compat.plan_mismatch(
@@ -188,3 +188,14 @@ def test_fp8_flags_and_model():
     assert compat.builder_flag_names((11, 0), "fp8", qdq_model=True) == []  # strongly typed
     assert compat.onnx_for_precision((10, 3), "fp8") == "model.fp8.onnx"
     assert compat.onnx_for_precision((11, 0), "fp8") == "model.fp8.fp16.onnx"  # as for INT8
+
+
+def test_dla_is_checked_in_one_place():
+    """One pure check for DLA, asked by edgert build before calibrating (cores unknown) and by
+    the plan builder with TensorRT's core count."""
+    assert compat.dla_refusal("int8", None) is None
+    assert compat.dla_refusal("fp16", 1, cores=2) is None
+    assert "FP16 or INT8 only" in compat.dla_refusal("fp8", 0)
+    assert "FP16 or INT8 only" in compat.dla_refusal("fp32", 0, cores=2)
+    assert "has 2 DLA core(s)" in compat.dla_refusal("int8", 2, cores=2)
+    assert "numbered from 0" in compat.dla_refusal("int8", -1)

@@ -56,13 +56,9 @@ def load(
     model's own data)."""
     if calib_size < MIN_SAMPLES:
         raise SourceError(f"--calib-size {calib_size} is too small; use at least {MIN_SAMPLES}")
-    zoo = str(manifest.source.get("spec") or "")  # whatever a foreign manifest holds
     if source in (None, "zoo"):
-        if not zoo.startswith("zoo:"):
-            raise SourceError(
-                "this model is not from the zoo: give calibration data with --calib (a folder of images, a video or an .npz)"
-            )
-        return _zoo(zoo[4:], manifest, calib_size, holdout_size, seed)
+        hint = "this model is not from the zoo: give calibration data with --calib (a folder of images, a video or an .npz)"
+        return _zoo(_zoo_samples(manifest, calib_size, holdout_size, seed, hint), manifest, seed)
     path, pool, kind = _pool(source, calib_size + holdout_size)
     if pool is None:
         return _npz(path, manifest, calib_size, holdout_size, seed)
@@ -96,18 +92,13 @@ def load_images(
     folder, a video, an .npz of uint8 images (N, H, W, C), or the zoo entry's own images."""
     if calib_size < MIN_SAMPLES:
         raise SourceError(f"--calib-size {calib_size} is too small; use at least {MIN_SAMPLES}")
-    zoo = str(manifest.source.get("spec") or "")  # whatever a foreign manifest holds
     if source in (None, "zoo"):
-        from edgert.export.zoo import ZOO
-
-        if not zoo.startswith("zoo:") or zoo[4:] not in ZOO:
-            raise SourceError(
-                "give calibration images with --calib (a folder of images, a video or an .npz of uint8 images)"
-            )
-        got = ZOO[zoo[4:]].calibration_samples(calib_size, holdout_size, seed)
+        hint = "give calibration images with --calib (a folder of images, a video or an .npz of uint8 images)"
+        got = _zoo_samples(manifest, calib_size, holdout_size, seed, hint)
         if got.preprocessed:
             raise SourceError(
-                f"{zoo}'s own data are model inputs, and this model takes whole images: give --calib"
+                f"zoo:{manifest.source.zoo}'s own data are model inputs, and this model takes "
+                "whole images: give --calib"
             )
         return list(got.calibration), list(got.holdout), got.source
     path, pool, kind = _pool(source, calib_size + holdout_size)
@@ -273,16 +264,23 @@ def _npz(
     return CalibrationData(full.subset(cal_idx), full.subset(hold_idx), str(path), seed)
 
 
-def _zoo(
-    name: str, manifest: Manifest, calib_size: int, holdout_size: int, seed: int
-) -> CalibrationData:
-    """The zoo entry's own samples (:mod:`edgert.export.zoo`), preprocessed for the bundle unless
-    the entry gives model inputs."""
+def _zoo_samples(manifest: Manifest, calib_size: int, holdout_size: int, seed: int, hint: str):
+    """The zoo entry's own samples (:mod:`edgert.export.zoo`), or SourceError: ``hint`` for a
+    model not from the zoo."""
     from edgert.export.zoo import ZOO
 
-    if name not in ZOO:
+    name = manifest.source.zoo
+    if name is None:
+        raise SourceError(hint)
+    got = ZOO[name].calibration_samples(calib_size, holdout_size, seed) if name in ZOO else None
+    if got is None:
         raise SourceError(f"zoo model {name} has no calibration data of its own; give --calib")
-    got = ZOO[name].calibration_samples(calib_size, holdout_size, seed)
+    return got
+
+
+def _zoo(got, manifest: Manifest, seed: int) -> CalibrationData:
+    """A zoo entry's samples as calibration data, preprocessed for the bundle unless the entry
+    gives model inputs."""
     cal, hold = got.calibration, got.holdout
     if not got.preprocessed:
         cal, hold = _preprocess(manifest, cal, "crop"), _preprocess(manifest, hold, "crop")

@@ -181,7 +181,7 @@ def build_int8(job: Job) -> dict:
     t0 = time.perf_counter()
     nets, splits = {}, {}
     for name in NETWORKS:
-        model = load_fp32(job.bundle, specs[name]["file"])
+        model = load_fp32(job.bundle, specs[name].file)
         nets[name], splits[name] = quantize_network(
             name, model, cal_inputs[name], subset(hold_inputs[name], job.holdout_size, 0),
             job.calib_size, job.calib_method, job.preparations, job.seed, job.say,
@@ -253,7 +253,7 @@ def build_int8(job: Job) -> dict:
             + " (nothing was written; relax it with --gate or calibrate with other images)"
         )
     for name, r in nets.items():
-        file = int8_file(specs[name]["file"])
+        file = int8_file(specs[name].file)
         section["networks"][name]["file"] = file
         section["networks"][name]["model_bytes"] = stage_model(job, file, r.quantized)
     section["seconds"] = {k: round(v, 1) for k, v in stages.items()}

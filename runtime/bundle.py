@@ -158,28 +158,80 @@ class Manifest:
         return dict(self.raw.get("hashes") or {})
 
     @property
-    def quantization(self) -> dict[str, dict]:
-        """Precision -> what its ``edgert build`` recorded (calibration, gate, files)."""
+    def quantization(self) -> dict[str, Quantization]:
+        """Precision -> what its ``edgert build`` recorded (typed; the whole report in ``raw``)."""
         found = self.raw.get("quantization") or {}
-        return {p: dict(s) for p, s in found.items() if isinstance(s, dict)}
+        return {p: Quantization.of(p, sec) for p, sec in found.items() if isinstance(sec, dict)}
 
     @property
-    def models(self) -> dict[str, dict]:
-        """Network name -> its spec (``file``, ...) in a bundle of several networks (a face
-        detector's P-Net, R-Net and O-Net); empty for one model."""
-        return {name: dict(spec) for name, spec in (self.raw.get("models") or {}).items()}
+    def models(self) -> dict[str, Network]:
+        """Network name -> its entry in a bundle of several networks (a face detector's P-Net,
+        R-Net and O-Net); empty for one model. File names were validated on open."""
+        found = self.raw.get("models") or {}
+        return {name: Network(name, spec["file"], dict(spec)) for name, spec in found.items()}
 
     @property
-    def source(self) -> dict:
-        """Where the model came from (``kind``, ``spec``: a zoo name, a file); empty when the
-        manifest has none or something else than an object there."""
+    def source(self) -> Source:
+        """Where the model came from; empty when the manifest has none, or something else than
+        an object there (a bundle from someone else's machine)."""
         found = self.raw.get("source")
-        return dict(found) if isinstance(found, dict) else {}
+        found = found if isinstance(found, dict) else {}
+        return Source(_text(found.get("kind")), _text(found.get("spec")))
 
     @property
     def detector(self) -> dict:
         """The detector's settings a multi-network task records (thresholds, pyramid)."""
         return dict(self.raw.get("detector") or {})
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """One precision's section of the manifest (``quantization.<precision>``, written by
+    ``edgert build``): the fields code reads, typed; the whole report in ``raw``."""
+
+    precision: str
+    calibration_sha256: str | None  # what the plan cache keys an INT8 / FP8 plan on
+    passed: bool | None  # the accuracy gate's verdict (None: no gate, e.g. FP16)
+    cpu_ms: dict | None  # ONNX Runtime CPU latency per batch size, measured at build time
+    raw: dict
+
+    @classmethod
+    def of(cls, precision: str, section: dict) -> Quantization:
+        passed, speeds = section.get("passed"), section.get("onnxruntime_cpu_ms")
+        return cls(
+            precision,
+            _text(section.get("calibration_sha256")),
+            passed if isinstance(passed, bool) else None,
+            dict(speeds) if isinstance(speeds, dict) else None,
+            dict(section),
+        )
+
+
+@dataclass(frozen=True)
+class Network:
+    """One network of a bundle of several (``models.<name>``): its file in the bundle."""
+
+    name: str
+    file: str
+    raw: dict
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a bundle's model came from (``source``): ``kind`` (zoo, torchscript, onnx, ...) and
+    ``spec`` (what was given: ``zoo:mobilenet_v2``, a path)."""
+
+    kind: str | None = None
+    spec: str | None = None
+
+    @property
+    def zoo(self) -> str | None:
+        """The zoo entry's name for a zoo model, else None."""
+        return self.spec[4:] if self.spec and self.spec.startswith("zoo:") else None
 
 
 def _labels(labels: object, where: str) -> tuple[str, ...] | None:

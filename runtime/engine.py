@@ -251,11 +251,7 @@ def _resolve(path: Path) -> tuple[Target, Manifest | None, int | None]:
     if path.is_dir():
         bundle = Bundle(path)
         m = bundle.manifest
-        speeds = {
-            precision: section["onnxruntime_cpu_ms"]
-            for precision, section in m.quantization.items()
-            if isinstance(section, dict) and isinstance(section.get("onnxruntime_cpu_ms"), dict)
-        }
+        speeds = {p: q.cpu_ms for p, q in m.quantization.items() if q.cpu_ms is not None}
         target = Target(path, bundle_dir=path, onnx=bundle.onnx_path, onnx_hashes=m.hashes,
                         cpu_speeds=speeds)  # fmt: skip
         return target, m, m.max_batch

@@ -94,9 +94,9 @@ class MtcnnDetector:
         hashes = b.manifest.hashes
         files = {}
         for name, spec in models.items():  # file names were validated with the manifest
-            file = spec["file"] if precision in ("auto", "fp32") else int8_file(spec["file"])
+            file = spec.file if precision in ("auto", "fp32") else int8_file(spec.file)
             if file not in hashes:
-                if file != spec["file"]:
+                if file != spec.file:
                     raise ModelError(
                         f"{b.path} has no INT8 face detector ({file}); make one with: "
                         f"edgert build {b.path} --precision int8"

@@ -145,7 +145,7 @@ def ensure_plan(
             raise EdgertError(f"no FP8 plan for {dev.name}: {why_not}")
     shapes = bundle_shapes(bundle.manifest, options.shapes or None)
     options.shapes = {k: tuple(tuple(s) for s in v) for k, v in shapes.items()}
-    calib = bundle.manifest.quantization.get(precision, {})
+    calib = bundle.manifest.quantization.get(precision)
     onnx_sha256 = sha256_file(onnx_file)
     recorded = bundle.manifest.hashes.get(onnx_file.name)
     if recorded != onnx_sha256:
@@ -160,7 +160,7 @@ def ensure_plan(
         tensorrt=trt.__version__,
         device_name=dev.name,
         compute_capability=dev.cc,
-        calibration_sha256=calib.get("calibration_sha256"),
+        calibration_sha256=calib.calibration_sha256 if calib else None,
         dla_core=options.dla_core,
         shapes=shapes,
         builder=options.key_fields(),

@@ -75,11 +75,13 @@ def test_hostile_manifest_fields_are_refused(tmp_path, tiny):
 def test_a_source_record_that_is_not_an_object_reads_as_none(tmp_path, tiny):
     """The manifest's ``source`` of someone else's bundle may be anything: it reads as no
     source (its calibration then asks for --calib), never as a crash."""
-    for value in ("zoo:mobilenet_v2", ["zoo:x"], 5):
+    from edgert.runtime.bundle import Source
+
+    for value in ("zoo:mobilenet_v2", ["zoo:x"], 5, {"spec": 5}, {"spec": ["zoo:x"]}):
         _edit_manifest(tiny, source=value)
-        assert Bundle(tiny).manifest.source == {}
-    _edit_manifest(tiny, source={"spec": 5})
-    assert Bundle(tiny).manifest.source == {"spec": 5}
+        assert Bundle(tiny).manifest.source == Source() and Bundle(tiny).manifest.source.zoo is None
+    _edit_manifest(tiny, source={"kind": "zoo", "spec": "zoo:mobilenet_v2"})
+    assert Bundle(tiny).manifest.source.zoo == "mobilenet_v2"
 
 
 def test_export_never_replaces_a_folder_with_a_foreign_manifest(tmp_path):

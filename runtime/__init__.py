@@ -22,9 +22,11 @@ from .errors import (
     SourceError,
 )
 from .preprocess import Preprocessing, Transform
+from .tasks import TASK_SPECS, TaskModel, TaskSpec, load_task_model
 from .tracking import Track, Tracker
 
 __all__ = [
+    "TASK_SPECS",
     "BackendUnavailable",
     "Bundle",
     "BundleError",
@@ -43,9 +45,12 @@ __all__ = [
     "SensorError",
     "ShapeError",
     "SourceError",
+    "TaskModel",
+    "TaskSpec",
     "TensorSpec",
     "Track",
     "Tracker",
     "Transform",
     "ZoneCounter",
+    "load_task_model",
 ]

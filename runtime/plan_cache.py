@@ -110,8 +110,8 @@ def ensure_plan(
     trt = import_tensorrt()
     version = compat.parse_version(trt.__version__)
     bundle = Bundle(bundle_dir)
-    # the caller's options are never changed: what is filled in here goes into a copy
-    options = replace(options) if options is not None else BuildOptions(precision=precision)
+    # options are frozen: what is filled in here makes new ones (replace), the caller's stay
+    options = options if options is not None else BuildOptions(precision=precision)
     vouched = bundle.manifest.hashes  # the models the bundle's manifest records
     onnx_file = bundle.path / compat.onnx_for_precision(version, precision, available=vouched)
     if (
@@ -128,7 +128,7 @@ def ensure_plan(
                 f"{ranges} is missing; run: edgert build {bundle.path} --precision int8"
             )
         thresholds = json.loads(ranges.read_text())["thresholds"]
-        options.calibration_cache = calibration_cache_text(version, thresholds)
+        options = replace(options, calibration_cache=calibration_cache_text(version, thresholds))
         onnx_file = bundle.onnx_path
     if not onnx_file.is_file():
         how = f"edgert build {bundle.path} --precision {precision}"
@@ -144,7 +144,7 @@ def ensure_plan(
         if why_not:
             raise EdgertError(f"no FP8 plan for {dev.name}: {why_not}")
     shapes = bundle_shapes(bundle.manifest, options.shapes or None)
-    options.shapes = {k: tuple(tuple(s) for s in v) for k, v in shapes.items()}
+    options = replace(options, shapes={k: tuple(tuple(s) for s in v) for k, v in shapes.items()})
     calib = bundle.manifest.quantization.get(precision)
     onnx_sha256 = sha256_file(onnx_file)
     recorded = bundle.manifest.hashes.get(onnx_file.name)
@@ -166,9 +166,8 @@ def ensure_plan(
         builder=options.key_fields(),
     )
     if options.timing_cache is None:
-        options.timing_cache = bundle.engines_dir / compat.timing_cache_name(
-            key.tensorrt, key.compute_capability, dev.name
-        )
+        timing = compat.timing_cache_name(key.tensorrt, key.compute_capability, dev.name)
+        options = replace(options, timing_cache=bundle.engines_dir / timing)
     path, built = PlanCache(bundle.engines_dir).get_or_build(
         key, lambda: build_plan(onnx_file, options), extra
     )

@@ -5,6 +5,9 @@ from __future__ import annotations
 PRECISIONS = ("fp32", "fp16", "int8", "fp8")  # what a bundle holds, in this order
 CHOICES = ("auto", *PRECISIONS)  # --precision where the bundle's best is picked (auto)
 QDQ = ("int8", "fp8")  # calibrated: quantize/dequantize pairs around the quantized nodes
+REDUCED = tuple(p for p in PRECISIONS if p != "fp32")  # a model file of its own; FP16 outside Q/DQ
+# what --precision auto prefers among a bundle's TensorRT plans (FP8 only when asked for)
+AUTO_ORDER = ("fp16", "int8", "fp32")
 
 
 def model_file(precision: str, variant: str | None = None) -> str:

@@ -86,7 +86,8 @@ def add_parser(sub) -> None:
         "--mosaic", action="store_true", help="several streams: one video file (or window) tiled"
     )
     p.add_argument("--jsonl", metavar="FILE", help="one JSON line per processed frame")
-    t = p.add_argument_group("tracking and counting (detect and faces models)")
+    boxes = " and ".join(t.name for t in TASK_SPECS.values() if t.boxes)
+    t = p.add_argument_group(f"tracking and counting ({boxes} models)")
     t.add_argument("--track", action="store_true",
                    help="follow objects across frames: a track ID per detection (one tracker per stream)")  # fmt: skip
     t.add_argument("--line", action="append", default=[], metavar="[STREAM:]NAME=x1,y1,x2,y2",

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..bundle import TensorSpec
 from ..errors import ModelError, ShapeError, first_line
-from ..precision import model_file
+from ..precision import REDUCED, model_file
 from .base import Backend, Target
 from .tensorrt_compat import FP16_VARIANTS
 
@@ -100,7 +100,7 @@ class OnnxRuntimeBackend(Backend):
                 if precision != "fp32":
                     return target.onnx.with_name(model_file(precision)), why
                 return target.onnx, why
-        if precision in ("int8", "fp16", "fp8"):
+        if precision in REDUCED:
             variant = target.onnx.with_name(model_file(precision)) if target.bundle_dir else None
             if variant is None or not variant.is_file():
                 return None, (

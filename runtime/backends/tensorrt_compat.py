@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..precision import PRECISIONS, QDQ, model_file
+from ..precision import AUTO_ORDER, PRECISIONS, QDQ, REDUCED, model_file
 
 MIN_VERSION = (8, 5)
 
@@ -89,7 +89,7 @@ def builder_flag_names(version: tuple[int, ...], precision: str, qdq_model: bool
     if not f.weak_typing:
         return []
     flags = []
-    if precision in ("fp16", "int8", "fp8"):
+    if precision in REDUCED:
         flags.append("FP16")  # quantized engines keep unquantized layers in FP16 where faster
     if precision == "int8" and (qdq_model and f.int8_builder_flag_for_qdq):
         flags.append("INT8")
@@ -243,7 +243,7 @@ def select_plan(
     """Pick the plan in a bundle's engines/ that runs here: (path, why) or (None, why not)."""
     if not engines_dir.is_dir():
         return None, "the bundle has no engines/ folder"
-    wanted = ("fp16", "int8", "fp32") if precision == "auto" else (precision,)
+    wanted = AUTO_ORDER if precision == "auto" else (precision,)
     rejected = []
     for prec in wanted:
         for engine in sorted(engines_dir.glob("*.engine")):

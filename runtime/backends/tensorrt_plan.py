@@ -21,8 +21,11 @@ from .tensorrt_logger import import_tensorrt, process_logger
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(frozen=True)
 class BuildOptions:
+    """How to build one plan; immutable: ``ensure_plan`` derives the filled-in options with
+    ``dataclasses.replace`` (its precision is the one the cache key holds)."""
+
     precision: str = "fp16"
     workspace_bytes: int | None = None
     opt_level: int | None = None

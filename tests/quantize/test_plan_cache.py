@@ -163,6 +163,9 @@ def test_ensure_plan_takes_its_precision_from_one_place(tmp_path):
 
     with pytest.raises(EdgertError, match="options are for fp16, not int8"):
         ensure_plan(tmp_path, "int8", options=BuildOptions(precision="fp16"))
+    # and the options cannot be changed behind the key's back: they are frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        BuildOptions(precision="int8").precision = "fp16"
 
 
 def test_one_plan_check_judges_deletes_and_says(tmp_path, monkeypatch):

@@ -4,8 +4,9 @@
 
 Each precision has its recipe: INT8 and FP8 are one Q/DQ recipe with a format record
 (:mod:`recipe_qdq`), FP16 its own (:mod:`recipe_fp16`); a task whose bundle is several networks
-brings its own table (``TASK_RECIPES``: the face detector's INT8, :func:`faces.build_int8`). A recipe reads the bundle, stages its files in the job's report
-(:mod:`job`), and the build commits files and manifest as one change (:mod:`staging`). Then,
+brings its own table (``TASK_RECIPES``: the face detector's INT8, :func:`faces.build_int8`). A
+recipe reads the bundle, stages its files in the job's report (:mod:`job`), and the build commits
+files and manifest as one change (:mod:`staging`). Then,
 where TensorRT and a GPU exist, the plan is built (or taken from the cache) and checked against
 FP32 on stored samples; elsewhere the report says the plan will be built on the device.
 """

@@ -15,8 +15,8 @@ Each task is one :class:`TaskSpec` in :data:`TASK_SPECS`: what its results are, 
 the camera, the server and edgert build do with it, and its task model (the decoder of one
 engine's outputs, or a module of its own for a bundle of several networks: the MTCNN face
 detector, :mod:`faces`). Code elsewhere asks the spec (``boxes``, ``images``, ...), never which
-task it is; the one part that cannot live here, a task's own build recipes (they are host code, above the
-runtime), is one table in ``quantize/builder.py``, ``TASK_RECIPES``.
+task it is. The one part that cannot live here, a several-network task's own build recipes (host
+code, above the runtime), is one table in ``quantize/builder.py``: ``TASK_RECIPES``.
 """
 
 from __future__ import annotations
@@ -78,11 +78,14 @@ class TaskSpec:
     letterbox: bool = False  # export's default resize keeps the aspect (and resizes bilinearly)
     export_option: bool = True  # `edgert export --task NAME` makes one (else: made_by)
     camera: bool = True  # `edgert camera --task NAME` is offered
-    made_by: str = "edgert export MODEL --task NAME"  # how a bundle of this task is made
+    made_by: str | None = None  # how a bundle of this task is made (None: export with --task)
     # one engine's outputs -> results (None: the raw outputs' names, shapes and dtypes)
     decode: Callable[[EngineTask, list, list], list] | None = None
     model: str | None = None  # a module whose load_task() loads a bundle of several networks
     plan: str | None = None  # why edgert builds no TensorRT plan for it (None: it does)
+
+    def how_made(self) -> str:
+        return self.made_by or f"edgert export MODEL --task {self.name}"
 
 
 _NO_FACE_PLAN = (
@@ -222,7 +225,9 @@ def load_task_model(
         load = importlib.import_module(own.model).load_task
         return load(path, backend=backend, precision=precision, **options)
     if asked is not None and asked.model is not None:
-        raise ModelError(f"--task {task} needs a {asked.kind} bundle ({asked.made_by}), not {path}")
+        raise ModelError(
+            f"--task {task} needs a {asked.kind} bundle ({asked.how_made()}), not {path}"
+        )
     from .engine import Engine
 
     engine = Engine.load(path, backend=backend, precision=precision, **options)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from edgert.runtime.compare import cosine_rows  # also gate.cosine_rows for the recipes
 from edgert.runtime.postprocess import looks_like_probabilities, softmax
 
 DEFAULT_GATE = {
@@ -91,16 +92,6 @@ class Evaluation:
 
     def summary(self) -> str:
         return ", ".join(f"{k} {v:.4f}" for k, v in self.metrics.items())
-
-
-def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a = a.reshape(len(a), -1).astype(np.float64)
-    b = b.reshape(len(b), -1).astype(np.float64)
-    num = (a * b).sum(axis=1)
-    den = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    return np.where(
-        den > 0, num / np.maximum(den, 1e-30), np.where(np.abs(a - b).max(axis=1) == 0, 1.0, 0.0)
-    )
 
 
 def evaluate(

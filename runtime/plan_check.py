@@ -55,17 +55,10 @@ def run_stored_samples(bundle_dir: Path, plan: Path):
 
 def cosine_judge(min_cosine: float = MIN_COSINE) -> Judge:
     """The device's judge: every output's per-sample cosine against FP32 at least ``min_cosine``."""
-    import numpy as np
+    from .compare import cosine_rows
 
     def judge(refs: dict, got: dict) -> tuple[list[str], str, dict]:
-        worst = 1.0
-        for k, ref in refs.items():
-            n = len(ref)
-            a = got[k].reshape(n, -1).astype(np.float64)
-            b = ref.reshape(n, -1).astype(np.float64)
-            denom = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-            cos = np.where(denom > 0, (a * b).sum(axis=1) / np.maximum(denom, 1e-30), 1.0)
-            worst = min(worst, float(cos.min()))
+        worst = min((float(cosine_rows(got[k], ref).min()) for k, ref in refs.items()), default=1.0)
         failures = [f"cosine {worst:.5f} < {min_cosine}"] if worst < min_cosine else []
         return failures, f"cosine {worst:.5f}", {"cosine": worst}
 

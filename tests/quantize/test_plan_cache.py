@@ -197,6 +197,17 @@ def test_one_plan_check_judges_deletes_and_says(tmp_path, monkeypatch):
         plan_check.verify_plan(tmp_path, plan)
     assert not plan.exists() and not plan.with_suffix(".json").exists()
 
+    # a plan that outputs nothing but zeros is not "cosine 1" (a zero-norm row is only equal to
+    # a zero reference)
+    plan_returns({"logits": np.zeros_like(ref["logits"])})
+    with pytest.raises(GateFailed, match=r"cosine 0.00000 < 0.99"):
+        plan_check.verify_plan(tmp_path, plan)
+    assert not plan.exists()
+    zeros = {"logits": np.zeros_like(ref["logits"])}
+    monkeypatch.setattr(plan_check, "run_stored_samples", lambda b, p: (zeros, zeros, 8))
+    plan.write_bytes(b"PLAN")
+    assert plan_check.verify_plan(tmp_path, plan).metrics["cosine"] == 1.0
+
     # another judge (the build passes its gate's): its failures decide, the same deletion
     plan_returns({"logits": ref["logits"]})
     with pytest.raises(GateFailed, match="agreement 0.5 < 0.9"):

@@ -168,7 +168,7 @@ class Manifest:
         """Network name -> its entry in a bundle of several networks (a face detector's P-Net,
         R-Net and O-Net); empty for one model. File names were validated on open."""
         found = self.raw.get("models") or {}
-        return {name: Network(name, spec["file"], dict(spec)) for name, spec in found.items()}
+        return {name: Network(name, spec["file"]) for name, spec in found.items()}
 
     @property
     def source(self) -> Source:
@@ -195,17 +195,15 @@ class Quantization:
 
     precision: str
     calibration_sha256: str | None  # what the plan cache keys an INT8 / FP8 plan on
-    passed: bool | None  # the accuracy gate's verdict (None: no gate, e.g. FP16)
     cpu_ms: dict | None  # ONNX Runtime CPU latency per batch size, measured at build time
     raw: dict
 
     @classmethod
     def of(cls, precision: str, section: dict) -> Quantization:
-        passed, speeds = section.get("passed"), section.get("onnxruntime_cpu_ms")
+        speeds = section.get("onnxruntime_cpu_ms")
         return cls(
             precision,
             _text(section.get("calibration_sha256")),
-            passed if isinstance(passed, bool) else None,
             dict(speeds) if isinstance(speeds, dict) else None,
             dict(section),
         )
@@ -217,7 +215,6 @@ class Network:
 
     name: str
     file: str
-    raw: dict
 
 
 @dataclass(frozen=True)

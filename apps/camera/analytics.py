@@ -10,6 +10,7 @@ when all are within 0..1 (see :mod:`edgert.runtime.counting`).
 from __future__ import annotations
 
 import collections
+import logging
 import re
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from edgert.runtime.errors import EdgertError, GeometryError
 from edgert.runtime.tasks import TASK_SPECS, task_spec
 from edgert.runtime.tracking import Tracker, as_detection
 
+log = logging.getLogger(__name__)
 _SPEC = re.compile(r"(?:(\d+):)?([A-Za-z0-9_-]+)=(.*)")
 TRAIL = 20  # centres drawn behind each track
 
@@ -42,7 +44,8 @@ def parse_geometry(spec: str, kind: str, streams: int) -> Geometry:
     flag = f"--{kind} {spec}"
     if m is None:
         raise GeometryError(f"{flag}: write it as NAME=x1,y1,x2,y2{',...' if kind == 'zone' else ''} "
-                            "(or STREAM:NAME=... for one stream)")  # fmt: skip
+                            "(or STREAM:NAME=... for one stream), NAME in ASCII letters, digits, "
+                            "'-' and '_'")  # fmt: skip
     stream = int(m.group(1)) if m.group(1) is not None else None
     if stream is not None and stream >= streams:
         raise GeometryError(f"{flag}: there is no stream {stream} (streams are 0 to {streams - 1})")
@@ -90,12 +93,16 @@ def check_in_frame(geometries: list[Geometry], stream: int, size: tuple[int, int
 
 class EventsOutput:
     """``--events FILE``: one JSON line per event (``frame.events``), written as they happen; an
-    output like the others, so a full disk is handled as theirs is."""
+    output like the others, so a full disk is handled as theirs is. Appended to: each run begins
+    with a ``run_start`` event naming its streams, after the earlier runs' events."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, streams: list | None = None) -> None:
+        import os
+
         from .outputs import JsonlOutput
 
-        self.out = JsonlOutput(path)
+        start = {"event": "run_start", "time": round(time.time(), 4), "pid": os.getpid()}
+        self.out = JsonlOutput(path, {**start, "streams": streams or []})
 
     def write(self, frame, overlay_image, record: dict) -> None:
         self.write_events(frame.events)
@@ -113,7 +120,8 @@ class _Stream:
     tracker: Tracker
     counters: Counters
     geometries: list
-    resolved: bool = False
+    size: tuple[int, int] | None = None  # the frame size the counters are resolved for
+    warned: bool = False  # that pixel geometry stays put when the size changes
     trails: dict = field(default_factory=dict)
 
 
@@ -135,18 +143,34 @@ class Analytics:
         self.t0_wall = time.time() - time.monotonic()  # monotonic -> wall clock
 
     def _resolve(self, s: _Stream, stream: int, image) -> None:
+        """The counters, for this frame's size. When a stream's frames change size (a folder of
+        mixed images, a camera switching resolution), lines and zones given as fractions follow
+        the frame; ones given in pixels stay where they were, said once."""
         h, w = image.shape[:2]
-        check_in_frame(s.geometries, stream, (w, h))
-        for g in s.geometries:
-            counter = g.counter(self.anchor).resolve(w, h)
-            (s.counters.lines if g.kind == "line" else s.counters.zones).append(counter)
-        s.resolved = True
+        if s.size is None:
+            check_in_frame(s.geometries, stream, (w, h))
+            for g in s.geometries:
+                counter = g.counter(self.anchor).resolve(w, h)
+                (s.counters.lines if g.kind == "line" else s.counters.zones).append(counter)
+        else:
+            for counter in (*s.counters.lines, *s.counters.zones):
+                if counter.fractions:
+                    counter.resolve(w, h)
+            pixels = [c.name for c in (*s.counters.lines, *s.counters.zones) if not c.fractions]
+            if pixels and not s.warned:
+                s.warned = True
+                log.warning("stream %d changed size from %dx%d to %dx%d: %s given in pixels %s "
+                            "where %s (give fractions of the frame, 0..1, to follow its size)",
+                            stream, *s.size, w, h, ", ".join(pixels),
+                            "stays" if len(pixels) == 1 else "stay",
+                            "it was" if len(pixels) == 1 else "they were")  # fmt: skip
+        s.size = (w, h)
 
     def update(self, frame) -> None:
         """Track this frame's detections; sets ``track_id`` on each (None when no confirmed track
         holds it) and ``frame.tracks``; writes the events."""
         s = self.streams[frame.stream]
-        if not s.resolved:
+        if s.size != frame.image.shape[1::-1]:
             self._resolve(s, frame.stream, frame.image)
         results = frame.results if isinstance(frame.results, list) else []
         found = [r for r in results if isinstance(r, dict) and "box" in r]
@@ -191,7 +215,7 @@ class Analytics:
         records = []
         for i, s in enumerate(self.streams):
             ended = s.tracker.close()
-            events = s.counters.forget(ended)
+            events = s.counters.forget(ended, "run_ended")
             events += [dict(event="track_end", track_id=t.track_id, label=t.label,
                             duration_s=round(t.age, 3)) for t in ended]  # fmt: skip
             records += self._records(events, i, None, time.monotonic())

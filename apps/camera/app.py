@@ -61,6 +61,7 @@ class CameraConfig:
     mqtt_key: str | None = None
     mqtt_insecure: bool = False
     mqtt_client_id: str | None = None
+    mqtt_protocol: str = "5"  # 5 | 3.1.1
 
     @property
     def tracking(self) -> bool:
@@ -383,14 +384,15 @@ def _open_outputs(cfg: CameraConfig, sources: list, stack: contextlib.ExitStack,
         if isinstance(out, HttpOutput):
             out.probes = telemetry.probes if telemetry is not None else None
             say(f"web viewer: {out.url}")
+    streams = [{"stream": i, "uri": redact(uri), "source": s.description}
+               for i, (uri, s) in enumerate(zip(cfg.sources, sources))]  # fmt: skip
     if cfg.jsonl:
-        header = {"streams": [{"stream": i, "uri": redact(uri), "source": s.description}
-                              for i, (uri, s) in enumerate(zip(cfg.sources, sources))]}  # fmt: skip
+        header = {"run_start": round(time.time(), 4), "streams": streams}
         out = JsonlOutput(cfg.jsonl, header)
         stack.callback(_quiet_close, out)
         outputs.append(out)
     if cfg.events:
-        out = EventsOutput(cfg.events)
+        out = EventsOutput(cfg.events, streams)
         stack.callback(_quiet_close, out)
         outputs.append(out)
     for out in telemetry.outputs() if telemetry is not None else []:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -115,40 +116,79 @@ def appsink(live: bool) -> str:
     return "appsink name=sink sync=false max-buffers=4 drop=false"
 
 
-def rtsp_source(url: str, latency_ms: int, transport: str, timeout_s: float) -> str:
+@dataclass(frozen=True)
+class Launch:
+    """A pipeline to run: its first element, made by name with its properties set as values (a
+    URI, a path or a device a user gave is a property value, never pipeline syntax: a quote in
+    it cannot add elements), then ``rest``, a description edgert writes itself from fixed
+    strings and numbers ("" for ``rtspsrc``, whose decode chain follows its stream's codec)."""
+
+    element: str
+    props: tuple = ()  # ((name, value), ...)
+    rest: str = ""
+
+    def text(self) -> str:
+        """As ``gst-launch-1.0`` would write it (``edgert info``, logs); never parsed."""
+        props = "".join(f" {k}={_shown(v)}" for k, v in self.props)
+        return f"{self.element}{props}" + (f" ! {self.rest}" if self.rest else "")
+
+    def __contains__(self, text: str) -> bool:
+        return text in self.text()
+
+
+def _named_values(spec) -> bool:  # noqa: N802
+    """Whether a property takes one of GLib's named flags or enum values."""
+    from gi.repository import GObject
+
+    return GObject.type_is_a(spec.value_type, GObject.TYPE_FLAGS) or GObject.type_is_a(
+        spec.value_type, GObject.TYPE_ENUM
+    )
+
+
+def _shown(value) -> str:
+    if isinstance(value, str) and not value.replace("-", "").replace("_", "").isalnum():
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(value)
+
+
+def rtsp_source(url: str, latency_ms: int, transport: str, timeout_s: float) -> Launch:
     """``rtspsrc`` for ``url``: ``latency_ms`` of jitter buffer (GStreamer's default is 2000),
     ``transport`` tcp, udp or auto (UDP, then TCP)."""
-    protocols = {"tcp": " protocols=tcp", "udp": " protocols=udp"}.get(transport, "")
     us = int(timeout_s * 1e6)
-    return (f'rtspsrc name=src location="{url}" latency={int(latency_ms)}{protocols} '
-            f"tcp-timeout={us} timeout={us}")  # fmt: skip
+    props = [("location", url), ("latency", int(latency_ms))]
+    if transport in ("tcp", "udp"):
+        props.append(("protocols", transport))
+    props += [("tcp-timeout", us), ("timeout", us)]
+    return Launch("rtspsrc", tuple(props))
 
 
-def file_pipeline(path: str, have: set[str]) -> str:
-    return f'filesrc location="{path}" ! decodebin ! {_to_bgr(have)} ! {appsink(False)}'
+def file_pipeline(path: str, have: set[str]) -> Launch:
+    return Launch("filesrc", (("location", path),),
+                  f"decodebin name=head ! {_to_bgr(have)} ! {appsink(False)}")  # fmt: skip
 
 
-def csi_pipeline(sensor: int, width: int, height: int, fps: int) -> str:
-    return (f"nvarguscamerasrc sensor-id={sensor} ! video/x-raw(memory:NVMM),width={width},"
-            f"height={height},framerate={fps}/1 ! nvvidconv ! video/x-raw,format=BGRx ! {BGR} ! "
-            f"{appsink(True)}")  # fmt: skip
+def csi_pipeline(sensor: int, width: int, height: int, fps: int) -> Launch:
+    return Launch("nvarguscamerasrc", (("sensor-id", int(sensor)),),
+                  f'capsfilter name=head caps="video/x-raw(memory:NVMM),width={int(width)},'
+                  f'height={int(height)},framerate={int(fps)}/1" ! nvvidconv ! '
+                  f"video/x-raw,format=BGRx ! {BGR} ! {appsink(True)}")  # fmt: skip
 
 
-def v4l2_pipeline(device: str, width, height, fps, codec) -> str:
+def v4l2_pipeline(device: str, width, height, fps, codec) -> Launch:
     caps = ",".join(
-        [f"width={width}"] * bool(width)
-        + [f"height={height}"] * bool(height)
+        [f"width={int(width)}"] * bool(width)
+        + [f"height={int(height)}"] * bool(height)
         + [f"framerate={int(fps)}/1"] * bool(fps)  # fmt: skip
     )
     if codec == "mjpeg":
-        head = "image/jpeg" + ("," + caps if caps else "") + " ! jpegdec"
+        head = "capsfilter name=head caps=image/jpeg" + ("," + caps if caps else "") + " ! jpegdec"
     else:
         head = (
-            "video/x-raw"
+            "capsfilter name=head caps=video/x-raw"
             + (",format=YUY2" if codec == "yuyv" else "")
             + ("," + caps if caps else "")
         )
-    return f'v4l2src device="{device}" ! {head} ! {BGR} ! {appsink(True)}'
+    return Launch("v4l2src", (("device", device),), f"{head} ! {BGR} ! {appsink(True)}")
 
 
 def describe(kind: str, have: set[str], latency_ms: int = 100, transport: str = "auto") -> str:
@@ -156,61 +196,98 @@ def describe(kind: str, have: set[str], latency_ms: int = 100, transport: str = 
     ``edgert info``."""
     if kind.startswith("rtsp"):
         chain, _ = decode_chain(kind.split("-")[1], have)
-        return f"{rtsp_source('rtsp://…', latency_ms, transport, 5.0)} ! {chain} ! {appsink(True)}"
-    return file_pipeline("…", have)
+        head = rtsp_source("rtsp://…", latency_ms, transport, 5.0).text()
+        return f"{head} ! {chain} ! {appsink(True)}"
+    return file_pipeline("…", have).text()
 
 
 Lost = StreamLost  # the name this module and sources.py use
 
 
 class GstConnection:
-    """One running pipeline ending in an appsink. ``description`` ends in the appsink, or, for
-    RTSP, is ``rtspsrc name=src ...`` alone: its video pad is linked, once it appears, to the
-    decode chain of its codec (:func:`decode_chain`), and other pads (audio) to a fakesink."""
+    """One running pipeline ending in an appsink, built from a :class:`Launch`: its first element
+    made by name with its properties set as values, then the rest of the description. For RTSP
+    (``rtspsrc`` alone) the video pad is linked, once it appears, to the decode chain of its
+    codec (:func:`decode_chain`), and other pads (audio) to a fakesink.
 
-    def __init__(self, description: str, live: bool, have: set[str], timeout_s: float,
+    :meth:`close` takes the pipeline to NULL and lets go of every reference to it (the pad-added
+    handler too, which held this object from inside GLib): a failed attempt or a dropped stream
+    leaves no socket, poll descriptor or thread behind, however often a camera is retried."""
+
+    def __init__(self, launch: Launch, live: bool, have: set[str], timeout_s: float,
                  cancel: threading.Event) -> None:  # fmt: skip
         Gst = gst()
         self.Gst, self.live, self.have = Gst, live, have
         self.decoder: str | None = None
+        self.pipeline = None
+        self._src = None
+        self._handler: int | None = None
         try:
-            made = Gst.parse_launch(description)
-        except Exception as exc:  # noqa: BLE001 - GLib.Error: an element this machine lacks
-            raise Lost(f"GStreamer cannot build {description.split()[0]}: {exc}") from None
-        if isinstance(made, Gst.Pipeline):
-            self.pipeline = made
-        else:  # one element (rtspsrc alone)
-            self.pipeline = Gst.Pipeline.new(None)
-            self.pipeline.add(made)
-        self.sink = self.pipeline.get_by_name("sink")
-        if self.sink is None:  # RTSP: the chain is chosen by the stream's codec
-            self.sink = Gst.parse_launch(appsink(live))
-            self.pipeline.add(self.sink)
-            self.pipeline.get_by_name("src").connect("pad-added", self._pad_added)
-        else:
-            self.decoder = "decodebin" if "decodebin" in description else description.split()[0]
-        self.sink.set_property("caps", Gst.Caps.from_string("video/x-raw,format=BGR"))
+            self._build(launch)
+        except BaseException:
+            self.close()
+            raise
         self.bus = self.pipeline.get_bus()
         self.media_time: float | None = None
         self._linked = False
         self._error: str | None = None
         self._problem: Lost | None = None
         self._drained = time.monotonic()
-        self.pipeline.set_state(Gst.State.PLAYING)
         try:
+            self.pipeline.set_state(Gst.State.PLAYING)
             self.first = self.read(timeout_s, cancel, connecting=True)
         except BaseException:
             self.close()
             raise
 
+    def _build(self, launch: Launch) -> None:
+        Gst = self.Gst
+        if launch.rest:  # ours: fixed strings and numbers, its first element named "head"
+            try:
+                self.pipeline = Gst.parse_launch(launch.rest)
+            except Exception as exc:  # noqa: BLE001 - GLib.Error: an element this machine lacks
+                raise Lost(f"GStreamer cannot build {launch.rest.split()[0]}: {exc}") from None
+        else:
+            self.pipeline = Gst.Pipeline.new(None)
+        src = Gst.ElementFactory.make(launch.element, "src")
+        if src is None:
+            raise Lost(f"GStreamer has no {launch.element} element")
+        self.pipeline.add(src)
+        self._src = src
+        for name, value in launch.props:
+            spec = src.find_property(name)
+            if spec is None:
+                raise Lost(f"{launch.element} has no property {name}")
+            try:
+                if _named_values(spec):  # tcp, udp: GStreamer's own parser for the names
+                    Gst.util_set_object_arg(src, name, str(value))
+                else:
+                    src.set_property(name, value)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise Lost(f"could not set {launch.element}'s {name}: {exc}") from None
+        if launch.rest:
+            head = self.pipeline.get_by_name("head")
+            if head is None or not src.link(head):
+                raise Lost(f"GStreamer cannot link {launch.element} to {launch.rest.split()[0]}")
+            self.sink = self.pipeline.get_by_name("sink")
+            self.decoder = "decodebin" if "decodebin" in launch.rest else launch.element
+        else:  # RTSP: the chain is chosen by the stream's codec
+            self.sink = Gst.parse_launch(appsink(self.live))
+            self.pipeline.add(self.sink)
+            self._handler = src.connect("pad-added", self._pad_added)
+        self.sink.set_property("caps", Gst.Caps.from_string("video/x-raw,format=BGR"))
+
     def _pad_added(self, _src, pad) -> None:
         Gst = self.Gst
+        pipeline = self.pipeline
+        if pipeline is None:  # closed meanwhile
+            return
         caps = pad.get_current_caps() or pad.query_caps(None)
         s = caps.get_structure(0)
         media = s.get_string("media") if s.has_field("media") else ""
         if self._linked or (media and media != "video"):
             sink = Gst.ElementFactory.make("fakesink")
-            self.pipeline.add(sink)
+            pipeline.add(sink)
             sink.sync_state_with_parent()
             pad.link(sink.get_static_pad("sink"))
             return
@@ -222,7 +299,7 @@ class GstConnection:
         except Exception as exc:  # noqa: BLE001 - GLib.Error: reported by read()
             self._error = f"cannot build the decoder for {codec}: {exc}"
             return
-        self.pipeline.add(bin_)
+        pipeline.add(bin_)
         bin_.link(self.sink)
         bin_.sync_state_with_parent()
         pad.link(bin_.get_static_pad("sink"))
@@ -315,7 +392,16 @@ class GstConnection:
         )
 
     def close(self) -> None:
-        self.pipeline.set_state(self.Gst.State.NULL)
+        """NULL, then every reference dropped: the pipeline, its bus, sockets and threads go."""
+        pipeline, self.pipeline = self.pipeline, None
+        if pipeline is None:
+            return
+        if self._handler is not None and self._src is not None:
+            self._src.disconnect(self._handler)
+        self._handler = None
+        pipeline.set_state(self.Gst.State.NULL)
+        pipeline.get_state(self.Gst.CLOCK_TIME_NONE)  # the state change done (threads joined)
+        self._src = self.sink = self.bus = None
 
 
 def decoders(have: set[str] | None = None, found: tuple[bool, str] | None = None) -> dict:

@@ -36,12 +36,20 @@ class Output:
 
 
 class JsonlOutput(Output):
+    """A JSON-lines log, appended to as a log is: a restart (a crash, systemd, a reboot) adds a
+    run after the earlier ones, each beginning with its ``header`` line, and never erases them.
+    A last line cut short by a crash is ended first, so the next line stays whole."""
+
     def __init__(self, path: str, header: dict | None = None) -> None:
         self.path = Path(path)
         self.failed = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.fh = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            self.fh = open(self.path, "a+b")  # noqa: SIM115 - closed in close()
+            if self.fh.tell() > 0:
+                self.fh.seek(-1, os.SEEK_END)
+                if self.fh.read(1) != b"\n":
+                    self.fh.write(b"\n")
         except OSError as exc:
             raise OutputError(atomic.describe_os_error(exc, self.path)) from exc
         if header is not None:
@@ -49,7 +57,7 @@ class JsonlOutput(Output):
 
     def write(self, frame, overlay_image, record: dict) -> None:
         try:
-            self.fh.write(json.dumps(record) + "\n")
+            self.fh.write((json.dumps(record) + "\n").encode())
             self.fh.flush()
         except OSError as exc:
             self.failed = True

@@ -145,6 +145,7 @@ class Stream:
         self.processed = 0
         self.ended = False  # the batcher saw its end marker
         self.error: BaseException | None = None
+        self.cut = False  # its capture was cut off at the end of --duration (still connecting)
         self.last_ready = time.monotonic()
         self.last_output: float | None = None  # when its last frame left the pipeline
         self.timings = {"capture_age": LatencyRecorder(), "end_to_end": LatencyRecorder()}
@@ -262,7 +263,7 @@ class Pipeline:
                 i += 1
                 s.captured = i
         except BaseException as exc:  # noqa: BLE001 - this stream ends; the others go on
-            if not self.interrupted:
+            if not self.interrupted and not s.cut:
                 s.error = exc
                 if len(self.streams) > 1:
                     log.warning("stream %d (%s) stopped: %s", s.index, _describe(s.source), exc)
@@ -417,6 +418,7 @@ class Pipeline:
         try:
             while any(t.is_alive() for t in workers):
                 self.heartbeat = time.monotonic()
+                self._end_of_duration(captures)
                 workers[-1].join(0.1)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM through the CLI's handler
             log.info("interrupted: finishing the frames in flight")
@@ -438,6 +440,22 @@ class Pipeline:
         failed = [s.error for s in self.streams if s.error is not None]
         if failed and len(failed) == len(self.streams):
             raise failed[0]
+
+    DURATION_GRACE_S = 1.0  # for a capture to deliver its last frame once the duration is up
+
+    def _end_of_duration(self, captures: list[threading.Thread]) -> None:
+        """``duration`` is a promise even while a stream reconnects or waits for a frame: a
+        capture still running ``DURATION_GRACE_S`` after it is cut off (its source cancelled,
+        its stream ended), so the run ends on time; what it says afterwards is not a failure."""
+        if self.duration is None:
+            return
+        if time.monotonic() - self.started < self.duration + self.DURATION_GRACE_S:
+            return
+        for s, t in zip(self.streams, captures):
+            if t.is_alive() and not s.cut:
+                s.cut = True
+                s.source.cancel()
+                s.raw.put(_END)
 
     # -- numbers ----------------------------------------------------------------------------
     def recent_fps(self, seconds: float = 2.0, stream: int | None = None) -> float:

@@ -7,35 +7,14 @@ import contextlib
 import logging
 import math
 import os
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
+from edgert.apps.uris import redact  # noqa: F401 - sources print URIs through it
 from edgert.runtime.errors import SourceError
 
 log = logging.getLogger(__name__)
-
-_SECRET_QUERY = re.compile(
-    r"([?&;][^=&;#]*(?:pass|passwd|password|pwd|token|secret|key|auth)[^=&;#]*=)[^&;#]*", re.I
-)
-
-
-def redact(uri: str) -> str:
-    """``uri`` as edgert prints, logs and serves it: a password in it (``user:pass@``, or a
-    ``password=``/``token=`` query value) replaced by ``***``. Only the connection gets the real one."""
-    scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", uri)
-    if scheme is None:
-        return uri
-    rest = uri[scheme.end() :]
-    # the credentials end at the last "@" (a password may hold "/", "?" or "@"); an "@" in a path
-    # after a host without credentials makes this hide that part of the path: printing only
-    end = rest.find("#") if "#" in rest else len(rest)
-    at = rest.rfind("@", 0, end)
-    if at >= 0 and ":" in rest[:at]:
-        rest = rest[: rest.index(":")] + ":***" + rest[at:]
-    return scheme.group(0) + _SECRET_QUERY.sub(r"\1***", rest)
-
 
 SUPPORTED = "csi://N, v4l2:///dev/videoN, rtsp://..., file://PATH (video, image, folder or glob), a bare path, synthetic://"
 

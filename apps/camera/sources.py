@@ -21,9 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from edgert.apps.uris import check_stream_uri
 from edgert.runtime.errors import SourceError
 from edgert.runtime.images import IMAGE_SUFFIXES, check_pixels
 
+from . import gstreamer
 from .source_base import (  # noqa: F401 - the names sources have always had
     SUPPORTED,
     FrameSource,
@@ -279,7 +281,6 @@ def open_source(uri: str, opts: SourceOptions | None = None) -> FrameSource:
                 "(pip's opencv-python-headless has neither; use JetPack's python3-opencv)"
             )
         w, h, fps = opts.width or 1280, opts.height or 720, int(opts.fps or 30)
-        from . import gstreamer
 
         if opts.decoder != "ffmpeg" and gstreamer.available()[0]:
             if "nvarguscamerasrc" not in gstreamer.elements():
@@ -287,10 +288,8 @@ def open_source(uri: str, opts: SourceOptions | None = None) -> FrameSource:
                                   "camera); this machine's GStreamer has none")  # fmt: skip
             return GstCameraSource(f"CSI camera {index}",
                                    gstreamer.csi_pipeline(int(index), w, h, fps), opts.io_timeout)  # fmt: skip
-        pipeline = (
-            f"nvarguscamerasrc sensor-id={index} ! video/x-raw(memory:NVMM),width={w},height={h},framerate={fps}/1 ! "
-            "nvvidconv ! video/x-raw,format=BGRx ! videoconvert ! video/x-raw,format=BGR ! appsink drop=true max-buffers=1"
-        )
+        # OpenCV's GStreamer back end parses the text; it holds numbers and fixed names only
+        pipeline = gstreamer.csi_pipeline(int(index), w, h, fps).text()
         return LiveCapture(pipeline, f"CSI camera {index}", api=cv2.CAP_GSTREAMER)
     if uri.startswith("v4l2://"):
         device = uri[len("v4l2://") :]
@@ -300,8 +299,6 @@ def open_source(uri: str, opts: SourceOptions | None = None) -> FrameSource:
             )
         if opts.decoder == "gstreamer":  # asked for: OpenCV's V4L2 back end is the default
             choose_decoder("gstreamer", "v4l2")  # a sentence when GStreamer is absent
-            from . import gstreamer
-
             pipeline = gstreamer.v4l2_pipeline(
                 device, opts.width, opts.height, opts.fps, opts.codec
             )
@@ -313,6 +310,10 @@ def open_source(uri: str, opts: SourceOptions | None = None) -> FrameSource:
                 f"cannot open camera {device} (busy in another process, or not a capture device)"
             ) from None
     if uri.startswith(("rtsp://", "rtsps://")):
+        try:
+            check_stream_uri(uri)
+        except ValueError as exc:
+            raise SourceError(str(exc)) from None
         decoder, note = choose_decoder(opts.decoder, "rtsp")
         if decoder == "ffmpeg":
             quiet_ffmpeg()  # here, on the thread that opens sources, before capture threads run

@@ -96,10 +96,8 @@ class StreamSource(FrameSource):
         if self._have is None:
             self._have = gstreamer.elements()
         o = self.opts
-        description = gstreamer.rtsp_source(
-            self.url, o.rtsp_latency_ms, o.rtsp_transport, timeout_s
-        )
-        return gstreamer.GstConnection(description, True, self._have, timeout_s, self._cancel)
+        launch = gstreamer.rtsp_source(self.url, o.rtsp_latency_ms, o.rtsp_transport, timeout_s)
+        return gstreamer.GstConnection(launch, True, self._have, timeout_s, self._cancel)
 
     def _connect(self) -> None:
         o = self.opts

@@ -74,7 +74,8 @@ class CameraTelemetry:
 
                 tls = TlsOptions(cfg.mqtt_ca, cfg.mqtt_cert, cfg.mqtt_key, cfg.mqtt_insecure)
                 self.mqtt = MqttPublisher(target, cfg.mqtt_buffer, tls=tls,
-                                          client_id=cfg.mqtt_client_id)  # fmt: skip
+                                          client_id=cfg.mqtt_client_id,
+                                          protocol=cfg.mqtt_protocol)  # fmt: skip
                 say(f"mqtt: {target.shown} (events on {self.mqtt.topic_events}, "
                     f"status on {self.mqtt.topic_status})")  # fmt: skip
         except BaseException:

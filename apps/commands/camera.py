@@ -111,15 +111,19 @@ def add_parser(sub) -> None:
                    "PREFIX/events (QoS 1), heartbeats on PREFIX/streams/N/heartbeat, PREFIX/status "
                    "online/offline (retained, with a Last Will)")  # fmt: skip
     m.add_argument("--mqtt-buffer", type=positive_int, default=1000, metavar="N",
-                   help="events kept while the broker is away, the oldest dropped first (default 1000)")  # fmt: skip
-    m.add_argument("--mqtt-heartbeat", type=nonneg_float, default=10.0, metavar="S",
-                   help="seconds between heartbeats (0: none; default 10)")  # fmt: skip
+                   help="events kept while the broker is away, the oldest dropped first; while it "
+                   "is connected a full buffer waits, nothing is dropped (default 1000)")  # fmt: skip
+    m.add_argument("--mqtt-heartbeat", type=_heartbeat, default=10.0, metavar="S",
+                   help="seconds between heartbeats (0: none; at least 0.5; default 10)")  # fmt: skip
+    m.add_argument("--mqtt-protocol", choices=["5", "3.1.1"], default="5",
+                   help="MQTT 5 (default: the broker's refusal of an event is seen) or 3.1.1")  # fmt: skip
     m.add_argument("--mqtt-ca", metavar="FILE", help="mqtts: the CA bundle (default: the system's)")
     m.add_argument("--mqtt-cert", metavar="FILE", help="mqtts: a client certificate")
     m.add_argument("--mqtt-key", metavar="FILE", help="mqtts: its key")
     m.add_argument("--mqtt-insecure", action="store_true",
                    help="mqtts: do not check the broker's host name")  # fmt: skip
-    m.add_argument("--mqtt-client-id", metavar="ID", help="default: edgert-HOSTNAME-NNNN")
+    m.add_argument("--mqtt-client-id", metavar="ID",
+                   help="default: edgert-HOSTNAME- and 8 random hex digits")  # fmt: skip
     p.add_argument(
         "--on-output-error",
         choices=["stop", "continue"],
@@ -145,7 +149,7 @@ def add_parser(sub) -> None:
     n.add_argument("--reconnect", type=_tries, default=5, metavar="N|forever",
                    help="tries per (re)connection of a stream that drops (default 5; forever for "
                    "cameras that reboot)")  # fmt: skip
-    n.add_argument("--stall-timeout", type=positive_float, default=5.0, metavar="S",
+    n.add_argument("--stall-timeout", type=_stall, default=5.0, metavar="S",
                    help="a connected stream without a frame this long is a stall, reconnected (default 5)")  # fmt: skip
     n.add_argument("--rtsp-latency", type=nonneg_int, default=100, metavar="MS",
                    help="GStreamer's RTSP jitter buffer (default 100; GStreamer's own is 2000)")  # fmt: skip
@@ -154,6 +158,24 @@ def add_parser(sub) -> None:
     p.add_argument("--sysfs-root", metavar="DIR")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
+
+
+def _heartbeat(text: str) -> float:
+    """--mqtt-heartbeat: 0 (none) or at least 0.5 s (a broker is not a busy loop)."""
+    value = nonneg_float(text)
+    if 0 < value < 0.5:
+        raise argparse.ArgumentTypeError(f"must be 0 (no heartbeats) or at least 0.5 s, not {text}")
+    return value
+
+
+STALL_MAX_S = 86400.0  # a day: OpenCV takes the stall timeout as int milliseconds
+
+
+def _stall(text: str) -> float:
+    value = positive_float(text)
+    if value > STALL_MAX_S:
+        raise argparse.ArgumentTypeError(f"must be at most {STALL_MAX_S:g} s (a day), not {text}")
+    return value
 
 
 def _tries(text: str):
@@ -201,9 +223,7 @@ def print_summary(s: dict) -> None:
     print_conditions(s.get("conditions"))
     for out in _flat(s.get("outputs") or []):
         if out.get("output") == "mqtt":
-            print(f"mqtt {out['broker']}: {out['events']} events, {out['delivered']} delivered, "
-                  f"{out['dropped']} dropped from the full buffer while the broker was away, "
-                  f"{out['buffered']} undelivered at the end")  # fmt: skip
+            print(f"mqtt {out['broker']}: {mqtt_counts(out)}")
         if out.get("letterboxed"):
             print(f"{out['output']}: {out['letterboxed']} of {out['frames']} frames letterboxed "
                   "(their size differs from the first frame's)")  # fmt: skip
@@ -229,23 +249,58 @@ def _flat(reports: list) -> list:
     return [r for item in reports for r in (item if isinstance(item, list) else [item])]
 
 
+def mqtt_counts(out: dict) -> str:
+    """The MQTT line of the summary: what was delivered, and each way an event was lost."""
+    parts = [f"{out['events']} events", f"{out['delivered']} delivered"]
+    if out["dropped"]:
+        parts.append(f"{out['dropped']} dropped from the full buffer while the broker was away")
+    if out.get("refused"):
+        parts.append(f"{out['refused']} refused by the broker")
+    if out["buffered"]:
+        parts.append(f"{out['buffered']} undelivered at the end")
+    if out.get("backpressure_s"):
+        parts.append(f"{out['backpressure_s']:.1f} s waited for the broker")
+    return ", ".join(parts) + (f" (last error: {out['last_error']})" if out.get("last_error")
+                               and out["delivered"] < out["events"] else "")  # fmt: skip
+
+
 def problems(s: dict) -> tuple[list[str], int]:
-    """What went wrong in a run that finished (outputs that failed, images that could not be
-    read) as sentences for stderr, and the exit code: 0 when nothing did."""
+    """What went wrong in a run that finished (outputs that failed, events that never reached
+    the MQTT broker, images that could not be read) as sentences for stderr, and the exit code:
+    0 when nothing did."""
+    from edgert.apps.telemetry.mqtt import lost
+
     lines = list(s.get("output_errors") or [])
+    for out in _flat(s.get("outputs") or []):
+        if out.get("output") == "mqtt" and lost(out):
+            lines.append(f"mqtt {out['broker']}: {lost(out)} of {out['events']} events were not "
+                         f"delivered ({out.get('last_error') or 'see the summary'})")  # fmt: skip
     failed = sum(st.get("images_failed", 0) for st in s.get("streams") or [])
     if failed:
         lines.append(f"{failed} images could not be read and were skipped (named in the summary)")
-    return lines, (2 if s.get("output_errors") else 1 if failed else 0)
+    return lines, (2 if len(lines) > bool(failed) else 1 if failed else 0)
 
 
 def run(args) -> int:
     from edgert.apps.camera.app import CameraConfig, run_camera
     from edgert.apps.camera.sources import SourceOptions
+    from edgert.apps.uris import expand
+    from edgert.runtime.errors import OutputError, SourceError
 
+    for flag, value in (("--events", args.events), ("--jsonl", args.jsonl)):
+        if value is not None and not value.strip():
+            raise OutputError(f"{flag} needs a file name, and it was given an empty one")
+    try:  # ${EDGERT_...}: credentials from the environment, not the command line
+        sources = [expand(s, "--source") for s in args.source or ["synthetic://"]]
+    except ValueError as exc:
+        raise SourceError(str(exc)) from None
+    try:
+        mqtt = expand(args.mqtt, "--mqtt") if args.mqtt else None
+    except ValueError as exc:
+        raise OutputError(str(exc)) from None
     cfg = CameraConfig(
         model=args.model,
-        sources=args.source or ["synthetic://"],
+        sources=sources,
         outputs=args.output,
         task=args.task,
         power_cap=args.power_cap,
@@ -283,7 +338,8 @@ def run(args) -> int:
         count_anchor=args.count_point,
         lost_seconds=args.lost_seconds,
         metrics=args.metrics,
-        mqtt=args.mqtt,
+        mqtt=mqtt,
+        mqtt_protocol=args.mqtt_protocol,
         mqtt_buffer=args.mqtt_buffer,
         mqtt_heartbeat=args.mqtt_heartbeat,
         mqtt_ca=args.mqtt_ca,

@@ -21,12 +21,16 @@ import collections
 import contextlib
 import json
 import logging
+import secrets
 import socket
+import ssl
+import sys
 import threading
 import time
 from dataclasses import dataclass
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
+from edgert.apps.uris import host_port, redact, show_host
 from edgert.runtime.errors import OutputError
 
 from . import require
@@ -46,41 +50,54 @@ class MqttTarget:
 
     @property
     def shown(self) -> str:
-        """The broker as printed: no password."""
+        """The broker as printed: no password, an IPv6 address in brackets."""
         user = (
             f"{self.username}:***@"
             if self.password
             else (f"{self.username}@" if self.username else "")
         )
-        return f"{'mqtts' if self.tls else 'mqtt'}://{user}{self.host}:{self.port}/{self.prefix}"
+        where = show_host(self.host, self.port)
+        return f"{'mqtts' if self.tls else 'mqtt'}://{user}{where}/{self.prefix}"
+
+
+FORM = "give mqtt://[user:pass@]host[:port]/PREFIX (or mqtts:// for TLS)"
 
 
 def parse_uri(uri: str) -> MqttTarget:
     """``mqtt://[user:pass@]host[:port]/PREFIX`` or ``mqtts://...`` (TLS, port 8883); the
-    prefix defaults to ``edgert/HOSTNAME``. OutputError (one sentence) for anything else."""
-    parsed = urlparse(uri)
-    if parsed.scheme not in ("mqtt", "mqtts") or not parsed.hostname:
-        raise OutputError(f"--mqtt {_hide(uri)!r}: give mqtt://[user:pass@]host[:port]/PREFIX "
-                          "(or mqtts:// for TLS)")  # fmt: skip
+    prefix defaults to ``edgert/HOSTNAME``. The credentials end at the last "@" (a password may
+    hold "#", "/" or "@"). OutputError (one sentence, the password hidden) for anything else,
+    and for a prefix the broker would not take (a wildcard, an empty level, or "$", which
+    brokers keep for themselves)."""
+    shown = redact(uri)
+    scheme, sep, rest = uri.partition("://")
+    if not sep or scheme.lower() not in ("mqtt", "mqtts"):
+        raise OutputError(f"--mqtt {shown!r}: {FORM}")
+    bad = next((c for c in uri if not c.isprintable() or c.isspace()), None)
+    if bad is not None:
+        raise OutputError(f"--mqtt {shown!r}: {bad!r} cannot be part of a broker's URI")
+    at = rest.rfind("@")
+    userinfo, hostpart = (rest[:at], rest[at + 1 :]) if at >= 0 else ("", rest)
+    authority, slash, path = hostpart.partition("/")
     try:
-        port = parsed.port
-    except ValueError:
-        port = -1
-    if port is not None and not 0 < port <= 65535:
-        raise OutputError(f"--mqtt {_hide(uri)!r}: the port must be a number from 1 to 65535")
-    tls = parsed.scheme == "mqtts"
-    prefix = parsed.path.strip("/") or f"edgert/{socket.gethostname()}"
+        host, port = host_port(authority)
+    except ValueError as exc:
+        raise OutputError(f"--mqtt {shown!r}: {exc}") from None
+    if not host:
+        raise OutputError(f"--mqtt {shown!r}: {FORM}")
+    tls = scheme.lower() == "mqtts"
+    prefix = path.strip("/") if slash else ""
+    prefix = prefix or f"edgert/{socket.gethostname()}"
     if any(c in prefix for c in "#+") or "//" in prefix:
-        raise OutputError(f"--mqtt: the topic prefix {prefix!r} may not hold '#', '+' or '//'")
-    return MqttTarget(parsed.hostname, port or (8883 if tls else 1883), prefix, tls,
-                      unquote(parsed.username) if parsed.username else None,
-                      unquote(parsed.password) if parsed.password else None)  # fmt: skip
-
-
-def _hide(uri: str) -> str:
-    from edgert.apps.camera.source_base import redact
-
-    return redact(uri)
+        raise OutputError(f"--mqtt: the topic prefix {prefix!r} may not hold '#', '+' or '//' "
+                          "(edgert adds /events, /status and /streams/N/heartbeat to it)")  # fmt: skip
+    if prefix.startswith("$"):
+        raise OutputError(f"--mqtt: the topic prefix {prefix!r} begins with '$', which brokers "
+                          "keep for themselves ($SYS): they would refuse every message")  # fmt: skip
+    user, colon, password = userinfo.partition(":")
+    return MqttTarget(host, port or (8883 if tls else 1883), prefix, tls,
+                      unquote(user) if user else None,
+                      unquote(password) if colon and password else None)  # fmt: skip
 
 
 @dataclass
@@ -90,15 +107,40 @@ class TlsOptions:
     key: str | None = None
     insecure: bool = False  # do not check the broker's host name
 
+    def check(self, target: MqttTarget) -> None:
+        """OutputError when the options cannot mean what they say: TLS files with a plain
+        ``mqtt://`` broker (events would go in clear text), or a key without its certificate."""
+        given = [f for f, v in (("--mqtt-ca", self.ca), ("--mqtt-cert", self.cert),
+                                ("--mqtt-key", self.key), ("--mqtt-insecure", self.insecure)) if v]  # fmt: skip
+        if given and not target.tls:
+            raise OutputError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for a "
+                              f"TLS broker: write mqtts:// (the events would go in clear text to "
+                              f"{target.shown})")  # fmt: skip
+        if self.key and not self.cert:
+            raise OutputError("--mqtt-key is the key of a client certificate: give --mqtt-cert too")
+
+
+HEARTBEAT_MIN_S = 0.5
+PROTOCOLS = {"5": "MQTTv5", "3.1.1": "MQTTv311"}
+
 
 class MqttPublisher:
-    """One connection to the broker for a run: events (buffered, in order), heartbeats, status."""
+    """One connection to the broker for a run: events (buffered, in order), heartbeats, status.
+
+    While the broker is connected nothing is dropped: a full buffer makes :meth:`publish_event`
+    wait for room (back-pressure on the thread that writes events). Only while it is away does
+    the buffer keep the newest ``buffer`` events, the oldest dropped and counted as such. With
+    MQTT 5 (the default) an event the broker refuses (its PUBACK says not authorized, say) is
+    counted as refused, not delivered."""
 
     def __init__(self, target: MqttTarget, buffer: int = 1000, keepalive: int = 10,
-                 tls: TlsOptions | None = None, client_id: str | None = None) -> None:  # fmt: skip
+                 tls: TlsOptions | None = None, client_id: str | None = None,
+                 protocol: str = "5") -> None:  # fmt: skip
         mqtt = require("paho.mqtt.client", "--mqtt")
         self.mqtt = mqtt
         self.target = target
+        tls = tls or TlsOptions()
+        tls.check(target)
         self.topic_status = f"{target.prefix}/status"
         self.topic_events = f"{target.prefix}/events"
         self.buffer = max(1, buffer)
@@ -107,27 +149,31 @@ class MqttPublisher:
         self._outstanding: dict[int, int] = {}  # mid -> the connection it was sent on
         self._generation = 0
         self._in_hand = 0  # being handed to paho (outside the lock)
-        self._acked_early: set[int] = set()
+        self._acked_early: dict[int, bool] = {}  # mid -> delivered, acked before publish() returned
         self.connected = False
         self.connects = 0
         self.seq = 0
         self.delivered = 0
-        self.dropped = 0
+        self.refused = 0  # the broker's PUBACK said no
+        self.dropped = 0  # from the full buffer while the broker was away
+        self.waited_s = 0.0  # back-pressure: time publish_event waited for room
         self.heartbeats = 0
         self.last_error: str | None = None
+        self._warned: set[str] = set()
         self._closed = False
-        cid = client_id or f"edgert-{socket.gethostname()}-{id(self) & 0xFFFF:04x}"
+        self._probed = False
+        self.v5 = protocol == "5"
+        cid = client_id or f"edgert-{socket.gethostname()}-{secrets.token_hex(4)}"
         client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=cid,
-                             protocol=mqtt.MQTTv311)  # fmt: skip
+                             protocol=getattr(mqtt, PROTOCOLS[protocol]))  # fmt: skip
         if target.username:
             client.username_pw_set(target.username, target.password)
         if target.tls:
-            t = tls or TlsOptions()
             try:
-                client.tls_set(ca_certs=t.ca, certfile=t.cert, keyfile=t.key)
+                client.tls_set(ca_certs=tls.ca, certfile=tls.cert, keyfile=tls.key)
             except (OSError, ValueError) as exc:
                 raise OutputError(f"--mqtt: the TLS files cannot be used: {exc}") from None
-            client.tls_insecure_set(t.insecure)
+            client.tls_insecure_set(tls.insecure)
         client.will_set(self.topic_status, "offline", qos=1, retain=True)
         client.reconnect_delay_set(min_delay=1, max_delay=5)
         client.on_connect = self._on_connect
@@ -141,11 +187,21 @@ class MqttPublisher:
         self._sender.start()
         self._heartbeat: threading.Thread | None = None
 
+    def _warn(self, why: str, more: str = "") -> None:
+        """``why`` becomes the last error; said once per distinct reason (a refusal repeated on
+        every retry is one line, not one a second)."""
+        self.last_error = why
+        if why not in self._warned:
+            self._warned.add(why)
+            log.warning("MQTT %s: %s%s", self.target.shown, why, more)
+
     # -- paho's callbacks (its thread) --------------------------------------------------------
     def _on_connect(self, client, userdata, flags, reason_code, properties=None) -> None:
         if reason_code.is_failure:
-            self.last_error = f"the broker refused the connection: {reason_code}"
-            log.warning("MQTT %s: %s", self.target.shown, self.last_error)
+            hint = ""
+            if "protocol" in str(reason_code).lower() and self.v5:
+                hint = " (a broker that speaks only MQTT 3.1.1: --mqtt-protocol 3.1.1)"
+            self._warn(f"the broker refused the connection: {reason_code}{hint}")
             return
         client.publish(self.topic_status, "online", qos=1, retain=True)
         with self._cond:
@@ -157,40 +213,67 @@ class MqttPublisher:
             log.warning("MQTT %s: connected again", self.target.shown)
 
     def _on_connect_fail(self, client, userdata) -> None:
-        """No connection (refused, no route, a TLS handshake that failed); paho tries again."""
-        first = self.last_error is None
-        self.last_error = "cannot connect to the broker (refused, unreachable, or TLS failed)"
-        if first:
-            log.warning("MQTT %s: %s; trying again, events are kept (up to %d)",
-                        self.target.shown, self.last_error, self.buffer)  # fmt: skip
+        """No connection (refused, no route, a TLS handshake that failed); paho tries again.
+        Paho calls this inside its ``except OSError``: the exception says which."""
+        self._warn(_connect_failure(sys.exc_info()[1]),
+                   f"; trying again, events are kept (up to {self.buffer})")  # fmt: skip
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties=None) -> None:
         with self._cond:
             was = self.connected
             self.connected = False
             self._cond.notify_all()
-        if was and not self._closed:
-            self.last_error = f"disconnected ({reason_code})"
-            log.warning("MQTT %s: %s; events are kept (up to %d) until it is back",
-                        self.target.shown, self.last_error, self.buffer)  # fmt: skip
+        if self._closed:
+            return
+        if "taken over" in str(reason_code).lower():
+            self._warn("another client with the same client id took this connection over: give "
+                       "each edgert its own --mqtt-client-id")  # fmt: skip
+        elif was:
+            self._warn(f"disconnected ({reason_code})",
+                       f"; events are kept (up to {self.buffer}) until it is back")  # fmt: skip
+        elif not self.target.tls and not self._probed:
+            self._probed = True  # closed before it answered: a TLS port spoken to in clear?
+            if _speaks_tls(self.target.host, self.target.port):
+                self._warn(f"port {self.target.port} speaks TLS: write mqtts:// (with --mqtt-ca "
+                           "for a private CA)")  # fmt: skip
+            else:
+                self._warn(f"the broker closed the connection before answering ({reason_code})")
 
     def _on_publish(self, client, userdata, mid, reason_code=None, properties=None) -> None:
+        ok = reason_code is None or not getattr(reason_code, "is_failure", False)
         with self._cond:
             if self._outstanding.pop(mid, None) is not None:
-                self.delivered += 1
+                self._count(ok, reason_code)
             elif self._in_hand:
-                self._acked_early.add(mid)
+                self._acked_early[mid] = ok
             self._cond.notify_all()
+
+    def _count(self, ok: bool, reason_code=None) -> None:
+        if ok:
+            self.delivered += 1
+            return
+        self.refused += 1
+        self._warn(f"the broker refused events on {self.topic_events} ({reason_code})")
 
     # -- events -------------------------------------------------------------------------------
     def publish_event(self, event: dict) -> None:
-        """Queue one event (never waits); when the buffer is full the oldest goes, counted."""
+        """Queue one event. While the broker is connected a full buffer waits for room (nothing
+        is lost); while it is away, the oldest buffered event goes, counted."""
         with self._cond:
             self.seq += 1
             payload = json.dumps({"seq": self.seq, **event}, default=str)
+            if len(self._queue) >= self.buffer and self.connected:
+                t0 = time.monotonic()
+                self._cond.wait_for(lambda: len(self._queue) < self.buffer
+                                    or not self.connected or self._closed)  # fmt: skip
+                self.waited_s += time.monotonic() - t0
             if len(self._queue) >= self.buffer:
                 self._queue.popleft()
                 self.dropped += 1
+                if self.dropped == 1:
+                    log.warning("MQTT %s: the broker is away and %d events are buffered: the "
+                                "oldest are being dropped (--mqtt-buffer)", self.target.shown,
+                                self.buffer)  # fmt: skip
             self._queue.append(payload)
             self._cond.notify_all()
 
@@ -208,22 +291,24 @@ class MqttPublisher:
                 payload = self._queue.popleft()
                 generation = self._generation
                 self._in_hand += 1
+                self._cond.notify_all()  # room in the buffer
             # outside the lock: paho's thread takes its own locks, then calls _on_publish.
             # paho keeps the message (and sends it on reconnect) even if the connection just went
             info = self.client.publish(self.topic_events, payload, qos=1)
             with self._cond:
                 self._in_hand -= 1
                 if info.mid in self._acked_early:  # its PUBACK came before publish() returned
-                    self._acked_early.discard(info.mid)
-                    self.delivered += 1
+                    self._count(self._acked_early.pop(info.mid))
                 else:
                     self._outstanding[info.mid] = generation
                 self._cond.notify_all()
 
     # -- heartbeats ---------------------------------------------------------------------------
     def start_heartbeat(self, every_s: float, streams) -> None:
-        """Every ``every_s`` seconds, ``streams()`` -> a list of dicts (one per stream, with
+        """Every ``every_s`` seconds (at least :data:`HEARTBEAT_MIN_S`), ``streams()`` -> a list of dicts (one per stream, with
         ``stream``), each published QoS 0 to PREFIX/streams/N/heartbeat while connected."""
+
+        every_s = max(HEARTBEAT_MIN_S, every_s)
 
         def loop() -> None:
             while not self._stop_heartbeat.wait(every_s):
@@ -276,7 +361,46 @@ class MqttPublisher:
                 "events": self.seq,
                 "delivered": self.delivered,
                 "dropped": self.dropped,
+                "refused": self.refused,
+                "backpressure_s": round(self.waited_s, 3),
                 "buffered": len(self._queue) + len(self._outstanding) + self._in_hand,
                 "heartbeats": self.heartbeats,
                 "last_error": self.last_error,
             }
+
+
+def lost(report: dict) -> int:
+    """Events of a run's MQTT report that never reached the broker's subscribers."""
+    return report["dropped"] + report["refused"] + report["buffered"]
+
+
+def _connect_failure(exc: BaseException | None) -> str:
+    """Why a connection attempt failed, in words: a certificate the check refused is named."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"the broker's TLS certificate was refused: {exc.verify_message or exc.reason}"
+    if isinstance(exc, ssl.SSLError):
+        return f"the TLS handshake failed: {exc.reason or exc}"
+    if isinstance(exc, ConnectionRefusedError):
+        return "cannot connect to the broker: nothing listens there (connection refused)"
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return "cannot connect to the broker: no answer (timed out)"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot connect to the broker: its name does not resolve ({exc.strerror})"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"cannot connect to the broker: {exc.strerror}"
+    return "cannot connect to the broker"
+
+
+def _speaks_tls(host: str, port: int, timeout_s: float = 2.0) -> bool:
+    """Whether ``host:port`` completes a TLS handshake (its certificate not checked: this only
+    tells a TLS port from a plain one, for the sentence)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout_s) as raw, ctx.wrap_socket(
+            raw, server_hostname=host
+        ):
+            return True
+    except (OSError, ValueError):
+        return False

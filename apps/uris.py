@@ -1,0 +1,124 @@
+"""URIs as edgert takes, checks and shows them, for the camera, telemetry and serve alike:
+
+- :func:`redact`: a URI as it is printed, logged and served, its secrets replaced by ``***``;
+- :func:`expand`: ``${EDGERT_...}`` replaced by that environment variable, so that a password
+  need not be on the command line, where ``ps`` shows it to every local user;
+- :func:`check_stream_uri`: a network stream's URI refused, in one sentence, when it cannot be
+  one (control characters that would go onto the wire or into the logs, no host, a bad port);
+- :func:`host_port`: ``host[:port]`` and ``[v6]:port``, and how to print them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+# the names of query or path parameters whose values are secrets (a name holding one of these)
+_KEYS = r"pass|pwd|token|secret|key|auth|sig|credential"
+_SECRET_QUERY = re.compile(rf"([?&;][^=&;]*(?:{_KEYS})[^=&;]*=)[^&;]*", re.I)
+# path forms some cameras use: .../user=admin_password=X_channel=1_stream=0.sdp (XMEye)
+_SECRET_PATH = re.compile(rf"((?:^|[/_])[^=/_]*(?:{_KEYS})[^=/_]*=)[^_/]*", re.I)
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+PREFIX = "EDGERT_"  # only these variables are read (a URI cannot pull in another's secret)
+
+
+def redact(uri: str) -> str:
+    """``uri`` as edgert prints, logs and serves it: a password (``user:pass@``, a query value
+    such as ``password=``, ``token=``, ``sig=``, ``signature=``, ``credential=``, or a path form
+    such as ``user=admin_password=X_channel=1``) replaced by ``***``, and control characters
+    shown escaped (a CR/LF cannot forge a log line). Only the connection gets the real one."""
+    uri = _escape_controls(uri)
+    scheme = _SCHEME.match(uri)
+    if scheme is None:
+        return uri
+    rest = uri[scheme.end() :]
+    # the credentials end at the last "@" (a password may hold "/", "?", "#" or "@"); an "@"
+    # later in the URI makes this hide more than the password: printing only
+    at = rest.rfind("@")
+    if at >= 0 and ":" in rest[:at]:
+        rest = rest[: rest.index(":")] + ":***" + rest[at:]
+    path, q, query = rest.partition("?")
+    path = _SECRET_PATH.sub(r"\1***", path)
+    return scheme.group(0) + path + q + (_SECRET_QUERY.sub(r"\1***", "?" + query)[1:] if q else "")
+
+
+def _escape_controls(text: str) -> str:
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def expand(text: str, option: str) -> str:
+    """``text`` with each ``${EDGERT_NAME}`` replaced by that environment variable's value;
+    ValueError (one sentence) for one that is not set or not ours."""
+
+    def value(m: re.Match) -> str:
+        name = m.group(1)
+        if not name.startswith(PREFIX):
+            raise ValueError(f"{option}: ${{{name}}}: only variables named {PREFIX}... are read")
+        if name not in os.environ:
+            raise ValueError(f"{option}: the environment variable {name} is not set")
+        return os.environ[name]
+
+    return _VAR.sub(value, text)
+
+
+def check_stream_uri(uri: str) -> None:
+    """ValueError (one sentence, secrets hidden) when ``uri`` cannot be a network stream's URI:
+    a control character or a space (a CR/LF would add a header to the request), no host, or a
+    port outside 1..65535."""
+    shown = redact(uri)
+    bad = next((c for c in uri if not c.isprintable() or c.isspace()), None)
+    if bad is not None:
+        raise ValueError(f"'{shown}' is not a URI: it holds {bad!r} (spaces and control "
+                         "characters must be percent-encoded)")  # fmt: skip
+    scheme = _SCHEME.match(uri)
+    if scheme is None:
+        raise ValueError(f"'{shown}' is not a URI (scheme://host[:port]/path)")
+    rest = uri[scheme.end() :]
+    at = rest.rfind("@", 0, _authority_end(rest))
+    authority = rest[at + 1 : _authority_end(rest)]
+    try:
+        host, port = host_port(authority)
+    except ValueError as exc:
+        raise ValueError(f"'{shown}': {exc}") from None
+    if not host:
+        raise ValueError(f"'{shown}' names no host (scheme://host[:port]/path)")
+    del port
+
+
+def _authority_end(rest: str) -> int:
+    """Where the host[:port] ends: at the first "/" or "?" after the credentials' last "@"."""
+    at = rest.rfind("@")
+    start = at + 1 if at >= 0 else 0
+    ends = [i for i in (rest.find("/", start), rest.find("?", start)) if i >= 0]
+    return min(ends) if ends else len(rest)
+
+
+def host_port(text: str, default: int | None = None) -> tuple[str, int | None]:
+    """``host``, ``host:port``, ``[v6]`` or ``[v6]:port`` -> (host, port or ``default``);
+    ValueError for a port that is not a number from 1 to 65535 or a bracket left open."""
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ValueError("an IPv6 address opened with '[' is not closed")
+        host, tail = text[1:end], text[end + 1 :]
+        if tail and not tail.startswith(":"):
+            raise ValueError(f"{tail!r} after the IPv6 address is not a port")
+        port_text = tail[1:] if tail else ""
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    elif text.count(":") > 1:
+        raise ValueError(f"write an IPv6 address in brackets: [{text}] or [ADDRESS]:PORT")
+    else:
+        host, port_text = text, ""
+    if port_text == "":
+        return host, default
+    if not port_text.isdigit() or not 0 < int(port_text) <= 65535:
+        raise ValueError(f"the port must be a number from 1 to 65535, not {port_text!r}")
+    return host, int(port_text)
+
+
+def show_host(host: str, port: int | None = None) -> str:
+    """``host:port`` as a URI writes it: an IPv6 address in brackets."""
+    shown = f"[{host}]" if ":" in host else host
+    return shown if port is None else f"{shown}:{port}"

@@ -15,10 +15,10 @@ import math
 import re
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import urlparse
 
+from edgert.apps.telemetry.http import Handler as _Handler
 from edgert.apps.telemetry.http import QuietServer as _QuietServer
 from edgert.apps.telemetry.http import send
 from edgert.runtime.errors import OutputError
@@ -66,7 +66,7 @@ class HttpOutput:
         self._closed = False
         handler = self._handler()
         try:
-            self.server = _QuietServer((host, port), handler)
+            self.server = _QuietServer((host, port), handler, probe=self._probe)
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise OutputError(
@@ -99,17 +99,14 @@ class HttpOutput:
             self._cond.wait_for(lambda: self._seq[i] != last_seq or self._closed, timeout)
             return self._seq[i], self._jpeg[i]
 
+    def _probe(self, path: str):
+        """What the overflow lane answers for ``path``: the probes, when the run has them."""
+        return self.probes.answer(path) if self.probes is not None else None
+
     def _handler(self):
         output = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            timeout = _QuietServer.IDLE_S  # an idle keep-alive connection is closed
-
-            def log_message(self, fmt, *args) -> None:  # quiet
-                pass
-
+        class Handler(_Handler):
             def _send(self, code: int, body: bytes, ctype: str) -> None:
                 send(self, code, body, ctype)
 
@@ -132,6 +129,15 @@ class HttpOutput:
                     self._send(404, b"not found\n", "text/plain")
 
             def _stream(self, i: int) -> None:
+                if not self.server.streams.acquire(blocking=False):  # threads left for the rest
+                    self._send(503, b"too many viewers\n", "text/plain")
+                    return
+                try:
+                    self._stream_to(i)
+                finally:
+                    self.server.streams.release()
+
+            def _stream_to(self, i: int) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
                 self.send_header("Cache-Control", "no-store")

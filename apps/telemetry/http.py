@@ -10,12 +10,14 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
 import socket
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
@@ -64,27 +66,44 @@ def send(handler: BaseHTTPRequestHandler, code: int, body: bytes, ctype: str) ->
 
 
 class QuietServer(ThreadingHTTPServer):
-    """A client that resets its connection or goes away mid-response is a normal disconnect,
-    not a traceback on the terminal (a burst of browsers closing tabs makes hundreds). At most
-    ``MAX_CLIENTS`` connections at once (more are answered 503 and closed), and a connection
-    idle for ``IDLE_S`` is closed: idle clients cannot hold a thread each forever."""
+    """A small threaded HTTP server that a client cannot silence:
+
+    - at most ``MAX_CLIENTS`` connections get a thread each; a connection must send a whole
+      request (line and headers) within ``IDLE_S`` of waiting for one, an absolute deadline
+      that a trickle of bytes cannot push back (slowloris), else it is closed; an idle
+      keep-alive connection likewise;
+    - long-lived answers (the web viewer's MJPEG streams) take one of ``MAX_STREAMS`` slots, so
+      viewers cannot take every thread;
+    - connections beyond ``MAX_CLIENTS`` go to the overflow lane: one thread reads their requests
+      without blocking (each within ``LANE_S``), answers the probes (``/live``, ``/ready``,
+      ``/metrics``) and says 503 to anything else. A probe is answered while every slot is held.
+
+    A client that resets its connection or goes away mid-response is a normal disconnect, not a
+    traceback on the terminal (a burst of browsers closing tabs makes hundreds)."""
 
     daemon_threads = True
     MAX_CLIENTS = 64
-    IDLE_S = 30.0
+    MAX_STREAMS = 32
+    IDLE_S = 10.0
+    LANE_S = 2.0
+    LANE_MAX = 256
 
-    def __init__(self, address, handler, what: str = "web viewer") -> None:
+    def __init__(self, address, handler, what: str = "web viewer", probe=None) -> None:
         self.what = what  # named in the warning of a request that failed
+        self.probe = probe  # path -> (status, body, ctype) or None: what the lane answers
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self._clients = threading.BoundedSemaphore(self.MAX_CLIENTS)
+        self.streams = threading.BoundedSemaphore(self.MAX_STREAMS)
+        self._deadlines: dict = {}  # socket -> when its request must be complete
+        self._watch = threading.Lock()
+        self._stopping = threading.Event()
         super().__init__(address, handler)
+        self._lane = _Lane(self)
+        threading.Thread(target=self._reap, name=f"{what}-reaper", daemon=True).start()
 
     def process_request(self, request, client_address) -> None:
         if not self._clients.acquire(blocking=False):
-            with contextlib.suppress(OSError):
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
-                                b"Connection: close\r\n\r\n")  # fmt: skip
-            self.shutdown_request(request)
+            self._lane.take(request)
             return
         super().process_request(request, client_address)
 
@@ -92,7 +111,34 @@ class QuietServer(ThreadingHTTPServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
+            self.unwatch(request)
             self._clients.release()
+
+    def watch(self, conn, seconds: float) -> None:
+        with self._watch:
+            self._deadlines[conn] = time.monotonic() + seconds
+
+    def unwatch(self, conn) -> None:
+        with self._watch:
+            self._deadlines.pop(conn, None)
+
+    def _reap(self) -> None:
+        """Close, every 0.2 s, the connections whose request did not come whole in time."""
+        while not self._stopping.wait(0.2):
+            now = time.monotonic()
+            with self._watch:
+                late = [c for c, t in self._deadlines.items() if t <= now]
+                for c in late:
+                    del self._deadlines[c]
+            for c in late:
+                with contextlib.suppress(OSError):
+                    c.shutdown(socket.SHUT_RDWR)
+
+    def server_close(self) -> None:
+        self._stopping.set()
+        if hasattr(self, "_lane"):  # not when binding failed in __init__
+            self._lane.close()
+        super().server_close()
 
     def handle_error(self, request, client_address) -> None:
         exc = sys.exc_info()[1]
@@ -101,25 +147,156 @@ class QuietServer(ThreadingHTTPServer):
         log.warning("%s: request from %s failed: %s", self.what, client_address[0], exc)
 
 
+class Handler(BaseHTTPRequestHandler):
+    """What both servers' handlers share: HTTP/1.1, quiet, and the request deadline of
+    :class:`QuietServer` (from waiting for a request until its headers are read)."""
+
+    protocol_version = "HTTP/1.1"
+    timeout = QuietServer.IDLE_S  # no single read waits longer either
+
+    def log_message(self, fmt, *args) -> None:
+        pass
+
+    def handle_one_request(self) -> None:
+        self.server.watch(self.connection, self.server.IDLE_S)
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.unwatch(self.connection)
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()  # the headers are read: the answer may take its time
+        self.server.unwatch(self.connection)
+        return ok
+
+
+class _Lane:
+    """The overflow lane of a :class:`QuietServer`: one thread and a selector for the
+    connections that found every slot taken. Each has ``LANE_S`` to send its request; a probe
+    gets its answer, anything else 503; when ``LANE_MAX`` are waiting the oldest is closed."""
+
+    def __init__(self, server: QuietServer) -> None:
+        import selectors
+
+        self.server = server
+        self.selector = selectors.DefaultSelector()
+        self.waiting: collections.OrderedDict = (
+            collections.OrderedDict()
+        )  # sock -> [deadline, data]
+        self.lock = threading.Lock()
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.selector.register(self.wake_r, selectors.EVENT_READ)
+        self.closed = False
+        self.thread = threading.Thread(target=self._run, name=f"{server.what}-lane", daemon=True)
+        self.thread.start()
+
+    def take(self, sock) -> None:
+        import selectors
+
+        with self.lock:
+            if self.closed:
+                _close(sock)
+                return
+            if len(self.waiting) >= self.server.LANE_MAX:
+                oldest, _ = self.waiting.popitem(last=False)
+                self._drop(oldest)
+            sock.setblocking(False)
+            self.waiting[sock] = [time.monotonic() + self.server.LANE_S, b""]
+            self.selector.register(sock, selectors.EVENT_READ)
+        with contextlib.suppress(OSError):
+            self.wake_w.send(b"x")
+
+    def _drop(self, sock) -> None:
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.selector.unregister(sock)
+        _close(sock)
+
+    def _run(self) -> None:
+        while not self.closed:
+            for key, _ in self.selector.select(0.2):
+                sock = key.fileobj
+                if sock is self.wake_r:
+                    with contextlib.suppress(OSError):
+                        sock.recv(4096)
+                    continue
+                self._read(sock)
+            now = time.monotonic()
+            with self.lock:
+                late = [s for s, (t, _) in self.waiting.items() if t <= now]
+                for s in late:
+                    del self.waiting[s]
+                    self._drop(s)
+
+    def _read(self, sock) -> None:
+        with self.lock:
+            entry = self.waiting.get(sock)
+        if entry is None:
+            return
+        try:
+            chunk = sock.recv(8192)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        entry[1] += chunk
+        done = b"\r\n\r\n" in entry[1] or b"\n\n" in entry[1]
+        if chunk and not done and len(entry[1]) < 65536:
+            return
+        with self.lock:
+            self.waiting.pop(sock, None)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.selector.unregister(sock)
+        if done:
+            self._answer(sock, entry[1])
+        _close(sock)
+
+    def _answer(self, sock, request: bytes) -> None:
+        line = request.split(b"\r\n", 1)[0].split(b"\n", 1)[0].decode("latin-1").split()
+        got = None
+        if len(line) >= 2 and line[0] in ("GET", "HEAD") and self.server.probe is not None:
+            with contextlib.suppress(Exception):  # a probe that fails is a 503 here
+                got = self.server.probe(line[1])
+        if got is None:
+            got = (503, b"busy: too many connections\n", "text/plain")
+        code, body, ctype = got
+        reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}.get(code, "")
+        head = (f"HTTP/1.1 {code} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: "
+                f"{len(body)}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n")  # fmt: skip
+        with contextlib.suppress(OSError):
+            sock.settimeout(self.server.LANE_S)
+            sock.sendall(head.encode() + (b"" if line and line[0] == "HEAD" else body))
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            for s in list(self.waiting):
+                self._drop(s)
+            self.waiting.clear()
+        self.thread.join(1.0)
+        for s in (self.wake_r, self.wake_w):
+            s.close()
+        self.selector.close()
+
+
+def _close(sock) -> None:
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
 class ProbeServer:
     """The probes on ``host:port`` (port 0: a free one), in a thread, until :meth:`close`."""
 
     def __init__(self, host: str, port: int, probes: Probes, option: str = "--metrics") -> None:
         self.probes = probes
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            timeout = QuietServer.IDLE_S  # an idle keep-alive connection is closed
-
-            def log_message(self, fmt, *args) -> None:
-                pass
-
+        class ProbeHandler(Handler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 got = probes.answer(self.path)
                 send(self, *(got if got is not None else (404, b"not found\n", "text/plain")))
 
         try:
-            self.server = QuietServer((host, port), Handler, "telemetry")
+            self.server = QuietServer((host, port), ProbeHandler, "telemetry", probes.answer)
         except OSError as exc:
             raise OutputError(f"{option}: cannot listen on {host}:{port}: {exc.strerror}") from None
         self.port = self.server.server_address[1]

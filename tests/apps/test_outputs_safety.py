@@ -192,7 +192,9 @@ def test_jsonl_on_a_full_disk_is_one_sentence_and_the_summary_stays(tmp_path, ti
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "log.jsonl" in proc.stderr, proc.stderr
     assert "frames" in proc.stdout and "processed" in proc.stdout
-    # --on-output-error continue: the run goes on, every frame processed, still non-zero
+    # --on-output-error continue: the run goes on, every frame processed, still non-zero (a new
+    # file: the log is appended to, and the first run left it at the size limit)
+    (tmp_path / "log.jsonl").unlink()
     proc = subprocess.run([*cmd, "--on-output-error", "continue", "--json"], capture_output=True,
                           text=True, timeout=180, preexec_fn=_limited(3000))  # fmt: skip
     assert proc.returncode == 2, proc.stderr

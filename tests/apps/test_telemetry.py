@@ -161,7 +161,7 @@ def test_every_event_reaches_a_subscriber_with_heartbeats_and_status(broker, sce
         time.sleep(0.3)
     finally:
         sub.close()
-    written = [json.loads(x) for x in events.read_text().splitlines()]
+    written = [json.loads(x) for x in events.read_text().splitlines()][1:]  # after run_start
     got = [json.loads(p) for p in sub.on("cam1/events")]
     assert len(written) >= 10
     seqs = [g.pop("seq") for g in got]
@@ -203,7 +203,8 @@ def test_a_broker_outage_loses_nothing_within_the_buffer_and_counts_the_rest(bro
         broker.start()
         back = time.time()
         out, err = camera.communicate(timeout=60)
-        assert camera.returncode == 0, err
+        assert camera.returncode == 2, err  # events were lost: a failed output
+        assert "events were not delivered" in err
         time.sleep(1.0)
     finally:
         camera.kill()
@@ -212,7 +213,7 @@ def test_a_broker_outage_loses_nothing_within_the_buffer_and_counts_the_rest(bro
     report = next(
         o for o in summary["outputs"] if isinstance(o, dict) and o.get("output") == "mqtt"
     )
-    written = [json.loads(x) for x in events.read_text().splitlines()]
+    written = [json.loads(x) for x in events.read_text().splitlines()][1:]  # after run_start
     n = len(written)
     assert report["events"] == n and report["dropped"] > 0, report  # the outage outgrew the buffer
     assert report["delivered"] == n - report["dropped"] and report["buffered"] == 0
@@ -348,14 +349,15 @@ def test_mqtts_with_a_private_ca(scene, tmp_path):
     )
     assert report["broker"].startswith("mqtts://") and report["delivered"] == report["events"] > 0
     assert len({json.loads(p)["seq"] for p in got}) == report["events"]
-    assert refused.returncode == 0, refused.stderr
+    assert refused.returncode == 2, refused.stderr  # nothing delivered: a failed output
+    assert "certificate was refused" in refused.stderr, refused.stderr
     r2 = next(
         o
         for o in json.loads(refused.stdout)["outputs"]
         if isinstance(o, dict) and o.get("output") == "mqtt"
     )
     assert r2["connects"] == 0 and r2["delivered"] == 0 and r2["buffered"] == r2["events"] > 0
-    assert "cannot connect to the broker" in r2["last_error"]
+    assert "TLS certificate was refused" in r2["last_error"]
 
 
 def test_bad_mqtt_and_metrics_options_are_one_sentence(tmp_path):

@@ -52,7 +52,8 @@ def test_track_line_zone_and_events_from_the_cli(scene, tmp_path):
     # looking down the line from (160,0) to (160,240), left->right is "in"
     assert (counts["door"]["in"], counts["door"]["out"]) == (1, 1)
     assert counts["pen"]["entries"] == 1 and counts["pen"]["occupancy"] == 0  # A ended inside
-    lines = [json.loads(x) for x in events.read_text().splitlines()]
+    start, *lines = [json.loads(x) for x in events.read_text().splitlines()]
+    assert start["event"] == "run_start" and start["streams"][0]["uri"] == str(video)
     kinds = [e["event"] for e in lines]
     assert kinds.count("track_start") == 2 and kinds.count("track_end") == 2
     crossings = [e for e in lines if e["event"] == "line_cross"]
@@ -97,7 +98,7 @@ def test_each_stream_has_its_own_ids_and_bound_lines(scene, tmp_path):
     assert proc.returncode == 0, proc.stderr
     streams = json.loads(proc.stdout)["streams"]
     assert streams[0]["counts"] == {} and streams[1]["counts"]["door"]["in"] == 1
-    lines = [json.loads(x) for x in events.read_text().splitlines()]
+    lines = [json.loads(x) for x in events.read_text().splitlines()][1:]  # after run_start
     starts = [(e["stream"], e["track_id"]) for e in lines if e["event"] == "track_start"]
     assert sorted(starts) == [(0, 1), (0, 2), (1, 1), (1, 2)]  # IDs per stream, from 1
     assert {e["stream"] for e in lines if e["event"] == "line_cross"} == {1}

@@ -237,6 +237,7 @@ def check_outputs_apart(cfg: CameraConfig) -> None:
     """OutputError when a file the run would write is a file it reads (the same file: inode,
     symlinks followed) or another output's file: ``--output file://clip.mp4`` on ``clip.mp4``
     would destroy the source."""
+    _ports_apart(cfg)
     reads = [f for uri in cfg.sources for f in source_files(uri)]
     writes = output_paths(cfg.outputs, len(cfg.sources), cfg.mosaic)
     if cfg.jsonl:
@@ -255,6 +256,27 @@ def check_outputs_apart(cfg: CameraConfig) -> None:
                 raise OutputError(
                     f"{what} and {other_what} would both write {path}: give each its own file"
                 )
+
+
+def _ports_apart(cfg: CameraConfig) -> None:
+    """OutputError when --metrics and a web viewer would listen on one port (the viewer's port
+    serves the probes and /metrics itself, so --metrics may simply be left out)."""
+    from urllib.parse import urlparse
+
+    from edgert.apps.telemetry.http import parse_address
+
+    if not cfg.metrics:
+        return
+    port = parse_address(cfg.metrics)[1]
+    for uri in cfg.outputs:
+        if uri.startswith("http://") and port:
+            with contextlib.suppress(ValueError):
+                if urlparse(uri).port == port:
+                    raise OutputError(
+                        f"--metrics and --output {uri} would both listen on port {port}: give "
+                        "each its own, or leave --metrics out (the web viewer's port serves "
+                        "/metrics, /live and /ready too)"
+                    )
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -301,6 +301,10 @@ class ProbeServer:
             raise OutputError(f"{option}: cannot listen on {host}:{port}: {exc.strerror}") from None
         self.port = self.server.server_address[1]
         self.url = f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+        if not _loopback(host):
+            log.warning("%s %s: /metrics, /live and /ready answer anyone who can reach this "
+                        "address, without authentication (give 127.0.0.1:PORT to keep them on "
+                        "this machine)", option, self.url)  # fmt: skip
         self.thread = threading.Thread(target=self.server.serve_forever, name="telemetry",
                                        daemon=True)  # fmt: skip
         self.thread.start()
@@ -308,6 +312,17 @@ class ProbeServer:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_address(text: str, option: str = "--metrics") -> tuple[str, int]:

@@ -13,11 +13,14 @@ The controller is pure (measurements in, duty out) so it is tested on a simulate
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field
 
 from ..errors import SensorError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -144,6 +147,7 @@ class TemperatureGovernor:
     duty: float = 1.0
     tau_s: float | None = None  # identified time constant
     gain_c: float | None = None  # identified °C per unit duty
+    blind_steps: int = 0  # steps at which no zone could be read
     MEMORY = 400
     _history: list = field(default_factory=list, repr=False)  # (T, duty, dt)
     _integral: float = field(default=0.0, repr=False)
@@ -226,31 +230,66 @@ class TemperatureGovernor:
         self.duty = max(self.min_duty, min(1.0, self.duty + step))
         return self.duty
 
+    def sensor_lost(self) -> None:
+        """No temperature can be read: the lowest duty, until a reading comes back (then the
+        duty climbs by ``slew`` a step, as after any back-off)."""
+        self.duty = self.min_duty
+        self.blind_steps += 1
+
     def report(self) -> dict:
         return {"cap_c": self.cap_c, "duty": round(self.duty, 4), "idle_c": round(self.idle_c, 2),
+                "steps_without_reading": self.blind_steps,
                 "tau_s": None if self.tau_s is None else round(self.tau_s, 2),
                 "gain_c": None if self.gain_c is None else round(self.gain_c, 2)}  # fmt: skip
 
 
 class HottestZone:
     """The temperature a cap holds: the hottest readable thermal zone that measures the die (not
-    PMIC-Die's fixed 100 °C or the fan's estimate), its ``temp`` files found once."""
+    PMIC-Die's fixed 100 °C or the fan's estimate), its ``temp`` files found once. A zone that
+    stops reading mid-run is said once (the cap goes on with the others); when none can be read,
+    :meth:`read` gives None and the cap holds its lowest duty (see :class:`CappedRunner`)."""
 
     def __init__(self, root=None) -> None:
+        from .sensors import sysfs_root
         from .thermal import NOT_THE_DIE, zone_dirs, zone_name, zone_temp
 
-        self.zones = [d for d in zone_dirs(root)
-                      if zone_name(d) not in NOT_THE_DIE and zone_temp(d)[0] is not None]  # fmt: skip
+        dirs = zone_dirs(root)
+        why = {d: zone_temp(d)[1] for d in dirs if zone_name(d) not in NOT_THE_DIE}
+        self.zones = [d for d, reason in why.items() if reason is None]
         if not self.zones:
+            where = sysfs_root(root) / "sys/class/thermal"
+            if not dirs:
+                detail = f"{where} has no thermal_zone folders"
+            elif not why:
+                detail = f"{where} has only {', '.join(zone_name(d) for d in dirs)}, which do not measure the die"
+            else:
+                detail = "; ".join(f"{zone_name(d)}: {r}" for d, r in list(why.items())[:4])
             raise SensorError(
-                "--temp-cap needs a readable thermal zone (/sys/class/thermal), and there is none"
+                f"--temp-cap needs a readable thermal zone, and there is none ({detail})"
             )
         self.names = [zone_name(d) for d in self.zones]
+        self.lost: dict[str, str] = {}  # zone name -> why it stopped reading
+        self.none_readable = False
 
     def read(self) -> float | None:
         from .thermal import zone_temp
 
-        temps = [t for t, _ in map(zone_temp, self.zones) if t is not None]
+        temps = []
+        for zone, name in zip(self.zones, self.names):
+            temp, why = zone_temp(zone)
+            if temp is None:
+                if name not in self.lost:
+                    self.lost[name] = why or "no reading"
+                    log.warning("thermal zone %s stopped reading (%s): the temperature cap goes "
+                                "on with the other zones", name, self.lost[name])  # fmt: skip
+                continue
+            if self.lost.pop(name, None) is not None:
+                log.warning("thermal zone %s reads again", name)
+            temps.append(temp)
+        if not temps and not self.none_readable:
+            log.warning("no thermal zone can be read: the temperature cap holds its lowest duty "
+                        "until one can")  # fmt: skip
+        self.none_readable = not temps
         return max(temps) if temps else None
 
 
@@ -334,6 +373,8 @@ class CappedRunner:
                 if temp is not None:
                     self.thermal.update(temp, applied, dt, limited=power_duty < thermal_duty)
                     self.temps = [*self.temps[-1999:], (round(t1 - self.started, 2), temp)]
+                else:  # no zone reads: fail safe, never uncapped because a sensor went away
+                    self.thermal.sensor_lost()
             self._busy = 0.0
             self._last_update = t1
         return out

@@ -130,6 +130,7 @@ class HttpOutput:
 
             def _stream(self, i: int) -> None:
                 if not self.server.streams.acquire(blocking=False):  # threads left for the rest
+                    self.close_connection = True  # and this one's slot freed at once
                     self._send(503, b"too many viewers\n", "text/plain")
                     return
                 try:

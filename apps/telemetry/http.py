@@ -82,6 +82,7 @@ class QuietServer(ThreadingHTTPServer):
     traceback on the terminal (a burst of browsers closing tabs makes hundreds)."""
 
     daemon_threads = True
+    request_queue_size = 128  # the listen backlog (socketserver's 5 drops a burst's SYNs)
     MAX_CLIENTS = 64
     MAX_STREAMS = 32
     IDLE_S = 10.0

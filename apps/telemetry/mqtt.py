@@ -121,6 +121,7 @@ class TlsOptions:
 
 
 HEARTBEAT_MIN_S = 0.5
+SHORT_S = 5.0  # a connection that drops sooner than this after connecting was hardly used
 PROTOCOLS = {"5": "MQTTv5", "3.1.1": "MQTTv311"}
 
 
@@ -162,6 +163,8 @@ class MqttPublisher:
         self._warned: set[str] = set()
         self._closed = False
         self._probed = False
+        self._connected_at = 0.0
+        self._short_drops = 0  # connections in a row that dropped within SHORT_S
         self.v5 = protocol == "5"
         cid = client_id or f"edgert-{socket.gethostname()}-{secrets.token_hex(4)}"
         client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=cid,
@@ -205,6 +208,7 @@ class MqttPublisher:
             return
         client.publish(self.topic_status, "online", qos=1, retain=True)
         with self._cond:
+            self._connected_at = time.monotonic()
             self.connected = True
             self.connects += 1
             self._generation += 1
@@ -225,9 +229,13 @@ class MqttPublisher:
             self._cond.notify_all()
         if self._closed:
             return
-        if "taken over" in str(reason_code).lower():
-            self._warn("another client with the same client id took this connection over: give "
-                       "each edgert its own --mqtt-client-id")  # fmt: skip
+        if was:  # dropped right after connecting, again and again: a take-over (MQTT 5 says so)
+            short = time.monotonic() - self._connected_at < SHORT_S
+            self._short_drops = self._short_drops + 1 if short else 0
+        if "taken over" in str(reason_code).lower() or self._short_drops >= 3:
+            self._warn("the connection is taken over right after each connect: another client "
+                       "with the same client id may be using it; give each edgert its own "
+                       "--mqtt-client-id")  # fmt: skip
         elif was:
             self._warn(f"disconnected ({reason_code})",
                        f"; events are kept (up to {self.buffer}) until it is back")  # fmt: skip
@@ -337,7 +345,11 @@ class MqttPublisher:
             self._heartbeat.join(2.0)
         deadline = time.monotonic() + drain_s
         with self._cond:
-            while (self._queue or self._outstanding or self._in_hand) and self.connected:
+            # connected, or still connecting for the first time with nothing said against it (a
+            # short run can end before the first connection is made)
+            while (self._queue or self._outstanding or self._in_hand) and (
+                self.connected or (self.connects == 0 and self.last_error is None)
+            ):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break

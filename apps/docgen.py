@@ -39,6 +39,7 @@ ENVIRONMENT = """## Environment variables
 | `EDGERT_ORT_THREADS` | ONNX Runtime intra-op threads when `Engine.load` is not given `intra_op_threads` (0: ONNX Runtime's choice) | `0` |
 | `EDGERT_SYSFS_ROOT` | read power sensors under this folder instead of `/` (a container with the host's `/sys` mounted elsewhere); `--sysfs-root` wins | `/` |
 | `EDGERT_MAX_IMAGE_PIXELS` | images with more pixels are refused before decoding | `120000000` |
+| `EDGERT_NAME` (any `EDGERT_…` name) | `${EDGERT_NAME}` in `edgert camera --source` or `--mqtt` is replaced by its value: a password kept out of the command line, where `ps` shows it to every local user (systemd's `EnvironmentFile=`, a container's secrets); only `EDGERT_` variables are read | |
 | `DISPLAY`, `WAYLAND_DISPLAY` | `edgert camera` opens a window only when one is set (and `--headless` is not given) | |
 """
 

@@ -50,7 +50,8 @@ def add_parser(sub) -> None:
         "--source",
         action="append",
         metavar="URI",
-        help="a camera, stream or file; repeat for several streams (default: synthetic://)",
+        help="a camera, stream or file; repeat for several streams (default: synthetic://); "
+        "${EDGERT_NAME} is replaced by that environment variable (keep passwords out of argv)",
     )
     p.add_argument(
         "--output",
@@ -85,7 +86,8 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--mosaic", action="store_true", help="several streams: one video file (or window) tiled"
     )
-    p.add_argument("--jsonl", metavar="FILE", help="one JSON line per processed frame")
+    p.add_argument("--jsonl", metavar="FILE",
+                   help="one JSON line per processed frame, after a header line per run (appended to)")  # fmt: skip
     boxes = " and ".join(t.name for t in TASK_SPECS.values() if t.boxes)
     t = p.add_argument_group(f"tracking and counting ({boxes} models)")
     t.add_argument("--track", action="store_true",
@@ -97,7 +99,7 @@ def add_parser(sub) -> None:
                    help="count who is in a polygon, entries, exits and dwell time; repeatable; implies --track")  # fmt: skip
     t.add_argument("--events", metavar="FILE",
                    help="one JSON line per event: track_start, track_end, line_cross, zone_enter, "
-                   "zone_exit; implies --track")  # fmt: skip
+                   "zone_exit; appended to, each run starting with run_start; implies --track")  # fmt: skip
     t.add_argument("--count-point", choices=["bottom_center", "center"], default="bottom_center",
                    help="the point of a box that counts (default bottom_center: where a person stands)")  # fmt: skip
     t.add_argument("--lost-seconds", type=nonneg_float, default=1.0, metavar="S",
@@ -107,7 +109,8 @@ def add_parser(sub) -> None:
                    help="Prometheus /metrics and the /live and /ready probes on HOST:PORT (host "
                    "127.0.0.1 unless given); the web viewer's port serves them too")  # fmt: skip
     m.add_argument("--mqtt", metavar="URI",
-                   help="mqtt://[user:pass@]host[:port]/PREFIX (mqtts:// for TLS): events on "
+                   help="mqtt://[user:pass@]host[:port]/PREFIX (mqtts:// for TLS; ${EDGERT_NAME} from "
+                   "the environment): events on "
                    "PREFIX/events (QoS 1), heartbeats on PREFIX/streams/N/heartbeat, PREFIX/status "
                    "online/offline (retained, with a Last Will)")  # fmt: skip
     m.add_argument("--mqtt-buffer", type=positive_int, default=1000, metavar="N",

@@ -194,6 +194,19 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def _one_line(text: str) -> str:
+    """``text`` with its control characters escaped (``\\r``, ``\\n``): what a user put in a URI or
+    a file name cannot start a line of its own in a log."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+class _OneLine(logging.Formatter):
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        return _one_line(super().formatMessage(record))  # a traceback (--debug) keeps its lines
+
+
 def _main(argv: list[str] | None = None) -> int:
     _guard_standard_streams()
     _sigterm_as_interrupt()  # first: a stop during start-up is handled too
@@ -205,6 +218,8 @@ def _main(argv: list[str] | None = None) -> int:
         return 143 if _stop_reason[0] == "terminated" else 130
     args.debug = getattr(args, "debug", False)
     logging.basicConfig(level=_log_level(args), format="edgert: %(levelname)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # a CR/LF in a name cannot forge a log line
+        handler.setFormatter(_OneLine(handler.formatter._fmt))
     if not args.command:
         parser.print_help()
         return 2
@@ -213,7 +228,7 @@ def _main(argv: list[str] | None = None) -> int:
     except EdgertError as exc:
         if args.debug:
             raise
-        print(f"edgert {args.command}: error: {exc}", file=sys.stderr)
+        print(f"edgert {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"edgert {args.command}: {_stop_reason[0]}", file=sys.stderr)

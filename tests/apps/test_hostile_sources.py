@@ -231,3 +231,17 @@ def test_expand_and_check_as_functions(monkeypatch):
 def test_a_stall_timeout_opencv_cannot_take_is_refused(tiny):
     proc = run_cli("camera", tiny, "--source", "rtsp://127.0.0.1:1/cam", "--stall-timeout", "1e7")
     assert_user_error(proc, "--stall-timeout", "must be at most 86400 s")
+
+
+def test_a_file_name_cannot_forge_a_log_line(tiny, tmp_path):
+    """The sibling of E16 in the logs: an unreadable image whose name holds a newline and what
+    looks like edgert's own warning is skipped with its name escaped, on one line."""
+    folder = tmp_path / "images"
+    folder.mkdir()
+    cv2.imwrite(str(folder / "good.png"), np.zeros((20, 20, 3), np.uint8))
+    (folder / "bad\nedgert: WARNING: forged.png").write_bytes(b"not an image")
+    proc = run_cli("camera", tiny, "--source", folder, "--headless")
+    assert proc.returncode == 1, proc.stderr  # an image could not be read: said, exit 1
+    lines = proc.stderr.splitlines()
+    assert not any(line.startswith("edgert: WARNING: forged") for line in lines), lines
+    assert any("bad\\nedgert: WARNING: forged.png" in line for line in lines), lines

@@ -110,8 +110,13 @@ def test_int8_with_fp16_scales_runs_right_on_onnx_runtime(tmp_path):
     onnx.save(qdq_to_fp16(q), tmp_path / "elsewhere" / "model.onnx")  # named like a bundle's FP32
     out = {}
     others = ("mv2_int8_fp16_from_elsewhere.onnx", "elsewhere/model.onnx")
-    for name in ("model.int8.onnx", "model.int8.fp16.onnx", *others):
-        with Engine.load(tmp_path / name, backend="onnxruntime") as engine:
+    # the reference: the FP32-scaled model computed as its Q/DQ nodes say (unfused). Fused, ONNX
+    # Runtime runs it on its own INT8 kernels, whose u8s8 products saturate on CPUs without
+    # VNNI (AVX2 only, as this CI machine: cosine 0.979 to the exact result, measured), which
+    # is not what this test is about
+    for name, how in (("model.int8.onnx", "disable"), ("model.int8.fp16.onnx", "all"),
+                      *((o, "all") for o in others)):  # fmt: skip
+        with Engine.load(tmp_path / name, backend="onnxruntime", optimization=how) as engine:
             out[name] = np.concatenate([engine.infer(x[i : i + 1])["logits"] for i in range(4)])
     for name in ("model.int8.fp16.onnx", *others):
         cos = gate.cosine_rows(out["model.int8.onnx"], out[name])

@@ -116,6 +116,9 @@ def main() -> int:
     p.add_argument("--outages", type=int, default=5)
     p.add_argument("--json", default="reports/reconnect_resources.json")
     args = p.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.ERROR)  # each failed attempt is a warning: not the table
     import edgert.apps
     from edgert.apps.camera import gstreamer
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 # the names of query or path parameters whose values are secrets (a name holding one of these)
 _KEYS = r"pass|pwd|token|secret|key|auth|sig|credential"
@@ -62,10 +63,21 @@ def expand(text: str, option: str) -> str:
     return _VAR.sub(value, text)
 
 
-def check_stream_uri(uri: str) -> None:
-    """ValueError (one sentence, secrets hidden) when ``uri`` cannot be a network stream's URI:
-    a control character or a space (a CR/LF would add a header to the request), no host, or a
-    port outside 1..65535."""
+@dataclass(frozen=True)
+class Parts:
+    """A URI's parts as edgert reads them: the credentials end at the last "@"."""
+
+    scheme: str  # lower case, without "://"
+    userinfo: str  # "user:pass" as written (percent-encoded or not), "" for none
+    host: str
+    port: int | None
+    path: str  # from the first "/" or "?" after the host, "" for none
+
+
+def split(uri: str) -> Parts:
+    """``uri``'s parts; ValueError (one sentence, secrets hidden) when it cannot be a URI: a
+    control character or a space (a CR/LF would add a header to a request), no host, or a port
+    outside 1..65535."""
     shown = redact(uri)
     bad = next((c for c in uri if not c.isprintable() or c.isspace()), None)
     if bad is not None:
@@ -75,15 +87,20 @@ def check_stream_uri(uri: str) -> None:
     if scheme is None:
         raise ValueError(f"'{shown}' is not a URI (scheme://host[:port]/path)")
     rest = uri[scheme.end() :]
-    at = rest.rfind("@", 0, _authority_end(rest))
-    authority = rest[at + 1 : _authority_end(rest)]
+    at, end = rest.rfind("@"), _authority_end(rest)
     try:
-        host, port = host_port(authority)
+        host, port = host_port(rest[at + 1 : end])
     except ValueError as exc:
         raise ValueError(f"'{shown}': {exc}") from None
     if not host:
         raise ValueError(f"'{shown}' names no host (scheme://host[:port]/path)")
-    del port
+    return Parts(scheme.group(0)[:-3].lower(), rest[:at] if at >= 0 else "", host, port, rest[end:])
+
+
+def check_stream_uri(uri: str) -> None:
+    """ValueError (one sentence, secrets hidden) when ``uri`` cannot be a network stream's URI
+    (see :func:`split`)."""
+    split(uri)
 
 
 def _authority_end(rest: str) -> int:

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from edgert.apps.uris import host_port, redact, show_host
+from edgert.apps.uris import redact, show_host, split
 from edgert.runtime.errors import OutputError
 
 from . import require
@@ -70,32 +70,23 @@ def parse_uri(uri: str) -> MqttTarget:
     and for a prefix the broker would not take (a wildcard, an empty level, or "$", which
     brokers keep for themselves)."""
     shown = redact(uri)
-    scheme, sep, rest = uri.partition("://")
+    scheme, sep, _ = uri.partition("://")
     if not sep or scheme.lower() not in ("mqtt", "mqtts"):
         raise OutputError(f"--mqtt {shown!r}: {FORM}")
-    bad = next((c for c in uri if not c.isprintable() or c.isspace()), None)
-    if bad is not None:
-        raise OutputError(f"--mqtt {shown!r}: {bad!r} cannot be part of a broker's URI")
-    at = rest.rfind("@")
-    userinfo, hostpart = (rest[:at], rest[at + 1 :]) if at >= 0 else ("", rest)
-    authority, slash, path = hostpart.partition("/")
     try:
-        host, port = host_port(authority)
+        parts = split(uri)
     except ValueError as exc:
-        raise OutputError(f"--mqtt {shown!r}: {exc}") from None
-    if not host:
-        raise OutputError(f"--mqtt {shown!r}: {FORM}")
-    tls = scheme.lower() == "mqtts"
-    prefix = path.strip("/") if slash else ""
-    prefix = prefix or f"edgert/{socket.gethostname()}"
+        raise OutputError(f"--mqtt {exc}; {FORM}") from None
+    tls, port = parts.scheme == "mqtts", parts.port
+    prefix = parts.path.strip("/") or f"edgert/{socket.gethostname()}"
     if any(c in prefix for c in "#+") or "//" in prefix:
         raise OutputError(f"--mqtt: the topic prefix {prefix!r} may not hold '#', '+' or '//' "
                           "(edgert adds /events, /status and /streams/N/heartbeat to it)")  # fmt: skip
     if prefix.startswith("$"):
         raise OutputError(f"--mqtt: the topic prefix {prefix!r} begins with '$', which brokers "
                           "keep for themselves ($SYS): they would refuse every message")  # fmt: skip
-    user, colon, password = userinfo.partition(":")
-    return MqttTarget(host, port or (8883 if tls else 1883), prefix, tls,
+    user, colon, password = parts.userinfo.partition(":")
+    return MqttTarget(parts.host, port or (8883 if tls else 1883), prefix, tls,
                       unquote(user) if user else None,
                       unquote(password) if colon and password else None)  # fmt: skip
 

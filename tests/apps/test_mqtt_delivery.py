@@ -15,7 +15,7 @@ import pytest
 
 from edgert.apps.telemetry.mqtt import MqttPublisher, TlsOptions, parse_uri
 from edgert.runtime.errors import OutputError
-from tests.apps.test_telemetry import TRACKING, Mosquitto, Subscriber, _tls_files, _wait_port, needs
+from tests.apps.test_telemetry import TRACKING, Mosquitto, Subscriber, _wait_port, needs, tls_broker
 from tests.apps.test_tracking_camera import scene_video
 from tests.conftest import assert_user_error, run_cli
 from tests.ports import free_ports
@@ -139,13 +139,7 @@ def test_a_run_whose_events_never_arrive_exits_non_zero(scene):
 
 @needs["mosquitto"]
 def test_plain_mqtt_to_a_tls_port_and_a_refused_certificate_are_named(scene, tmp_path):
-    ca, cert, key = _tls_files(tmp_path / "tls")
-    port = free_ports(1)[0]
-    conf = tmp_path / "tls.conf"
-    conf.write_text(f"user root\nlistener {port} 127.0.0.1\nallow_anonymous true\ncafile {ca}\n"
-                    f"certfile {cert}\nkeyfile {key}\n")  # fmt: skip
-    broker = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)  # fmt: skip
+    broker, port, _ = tls_broker(tmp_path)
     bundle, video = scene
     try:
         _wait_port(port)

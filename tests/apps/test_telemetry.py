@@ -306,17 +306,23 @@ def _tls_files(folder: Path) -> tuple[Path, Path, Path]:
 @needs["mosquitto"]
 @pytest.mark.skipif(not os.environ.get("CI") and shutil.which("openssl") is None,
                     reason="openssl makes the test certificates")  # fmt: skip
-def test_mqtts_with_a_private_ca(scene, tmp_path):
-    """mqtts:// to a broker whose certificate a private CA signed: --mqtt-ca makes it trusted (the
-    host name checked against the certificate); without it the connection is refused and the
-    events wait in the buffer (the run still ends cleanly, the loss reported)."""
+def tls_broker(tmp_path: Path) -> tuple[subprocess.Popen, int, Path]:
+    """Mosquitto with a TLS listener whose certificate a private CA signed: (process, port, CA)."""
     ca, cert, key = _tls_files(tmp_path / "tls")
     port = free_ports(1)[0]
     conf = tmp_path / "tls.conf"
     conf.write_text(f"user root\nlistener {port} 127.0.0.1\nallow_anonymous true\ncafile {ca}\n"
                     f"certfile {cert}\nkeyfile {key}\n")  # fmt: skip
-    broker = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    return proc, port, ca
+
+
+def test_mqtts_with_a_private_ca(scene, tmp_path):
+    """mqtts:// to a broker whose certificate a private CA signed: --mqtt-ca makes it trusted (the
+    host name checked against the certificate); without it the connection is refused and the
+    events wait in the buffer (the run still ends cleanly, the loss reported)."""
+    broker, port, ca = tls_broker(tmp_path)
     got: list[bytes] = []
     try:
         _wait_port(port)

@@ -194,17 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _one_line(text: str) -> str:
-    """``text`` with its control characters escaped (``\\r``, ``\\n``): what a user put in a URI or
-    a file name cannot start a line of its own in a log."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 class _OneLine(logging.Formatter):
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
-        return _one_line(super().formatMessage(record))  # a traceback (--debug) keeps its lines
+        from edgert.apps.uris import escape_controls
+
+        return escape_controls(
+            super().formatMessage(record)
+        )  # a traceback (--debug) keeps its lines
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -228,7 +224,9 @@ def _main(argv: list[str] | None = None) -> int:
     except EdgertError as exc:
         if args.debug:
             raise
-        print(f"edgert {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
+        from edgert.apps.uris import escape_controls
+
+        print(f"edgert {args.command}: error: {escape_controls(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"edgert {args.command}: {_stop_reason[0]}", file=sys.stderr)

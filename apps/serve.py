@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgert.apps.uris import show_host
 from edgert.runtime.errors import MissingDependency, OutputError
 
 log = logging.getLogger(__name__)
@@ -303,7 +304,7 @@ def _stop(triton, cfg: ServeConfig, models, started, log_file: Path, say) -> str
     if pid:
         say(f"stopping: waiting up to {cfg.drain_s:g} s for requests in flight")
         host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(cfg.host, cfg.host)
-        url = f"[{host}]:{cfg.http_port}" if ":" in host else f"{host}:{cfg.http_port}"
+        url = show_host(host, cfg.http_port)
         headers = {"triton-access-token": triton.get_access_token()}  # model-repository API
         try:
             client = httpclient.InferenceServerClient(url, network_timeout=10)

@@ -3,9 +3,10 @@
 - :func:`redact`: a URI as it is printed, logged and served, its secrets replaced by ``***``;
 - :func:`expand`: ``${EDGERT_...}`` replaced by that environment variable, so that a password
   need not be on the command line, where ``ps`` shows it to every local user;
-- :func:`check_stream_uri`: a network stream's URI refused, in one sentence, when it cannot be
+- :func:`split` and :func:`check_stream_uri`: a URI's parts, or one sentence when it cannot be
   one (control characters that would go onto the wire or into the logs, no host, a bad port);
-- :func:`host_port`: ``host[:port]`` and ``[v6]:port``, and how to print them.
+- :func:`host_port` and :func:`show_host`: ``host[:port]`` and ``[v6]:port`` read and printed;
+- :func:`escape_controls`: any user string made safe for one line of a log.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def redact(uri: str) -> str:
     such as ``password=``, ``token=``, ``sig=``, ``signature=``, ``credential=``, or a path form
     such as ``user=admin_password=X_channel=1``) replaced by ``***``, and control characters
     shown escaped (a CR/LF cannot forge a log line). Only the connection gets the real one."""
-    uri = _escape_controls(uri)
+    uri = escape_controls(uri)
     scheme = _SCHEME.match(uri)
     if scheme is None:
         return uri
@@ -44,7 +45,11 @@ def redact(uri: str) -> str:
     return scheme.group(0) + path + q + (_SECRET_QUERY.sub(r"\1***", "?" + query)[1:] if q else "")
 
 
-def _escape_controls(text: str) -> str:
+def escape_controls(text: str) -> str:
+    """``text`` with its control characters escaped (``\\r``, ``\\n``): what a user put in a URI or
+    a file name cannot start a line of its own in a log or on a wire."""
+    if text.isprintable():
+        return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 

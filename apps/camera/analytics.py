@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -97,8 +98,6 @@ class EventsOutput:
     with a ``run_start`` event naming its streams, after the earlier runs' events."""
 
     def __init__(self, path: str, streams: list | None = None) -> None:
-        import os
-
         from .outputs import JsonlOutput
 
         start = {"event": "run_start", "time": round(time.time(), 4), "pid": os.getpid()}

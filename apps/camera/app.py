@@ -265,12 +265,12 @@ def _ports_apart(cfg: CameraConfig) -> None:
 
     from edgert.apps.telemetry.http import parse_address
 
-    if not cfg.metrics:
+    port = parse_address(cfg.metrics)[1] if cfg.metrics else 0
+    if not port:  # none, or a free one chosen when it listens
         return
-    port = parse_address(cfg.metrics)[1]
     for uri in cfg.outputs:
-        if uri.startswith("http://") and port:
-            with contextlib.suppress(ValueError):
+        if uri.startswith("http://"):
+            with contextlib.suppress(ValueError):  # a bad port: open_output says so
                 if urlparse(uri).port == port:
                     raise OutputError(
                         f"--metrics and --output {uri} would both listen on port {port}: give "

@@ -132,11 +132,8 @@ class Launch:
         props = "".join(f" {k}={_shown(v)}" for k, v in self.props)
         return f"{self.element}{props}" + (f" ! {self.rest}" if self.rest else "")
 
-    def __contains__(self, text: str) -> bool:
-        return text in self.text()
 
-
-def _named_values(spec) -> bool:  # noqa: N802
+def _named_values(spec) -> bool:
     """Whether a property takes one of GLib's named flags or enum values."""
     from gi.repository import GObject
 

@@ -16,6 +16,8 @@ from edgert.runtime.errors import SourceError
 
 log = logging.getLogger(__name__)
 
+TIMEOUT_MAX_S = 86400.0
+
 SUPPORTED = "csi://N, v4l2:///dev/videoN, rtsp://..., file://PATH (video, image, folder or glob), a bare path, synthetic://"
 
 
@@ -43,6 +45,15 @@ class SourceOptions:
                 raise SourceError(f"--{name} must be from 1 to 16384 pixels, not {value}")
         if self.fps is not None and not (math.isfinite(self.fps) and 0 < self.fps <= 1000):
             raise SourceError(f"--fps must be a positive number up to 1000, not {self.fps}")
+        for flag, name in (("--stall-timeout", "stall_timeout"), ("io_timeout", "io_timeout")):
+            value = getattr(
+                self, name
+            )  # OpenCV takes them as int milliseconds (2^31 ms: 24.8 days)
+            if not (math.isfinite(value) and value > 0):
+                raise SourceError(f"{flag} must be a positive number of seconds, not {value}")
+            if value > TIMEOUT_MAX_S:
+                raise SourceError(f"{flag} must be at most {TIMEOUT_MAX_S:g} s (a day: OpenCV takes "
+                                  f"it in int milliseconds), not {value:g}")  # fmt: skip
         for name, allowed in (("decoder", ("auto", "gstreamer", "ffmpeg")),
                               ("rtsp_transport", ("auto", "tcp", "udp"))):  # fmt: skip
             if getattr(self, name) not in allowed:

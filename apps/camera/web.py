@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 from edgert.apps.telemetry.http import Handler as _Handler
 from edgert.apps.telemetry.http import QuietServer as _QuietServer
 from edgert.apps.telemetry.http import send
+from edgert.apps.uris import show_host
 from edgert.runtime.errors import OutputError
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class HttpOutput:
             raise OutputError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
-        self.url = f"http://[{host}]:{self.port}/" if ":" in host else f"http://{host}:{self.port}/"
+        self.url = f"http://{show_host(host, self.port)}/"
         self.thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
         self.thread.start()
 

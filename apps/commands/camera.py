@@ -152,7 +152,7 @@ def add_parser(sub) -> None:
     n.add_argument("--reconnect", type=_tries, default=5, metavar="N|forever",
                    help="tries per (re)connection of a stream that drops (default 5; forever for "
                    "cameras that reboot)")  # fmt: skip
-    n.add_argument("--stall-timeout", type=_stall, default=5.0, metavar="S",
+    n.add_argument("--stall-timeout", type=positive_float, default=5.0, metavar="S",
                    help="a connected stream without a frame this long is a stall, reconnected (default 5)")  # fmt: skip
     n.add_argument("--rtsp-latency", type=nonneg_int, default=100, metavar="MS",
                    help="GStreamer's RTSP jitter buffer (default 100; GStreamer's own is 2000)")  # fmt: skip
@@ -165,19 +165,13 @@ def add_parser(sub) -> None:
 
 def _heartbeat(text: str) -> float:
     """--mqtt-heartbeat: 0 (none) or at least 0.5 s (a broker is not a busy loop)."""
+    from edgert.apps.telemetry.mqtt import HEARTBEAT_MIN_S
+
     value = nonneg_float(text)
-    if 0 < value < 0.5:
-        raise argparse.ArgumentTypeError(f"must be 0 (no heartbeats) or at least 0.5 s, not {text}")
-    return value
-
-
-STALL_MAX_S = 86400.0  # a day: OpenCV takes the stall timeout as int milliseconds
-
-
-def _stall(text: str) -> float:
-    value = positive_float(text)
-    if value > STALL_MAX_S:
-        raise argparse.ArgumentTypeError(f"must be at most {STALL_MAX_S:g} s (a day), not {text}")
+    if 0 < value < HEARTBEAT_MIN_S:
+        raise argparse.ArgumentTypeError(
+            f"must be 0 (no heartbeats) or at least {HEARTBEAT_MIN_S:g} s, not {text}"
+        )
     return value
 
 

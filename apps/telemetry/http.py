@@ -21,6 +21,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
+from edgert.apps.uris import show_host
 from edgert.runtime.errors import OutputError
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,6 @@ class QuietServer(ThreadingHTTPServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.unwatch(request)
             self._clients.release()
 
     def watch(self, conn, seconds: float) -> None:
@@ -301,7 +301,7 @@ class ProbeServer:
         except OSError as exc:
             raise OutputError(f"{option}: cannot listen on {host}:{port}: {exc.strerror}") from None
         self.port = self.server.server_address[1]
-        self.url = f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+        self.url = f"http://{show_host(host, self.port)}"
         if not _loopback(host):
             log.warning("%s %s: /metrics, /live and /ready answer anyone who can reach this "
                         "address, without authentication (give 127.0.0.1:PORT to keep them on "

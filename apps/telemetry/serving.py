@@ -14,6 +14,8 @@ import time
 import urllib.error
 import urllib.request
 
+from edgert.apps.uris import show_host
+
 from . import require
 
 
@@ -23,7 +25,7 @@ def local_address(host: str) -> str:
         return "127.0.0.1"
     if host == "::":
         return "[::1]"
-    return f"[{host}]" if ":" in host else host
+    return show_host(host)
 
 
 def models_not_ready(host: str, port: int, models: list[str], timeout: float = 1.0) -> list[str]:

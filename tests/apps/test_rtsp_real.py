@@ -259,11 +259,11 @@ def test_the_pipeline_chosen_for_a_jetson_and_for_a_pc():
         "avdec_h264",
     )
     assert gstreamer.decode_chain("MP4V-ES", pc)[1] == "decodebin"
-    assert "nvvidconv" in gstreamer.file_pipeline("a.mp4", jetson)
-    assert "nvvidconv" not in gstreamer.file_pipeline("a.mp4", pc)
-    src = gstreamer.rtsp_source("rtsp://cam/live", 100, "tcp", 5.0)
+    assert "nvvidconv" in gstreamer.file_pipeline("a.mp4", jetson).text()
+    assert "nvvidconv" not in gstreamer.file_pipeline("a.mp4", pc).text()
+    src = gstreamer.rtsp_source("rtsp://cam/live", 100, "tcp", 5.0).text()
     assert "latency=100 protocols=tcp" in src and "tcp-timeout=5000000" in src
-    assert "protocols" not in gstreamer.rtsp_source("rtsp://cam/live", 100, "auto", 5.0)
+    assert "protocols" not in gstreamer.rtsp_source("rtsp://cam/live", 100, "auto", 5.0).text()
     assert gstreamer.hardware_decoder(jetson) and not gstreamer.hardware_decoder(pc)
 
 

@@ -10,8 +10,12 @@ import tempfile
 
 from setuptools import find_packages, setup
 
-FOLDERS = {"edgert.export": "export", "edgert.quantize": "quantize",
-           "edgert.runtime": "runtime", "edgert.apps": "apps"}  # fmt: skip
+FOLDERS = {
+    "edgert.export": "export",
+    "edgert.quantize": "quantize",
+    "edgert.runtime": "runtime",
+    "edgert.apps": "apps",
+}
 
 packages = []
 for name, folder in FOLDERS.items():

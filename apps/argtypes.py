@@ -68,3 +68,23 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def add_power_arguments(
+    parser, sysfs_help: str = "read power sensors and thermal zones under DIR"
+) -> None:
+    """The power and heat flags every command that runs a model takes (camera, bench)."""
+    parser.add_argument(
+        "--power-cap",
+        type=positive_float,
+        metavar="W",
+        help="pace inference to keep average power under W watts",
+    )
+    parser.add_argument(
+        "--temp-cap",
+        type=positive_float,
+        metavar="C",
+        help="pace inference so the hottest thermal zone settles at or below C °C (with "
+        "--power-cap too: the tighter wins); edgert power suggests one",
+    )
+    parser.add_argument("--sysfs-root", metavar="DIR", help=sysfs_help)

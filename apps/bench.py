@@ -86,35 +86,20 @@ def device_facts() -> dict:
 
 def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
     from edgert.runtime.engine import Engine
-    from edgert.runtime.power.governor import CappedRunner
-    from edgert.runtime.power.meter import PowerMeter
-    from edgert.runtime.power.sensors import discover
-    from edgert.runtime.power.thermal import ConditionsMonitor, busy_clocks
+    from edgert.runtime.power.session import PowerOptions, PowerSession
 
     _validate(cfg)
-    found = discover(cfg.sysfs_root, nvml=cfg.nvml)
-    meter = PowerMeter(found.sensor) if found.sensor else None
-    if cfg.power_cap is not None and meter is None:
-        raise EdgertError(f"--power-cap needs a power sensor, and there is none: {found.reason}")
     options = {"profile": True} if cfg.backend in ("auto", "tensorrt") else {}  # the split
-    capped = cfg.power_cap is not None or cfg.temp_cap is not None
-    options["spin"] = cfg.spin == "on" or (cfg.spin == "auto" and not capped)
-    zone = None
-    if cfg.temp_cap is not None:
-        from edgert.runtime.power.governor import HottestZone
-
-        zone = HottestZone(cfg.sysfs_root)
-    idle = None
+    power_options = PowerOptions(cfg.power_cap, cfg.temp_cap, cfg.sysfs_root, cfg.nvml)
+    options["spin"] = cfg.spin == "on" or (cfg.spin == "auto" and not power_options.capped)
     point = None
-    try:
-        if meter:
-            meter.start()
-            say(f"measuring idle power for {cfg.idle_seconds:.0f} s ({found.sensor.describe()})")
-            idle = meter.measure_idle(cfg.idle_seconds)
+    # on every path: no sampling thread or open sensor left behind
+    with PowerSession(power_options, say) as power:
+        idle = power.measure_idle(cfg.idle_seconds)
         if cfg.choose_point:
             if cfg.power_cap is None or idle is None:
                 raise EdgertError("--choose-point needs --power-cap and a power sensor")
-            point = choose_operating_point(cfg, meter, idle, options, say)
+            point = choose_operating_point(cfg, power.meter, idle, options, say)
         with Engine.load(
             cfg.model, backend=cfg.backend, precision=cfg.precision, **options
         ) as engine:
@@ -122,22 +107,15 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
             end_warm = time.perf_counter() + cfg.warmup
             while time.perf_counter() < end_warm:
                 engine.infer(feeds)
-            runner = (
-                CappedRunner(engine, meter, cfg.power_cap, idle, temp_cap_c=cfg.temp_cap, zone=zone)
-                if capped
-                else engine
-            )
-            monitor = ConditionsMonitor(cfg.sysfs_root, nvml=cfg.nvml).start()
+            runner = power.cap(engine)
+            power.watch()
             try:
-                run = _timed_loop(engine, runner, feeds, cfg, meter, say)
+                run = _timed_loop(engine, runner, feeds, cfg, power.meter, say)
             finally:
-                conditions = monitor.stop(busy_clocks(engine), busy=runner is engine)
+                conditions = power.conditions(engine, busy=runner is engine)
             backend, reason = engine.backend, engine.backend_reason
             capped = runner.report() if runner is not engine else None
-    finally:  # on every path: no sampling thread or open sensor left behind
-        if meter:
-            meter.stop()
-            found.sensor.close()
+        meter, sensor = power.meter, power.sensor
     result = {
         "model": str(cfg.model),
         "backend": backend,
@@ -158,13 +136,13 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
         "power_w": None,
         "energy_mj_per_inference": None,
         "energy_mj_per_inference_above_idle": None,
-        "power_reason": found.reason,
+        "power_reason": power.reason,
         "device": device_facts(),
         "conditions": conditions,
         "power_series": None,
     }
     if meter:
-        result.update(_power_result(meter, found.sensor, run, idle, cfg.batch))
+        result.update(_power_result(meter, sensor, run, idle, cfg.batch))
     # a uniform sample of the run (all of it when short): the histogram in --plot
     result["latencies_ms"] = run.latencies.sample().round(4).tolist()
     return result
@@ -399,3 +377,64 @@ def pareto(points: list[dict]) -> list[int]:
         if not dominated:
             front.append(i)
     return front
+
+
+def run_sweep(grid: list[dict], config, say=lambda s: None) -> dict:
+    """Every point of ``grid`` (settings, see :func:`parse_sweep`) benchmarked with
+    ``config(setting)`` -> BenchConfig: the points (one that cannot run, an EdgertError, is kept
+    as skipped with why), the Pareto front of latency, throughput and energy, the most
+    energy-efficient point, and what differed in the conditions they ran under."""
+    points = []
+    for setting in grid:
+        label = " ".join(f"{k}={'none' if v is None else v}" for k, v in setting.items())
+        say(f"-- {label}")
+        try:
+            r = run_bench(config(setting))
+        except EdgertError as exc:  # one unavailable point does not stop the sweep
+            say(f"   skipped: {exc}")
+            points.append({"label": label, "setting": setting, "skipped": str(exc)})
+            continue
+        r.pop("latencies_ms", None)
+        r.pop("power_series", None)
+        r["label"], r["setting"] = label, setting
+        points.append(r)
+    ran = [p for p in points if "skipped" not in p]
+    front = pareto(ran)
+    best = min(
+        (p for p in ran if p.get("energy_mj_per_inference") is not None),
+        key=lambda p: p["energy_mj_per_inference"],
+        default=None,
+    )
+    return {
+        "points": points,
+        "pareto": [ran[i]["label"] for i in front],
+        "most_efficient": best["label"] if best else None,
+        "conditions_mismatch": conditions_mismatch(ran),
+    }
+
+
+def conditions_mismatch(points: list[dict]) -> str | None:
+    """What differed between the sweep's points: the power mode, jetson_clocks, a clock's limit,
+    or throttling in some and not others; None when they ran alike."""
+    conds = [(p["label"], p.get("conditions")) for p in points if p.get("conditions")]
+    if len(conds) < 2:
+        return None
+    found = []
+    for key, what in (("nvpmodel", "power mode"), ("jetson_clocks", "jetson_clocks")):
+        values = {c[key] for _, c in conds}
+        if len(values) > 1:
+            found.append(f"{what}: " + ", ".join(f"{lab} {c[key]}" for lab, c in conds))
+    limits = {name for _, c in conds for name in c["clocks"]}
+    for name in sorted(limits):
+        values = {c["clocks"].get(name, {}).get("limit_mhz") for _, c in conds}
+        if len(values) > 1:
+            found.append(
+                f"{name} clock limit: "
+                + ", ".join(
+                    f"{lab} {c['clocks'].get(name, {}).get('limit_mhz')} MHz" for lab, c in conds
+                )
+            )
+    throttled = {c["throttled"] for _, c in conds}
+    if len(throttled) > 1:
+        found.append("throttled: " + ", ".join(lab for lab, c in conds if c["throttled"]))
+    return "; ".join(found) or None

@@ -45,9 +45,6 @@ EPILOG = """examples:
 """
 
 
-version = edgert_version  # the name the CLI has always used
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="edgert",
@@ -55,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"edgert {version()}")
+    parser.add_argument("--version", action="version", version=f"edgert {edgert_version()}")
     _verbosity(parser, argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:

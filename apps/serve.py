@@ -15,7 +15,6 @@ engine serialises its own calls.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import logging
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgert.apps import processes
 from edgert.apps.uris import show_host
 from edgert.runtime.errors import MissingDependency, OutputError
 
@@ -210,71 +210,14 @@ class _ImageModel:
                     failed[i] = str(exc)
         self.counted(len(frames) - len(failed))
         text = [
-            json.dumps({"error": failed[i]} if i in failed else
-                       {"results": results[i], **({"raw_outputs": False} if i in no_raw else {})})
+            json.dumps(
+                {"error": failed[i]}
+                if i in failed
+                else {"results": results[i], **({"raw_outputs": False} if i in no_raw else {})}
+            )
             for i in range(len(frames))
-        ]  # fmt: skip
+        ]
         return {"result": np.array([[t.encode()] for t in text], dtype=np.object_), **raw}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
-
-def _kill(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-
-
-def _descendants(pid: int) -> list[int]:
-    """Live processes below pid (Linux /proc): tritonserver's Python backend stubs, and their
-    resource trackers and tensor store processes."""
-    children, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        kids = []
-        try:  # every thread's children: Triton starts its stubs from its model-loading threads
-            tasks = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{p}/task/{tid}/children") as f:
-                    kids += [int(k) for k in f.read().split()]
-            except OSError:
-                continue
-        children += [k for k in kids if _alive(k)]
-        todo += kids
-    return children
-
-
-def _defer_signals():
-    """(pending, restore): from now on SIGINT and SIGTERM are noted in ``pending``, not acted on,
-    until ``restore()`` (main thread only; restoring twice is harmless)."""
-    pending: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        return pending, lambda: None
-    old = {s: signal.signal(s, lambda signum, frame: pending.append(signum))
-           for s in (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
-
-    def restore() -> None:
-        while old:
-            sig, handler = old.popitem()
-            signal.signal(sig, handler)
-
-    return pending, restore
 
 
 def _stop(triton, cfg: ServeConfig, models, started, log_file: Path, say) -> str | None:
@@ -292,13 +235,13 @@ def _stop(triton, cfg: ServeConfig, models, started, log_file: Path, say) -> str
     server = triton._triton_server  # PyTriton 0.7: pytriton.server.triton_server.TritonServer
     running = server._tritonserver_running_cmd  # an sh.RunningCommand
     pid = running.pid if server.is_alive() else None
-    helpers = sorted(set(started) | set(_descendants(pid) if pid else []))
+    helpers = sorted(set(started) | set(processes.descendants(pid) if pid else []))
     # Triton writes each model PyTriton loads to a temporary folder (the stubs' first argument,
     # FOLDER/1/model.py) and removes it only on a clean unload
     folders = {
         Path(a.decode()).parents[1]
         for p in helpers
-        for a in _cmdline(p).split(b"\0")[1:2]
+        for a in processes.cmdline(p).split(b"\0")[1:2]
         if a.endswith(b"/model.py")
     }
     if pid:
@@ -314,19 +257,21 @@ def _stop(triton, cfg: ServeConfig, models, started, log_file: Path, say) -> str
         except Exception as exc:  # noqa: BLE001 - Triton is dying anyway: the clean-up below
             log.debug("unloading the models failed: %s", exc)
         deadline = time.monotonic() + cfg.drain_s
-        while _descendants(pid) and time.monotonic() < deadline:  # the stubs are gone = unloaded
+        while (
+            processes.descendants(pid) and time.monotonic() < deadline
+        ):  # the stubs are gone = unloaded
             time.sleep(0.1)
     triton.stop()  # SIGINT, waits for tritonserver; cleans PyTriton's workspace
-    killed = [p for p in helpers if _alive(p)]
-    trackers = [p for p in killed if b"resource_tracker" in _cmdline(p)]
+    killed = [p for p in helpers if processes.alive(p)]
+    trackers = [p for p in killed if b"resource_tracker" in processes.cmdline(p)]
     for p in killed:  # stubs of a failed stop and their tensor store processes; not the
         if p not in trackers:  # resource trackers: once those are alone they unlink the
-            _kill(p)  # stubs' shared memory themselves, and exit
+            processes.kill(p)  # stubs' shared memory themselves, and exit
     deadline = time.monotonic() + 2
-    while any(_alive(p) for p in trackers) and time.monotonic() < deadline:
+    while any(processes.alive(p) for p in trackers) and time.monotonic() < deadline:
         time.sleep(0.1)
     for p in trackers:
-        _kill(p)
+        processes.kill(p)
     prefix = triton._python_backend_config["shm-region-prefix-name"]
     for p in Path("/dev/shm").glob(f"{prefix}*"):  # the Python backend's own regions
         p.unlink(missing_ok=True)
@@ -348,8 +293,11 @@ def serve(cfg: ServeConfig, say=print) -> None:
 
     from edgert.runtime.tasks import load_task_model
 
-    ports = {"--http-port": cfg.http_port, "--grpc-port": cfg.grpc_port,
-             "--metrics-port": cfg.metrics_port}  # fmt: skip
+    ports = {
+        "--http-port": cfg.http_port,
+        "--grpc-port": cfg.grpc_port,
+        "--metrics-port": cfg.metrics_port,
+    }
     if cfg.edgert_metrics_port is not None:
         ports["--edgert-metrics-port"] = cfg.edgert_metrics_port
     check_ports(cfg.host, ports)
@@ -387,40 +335,55 @@ def serve(cfg: ServeConfig, say=print) -> None:
                     max_batch_size=max_batch,
                     batcher=DynamicBatcher(max_queue_delay_microseconds=cfg.max_queue_delay_us),
                 )
-                bindings.append(dict(
-                    model_name=name,
-                    infer_func=[batch(_TensorModel(e, counted(name))) if dynamic
-                                else _per_request(_TensorModel(e, counted(name)))
-                                for e in engines],
-                    inputs=[_tensor(s, dynamic) for s in specs.inputs],
-                    outputs=[_tensor(s, dynamic) for s in specs.outputs],
-                    config=tensor_config,
-                ))  # fmt: skip
+                bindings.append(
+                    dict(
+                        model_name=name,
+                        infer_func=[
+                            batch(_TensorModel(e, counted(name)))
+                            if dynamic
+                            else _per_request(_TensorModel(e, counted(name)))
+                            for e in engines
+                        ],
+                        inputs=[_tensor(s, dynamic) for s in specs.inputs],
+                        outputs=[_tensor(s, dynamic) for s in specs.outputs],
+                        config=tensor_config,
+                    )
+                )
                 raw_outputs = [_tensor(s, True) for s in specs.outputs] if dynamic else []
                 image_batch = max_batch or cfg.max_batch or 8
             else:
                 dynamic, raw_outputs, image_batch = False, [], cfg.max_batch or 8
-            bindings.append(dict(
-                model_name=f"{name}_image",
-                infer_func=[batch(_ImageModel(m, dynamic, counted(f"{name}_image")))
-                            for m in image_models],
-                inputs=[Tensor(name="image", dtype=np.bytes_, shape=(1,))],
-                outputs=[Tensor(name="result", dtype=np.bytes_, shape=(1,)), *raw_outputs],
-                config=ModelConfig(
-                    max_batch_size=image_batch,
-                    batcher=DynamicBatcher(max_queue_delay_microseconds=cfg.max_queue_delay_us),
-                ),
-            ))  # fmt: skip
+            bindings.append(
+                dict(
+                    model_name=f"{name}_image",
+                    infer_func=[
+                        batch(_ImageModel(m, dynamic, counted(f"{name}_image")))
+                        for m in image_models
+                    ],
+                    inputs=[Tensor(name="image", dtype=np.bytes_, shape=(1,))],
+                    outputs=[Tensor(name="result", dtype=np.bytes_, shape=(1,)), *raw_outputs],
+                    config=ModelConfig(
+                        max_batch_size=image_batch,
+                        batcher=DynamicBatcher(max_queue_delay_microseconds=cfg.max_queue_delay_us),
+                    ),
+                )
+            )
         log_file = Path(tempfile.gettempdir()) / f"edgert-serve-{os.getpid()}.log"
         say(f"Triton's own log: {log_file}")
         triton_config = TritonConfig(
-            http_address=cfg.host, http_port=cfg.http_port, grpc_address=cfg.host,
-            grpc_port=cfg.grpc_port, metrics_address=cfg.host, metrics_port=cfg.metrics_port,
-            exit_timeout_secs=3, log_verbose=0, log_file=log_file,
-        )  # fmt: skip
+            http_address=cfg.host,
+            http_port=cfg.http_port,
+            grpc_address=cfg.host,
+            grpc_port=cfg.grpc_port,
+            metrics_address=cfg.host,
+            metrics_port=cfg.metrics_port,
+            exit_timeout_secs=3,
+            log_verbose=0,
+            log_file=log_file,
+        )
         # a stop asked for while Triton starts waits until it has (PyTriton's own start would
         # stop it abruptly, leaving its stubs behind), then takes the clean path below
-        pending, restore = _defer_signals()
+        pending, restore = processes.defer_signals()
         try:
             with Triton(config=triton_config) as triton:
                 for b in bindings:
@@ -429,15 +392,17 @@ def serve(cfg: ServeConfig, say=print) -> None:
                     telemetry.phase = "starting Triton"
                 triton.run()
                 models = [b["model_name"] for b in bindings]
-                started = _descendants(triton._triton_server._tritonserver_running_cmd.pid)
+                started = processes.descendants(triton._triton_server._tritonserver_running_cmd.pid)
                 interrupted = False
                 try:
                     restore()  # signals act again, inside the try that stops cleanly
                     if pending:
                         raise KeyboardInterrupt
                     _wait_until_models_answer(cfg, models, telemetry)
-                    say(f"ready: http://{cfg.host}:{cfg.http_port} grpc {cfg.host}:{cfg.grpc_port} "
-                        f"metrics http://{cfg.host}:{cfg.metrics_port}/metrics (models: {', '.join(models)})")  # fmt: skip
+                    say(
+                        f"ready: http://{cfg.host}:{cfg.http_port} grpc {cfg.host}:{cfg.grpc_port} "
+                        f"metrics http://{cfg.host}:{cfg.metrics_port}/metrics (models: {', '.join(models)})"
+                    )
                     # not triton.serve(): it swallows KeyboardInterrupt and stops Triton at once
                     while triton.is_alive():
                         time.sleep(0.5)
@@ -452,8 +417,10 @@ def serve(cfg: ServeConfig, say=print) -> None:
         if not interrupted:
             raise OutputError(f"Triton exited on its own ({failure}); its log: {log_file}")
         if failure:
-            raise OutputError(f"Triton did not stop cleanly within {cfg.drain_s:g} s ({failure}); "
-                              f"requests still in flight were cut; its log: {log_file}")  # fmt: skip
+            raise OutputError(
+                f"Triton did not stop cleanly within {cfg.drain_s:g} s ({failure}); "
+                f"requests still in flight were cut; its log: {log_file}"
+            )
         raise KeyboardInterrupt  # commands/serve.py: "stopped", exit code 0
     finally:
         if telemetry is not None:
@@ -475,8 +442,10 @@ def _wait_until_models_answer(cfg: ServeConfig, models: list[str], telemetry=Non
     while waiting:
         waiting = models_not_ready(cfg.host, cfg.http_port, waiting)
         if waiting and time.monotonic() > deadline:
-            raise OutputError(f"Triton started but {', '.join(waiting)} did not answer ready "
-                              f"within {cfg.ready_timeout_s:g} s")  # fmt: skip
+            raise OutputError(
+                f"Triton started but {', '.join(waiting)} did not answer ready "
+                f"within {cfg.ready_timeout_s:g} s"
+            )
         if waiting:
             time.sleep(0.1)
     if telemetry is not None:

@@ -86,8 +86,10 @@ def split(uri: str) -> Parts:
     shown = redact(uri)
     bad = next((c for c in uri if not c.isprintable() or c.isspace()), None)
     if bad is not None:
-        raise ValueError(f"'{shown}' is not a URI: it holds {bad!r} (spaces and control "
-                         "characters must be percent-encoded)")  # fmt: skip
+        raise ValueError(
+            f"'{shown}' is not a URI: it holds {bad!r} (spaces and control "
+            "characters must be percent-encoded)"
+        )
     scheme = _SCHEME.match(uri)
     if scheme is None:
         raise ValueError(f"'{shown}' is not a URI (scheme://host[:port]/path)")

@@ -92,8 +92,12 @@ def pipelined(steps, source, seconds: float) -> tuple[dict, list[float]]:
     p = Pipeline(source, steps, sink, queue_size=1, duration=seconds)
     p.run()
     s = p.stats()
-    return {"fps": s["fps"], "dropped": s["frames_dropped"], "e2e_p50_ms": s["latency_ms"]["end_to_end"]["p50"],
-            "e2e_p99_ms": s["latency_ms"]["end_to_end"]["p99"]}, e2e  # fmt: skip
+    return {
+        "fps": s["fps"],
+        "dropped": s["frames_dropped"],
+        "e2e_p50_ms": s["latency_ms"]["end_to_end"]["p50"],
+        "e2e_p99_ms": s["latency_ms"]["end_to_end"]["p99"],
+    }, e2e
 
 
 def main() -> None:
@@ -130,7 +134,7 @@ def main() -> None:
             "pipelined": pip,
             "speedup": pip["fps"] / seq["fps"],
             "vs_slowest_stage": pip["fps"] * slowest,
-        },  # fmt: skip
+        },
         "fast_source": {
             **fast,
             "source_fps": 4.0 / slowest,
@@ -151,8 +155,10 @@ def main() -> None:
         f"speedup {c['speedup']:.2f}x (target >= 1.5x); {c['vs_slowest_stage']:.2f}x the slowest stage's rate (target >= 0.9x)"
     )
     f = result["fast_source"]
-    print(f"source {f['source_fps']:.0f} fps > model: {f['fps']:.1f} fps processed, {f['dropped']} dropped; "
-          f"e2e p99 first third {first:.1f} ms, last third {last:.1f} ms")  # fmt: skip
+    print(
+        f"source {f['source_fps']:.0f} fps > model: {f['fps']:.1f} fps processed, {f['dropped']} dropped; "
+        f"e2e p99 first third {first:.1f} ms, last third {last:.1f} ms"
+    )
     write_json(args.json, result)
 
 

@@ -53,8 +53,9 @@ def scenes(n: int, seed: int) -> tuple[np.ndarray, list[np.ndarray]]:
         for _ in range(int(rng.integers(1, 4))):
             k = int(rng.integers(len(digits.images)))
             s = int(rng.integers(20, 40))
-            glyph = cv2.resize(digits.images[k].astype(np.float32) / 16.0, (s, s),
-                               interpolation=cv2.INTER_LINEAR)  # fmt: skip
+            glyph = cv2.resize(
+                digits.images[k].astype(np.float32) / 16.0, (s, s), interpolation=cv2.INTER_LINEAR
+            )
             gy, gx = int(rng.integers(0, SIZE - s)), int(rng.integers(0, SIZE - s))
             ys, xs = np.nonzero(glyph > 0.25)
             box = [gx + xs.min(), gy + ys.min(), gx + xs.max() + 1, gy + ys.max() + 1]
@@ -87,8 +88,9 @@ def make_model():
     from torch import nn
 
     def block(cin, cout, stride):
-        return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout),
-                             nn.SiLU())  # fmt: skip
+        return nn.Sequential(
+            nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.SiLU()
+        )
 
     class TinyYolo(nn.Module):
         """Backbone to stride 8, one anchor-free head; the output is decoded in the graph like
@@ -96,8 +98,14 @@ def make_model():
 
         def __init__(self) -> None:
             super().__init__()
-            self.body = nn.Sequential(block(3, 16, 2), block(16, 32, 2), block(32, 32, 1),
-                                      block(32, 64, 2), block(64, 64, 1), block(64, 64, 1))  # fmt: skip
+            self.body = nn.Sequential(
+                block(3, 16, 2),
+                block(16, 32, 2),
+                block(32, 32, 1),
+                block(32, 64, 2),
+                block(64, 64, 1),
+                block(64, 64, 1),
+            )
             self.box = nn.Sequential(block(64, 64, 1), nn.Conv2d(64, 4, 1))
             self.cls = nn.Sequential(block(64, 64, 1), nn.Conv2d(64, CLASSES, 1))
             ys, xs = torch.meshgrid(torch.arange(GRID), torch.arange(GRID), indexing="ij")
@@ -210,8 +218,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "labels.txt").write_text("\n".join(str(d) for d in range(CLASSES)) + "\n")
-        bundle = export_model(model, tmp / "digits_yolo.edgert", input_shape=f"1x3x{SIZE}x{SIZE}",
-                              dynamic_batch=True, task="detect", labels=tmp / "labels.txt").bundle  # fmt: skip
+        bundle = export_model(
+            model,
+            tmp / "digits_yolo.edgert",
+            input_shape=f"1x3x{SIZE}x{SIZE}",
+            dynamic_batch=True,
+            task="detect",
+            labels=tmp / "labels.txt",
+        ).bundle
         np.savez(tmp / "calib.npz", input=to_input(calib))
         t1 = time.perf_counter()
         report = build(bundle, "int8", calib=str(tmp / "calib.npz"), holdout_size=100)
@@ -225,24 +239,37 @@ def main() -> None:
         ):
             if (bundle / name).is_file():
                 rows[label] = evaluate.run(onnx.load(str(bundle / name)), x_test)
-        result = {"train_seconds": round(train_s, 1), "build_seconds": round(build_s, 1),
-                  "preparation": q["preparation"]["kept"], "method": q["calibration"]["method"],
-                  "kept_fp32": q["kept_fp32"], "quantized_nodes": q["quantized_nodes"],
-                  "quantizable_nodes": q["quantizable_nodes"], "build_holdout": q["holdout"], "rows": {}}  # fmt: skip
+        result = {
+            "train_seconds": round(train_s, 1),
+            "build_seconds": round(build_s, 1),
+            "preparation": q["preparation"]["kept"],
+            "method": q["calibration"]["method"],
+            "kept_fp32": q["kept_fp32"],
+            "quantized_nodes": q["quantized_nodes"],
+            "quantizable_nodes": q["quantizable_nodes"],
+            "build_holdout": q["holdout"],
+            "rows": {},
+        }
         for label, outs in rows.items():
             dets = decode_detections(list(outs.values()), num_classes=CLASSES)
             ev = gate.evaluate(fp32, outs, "detect", num_classes=CLASSES)
-            result["rows"][label] = {"box_f1_vs_fp32": round(ev.metrics["box_f1"], 4),
-                                     "cosine": round(ev.metrics["cosine"], 5),
-                                     **{f"truth_{k}": v for k, v in f1_against_truth(dets, test_boxes).items()}}  # fmt: skip
-    print(f"TinyYolo on digit scenes: trained {result['train_seconds']:.0f} s; edgert build int8 {result['build_seconds']:.0f} s "
-          f"(kept {result['preparation']}, {result['method']}, {result['quantized_nodes']}/{result['quantizable_nodes']} nodes INT8)")  # fmt: skip
+            result["rows"][label] = {
+                "box_f1_vs_fp32": round(ev.metrics["box_f1"], 4),
+                "cosine": round(ev.metrics["cosine"], 5),
+                **{f"truth_{k}": v for k, v in f1_against_truth(dets, test_boxes).items()},
+            }
+    print(
+        f"TinyYolo on digit scenes: trained {result['train_seconds']:.0f} s; edgert build int8 {result['build_seconds']:.0f} s "
+        f"(kept {result['preparation']}, {result['method']}, {result['quantized_nodes']}/{result['quantizable_nodes']} nodes INT8)"
+    )
     print(
         f"{'model':<22}{'box F1 vs FP32':>16}{'cosine':>9}{'F1 vs truth':>13}{'precision':>11}{'recall':>8}"
     )
     for label, r in result["rows"].items():
-        print(f"{label:<22}{r['box_f1_vs_fp32']:>16.4f}{r['cosine']:>9.4f}{r['truth_f1']:>13.4f}"
-              f"{r['truth_precision']:>11.4f}{r['truth_recall']:>8.4f}")  # fmt: skip
+        print(
+            f"{label:<22}{r['box_f1_vs_fp32']:>16.4f}{r['cosine']:>9.4f}{r['truth_f1']:>13.4f}"
+            f"{r['truth_precision']:>11.4f}{r['truth_recall']:>8.4f}"
+        )
     write_json(args.json, result)
 
 

@@ -124,8 +124,10 @@ def main() -> None:
                     rows.append({**median, "runs_fps": [r["fps"] for r in got]})
             alone = engine_alone(model)
             backend = model.backend_reason
-    print(f"\nbackend: {backend}; {os.cpu_count()} CPUs; "
-          f"{'live sources at ' + format(args.live, 'g') + ' fps' if args.live else 'lossless sources'}")  # fmt: skip
+    print(
+        f"\nbackend: {backend}; {os.cpu_count()} CPUs; "
+        f"{'live sources at ' + format(args.live, 'g') + ' fps' if args.live else 'lossless sources'}"
+    )
     head = f"{'streams':>7} {'batch':>5} {'fps':>8} {'vs b1':>6} {'per-stream fps (min..max)':>26} {'min/mean':>8} {'e2e p99 ms':>10} {'infer p50':>9} {'mean batch':>10} {'dropped':>7}"
     print(head)
     print("-" * len(head))
@@ -134,16 +136,30 @@ def main() -> None:
         per = r["per_stream_fps"]
         vs = r["fps"] / base[r["streams"]] if r["streams"] in base else 1.0
         r["vs_batch1"] = vs
-        print(f"{r['streams']:>7} {r['batch']:>5} {r['fps']:>8.1f} {vs:>5.2f}x {min(per):>12.1f} .. {max(per):<11.1f} "
-              f"{r['min_over_mean']:>8.2f} {r['e2e_p99_ms']:>10.1f} {r['infer_p50_ms']:>9.1f} {r['mean_batch']:>10.2f} {r['dropped']:>7}")  # fmt: skip
-    print("engine alone, ms per image: " + ", ".join(f"batch {b} {ms:.2f}" for b, ms in alone.items())
-          + (f" (batch 4 is {alone[1] / alone[4]:.2f}x batch 1 per image)" if 4 in alone else ""))  # fmt: skip
+        print(
+            f"{r['streams']:>7} {r['batch']:>5} {r['fps']:>8.1f} {vs:>5.2f}x {min(per):>12.1f} .. {max(per):<11.1f} "
+            f"{r['min_over_mean']:>8.2f} {r['e2e_p99_ms']:>10.1f} {r['infer_p50_ms']:>9.1f} {r['mean_batch']:>10.2f} {r['dropped']:>7}"
+        )
+    print(
+        "engine alone, ms per image: "
+        + ", ".join(f"batch {b} {ms:.2f}" for b, ms in alone.items())
+        + (f" (batch 4 is {alone[1] / alone[4]:.2f}x batch 1 per image)" if 4 in alone else "")
+    )
     four = next((r for r in rows if r["streams"] == 4 and r["batch"] == 4), None)
     if four and not args.live:
-        print(f"\n4 streams batched: {four['vs_batch1']:.2f}x the --batch 1 throughput (goal >= 1.2x), "
-              f"slowest stream {four['min_over_mean']:.2f}x the mean (goal >= 0.9x)")  # fmt: skip
-    write_json(args.json, {"backend": backend, "live_fps": args.live, "rows": rows,
-                           "engine_alone_ms_per_image": alone})  # fmt: skip
+        print(
+            f"\n4 streams batched: {four['vs_batch1']:.2f}x the --batch 1 throughput (goal >= 1.2x), "
+            f"slowest stream {four['min_over_mean']:.2f}x the mean (goal >= 0.9x)"
+        )
+    write_json(
+        args.json,
+        {
+            "backend": backend,
+            "live_fps": args.live,
+            "rows": rows,
+            "engine_alone_ms_per_image": alone,
+        },
+    )
 
 
 if __name__ == "__main__":

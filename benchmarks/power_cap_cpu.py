@@ -52,8 +52,9 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        bundle = export_model("zoo:mobilenet_v2", work / "mv2.edgert", dynamic_batch=True,
-                              max_batch=8).bundle  # fmt: skip
+        bundle = export_model(
+            "zoo:mobilenet_v2", work / "mv2.edgert", dynamic_batch=True, max_batch=8
+        ).bundle
         build(bundle, "int8", calib_size=200, holdout_size=64)
         free = bench(bundle, work, "uncapped", args.seconds)
         rows.append(free)
@@ -66,8 +67,9 @@ def main() -> None:
                 ("no spinning", []),
                 ("no spinning + point", ["--choose-point"]),
             ):
-                row = bench(bundle, work, f"{tag} {frac}", args.seconds, "--power-cap",
-                            f"{cap:.3f}", *extra)  # fmt: skip
+                row = bench(
+                    bundle, work, f"{tag} {frac}", args.seconds, "--power-cap", f"{cap:.3f}", *extra
+                )
                 row["run"] = f"cap {frac:.0%}: {tag}"
                 row["vs_linear"] = row["ips"] / linear
                 row["settled_vs_cap"] = row["settled_w"] / cap
@@ -78,8 +80,10 @@ def main() -> None:
         cap = f"{r['cap_w']:.2f}" if r["cap_w"] else "-"
         ratio = f"{r['settled_vs_cap']:.3f}" if "settled_vs_cap" in r else "-"
         lin = f"{r['vs_linear']:.2f}" if "vs_linear" in r else "-"
-        print(f"{r['run']:<34}{cap:>7}{r['settled_w']:>10.2f}{ratio:>6}{r['ips']:>8.1f}{lin:>8}"
-              f"{r['mj_per_inference']:>8.1f}  {r['point']}")  # fmt: skip
+        print(
+            f"{r['run']:<34}{cap:>7}{r['settled_w']:>10.2f}{ratio:>6}{r['ips']:>8.1f}{lin:>8}"
+            f"{r['mj_per_inference']:>8.1f}  {r['point']}"
+        )
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
     print(f"json: {args.json}")

@@ -117,8 +117,10 @@ def main() -> None:
         vs = f"{(r['mean_w_after_settle'] / cap - 1) * 100:+.1f}%" if cap else "-"
         diff = (r["mj_per_inference_trapezoid"] / r["mj_per_inference_counter"] - 1) * 100
         r["counter_vs_trapezoid_pct"] = diff
-        print(f"{cap or 0:>8.1f}{r['mean_w_after_settle']:>9.1f}{vs:>9}{r['throughput_ips']:>9.1f}"
-              f"{r['mj_per_inference_counter']:>16.1f}{r['mj_per_inference_trapezoid']:>14.1f}{diff:>6.1f}%")  # fmt: skip
+        print(
+            f"{cap or 0:>8.1f}{r['mean_w_after_settle']:>9.1f}{vs:>9}{r['throughput_ips']:>9.1f}"
+            f"{r['mj_per_inference_counter']:>16.1f}{r['mj_per_inference_trapezoid']:>14.1f}{diff:>6.1f}%"
+        )
     write_json(args.json, {"sensor": sensor.describe(), "idle_w": idle, "rows": rows})
 
 

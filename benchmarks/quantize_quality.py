@@ -36,7 +36,7 @@ from edgert.export import export_model
 from edgert.export.zoo.mobilenet_v2 import PREPROCESSING
 from edgert.export.zoo.samples import augmented_crops
 from edgert.quantize import build, evaluate, gate, int8, qdq_search, ranges
-from edgert.quantize.builder import ensure_node_names
+from edgert.quantize.job import ensure_node_names
 from edgert.runtime.sample_data import ALL_PHOTOS, load_photo
 
 STRICT = {"cosine": 0.995, "agreement": 0.95}
@@ -61,10 +61,20 @@ def plain_quantize_static(src: Path, dst: Path, calib: np.ndarray) -> None:
 
     with contextlib.redirect_stdout(io.StringIO()):
         quantize_static(
-            str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
-            extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False},
-        )  # fmt: skip
+            str(src),
+            str(dst),
+            Reader(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+            calibrate_method=CalibrationMethod.MinMax,
+            extra_options={
+                "ActivationSymmetric": True,
+                "WeightSymmetric": True,
+                "QuantizeBias": False,
+            },
+        )
 
 
 def latency_ms(model_path: Path, x: np.ndarray, runs: int = 200) -> float:
@@ -85,8 +95,9 @@ def prepared(fp32, name: str, calib: np.ndarray, validation, ref_val):
     import time
 
     t0 = time.perf_counter()
-    best = qdq_search.choose_preparation(fp32, calib, validation, ref_val, "classify", None,
-                                          (name,), lambda s: None).best  # fmt: skip
+    best = qdq_search.choose_preparation(
+        fp32, calib, validation, ref_val, "classify", None, (name,), lambda s: None
+    ).best
     thresholds = best.stats.thresholds(best.choice.method)
     return best.model, thresholds, best.choice.method, time.perf_counter() - t0, best.base
 
@@ -116,8 +127,13 @@ def mobilenet(
     def add(name, model, kept, seconds=None, method=None):
         path = tmp / f"row{len(rows)}.onnx"
         onnx.save(model, path)
-        rows[name] = {**score(model, evals, ref), "outside_int8": kept, "method": method,
-                      "seconds": round(seconds, 1) if seconds is not None else None, "path": path}  # fmt: skip
+        rows[name] = {
+            **score(model, evals, ref),
+            "outside_int8": kept,
+            "method": method,
+            "seconds": round(seconds, 1) if seconds is not None else None,
+            "path": path,
+        }
         r = rows[name]
         print(f"  {name:<44} agreement {r['agreement']:.3f} cosine {r['cosine']:.4f}", flush=True)
 
@@ -157,8 +173,11 @@ def mobilenet(
 
     for label in (f"edgert + {best}", f"edgert + {best} + fallback (2 nodes)"):
         row = rows[label]  # what TensorRT 11 builds: FP16, not FP32, outside INT8
-        add(f"{label}, FP16 outside INT8", qdq_to_fp16(onnx.load(str(row["path"]))),
-            row["outside_int8"])  # fmt: skip
+        add(
+            f"{label}, FP16 outside INT8",
+            qdq_to_fp16(onnx.load(str(row["path"]))),
+            row["outside_int8"],
+        )
 
     from edgert.quantize import equalize
 
@@ -170,11 +189,21 @@ def mobilenet(
         stats = ranges.collect(
             model, calib, ranges.activation_inputs(model, ranges.quantizable_nodes(model))
         )
-        choice = qdq_search.choose_method(model, stats, validation, ref_val, "classify", None,
-                                           lambda s: None, quantize=fp8.quantize)  # fmt: skip
+        choice = qdq_search.choose_method(
+            model,
+            stats,
+            validation,
+            ref_val,
+            "classify",
+            None,
+            lambda s: None,
+            quantize=fp8.quantize,
+        )
         add(label, fp8.quantize(model, stats.thresholds(choice.method)), 0, method=choice.method)
-    fp8_best = max(("FP8 E4M3 (per-channel weights)", "FP8 E4M3 + bias correction"),
-                   key=lambda n: rows[n]["cosine"])  # fmt: skip
+    fp8_best = max(
+        ("FP8 E4M3 (per-channel weights)", "FP8 E4M3 + bias correction"),
+        key=lambda n: rows[n]["cosine"],
+    )
     # what TensorRT 11 (Thor) builds FP8 from: FP16, not FP32, outside FP8
     add(f"{fp8_best}, FP16 outside FP8", qdq_to_fp16(onnx.load(str(rows[fp8_best]["path"]))), 0)
     add("FP16 (ONNX, for TensorRT 11)", to_fp16(fp32), 0)
@@ -211,16 +240,23 @@ def digits(tmp: Path) -> dict:
     bundle = export_model("zoo:digits_cnn", tmp / "digits.edgert", dynamic_batch=True).bundle
     report = build(bundle, "int8", calib_size=500, holdout_size=359, no_engine=True)
     h = report.quantization["holdout"]
-    return {"accuracy_fp32": h["accuracy_fp32"], "accuracy_int8": h["accuracy"], "drop_points": round(100 * h["accuracy_drop"], 2),
-            "method": report.quantization["calibration"]["method"]}  # fmt: skip
+    return {
+        "accuracy_fp32": h["accuracy_fp32"],
+        "accuracy_int8": h["accuracy"],
+        "drop_points": round(100 * h["accuracy_drop"], 2),
+        "method": report.quantization["calibration"]["method"],
+    }
 
 
 def faces(tmp: Path) -> dict:
     """The face detector's INT8 build (its own data: crops of the bundled photos), gated end to end."""
     bundle = export_model("zoo:mtcnn", tmp / "mtcnn.edgert").bundle
     q = build(bundle, "int8", no_engine=True).quantization
-    return {"holdout": q["holdout"], "kept_fp32": {n: v["kept_fp32"] for n, v in q["networks"].items()},
-            "seconds": q["seconds"]}  # fmt: skip
+    return {
+        "holdout": q["holdout"],
+        "kept_fp32": {n: v["kept_fp32"] for n, v in q["networks"].items()},
+        "seconds": q["seconds"],
+    }
 
 
 def main() -> None:
@@ -283,8 +319,11 @@ def main() -> None:
         f"cosine P-Net {h['cosine_pnet']:.4f} R-Net {h['cosine_rnet']:.4f} O-Net {h['cosine_onet']:.4f}, "
         f"nodes in FP32: {sum(len(v) for v in fc['kept_fp32'].values())}"
     )
-    write_json(args.json, {"mobilenet_v2": mb, "digits_cnn": dg, "faces": fc, "strict_gate": STRICT},
-               default=str)  # fmt: skip
+    write_json(
+        args.json,
+        {"mobilenet_v2": mb, "digits_cnn": dg, "faces": fc, "strict_gate": STRICT},
+        default=str,
+    )
 
 
 if __name__ == "__main__":

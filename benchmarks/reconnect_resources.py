@@ -48,8 +48,14 @@ def dead(decoder: str, cameras: int, seconds: float) -> dict:
     from edgert.apps.camera.sources import SourceOptions, StreamSource
 
     port = free_ports(1)[0]
-    opts = SourceOptions(decoder=decoder, reconnect_tries=None, reconnect_backoff=0.2,
-                         max_backoff=0.5, io_timeout=1.0, rtsp_transport="tcp")  # fmt: skip
+    opts = SourceOptions(
+        decoder=decoder,
+        reconnect_tries=None,
+        reconnect_backoff=0.2,
+        max_backoff=0.5,
+        io_timeout=1.0,
+        rtsp_transport="tcp",
+    )
     sources = [
         StreamSource(f"rtsp://127.0.0.1:{port}/cam{i}", opts, decoder) for i in range(cameras)
     ]
@@ -69,8 +75,13 @@ def dead(decoder: str, cameras: int, seconds: float) -> dict:
         t.join(5)
     for s in sources:
         s.close()
-    return {"samples": samples, "fds_start": samples[0][1], "fds_end": samples[-1][1],
-            "rss_kb_start": samples[0][2], "rss_kb_end": samples[-1][2]}  # fmt: skip
+    return {
+        "samples": samples,
+        "fds_start": samples[0][1],
+        "fds_end": samples[-1][1],
+        "rss_kb_start": samples[0][2],
+        "rss_kb_end": samples[-1][2],
+    }
 
 
 def _read_until_stopped(source) -> None:
@@ -85,8 +96,15 @@ def outages(decoder: str, n: int) -> dict:
     from edgert.apps.camera.sources import SourceOptions, StreamSource
     from tests.apps.test_rtsp_real import Server
 
-    opts = SourceOptions(decoder=decoder, reconnect_tries=None, reconnect_backoff=0.2,
-                         max_backoff=0.5, io_timeout=2.0, stall_timeout=1.0, rtsp_transport="tcp")  # fmt: skip
+    opts = SourceOptions(
+        decoder=decoder,
+        reconnect_tries=None,
+        reconnect_backoff=0.2,
+        max_backoff=0.5,
+        io_timeout=2.0,
+        stall_timeout=1.0,
+        rtsp_transport="tcp",
+    )
     after = []
     with Server(free_ports(1)[0]) as server:
         source = StreamSource(server.url, opts, decoder)
@@ -105,8 +123,11 @@ def outages(decoder: str, n: int) -> dict:
                 after.append((k, fds(), rss_kb()))
         finally:
             source.close()
-    return {"after_each": after, "fds_per_outage": (after[-1][1] - after[0][1]) / n,
-            "rss_kb_per_outage": (after[-1][2] - after[0][2]) / n}  # fmt: skip
+    return {
+        "after_each": after,
+        "fds_per_outage": (after[-1][1] - after[0][1]) / n,
+        "rss_kb_per_outage": (after[-1][2] - after[0][2]) / n,
+    }
 
 
 def main() -> int:
@@ -123,20 +144,30 @@ def main() -> int:
     from edgert.apps.camera import gstreamer
 
     decoders = ["gstreamer", "ffmpeg"] if gstreamer.available()[0] else ["ffmpeg"]
-    result = {"code": str(Path(edgert.apps.__file__).resolve().parent.parent), "cameras": args.cameras,
-              "seconds": args.seconds, "decoders": {}}  # fmt: skip
-    print(f"{'decoder':<10} {'phase':<8} {'fds start':>9} {'fds end':>8} {'RSS start MB':>12} "
-          f"{'RSS end MB':>10}")  # fmt: skip
+    result = {
+        "code": str(Path(edgert.apps.__file__).resolve().parent.parent),
+        "cameras": args.cameras,
+        "seconds": args.seconds,
+        "decoders": {},
+    }
+    print(
+        f"{'decoder':<10} {'phase':<8} {'fds start':>9} {'fds end':>8} {'RSS start MB':>12} "
+        f"{'RSS end MB':>10}"
+    )
     for decoder in decoders:
         d = dead(decoder, args.cameras, args.seconds)
         o = outages(decoder, args.outages)
         result["decoders"][decoder] = {"dead": d, "outages": o}
-        print(f"{decoder:<10} {'dead':<8} {d['fds_start']:>9} {d['fds_end']:>8} "
-              f"{d['rss_kb_start'] / 1024:>12.1f} {d['rss_kb_end'] / 1024:>10.1f}")  # fmt: skip
+        print(
+            f"{decoder:<10} {'dead':<8} {d['fds_start']:>9} {d['fds_end']:>8} "
+            f"{d['rss_kb_start'] / 1024:>12.1f} {d['rss_kb_end'] / 1024:>10.1f}"
+        )
         first, last = o["after_each"][0], o["after_each"][-1]
-        print(f"{decoder:<10} {'outages':<8} {first[1]:>9} {last[1]:>8} {first[2] / 1024:>12.1f} "
-              f"{last[2] / 1024:>10.1f}   ({o['fds_per_outage']:+.1f} fds, "
-              f"{o['rss_kb_per_outage'] / 1024:+.2f} MB per outage)")  # fmt: skip
+        print(
+            f"{decoder:<10} {'outages':<8} {first[1]:>9} {last[1]:>8} {first[2] / 1024:>12.1f} "
+            f"{last[2] / 1024:>10.1f}   ({o['fds_per_outage']:+.1f} fds, "
+            f"{o['rss_kb_per_outage'] / 1024:+.2f} MB per outage)"
+        )
     write_json(args.json, result)
     return 0
 

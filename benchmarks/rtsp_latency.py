@@ -45,8 +45,16 @@ def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def measure(name: str, opts: dict, bundle: Path, seconds: float, width: int, height: int,
-            fps: int, windows: int) -> dict:  # fmt: skip
+def measure(
+    name: str,
+    opts: dict,
+    bundle: Path,
+    seconds: float,
+    width: int,
+    height: int,
+    fps: int,
+    windows: int,
+) -> dict:
     from edgert.apps.camera.app import run_streams
     from edgert.apps.camera.sources import SourceOptions, open_source
     from edgert.runtime.tasks import load_task_model
@@ -54,19 +62,38 @@ def measure(name: str, opts: dict, bundle: Path, seconds: float, width: int, hei
     port = free_ports(1)[0]
     sends_path = Path(tempfile.mkstemp(suffix=".sends")[1])
     server = subprocess.Popen(
-        [sys.executable, "-m", "tests.rtsp_server", "--port", str(port), "--fps", str(fps),
-         "--width", str(width), "--height", str(height), "--sends", str(sends_path)],
-        stdout=subprocess.PIPE, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tests.rtsp_server",
+            "--port",
+            str(port),
+            "--fps",
+            str(fps),
+            "--width",
+            str(width),
+            "--height",
+            str(height),
+            "--sends",
+            str(sends_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert server.stdout.readline().startswith("ready")
     results: list[tuple[float, int]] = []
     try:
         source = open_source(f"rtsp://127.0.0.1:{port}/cam", SourceOptions(**opts))
         with load_task_model(str(bundle)) as model:
             r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
-            summary = run_streams(model, [source], duration=seconds,
-                                  on_result=lambda f: results.append((time.monotonic(),
-                                                                      frame_index(f.image))))  # fmt: skip
+            summary = run_streams(
+                model,
+                [source],
+                duration=seconds,
+                on_result=lambda f: results.append((time.monotonic(), frame_index(f.image))),
+            )
             r1, t1 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
     finally:
         server.terminate()
@@ -117,23 +144,49 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         bundle = classifier_bundle(Path(tmp) / "m")
-        rows = [measure(p, PATHS[p][0], bundle, args.seconds, args.width, args.height, args.fps,
-                        args.windows) for p in args.paths]  # fmt: skip
-    print(f"{args.width}x{args.height} H.264 at {args.fps} fps over RTSP on loopback, "
-          f"{args.seconds:g} s per path")  # fmt: skip
-    print(f"{'path':<10} {'decoder':<11} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7} "
-          f"{'results':>8} {'unmatched':>9} {'CPU %':>6}  p50 per window (ms)")  # fmt: skip
+        rows = [
+            measure(
+                p,
+                PATHS[p][0],
+                bundle,
+                args.seconds,
+                args.width,
+                args.height,
+                args.fps,
+                args.windows,
+            )
+            for p in args.paths
+        ]
+    print(
+        f"{args.width}x{args.height} H.264 at {args.fps} fps over RTSP on loopback, "
+        f"{args.seconds:g} s per path"
+    )
+    print(
+        f"{'path':<10} {'decoder':<11} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7} "
+        f"{'results':>8} {'unmatched':>9} {'CPU %':>6}  p50 per window (ms)"
+    )
     for r in rows:
-        print(f"{r['path']:<10} {str(r['decoder']):<11} {r['p50_ms']:7.1f} {r['p90_ms']:7.1f} "
-              f"{r['p99_ms']:7.1f} {r['max_ms']:7.1f} {r['results']:8d} {r['unmatched']:9d} "
-              f"{r['cpu_percent_of_one_core']:6.1f}  {r['p50_per_window_ms']}")  # fmt: skip
+        print(
+            f"{r['path']:<10} {str(r['decoder']):<11} {r['p50_ms']:7.1f} {r['p90_ms']:7.1f} "
+            f"{r['p99_ms']:7.1f} {r['max_ms']:7.1f} {r['results']:8d} {r['unmatched']:9d} "
+            f"{r['cpu_percent_of_one_core']:6.1f}  {r['p50_per_window_ms']}"
+        )
     by = {r["path"]: r for r in rows}
     ratio = None
     if "gstreamer" in by and "ffmpeg" in by:
         ratio = by["gstreamer"]["p50_ms"] / by["ffmpeg"]["p50_ms"]
         print(f"median latency, GStreamer / FFmpeg: {ratio:.2f} (goal: at most 0.5)")
-    write_json(args.json, {"width": args.width, "height": args.height, "fps": args.fps,
-                           "seconds": args.seconds, "rows": rows, "p50_ratio": ratio})  # fmt: skip
+    write_json(
+        args.json,
+        {
+            "width": args.width,
+            "height": args.height,
+            "fps": args.fps,
+            "seconds": args.seconds,
+            "rows": rows,
+            "p50_ratio": ratio,
+        },
+    )
     return 0
 
 

@@ -41,8 +41,12 @@ def in_process(bundle: str, batch: int, seconds: float) -> dict:
             lat.append(time.perf_counter() - t)
             n += batch
         elapsed = time.perf_counter() - t0
-    return {"run": f"in-process batch {batch}", "ips": n / elapsed,
-            "p50_ms": float(np.percentile(lat, 50) * 1e3), "p99_ms": float(np.percentile(lat, 99) * 1e3)}  # fmt: skip
+    return {
+        "run": f"in-process batch {batch}",
+        "ips": n / elapsed,
+        "p50_ms": float(np.percentile(lat, 50) * 1e3),
+        "p99_ms": float(np.percentile(lat, 99) * 1e3),
+    }
 
 
 def metric(port: int, name: str, model: str) -> float:
@@ -83,9 +87,13 @@ def clients(n: int, grpc_port: int, metrics_port: int, model: str, shape, second
     elapsed = time.perf_counter() - t0
     count = metric(metrics_port, "nv_inference_count", model) - count0
     execs = metric(metrics_port, "nv_inference_exec_count", model) - exec0
-    return {"run": f"serve, {n} gRPC clients", "ips": len(lat) / elapsed,
-            "p50_ms": float(np.percentile(lat, 50) * 1e3), "p99_ms": float(np.percentile(lat, 99) * 1e3),
-            "mean_batch": count / execs if execs else None}  # fmt: skip
+    return {
+        "run": f"serve, {n} gRPC clients",
+        "ips": len(lat) / elapsed,
+        "p50_ms": float(np.percentile(lat, 50) * 1e3),
+        "p99_ms": float(np.percentile(lat, 99) * 1e3),
+        "mean_batch": count / execs if execs else None,
+    }
 
 
 def main() -> None:
@@ -103,12 +111,29 @@ def main() -> None:
     rows = [in_process(args.bundle, 1, args.seconds), in_process(args.bundle, 8, args.seconds)]
     http, grpc, metrics = free_ports(3)
     server = subprocess.Popen(
-        [sys.executable, "-m", "edgert.apps", "serve", args.bundle, "--http-port", str(http),
-         "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--max-batch", "8",
-         "--max-queue-delay-us", str(args.queue_delay_us)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "edgert.apps",
+            "serve",
+            args.bundle,
+            "--http-port",
+            str(http),
+            "--grpc-port",
+            str(grpc),
+            "--metrics-port",
+            str(metrics),
+            "--max-batch",
+            "8",
+            "--max-queue-delay-us",
+            str(args.queue_delay_us),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
-    )  # fmt: skip
+    )
     try:
         for line in server.stdout:
             if line.startswith("ready:"):

@@ -52,8 +52,9 @@ def ground_truth(name: str) -> dict[int, np.ndarray]:
     return frames
 
 
-def detections(gt: dict[int, np.ndarray], seed: int, miss=0.1, low_share=0.2, jitter=0.05,
-               fp_rate=0.5):  # fmt: skip
+def detections(
+    gt: dict[int, np.ndarray], seed: int, miss=0.1, low_share=0.2, jitter=0.05, fp_rate=0.5
+):
     """frame -> [(x1, y1, x2, y2, score)]: each true box kept with 1 - ``miss``, its centre and
     size jittered by ``jitter`` of its size, scored high (0.6-1.0) or, for ``low_share`` of them,
     low (0.15-0.5); plus Poisson(``fp_rate``) false positives of a typical size per frame."""
@@ -169,12 +170,21 @@ def main() -> None:
             for name, results in per.items():
                 if not results:
                     continue
-                rows.append({"sequence": seq, "frames": mode, "tracker": name, "seeds": args.seeds,
-                             **{k: statistics.mean(r[k] for r in results) for k in results[0]}})  # fmt: skip
+                rows.append(
+                    {
+                        "sequence": seq,
+                        "frames": mode,
+                        "tracker": name,
+                        "seeds": args.seeds,
+                        **{k: statistics.mean(r[k] for r in results) for k in results[0]},
+                    }
+                )
     print(f"\n{'sequence':<16}{'frames':<14}{'tracker':<34}{'MOTA':>8}{'IDF1':>8}{'IDsw':>7}")
     for r in rows:
-        print(f"{r['sequence']:<16}{r['frames']:<14}{r['tracker']:<34}{r['mota']:8.3f}"
-              f"{r['idf1']:8.3f}{r['num_switches']:7.1f}")  # fmt: skip
+        print(
+            f"{r['sequence']:<16}{r['frames']:<14}{r['tracker']:<34}{r['mota']:8.3f}"
+            f"{r['idf1']:8.3f}{r['num_switches']:7.1f}"
+        )
     timing = []
     for n in (10, 20, 100):
         for name in ("edgert", "trackers ByteTrack"):
@@ -184,8 +194,9 @@ def main() -> None:
     print(f"\n{'tracker':<34}{'detections':>11}{'ms/update':>11}")
     for r in timing:
         print(f"{r['tracker']:<34}{r['detections']:>11}{r['ms_per_update']:>11.3f}")
-    write_json(args.json, {"fps": FPS, "accuracy": rows, "update_time": timing,
-                           "numpy": np.__version__})  # fmt: skip
+    write_json(
+        args.json, {"fps": FPS, "accuracy": rows, "update_time": timing, "numpy": np.__version__}
+    )
 
 
 if __name__ == "__main__":

@@ -121,9 +121,17 @@ def export_model(
             raise ModelError(
                 f"--input-shape is required for {src.kind} models (e.g. --input-shape 1x3x224x224)"
             )
-        onnx_model, parity, export_info = _from_torch(src, shapes, opset, dynamic_batch,
-                                                      max_batch or DEFAULT_MAX_BATCH, simplify,
-                                                      atol, rtol, allow_trace_warnings)  # fmt: skip
+        onnx_model, parity, export_info = _from_torch(
+            src,
+            shapes,
+            opset,
+            dynamic_batch,
+            max_batch or DEFAULT_MAX_BATCH,
+            simplify,
+            atol,
+            rtol,
+            allow_trace_warnings,
+        )
     if not parity.passed:
         worst = max(
             (o for c in parity.cases for o in c.outputs if not o.passed), key=lambda o: o.max_abs
@@ -163,13 +171,22 @@ def _check_target(target: Path) -> None:
         raise OutputError(f"{target} exists and is not an edgert bundle; refusing to replace it")
 
 
-def _from_torch(src, shapes, opset, dynamic_batch, max_batch, simplify, atol, rtol,
-                allow_trace_warnings=False):  # fmt: skip
+def _from_torch(
+    src, shapes, opset, dynamic_batch, max_batch, simplify, atol, rtol, allow_trace_warnings=False
+):
     torch = require("torch", "pip install 'edgert[export]'", "exporting a PyTorch model")
     names = src.input_names if src.input_names and len(src.input_names) == len(shapes) else None
     names = names or (["input"] if len(shapes) == 1 else [f"input_{i}" for i in range(len(shapes))])
-    model = onnx_export.torch_to_onnx(torch, src.module, shapes, names, src.output_names, opset,
-                                      dynamic_batch, allow_trace_warnings=allow_trace_warnings)  # fmt: skip
+    model = onnx_export.torch_to_onnx(
+        torch,
+        src.module,
+        shapes,
+        names,
+        src.output_names,
+        opset,
+        dynamic_batch,
+        allow_trace_warnings=allow_trace_warnings,
+    )
     info = {"opset": opset, "dynamic_batch": dynamic_batch, "exporter": "torch.onnx (TorchScript)"}
     if simplify:
         model, info["simplify"] = onnx_export.simplify(model)

@@ -187,8 +187,13 @@ def export_triton(
         )
     # ours from an earlier export that this one replaces (labels.txt, VERSION/model.onnx when
     # VERSION/model.plan is written now); other version folders of ours stay
-    stale = [rel for rel in recorded if rel not in writes and _ours(target, rel, recorded)
-             and ("/" not in rel or rel.startswith(f"{version}/"))]  # fmt: skip
+    stale = [
+        rel
+        for rel in recorded
+        if rel not in writes
+        and _ours(target, rel, recorded)
+        and ("/" not in rel or rel.startswith(f"{version}/"))
+    ]
     record = {rel: h for rel, h in recorded.items() if _ours(target, rel, recorded)}
     for rel, data in writes.items():
         if isinstance(data, Path):
@@ -207,5 +212,8 @@ def export_triton(
 
 def other_versions(target: Path, version: int) -> list[int]:
     """Version folders in ``target`` besides ``version`` (Triton serves the latest by default)."""
-    return sorted(int(p.name) for p in target.iterdir() if p.is_dir() and p.name.isdigit()
-                  and int(p.name) != version)  # fmt: skip
+    return sorted(
+        int(p.name)
+        for p in target.iterdir()
+        if p.is_dir() and p.name.isdigit() and int(p.name) != version
+    )

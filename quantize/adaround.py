@@ -50,8 +50,9 @@ def _layers(model) -> list[tuple]:
             len(w.dims) != 4 or _attr(n, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")
         ):
             continue
-        if n.op_type == "Gemm" and (_attr(n, "transA", 0) or not _attr(n, "transB", 0)
-                                    or _attr(n, "alpha", 1.0) != 1.0):  # fmt: skip
+        if n.op_type == "Gemm" and (
+            _attr(n, "transA", 0) or not _attr(n, "transB", 0) or _attr(n, "alpha", 1.0) != 1.0
+        ):
             continue  # per-channel scales are per row of a transB weight
         act, ceiling = gr.activation(n)
         if act is None:

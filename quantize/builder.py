@@ -24,7 +24,7 @@ from edgert.runtime.precision import PRECISIONS
 from edgert.runtime.tasks import TASK_SPECS
 
 from . import faces, gate, qdq_search, ranges
-from .job import BuildReport, Job, ensure_node_names, rounded  # noqa: F401 - the build's types
+from .job import BuildReport, Job, rounded
 from .recipe_fp16 import build_fp16
 from .recipe_qdq import FORMATS, build_qdq
 from .staging import commit
@@ -89,8 +89,19 @@ def build(
     path = _as_bundle(Path(model), say)
     with file_lock(path / ".build.lock"):
         bundle = Bundle(path)
-        job = Job(bundle, dict(bundle.manifest.raw), BuildReport(path, precision), rules, say,
-                  calib, calib_size, holdout_size, calib_method, seed, preparations)  # fmt: skip
+        job = Job(
+            bundle,
+            dict(bundle.manifest.raw),
+            BuildReport(path, precision),
+            rules,
+            say,
+            calib,
+            calib_size,
+            holdout_size,
+            calib_method,
+            seed,
+            preparations,
+        )
         task = TASK_SPECS[bundle.manifest.task]
         recipes = TASK_RECIPES.get(task.name, RECIPES)
         if precision not in recipes:

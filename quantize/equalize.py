@@ -210,8 +210,9 @@ def correct_bias(
             continue
         if n.input[0] in gr.inits or (len(n.input) > 2 and n.input[2] and not gr.owned(n, 2)):
             continue
-        if n.op_type == "Gemm" and (_attr(n, "transA", 0) or _attr(n, "alpha", 1.0) != 1.0
-                                    or _attr(n, "beta", 1.0) != 1.0):  # fmt: skip
+        if n.op_type == "Gemm" and (
+            _attr(n, "transA", 0) or _attr(n, "alpha", 1.0) != 1.0 or _attr(n, "beta", 1.0) != 1.0
+        ):
             continue
         layers.append(n)
     if not layers:

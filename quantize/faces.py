@@ -100,8 +100,10 @@ def stage_inputs(det, images: list[np.ndarray], seed: int) -> tuple[dict[str, np
         return np.concatenate(out)
 
     originals = dict(det.engines)
-    rec = {name: _Recorder(det.engines[name], tiles if name == "pnet" else lambda x: x)
-           for name in NETWORKS}  # fmt: skip
+    rec = {
+        name: _Recorder(det.engines[name], tiles if name == "pnet" else lambda x: x)
+        for name in NETWORKS
+    }
     det.engines.update(rec)
     try:
         found = [det.detect(img) for img in images]
@@ -129,8 +131,17 @@ class NetworkResult:
     fallback: qdq_search.FallbackResult | None = None
 
 
-def quantize_network(name: str, model, fit_all: np.ndarray, hold: np.ndarray, calib_size: int,
-                     method: str | None, preparations, seed: int, say: Callable[[str], None]):  # fmt: skip
+def quantize_network(
+    name: str,
+    model,
+    fit_all: np.ndarray,
+    hold: np.ndarray,
+    calib_size: int,
+    method: str | None,
+    preparations,
+    seed: int,
+    say: Callable[[str], None],
+):
     """One network's preparation, calibration method and Q/DQ model from its recorded inputs."""
     if len(fit_all) < MIN_INPUTS or len(hold) < 4:
         raise SourceError(
@@ -183,9 +194,16 @@ def build_int8(job: Job) -> dict:
     for name in NETWORKS:
         model = load_fp32(job.bundle, specs[name].file)
         nets[name], splits[name] = quantize_network(
-            name, model, cal_inputs[name], subset(hold_inputs[name], job.holdout_size, 0),
-            job.calib_size, job.calib_method, job.preparations, job.seed, job.say,
-        )  # fmt: skip
+            name,
+            model,
+            cal_inputs[name],
+            subset(hold_inputs[name], job.holdout_size, 0),
+            job.calib_size,
+            job.calib_method,
+            job.preparations,
+            job.seed,
+            job.say,
+        )
     stages["prepare_and_calibrate"] = time.perf_counter() - t0
     t0 = time.perf_counter()
 
@@ -217,10 +235,19 @@ def build_int8(job: Job) -> dict:
             f"gate not met ({'; '.join(ev.failures(job.rules))}); {name} gives nodes back to FP32"
         )
         r.quantized, _, r.fallback = qdq_search.fallback(
-            r.prep.base, r.thresholds, [n.name for n in ranges.quantizable_nodes(r.prep.base)],
-            validation, ref_val, r.holdout, r.ref_holdout, gate.Task("generic"), None,
-            {"cosine": floor}, job.say, rebuild=lambda kept, p=r.prep, f=fit: p.rebuild(f, kept),
-        )  # fmt: skip
+            r.prep.base,
+            r.thresholds,
+            [n.name for n in ranges.quantizable_nodes(r.prep.base)],
+            validation,
+            ref_val,
+            r.holdout,
+            r.ref_holdout,
+            gate.Task("generic"),
+            None,
+            {"cosine": floor},
+            job.say,
+            rebuild=lambda kept, p=r.prep, f=fit: p.rebuild(f, kept),
+        )
         ev = judge()
         job.say(f"INT8 face detector vs FP32 on the hold-out: {ev.summary()}")
     stages["gate_and_fallback"] = time.perf_counter() - t0

@@ -82,8 +82,11 @@ def quantize(
         out.CopyFrom(model)
     skip, wanted = set(exclude), set(only) if only is not None else None
     inits = {i.name: i for i in out.graph.initializer}
-    targets = [n for n in quantizable_nodes(out)
-               if n.name not in skip and (wanted is None or n.name in wanted)]  # fmt: skip
+    targets = [
+        n
+        for n in quantizable_nodes(out)
+        if n.name not in skip and (wanted is None or n.name in wanted)
+    ]
     new_inits, before = [], {}  # node name -> Q/DQ nodes to insert before it
     activations: dict[str, str] = {}  # tensor -> its dequantized name
     for n in targets:
@@ -92,14 +95,26 @@ def quantize(
             if t not in activations:
                 base = f"{t}_fp8"
                 scale = max(float(thresholds[t]), 1e-12) / E4M3_MAX
-                new_inits += [numpy_helper.from_array(np.array(scale, np.float32), f"{base}_scale"),
-                              fp8_tensor(f"{base}_zero_point", np.zeros((), np.float32))]  # fmt: skip
-                before.setdefault(n.name, []).extend([
-                    helper.make_node("QuantizeLinear", [t, f"{base}_scale", f"{base}_zero_point"],
-                                     [f"{base}_q"], name=f"{base}_QuantizeLinear"),
-                    helper.make_node("DequantizeLinear", [f"{base}_q", f"{base}_scale", f"{base}_zero_point"],
-                                     [f"{base}_dq"], name=f"{base}_DequantizeLinear"),
-                ])  # fmt: skip
+                new_inits += [
+                    numpy_helper.from_array(np.array(scale, np.float32), f"{base}_scale"),
+                    fp8_tensor(f"{base}_zero_point", np.zeros((), np.float32)),
+                ]
+                before.setdefault(n.name, []).extend(
+                    [
+                        helper.make_node(
+                            "QuantizeLinear",
+                            [t, f"{base}_scale", f"{base}_zero_point"],
+                            [f"{base}_q"],
+                            name=f"{base}_QuantizeLinear",
+                        ),
+                        helper.make_node(
+                            "DequantizeLinear",
+                            [f"{base}_q", f"{base}_scale", f"{base}_zero_point"],
+                            [f"{base}_dq"],
+                            name=f"{base}_DequantizeLinear",
+                        ),
+                    ]
+                )
                 activations[t] = f"{base}_dq"
             n.input[0] = activations[t]
         w_name = n.input[1]
@@ -110,9 +125,11 @@ def quantize(
         shape = [1] * w.ndim
         shape[axis] = -1
         base = f"{w_name}_fp8"
-        new_inits += [fp8_tensor(f"{base}_quantized", w / scale.reshape(shape)),
-                      numpy_helper.from_array(scale, f"{base}_scale"),
-                      fp8_tensor(f"{base}_zero_point", np.zeros(len(scale), np.float32))]  # fmt: skip
+        new_inits += [
+            fp8_tensor(f"{base}_quantized", w / scale.reshape(shape)),
+            numpy_helper.from_array(scale, f"{base}_scale"),
+            fp8_tensor(f"{base}_zero_point", np.zeros(len(scale), np.float32)),
+        ]
         before.setdefault(n.name, []).append(
             helper.make_node(
                 "DequantizeLinear",
@@ -120,7 +137,7 @@ def quantize(
                 [f"{base}_dq"],
                 name=f"{base}_DequantizeLinear",
                 axis=axis,
-            )  # fmt: skip
+            )
         )
         n.input[1] = f"{base}_dq"
     nodes = []

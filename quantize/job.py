@@ -162,8 +162,18 @@ class References:
     holdout: dict
 
 
-def gate_and_fallback(job: Job, prep, fit, thresholds, nodes, validation, hold, ref: References,
-          quantize=int8.quantize, label: str = "INT8"):  # fmt: skip
+def gate_and_fallback(
+    job: Job,
+    prep,
+    fit,
+    thresholds,
+    nodes,
+    validation,
+    hold,
+    ref: References,
+    quantize=int8.quantize,
+    label: str = "INT8",
+):
     """(Q/DQ model, its evaluation, the first evaluation's metrics, the fallback or None)."""
     task = job.task
     q = quantize(prep.model, thresholds, validation)
@@ -175,10 +185,20 @@ def gate_and_fallback(job: Job, prep, fit, thresholds, nodes, validation, hold, 
         return q, ev, first, None
     job.say(f"gate not met ({'; '.join(ev.failures(job.rules))}); ranking nodes by sensitivity")
     q, ev, fallback = qdq_search.fallback(
-        prep.base, thresholds, [n.name for n in nodes], validation, ref.validation, hold.inputs,
-        ref.holdout, task, hold.labels, job.rules, job.say,
-        rebuild=lambda kept: prep.rebuild(fit, kept), quantize=quantize,
-    )  # fmt: skip
+        prep.base,
+        thresholds,
+        [n.name for n in nodes],
+        validation,
+        ref.validation,
+        hold.inputs,
+        ref.holdout,
+        task,
+        hold.labels,
+        job.rules,
+        job.say,
+        rebuild=lambda kept: prep.rebuild(fit, kept),
+        quantize=quantize,
+    )
     return q, ev, first, fallback
 
 

@@ -186,8 +186,11 @@ def choose_preparation(
             **scores,
             "seconds": round(time.perf_counter() - t0, 1),
         }
-        say(f"  preparation {name:<14} best method {choice.method:<10} validation cosine "
-            f"{scores['cosine']:.4f}" + (f", agreement {scores['agreement']:.3f}" if "agreement" in scores else ""))  # fmt: skip
+        say(
+            f"  preparation {name:<14} best method {choice.method:<10} validation cosine "
+            f"{scores['cosine']:.4f}"
+            + (f", agreement {scores['agreement']:.3f}" if "agreement" in scores else "")
+        )
         if best is None or _rank(scores) > _rank(best.scores):
             best = Preparation(name, prepared, stats, choice, scores, base, report, round_weights)
     return PreparationSearch(best, table, all_stats)

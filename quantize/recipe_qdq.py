@@ -49,18 +49,26 @@ class QdqFormat:
 
 
 INT8 = QdqFormat(
-    "int8", "INT8", int8.quantize, int8.quantized_nodes, lambda prepare: prepare,
-    check_structure=int8.check_structure, dla_ranges=True,
+    "int8",
+    "INT8",
+    int8.quantize,
+    int8.quantized_nodes,
+    lambda prepare: prepare,
+    check_structure=int8.check_structure,
+    dla_ranges=True,
     hint="relax it with --gate or try --calib-method",
-)  # fmt: skip
+)
 FP8 = QdqFormat(
     # FP8 rounds weights to 3 mantissa bits: bias correction (for that rounding) is tried too
-    "fp8", "FP8", fp8.quantize, fp8.quantized_nodes,
+    "fp8",
+    "FP8",
+    fp8.quantize,
+    fp8.quantized_nodes,
     lambda prepare: tuple(p for p in prepare if p in ("none", "bias")) or ("none",),
     round_weights=fp8.round_weights,
     format="E4M3 (float8e4m3fn) Q/DQ, opset 19, per-tensor activations, per-channel weights",
     requires="TensorRT 10+ on a GPU of compute capability 8.9+ (Ada, Hopper, Blackwell, Jetson Thor)",
-)  # fmt: skip
+)
 FORMATS = {f.precision: f for f in (INT8, FP8)}
 
 
@@ -76,9 +84,17 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
     job.say(f"preparing and calibrating on {len(fit)} samples: {', '.join(candidates)}")
     try:
         search = qdq_search.choose_preparation(
-            model, fit, validation, ref.validation, job.task, job.calib_method, candidates,
-            job.say, quantize=fmt.quantize, round_weights=fmt.round_weights,
-        )  # fmt: skip
+            model,
+            fit,
+            validation,
+            ref.validation,
+            job.task,
+            job.calib_method,
+            candidates,
+            job.say,
+            quantize=fmt.quantize,
+            round_weights=fmt.round_weights,
+        )
     except ValueError as exc:
         raise ModelError(str(exc)) from None
     prep, table = search.best, search.table
@@ -87,8 +103,9 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
     job.say(f"kept: {prep.name}, calibration {choice.method} ({choice.why})")
     t0 = time.perf_counter()
     hold = data.holdout
-    q, ev, first, fallback = gate_and_fallback(job, prep, fit, thresholds, nodes, validation,
-                                               hold, ref, fmt.quantize, fmt.label)  # fmt: skip
+    q, ev, first, fallback = gate_and_fallback(
+        job, prep, fit, thresholds, nodes, validation, hold, ref, fmt.quantize, fmt.label
+    )
     stages["gate_and_fallback"] = time.perf_counter() - t0
     problems = fmt.check_structure(q) if fmt.check_structure else []
     if problems:
@@ -114,9 +131,10 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
     if not ev.passes(job.rules):
         raise GateFailed(
             f"{fmt.label} misses the accuracy gate even with {len(section['kept_fp32'])} of "
-            f"{len(nodes)} nodes kept in FP32: " + "; ".join(ev.failures(job.rules))
+            f"{len(nodes)} nodes kept in FP32: "
+            + "; ".join(ev.failures(job.rules))
             + f" (nothing was written; {fmt.hint})"
-        )  # fmt: skip
+        )
     section["model_bytes"] = stage_model(job, model_file(fmt.precision), q)
     stage_verify_samples(job.bundle, hold.inputs, ref.holdout, job.report)
     if fmt.dla_ranges:
@@ -151,8 +169,7 @@ def stage_fp16_variant(job: Job, precision: str, q, hold, ref_hold) -> dict:
     name, plain = model_file(precision, "fp16"), model_file(precision)
     try:
         q16 = qdq_to_fp16(q)
-        ev = gate.evaluate(ref_hold, evaluate.run(q16, hold.inputs), job.task,
-                           hold.labels)  # fmt: skip
+        ev = gate.evaluate(ref_hold, evaluate.run(q16, hold.inputs), job.task, hold.labels)
     except Exception as exc:  # noqa: BLE001 - ModelError, or ONNX Runtime refusing the model
         ev, why = None, first_line(exc, 200)
     else:

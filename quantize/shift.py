@@ -25,8 +25,18 @@ import numpy as np
 from .equalize import _attr, _Graph
 from .ranges import ActivationStats, quantizable_nodes
 
-_PASS_THROUGH = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Flatten",
-                 "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Identity"}  # fmt: skip
+_PASS_THROUGH = {
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "Flatten",
+    "Reshape",
+    "Squeeze",
+    "Unsqueeze",
+    "Transpose",
+    "Identity",
+}
 
 
 @dataclass
@@ -107,14 +117,17 @@ def shift_activations(model, thresholds: dict[str, float], sample: np.ndarray):
             continue
         if not gr.owned(n, 1) or (len(n.input) > 2 and n.input[2] and not gr.owned(n, 2)):
             continue
-        if n.op_type == "Gemm" and (_attr(n, "transA", 0) or _attr(n, "alpha", 1.0) != 1.0
-                                    or _attr(n, "beta", 1.0) != 1.0):  # fmt: skip
+        if n.op_type == "Gemm" and (
+            _attr(n, "transA", 0) or _attr(n, "alpha", 1.0) != 1.0 or _attr(n, "beta", 1.0) != 1.0
+        ):
             continue
         if n.op_type not in ("Conv", "Gemm"):
             continue
         padded = n.op_type == "Conv" and any(_attr(n, "pads", [0]))
-        if padded and (len(gr.inits[n.input[1]].dims) != 4
-                       or _attr(n, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")):  # fmt: skip
+        if padded and (
+            len(gr.inits[n.input[1]].dims) != 4
+            or _attr(n, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")
+        ):
             continue
         candidates.append((n, padded))
     dims = out.graph.input[0].type.tensor_type.shape.dim
@@ -148,11 +161,19 @@ def shift_activations(model, thresholds: dict[str, float], sample: np.ndarray):
             raw, half = f"{n.output[0]}_before_shift_border", f"{n.name}_shift_border_half"
             after[n.name] = [
                 helper.make_node("MatMul", names[:2], [half], name=f"{half}_matmul"),
-                helper.make_node("MatMul", [half, names[2]], [f"{n.name}_shift_border"],
-                                 name=f"{n.name}_shift_border_matmul"),
-                helper.make_node("Add", [raw, f"{n.name}_shift_border"], [n.output[0]],
-                                 name=f"{n.name}_shift_border_add"),
-            ]  # fmt: skip
+                helper.make_node(
+                    "MatMul",
+                    [half, names[2]],
+                    [f"{n.name}_shift_border"],
+                    name=f"{n.name}_shift_border_matmul",
+                ),
+                helper.make_node(
+                    "Add",
+                    [raw, f"{n.name}_shift_border"],
+                    [n.output[0]],
+                    name=f"{n.name}_shift_border_add",
+                ),
+            ]
             n.output[0] = raw
             report["with_border_terms"] += 1
             total = np.zeros_like(total)

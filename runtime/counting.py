@@ -163,9 +163,15 @@ class LineCounter(_Counter):
                     # image y grows downwards: a positive cross product is the right-hand side
                     direction = "in" if side < 0 else "out"
                     self.counts[direction] += 1
-                    events.append({"event": "line_cross", "line": self.name,
-                                   "direction": direction, "track_id": t.track_id,
-                                   "label": t.label})  # fmt: skip
+                    events.append(
+                        {
+                            "event": "line_cross",
+                            "line": self.name,
+                            "direction": direction,
+                            "track_id": t.track_id,
+                            "label": t.label,
+                        }
+                    )
         return events
 
     def forget(self, track_ids) -> None:
@@ -192,14 +198,21 @@ class ZoneCounter(_Counter):
         super().__init__(name, points, anchor, hysteresis, 3)
         n = len(self.points)
         if n > MAX_ZONE_POINTS:
-            raise ValueError(f"zone {name} has {n} points; at most {MAX_ZONE_POINTS} are taken "
-                             "(simplify the polygon)")  # fmt: skip
+            raise ValueError(
+                f"zone {name} has {n} points; at most {MAX_ZONE_POINTS} are taken "
+                "(simplify the polygon)"
+            )
         crossing = first_self_crossing(tuple(self.given))
         if crossing is not None:
             i, j = crossing
             raise ValueError(f"zone {name} crosses itself (edges {i + 1} and {j + 1})")
-        area = 0.5 * abs(sum(self.points[i][0] * self.points[(i + 1) % n][1]
-                             - self.points[(i + 1) % n][0] * self.points[i][1] for i in range(n)))  # fmt: skip
+        area = 0.5 * abs(
+            sum(
+                self.points[i][0] * self.points[(i + 1) % n][1]
+                - self.points[(i + 1) % n][0] * self.points[i][1]
+                for i in range(n)
+            )
+        )
         if area == 0:
             raise ValueError(f"zone {name} has no area (its points are on one line)")
         self.entries = 0
@@ -238,8 +251,14 @@ class ZoneCounter(_Counter):
             if not state.inside and dist >= margin:
                 state.inside, state.entered = True, timestamp
                 self.entries += 1
-                events.append({"event": "zone_enter", "zone": self.name,
-                               "track_id": t.track_id, "label": t.label})  # fmt: skip
+                events.append(
+                    {
+                        "event": "zone_enter",
+                        "zone": self.name,
+                        "track_id": t.track_id,
+                        "label": t.label,
+                    }
+                )
             elif state.inside and dist <= -margin:
                 events.append(self._exit(t.track_id, state, timestamp))
         return events
@@ -249,8 +268,13 @@ class ZoneCounter(_Counter):
         state.inside, state.entered = False, None
         self.exits += 1
         self.dwell_s = (self.dwell_s + [dwell])[-1000:]
-        event = {"event": "zone_exit", "zone": self.name, "track_id": track_id,
-                 "label": state.label, "dwell_s": round(dwell, 3)}  # fmt: skip
+        event = {
+            "event": "zone_exit",
+            "zone": self.name,
+            "track_id": track_id,
+            "label": state.label,
+            "dwell_s": round(dwell, 3),
+        }
         if why:
             event[why] = True
         return event

@@ -222,11 +222,13 @@ def decode_detections(
     if len(values) == 2:
         boxes, scores = sorted(values, key=lambda v: v.shape[-1] != 4)
         normalised = input_size if float(np.max(boxes, initial=0)) <= 1.5 else None
-        return decode_ssd(boxes, scores, conf, iou, input_size=normalised,
-                          transforms=transforms, labels=labels)  # fmt: skip
+        return decode_ssd(
+            boxes, scores, conf, iou, input_size=normalised, transforms=transforms, labels=labels
+        )
     if len(values) != 1:
         raise ShapeError(
             f"a detector has one YOLO output or two SSD outputs (boxes, scores); this one has {len(values)}"
         )
-    return decode_yolo(values[0], conf, iou, transforms=transforms, labels=labels,
-                       num_classes=num_classes)  # fmt: skip
+    return decode_yolo(
+        values[0], conf, iou, transforms=transforms, labels=labels, num_classes=num_classes
+    )

@@ -56,13 +56,14 @@ class Engine:
     @classmethod
     def load(
         cls,
-        path: str | Path,
+        path: str | Path | Bundle,
         backend: str = "auto",
         device: int = 0,
         precision: str = "auto",
         **options,
     ) -> Engine:
-        """Load a bundle folder, an ``.onnx`` or an ``.engine`` on the best (or the named) backend.
+        """Load a bundle folder (its path, or a :class:`Bundle` already read), an ``.onnx`` or an
+        ``.engine`` on the best (or the named) backend.
 
         ``auto`` tries the backends in table order (TensorRT with a plan for this GPU, then ONNX
         Runtime with TensorRT/CUDA execution providers where present, else on CPU) and records why
@@ -77,10 +78,11 @@ class Engine:
                 f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
             )
         _check_options(options, list(TABLE) if backend == "auto" else [backend])
-        path = Path(path)
+        bundle = path if isinstance(path, Bundle) else None  # read once by the caller
+        path = bundle.path if bundle is not None else Path(path)
         if not path.exists():
             raise ModelError(f"{path} does not exist")
-        target, manifest, max_batch = _resolve(path)
+        target, manifest, max_batch = _resolve(path, bundle)
         candidates = list(TABLE) if backend == "auto" else [backend]
         skipped = []
         for name in candidates:
@@ -207,17 +209,22 @@ class Engine:
 
 
 def _build_on_first_use(target: Target, precision: str, device: int, why_none: str):
-    """No plan for this GPU yet: build one into the bundle's plan cache, or say why not."""
+    """No plan for this GPU yet: build one into the bundle's plan cache and check it against the
+    stored FP32 samples (the policy ``edgert build`` follows too), or say why not."""
     from .errors import EdgertError
-    from .plan_cache import ensure_plan
+    from .plan_check import build_checked_plan
 
-    log.warning("%s; building a %s TensorRT plan now (once; it is cached in the bundle)",
-                why_none, precision)  # fmt: skip
+    log.warning(
+        "%s; building a %s TensorRT plan now (once; it is cached in the bundle)",
+        why_none,
+        precision,
+    )
     try:
-        plan, _, _ = ensure_plan(target.bundle_dir, precision, device)
+        plan, _, check = build_checked_plan(target.bundle_dir, precision, device)
     except EdgertError as exc:
         return None, f"{why_none}; building one failed: {exc}"
-    return plan, f"plan {plan.name} built now for this GPU and cached"
+    checked = f", {check.summary}" if check else ""
+    return plan, f"plan {plan.name} built now for this GPU and cached{checked}"
 
 
 def _check_options(options: dict, backends: list[str]) -> None:
@@ -246,14 +253,18 @@ def _check_shape(spec: TensorSpec, shape: tuple[int, ...], max_batch: int | None
         raise ShapeError(f"batch {shape[0]} exceeds the bundle's maximum batch {max_batch}")
 
 
-def _resolve(path: Path) -> tuple[Target, Manifest | None, int | None]:
-    """(target, manifest or None, max batch or None) for a bundle folder, .onnx or .engine."""
+def _resolve(
+    path: Path, bundle: Bundle | None = None
+) -> tuple[Target, Manifest | None, int | None]:
+    """(target, manifest or None, max batch or None) for a bundle folder (read here unless the
+    caller passes its ``Bundle``), .onnx or .engine."""
     if path.is_dir():
-        bundle = Bundle(path)
+        bundle = bundle or Bundle(path)
         m = bundle.manifest
         speeds = {p: q.cpu_ms for p, q in m.quantization.items() if q.cpu_ms is not None}
-        target = Target(path, bundle_dir=path, onnx=bundle.onnx_path, onnx_hashes=m.hashes,
-                        cpu_speeds=speeds)  # fmt: skip
+        target = Target(
+            path, bundle_dir=path, onnx=bundle.onnx_path, onnx_hashes=m.hashes, cpu_speeds=speeds
+        )
         return target, m, m.max_batch
     suffix = path.suffix.lower()
     if suffix == ".onnx":

@@ -157,16 +157,18 @@ class MtcnnDetector:
             at = 0
             for k in live:
                 n = len(boxes[k])
-                boxes[k] = self._refine(boxes[k], prob[at : at + n, 1], reg[at : at + n],
-                                        threshold, final)  # fmt: skip
+                boxes[k] = self._refine(
+                    boxes[k], prob[at : at + n, 1], reg[at : at + n], threshold, final
+                )
                 at += n
         found = []
         for img, b in zip(imgs, boxes):
             h, w = img.shape[:2]
             b[:, [0, 2]] = b[:, [0, 2]].clip(0, w)
             b[:, [1, 3]] = b[:, [1, 3]].clip(0, h)
-            found.append([Detection(tuple(float(v) for v in r[:4]), float(r[4]), 0, "face")
-                          for r in b])  # fmt: skip
+            found.append(
+                [Detection(tuple(float(v) for v in r[:4]), float(r[4]), 0, "face") for r in b]
+            )
         return found
 
     def _pnet(self, imgs: list[np.ndarray]) -> list[np.ndarray]:
@@ -183,8 +185,12 @@ class MtcnnDetector:
             side = min(h, w) * scale
             while side >= 12:  # the pyramid, one P-Net call per level for all frames of this size
                 hs, ws = int(h * scale + 1), int(w * scale + 1)
-                x = np.stack([_normalise(cv2.resize(imgs[k], (ws, hs), interpolation=cv2.INTER_AREA))
-                              for k in members])  # fmt: skip
+                x = np.stack(
+                    [
+                        _normalise(cv2.resize(imgs[k], (ws, hs), interpolation=cv2.INTER_AREA))
+                        for k in members
+                    ]
+                )
                 out = self.engines["pnet"].infer(x)
                 for j, k in enumerate(members):
                     b = _generate(out["reg"][j], out["prob"][j, 1], scale, self.thresholds[0])
@@ -199,14 +205,23 @@ class MtcnnDetector:
                 b = b[nms(b[:, :4], b[:, 4], 0.7)]
                 w_, h_ = b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
                 reg = b[:, 5:9]
-                b = np.stack([b[:, 0] + reg[:, 0] * w_, b[:, 1] + reg[:, 1] * h_,
-                              b[:, 2] + reg[:, 2] * w_, b[:, 3] + reg[:, 3] * h_, b[:, 4]], axis=1)  # fmt: skip
+                b = np.stack(
+                    [
+                        b[:, 0] + reg[:, 0] * w_,
+                        b[:, 1] + reg[:, 1] * h_,
+                        b[:, 2] + reg[:, 2] * w_,
+                        b[:, 3] + reg[:, 3] * h_,
+                        b[:, 4],
+                    ],
+                    axis=1,
+                )
                 boxes[k] = _square(b)
         return boxes
 
     @staticmethod
-    def _refine(boxes: np.ndarray, score: np.ndarray, reg: np.ndarray, threshold: float,
-                final: bool) -> np.ndarray:  # fmt: skip
+    def _refine(
+        boxes: np.ndarray, score: np.ndarray, reg: np.ndarray, threshold: float, final: bool
+    ) -> np.ndarray:
         """R-Net or O-Net scores and offsets applied to one frame's boxes."""
         keep = score > threshold
         boxes, reg = boxes[keep], reg[keep]

@@ -18,9 +18,31 @@ import numpy as np
 from .errors import SourceError
 
 IMAGE_SUFFIXES = frozenset(
-    {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".pgm", ".ppm", ".pbm",
-     ".pnm", ".pam", ".pfm", ".hdr", ".pic", ".ras", ".sr", ".jp2", ".j2k", ".avif", ".exr"}
-)  # fmt: skip
+    {
+        ".jpg",
+        ".jpeg",
+        ".png",
+        ".bmp",
+        ".webp",
+        ".tif",
+        ".tiff",
+        ".gif",
+        ".pgm",
+        ".ppm",
+        ".pbm",
+        ".pnm",
+        ".pam",
+        ".pfm",
+        ".hdr",
+        ".pic",
+        ".ras",
+        ".sr",
+        ".jp2",
+        ".j2k",
+        ".avif",
+        ".exr",
+    }
+)
 DEFAULT_MAX_PIXELS = 120_000_000  # a 120-megapixel image decodes to 360 MB of BGR
 FORMATS = "JPEG, PNG, BMP, GIF, WebP, TIFF, PNM/PAM/PFM, Radiance HDR, Sun raster, JPEG 2000, AVIF, OpenEXR"
 

@@ -99,8 +99,10 @@ def ensure_plan(
     Used by ``edgert build`` and by ``Engine.load`` (build on first use), so both agree on keys.
     """
     if options is not None and options.precision != precision:  # one source of precision
-        raise EdgertError(f"the plan's options are for {options.precision}, not {precision}: the "
-                          "cache key and the build would disagree")  # fmt: skip
+        raise EdgertError(
+            f"the plan's options are for {options.precision}, not {precision}: the "
+            "cache key and the build would disagree"
+        )
     from .backends import tensorrt_compat as compat
     from .backends.tensorrt_logger import import_tensorrt
     from .backends.tensorrt_plan import BuildOptions, build_plan

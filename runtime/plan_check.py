@@ -82,3 +82,18 @@ def verify_plan(bundle_dir: Path, plan: Path, judge: Judge | None = None) -> Pla
             "samples (plan deleted)"
         )
     return PlanCheck(n, f"{summary} vs FP32 on {n} stored samples", metrics)
+
+
+def build_checked_plan(
+    bundle_dir: Path, precision: str, device: int = 0, options=None, check_cached: bool = False
+) -> tuple[Path, bool, PlanCheck | None]:
+    """The one policy for a plan made on this device, for ``edgert build`` and an Engine's
+    first use alike: the plan from the bundle's cache or built now (:func:`ensure_plan`), then a
+    plan just built (and a cached one with ``check_cached``) checked against the stored FP32
+    samples. (plan, built, check or None without samples); GateFailed, the plan deleted, when it
+    fails."""
+    from .plan_cache import ensure_plan
+
+    plan, built, _ = ensure_plan(Path(bundle_dir), precision, device, options)
+    check = verify_plan(Path(bundle_dir), plan) if built or check_cached else None
+    return plan, built, check

@@ -263,9 +263,12 @@ def _sample_window(cv2, img: np.ndarray, t: Transform, tw: int, th: int, interp:
     map_y = np.broadcast_to((ys - y0).astype(np.float32)[:, None], (th, tw))
     mode = cv2.INTER_CUBIC if interp == "cubic" else cv2.INTER_LINEAR
     out = cv2.remap(
-        src, np.ascontiguousarray(map_x), np.ascontiguousarray(map_y), mode,
+        src,
+        np.ascontiguousarray(map_x),
+        np.ascontiguousarray(map_y),
+        mode,
         borderMode=cv2.BORDER_REPLICATE,
-    )  # fmt: skip
+    )
     return out[:, :, None] if out.ndim == 2 else out
 
 

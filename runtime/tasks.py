@@ -47,8 +47,14 @@ def _classify(model: EngineTask, values: list, transforms: list) -> list:
 def _detect(model: EngineTask, values: list, transforms: list) -> list:
     from .detection import decode_detections
 
-    dets = decode_detections(values, model.conf, model.iou, transforms=transforms,
-                             labels=model.labels, input_size=model.engine.preprocessing.size)  # fmt: skip
+    dets = decode_detections(
+        values,
+        model.conf,
+        model.iou,
+        transforms=transforms,
+        labels=model.labels,
+        input_size=model.engine.preprocessing.size,
+    )
     return [[d.to_dict() for d in per_image] for per_image in dets]
 
 
@@ -58,8 +64,12 @@ def _segment(model: EngineTask, values: list, transforms: list) -> list:
     out = []
     for mask in segment(values[0]):
         classes, counts = np.unique(mask, return_counts=True)
-        out.append({"mask_shape": list(mask.shape),
-                    "classes": {int(c): int(n) for c, n in zip(classes, counts)}})  # fmt: skip
+        out.append(
+            {
+                "mask_shape": list(mask.shape),
+                "classes": {int(c): int(n) for c, n in zip(classes, counts)},
+            }
+        )
     return out
 
 
@@ -96,29 +106,49 @@ TASK_SPECS: dict[str, TaskSpec] = {
     spec.name: spec
     for spec in (
         TaskSpec(
-            "classify", "classification", "class scores: the top-k labels per image",
-            class_scores=True, first_output=(2, None, "class scores [N, C]"), decode=_classify,
+            "classify",
+            "classification",
+            "class scores: the top-k labels per image",
+            class_scores=True,
+            first_output=(2, None, "class scores [N, C]"),
+            decode=_classify,
         ),
         TaskSpec(
-            "detect", "detection", "boxes with labels and scores (SSD pair or YOLO head)",
-            boxes=True, letterbox=True, decode=_detect,
+            "detect",
+            "detection",
+            "boxes with labels and scores (SSD pair or YOLO head)",
+            boxes=True,
+            letterbox=True,
+            decode=_detect,
         ),
         TaskSpec(
-            "segment", "segmentation", "per-pixel classes: a mask per image",
-            first_output=(4, 4, "per-pixel class scores [N, C, H, W]"), camera=False,
+            "segment",
+            "segmentation",
+            "per-pixel classes: a mask per image",
+            first_output=(4, 4, "per-pixel class scores [N, C, H, W]"),
+            camera=False,
             decode=_segment,
         ),
         TaskSpec(
-            "faces", "face-detection", "face boxes from the MTCNN cascade (P-Net, R-Net, O-Net)",
-            boxes=True, export_option=False, made_by="edgert export zoo:mtcnn",
-            model="edgert.runtime.faces", plan=_NO_FACE_PLAN,
+            "faces",
+            "face-detection",
+            "face boxes from the MTCNN cascade (P-Net, R-Net, O-Net)",
+            boxes=True,
+            export_option=False,
+            made_by="edgert export zoo:mtcnn",
+            model="edgert.runtime.faces",
+            plan=_NO_FACE_PLAN,
         ),
         TaskSpec(
-            "generic", "generic", "the raw outputs (name, shape, dtype)", images=False,
-            camera=False, made_by="edgert export MODEL",
+            "generic",
+            "generic",
+            "the raw outputs (name, shape, dtype)",
+            images=False,
+            camera=False,
+            made_by="edgert export MODEL",
         ),
     )
-}  # fmt: skip
+}
 assert tuple(TASK_SPECS) == TASKS, "every task the manifest may name has one spec"
 
 
@@ -205,7 +235,7 @@ class EngineTask(TaskModel):
 
 
 def load_task_model(
-    path: str | Path,
+    path: str | Path | Bundle,
     task: str | None = None,
     backend: str = "auto",
     precision: str = "auto",
@@ -214,11 +244,14 @@ def load_task_model(
     iou: float = 0.45,
     **options,
 ) -> TaskModel:
-    """The task model for a bundle (or .onnx / .engine): the manifest says which task; ``task``
-    must agree with it when given (a ``generic`` model takes any). ``options`` go to
-    :meth:`Engine.load` (e.g. ``spin=False`` under a power cap)."""
+    """The task model for a bundle (its path, or a :class:`Bundle` already read: its manifest is
+    not read again) or an .onnx / .engine: the manifest says which task; ``task`` must agree
+    with it when given (a ``generic`` model takes any). ``options`` go to :meth:`Engine.load`
+    (e.g. ``spin=False`` under a power cap)."""
     asked = task_spec(task) if task is not None else None
-    own = TASK_SPECS[Bundle(path).manifest.task] if Path(path).is_dir() else None
+    bundle = path if isinstance(path, Bundle) else Bundle(path) if Path(path).is_dir() else None
+    path = bundle.path if bundle is not None else path
+    own = TASK_SPECS[bundle.manifest.task] if bundle is not None else None
     if own is not None and own.model is not None:  # a bundle of several networks: its own loader
         if asked not in (None, own):
             raise ModelError(f"{path} is a {own.kind} bundle, not a {task} model")
@@ -230,7 +263,7 @@ def load_task_model(
         )
     from .engine import Engine
 
-    engine = Engine.load(path, backend=backend, precision=precision, **options)
+    engine = Engine.load(bundle or path, backend=backend, precision=precision, **options)
     try:
         model_task = engine.manifest.task if engine.manifest else "generic"
         chosen = task or model_task

@@ -35,79 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .detection import Detection, box_iou
-
-# noise as fractions of the box height (ByteTrack's at 30 fps, turned into per-second units)
-_POS_STD = 1.0 / 20  # measurement and position process noise, per frame at 30 fps
-_VEL_STD = 1.0 / 160 * 30  # velocity process noise, per second
-_REF_DT = 1.0 / 30
-
-
-def _cxcywh(boxes: np.ndarray) -> np.ndarray:
-    """[N, 4] x1, y1, x2, y2 -> centre, size (at least a pixel)."""
-    w = np.maximum(boxes[:, 2] - boxes[:, 0], 1.0)
-    h = np.maximum(boxes[:, 3] - boxes[:, 1], 1.0)
-    return np.stack([boxes[:, 0] + w / 2, boxes[:, 1] + h / 2, w, h], axis=1)
-
-
-def _xyxy(x: np.ndarray) -> np.ndarray:
-    """Filter states [N, 8] -> boxes [N, 4] x1, y1, x2, y2."""
-    cx, cy, w, h = x[:, 0], x[:, 1], x[:, 2], x[:, 3]
-    return np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
-
-
-class KalmanBoxes:
-    """Constant-velocity Kalman filters of many boxes at once: states (cx, cy, w, h) and their
-    velocities in pixels per second, ``x`` [N, 8] and covariances ``P`` [N, 8, 8]. ``predict(dt)``
-    moves every box ``dt`` seconds ahead (the noise grows with ``dt``); ``update`` corrects some."""
-
-    def __init__(self) -> None:
-        self.x = np.zeros((0, 8))
-        self.P = np.zeros((0, 8, 8))
-
-    def add(self, boxes: np.ndarray) -> None:
-        z = _cxcywh(np.asarray(boxes, dtype=np.float64).reshape(-1, 4))
-        x = np.concatenate([z, np.zeros_like(z)], axis=1)
-        h = z[:, 3:4]
-        std = np.concatenate(
-            [np.repeat(2 * _POS_STD * h, 4, 1), np.repeat(10 * _VEL_STD * h, 4, 1)], 1
-        )
-        P = np.zeros((len(z), 8, 8))
-        P[:, np.arange(8), np.arange(8)] = std**2
-        self.x = np.concatenate([self.x, x])
-        self.P = np.concatenate([self.P, P])
-
-    def keep(self, mask) -> None:
-        self.x, self.P = self.x[mask], self.P[mask]
-
-    def predict(self, dt: float) -> None:
-        if not len(self.x):
-            return
-        dt = max(0.0, float(dt))
-        F = np.eye(8)
-        F[:4, 4:] = np.eye(4) * dt
-        h = np.maximum(self.x[:, 3:4], 1.0)
-        steps = max(dt / _REF_DT, 1e-6)  # noise accumulates with elapsed time (a random walk)
-        q = np.concatenate([np.repeat((_POS_STD * h) ** 2, 4, 1),
-                            np.repeat((_VEL_STD * h) ** 2, 4, 1)], 1) * steps  # fmt: skip
-        self.x = self.x @ F.T
-        self.x[:, 2:4] = np.maximum(self.x[:, 2:4], 1.0)
-        self.P = F @ self.P @ F.T
-        self.P[:, np.arange(8), np.arange(8)] += q
-
-    def update(self, idx, boxes: np.ndarray) -> None:
-        """Correct filters ``idx`` with measured boxes [len(idx), 4] (x1, y1, x2, y2)."""
-        if not len(idx):
-            return
-        z = _cxcywh(np.asarray(boxes, dtype=np.float64).reshape(-1, 4))
-        x, P = self.x[idx], self.P[idx]
-        S = P[:, :4, :4].copy()
-        S[:, np.arange(4), np.arange(4)] += (_POS_STD * z[:, 3:4]) ** 2
-        K = np.linalg.solve(S, P[:, :4, :]).transpose(0, 2, 1)  # [m, 8, 4] (S is symmetric)
-        self.x[idx] = x + (K @ (z - x[:, :4])[:, :, None])[:, :, 0]
-        self.P[idx] = P - K @ P[:, :4, :]
-
-    def boxes(self) -> np.ndarray:
-        return _xyxy(self.x)
+from .kalman import KalmanBoxes
 
 
 @dataclass
@@ -124,9 +52,11 @@ class Track:
     hits: int = 1
     confirmed: bool = False
     detection: Detection | None = None  # the detection matched in the last update
+    detection_index: int | None = None  # its index in that update's detections
     velocity: tuple[float, float] = (0.0, 0.0)  # the box centre's, pixels per second (filtered)
-    _labels: collections.deque = field(default_factory=lambda: collections.deque(maxlen=30),
-                                       repr=False)  # fmt: skip
+    _labels: collections.deque = field(
+        default_factory=lambda: collections.deque(maxlen=30), repr=False
+    )
 
     @property
     def age(self) -> float:
@@ -144,7 +74,42 @@ class Track:
         }
 
 
-class Tracker:
+class ObjectTracker:
+    """The contract of a tracker (one per stream): ``update(detections, timestamp)`` takes one
+    frame's detections (runtime ``Detection`` objects or result dicts) at its time in seconds and
+    returns the confirmed tracks matched in it, each naming the detection it matched by index
+    (``Track.detection_index``); ``started`` and ``ended`` list the tracks confirmed and ended in
+    that update; ``close()`` ends every live track. Time, not a frame count, decides how long a
+    lost track is kept. A new tracker is one module with such a class and one row in
+    :data:`TRACKERS`."""
+
+    started: list[Track]
+    ended: list[Track]
+
+    def update(self, detections, timestamp: float) -> list[Track]:
+        raise NotImplementedError
+
+    def close(self) -> list[Track]:
+        raise NotImplementedError
+
+
+# name -> (module, class), loaded when chosen (``edgert camera --tracker``)
+TRACKERS: dict[str, tuple[str, str]] = {
+    "bytetrack": ("edgert.runtime.tracking", "Tracker"),
+}
+
+
+def make_tracker(name: str = "bytetrack", **options) -> ObjectTracker:
+    """A tracker from :data:`TRACKERS`; ``options`` go to its constructor."""
+    import importlib
+
+    if name not in TRACKERS:
+        raise ValueError(f"unknown tracker {name!r}; choose one of {', '.join(TRACKERS)}")
+    module, cls = TRACKERS[name]
+    return getattr(importlib.import_module(module), cls)(**options)
+
+
+class Tracker(ObjectTracker):
     """ByteTrack-class multi-object tracker; see the module text. Thresholds: detections scoring
     ``high`` or more are associated first and may start tracks (at ``new_track`` or more);
     those between ``low`` and ``high`` only extend existing tracks. ``match_iou``: the least IoU
@@ -214,6 +179,7 @@ class Tracker:
         for k in order:
             t = self._tracks[k]
             self._match(t, dets[matched[k]], timestamp, filtered[k], self._kf.x[k, 4:6])
+            t.detection_index = matched[k]
             if t.confirmed:
                 out.append(t)
         new = []
@@ -221,8 +187,17 @@ class Tracker:
             d = dets[i]
             if d.score < self.new_track:
                 continue
-            t = Track(next(self._ids), tuple(map(float, d.box)), float(d.score), d.class_id,
-                      d.label, timestamp, timestamp, detection=d)  # fmt: skip
+            t = Track(
+                next(self._ids),
+                tuple(map(float, d.box)),
+                float(d.score),
+                d.class_id,
+                d.label,
+                timestamp,
+                timestamp,
+                detection=d,
+                detection_index=i,
+            )
             t._labels.append((d.class_id, d.label))
             if self._updates == 1 or self.min_hits == 1:  # a stream's first frame: no history
                 t.confirmed = True
@@ -263,8 +238,9 @@ class Tracker:
         boxes = np.array([dets[i].box for i in det_idx], dtype=np.float64)
         iou = box_iou(pred, boxes)
         if self.per_class:
-            same = np.array([[self._tracks[k].class_id == dets[i].class_id for i in det_idx]
-                             for k in tracks])  # fmt: skip
+            same = np.array(
+                [[self._tracks[k].class_id == dets[i].class_id for i in det_idx] for k in tracks]
+            )
             iou = np.where(same, iou, 0.0)
         rows, cols = linear_sum_assignment(-iou)
         pairs, used = {}, set()
@@ -291,5 +267,9 @@ class Tracker:
 def as_detection(d: dict) -> Detection:
     """A result dict (``box``, ``score``, ``class_id``, ``label``: what the task models give) as a
     runtime ``Detection``."""
-    return Detection(tuple(float(v) for v in d["box"]), float(d.get("score", 1.0)),
-                     int(d.get("class_id", 0)), str(d.get("label", d.get("class_id", 0))))  # fmt: skip
+    return Detection(
+        tuple(float(v) for v in d["box"]),
+        float(d.get("score", 1.0)),
+        int(d.get("class_id", 0)),
+        str(d.get("label", d.get("class_id", 0))),
+    )

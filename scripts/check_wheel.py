@@ -12,15 +12,22 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = {"export": "edgert/export", "quantize": "edgert/quantize", "runtime": "edgert/runtime",
-           "apps": "edgert/apps"}  # fmt: skip
+FOLDERS = {
+    "export": "edgert/export",
+    "quantize": "edgert/quantize",
+    "runtime": "edgert/runtime",
+    "apps": "edgert/apps",
+}
 
 
 def tree_files() -> set[str]:
     tracked = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", *FOLDERS],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     out = set()
     for rel in tracked:
         folder, _, rest = rel.partition("/")

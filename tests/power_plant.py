@@ -63,8 +63,17 @@ def busy_cores(pid: int, hz: float):
         last_t, last_cpu = now, cpu
 
 
-def run(root: Path, pid: int, idle: float, per_core: float, fixed: float, lag: float,
-        noise: float, hz: float, seed: int = 0) -> None:  # fmt: skip
+def run(
+    root: Path,
+    pid: int,
+    idle: float,
+    per_core: float,
+    fixed: float,
+    lag: float,
+    noise: float,
+    hz: float,
+    seed: int = 0,
+) -> None:
     rng = random.Random(seed)
     power = idle
     for _, _, busy_avg in busy_cores(pid, hz):
@@ -79,13 +88,32 @@ def bench_in_the_loop(bundle, root: Path, *args: str, seconds: float = 10.0) -> 
     write_tree(root, 4.5)
     report = Path(root) / "bench.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "edgert.apps", "bench", str(bundle), "--duration", str(seconds),
-         "--warmup", "1", "--idle-seconds", "1.5", "--sysfs-root", str(root), "--json-file",
-         str(report), *args],
-        cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    plant = subprocess.Popen([sys.executable, "-m", "tests.power_plant", str(root), str(proc.pid)],
-                             cwd=repo)  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "edgert.apps",
+            "bench",
+            str(bundle),
+            "--duration",
+            str(seconds),
+            "--warmup",
+            "1",
+            "--idle-seconds",
+            "1.5",
+            "--sysfs-root",
+            str(root),
+            "--json-file",
+            str(report),
+            *args,
+        ],
+        cwd=repo,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    plant = subprocess.Popen(
+        [sys.executable, "-m", "tests.power_plant", str(root), str(proc.pid)], cwd=repo
+    )
     _, err = proc.communicate(timeout=600)
     plant.wait(timeout=10)
     if proc.returncode:

@@ -66,14 +66,18 @@ def frame_index(image: np.ndarray) -> int:
 def _encoder(codec: str, fps: int, slices: bool = False) -> str:
     gop = max(1, fps)  # a key frame a second: a client that joins or rejoins starts at once
     if codec == "h265":
-        return (f"x265enc tune=zerolatency speed-preset=ultrafast key-int-max={gop} ! "
-                "rtph265pay name=pay0 pt=96 config-interval=-1")  # fmt: skip
+        return (
+            f"x265enc tune=zerolatency speed-preset=ultrafast key-int-max={gop} ! "
+            "rtph265pay name=pay0 pt=96 config-interval=-1"
+        )
     # zerolatency turns on sliced threads (several slices a frame, as many IP cameras send);
     # off by default, since OpenCV's FFmpeg decodes such RTP streams wrongly (see the tests);
     # one thread then, since frame threads hold frames back (each is sent when it is pushed)
-    return (f"x264enc tune=zerolatency speed-preset=ultrafast key-int-max={gop} bframes=0 "
-            f"sliced-threads={str(slices).lower()}{'' if slices else ' threads=1'} ! "
-            "video/x-h264,profile=baseline ! rtph264pay name=pay0 pt=96 config-interval=-1")  # fmt: skip
+    return (
+        f"x264enc tune=zerolatency speed-preset=ultrafast key-int-max={gop} bframes=0 "
+        f"sliced-threads={str(slices).lower()}{'' if slices else ' threads=1'} ! "
+        "video/x-h264,profile=baseline ! rtph264pay name=pay0 pt=96 config-interval=-1"
+    )
 
 
 def main(argv=None) -> int:
@@ -151,8 +155,10 @@ def main(argv=None) -> int:
 
     caps = f"video/x-raw,format=BGR,width={args.width},height={args.height},framerate={args.fps}/1"
     factory = GstRtspServer.RTSPMediaFactory()
-    factory.set_launch(f"( appsrc name=src is-live=true do-timestamp=true format=time caps={caps} ! videoconvert ! "
-                       f"video/x-raw,format=I420 ! {_encoder(args.codec, args.fps, args.slices)} )")  # fmt: skip
+    factory.set_launch(
+        f"( appsrc name=src is-live=true do-timestamp=true format=time caps={caps} ! videoconvert ! "
+        f"video/x-raw,format=I420 ! {_encoder(args.codec, args.fps, args.slices)} )"
+    )
     factory.set_shared(False)
     factory.connect("media-configure", configure)
     server = GstRtspServer.RTSPServer()

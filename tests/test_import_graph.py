@@ -7,8 +7,12 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = {"export": "edgert.export", "quantize": "edgert.quantize", "runtime": "edgert.runtime",
-           "apps": "edgert.apps"}  # fmt: skip
+FOLDERS = {
+    "export": "edgert.export",
+    "quantize": "edgert.quantize",
+    "runtime": "edgert.runtime",
+    "apps": "edgert.apps",
+}
 LAYER = {"edgert.runtime": 0, "edgert.export": 1, "edgert.quantize": 2, "edgert.apps": 3}
 
 
@@ -100,10 +104,13 @@ def _package_init_edges(g):
     """An edge into edgert.x.y also runs edgert.x's __init__: packages import their children,
     which is not a cycle of our making, so parents' __init__ imports of children are left out."""
     return {
-        v: {w for w in ws if (v, w) in NAMED
-            or not (v.count(".") < w.count(".") and w.startswith(v + "."))}
+        v: {
+            w
+            for w in ws
+            if (v, w) in NAMED or not (v.count(".") < w.count(".") and w.startswith(v + "."))
+        }
         for v, ws in g.items()
-    }  # fmt: skip
+    }
 
 
 def test_no_import_cycles():
@@ -161,3 +168,61 @@ def test_the_task_registry_and_the_zoo_name_their_modules():
     g = graph()
     assert "edgert.runtime.faces" in g["edgert.runtime.tasks"]
     assert "edgert.export.zoo.mtcnn" in g["edgert.export.zoo"]
+
+
+def _under(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+# inside edgert.apps: (importer, imported) pairs that run against the layering
+FORBIDDEN = [
+    ("edgert.apps.camera.sources", "edgert.apps.camera.sinks"),
+    ("edgert.apps.camera.sinks", "edgert.apps.camera.sources"),
+    *[
+        (plugins, above)
+        for plugins in ("edgert.apps.camera.sources", "edgert.apps.camera.sinks")
+        for above in (
+            "edgert.apps.camera.app",
+            "edgert.apps.camera.delivery",
+            "edgert.apps.camera.pipeline",
+            "edgert.apps.camera.analytics",
+            "edgert.apps.camera.metrics",
+            "edgert.apps.commands",
+            "edgert.apps.cli",
+        )
+    ],
+    ("edgert.apps.telemetry", "edgert.apps.camera"),
+    ("edgert.apps.telemetry", "edgert.apps.commands"),
+    ("edgert.apps.uris", "edgert.apps.camera"),
+    ("edgert.apps.uris", "edgert.apps.telemetry"),
+    ("edgert.apps.camera", "edgert.apps.commands"),
+]
+
+
+def test_sources_sinks_and_telemetry_keep_to_their_layer():
+    """Sources and sinks never import each other or what runs them; the telemetry library and
+    the URI module know nothing of the camera; the camera app nothing of the commands."""
+    g = graph()
+    assert any(v.startswith("edgert.apps.camera.sources.") for v in g), "no sources package"
+    assert any(v.startswith("edgert.apps.camera.sinks.") for v in g), "no sinks package"
+    wrong = sorted(
+        f"{v} -> {w}"
+        for v, ws in g.items()
+        for w in ws
+        for a, b in FORBIDDEN
+        if _under(v, a) and _under(w, b)
+    )
+    assert wrong == []
+
+
+def test_the_plugin_tables_name_their_modules():
+    """Both tables name modules that exist, so the graph (and a reader) can follow them."""
+    from edgert.apps.camera.sinks import SCHEMES as SINKS
+    from edgert.apps.camera.sources import SCHEMES as SOURCES
+
+    known = set(modules())
+    for entry in [*SOURCES.values(), *SINKS.values()]:
+        assert entry.module in known, entry
+    g = graph()
+    assert {e.module for e in SOURCES.values()} <= g["edgert.apps.camera.sources"]
+    assert {e.module for e in SINKS.values()} <= g["edgert.apps.camera.sinks"]

@@ -28,8 +28,12 @@ ZONE = "sys/class/thermal/thermal_zone0"
 def write_zone(root: Path, temp_c: float) -> None:
     z = Path(root) / ZONE
     z.mkdir(parents=True, exist_ok=True)
-    for name, value in (("type", "cpu-thermal"), ("temp", round(temp_c * 1000)),
-                        ("trip_point_0_type", "passive"), ("trip_point_0_temp", 95000)):  # fmt: skip
+    for name, value in (
+        ("type", "cpu-thermal"),
+        ("temp", round(temp_c * 1000)),
+        ("trip_point_0_type", "passive"),
+        ("trip_point_0_temp", 95000),
+    ):
         tmp = z / f".{name}.new"
         tmp.write_text(f"{value}\n")
         os.replace(tmp, z / name)
@@ -47,22 +51,62 @@ def run(root: Path, pid: int, ambient: float, per_core: float, tau: float, hz: f
     (Path(root) / "plant.json").write_text(json.dumps(series))
 
 
-def bench_in_the_loop(bundle, root: Path, *args: str, seconds: float, ambient: float = 40.0,
-                      per_core: float = 15.0, tau: float = 3.0) -> tuple[dict, list]:  # fmt: skip
+def bench_in_the_loop(
+    bundle,
+    root: Path,
+    *args: str,
+    seconds: float,
+    ambient: float = 40.0,
+    per_core: float = 15.0,
+    tau: float = 3.0,
+) -> tuple[dict, list]:
     """`edgert bench BUNDLE` with this plant heating its zone: (the bench JSON, the plant's
     (t, °C) series from the bench's start)."""
     repo = Path(__file__).resolve().parent.parent
     write_zone(root, ambient)
     report = Path(root) / "bench.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "edgert.apps", "bench", str(bundle), "--duration", str(seconds),
-         "--warmup", "0.5", "--idle-seconds", "0", "--sysfs-root", str(root), "--json-file",
-         str(report), "--spin", "off", *args],
-        cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    plant = subprocess.Popen([sys.executable, "-m", "tests.thermal_plant", str(root), str(proc.pid),
-                              "--ambient", str(ambient), "--per-core", str(per_core), "--tau",
-                              str(tau)], cwd=repo)  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "edgert.apps",
+            "bench",
+            str(bundle),
+            "--duration",
+            str(seconds),
+            "--warmup",
+            "0.5",
+            "--idle-seconds",
+            "0",
+            "--sysfs-root",
+            str(root),
+            "--json-file",
+            str(report),
+            "--spin",
+            "off",
+            *args,
+        ],
+        cwd=repo,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    plant = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.thermal_plant",
+            str(root),
+            str(proc.pid),
+            "--ambient",
+            str(ambient),
+            "--per-core",
+            str(per_core),
+            "--tau",
+            str(tau),
+        ],
+        cwd=repo,
+    )
     _, err = proc.communicate(timeout=600)
     plant.wait(timeout=10)
     if proc.returncode:

@@ -95,7 +95,7 @@ def blob_detector(
             helper.make_node("ReduceMean", ["x"], ["grey"], axes=[1], keepdims=1),
             helper.make_node(
                 "AveragePool", ["grey"], ["cells"], kernel_shape=[cell, cell], strides=[cell, cell]
-            ),  # fmt: skip
+            ),
             helper.make_node(
                 "AveragePool",
                 ["cells"],
@@ -103,7 +103,7 @@ def blob_detector(
                 kernel_shape=[window, window],
                 pads=[lead, lead, window - 1 - lead, window - 1 - lead],
                 count_include_pad=1,
-            ),  # fmt: skip
+            ),
             helper.make_node("Reshape", ["around", "flat"], ["scores"]),
             helper.make_node("Concat", ["boxes", "scores"], ["output0"], axis=1),
         ],

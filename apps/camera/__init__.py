@@ -1,5 +1,6 @@
-"""The camera inference app as a library: sources, a drop-oldest threaded pipeline that batches
-streams, tasks and outputs. The ``edgert camera`` command is a thin layer over these.
+"""The camera inference app as a library: sources (``sources/``, chosen by URI scheme through
+one table), a drop-oldest threaded pipeline that batches streams, tasks, and sinks (``sinks/``,
+the same). The ``edgert camera`` command is a thin layer over these.
 
     from edgert.apps.camera import run_streams
     from edgert.runtime.tasks import load_task_model
@@ -7,19 +8,26 @@ streams, tasks and outputs. The ``edgert camera`` command is a thin layer over t
     with load_task_model("det.edgert") as model:
         summary = run_streams(model, ["rtsp://cam1/live", "clip.mp4"],
                               on_result=lambda f: print(f.stream, f.index, f.results))
+
+Every name below is also importable from here when its module moves.
 """
 
-from .app import CameraConfig, run_camera, run_streams
-from .outputs import (
+from .app import CameraConfig, ModelOptions, RunOptions, run_camera, run_streams
+from .pipeline import Frame, Pipeline, Steps
+from .sinks import (
     DisplayOutput,
+    EventsOutput,
+    HttpOutput,
     JsonlOutput,
     MosaicOutput,
-    Output,
+    MqttOutput,
+    Sink,
+    SinkContext,
+    SinkOptions,
     StreamFilesOutput,
     VideoFileOutput,
-    open_output,
+    open_sink,
 )
-from .pipeline import Frame, Pipeline, Steps
 from .sources import (
     CaptureSource,
     FrameSource,
@@ -32,12 +40,23 @@ from .sources import (
     SyntheticSource,
     open_source,
 )
-from .web import HttpOutput
+
+Output = Sink  # the contract's name before sinks were a package
+
+
+def open_output(uri: str, fps: float = 30.0, streams: int = 1, mosaic: bool = False) -> Sink:
+    """A sink for ``uri`` (the library call before sinks were a package): ``streams`` camera
+    streams at ``fps``, a video file per stream or one mosaic of all."""
+    return open_sink(
+        uri, SinkContext(fps, [{"stream": i} for i in range(streams)], SinkOptions(mosaic=mosaic))
+    )
+
 
 __all__ = [
     "CameraConfig",
     "CaptureSource",
     "DisplayOutput",
+    "EventsOutput",
     "Frame",
     "FrameSource",
     "GstCameraSource",
@@ -46,9 +65,15 @@ __all__ = [
     "ImageListSource",
     "JsonlOutput",
     "LiveCapture",
+    "ModelOptions",
     "MosaicOutput",
+    "MqttOutput",
     "Output",
     "Pipeline",
+    "RunOptions",
+    "Sink",
+    "SinkContext",
+    "SinkOptions",
     "Steps",
     "SourceOptions",
     "StreamFilesOutput",
@@ -56,6 +81,7 @@ __all__ = [
     "SyntheticSource",
     "VideoFileOutput",
     "open_output",
+    "open_sink",
     "open_source",
     "run_camera",
     "run_streams",

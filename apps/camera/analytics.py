@@ -1,5 +1,5 @@
-"""Tracking, line and zone counting and the events file for the camera app: one tracker and one
-set of counters per stream (every stream's track IDs are its own), fed from the output thread in
+"""Tracking and line and zone counting for the camera app: one tracker and one set of counters
+per stream (every stream's track IDs are its own), fed from the output thread in
 each stream's frame order with the frames' capture timestamps.
 
 ``--line NAME=x1,y1,x2,y2`` and ``--zone NAME=x1,y1,x2,y2,x3,y3,...`` apply to every stream;
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from edgert.runtime.counting import Counters, LineCounter, ZoneCounter, anchor_point
 from edgert.runtime.errors import EdgertError, GeometryError
 from edgert.runtime.tasks import TASK_SPECS, task_spec
-from edgert.runtime.tracking import Tracker, as_detection
+from edgert.runtime.tracking import TRACKERS, ObjectTracker, as_detection, make_tracker
 
 log = logging.getLogger(__name__)
 _SPEC = re.compile(r"(?:(\d+):)?([A-Za-z0-9_-]+)=(.*)")
@@ -44,9 +43,11 @@ def parse_geometry(spec: str, kind: str, streams: int) -> Geometry:
     m = _SPEC.fullmatch(spec.strip())
     flag = f"--{kind} {spec}"
     if m is None:
-        raise GeometryError(f"{flag}: write it as NAME=x1,y1,x2,y2{',...' if kind == 'zone' else ''} "
-                            "(or STREAM:NAME=... for one stream), NAME in ASCII letters, digits, "
-                            "'-' and '_'")  # fmt: skip
+        raise GeometryError(
+            f"{flag}: write it as NAME=x1,y1,x2,y2{',...' if kind == 'zone' else ''} "
+            "(or STREAM:NAME=... for one stream), NAME in ASCII letters, digits, "
+            "'-' and '_'"
+        )
     stream = int(m.group(1)) if m.group(1) is not None else None
     if stream is not None and stream >= streams:
         raise GeometryError(f"{flag}: there is no stream {stream} (streams are 0 to {streams - 1})")
@@ -92,31 +93,92 @@ def check_in_frame(geometries: list[Geometry], stream: int, size: tuple[int, int
                 raise GeometryError(f"--{g.kind} {g.spec} on stream {stream}: {exc}") from None
 
 
-class EventsOutput:
-    """``--events FILE``: one JSON line per event (``frame.events``), written as they happen; an
-    output like the others, so a full disk is handled as theirs is. Appended to: each run begins
-    with a ``run_start`` event naming its streams, after the earlier runs' events."""
+@dataclass(frozen=True)
+class TrackingOptions:
+    """Tracking and counting: a tracker per stream (``tracker``, from the runtime's table),
+    lines and zones (``[STREAM:]NAME=...``), the point of a box that counts and how long a lost
+    track is kept. ``enabled`` also says whether anything asks for it."""
 
-    def __init__(self, path: str, streams: list | None = None) -> None:
-        from .outputs import JsonlOutput
+    track: bool = False  # a tracker per stream (implied by lines, zones and an events sink)
+    lines: tuple = ()  # [STREAM:]NAME=x1,y1,x2,y2
+    zones: tuple = ()  # [STREAM:]NAME=x1,y1,x2,y2,x3,y3,...
+    count_anchor: str = "bottom_center"  # or "center"
+    lost_seconds: float = 1.0
+    tracker: str = "bytetrack"
 
-        start = {"event": "run_start", "time": round(time.time(), 4), "pid": os.getpid()}
-        self.out = JsonlOutput(path, {**start, "streams": streams or []})
+    @property
+    def enabled(self) -> bool:
+        return bool(self.track or self.lines or self.zones)
 
-    def write(self, frame, overlay_image, record: dict) -> None:
-        self.write_events(frame.events)
+    @staticmethod
+    def add_arguments(parser, boxes: str) -> None:
+        from edgert.apps.argtypes import nonneg_float
 
-    def write_events(self, events: list) -> None:
-        for event in events:
-            self.out.write(None, None, event)
+        t = parser.add_argument_group(f"tracking and counting ({boxes} models)")
+        t.add_argument(
+            "--track",
+            action="store_true",
+            help="follow objects across frames: a track ID per detection (one tracker per stream)",
+        )
+        t.add_argument(
+            "--tracker",
+            choices=list(TRACKERS),
+            default="bytetrack",
+            help="the tracker (default bytetrack: ByteTrack's association over a Kalman filter "
+            "stepped by the frames' real times)",
+        )
+        t.add_argument(
+            "--line",
+            action="append",
+            default=[],
+            metavar="[STREAM:]NAME=x1,y1,x2,y2",
+            help="count crossings of a line, per direction (pixels, or fractions of the frame "
+            "when all are 0..1); repeatable; implies --track",
+        )
+        t.add_argument(
+            "--zone",
+            action="append",
+            default=[],
+            metavar="[STREAM:]NAME=x1,y1,x2,y2,x3,y3,...",
+            help="count who is in a polygon, entries, exits and dwell time; repeatable; implies "
+            "--track",
+        )
+        t.add_argument(
+            "--events",
+            metavar="FILE",
+            help="one JSON line per event: track_start, track_end, line_cross, zone_enter, "
+            "zone_exit; appended to, each run starting with run_start; implies --track (the "
+            "same as --output events://FILE)",
+        )
+        t.add_argument(
+            "--count-point",
+            choices=["bottom_center", "center"],
+            default="bottom_center",
+            help="the point of a box that counts (default bottom_center: where a person stands)",
+        )
+        t.add_argument(
+            "--lost-seconds",
+            type=nonneg_float,
+            default=1.0,
+            metavar="S",
+            help="how long a track waits for its object to be detected again (default 1)",
+        )
 
-    def close(self) -> None:
-        self.out.close()
+    @classmethod
+    def from_args(cls, args) -> TrackingOptions:
+        return cls(
+            args.track,
+            tuple(args.line),
+            tuple(args.zone),
+            args.count_point,
+            args.lost_seconds,
+            args.tracker,
+        )
 
 
 @dataclass
 class _Stream:
-    tracker: Tracker
+    tracker: ObjectTracker
     counters: Counters
     geometries: list
     size: tuple[int, int] | None = None  # the frame size the counters are resolved for
@@ -127,14 +189,20 @@ class _Stream:
 class Analytics:
     """Per stream: a tracker, its counters, the trails drawn on the overlay."""
 
-    def __init__(self, streams: int, geometries: list[Geometry], anchor: str = "bottom_center",
-                 lost_seconds: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        streams: int,
+        geometries: list[Geometry],
+        anchor: str = "bottom_center",
+        lost_seconds: float = 1.0,
+        tracker: str = "bytetrack",
+    ) -> None:
         self.streams = [
             _Stream(
-                Tracker(lost_seconds=lost_seconds),
+                make_tracker(tracker, lost_seconds=lost_seconds),
                 Counters(),
                 [g for g in geometries if g.stream in (None, i)],
-            )  # fmt: skip
+            )
             for i in range(streams)
         ]
         self.anchor = anchor
@@ -158,11 +226,17 @@ class Analytics:
             pixels = [c.name for c in (*s.counters.lines, *s.counters.zones) if not c.fractions]
             if pixels and not s.warned:
                 s.warned = True
-                log.warning("stream %d changed size from %dx%d to %dx%d: %s given in pixels %s "
-                            "where %s (give fractions of the frame, 0..1, to follow its size)",
-                            stream, *s.size, w, h, ", ".join(pixels),
-                            "stays" if len(pixels) == 1 else "stay",
-                            "it was" if len(pixels) == 1 else "they were")  # fmt: skip
+                log.warning(
+                    "stream %d changed size from %dx%d to %dx%d: %s given in pixels %s "
+                    "where %s (give fractions of the frame, 0..1, to follow its size)",
+                    stream,
+                    *s.size,
+                    w,
+                    h,
+                    ", ".join(pixels),
+                    "stays" if len(pixels) == 1 else "stay",
+                    "it was" if len(pixels) == 1 else "they were",
+                )
         s.size = (w, h)
 
     def update(self, frame) -> None:
@@ -173,11 +247,11 @@ class Analytics:
             self._resolve(s, frame.stream, frame.image)
         results = frame.results if isinstance(frame.results, list) else []
         found = [r for r in results if isinstance(r, dict) and "box" in r]
-        dets = [as_detection(r) for r in found]
-        tracks = s.tracker.update(dets, frame.t_scene)
-        by_det = {id(t.detection): t.track_id for t in tracks}
-        for r, d in zip(found, dets):
-            r["track_id"] = by_det.get(id(d))  # None: no confirmed track holds it (yet)
+        tracks = s.tracker.update([as_detection(r) for r in found], frame.t_scene)
+        for r in found:
+            r["track_id"] = None  # no confirmed track holds it (yet)
+        for t in tracks:
+            found[t.detection_index]["track_id"] = t.track_id
         frame.tracks = tracks
         events = [
             dict(event="track_start", track_id=t.track_id, label=t.label) for t in s.tracker.started
@@ -185,25 +259,40 @@ class Analytics:
         events += s.counters.update(tracks, frame.t_scene)
         ended = s.tracker.ended
         events += s.counters.forget(ended)
-        events += [dict(event="track_end", track_id=t.track_id, label=t.label,
-                        duration_s=round(t.age, 3)) for t in ended]  # fmt: skip
+        events += [
+            dict(event="track_end", track_id=t.track_id, label=t.label, duration_s=round(t.age, 3))
+            for t in ended
+        ]
         for t in tracks:
             point = anchor_point(t.box, self.anchor)
             s.trails.setdefault(t.track_id, collections.deque(maxlen=TRAIL)).append(point)
         for t in ended:
             s.trails.pop(t.track_id, None)
-        frame.events = self._records(events, frame.stream, frame.index, frame.t_capture,
-                                     frame.t_media)  # fmt: skip
+        frame.events = self._records(
+            events, frame.stream, frame.index, frame.t_capture, frame.t_media
+        )
 
-    def _records(self, events: list[dict], stream: int, index: int | None, t: float,
-                 t_media: float | None = None) -> list:  # fmt: skip
+    def _records(
+        self,
+        events: list[dict],
+        stream: int,
+        index: int | None,
+        t: float,
+        t_media: float | None = None,
+    ) -> list:
         """Event lines: what happened, where (stream, frame), and when: the capture's monotonic
         and wall-clock time, and for a video file the frame's time in the video."""
         out = []
         for e in events:
             self.event_counts[e["event"]] += 1
-            record = {"event": e.pop("event"), "stream": stream, **e, "frame": index,
-                      "t_monotonic": round(t, 4), "time": round(self.t0_wall + t, 4)}  # fmt: skip
+            record = {
+                "event": e.pop("event"),
+                "stream": stream,
+                **e,
+                "frame": index,
+                "t_monotonic": round(t, 4),
+                "time": round(self.t0_wall + t, 4),
+            }
             if t_media is not None:
                 record["t_video"] = round(t_media, 4)
             out.append(record)
@@ -215,8 +304,15 @@ class Analytics:
         for i, s in enumerate(self.streams):
             ended = s.tracker.close()
             events = s.counters.forget(ended, "run_ended")
-            events += [dict(event="track_end", track_id=t.track_id, label=t.label,
-                            duration_s=round(t.age, 3)) for t in ended]  # fmt: skip
+            events += [
+                dict(
+                    event="track_end",
+                    track_id=t.track_id,
+                    label=t.label,
+                    duration_s=round(t.age, 3),
+                )
+                for t in ended
+            ]
             records += self._records(events, i, None, time.monotonic())
         return records
 

@@ -1,71 +1,144 @@
-"""``edgert camera``: a source, a model and outputs joined by the drop-oldest pipeline."""
+"""``edgert camera``: sources, a model and sinks joined by the drop-oldest pipeline.
+
+    run_camera(cfg):
+      check the sinks, the same-file guard, lines and zones      (before anything opens)
+      open the sources                     (sources/: one table of URI schemes)
+      start the probes, the power session  (/ready says 503 while the model loads)
+      load the model; cap it               (runtime: task models, power/session.py)
+      open the sinks                       (sinks/: one table of URI schemes)
+      run the pipeline                     (pipeline.py; each frame through delivery.py)
+      close everything on every path; summarise
+
+The configuration is a few sections, each owned by the component that reads it and declaring
+its own flags: the model (:class:`ModelOptions`), the sources (:class:`SourceOptions`), the
+sinks (:class:`SinkOptions`), tracking (:class:`TrackingOptions`), power (:class:`PowerOptions`)
+and the run (:class:`RunOptions`)."""
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgert.runtime.errors import EdgertError, OutputError
+from edgert.runtime.errors import OutputError
+from edgert.runtime.power.session import PowerOptions, PowerSession
 
-from .analytics import Analytics, EventsOutput, check_in_frame, check_task, parse_all
-from .outputs import HttpOutput, JsonlOutput, frame_record, open_output, output_paths
-from .overlay import draw
+from .analytics import Analytics, TrackingOptions, check_in_frame, check_task, parse_all
+from .delivery import FrameHandler, SinkSet
 from .pipeline import Pipeline
-from .sources import SourceOptions, open_source, redact, source_files
+from .sinks import (
+    SinkContext,
+    SinkOptions,
+    check_sink,
+    open_sink,
+    resolve,
+    shows_picture,
+    sink_paths,
+    tracks,
+)
+from .sources import SourceOptions, open_source, source_files
 from .steps import steps_for
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class CameraConfig:
-    model: str
-    sources: list[str] = field(default_factory=lambda: ["synthetic://"])
-    outputs: list[str] = field(default_factory=list)
-    task: str | None = None
-    power_cap: float | None = None
-    temp_cap: float | None = None  # °C for the hottest thermal zone
-    duration: float | None = None
-    max_frames: int | None = None  # per stream
-    jsonl: str | None = None
-    headless: bool = False
+@dataclass(frozen=True)
+class ModelOptions:
+    """The model and how it is loaded and read: its bundle (or .onnx / .engine), the task,
+    backend and precision, and the results' thresholds."""
+
+    path: str
+    task: str | None = None  # default: the bundle's
     backend: str = "auto"
     precision: str = "auto"
     top_k: int = 3
     conf: float = 0.25
     iou: float = 0.45
-    queue_size: int = 1
+
+    @staticmethod
+    def add_arguments(parser, tasks: list[str]) -> None:
+        from edgert.apps.argtypes import BACKENDS, PRECISIONS, fraction, positive_int
+
+        parser.add_argument("model", metavar="MODEL")
+        parser.add_argument("--task", choices=tasks, help="default: the bundle's task")
+        parser.add_argument("--backend", default="auto", choices=BACKENDS)
+        parser.add_argument("--precision", default="auto", choices=PRECISIONS)
+        parser.add_argument("--top-k", type=positive_int, default=3)
+        parser.add_argument("--conf", type=fraction, default=0.25)
+        parser.add_argument("--iou", type=fraction, default=0.45)
+
+    @classmethod
+    def from_args(cls, args) -> ModelOptions:
+        return cls(
+            args.model, args.task, args.backend, args.precision, args.top_k, args.conf, args.iou
+        )
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How long and how the pipeline runs: its duration, frames per stream, the batch and its
+    deadline, and the streams' queue size."""
+
+    duration: float | None = None  # seconds
+    max_frames: int | None = None  # per stream
     batch: int | None = None  # frames per inference; default one per stream, up to the model max
     batch_timeout_ms: float = 20.0
-    mosaic: bool = False
+    queue_size: int = 1
+
+    @staticmethod
+    def add_arguments(parser) -> None:
+        from edgert.apps.argtypes import nonneg_float, positive_float, positive_int
+
+        parser.add_argument("--duration", type=positive_float, metavar="S")
+        parser.add_argument("--max-frames", type=positive_int, metavar="N", help="per stream")
+        parser.add_argument(
+            "--batch",
+            type=positive_int,
+            metavar="N",
+            help="frames per inference (default: the number of streams, within the model's "
+            "largest batch)",
+        )
+        parser.add_argument(
+            "--batch-timeout-ms",
+            type=nonneg_float,
+            default=20.0,
+            metavar="MS",
+            help="how long a batch waits for the other streams once it has a frame (default 20)",
+        )
+
+    @classmethod
+    def from_args(cls, args) -> RunOptions:
+        return cls(args.duration, args.max_frames, args.batch, args.batch_timeout_ms)
+
+
+@dataclass
+class CameraConfig:
+    """One camera run: the model, source URIs, sink URIs and each component's options."""
+
+    model: ModelOptions
+    sources: list[str] = field(default_factory=lambda: ["synthetic://"])
+    sinks: list[str] = field(default_factory=list)  # display://, http://, file://, jsonl://, ...
     source_options: SourceOptions = field(default_factory=SourceOptions)
-    sysfs_root: str | None = None
-    on_output_error: str = "stop"  # stop: the run ends; continue: that output ends, the run goes on
-    track: bool = False  # a tracker per stream (implied by lines, zones and events)
-    lines: list[str] = field(default_factory=list)  # [STREAM:]NAME=x1,y1,x2,y2
-    zones: list[str] = field(default_factory=list)  # [STREAM:]NAME=x1,y1,x2,y2,x3,y3,...
-    events: str | None = None  # JSONL file of track and counting events
-    count_anchor: str = "bottom_center"  # the point of a box that counts: or "center"
-    lost_seconds: float = 1.0  # how long a track is kept without a detection
+    sink_options: SinkOptions = field(default_factory=SinkOptions)
+    tracking: TrackingOptions = field(default_factory=TrackingOptions)
+    power: PowerOptions = field(default_factory=PowerOptions)
+    run: RunOptions = field(default_factory=RunOptions)
     metrics: str | None = None  # [HOST:]PORT of /metrics, /live, /ready
-    mqtt: str | None = None  # mqtt[s]://[user:pass@]host[:port]/PREFIX
-    mqtt_buffer: int = 1000  # events kept while the broker is away
-    mqtt_heartbeat: float = 10.0  # seconds between heartbeats (0: none)
-    mqtt_ca: str | None = None
-    mqtt_cert: str | None = None
-    mqtt_key: str | None = None
-    mqtt_insecure: bool = False
-    mqtt_client_id: str | None = None
-    mqtt_protocol: str = "5"  # 5 | 3.1.1
 
     @property
-    def tracking(self) -> bool:
-        return bool(self.track or self.lines or self.zones or self.events)
+    def tracks(self) -> bool:
+        """Tracking is on: asked for, or implied by lines, zones or an events sink."""
+        return self.tracking.enabled or any(tracks(u) for u in self.sinks)
+
+    def sink_uris(self) -> list[str]:
+        """The sinks, with a window when nothing shows the picture and a display is there."""
+        uris = list(self.sinks)
+        has_display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+        if not self.sink_options.headless and has_display and not any(map(shows_picture, uris)):
+            uris.append("display://0")
+        return uris
 
 
 def choose_batch(requested: int | None, streams: int, model) -> tuple[int, str | None]:
@@ -104,146 +177,248 @@ def run_streams(
     duration: float | None = None,
     max_frames: int | None = None,
     source_options: SourceOptions | None = None,
+    sinks: list[str] | None = None,
+    sink_options: SinkOptions | None = None,
 ) -> dict:
     """The camera pipeline without the command line: frames of every source batched through one
     task model (see :func:`edgert.runtime.tasks.load_task_model`).
 
         with load_task_model("det.edgert") as model:
             summary = run_streams(model, ["rtsp://cam1/live", "rtsp://cam2/live"],
-                                  on_result=lambda f: print(f.stream, f.index, f.results))
+                                  on_result=lambda f: print(f.stream, f.index, f.results),
+                                  sinks=["http://127.0.0.1:8080", "jsonl://frames.jsonl"])
 
     ``sources``: URIs (opened and closed here) or FrameSource objects. ``on_result(frame)`` is
     called from the output thread for every processed frame (``frame.stream``, ``frame.index``,
-    ``frame.image``, ``frame.results``). Returns the statistics, overall and per stream; Ctrl-C
-    ends the run cleanly. A processing error, or every stream failing, raises.
+    ``frame.image``, ``frame.results``). ``sinks``: URIs of the sinks' table (opened, checked
+    apart from the sources' files and closed here). Returns the statistics, overall and per
+    stream (with ``outputs`` and ``output_errors`` when there are sinks); Ctrl-C ends the run
+    cleanly. A processing error, or every stream failing, raises.
     """
     if isinstance(sources, str) or not isinstance(sources, (list, tuple)):
         sources = [sources]  # one source given alone
+    sink_options = sink_options or SinkOptions()
+    uris = [s for s in sources if isinstance(s, str)]
+    _files_apart(uris, list(sinks or []), len(sources), sink_options)
     with contextlib.ExitStack() as stack:
-        opened = [
-            open_sources([s], source_options or SourceOptions(), stack)[0]
-            if isinstance(s, str)
-            else s
-            for s in sources
-        ]
+        opts = source_options or SourceOptions()
+        opened = [open_sources([s], opts, stack)[0] if isinstance(s, str) else s for s in sources]
         size, note = choose_batch(batch, len(opened), model)
         if note:
             log.warning(note)
-        pipeline = Pipeline(opened, steps_for(model), on_result or (lambda frame: None), size,
-                            batch_timeout_ms / 1e3, duration=duration, max_frames=max_frames)  # fmt: skip
-        pipeline.run()
-        return pipeline.stats()
-
-
-def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
-    """Open the sources first (a wrong URI is reported before a model loads, which may mean
-    building a TensorRT plan), then the model, power and outputs; run the pipeline; close
-    everything on every path; return the summary. An output that fails (a full disk) is in the
-    summary's ``output_errors``: the run stopped there, or with ``on_output_error="continue"``
-    went on without it."""
-    from edgert.runtime.tasks import load_task_model
-
-    from .telemetry import CameraTelemetry
-
-    check_outputs_apart(cfg)
-    geometries = _tracking_before_sources(cfg)
-    with contextlib.ExitStack() as stack:
-        sources = open_sources(cfg.sources, cfg.source_options, stack)
-        telemetry = CameraTelemetry(cfg, say)  # /ready answers 503 while the model loads
-        stack.callback(telemetry.close)
-        for i, source in enumerate(sources):
-            say(
-                f"source: {source.description}"
-                if len(sources) == 1
-                else f"source [{i}]: {source.description}"
-            )
-            if getattr(source, "note", None):
-                say(f"note: {source.note}")
-            if geometries:
-                check_in_frame(geometries, i, getattr(source, "size", None))
-        # under a power cap nothing busy-waits (ONNX Runtime's threads, CUDA's sync)
-        capped = cfg.power_cap is not None or cfg.temp_cap is not None
-        spin = {"spin": False} if capped else {}
-        model = load_task_model(cfg.model, cfg.task, cfg.backend, cfg.precision, cfg.top_k,
-                                cfg.conf, cfg.iou, **spin)  # fmt: skip
-        stack.callback(model.close)
-        telemetry.loaded(model)
-        say(f"backend: {model.backend_reason}")
-        batch, note = choose_batch(cfg.batch, len(sources), model)
-        if note:
-            say(f"note: {note}")
-        elif len(sources) > 1 or batch > 1:
-            say(
-                f"batching: up to {batch} frames per inference, {cfg.batch_timeout_ms:g} ms deadline"
-            )
-        analytics = None
-        if cfg.tracking:
-            check_task(model.task)
-            analytics = Analytics(len(sources), geometries, cfg.count_anchor, cfg.lost_seconds)
-        power = _Power.start(cfg, model, stack)
-        outputs = _open_outputs(cfg, sources, stack, say, telemetry)
-        pipeline, labels_seen = _pipeline(cfg, sources, model, power, outputs, batch, analytics)
-        telemetry.attach(pipeline, power, analytics)
-        m_start = power.meter.now() if power.meter else None
-        from edgert.runtime.power.thermal import ConditionsMonitor, busy_clocks
-
-        monitor = ConditionsMonitor(cfg.sysfs_root).start()
-        try:
-            pipeline.run()
-        finally:
-            engine = getattr(model, "engine", None)
-            # a camera paces itself by its frame rate: only lowered limits, hot zones and NVML
-            # slowdowns count as throttling, not DVFS easing off between frames
-            conditions = monitor.stop(busy_clocks(engine), busy=False)
-        if analytics is not None:
-            outputs.write_events(analytics.finish())  # the tracks still live end
-        outputs.close()
-        summary = pipeline.stats()
-        if analytics is not None:
-            for st in summary["streams"]:
-                st["counts"] = analytics.counts(st["stream"])
-            summary["events"] = dict(analytics.event_counts)
-        summary.update(
-            task=model.task,
-            backend=model.backend,
-            backend_reason=model.backend_reason,
-            source=sources[0].description if len(sources) == 1 else f"{len(sources)} streams",
-            labels_seen=dict(labels_seen.most_common(10)),
-            outputs=outputs.reports(),
-            conditions=conditions,
+        handler = FrameHandler(opened, on_result=on_result)
+        shown = [s if isinstance(s, str) else s.description for s in sources]
+        sinkset = _open_sinks(
+            list(sinks or []), shown, opened, sink_options, stack, SinkContext(live=handler.live)
         )
-        if outputs.errors:
-            summary["output_errors"] = outputs.errors
-        summary.update(power.summary(m_start, summary))
-        summary.update(telemetry.report())
+        pipeline = Pipeline(
+            opened,
+            steps_for(model),
+            handler,
+            size,
+            batch_timeout_ms / 1e3,
+            duration=duration,
+            max_frames=max_frames,
+        )
+        handler.attach(sinkset, pipeline)
+        pipeline.run()
+        sinkset.close()
+        summary = pipeline.stats()
+        if sinks:
+            summary["outputs"] = sinkset.reports()
+            if sinkset.errors:
+                summary["output_errors"] = sinkset.errors
         return summary
 
 
-def _tracking_before_sources(cfg: CameraConfig) -> list:
-    """Lines and zones parsed and the model's task checked before any camera opens."""
+def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
+    """Check, open, run and close as the module's text says; return the summary. A sink that
+    fails (a full disk) is in the summary's ``output_errors``: the run stopped there, or with
+    ``on_error="continue"`` went on without it."""
+    from edgert.runtime.tasks import load_task_model
+
+    from .metrics import CameraProbes
+
+    m, uris = cfg.model, cfg.sink_uris()
+    check_outputs_apart(cfg, uris)
+    bundle = _bundle(m.path)  # the manifest, read once for the run
+    geometries = _tracking_before_sources(cfg, bundle)
+    with contextlib.ExitStack() as stack:
+        sources = open_sources(cfg.sources, cfg.source_options, stack)
+        web = any(resolve(u)[0] == "http" for u in uris)
+        probes = CameraProbes(cfg.metrics, web, say)
+        stack.callback(probes.close)
+        _describe(sources, geometries, say)
+        power = stack.enter_context(PowerSession(cfg.power))
+        # under a cap nothing busy-waits (ONNX Runtime's threads, CUDA's sync)
+        spin = {"spin": False} if cfg.power.capped else {}
+        model = load_task_model(
+            bundle or m.path, m.task, m.backend, m.precision, m.top_k, m.conf, m.iou, **spin
+        )
+        stack.callback(model.close)
+        probes.loaded(model, m.precision if m.precision != "auto" else None)
+        say(f"backend: {model.backend_reason}")
+        batch = _batch(cfg, len(sources), model, say)
+        analytics = None
+        if cfg.tracks:
+            check_task(model.task)
+            t = cfg.tracking
+            analytics = Analytics(
+                len(sources), geometries, t.count_anchor, t.lost_seconds, t.tracker
+            )
+        runner = power.cap(model)
+        handler = FrameHandler(sources, power, analytics)
+        sinks = _open_sinks(
+            uris,
+            cfg.sources,
+            sources,
+            cfg.sink_options,
+            stack,
+            SinkContext(say=say, probes=probes.probes, live=handler.live),
+        )
+        pipeline = Pipeline(
+            sources,
+            steps_for(model, runner),
+            handler,
+            batch,
+            cfg.run.batch_timeout_ms / 1e3,
+            cfg.run.queue_size,
+            cfg.run.duration,
+            cfg.run.max_frames,
+        )
+        handler.attach(sinks, pipeline)
+        probes.attach(pipeline, power, analytics, sinks.all)
+        power.watch()
+        try:
+            pipeline.run()
+        finally:
+            # a camera paces itself by its frame rate: only lowered limits, hot zones and NVML
+            # slowdowns count as throttling, not DVFS easing off between frames
+            conditions = power.conditions(getattr(model, "engine", None), busy=False)
+        if analytics is not None:
+            sinks.events(analytics.finish())  # the tracks still live end
+        sinks.close()
+        return _summary(
+            pipeline, sources, model, handler, analytics, sinks, power, probes, conditions
+        )
+
+
+def _describe(sources: list, geometries: list, say) -> None:
+    for i, source in enumerate(sources):
+        say(
+            f"source: {source.description}"
+            if len(sources) == 1
+            else f"source [{i}]: {source.description}"
+        )
+        if source.note:
+            say(f"note: {source.note}")
+        if geometries:
+            check_in_frame(geometries, i, source.size)
+
+
+def _batch(cfg: CameraConfig, streams: int, model, say) -> int:
+    batch, note = choose_batch(cfg.run.batch, streams, model)
+    if note:
+        say(f"note: {note}")
+    elif streams > 1 or batch > 1:
+        say(
+            f"batching: up to {batch} frames per inference, {cfg.run.batch_timeout_ms:g} ms deadline"
+        )
+    return batch
+
+
+def _open_sinks(
+    uris: list[str],
+    source_uris: list[str],
+    sources: list,
+    options: SinkOptions,
+    stack,
+    ctx: SinkContext,
+) -> SinkSet:
+    """Every sink, opened with the streams (URIs shown without passwords), their frame rate and
+    the sinks' options; each closed by ``stack`` on an error path (a run closes its own)."""
+    from edgert.apps.uris import redact
+    from edgert.runtime.errors import EdgertError
+
+    ctx.streams = [
+        {"stream": i, "uri": redact(uri), "source": s.description}
+        for i, (uri, s) in enumerate(zip(source_uris, sources))
+    ]
+    ctx.fps = next((s.fps for s in sources if s.fps), None) or 30.0
+    ctx.options = options
+    opened = []
+    for uri in uris:
+        sink = open_sink(uri, ctx)
+        stack.callback(_quiet_close, sink, (EdgertError, OSError))
+        opened.append(sink)
+    return SinkSet(opened, options.on_error)
+
+
+def _quiet_close(sink, errors: tuple) -> None:
+    with contextlib.suppress(*errors):
+        sink.close()
+
+
+def _summary(
+    pipeline, sources, model, handler, analytics, sinks, power, probes, conditions
+) -> dict:
+    summary = pipeline.stats()
+    if analytics is not None:
+        for st in summary["streams"]:
+            st["counts"] = analytics.counts(st["stream"])
+        summary["events"] = dict(analytics.event_counts)
+    summary.update(
+        task=model.task,
+        backend=model.backend,
+        backend_reason=model.backend_reason,
+        source=sources[0].description if len(sources) == 1 else f"{len(sources)} streams",
+        labels_seen=dict(handler.labels_seen.most_common(10)),
+        outputs=sinks.reports(),
+        conditions=conditions,
+    )
+    if sinks.errors:
+        summary["output_errors"] = sinks.errors
+    summary.update(power.summary(summary["frames_processed"], summary["seconds"]))
+    summary.update(probes.report())
+    return summary
+
+
+def _bundle(path: str):
+    """The model's bundle, read (and validated) once; None for an .onnx or .engine file."""
     from edgert.runtime.bundle import Bundle, is_bundle
 
-    if not cfg.tracking:
+    return Bundle(path) if is_bundle(path) else None
+
+
+def _tracking_before_sources(cfg: CameraConfig, bundle) -> list:
+    """Lines and zones parsed and the model's task checked before any camera opens."""
+    if not cfg.tracks:
         return []
-    geometries = parse_all(cfg.lines, cfg.zones, len(cfg.sources))
-    if is_bundle(cfg.model):
-        task = cfg.task or Bundle(cfg.model).manifest.task
+    t = cfg.tracking
+    geometries = parse_all(list(t.lines), list(t.zones), len(cfg.sources))
+    if bundle is not None:
+        task = cfg.model.task or bundle.manifest.task
         if task != "generic":
             check_task(task)
     return geometries
 
 
-def check_outputs_apart(cfg: CameraConfig) -> None:
-    """OutputError when a file the run would write is a file it reads (the same file: inode,
-    symlinks followed) or another output's file: ``--output file://clip.mp4`` on ``clip.mp4``
-    would destroy the source."""
-    _ports_apart(cfg)
-    reads = [f for uri in cfg.sources for f in source_files(uri)]
-    writes = output_paths(cfg.outputs, len(cfg.sources), cfg.mosaic)
-    if cfg.jsonl:
-        writes.append(("--jsonl", Path(cfg.jsonl)))
-    if cfg.events:
-        writes.append(("--events", Path(cfg.events)))
+def check_outputs_apart(cfg: CameraConfig, uris: list[str] | None = None) -> None:
+    """OutputError when a sink cannot be one (checked before anything opens), when a file the
+    run would write is a file it reads (the same file: inode, symlinks followed) or another
+    sink's file (``--output file://clip.mp4`` on ``clip.mp4`` would destroy the source), or when
+    --metrics and a web viewer would listen on one port. Every scheme of both tables is covered:
+    the files come from the tables' own functions."""
+    uris = cfg.sink_uris() if uris is None else uris
+    _files_apart(cfg.sources, uris, len(cfg.sources), cfg.sink_options)
+    _ports_apart(cfg, uris)
+
+
+def _files_apart(sources: list[str], uris: list[str], streams: int, options: SinkOptions) -> None:
+    for uri in uris:
+        check_sink(uri, options)
+    reads = [f for uri in sources for f in source_files(uri)]
+    writes = [w for uri in uris for w in sink_paths(uri, streams, options.mosaic)]
     for k, (what, path) in enumerate(writes):
         for src in reads:
             if _same_file(path, src):
@@ -258,25 +433,23 @@ def check_outputs_apart(cfg: CameraConfig) -> None:
                 )
 
 
-def _ports_apart(cfg: CameraConfig) -> None:
+def _ports_apart(cfg: CameraConfig, uris: list[str]) -> None:
     """OutputError when --metrics and a web viewer would listen on one port (the viewer's port
     serves the probes and /metrics itself, so --metrics may simply be left out)."""
-    from urllib.parse import urlparse
-
     from edgert.apps.telemetry.http import parse_address
+
+    from .sinks.web import address
 
     port = parse_address(cfg.metrics)[1] if cfg.metrics else 0
     if not port:  # none, or a free one chosen when it listens
         return
-    for uri in cfg.outputs:
-        if uri.startswith("http://"):
-            with contextlib.suppress(ValueError):  # a bad port: open_output says so
-                if urlparse(uri).port == port:
-                    raise OutputError(
-                        f"--metrics and --output {uri} would both listen on port {port}: give "
-                        "each its own, or leave --metrics out (the web viewer's port serves "
-                        "/metrics, /live and /ready too)"
-                    )
+    for uri in uris:
+        if resolve(uri)[0] == "http" and address(uri)[1] == port:
+            raise OutputError(
+                f"--metrics and --output {uri} would both listen on port {port}: give each its "
+                "own, or leave --metrics out (the web viewer's port serves /metrics, /live and "
+                "/ready too)"
+            )
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -284,213 +457,3 @@ def _same_file(a: Path, b: Path) -> bool:
         return os.path.samefile(a, b)
     except OSError:  # one does not exist (yet): the same path once links are followed
         return os.path.realpath(a) == os.path.realpath(b)
-
-
-class _Outputs:
-    """Every output of a run. One whose write fails (a full disk, a broken pipe) is closed and
-    reported; then the run stops (``stop``) or goes on without it (``continue``)."""
-
-    def __init__(self, outputs: list, policy: str) -> None:
-        self.live = list(outputs)
-        self.all = list(outputs)
-        self.policy = policy
-        self.errors: list[str] = []
-        self.on_stop = lambda: None
-
-    def write(self, frame, image, record: dict) -> None:
-        for o in list(self.live):
-            self._guarded(o, o.write, frame, image, record)
-
-    def write_events(self, events: list) -> None:
-        """Events that belong to no frame (the end of the run) to the events outputs."""
-        for o in list(self.live):
-            if hasattr(o, "write_events"):
-                self._guarded(o, o.write_events, events)
-
-    def _guarded(self, o, call, *args) -> None:
-        try:
-            call(*args)
-        except OutputError as exc:
-            self._failed(o, exc)
-
-    def _failed(self, o, exc: EdgertError) -> None:
-        self.live.remove(o)
-        self.errors.append(str(exc))
-        with contextlib.suppress(EdgertError, OSError):
-            o.close()
-        if self.policy == "continue":
-            log.warning("%s; going on without that output", exc)
-        else:
-            self.on_stop()
-
-    def close(self) -> None:
-        while self.live:
-            try:
-                self.live.pop(0).close()
-            except OutputError as exc:
-                self.errors.append(str(exc))
-
-    def reports(self) -> list:
-        return [o.report() for o in self.all if hasattr(o, "report")]
-
-
-@dataclass
-class _Power:
-    """The sensor, meter and (with --power-cap) the capped runner of one camera run."""
-
-    meter: object = None
-    runner: object = None
-    reason: str | None = None
-
-    @classmethod
-    def start(cls, cfg: CameraConfig, model, stack: contextlib.ExitStack) -> _Power:
-        from edgert.runtime.errors import SensorError
-        from edgert.runtime.power.governor import CappedRunner, HottestZone
-        from edgert.runtime.power.meter import PowerMeter
-        from edgert.runtime.power.sensors import discover
-
-        zone = HottestZone(cfg.sysfs_root) if cfg.temp_cap is not None else None
-        found = discover(cfg.sysfs_root)
-        meter = None
-        if found.sensor is not None:
-            meter = PowerMeter(found.sensor).start()
-            stack.callback(meter.stop)
-        elif cfg.power_cap is not None:
-            raise SensorError(
-                f"--power-cap needs a power sensor, and there is none: {found.reason}"
-            )
-        runner = None
-        if cfg.power_cap is not None or zone is not None:
-            idle = meter.measure_idle(1.5) if cfg.power_cap is not None else None
-            runner = CappedRunner(model, meter, cfg.power_cap, idle, temp_cap_c=cfg.temp_cap,
-                                  zone=zone)  # fmt: skip
-        return cls(meter, runner, None if meter else found.reason)
-
-    def live(self, s: dict) -> dict:
-        if self.meter and not self.meter.lost:
-            w = self.meter.recent_w(2.0)
-            s["power_w"] = w
-            s["mj_per_frame"] = (w / s["fps"] * 1e3) if w and s["fps"] else None
-        else:
-            s["power_w"] = None
-            s["power_reason"] = (self.meter.lost if self.meter else self.reason) or "unavailable"
-        return s
-
-    def summary(self, m_start, s: dict) -> dict:
-        out: dict = {}
-        if self.meter and not self.meter.lost:
-            avg = self.meter.average_w(m_start, self.meter.now())
-            out["power_w"] = avg
-            frames = max(1, s["frames_processed"])
-            out["mj_per_frame"] = avg * s["seconds"] / frames * 1e3 if avg else None
-        else:
-            out["power_w"] = None
-            out["power_reason"] = (self.meter.lost if self.meter else self.reason) or "unavailable"
-        if self.runner is not None:
-            out["power_cap"] = self.runner.report()
-        return out
-
-
-def _open_outputs(cfg: CameraConfig, sources: list, stack: contextlib.ExitStack, say,
-                  telemetry=None) -> _Outputs:  # fmt: skip
-    uris = list(cfg.outputs)
-    has_display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
-    if not uris and not cfg.headless and has_display:
-        uris.append("display://0")
-    fps = next((s.fps for s in sources if s.fps), None) or 30.0
-    outputs = []
-    for uri in uris:
-        out = open_output(uri, fps, len(sources), cfg.mosaic)
-        stack.callback(_quiet_close, out)  # on an error path; the run closes them itself
-        outputs.append(out)
-        if isinstance(out, HttpOutput):
-            out.probes = telemetry.probes if telemetry is not None else None
-            say(f"web viewer: {out.url}")
-    streams = [{"stream": i, "uri": redact(uri), "source": s.description}
-               for i, (uri, s) in enumerate(zip(cfg.sources, sources))]  # fmt: skip
-    if cfg.jsonl:
-        header = {"run_start": round(time.time(), 4), "streams": streams}
-        out = JsonlOutput(cfg.jsonl, header)
-        stack.callback(_quiet_close, out)
-        outputs.append(out)
-    if cfg.events:
-        out = EventsOutput(cfg.events, streams)
-        stack.callback(_quiet_close, out)
-        outputs.append(out)
-    for out in telemetry.outputs() if telemetry is not None else []:
-        stack.callback(_quiet_close, out)
-        outputs.append(out)
-    return _Outputs(outputs, cfg.on_output_error)
-
-
-def _quiet_close(out) -> None:
-    with contextlib.suppress(EdgertError, OSError):
-        out.close()
-
-
-def _pipeline(cfg: CameraConfig, sources: list, model, power: _Power, outputs, batch: int,
-              analytics=None):  # fmt: skip
-    """The pipeline and its sink: overlay (stats refreshed every 0.5 s), then every output."""
-    labels_seen: collections.Counter = collections.Counter()
-    t0 = time.monotonic()
-    last_stats: list = [0.0, {}]
-    last_records: dict = {}
-    drawn = any(getattr(o, "draws", True) and not isinstance(o, (JsonlOutput, EventsOutput))
-                for o in outputs.all)  # fmt: skip
-    web = [o for o in outputs.all if isinstance(o, HttpOutput)]
-    many = len(sources) > 1
-
-    def sink(frame) -> None:
-        if isinstance(frame.results, list) and frame.results:
-            labels_seen[frame.results[0]["label"]] += 1
-        if analytics is not None:
-            analytics.update(frame)  # track IDs into the results, events onto the frame
-        now = time.monotonic()
-        record = frame_record(frame, t0)
-        record["latency_ms"]["end_to_end"] = round((now - frame.t_capture) * 1e3, 3)
-        last_records[frame.stream] = record
-        if now - last_stats[0] > 0.5:
-            last_stats[0], last_stats[1] = now, power.live(pipeline.stats(recent=True))
-            for st in last_stats[1]["streams"]:
-                st["last"] = last_records.get(st["stream"])
-                if analytics is not None:
-                    st["counts"] = analytics.counts(st["stream"])
-            for o in web:
-                o.set_stats(last_stats[1])
-        s = last_stats[1]
-        image = frame.image
-        if drawn:
-            scene = analytics.overlay(frame.stream) if analytics is not None else None
-            image = draw(frame.image, frame.results, _overlay_lines(s, frame.stream, sources, many),
-                         scene)  # fmt: skip
-        outputs.write(frame, image, record)
-
-    steps = steps_for(model, power.runner)
-    pipeline = Pipeline(sources, steps, sink, batch, cfg.batch_timeout_ms / 1e3, cfg.queue_size,
-                        cfg.duration, cfg.max_frames)  # fmt: skip
-    outputs.on_stop = pipeline.stop
-    return pipeline, labels_seen
-
-
-def _overlay_lines(s: dict, stream: int, sources: list, many: bool) -> list[str]:
-    """The numbers drawn on a frame: its stream's (named when there are several), then power."""
-    lines = []
-    if many:
-        st = s["streams"][stream] if s.get("streams") else {}
-        e2e = st.get("latency_ms", {}).get("end_to_end", {}).get("p50", 0.0)
-        lines.append(f"[{stream}] {sources[stream].description}"[:60])
-        lines.append(
-            f"{st.get('fps', 0):.1f} fps  e2e p50 {e2e:.1f} ms  dropped {st.get('frames_dropped', 0)}"
-        )
-        batch = s.get("batch", {})
-        lines.append(
-            f"all: {s.get('fps', 0):.1f} fps, batch {batch.get('mean', 0):.1f}/{batch.get('max', 1)}"
-        )
-    else:
-        e2e = s.get("latency_ms", {}).get("end_to_end", {}).get("p50", 0.0)
-        lines.append(
-            f"{s.get('fps', 0):.1f} fps  e2e p50 {e2e:.1f} ms  dropped {s.get('frames_dropped', 0)}"
-        )
-    if s.get("power_w"):
-        lines.append(f"{s['power_w']:.2f} W  {s.get('mj_per_frame') or 0:.1f} mJ/frame")
-    return lines

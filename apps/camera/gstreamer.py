@@ -26,9 +26,23 @@ INSTALL = (
     "venv made with --system-site-packages"
 )
 # the elements a pipeline may use; `edgert info` shows which exist
-ELEMENTS = ("rtspsrc", "rtph264depay", "rtph265depay", "h264parse", "h265parse", "decodebin",
-            "nvv4l2decoder", "nvvidconv", "nvarguscamerasrc", "avdec_h264", "avdec_h265",
-            "v4l2src", "jpegdec", "videoconvert", "appsink")  # fmt: skip
+ELEMENTS = (
+    "rtspsrc",
+    "rtph264depay",
+    "rtph265depay",
+    "h264parse",
+    "h265parse",
+    "decodebin",
+    "nvv4l2decoder",
+    "nvvidconv",
+    "nvarguscamerasrc",
+    "avdec_h264",
+    "avdec_h265",
+    "v4l2src",
+    "jpegdec",
+    "videoconvert",
+    "appsink",
+)
 BGR = "videoconvert ! capsfilter caps=video/x-raw,format=BGR"
 _state: dict = {}
 _init_lock = threading.Lock()
@@ -160,22 +174,28 @@ def rtsp_source(url: str, latency_ms: int, transport: str, timeout_s: float) -> 
 
 
 def file_pipeline(path: str, have: set[str]) -> Launch:
-    return Launch("filesrc", (("location", path),),
-                  f"decodebin name=head ! {_to_bgr(have)} ! {appsink(False)}")  # fmt: skip
+    return Launch(
+        "filesrc",
+        (("location", path),),
+        f"decodebin name=head ! {_to_bgr(have)} ! {appsink(False)}",
+    )
 
 
 def csi_pipeline(sensor: int, width: int, height: int, fps: int) -> Launch:
-    return Launch("nvarguscamerasrc", (("sensor-id", int(sensor)),),
-                  f'capsfilter name=head caps="video/x-raw(memory:NVMM),width={int(width)},'
-                  f'height={int(height)},framerate={int(fps)}/1" ! nvvidconv ! '
-                  f"video/x-raw,format=BGRx ! {BGR} ! {appsink(True)}")  # fmt: skip
+    return Launch(
+        "nvarguscamerasrc",
+        (("sensor-id", int(sensor)),),
+        f'capsfilter name=head caps="video/x-raw(memory:NVMM),width={int(width)},'
+        f'height={int(height)},framerate={int(fps)}/1" ! nvvidconv ! '
+        f"video/x-raw,format=BGRx ! {BGR} ! {appsink(True)}",
+    )
 
 
 def v4l2_pipeline(device: str, width, height, fps, codec) -> Launch:
     caps = ",".join(
         [f"width={int(width)}"] * bool(width)
         + [f"height={int(height)}"] * bool(height)
-        + [f"framerate={int(fps)}/1"] * bool(fps)  # fmt: skip
+        + [f"framerate={int(fps)}/1"] * bool(fps)
     )
     if codec == "mjpeg":
         head = "capsfilter name=head caps=image/jpeg" + ("," + caps if caps else "") + " ! jpegdec"
@@ -198,9 +218,6 @@ def describe(kind: str, have: set[str], latency_ms: int = 100, transport: str = 
     return file_pipeline("…", have).text()
 
 
-Lost = StreamLost  # the name this module and sources.py use
-
-
 class GstConnection:
     """One running pipeline ending in an appsink, built from a :class:`Launch`: its first element
     made by name with its properties set as values, then the rest of the description. For RTSP
@@ -211,8 +228,9 @@ class GstConnection:
     handler too, which held this object from inside GLib): a failed attempt or a dropped stream
     leaves no socket, poll descriptor or thread behind, however often a camera is retried."""
 
-    def __init__(self, launch: Launch, live: bool, have: set[str], timeout_s: float,
-                 cancel: threading.Event) -> None:  # fmt: skip
+    def __init__(
+        self, launch: Launch, live: bool, have: set[str], timeout_s: float, cancel: threading.Event
+    ) -> None:
         Gst = gst()
         self.Gst, self.live, self.have = Gst, live, have
         self.decoder: str | None = None
@@ -228,7 +246,7 @@ class GstConnection:
         self.media_time: float | None = None
         self._linked = False
         self._error: str | None = None
-        self._problem: Lost | None = None
+        self._problem: StreamLost | None = None
         self._drained = time.monotonic()
         try:
             self.pipeline.set_state(Gst.State.PLAYING)
@@ -243,29 +261,33 @@ class GstConnection:
             try:
                 self.pipeline = Gst.parse_launch(launch.rest)
             except Exception as exc:  # noqa: BLE001 - GLib.Error: an element this machine lacks
-                raise Lost(f"GStreamer cannot build {launch.rest.split()[0]}: {exc}") from None
+                raise StreamLost(
+                    f"GStreamer cannot build {launch.rest.split()[0]}: {exc}"
+                ) from None
         else:
             self.pipeline = Gst.Pipeline.new(None)
         src = Gst.ElementFactory.make(launch.element, "src")
         if src is None:
-            raise Lost(f"GStreamer has no {launch.element} element")
+            raise StreamLost(f"GStreamer has no {launch.element} element")
         self.pipeline.add(src)
         self._src = src
         for name, value in launch.props:
             spec = src.find_property(name)
             if spec is None:
-                raise Lost(f"{launch.element} has no property {name}")
+                raise StreamLost(f"{launch.element} has no property {name}")
             try:
                 if _named_values(spec):  # tcp, udp: GStreamer's own parser for the names
                     Gst.util_set_object_arg(src, name, str(value))
                 else:
                     src.set_property(name, value)
             except (TypeError, ValueError, OverflowError) as exc:
-                raise Lost(f"could not set {launch.element}'s {name}: {exc}") from None
+                raise StreamLost(f"could not set {launch.element}'s {name}: {exc}") from None
         if launch.rest:
             head = self.pipeline.get_by_name("head")
             if head is None or not src.link(head):
-                raise Lost(f"GStreamer cannot link {launch.element} to {launch.rest.split()[0]}")
+                raise StreamLost(
+                    f"GStreamer cannot link {launch.element} to {launch.rest.split()[0]}"
+                )
             self.sink = self.pipeline.get_by_name("sink")
             self.decoder = "decodebin" if "decodebin" in launch.rest else launch.element
         else:  # RTSP: the chain is chosen by the stream's codec
@@ -302,7 +324,7 @@ class GstConnection:
         pad.link(bin_.get_static_pad("sink"))
         self._linked = True
 
-    def _bus_problem(self) -> Lost | None:
+    def _bus_problem(self) -> StreamLost | None:
         """The first error or end of stream on the bus. Every message is taken off it (no main
         loop drains this bus: left there, messages would pile up over a long run)."""
         Gst = self.Gst
@@ -311,16 +333,16 @@ class GstConnection:
             if msg is None:
                 break
             if msg.type == Gst.MessageType.EOS:
-                self._problem = Lost("the stream ended (end of stream)")
+                self._problem = StreamLost("the stream ended (end of stream)")
             elif msg.type == Gst.MessageType.ERROR:
                 err, _debug = msg.parse_error()
-                self._problem = Lost(err.message.rstrip("."))
+                self._problem = StreamLost(err.message.rstrip("."))
         if self._error:
-            return Lost(self._error)
+            return StreamLost(self._error)
         return self._problem
 
     def read(self, timeout_s: float, cancel: threading.Event, connecting: bool = False):
-        """The next (frame, capture time); None at the end of a file; Lost when the stream ends,
+        """The next (frame, capture time); None at the end of a file; StreamLost when the stream ends,
         fails, or sends nothing for ``timeout_s`` (a stall)."""
         Gst = self.Gst
         deadline = time.monotonic() + timeout_s
@@ -339,13 +361,13 @@ class GstConnection:
             if self.sink.is_eos():
                 if not self.live:
                     return None
-                raise Lost("the stream ended (end of stream)")
+                raise StreamLost("the stream ended (end of stream)")
             if cancel.is_set():
-                raise Lost("stopped")
+                raise StreamLost("stopped")
             if time.monotonic() >= deadline:
                 if connecting:
-                    raise Lost("no frame yet")
-                raise Lost(f"stalled: no frame for {timeout_s:g} s", stalled=True)
+                    raise StreamLost("no frame yet")
+                raise StreamLost(f"stalled: no frame for {timeout_s:g} s", stalled=True)
 
     def _frame(self, sample):
         Gst = self.Gst
@@ -354,7 +376,7 @@ class GstConnection:
         w, h = s.get_value("width"), s.get_value("height")
         ok, info = buf.map(Gst.MapFlags.READ)
         if not ok:
-            raise Lost("a frame could not be read from GStreamer's memory")
+            raise StreamLost("a frame could not be read from GStreamer's memory")
         try:
             stride = len(info.data) // h  # rows are padded to 4 bytes
             frame = np.frombuffer(info.data, np.uint8, count=stride * h).reshape(h, stride)
@@ -413,16 +435,16 @@ def decoders(have: set[str] | None = None, found: tuple[bool, str] | None = None
             "version": version if ok else None,
             "reason": None if ok else f"{version}; {INSTALL}",
             "elements": sorted(have),
-        },  # fmt: skip
+        },
         "ffmpeg": {"available": True, "version": "OpenCV's FFmpeg back end"},
         "hardware_decoder": "nvv4l2decoder (NVDEC)" if hw else None,
         "rtsp": {
             "decoder": "gstreamer" if ok else "ffmpeg",
             "pipeline_h264": describe("rtsp-h264", have) if ok else None,
             "pipeline_h265": describe("rtsp-h265", have) if ok else None,
-        },  # fmt: skip
+        },
         "files": {
             "decoder": "gstreamer" if hw else "ffmpeg",
             "pipeline": describe("file", have) if hw else None,
-        },  # fmt: skip
+        },
     }

@@ -88,3 +88,27 @@ def draw(image: np.ndarray, results, lines: list[str], scene=None) -> np.ndarray
         )
         y += 18
     return out
+
+
+def stat_lines(s: dict, stream: int, sources: list, many: bool) -> list[str]:
+    """The numbers drawn on a frame: its stream's (named when there are several), then power."""
+    lines = []
+    if many:
+        st = s["streams"][stream] if s.get("streams") else {}
+        e2e = st.get("latency_ms", {}).get("end_to_end", {}).get("p50", 0.0)
+        lines.append(f"[{stream}] {sources[stream].description}"[:60])
+        lines.append(
+            f"{st.get('fps', 0):.1f} fps  e2e p50 {e2e:.1f} ms  dropped {st.get('frames_dropped', 0)}"
+        )
+        batch = s.get("batch", {})
+        lines.append(
+            f"all: {s.get('fps', 0):.1f} fps, batch {batch.get('mean', 0):.1f}/{batch.get('max', 1)}"
+        )
+    else:
+        e2e = s.get("latency_ms", {}).get("end_to_end", {}).get("p50", 0.0)
+        lines.append(
+            f"{s.get('fps', 0):.1f} fps  e2e p50 {e2e:.1f} ms  dropped {s.get('frames_dropped', 0)}"
+        )
+    if s.get("power_w"):
+        lines.append(f"{s['power_w']:.2f} W  {s.get('mj_per_frame') or 0:.1f} mJ/frame")
+    return lines

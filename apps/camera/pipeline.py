@@ -34,65 +34,11 @@ import numpy as np
 
 from edgert.runtime.latency import LatencyRecorder
 
+from .queues import END, DropOldestQueue
+from .sources.base import stats_of
+
 log = logging.getLogger(__name__)
-_END = object()
 STALLED_S = 1.0  # a stream silent this long is not waited for (it is still polled)
-
-
-class DropOldestQueue:
-    """A bounded queue whose put() never blocks: when full, the oldest item is dropped (counted).
-
-    ``lossless=True`` (files and folders, where every frame matters and nothing is live) makes
-    put() wait for room instead, until :meth:`close` (the pipeline stopping) releases it. Queues
-    may share one condition (``cond``) so that one thread can wait on several of them.
-    """
-
-    def __init__(self, maxsize: int = 1, lossless: bool = False, cond=None) -> None:
-        self._items: collections.deque = collections.deque()
-        self.maxsize = max(1, maxsize)
-        self.lossless = lossless
-        self.dropped = 0
-        self.closed = False
-        self._cond = cond if cond is not None else threading.Condition()
-
-    def put(self, item) -> None:
-        with self._cond:
-            if self.lossless and item is not _END:
-                self._cond.wait_for(lambda: len(self._items) < self.maxsize or self.closed)
-                if self.closed:
-                    return  # the pipeline is stopping: nobody will take it
-            elif item is not _END:
-                while len(self._items) >= self.maxsize:
-                    old = self._items.popleft()
-                    if old is _END:  # never drop the end marker
-                        self._items.appendleft(old)
-                        break
-                    self.dropped += 1
-            self._items.append(item)
-            self._cond.notify_all()
-
-    def get(self, timeout: float | None = None):
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._items, timeout):
-                raise queue.Empty
-            item = self._items.popleft()
-            self._cond.notify_all()
-            return item
-
-    def poll(self):
-        """The next item, or None when there is none (never waits)."""
-        with self._cond:
-            if not self._items:
-                return None
-            item = self._items.popleft()
-            self._cond.notify_all()
-            return item
-
-    def close(self) -> None:
-        """Release puts waiting for room (they drop their item) and refuse later ones."""
-        with self._cond:
-            self.closed = True
-            self._cond.notify_all()
 
 
 @dataclass
@@ -139,8 +85,9 @@ class Stream:
         lossless = not getattr(source, "live", True)  # files and folders: every frame
         self.raw = DropOldestQueue(queue_size, lossless)
         # a lossless stream may give several frames to one batch: room for its share
-        self.ready = DropOldestQueue(max(queue_size, depth) if lossless else queue_size,
-                                     lossless, cond)  # fmt: skip
+        self.ready = DropOldestQueue(
+            max(queue_size, depth) if lossless else queue_size, lossless, cond
+        )
         self.captured = 0
         self.processed = 0
         self.ended = False  # the batcher saw its end marker
@@ -268,7 +215,7 @@ class Pipeline:
                 if len(self.streams) > 1:
                     log.warning("stream %d (%s) stopped: %s", s.index, _describe(s.source), exc)
         finally:
-            s.raw.put(_END)
+            s.raw.put(END)
 
     def _frames(self, q_in: DropOldestQueue):
         """Items from ``q_in`` until the end marker, or until the pipeline stops."""
@@ -279,7 +226,7 @@ class Pipeline:
                 if self.stop_event.is_set():  # a failure or Ctrl-C: what was queued is done
                     return
                 continue
-            if item is _END:
+            if item is END:
                 return
             yield item
 
@@ -296,7 +243,7 @@ class Pipeline:
         except BaseException as exc:  # noqa: BLE001 - reported by run()
             self._fail(exc)
         finally:
-            s.ready.put(_END)
+            s.ready.put(END)
 
     def _collect(self, start: int) -> list[Frame] | None:
         """The next batch: passes over the streams from ``start``, one frame per stream and pass,
@@ -313,7 +260,7 @@ class Pipeline:
                     if s.ended or len(frames) >= self.batch:
                         continue
                     item = s.ready.poll()
-                    if item is _END:
+                    if item is END:
                         s.ended = True
                     elif item is not None:
                         s.last_ready = time.monotonic()
@@ -330,8 +277,11 @@ class Pipeline:
                     if deadline is None:
                         deadline = now + self.batch_timeout
                     given = {f.stream for f in frames}
-                    awaited = [s for s in self.streams if not s.ended and s.index not in given
-                               and now - s.last_ready < STALLED_S]  # fmt: skip
+                    awaited = [
+                        s
+                        for s in self.streams
+                        if not s.ended and s.index not in given and now - s.last_ready < STALLED_S
+                    ]
                     if not awaited or now >= deadline:
                         return frames
                     self._ready.wait(deadline - now)
@@ -359,7 +309,7 @@ class Pipeline:
         except BaseException as exc:  # noqa: BLE001 - reported by run()
             self._fail(exc)
         finally:
-            self.post.put(_END)
+            self.post.put(END)
 
     def _finish(self) -> None:
         name = self.steps.names[2]
@@ -374,7 +324,7 @@ class Pipeline:
         except BaseException as exc:  # noqa: BLE001 - reported by run()
             self._fail(exc)
         finally:
-            self.out.put(_END)
+            self.out.put(END)
 
     def _output(self) -> None:
         try:
@@ -404,10 +354,18 @@ class Pipeline:
         self.started = time.monotonic()
         for s in self.streams:
             s.last_ready = self.started
-        captures = [threading.Thread(target=self._capture, args=(s,), name=f"capture-{s.index}",
-                                     daemon=True) for s in self.streams]  # fmt: skip
-        workers = [threading.Thread(target=self._prepare, args=(s,), name=f"prepare-{s.index}",
-                                    daemon=True) for s in self.streams]  # fmt: skip
+        captures = [
+            threading.Thread(
+                target=self._capture, args=(s,), name=f"capture-{s.index}", daemon=True
+            )
+            for s in self.streams
+        ]
+        workers = [
+            threading.Thread(
+                target=self._prepare, args=(s,), name=f"prepare-{s.index}", daemon=True
+            )
+            for s in self.streams
+        ]
         workers += [
             threading.Thread(target=self._batcher, name="batcher", daemon=True),
             threading.Thread(target=self._finish, name="finish", daemon=True),
@@ -455,7 +413,7 @@ class Pipeline:
             if t.is_alive() and not s.cut:
                 s.cut = True
                 s.source.cancel()
-                s.raw.put(_END)
+                s.raw.put(END)
 
     # -- numbers ----------------------------------------------------------------------------
     def recent_fps(self, seconds: float = 2.0, stream: int | None = None) -> float:
@@ -464,6 +422,15 @@ class Pipeline:
         with self._lock:
             n = sum(1 for t, k in self._outputs_at if t >= since and stream in (None, k))
         return n / seconds
+
+    def _now(self, s: Stream, recent: bool) -> dict:
+        """For the live statistics: whether the stream delivers now, its rate over 5 s."""
+        if not recent:
+            return {}
+        return {
+            "delivering": s.delivering(time.monotonic()),
+            "fps_recent": self.recent_fps(5.0, s.index),
+        }
 
     def stats(self, recent: bool = False) -> dict:
         """Counts and latency percentiles of the whole run (or of the recent window), overall and
@@ -500,26 +467,12 @@ class Pipeline:
                     "frames_dropped": s.dropped,
                     "fps": processed / elapsed,
                     "latency_ms": _percentiles(timings, recent),
-                    **_unreadable(s.source),
-                    **_connection(s.source),
+                    **stats_of(s.source),
+                    **self._now(s, recent),
                 }
                 for s, timings, processed in per_stream
             ],
         }
-
-
-def _unreadable(source) -> dict:
-    """The files a stream of images skipped because they could not be read (named, at most 20)."""
-    failed = getattr(source, "failed", None)
-    if not failed:
-        return {}
-    return {"images_failed": len(failed), "images_failed_files": sorted(failed)[:20]}
-
-
-def _connection(source) -> dict:
-    """A network stream's decoder, connection state, reconnects, stalls and time without frames."""
-    stats = getattr(source, "connection_stats", None)
-    return stats() if stats is not None else {}
 
 
 def _percentiles(recorders: dict, recent: bool) -> dict:

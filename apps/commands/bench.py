@@ -7,7 +7,14 @@ import json
 import sys
 from pathlib import Path
 
-from edgert.apps.argtypes import BACKENDS, PRECISIONS, nonneg_float, positive_float, positive_int
+from edgert.apps.argtypes import (
+    BACKENDS,
+    PRECISIONS,
+    add_power_arguments,
+    nonneg_float,
+    positive_float,
+    positive_int,
+)
 
 EPILOG = """examples:
   edgert bench mobilenet_v2.edgert --duration 20 --json-file bench.json --plot bench.png
@@ -46,19 +53,7 @@ def add_parser(sub) -> None:
     p.add_argument("--batch", type=positive_int, default=1)
     p.add_argument("--precision", default="auto", choices=PRECISIONS)
     p.add_argument("--backend", default="auto", choices=BACKENDS)
-    p.add_argument(
-        "--power-cap",
-        type=positive_float,
-        metavar="W",
-        help="pace inference to keep average power under W watts",
-    )
-    p.add_argument(
-        "--temp-cap",
-        type=positive_float,
-        metavar="C",
-        help="pace inference so the hottest thermal zone settles at or below C °C (with "
-        "--power-cap too: the tighter wins); edgert power suggests one",
-    )
+    add_power_arguments(p)
     p.add_argument(
         "--idle-seconds",
         type=nonneg_float,
@@ -78,7 +73,6 @@ def add_parser(sub) -> None:
         help="with --power-cap: measure threads / batch / precision first and run the one with the "
         "most throughput under the cap (least energy per inference); pace only the rest",
     )
-    p.add_argument("--sysfs-root", metavar="DIR", help="read power sensors under DIR")
     p.add_argument(
         "--nvpmodel", metavar="NAME", help="switch to this Jetson power mode first (root; opt-in)"
     )
@@ -124,10 +118,14 @@ def _config(args, **over):
 
 
 def _print(r: dict) -> None:
+    from edgert.apps.report import print_conditions
+
     lat = r["latency_ms"]
     print(f"backend    {r['backend_reason']}")
-    print(f"latency    min {lat['min']:.3f}  mean {lat['mean']:.3f}  p50 {lat['p50']:.3f}  p90 {lat['p90']:.3f}  "
-          f"p95 {lat['p95']:.3f}  p99 {lat['p99']:.3f}  max {lat['max']:.3f} ms  (cv {lat['cv']:.3f})")  # fmt: skip
+    print(
+        f"latency    min {lat['min']:.3f}  mean {lat['mean']:.3f}  p50 {lat['p50']:.3f}  p90 {lat['p90']:.3f}  "
+        f"p95 {lat['p95']:.3f}  p99 {lat['p99']:.3f}  max {lat['max']:.3f} ms  (cv {lat['cv']:.3f})"
+    )
     print(
         f"throughput {r['throughput_ips']:.1f} inferences/s ({r['iterations']} runs of batch {r['batch']} in {r['seconds']:.1f} s)"
     )
@@ -158,62 +156,6 @@ def _print(r: dict) -> None:
         + (f"; nvpmodel {d['nvpmodel']['mode']}" if d["nvpmodel"] else "")
     )
     print_conditions(r.get("conditions"))
-
-
-def conditions_mismatch(points: list[dict]) -> str | None:
-    """What differed between the sweep's points: the power mode, jetson_clocks, a clock's limit,
-    or throttling in some and not others; None when they ran alike."""
-    conds = [(p["label"], p.get("conditions")) for p in points if p.get("conditions")]
-    if len(conds) < 2:
-        return None
-    found = []
-    for key, what in (("nvpmodel", "power mode"), ("jetson_clocks", "jetson_clocks")):
-        values = {c[key] for _, c in conds}
-        if len(values) > 1:
-            found.append(f"{what}: " + ", ".join(f"{lab} {c[key]}" for lab, c in conds))
-    limits = {name for _, c in conds for name in c["clocks"]}
-    for name in sorted(limits):
-        values = {c["clocks"].get(name, {}).get("limit_mhz") for _, c in conds}
-        if len(values) > 1:
-            found.append(f"{name} clock limit: " + ", ".join(
-                f"{lab} {c['clocks'].get(name, {}).get('limit_mhz')} MHz" for lab, c in conds))  # fmt: skip
-    throttled = {c["throttled"] for _, c in conds}
-    if len(throttled) > 1:
-        found.append("throttled: " + ", ".join(lab for lab, c in conds if c["throttled"]))
-    return "; ".join(found) or None
-
-
-def print_conditions(c: dict | None, say=print) -> None:
-    """The conditions block: temperatures (start -> end, peak), clocks (range vs limit), mode,
-    and throttling with its intervals."""
-    if not c or not (c["zones"] or c["clocks"]):
-        return
-    start = {z["name"]: z["temp_c"] for z in (c["start"] or {}).get("zones", [])}
-    end = {z["name"]: z["temp_c"] for z in (c["end"] or {}).get("zones", [])}
-    from edgert.runtime.power.thermal import NOT_THE_DIE
-
-    die = {n: v for n, v in c["zones"].items() if n not in NOT_THE_DIE}
-    hot = sorted(die.items(), key=lambda kv: -kv[1]["max_c"])[:3]
-    if hot:
-
-        def temp(v) -> str:
-            return "n/a" if v is None else f"{v:.1f}"
-
-        say("heat       " + ", ".join(f"{n} {temp(start.get(n))} -> {temp(end.get(n))} °C (peak {v['max_c']:.1f})"
-                                      for n, v in hot))  # fmt: skip
-    for name, v in c["clocks"].items():
-        limit = f" of {v['limit_mhz']:.0f}" if v["limit_mhz"] else ""
-        say(f"clock      {name} {v['min_mhz']:.0f}-{v['max_mhz']:.0f}{limit} MHz")
-    mode = f"nvpmodel {c['nvpmodel']}" if c["nvpmodel"] else "no nvpmodel"
-    pinned = {True: "pinned (jetson_clocks)", False: "not pinned", None: "unknown"}[
-        c["jetson_clocks"]
-    ]
-    say(f"mode       {mode}; clocks {pinned}")
-    for t in c["throttling"]:
-        why = ", ".join([*(f"{n[:-6]}'s limit lowered" if n.endswith(" limit") else
-                           f"{n} below its maximum" for n in t["clocks"]),
-                         *(f"{n} past its passive trip" for n in t["zones"])])  # fmt: skip
-        say(f"THROTTLED  {t['from_s']:.1f}-{t['to_s']:.1f} s: {why}")
 
 
 def _check_outputs(args) -> None:
@@ -286,70 +228,42 @@ def _emit(args, data, say) -> None:
 
 def _sweep(args, bench) -> int:
     say = _say(args)
-    grid = bench.parse_sweep(args.sweep)
     duration = args.duration or 5.0
-    points = []
-    for setting in grid:
-        label = " ".join(f"{k}={'none' if v is None else v}" for k, v in setting.items())
-        say(f"-- {label}")
-        try:
-            r = bench.run_bench(
-                _config(args, duration=duration if args.iterations is None else None, **setting)
-            )
-        except Exception as exc:  # noqa: BLE001 - one unavailable point does not stop the sweep
-            from edgert.runtime.errors import EdgertError
 
-            if not isinstance(exc, EdgertError):
-                raise
-            say(f"   skipped: {exc}")
-            points.append({"label": label, "setting": setting, "skipped": str(exc)})
-            continue
-        r.pop("latencies_ms", None)
-        r.pop("power_series", None)
-        r["label"], r["setting"] = label, setting
-        points.append(r)
-    ran = [p for p in points if "skipped" not in p]
-    front = bench.pareto(ran)
-    best = min(
-        (p for p in ran if p.get("energy_mj_per_inference") is not None),
-        key=lambda p: p["energy_mj_per_inference"],
-        default=None,
-    )
+    def config(setting: dict):
+        return _config(args, duration=duration if args.iterations is None else None, **setting)
+
+    summary = bench.run_sweep(bench.parse_sweep(args.sweep), config, say)
+    points, ran = summary["points"], [p for p in summary["points"] if "skipped" not in p]
     say(f"\n{'setting':<44}{'p50 ms':>9}{'p99 ms':>9}{'inf/s':>9}{'W':>8}{'mJ/inf':>9}")
     for p in points:
         if "skipped" in p:
             say(f"{p['label']:<44}  skipped: {p['skipped'][:60]}")
             continue
         w = f"{p['power_w']['avg']:.2f}" if p["power_w"] else "n/a"
-        mj = (
-            f"{p['energy_mj_per_inference']:.3f}"
-            if p["energy_mj_per_inference"] is not None
-            else "n/a"
-        )
+        mj = p["energy_mj_per_inference"]
+        mj = f"{mj:.3f}" if mj is not None else "n/a"
         mark = (
             "  <- most energy-efficient"
-            if p is best
-            else ("  (Pareto)" if ran.index(p) in front else "")
+            if p["label"] == summary["most_efficient"]
+            else ("  (Pareto)" if p["label"] in summary["pareto"] else "")
         )
+        lat = p["latency_ms"]
         say(
-            f"{p['label']:<44}{p['latency_ms']['p50']:>9.3f}{p['latency_ms']['p99']:>9.3f}{p['throughput_ips']:>9.1f}{w:>8}{mj:>9}{mark}"
+            f"{p['label']:<44}{lat['p50']:>9.3f}{lat['p99']:>9.3f}{p['throughput_ips']:>9.1f}"
+            f"{w:>8}{mj:>9}{mark}"
         )
-    if not best:
+    if not summary["most_efficient"]:
         say("(no power sensor: energy per inference unavailable, so no energy ranking)")
-    mismatch = conditions_mismatch(ran)
-    if mismatch:
+    if summary["conditions_mismatch"]:
         say(
-            f"warning: the points ran under different conditions ({mismatch}); compare them with care"
+            f"warning: the points ran under different conditions "
+            f"({summary['conditions_mismatch']}); compare them with care"
         )
-    summary = {
-        "points": points,
-        "pareto": [ran[i]["label"] for i in front],
-        "most_efficient": best["label"] if best else None,
-        "conditions_mismatch": mismatch,
-    }
     _emit(args, summary, say)
     if args.plot:
         from edgert.apps.plots import pareto_plot
 
+        front = [i for i, p in enumerate(ran) if p["label"] in summary["pareto"]]
         say(f"plot: {pareto_plot(ran, front, args.plot)}")
     return 0

@@ -123,8 +123,7 @@ def _device_build(args) -> int:
     from edgert.runtime import Bundle
     from edgert.runtime.backends.tensorrt import TensorRTBackend
     from edgert.runtime.errors import BackendUnavailable, MissingDependency
-    from edgert.runtime.plan_cache import ensure_plan
-    from edgert.runtime.plan_check import verify_plan
+    from edgert.runtime.plan_check import build_checked_plan
 
     here = ".".join(map(str, sys.version_info[:3]))
     bundle = Bundle(args.model) if Path(args.model).is_dir() else None
@@ -138,8 +137,7 @@ def _device_build(args) -> int:
     why_not = TensorRTBackend.availability()
     if why_not:
         raise BackendUnavailable(f"no TensorRT plan can be built here: {why_not}")
-    plan, built, _ = ensure_plan(bundle.path, args.precision)
-    check = verify_plan(bundle.path, plan)
+    plan, built, check = build_checked_plan(bundle.path, args.precision, check_cached=True)
     said = check.summary if check else "no stored samples to verify against"
     print(f"{'built' if built else 'cached'}: {plan} ({said})")
     return 0

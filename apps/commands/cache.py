@@ -52,6 +52,11 @@ def run(args) -> int:
 def _entry(path, info, size: int) -> dict:
     facts = {"plan": path.name, "bytes": size}
     if info is not None:
-        facts.update(precision=info.precision, tensorrt=info.tensorrt, gpu=info.device_name,
-                     compute_capability=info.compute_capability, dla_core=info.dla_core)  # fmt: skip
+        facts.update(
+            precision=info.precision,
+            tensorrt=info.tensorrt,
+            gpu=info.device_name,
+            compute_capability=info.compute_capability,
+            dla_core=info.dla_core,
+        )
     return facts

@@ -6,15 +6,6 @@ import argparse
 import json
 import sys
 
-from edgert.apps.argtypes import (
-    BACKENDS,
-    PRECISIONS,
-    fraction,
-    nonneg_float,
-    nonneg_int,
-    positive_float,
-    positive_int,
-)
 from edgert.runtime.tasks import TASK_SPECS
 
 EPILOG = """sources (several allowed, mixed): csi://0, v4l2:///dev/video0, rtsp://..., file://clip.mp4 or
@@ -37,6 +28,12 @@ examples:
 
 
 def add_parser(sub) -> None:
+    from edgert.apps.argtypes import add_power_arguments
+    from edgert.apps.camera.analytics import TrackingOptions
+    from edgert.apps.camera.app import ModelOptions, RunOptions
+    from edgert.apps.camera.sinks import MqttOptions, SinkOptions
+    from edgert.apps.camera.sources import SourceOptions
+
     p = sub.add_parser(
         "camera",
         help="camera inference app (e.g. edgert camera m.edgert --source csi://0 --output http://127.0.0.1:8080)",
@@ -45,7 +42,7 @@ def add_parser(sub) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", metavar="MODEL")
+    ModelOptions.add_arguments(p, [t.name for t in TASK_SPECS.values() if t.camera])
     p.add_argument(
         "--source",
         action="append",
@@ -53,133 +50,21 @@ def add_parser(sub) -> None:
         help="a camera, stream or file; repeat for several streams (default: synthetic://); "
         "${EDGERT_NAME} is replaced by that environment variable (keep passwords out of argv)",
     )
-    p.add_argument(
-        "--output",
-        action="append",
-        default=[],
-        metavar="URI",
-        help="display://0, http://HOST:PORT, file://out.mp4",
-    )
-    p.add_argument(
-        "--task",
-        choices=[t.name for t in TASK_SPECS.values() if t.camera],
-        help="default: the bundle's task",
-    )
-    p.add_argument("--power-cap", type=positive_float, metavar="W")
-    p.add_argument("--temp-cap", type=positive_float, metavar="C",
-                   help="pace inference so the hottest thermal zone settles at or below C °C")  # fmt: skip
-    p.add_argument("--duration", type=positive_float, metavar="S")
-    p.add_argument("--max-frames", type=positive_int, metavar="N", help="per stream")
-    p.add_argument(
-        "--batch",
-        type=positive_int,
-        metavar="N",
-        help="frames per inference (default: the number of streams, within the model's largest batch)",
-    )
-    p.add_argument(
-        "--batch-timeout-ms",
-        type=nonneg_float,
-        default=20.0,
-        metavar="MS",
-        help="how long a batch waits for the other streams once it has a frame (default 20)",
-    )
-    p.add_argument(
-        "--mosaic", action="store_true", help="several streams: one video file (or window) tiled"
-    )
-    p.add_argument("--jsonl", metavar="FILE",
-                   help="one JSON line per processed frame, after a header line per run (appended to)")  # fmt: skip
-    boxes = " and ".join(t.name for t in TASK_SPECS.values() if t.boxes)
-    t = p.add_argument_group(f"tracking and counting ({boxes} models)")
-    t.add_argument("--track", action="store_true",
-                   help="follow objects across frames: a track ID per detection (one tracker per stream)")  # fmt: skip
-    t.add_argument("--line", action="append", default=[], metavar="[STREAM:]NAME=x1,y1,x2,y2",
-                   help="count crossings of a line, per direction (pixels, or fractions of the "
-                   "frame when all are 0..1); repeatable; implies --track")  # fmt: skip
-    t.add_argument("--zone", action="append", default=[], metavar="[STREAM:]NAME=x1,y1,x2,y2,x3,y3,...",
-                   help="count who is in a polygon, entries, exits and dwell time; repeatable; implies --track")  # fmt: skip
-    t.add_argument("--events", metavar="FILE",
-                   help="one JSON line per event: track_start, track_end, line_cross, zone_enter, "
-                   "zone_exit; appended to, each run starting with run_start; implies --track")  # fmt: skip
-    t.add_argument("--count-point", choices=["bottom_center", "center"], default="bottom_center",
-                   help="the point of a box that counts (default bottom_center: where a person stands)")  # fmt: skip
-    t.add_argument("--lost-seconds", type=nonneg_float, default=1.0, metavar="S",
-                   help="how long a track waits for its object to be detected again (default 1)")  # fmt: skip
+    SinkOptions.add_arguments(p)
+    RunOptions.add_arguments(p)
+    add_power_arguments(p)
+    TrackingOptions.add_arguments(p, " and ".join(t.name for t in TASK_SPECS.values() if t.boxes))
     m = p.add_argument_group("telemetry (pip install 'edgert[telemetry]')")
-    m.add_argument("--metrics", metavar="[HOST:]PORT",
-                   help="Prometheus /metrics and the /live and /ready probes on HOST:PORT (host "
-                   "127.0.0.1 unless given); the web viewer's port serves them too")  # fmt: skip
-    m.add_argument("--mqtt", metavar="URI",
-                   help="mqtt://[user:pass@]host[:port]/PREFIX (mqtts:// for TLS; ${EDGERT_NAME} from "
-                   "the environment): events on "
-                   "PREFIX/events (QoS 1), heartbeats on PREFIX/streams/N/heartbeat, PREFIX/status "
-                   "online/offline (retained, with a Last Will)")  # fmt: skip
-    m.add_argument("--mqtt-buffer", type=positive_int, default=1000, metavar="N",
-                   help="events kept while the broker is away, the oldest dropped first; while it "
-                   "is connected a full buffer waits, nothing is dropped (default 1000)")  # fmt: skip
-    m.add_argument("--mqtt-heartbeat", type=_heartbeat, default=10.0, metavar="S",
-                   help="seconds between heartbeats (0: none; at least 0.5; default 10)")  # fmt: skip
-    m.add_argument("--mqtt-protocol", choices=["5", "3.1.1"], default="5",
-                   help="MQTT 5 (default: the broker's refusal of an event is seen) or 3.1.1")  # fmt: skip
-    m.add_argument("--mqtt-ca", metavar="FILE", help="mqtts: the CA bundle (default: the system's)")
-    m.add_argument("--mqtt-cert", metavar="FILE", help="mqtts: a client certificate")
-    m.add_argument("--mqtt-key", metavar="FILE", help="mqtts: its key")
-    m.add_argument("--mqtt-insecure", action="store_true",
-                   help="mqtts: do not check the broker's host name")  # fmt: skip
-    m.add_argument("--mqtt-client-id", metavar="ID",
-                   help="default: edgert-HOSTNAME- and 8 random hex digits")  # fmt: skip
-    p.add_argument(
-        "--on-output-error",
-        choices=["stop", "continue"],
-        default="stop",
-        help="when an output cannot be written (a full disk): stop the run (default), or go on "
-        "without that output; either way the exit code is non-zero",
+    m.add_argument(
+        "--metrics",
+        metavar="[HOST:]PORT",
+        help="Prometheus /metrics and the /live and /ready probes on HOST:PORT (host 127.0.0.1 "
+        "unless given); the web viewer's port serves them too",
     )
-    p.add_argument("--headless", action="store_true", help="never open a display window")
-    p.add_argument("--backend", default="auto", choices=BACKENDS)
-    p.add_argument("--precision", default="auto", choices=PRECISIONS)
-    p.add_argument("--top-k", type=positive_int, default=3)
-    p.add_argument("--conf", type=fraction, default=0.25)
-    p.add_argument("--iou", type=fraction, default=0.45)
-    p.add_argument("--width", type=positive_int)
-    p.add_argument("--height", type=positive_int)
-    p.add_argument("--fps", type=positive_float)
-    p.add_argument("--codec", choices=["mjpeg", "yuyv"])
-    p.add_argument("--loop", action="store_true", help="loop files, folders and globs")
-    n = p.add_argument_group("network streams (rtsp://)")
-    n.add_argument("--decoder", choices=["auto", "gstreamer", "ffmpeg"], default="auto",
-                   help="auto (default): GStreamer for streams when PyGObject is there (NVDEC on a "
-                   "Jetson), and for files when there is a hardware decoder; else OpenCV's FFmpeg")  # fmt: skip
-    n.add_argument("--reconnect", type=_tries, default=5, metavar="N|forever",
-                   help="tries per (re)connection of a stream that drops (default 5; forever for "
-                   "cameras that reboot)")  # fmt: skip
-    n.add_argument("--stall-timeout", type=positive_float, default=5.0, metavar="S",
-                   help="a connected stream without a frame this long is a stall, reconnected (default 5)")  # fmt: skip
-    n.add_argument("--rtsp-latency", type=nonneg_int, default=100, metavar="MS",
-                   help="GStreamer's RTSP jitter buffer (default 100; GStreamer's own is 2000)")  # fmt: skip
-    n.add_argument("--rtsp-transport", choices=["auto", "tcp", "udp"], default="auto",
-                   help="RTP over TCP or UDP (default auto: UDP, then TCP)")  # fmt: skip
-    p.add_argument("--sysfs-root", metavar="DIR")
+    MqttOptions.add_arguments(m)
+    SourceOptions.add_arguments(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
-
-
-def _heartbeat(text: str) -> float:
-    """--mqtt-heartbeat: 0 (none) or at least 0.5 s (a broker is not a busy loop)."""
-    from edgert.apps.telemetry.mqtt import HEARTBEAT_MIN_S
-
-    value = nonneg_float(text)
-    if 0 < value < HEARTBEAT_MIN_S:
-        raise argparse.ArgumentTypeError(
-            f"must be 0 (no heartbeats) or at least {HEARTBEAT_MIN_S:g} s, not {text}"
-        )
-    return value
-
-
-def _tries(text: str):
-    """--reconnect: a count of tries, or forever (None)."""
-    if text.strip().lower() in ("forever", "inf", "always"):
-        return None
-    return positive_int(text)
 
 
 def print_summary(s: dict) -> None:
@@ -207,23 +92,27 @@ def print_summary(s: dict) -> None:
     for st in streams:
         if "reconnects" in st and (st["reconnects"] or st["stalls"] or st["downtime_s"]):
             where = f"[{st['stream']}] " if len(streams) > 1 else ""
-            print(f"{where}{st['decoder']}: {st['reconnects']} reconnects, {st['stalls']} stalls, "
-                  f"{st['downtime_s']:.1f} s without frames (last: {st['last_error']})")  # fmt: skip
+            print(
+                f"{where}{st['decoder']}: {st['reconnects']} reconnects, {st['stalls']} stalls, "
+                f"{st['downtime_s']:.1f} s without frames (last: {st['last_error']})"
+            )
     if s.get("labels_seen"):
         print("labels seen: " + ", ".join(f"{k} ({n})" for k, n in s["labels_seen"].items()))
     if s.get("power_w") is not None:
         print(f"power {s['power_w']:.2f} W, {s['mj_per_frame']:.1f} mJ/frame")
     else:
         print(f"power unavailable ({s.get('power_reason')})")
-    from edgert.apps.commands.bench import print_conditions
+    from edgert.apps.report import print_conditions
 
     print_conditions(s.get("conditions"))
     for out in _flat(s.get("outputs") or []):
         if out.get("output") == "mqtt":
             print(f"mqtt {out['broker']}: {mqtt_counts(out)}")
         if out.get("letterboxed"):
-            print(f"{out['output']}: {out['letterboxed']} of {out['frames']} frames letterboxed "
-                  "(their size differs from the first frame's)")  # fmt: skip
+            print(
+                f"{out['output']}: {out['letterboxed']} of {out['frames']} frames letterboxed "
+                "(their size differs from the first frame's)"
+            )
     for st in streams:
         for name, c in (st.get("counts") or {}).items():
             where = f"[{st['stream']}] " if len(streams) > 1 else ""
@@ -238,8 +127,10 @@ def print_summary(s: dict) -> None:
                 print(f"{where}zone {name}: {c['entries']} entries, {c['exits']} exits{dwell}")
     for st in streams:
         if st.get("images_failed"):
-            print(f"stream {st['stream']}: {st['images_failed']} images could not be read: "
-                  + ", ".join(st["images_failed_files"][:5]))  # fmt: skip
+            print(
+                f"stream {st['stream']}: {st['images_failed']} images could not be read: "
+                + ", ".join(st["images_failed_files"][:5])
+            )
 
 
 def _flat(reports: list) -> list:
@@ -257,8 +148,11 @@ def mqtt_counts(out: dict) -> str:
         parts.append(f"{out['buffered']} undelivered at the end")
     if out.get("backpressure_s"):
         parts.append(f"{out['backpressure_s']:.1f} s waited for the broker")
-    return ", ".join(parts) + (f" (last error: {out['last_error']})" if out.get("last_error")
-                               and out["delivered"] < out["events"] else "")  # fmt: skip
+    return ", ".join(parts) + (
+        f" (last error: {out['last_error']})"
+        if out.get("last_error") and out["delivered"] < out["events"]
+        else ""
+    )
 
 
 def problems(s: dict) -> tuple[list[str], int]:
@@ -270,82 +164,60 @@ def problems(s: dict) -> tuple[list[str], int]:
     lines = list(s.get("output_errors") or [])
     for out in _flat(s.get("outputs") or []):
         if out.get("output") == "mqtt" and lost(out):
-            lines.append(f"mqtt {out['broker']}: {lost(out)} of {out['events']} events were not "
-                         f"delivered ({out.get('last_error') or 'see the summary'})")  # fmt: skip
+            lines.append(
+                f"mqtt {out['broker']}: {lost(out)} of {out['events']} events were not "
+                f"delivered ({out.get('last_error') or 'see the summary'})"
+            )
     failed = sum(st.get("images_failed", 0) for st in s.get("streams") or [])
     if failed:
         lines.append(f"{failed} images could not be read and were skipped (named in the summary)")
     return lines, (2 if len(lines) > bool(failed) else 1 if failed else 0)
 
 
-def run(args) -> int:
-    from edgert.apps.camera.app import CameraConfig, run_camera
+def config(args):
+    """The run's configuration from the parsed flags: each component reads its own group;
+    ``--jsonl``, ``--events`` and ``--mqtt`` become sinks of the table (``jsonl://FILE``,
+    ``events://FILE``, the broker's URI)."""
+    from edgert.apps.camera.analytics import TrackingOptions
+    from edgert.apps.camera.app import CameraConfig, ModelOptions, RunOptions
+    from edgert.apps.camera.sinks import SinkOptions, from_flag
     from edgert.apps.camera.sources import SourceOptions
     from edgert.apps.uris import expand
     from edgert.runtime.errors import OutputError, SourceError
+    from edgert.runtime.power.session import PowerOptions
 
-    for flag, value in (("--events", args.events), ("--jsonl", args.jsonl)):
-        if value is not None and not value.strip():
-            raise OutputError(f"{flag} needs a file name, and it was given an empty one")
     try:  # ${EDGERT_...}: credentials from the environment, not the command line
         sources = [expand(s, "--source") for s in args.source or ["synthetic://"]]
     except ValueError as exc:
         raise SourceError(str(exc)) from None
     try:
-        mqtt = expand(args.mqtt, "--mqtt") if args.mqtt else None
+        sinks = [expand(s, "--output") for s in args.output]
+        for flag, value in (
+            ("--jsonl", args.jsonl),
+            ("--events", args.events),
+            ("--mqtt", args.mqtt),
+        ):
+            if value is not None:  # the short forms of sinks in the table
+                sinks.append(from_flag(flag, expand(value, flag)))
     except ValueError as exc:
         raise OutputError(str(exc)) from None
-    cfg = CameraConfig(
-        model=args.model,
+    return CameraConfig(
+        model=ModelOptions.from_args(args),
         sources=sources,
-        outputs=args.output,
-        task=args.task,
-        power_cap=args.power_cap,
-        temp_cap=args.temp_cap,
-        duration=args.duration,
-        max_frames=args.max_frames,
-        jsonl=args.jsonl,
-        headless=args.headless,
-        backend=args.backend,
-        precision=args.precision,
-        top_k=args.top_k,
-        conf=args.conf,
-        iou=args.iou,
-        source_options=SourceOptions(
-            width=args.width,
-            height=args.height,
-            fps=args.fps,
-            codec=args.codec,
-            loop=args.loop,
-            decoder=args.decoder,
-            reconnect_tries=args.reconnect,
-            stall_timeout=args.stall_timeout,
-            rtsp_latency_ms=args.rtsp_latency,
-            rtsp_transport=args.rtsp_transport,
-        ),
-        sysfs_root=args.sysfs_root,
-        batch=args.batch,
-        batch_timeout_ms=args.batch_timeout_ms,
-        mosaic=args.mosaic,
-        on_output_error=args.on_output_error,
-        track=args.track,
-        lines=args.line,
-        zones=args.zone,
-        events=args.events,
-        count_anchor=args.count_point,
-        lost_seconds=args.lost_seconds,
+        sinks=sinks,
+        source_options=SourceOptions.from_args(args),
+        sink_options=SinkOptions.from_args(args),
+        tracking=TrackingOptions.from_args(args),
+        power=PowerOptions(args.power_cap, args.temp_cap, args.sysfs_root),
+        run=RunOptions.from_args(args),
         metrics=args.metrics,
-        mqtt=mqtt,
-        mqtt_protocol=args.mqtt_protocol,
-        mqtt_buffer=args.mqtt_buffer,
-        mqtt_heartbeat=args.mqtt_heartbeat,
-        mqtt_ca=args.mqtt_ca,
-        mqtt_cert=args.mqtt_cert,
-        mqtt_key=args.mqtt_key,
-        mqtt_insecure=args.mqtt_insecure,
-        mqtt_client_id=args.mqtt_client_id,
     )
-    summary = run_camera(cfg, say=(lambda s: None) if args.json else print)
+
+
+def run(args) -> int:
+    from edgert.apps.camera.app import run_camera
+
+    summary = run_camera(config(args), say=(lambda s: None) if args.json else print)
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:

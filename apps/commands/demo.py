@@ -44,7 +44,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from edgert.apps.camera.app import CameraConfig, run_camera
+    from edgert.apps.camera import CameraConfig, ModelOptions, RunOptions, SinkOptions, run_camera
     from edgert.apps.commands.camera import print_summary
     from edgert.export import export_model
 
@@ -78,8 +78,13 @@ def run(args) -> int:
     precision = _classify(result.bundle, args)
 
     print(f"\n== 4. the camera app on synthetic:// for {args.seconds:g} s (headless)")
-    cfg = CameraConfig(model=str(result.bundle), sources=["synthetic://"], headless=True, duration=args.seconds,
-                       backend=args.backend, precision=precision, jsonl=str(workdir / "camera.jsonl"))  # fmt: skip
+    cfg = CameraConfig(
+        model=ModelOptions(str(result.bundle), backend=args.backend, precision=precision),
+        sources=["synthetic://"],
+        sinks=[f"jsonl://{workdir / 'camera.jsonl'}"],
+        sink_options=SinkOptions(headless=True),
+        run=RunOptions(duration=args.seconds),
+    )
     summary = run_camera(cfg, say=lambda s: print(f"  {s}"))
     print_summary(summary)
     _report(workdir, summary)
@@ -107,7 +112,7 @@ def _classify(bundle: Path, args) -> str:
 
 
 def _faces(args, workdir: Path) -> int:
-    from edgert.apps.camera.app import CameraConfig, run_camera
+    from edgert.apps.camera import CameraConfig, ModelOptions, RunOptions, SinkOptions, run_camera
     from edgert.apps.commands.camera import print_summary
     from edgert.export import export_model
     from edgert.runtime.sample_data import IMAGES
@@ -118,8 +123,13 @@ def _faces(args, workdir: Path) -> int:
         f"bundle: {result.bundle} ({result.seconds:.1f} s); P-Net parity max abs {result.parity.max_abs:.2e}"
     )
     print("\n== 2. faces in the bundled photos (astronaut and camera have one; the others none)")
-    cfg = CameraConfig(model=str(result.bundle), sources=[str(IMAGES / "*.jpg")], headless=True, backend=args.backend,
-                       jsonl=str(workdir / "faces.jsonl"), max_frames=20)  # fmt: skip
+    cfg = CameraConfig(
+        model=ModelOptions(str(result.bundle), backend=args.backend),
+        sources=[str(IMAGES / "*.jpg")],
+        sinks=[f"jsonl://{workdir / 'faces.jsonl'}"],
+        sink_options=SinkOptions(headless=True),
+        run=RunOptions(max_frames=20),
+    )
     summary = run_camera(cfg, say=lambda s: print(f"  {s}"))
     names = sorted(p.name for p in IMAGES.glob("*.jpg"))
     for line in (workdir / "faces.jsonl").read_text().splitlines()[1:]:  # after the header

@@ -53,17 +53,40 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from edgert.export.triton import RECORD, export_triton, other_versions
 
-    target = export_triton(args.bundle, args.repo, args.engine, args.onnx, args.max_batch,
-                           args.instances, args.version, args.force)  # fmt: skip
+    target = export_triton(
+        args.bundle,
+        args.repo,
+        args.engine,
+        args.onnx,
+        args.max_batch,
+        args.instances,
+        args.version,
+        args.force,
+    )
     others = other_versions(target, args.version)
     if args.json:
-        files = sorted(str(p.relative_to(target)) for p in target.rglob("*")
-                       if p.is_file() and p.name != RECORD)  # fmt: skip
-        print(json.dumps({"model": target.name, "folder": str(target), "version": args.version,
-                          "other_versions": others, "files": files}, indent=2))  # fmt: skip
+        files = sorted(
+            str(p.relative_to(target))
+            for p in target.rglob("*")
+            if p.is_file() and p.name != RECORD
+        )
+        print(
+            json.dumps(
+                {
+                    "model": target.name,
+                    "folder": str(target),
+                    "version": args.version,
+                    "other_versions": others,
+                    "files": files,
+                },
+                indent=2,
+            )
+        )
     else:
         print(f"wrote {target}/config.pbtxt and {target}/{args.version}/")
         if others:
-            print(f"note: {target} also holds version(s) {', '.join(map(str, others))}, left as they "
-                  "were; Triton serves the latest version unless config.pbtxt's version_policy says otherwise")  # fmt: skip
+            print(
+                f"note: {target} also holds version(s) {', '.join(map(str, others))}, left as they "
+                "were; Triton serves the latest version unless config.pbtxt's version_policy says otherwise"
+            )
     return 0

@@ -22,11 +22,10 @@ def _line(label: str, value: str) -> str:
 
 def run(args) -> int:
     from edgert.apps.camera.gstreamer import decoders
-    from edgert.runtime.device import edgert_version as version
-    from edgert.runtime.device import machine_summary
+    from edgert.runtime.device import edgert_version, machine_summary
 
     facts = machine_summary()
-    facts["edgert"] = version()
+    facts["edgert"] = edgert_version()
     facts["decoders"] = decoders()
     if args.json:
         print(json.dumps(facts, indent=2))

@@ -54,7 +54,7 @@ def snapshot(root=None, nvml: bool = True, device: int = 0) -> dict:
             facts["reason"] = str(exc)
         finally:
             found.sensor.close()
-    from edgert.runtime.power.thermal import read_conditions, suggested_temp_cap
+    from edgert.runtime.power.conditions import read_conditions, suggested_temp_cap
 
     cond = read_conditions(root, nvml=nvml, device=device)
     facts["thermal"] = [z.to_dict() for z in cond.zones]
@@ -100,8 +100,10 @@ def run(args) -> int:
     if facts.get("gpu"):
         print(f"  gpu (NVML)               {facts['gpu']}")
     if facts["suggested_temp_cap_c"] is not None:
-        print(f"suggested --temp-cap: {facts['suggested_temp_cap_c']:.0f} (a few degrees below the "
-              "lowest passive trip point)")  # fmt: skip
+        print(
+            f"suggested --temp-cap: {facts['suggested_temp_cap_c']:.0f} (a few degrees below the "
+            "lowest passive trip point)"
+        )
     nv = facts["nvpmodel"]
     if nv:
         modes = ", ".join(f"{i}:{n}" for i, n in sorted(nv["modes"].items()))

@@ -60,8 +60,9 @@ def run(args) -> int:
     from edgert.runtime.tasks import load_task_model
 
     images = _images(args.images)
-    model = load_task_model(args.model, None, args.backend, args.precision, args.top_k,
-                            args.conf, args.iou)  # fmt: skip
+    model = load_task_model(
+        args.model, None, args.backend, args.precision, args.top_k, args.conf, args.iou
+    )
     failed: list[str] = []
     with model:
         if not args.json:
@@ -85,11 +86,16 @@ def run(args) -> int:
             t2 = time.perf_counter()
             result = model.postprocess(outputs, [transform])[0]
             t3 = time.perf_counter()
-            _print(args, path, result, {
-                "preprocess_ms": (t1 - t0) * 1e3,
-                "infer_ms": (t2 - t1) * 1e3,
-                "postprocess_ms": (t3 - t2) * 1e3,
-            })  # fmt: skip
+            _print(
+                args,
+                path,
+                result,
+                {
+                    "preprocess_ms": (t1 - t0) * 1e3,
+                    "infer_ms": (t2 - t1) * 1e3,
+                    "postprocess_ms": (t3 - t2) * 1e3,
+                },
+            )
     if failed:
         more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
         print(
@@ -103,8 +109,15 @@ def run(args) -> int:
 
 def _print(args, path: str, result, timing: dict) -> None:
     if args.json:
-        print(json.dumps({"image": str(path), "results": result,
-                          **{k: round(v, 3) for k, v in timing.items()}}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "image": str(path),
+                    "results": result,
+                    **{k: round(v, 3) for k, v in timing.items()},
+                }
+            )
+        )
         return
     print(
         f"{path}  (preprocess {timing['preprocess_ms']:.1f} ms, infer {timing['infer_ms']:.1f} ms, "

@@ -31,14 +31,22 @@ def add_parser(sub) -> None:
     p.add_argument("--http-port", type=port, default=8000)
     p.add_argument("--grpc-port", type=port, default=8001)
     p.add_argument("--metrics-port", type=port, default=8002)
-    p.add_argument("--edgert-metrics-port", type=port, metavar="PORT",
-                   help="edgert's own /metrics (power, energy per inference, build info), /live "
-                   "and /ready (200 only once every model answers) on --host:PORT; needs "
-                   "edgert[telemetry]")  # fmt: skip
+    p.add_argument(
+        "--edgert-metrics-port",
+        type=port,
+        metavar="PORT",
+        help="edgert's own /metrics (power, energy per inference, build info), /live "
+        "and /ready (200 only once every model answers) on --host:PORT; needs "
+        "edgert[telemetry]",
+    )
     p.add_argument("--sysfs-root", metavar="DIR")
     p.add_argument("--max-batch", type=positive_int, help="default: the bundle's maximum batch")
-    p.add_argument("--max-queue-delay-us", type=nonneg_int, default=500,
-                   help="dynamic batching: longest wait for a fuller batch (default 500)")  # fmt: skip
+    p.add_argument(
+        "--max-queue-delay-us",
+        type=nonneg_int,
+        default=500,
+        help="dynamic batching: longest wait for a fuller batch (default 500)",
+    )
     p.add_argument("--instances", type=positive_int, default=1, help="model instances (default 1)")
     p.add_argument(
         "--drain-timeout",
@@ -56,12 +64,20 @@ def run(args) -> int:
     from edgert.apps.serve import ServeConfig, serve
 
     cfg = ServeConfig(
-        bundles=args.bundles, host=args.host, http_port=args.http_port, grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port, max_batch=args.max_batch,
-        max_queue_delay_us=args.max_queue_delay_us, instances=args.instances,
-        backend=args.backend, precision=args.precision, drain_s=args.drain_timeout,
-        edgert_metrics_port=args.edgert_metrics_port, sysfs_root=args.sysfs_root,
-    )  # fmt: skip
+        bundles=args.bundles,
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        max_batch=args.max_batch,
+        max_queue_delay_us=args.max_queue_delay_us,
+        instances=args.instances,
+        backend=args.backend,
+        precision=args.precision,
+        drain_s=args.drain_timeout,
+        edgert_metrics_port=args.edgert_metrics_port,
+        sysfs_root=args.sysfs_root,
+    )
     try:
         serve(cfg, say=lambda line: print(line, flush=True))
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: Triton was stopped on the way out

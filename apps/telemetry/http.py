@@ -262,8 +262,10 @@ class _Lane:
             got = (503, b"busy: too many connections\n", "text/plain")
         code, body, ctype = got
         reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}.get(code, "")
-        head = (f"HTTP/1.1 {code} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: "
-                f"{len(body)}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n")  # fmt: skip
+        head = (
+            f"HTTP/1.1 {code} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: "
+            f"{len(body)}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n"
+        )
         with contextlib.suppress(OSError):
             sock.settimeout(self.server.LANE_S)
             sock.sendall(head.encode() + (b"" if line and line[0] == "HEAD" else body))
@@ -303,11 +305,16 @@ class ProbeServer:
         self.port = self.server.server_address[1]
         self.url = f"http://{show_host(host, self.port)}"
         if not _loopback(host):
-            log.warning("%s %s: /metrics, /live and /ready answer anyone who can reach this "
-                        "address, without authentication (give 127.0.0.1:PORT to keep them on "
-                        "this machine)", option, self.url)  # fmt: skip
-        self.thread = threading.Thread(target=self.server.serve_forever, name="telemetry",
-                                       daemon=True)  # fmt: skip
+            log.warning(
+                "%s %s: /metrics, /live and /ready answer anyone who can reach this "
+                "address, without authentication (give 127.0.0.1:PORT to keep them on "
+                "this machine)",
+                option,
+                self.url,
+            )
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, name="telemetry", daemon=True
+        )
         self.thread.start()
 
     def close(self) -> None:

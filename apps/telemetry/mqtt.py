@@ -80,15 +80,24 @@ def parse_uri(uri: str) -> MqttTarget:
     tls, port = parts.scheme == "mqtts", parts.port
     prefix = parts.path.strip("/") or f"edgert/{socket.gethostname()}"
     if any(c in prefix for c in "#+") or "//" in prefix:
-        raise OutputError(f"--mqtt: the topic prefix {prefix!r} may not hold '#', '+' or '//' "
-                          "(edgert adds /events, /status and /streams/N/heartbeat to it)")  # fmt: skip
+        raise OutputError(
+            f"--mqtt: the topic prefix {prefix!r} may not hold '#', '+' or '//' "
+            "(edgert adds /events, /status and /streams/N/heartbeat to it)"
+        )
     if prefix.startswith("$"):
-        raise OutputError(f"--mqtt: the topic prefix {prefix!r} begins with '$', which brokers "
-                          "keep for themselves ($SYS): they would refuse every message")  # fmt: skip
+        raise OutputError(
+            f"--mqtt: the topic prefix {prefix!r} begins with '$', which brokers "
+            "keep for themselves ($SYS): they would refuse every message"
+        )
     user, colon, password = parts.userinfo.partition(":")
-    return MqttTarget(parts.host, port or (8883 if tls else 1883), prefix, tls,
-                      unquote(user) if user else None,
-                      unquote(password) if colon and password else None)  # fmt: skip
+    return MqttTarget(
+        parts.host,
+        port or (8883 if tls else 1883),
+        prefix,
+        tls,
+        unquote(user) if user else None,
+        unquote(password) if colon and password else None,
+    )
 
 
 @dataclass
@@ -101,12 +110,22 @@ class TlsOptions:
     def check(self, target: MqttTarget) -> None:
         """OutputError when the options cannot mean what they say: TLS files with a plain
         ``mqtt://`` broker (events would go in clear text), or a key without its certificate."""
-        given = [f for f, v in (("--mqtt-ca", self.ca), ("--mqtt-cert", self.cert),
-                                ("--mqtt-key", self.key), ("--mqtt-insecure", self.insecure)) if v]  # fmt: skip
+        given = [
+            f
+            for f, v in (
+                ("--mqtt-ca", self.ca),
+                ("--mqtt-cert", self.cert),
+                ("--mqtt-key", self.key),
+                ("--mqtt-insecure", self.insecure),
+            )
+            if v
+        ]
         if given and not target.tls:
-            raise OutputError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for a "
-                              f"TLS broker: write mqtts:// (the events would go in clear text to "
-                              f"{target.shown})")  # fmt: skip
+            raise OutputError(
+                f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for a "
+                f"TLS broker: write mqtts:// (the events would go in clear text to "
+                f"{target.shown})"
+            )
         if self.key and not self.cert:
             raise OutputError("--mqtt-key is the key of a client certificate: give --mqtt-cert too")
 
@@ -125,9 +144,15 @@ class MqttPublisher:
     MQTT 5 (the default) an event the broker refuses (its PUBACK says not authorized, say) is
     counted as refused, not delivered."""
 
-    def __init__(self, target: MqttTarget, buffer: int = 1000, keepalive: int = 10,
-                 tls: TlsOptions | None = None, client_id: str | None = None,
-                 protocol: str = "5") -> None:  # fmt: skip
+    def __init__(
+        self,
+        target: MqttTarget,
+        buffer: int = 1000,
+        keepalive: int = 10,
+        tls: TlsOptions | None = None,
+        client_id: str | None = None,
+        protocol: str = "5",
+    ) -> None:
         mqtt = require("paho.mqtt.client", "--mqtt")
         self.mqtt = mqtt
         self.target = target
@@ -158,8 +183,11 @@ class MqttPublisher:
         self._short_drops = 0  # connections in a row that dropped within SHORT_S
         self.v5 = protocol == "5"
         cid = client_id or f"edgert-{socket.gethostname()}-{secrets.token_hex(4)}"
-        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=cid,
-                             protocol=getattr(mqtt, PROTOCOLS[protocol]))  # fmt: skip
+        client = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2,
+            client_id=cid,
+            protocol=getattr(mqtt, PROTOCOLS[protocol]),
+        )
         if target.username:
             client.username_pw_set(target.username, target.password)
         if target.tls:
@@ -210,8 +238,10 @@ class MqttPublisher:
     def _on_connect_fail(self, client, userdata) -> None:
         """No connection (refused, no route, a TLS handshake that failed); paho tries again.
         Paho calls this inside its ``except OSError``: the exception says which."""
-        self._warn(_connect_failure(sys.exc_info()[1]),
-                   f"; trying again, events are kept (up to {self.buffer})")  # fmt: skip
+        self._warn(
+            _connect_failure(sys.exc_info()[1]),
+            f"; trying again, events are kept (up to {self.buffer})",
+        )
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties=None) -> None:
         with self._cond:
@@ -224,17 +254,23 @@ class MqttPublisher:
             short = time.monotonic() - self._connected_at < SHORT_S
             self._short_drops = self._short_drops + 1 if short else 0
         if "taken over" in str(reason_code).lower() or self._short_drops >= 3:
-            self._warn("the connection is taken over right after each connect: another client "
-                       "with the same client id may be using it; give each edgert its own "
-                       "--mqtt-client-id")  # fmt: skip
+            self._warn(
+                "the connection is taken over right after each connect: another client "
+                "with the same client id may be using it; give each edgert its own "
+                "--mqtt-client-id"
+            )
         elif was:
-            self._warn(f"disconnected ({reason_code})",
-                       f"; events are kept (up to {self.buffer}) until it is back")  # fmt: skip
+            self._warn(
+                f"disconnected ({reason_code})",
+                f"; events are kept (up to {self.buffer}) until it is back",
+            )
         elif not self.target.tls and not self._probed:
             self._probed = True  # closed before it answered: a TLS port spoken to in clear?
             if _speaks_tls(self.target.host, self.target.port):
-                self._warn(f"port {self.target.port} speaks TLS: write mqtts:// (with --mqtt-ca "
-                           "for a private CA)")  # fmt: skip
+                self._warn(
+                    f"port {self.target.port} speaks TLS: write mqtts:// (with --mqtt-ca "
+                    "for a private CA)"
+                )
             else:
                 self._warn(f"the broker closed the connection before answering ({reason_code})")
 
@@ -263,16 +299,20 @@ class MqttPublisher:
             payload = json.dumps({"seq": self.seq, **event}, default=str)
             if len(self._queue) >= self.buffer and self.connected:
                 t0 = time.monotonic()
-                self._cond.wait_for(lambda: len(self._queue) < self.buffer
-                                    or not self.connected or self._closed)  # fmt: skip
+                self._cond.wait_for(
+                    lambda: len(self._queue) < self.buffer or not self.connected or self._closed
+                )
                 self.waited_s += time.monotonic() - t0
             if len(self._queue) >= self.buffer:
                 self._queue.popleft()
                 self.dropped += 1
                 if self.dropped == 1:
-                    log.warning("MQTT %s: the broker is away and %d events are buffered: the "
-                                "oldest are being dropped (--mqtt-buffer)", self.target.shown,
-                                self.buffer)  # fmt: skip
+                    log.warning(
+                        "MQTT %s: the broker is away and %d events are buffered: the "
+                        "oldest are being dropped (--mqtt-buffer)",
+                        self.target.shown,
+                        self.buffer,
+                    )
             self._queue.append(payload)
             self._cond.notify_all()
 
@@ -370,6 +410,32 @@ class MqttPublisher:
                 "heartbeats": self.heartbeats,
                 "last_error": self.last_error,
             }
+
+
+def families(report: dict) -> list:
+    """Prometheus metric families of a publisher's :meth:`MqttPublisher.report`."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    msgs = CounterMetricFamily(
+        "edgert_mqtt_messages_total",
+        "MQTT events delivered to the broker or dropped from the full buffer while it was away",
+        labels=["result"],
+    )
+    msgs.add_metric(["delivered"], report["delivered"])
+    msgs.add_metric(["dropped"], report["dropped"])
+    return [
+        msgs,
+        GaugeMetricFamily(
+            "edgert_mqtt_connected",
+            "1 while connected to the broker",
+            value=float(report["connected"]),
+        ),
+        GaugeMetricFamily(
+            "edgert_mqtt_buffered_messages",
+            "Events waiting for the broker",
+            value=report["buffered"],
+        ),
+    ]
 
 
 def lost(report: dict) -> int:

@@ -52,7 +52,7 @@ class ServeTelemetry:
         self.phase = "loading the bundles"
         self.models: list[str] = []
         self.infos: dict[str, dict] = {}
-        self.meter = None
+        self.session = None  # the power session, once serving starts
         self.power = None
         self._counts: collections.Counter = collections.Counter()
         self._recent: collections.deque = collections.deque(maxlen=8192)  # (t, n)
@@ -60,21 +60,23 @@ class ServeTelemetry:
         self.started = time.monotonic()
         self.registry = pc.CollectorRegistry()
         self.registry.register(self)
-        self.server = ProbeServer(cfg.host, cfg.edgert_metrics_port,
-                                  Probes(self.exposition, self.live, self.ready),
-                                  "--edgert-metrics-port")  # fmt: skip
+        self.server = ProbeServer(
+            cfg.host,
+            cfg.edgert_metrics_port,
+            Probes(self.exposition, self.live, self.ready),
+            "--edgert-metrics-port",
+        )
         say(f"edgert metrics: {self.server.url}/metrics, readiness {self.server.url}/ready")
 
     def start_power(self) -> None:
-        from edgert.runtime.power.meter import PowerMeter
-        from edgert.runtime.power.sensors import discover
+        """The board's power in /metrics, from a power session (no caps: Triton paces itself)."""
+        from edgert.runtime.power.session import PowerOptions, PowerSession
 
-        found = discover(self.cfg.sysfs_root)
-        if found.sensor is not None:
-            from .metrics import PowerGauges
+        from .metrics import PowerGauges
 
-            self.meter = PowerMeter(found.sensor).start()
-            self.power = PowerGauges(self.meter)
+        self.session = PowerSession(PowerOptions(sysfs_root=self.cfg.sysfs_root))
+        if self.session.meter is not None:
+            self.power = PowerGauges(self.session.meter)
 
     def counter(self, model: str):
         def counted(n: int) -> None:
@@ -113,8 +115,11 @@ class ServeTelemetry:
 
         if self.infos:
             labels = ["model", *next(iter(self.infos.values()))]
-            info = GaugeMetricFamily("edgert_build_info", "edgert, backend, precision, TensorRT "
-                                     "and device of each model served", labels=labels)  # fmt: skip
+            info = GaugeMetricFamily(
+                "edgert_build_info",
+                "edgert, backend, precision, TensorRT and device of each model served",
+                labels=labels,
+            )
             for name, lab in self.infos.items():
                 info.add_metric([name, *lab.values()], 1)
             yield info
@@ -122,19 +127,22 @@ class ServeTelemetry:
             counts = dict(self._counts)
             since = time.monotonic() - 2.0
             rate = sum(n for t, n in self._recent if t >= since) / 2.0
-        inferences = CounterMetricFamily("edgert_inferences_total",
-                                         "Images or tensor batch rows inferred, per model",
-                                         labels=["model"])  # fmt: skip
+        inferences = CounterMetricFamily(
+            "edgert_inferences_total",
+            "Images or tensor batch rows inferred, per model",
+            labels=["model"],
+        )
         for name in self.infos:
             for served in (name, f"{name}_image"):
                 inferences.add_metric([served], counts.get(served, 0))
         yield inferences
-        yield GaugeMetricFamily("edgert_ready", "1 while every model answers", value=float(
-            self.phase == "serving"))  # fmt: skip
+        yield GaugeMetricFamily(
+            "edgert_ready", "1 while every model answers", value=float(self.phase == "serving")
+        )
         if self.power is not None:
             yield from self.power.families(rate)
 
     def close(self) -> None:
         self.server.close()
-        if self.meter is not None:
-            self.meter.stop()
+        if self.session is not None:
+            self.session.close()

@@ -206,8 +206,11 @@ def needs_unfused(model) -> bool:
             model = onnx.load(str(model), load_external_data=False)
         except Exception:  # noqa: BLE001 - the session says what is wrong with the file
             return False
-    fp8 = {getattr(TensorProto, n) for n in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
-                                              "FLOAT8E5M2FNUZ") if hasattr(TensorProto, n)}  # fmt: skip
+    fp8 = {
+        getattr(TensorProto, n)
+        for n in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ")
+        if hasattr(TensorProto, n)
+    }
     half = {TensorProto.FLOAT16, TensorProto.BFLOAT16}
     types = {i.name: i.data_type for i in model.graph.initializer}
     for n in model.graph.node:

@@ -111,8 +111,10 @@ def fp8_unsupported_reason(version: tuple[int, ...], compute: tuple[int, int]) -
         return f"TensorRT {found} does not build FP8 Q/DQ ONNX models (TensorRT 10 or later does)"
     if tuple(compute) < FP8_MIN_COMPUTE:
         cc = ".".join(map(str, compute))
-        return (f"this GPU (compute capability {cc}) has no FP8 tensor cores; FP8 needs 8.9 or later "
-                "(Ada, Hopper, Blackwell, Jetson Thor); use --precision int8 or fp16")  # fmt: skip
+        return (
+            f"this GPU (compute capability {cc}) has no FP8 tensor cores; FP8 needs 8.9 or later "
+            "(Ada, Hopper, Blackwell, Jetson Thor); use --precision int8 or fp16"
+        )
     return None
 
 

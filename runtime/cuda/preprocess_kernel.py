@@ -157,15 +157,35 @@ class GpuPreprocessor:
             i32, f32 = np.int32, np.float32
             try:
                 self._fn(
-                    np.uintp(self._src.ptr), i32(h), i32(w), i32(c),
-                    np.uintp(out_ptr), i32(th), i32(tw), i32(self.pre.channels), i32(self.pre.layout == "NHWC"),
-                    f32(geometry.sx), f32(geometry.sy), f32(geometry.ox), f32(geometry.oy),
-                    i32(x0), i32(x1), i32(y0), i32(y1), *(i32(v) for v in _nearest_args(geometry)),
-                    i32(self.pre.interpolation == "nearest"), i32(swap), i32(self.pre.channel_order == "GRAY"),
-                    f32(self.pre.scale), *(f32(v) for v in mean[:3]), *(f32(v) for v in inv[:3]),
+                    np.uintp(self._src.ptr),
+                    i32(h),
+                    i32(w),
+                    i32(c),
+                    np.uintp(out_ptr),
+                    i32(th),
+                    i32(tw),
+                    i32(self.pre.channels),
+                    i32(self.pre.layout == "NHWC"),
+                    f32(geometry.sx),
+                    f32(geometry.sy),
+                    f32(geometry.ox),
+                    f32(geometry.oy),
+                    i32(x0),
+                    i32(x1),
+                    i32(y0),
+                    i32(y1),
+                    *(i32(v) for v in _nearest_args(geometry)),
+                    i32(self.pre.interpolation == "nearest"),
+                    i32(swap),
+                    i32(self.pre.channel_order == "GRAY"),
+                    f32(self.pre.scale),
+                    *(f32(v) for v in mean[:3]),
+                    *(f32(v) for v in inv[:3]),
                     f32(self.pre.pad_value),
-                    block=self.BLOCK, grid=grid, stream=stream.pycuda,
-                )  # fmt: skip
+                    block=self.BLOCK,
+                    grid=grid,
+                    stream=stream.pycuda,
+                )
             except Exception as exc:
                 raise translate(exc, "the preprocessing kernel") from exc
         return geometry

@@ -237,60 +237,14 @@ class TemperatureGovernor:
         self.blind_steps += 1
 
     def report(self) -> dict:
-        return {"cap_c": self.cap_c, "duty": round(self.duty, 4), "idle_c": round(self.idle_c, 2),
-                "steps_without_reading": self.blind_steps,
-                "tau_s": None if self.tau_s is None else round(self.tau_s, 2),
-                "gain_c": None if self.gain_c is None else round(self.gain_c, 2)}  # fmt: skip
-
-
-class HottestZone:
-    """The temperature a cap holds: the hottest readable thermal zone that measures the die (not
-    PMIC-Die's fixed 100 °C or the fan's estimate), its ``temp`` files found once. A zone that
-    stops reading mid-run is said once (the cap goes on with the others); when none can be read,
-    :meth:`read` gives None and the cap holds its lowest duty (see :class:`CappedRunner`)."""
-
-    def __init__(self, root=None) -> None:
-        from .sensors import sysfs_root
-        from .thermal import NOT_THE_DIE, zone_dirs, zone_name, zone_temp
-
-        dirs = zone_dirs(root)
-        why = {d: zone_temp(d)[1] for d in dirs if zone_name(d) not in NOT_THE_DIE}
-        self.zones = [d for d, reason in why.items() if reason is None]
-        if not self.zones:
-            where = sysfs_root(root) / "sys/class/thermal"
-            if not dirs:
-                detail = f"{where} has no thermal_zone folders"
-            elif not why:
-                detail = f"{where} has only {', '.join(zone_name(d) for d in dirs)}, which do not measure the die"
-            else:
-                detail = "; ".join(f"{zone_name(d)}: {r}" for d, r in list(why.items())[:4])
-            raise SensorError(
-                f"--temp-cap needs a readable thermal zone, and there is none ({detail})"
-            )
-        self.names = [zone_name(d) for d in self.zones]
-        self.lost: dict[str, str] = {}  # zone name -> why it stopped reading
-        self.none_readable = False
-
-    def read(self) -> float | None:
-        from .thermal import zone_temp
-
-        temps = []
-        for zone, name in zip(self.zones, self.names):
-            temp, why = zone_temp(zone)
-            if temp is None:
-                if name not in self.lost:
-                    self.lost[name] = why or "no reading"
-                    log.warning("thermal zone %s stopped reading (%s): the temperature cap goes "
-                                "on with the other zones", name, self.lost[name])  # fmt: skip
-                continue
-            if self.lost.pop(name, None) is not None:
-                log.warning("thermal zone %s reads again", name)
-            temps.append(temp)
-        if not temps and not self.none_readable:
-            log.warning("no thermal zone can be read: the temperature cap holds its lowest duty "
-                        "until one can")  # fmt: skip
-        self.none_readable = not temps
-        return max(temps) if temps else None
+        return {
+            "cap_c": self.cap_c,
+            "duty": round(self.duty, 4),
+            "idle_c": round(self.idle_c, 2),
+            "steps_without_reading": self.blind_steps,
+            "tau_s": None if self.tau_s is None else round(self.tau_s, 2),
+            "gain_c": None if self.gain_c is None else round(self.gain_c, 2),
+        }
 
 
 class Pacer:
@@ -324,7 +278,7 @@ class CappedRunner:
         window_s: float = 1.0,
         period_s: float = 0.25,
         temp_cap_c: float | None = None,
-        zone: HottestZone | None = None,
+        zone=None,  # a thermal.HottestZone
     ) -> None:
         self.engine = engine
         self.meter = meter
@@ -378,30 +332,6 @@ class CappedRunner:
             self._busy = 0.0
             self._last_update = t1
         return out
-
-    @classmethod
-    def create(
-        cls, engine, cap_w: float, sysfs_root=None, idle_seconds: float = 2.0
-    ) -> CappedRunner:
-        """Discover the sensor, start a meter, measure idle power, and pace ``engine`` under
-        ``cap_w``. SensorError when there is no sensor or the cap is below idle."""
-        from .meter import PowerMeter
-        from .sensors import discover
-
-        found = discover(sysfs_root)
-        if found.sensor is None:
-            raise SensorError(
-                f"a power cap needs a power sensor, and there is none: {found.reason}"
-            )
-        meter = PowerMeter(found.sensor).start()
-        try:
-            idle = meter.measure_idle(idle_seconds)
-            if idle is None:
-                raise SensorError(f"could not measure idle power: {meter.lost or 'no samples'}")
-            return cls(engine, meter, cap_w, idle)
-        except BaseException:  # the cap was refused: do not leave the sampling thread running
-            meter.stop()
-            raise
 
     def close(self) -> None:
         if self.meter is not None:

@@ -69,8 +69,11 @@ def test_console_script_finds_a_package_in_the_current_folder(tmp_path):
     )
     proc = subprocess.run(
         [console_script(), "export", "mypkg.models:build", "--input-shape", "1x3x16x16"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "models.edgert" / "manifest.json").is_file()
 
@@ -142,12 +145,19 @@ def test_letterbox_defaults_to_bilinear(tmp_path):
     from tests.tiny import image_classifier
 
     onnx_path = image_classifier(tmp_path / "d.onnx")
-    manifest = export_model(str(onnx_path), tmp_path / "d.edgert", task="detect",
-                            preprocess={"resize": "letterbox", "size": "16x16"}).manifest  # fmt: skip
+    manifest = export_model(
+        str(onnx_path),
+        tmp_path / "d.edgert",
+        task="detect",
+        preprocess={"resize": "letterbox", "size": "16x16"},
+    ).manifest
     assert manifest["preprocessing"]["interpolation"] == "bilinear"
-    kept = export_model(str(onnx_path), tmp_path / "e.edgert", task="detect",
-                        preprocess={"resize": "letterbox", "size": "16x16",
-                                    "interpolation": "linear"}).manifest  # fmt: skip
+    kept = export_model(
+        str(onnx_path),
+        tmp_path / "e.edgert",
+        task="detect",
+        preprocess={"resize": "letterbox", "size": "16x16", "interpolation": "linear"},
+    ).manifest
     assert kept["preprocessing"]["interpolation"] == "linear"
 
 
@@ -212,8 +222,18 @@ def test_auto_precision_runs_the_fastest_gated_model_on_a_cpu(tmp_path):
     assert fastest_on_cpu({"int8": {"fp32": 5.0, "int8": 3.1}}, set())[0] == "fp32"  # unrecorded
     bundle = classifier_bundle(tmp_path, size=16)
     np.savez(tmp_path / "cal.npz", x=np.random.default_rng(0).random((80, 3, 16, 16), np.float32))
-    proc = run_cli("build", bundle, "--precision", "int8", "--calib", tmp_path / "cal.npz",
-                   "--holdout-size", "20", "--gate", "off")  # fmt: skip
+    proc = run_cli(
+        "build",
+        bundle,
+        "--precision",
+        "int8",
+        "--calib",
+        tmp_path / "cal.npz",
+        "--holdout-size",
+        "20",
+        "--gate",
+        "off",
+    )
     assert proc.returncode == 0, proc.stderr
     manifest_path = bundle / "manifest.json"
     manifest = json.loads(manifest_path.read_text())

@@ -40,8 +40,20 @@ REQUIRED = {
 def test_bench_json_and_plot_without_power(bundle, tmp_path):
     empty = tmp_path / "sys-root"
     empty.mkdir()
-    proc = run_cli("bench", bundle, "--iterations", "200", "--warmup", "0.2", "--json-file", tmp_path / "b.json",
-                   "--plot", tmp_path / "b.png", "--sysfs-root", empty)  # fmt: skip
+    proc = run_cli(
+        "bench",
+        bundle,
+        "--iterations",
+        "200",
+        "--warmup",
+        "0.2",
+        "--json-file",
+        tmp_path / "b.json",
+        "--plot",
+        tmp_path / "b.png",
+        "--sysfs-root",
+        empty,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "power      unavailable (no power sensor found" in proc.stdout
     r = json.loads((tmp_path / "b.json").read_text())
@@ -59,8 +71,20 @@ def test_bench_json_and_plot_without_power(bundle, tmp_path):
 
 def test_bench_energy_per_inference_from_a_sensor(bundle, tmp_path):
     root = orin_sysfs(tmp_path / "root")
-    proc = run_cli("bench", bundle, "--duration", "1.5", "--warmup", "0.2", "--idle-seconds", "0.5",
-                   "--sysfs-root", root, "--json-file", tmp_path / "b.json")  # fmt: skip
+    proc = run_cli(
+        "bench",
+        bundle,
+        "--duration",
+        "1.5",
+        "--warmup",
+        "0.2",
+        "--idle-seconds",
+        "0.5",
+        "--sysfs-root",
+        root,
+        "--json-file",
+        tmp_path / "b.json",
+    )
     assert proc.returncode == 0, proc.stderr
     r = json.loads((tmp_path / "b.json").read_text())
     assert r["power_w"]["avg"] == pytest.approx(5.0) and r["power_w"]["idle"] == pytest.approx(5.0)
@@ -93,8 +117,25 @@ def test_power_cap_below_idle_is_refused(bundle, tmp_path):
 
 def test_sweep_table_pareto_and_bad_values(bundle, tmp_path):
     root = orin_sysfs(tmp_path / "root")
-    proc = run_cli("bench", bundle, "--sweep", "batch=1,4", "precision=fp32,int8", "--duration", "0.5", "--warmup", "0.1",
-                   "--idle-seconds", "0.2", "--sysfs-root", root, "--json-file", tmp_path / "s.json", "--plot", tmp_path / "p.png")  # fmt: skip
+    proc = run_cli(
+        "bench",
+        bundle,
+        "--sweep",
+        "batch=1,4",
+        "precision=fp32,int8",
+        "--duration",
+        "0.5",
+        "--warmup",
+        "0.1",
+        "--idle-seconds",
+        "0.2",
+        "--sysfs-root",
+        root,
+        "--json-file",
+        tmp_path / "s.json",
+        "--plot",
+        tmp_path / "p.png",
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "s.json").read_text())
     assert len(data["points"]) == 4
@@ -123,24 +164,28 @@ def test_power_command(tmp_path):
     assert facts["total_w"] is None and "no power sensor found" in facts["reason"]
 
 
-def test_capped_runner_around_an_engine(bundle, tmp_path):
+def test_a_power_session_caps_an_engine_and_closes_its_meter(bundle, tmp_path):
     import numpy as np
 
     from edgert.runtime.engine import Engine
     from edgert.runtime.errors import SensorError
-    from edgert.runtime.power.governor import CappedRunner
+    from edgert.runtime.power.session import PowerOptions, PowerSession
 
     root = orin_sysfs(tmp_path / "root")  # a steady 5 W
     with Engine.load(bundle) as engine:
-        with pytest.raises(SensorError, match="below the idle power"):
-            CappedRunner.create(engine, 4.0, sysfs_root=root, idle_seconds=0.3)
-        runner = CappedRunner.create(engine, 6.0, sysfs_root=root, idle_seconds=0.3)
-        try:
+        with (
+            PowerSession(PowerOptions(power_cap=4.0, sysfs_root=str(root))) as power,
+            pytest.raises(SensorError, match="below the idle power"),
+        ):
+            power.cap(engine, idle_seconds=0.3)
+        with PowerSession(PowerOptions(power_cap=6.0, sysfs_root=str(root))) as power:
+            runner = power.cap(engine, idle_seconds=0.3)
             x = np.zeros((1, 1, 8, 8), np.float32)
             for _ in range(20):
                 assert runner.infer(x)["logits"].shape == (1, 10)
             report = runner.report()
-        finally:
-            runner.close()
+            summary = power.summary(frames=20, seconds=1.0)
+        assert power.meter._thread is None  # closed: no sampling thread left behind
     assert report["cap_w"] == 6.0 and report["throughput_ips"] > 0
     assert report["average_w"] == pytest.approx(5.0)
+    assert summary["power_w"] == pytest.approx(5.0) and summary["power_cap"]["cap_w"] == 6.0

@@ -13,8 +13,9 @@ import cv2
 import numpy as np
 import pytest
 
-from edgert.apps.camera.outputs import HttpOutput
-from edgert.apps.camera.pipeline import DropOldestQueue, Pipeline, Steps
+from edgert.apps.camera import HttpOutput
+from edgert.apps.camera.pipeline import Pipeline, Steps
+from edgert.apps.camera.queues import DropOldestQueue
 from edgert.apps.camera.sources import SourceOptions, SyntheticSource, open_source
 from edgert.export import export_model
 from edgert.runtime.errors import OutputError, SourceError
@@ -122,8 +123,17 @@ def test_drop_oldest_keeps_latency_bounded_under_a_slow_stage():
 def test_end_to_end_video_says_egyptian_cat(mobilenet, tmp_path):
     video = cat_video(tmp_path / "cat.mp4")
     jsonl = tmp_path / "out.jsonl"
-    proc = run_cli("camera", mobilenet, "--source", f"file://{video}", "--headless", "--jsonl", jsonl,
-                   "--output", f"file://{tmp_path / 'overlay.mp4'}")  # fmt: skip
+    proc = run_cli(
+        "camera",
+        mobilenet,
+        "--source",
+        f"file://{video}",
+        "--headless",
+        "--jsonl",
+        jsonl,
+        "--output",
+        f"file://{tmp_path / 'overlay.mp4'}",
+    )
     assert proc.returncode == 0, proc.stderr
     header, *lines = [json.loads(x) for x in jsonl.read_text().splitlines()]
     assert header["streams"][0]["uri"] == f"file://{video}"
@@ -162,7 +172,7 @@ def test_web_viewer_page_stats_stream_and_stalled_client():
             and b"/stream/0.mjpg" in body
             and b"/stats.json" in body
         )
-        out.set_stats({"fps": 12.5, "frames_processed": 3})
+        out.stats({"fps": 12.5, "frames_processed": 3})
         assert json.loads(http_get(base + "stats.json")[2])["fps"] == 12.5
         with pytest.raises(urllib.error.HTTPError):
             http_get(base + "etc/passwd")  # only the page, the stream and the stats are served

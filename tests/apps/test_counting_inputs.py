@@ -49,8 +49,13 @@ def test_a_fractional_line_follows_the_frame_when_its_size_changes(caplog):
 
 def _star(n: int, r: float = 1000.0, c: float = 1100.0) -> list[tuple[float, float]]:
     """A simple polygon of ``n`` points: a star whose radius alternates (no edge crosses)."""
-    return [(c + (r if k % 2 else 0.8 * r) * math.cos(2 * math.pi * k / n),
-             c + (r if k % 2 else 0.8 * r) * math.sin(2 * math.pi * k / n)) for k in range(n)]  # fmt: skip
+    return [
+        (
+            c + (r if k % 2 else 0.8 * r) * math.cos(2 * math.pi * k / n),
+            c + (r if k % 2 else 0.8 * r) * math.sin(2 * math.pi * k / n),
+        )
+        for k in range(n)
+    ]
 
 
 def _brute_force(points) -> tuple[int, int] | None:
@@ -112,8 +117,21 @@ def test_events_and_jsonl_are_appended_to_across_restarts(tmp_path):
     bundle = blob_detector_bundle(tmp_path / "det")
     video = scene_video(tmp_path / "scene.mp4")
     events, frames = tmp_path / "events.jsonl", tmp_path / "frames.jsonl"
-    args = ("camera", bundle, "--source", video, "--headless", "--conf", "0.75", "--line",
-            "door=160,0,160,240", "--events", events, "--jsonl", frames)  # fmt: skip
+    args = (
+        "camera",
+        bundle,
+        "--source",
+        video,
+        "--headless",
+        "--conf",
+        "0.75",
+        "--line",
+        "door=160,0,160,240",
+        "--events",
+        events,
+        "--jsonl",
+        frames,
+    )
     first = run_cli(*args)
     assert first.returncode == 0, first.stderr
     n_events, n_frames = len(events.read_text().splitlines()), len(frames.read_text().splitlines())
@@ -141,8 +159,18 @@ def test_a_folder_whose_images_change_size_counts_the_real_middle(tmp_path):
         img = np.zeros((960, 1280, 3), np.uint8)
         square_at(img, 200 + 50 * i, 480, side=240)
         cv2.imwrite(str(folder / f"b{i:03d}.png"), img)
-    proc = run_cli("camera", bundle, "--source", folder, "--headless", "--conf", "0.75",
-                   "--line", "door=0.5,0,0.5,1", "--json")  # fmt: skip
+    proc = run_cli(
+        "camera",
+        bundle,
+        "--source",
+        folder,
+        "--headless",
+        "--conf",
+        "0.75",
+        "--line",
+        "door=0.5,0,0.5,1",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     door = json.loads(proc.stdout)["streams"][0]["counts"]["door"]
     assert door["in"] + door["out"] == 1, door

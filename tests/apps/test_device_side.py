@@ -45,15 +45,27 @@ def test_run_bench_camera_cache_triton_info(bundle, tmp_path):
 def _board(root, board: str) -> None:
     if board == "thor":  # carrier INA238 on VIN + module INA3221 rails
         ina238_hwmon(root, "2-0044", 9, 42_500_000)  # unlabelled, as the driver writes it
-        ina3221_hwmon(root, "1-0040", 1, [("VDD_GPU", 5000, 3000), ("VDD_CPU_SOC_MSS", 5000, 2000),
-                                           ("VDD_SYS", 5000, 800)])  # fmt: skip
+        ina3221_hwmon(
+            root,
+            "1-0040",
+            1,
+            [("VDD_GPU", 5000, 3000), ("VDD_CPU_SOC_MSS", 5000, 2000), ("VDD_SYS", 5000, 800)],
+        )
     elif board == "agx_orin":  # no input rail: the sum
-        ina3221_hwmon(root, "1-0040", 1, [("VDD_GPU_SOC", 5000, 1400), ("VDD_CPU_CV", 5000, 600),
-                                           ("VIN_SYS_5V0", 5000, 900)])  # fmt: skip
+        ina3221_hwmon(
+            root,
+            "1-0040",
+            1,
+            [("VDD_GPU_SOC", 5000, 1400), ("VDD_CPU_CV", 5000, 600), ("VIN_SYS_5V0", 5000, 900)],
+        )
         ina3221_hwmon(root, "1-0041", 2, [("NC", 0, 0), ("VDDQ_VDD2_1V8AO", 5000, 200)])
     elif board == "orin_nx":
-        ina3221_hwmon(root, "1-0040", 3, [("VDD_IN", 5000, 1600), ("VDD_CPU_GPU_CV", 5000, 500),
-                                           ("VDD_SOC", 5000, 300)])  # fmt: skip
+        ina3221_hwmon(
+            root,
+            "1-0040",
+            3,
+            [("VDD_IN", 5000, 1600), ("VDD_CPU_GPU_CV", 5000, 500), ("VDD_SOC", 5000, 300)],
+        )
     elif board == "nano":  # JetPack 4, iio, milliwatts
         dev = root / "sys/bus/i2c/drivers/ina3221x/6-0040/iio:device0"
         for n, (name, mw) in enumerate(
@@ -87,8 +99,12 @@ def test_host_commands_say_what_they_need_on_python_3_8(bundle, tmp_path):
     def cli(*args):
         import subprocess
 
-        return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
-                              text=True, timeout=120)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-c", code, *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     proc = cli("export", "zoo:mobilenet_v2")
     assert proc.returncode == 1 and "needs Python 3.10 or newer (this is 3.8.10)" in proc.stderr

@@ -69,8 +69,9 @@ def test_int8_face_detector_is_gated_end_to_end_and_runs(tmp_path):
     bundle = export_model("zoo:mtcnn", tmp_path / "mtcnn.edgert").bundle
     image = photo_path("astronaut")
     assert_user_error(run_cli("run", bundle, image, "--precision", "int8"), "no INT8 face detector")
-    proc = run_cli("build", bundle, "--precision", "int8", "--calib-size", "120",
-                   "--holdout-size", "60")  # fmt: skip
+    proc = run_cli(
+        "build", bundle, "--precision", "int8", "--calib-size", "120", "--holdout-size", "60"
+    )
     assert proc.returncode == 0, proc.stderr
     m = json.loads((bundle / "manifest.json").read_text())
     q = m["quantization"]["int8"]
@@ -108,8 +109,18 @@ def test_int8_face_detector_gives_nodes_back_when_the_gate_asks_more(tmp_path):
     """A stricter cosine than P-Net's INT8 reaches (0.9956 here): P-Net, the network furthest from
     FP32, keeps its most sensitive convolutions in FP32 until the detector passes."""
     bundle = export_model("zoo:mtcnn", tmp_path / "mtcnn.edgert").bundle
-    proc = run_cli("build", bundle, "--precision", "int8", "--calib-size", "120",
-                   "--holdout-size", "60", "--gate", "cosine>=0.9965")  # fmt: skip
+    proc = run_cli(
+        "build",
+        bundle,
+        "--precision",
+        "int8",
+        "--calib-size",
+        "120",
+        "--holdout-size",
+        "60",
+        "--gate",
+        "cosine>=0.9965",
+    )
     assert proc.returncode == 0, proc.stderr
     q = json.loads((bundle / "manifest.json").read_text())["quantization"]["int8"]
     assert q["holdout_before_fallback"]["cosine_pnet"] < 0.9965 <= q["holdout"]["cosine"]

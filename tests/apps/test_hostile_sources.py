@@ -20,14 +20,16 @@ import pytest
 from edgert.apps.camera import gstreamer
 from edgert.apps.camera.sources import SourceOptions, StreamSource, open_source
 from edgert.apps.uris import check_stream_uri, expand, redact
-from edgert.runtime.errors import SourceError
+from edgert.runtime.errors import SourceError, StreamLost
 from tests.apps.test_rtsp_real import IN_CI, Server, needs_server
 from tests.conftest import assert_user_error, run_cli
 from tests.ports import free_ports
 from tests.tiny import classifier_bundle
 
-needs_gst = pytest.mark.skipif(not IN_CI and not gstreamer.available()[0],
-                               reason="GStreamer's Python bindings (.ci/run installs them)")  # fmt: skip
+needs_gst = pytest.mark.skipif(
+    not IN_CI and not gstreamer.available()[0],
+    reason="GStreamer's Python bindings (.ci/run installs them)",
+)
 
 
 def _fds() -> int:
@@ -54,11 +56,13 @@ def test_a_quote_in_a_uri_adds_no_element_to_the_pipeline(tmp_path):
     and a filesink writing pwned.h264. As a property value it is only a (wrong) location."""
     port = free_ports(1)[0]  # nothing listens: the attempt fails, as it should
     target = tmp_path / "pwned.h264"
-    hostile = (f'rtsp://127.0.0.1:{port}/cam" zz. ! rtph264depay ! h264parse ! filesink '
-               f'location={target} rtspsrc name=zz location="rtsp://127.0.0.1:{port}/cam')  # fmt: skip
+    hostile = (
+        f'rtsp://127.0.0.1:{port}/cam" zz. ! rtph264depay ! h264parse ! filesink '
+        f'location={target} rtspsrc name=zz location="rtsp://127.0.0.1:{port}/cam'
+    )
     launch = gstreamer.rtsp_source(hostile, 100, "tcp", 1.0)
     assert dict(launch.props)["location"] == hostile and launch.rest == ""
-    with pytest.raises(gstreamer.Lost):
+    with pytest.raises(StreamLost):
         gstreamer.GstConnection(launch, True, gstreamer.elements(), 1.0, threading.Event())
     assert not target.exists()
     # and edgert refuses it before any connection: a URI holds no spaces
@@ -69,7 +73,7 @@ def test_a_quote_in_a_uri_adds_no_element_to_the_pipeline(tmp_path):
 @needs_gst
 @pytest.mark.parametrize("name", ['clip "1".mp4', "back\\slash.mp4", "it's ! filesink.mp4"])
 def test_every_file_name_decodes_with_gstreamer(tmp_path, name):
-    from edgert.apps.camera.streams import GstFileSource
+    from edgert.apps.camera.sources import GstFileSource
 
     path = _clip(tmp_path / name)
     source = GstFileSource(str(path))
@@ -91,11 +95,14 @@ def test_the_descriptions_shown_quote_what_they_hold():
 # -- E16 and a URI that cannot be one ------------------------------------------------------------
 @pytest.mark.parametrize(
     "uri, fragment",
-    [("rtsp://127.0.0.1:18620/cam\r\nX-Injected: yes", "holds '\\r'"),
-     ("rtsp://127.0.0.1:99999/cam", "the port must be a number from 1 to 65535"),
-     ("rtsp://", "names no host"), ("rtsp://:554/x", "names no host"),
-     ("rtsp://a b/c", "holds ' '")],
-)  # fmt: skip
+    [
+        ("rtsp://127.0.0.1:18620/cam\r\nX-Injected: yes", "holds '\\r'"),
+        ("rtsp://127.0.0.1:99999/cam", "the port must be a number from 1 to 65535"),
+        ("rtsp://", "names no host"),
+        ("rtsp://:554/x", "names no host"),
+        ("rtsp://a b/c", "holds ' '"),
+    ],
+)
 def test_a_uri_that_cannot_be_one_is_refused_in_one_sentence(tiny, uri, fragment):
     for decoder in ("ffmpeg", "gstreamer"):
         proc = run_cli("camera", tiny, "--source", uri, "--decoder", decoder, "--headless")
@@ -113,9 +120,14 @@ def test_failed_gstreamer_attempts_leave_no_descriptor_behind():
     cancel = threading.Event()
 
     def attempt() -> None:
-        with pytest.raises(gstreamer.Lost):
-            gstreamer.GstConnection(gstreamer.rtsp_source(f"rtsp://127.0.0.1:{port}/cam", 100,
-                                                          "tcp", 1.0), True, have, 1.0, cancel)  # fmt: skip
+        with pytest.raises(StreamLost):
+            gstreamer.GstConnection(
+                gstreamer.rtsp_source(f"rtsp://127.0.0.1:{port}/cam", 100, "tcp", 1.0),
+                True,
+                have,
+                1.0,
+                cancel,
+            )
 
     attempt()  # GStreamer's own first-use descriptors
     before = _fds()
@@ -129,8 +141,15 @@ def test_real_reconnects_leave_no_descriptor_behind():
     """The server killed and started again three times under --reconnect forever: the stream
     comes back each time and the descriptors do not grow (they grew by 10 an outage)."""
     port = free_ports(1)[0]
-    opts = SourceOptions(decoder="gstreamer", rtsp_transport="tcp", reconnect_tries=None,
-                         stall_timeout=1.0, io_timeout=2.0, reconnect_backoff=0.2, max_backoff=0.5)  # fmt: skip
+    opts = SourceOptions(
+        decoder="gstreamer",
+        rtsp_transport="tcp",
+        reconnect_tries=None,
+        stall_timeout=1.0,
+        io_timeout=2.0,
+        reconnect_backoff=0.2,
+        max_backoff=0.5,
+    )
     with Server(port) as server:
         source = StreamSource(server.url, opts, "gstreamer")
         try:
@@ -140,7 +159,7 @@ def test_real_reconnects_leave_no_descriptor_behind():
                 server.stop()
                 time.sleep(0.5)
                 server.start()
-                while source.connection_stats()["reconnects"] < len(counts) + 1:
+                while source.stats()["reconnects"] < len(counts) + 1:
                     source.read()
                 for _ in range(5):
                     source.read()
@@ -156,9 +175,23 @@ def test_real_reconnects_leave_no_descriptor_behind():
 def test_duration_ends_the_run_while_a_stream_reconnects_forever(tiny, decoder):
     port = free_ports(1)[0]
     t0 = time.monotonic()
-    proc = run_cli("camera", tiny, "--source", f"rtsp://127.0.0.1:{port}/cam", "--source",
-                   "synthetic://", "--decoder", decoder, "--reconnect", "forever", "--headless",
-                   "--duration", "3", "--json", timeout=60)  # fmt: skip
+    proc = run_cli(
+        "camera",
+        tiny,
+        "--source",
+        f"rtsp://127.0.0.1:{port}/cam",
+        "--source",
+        "synthetic://",
+        "--decoder",
+        decoder,
+        "--reconnect",
+        "forever",
+        "--headless",
+        "--duration",
+        "3",
+        "--json",
+        timeout=60,
+    )
     took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
@@ -180,7 +213,7 @@ def test_redact_hides_the_forms_cameras_use():
         "rtsp://h/live?user=a&pwd=Se#cret7": "rtsp://h/live?user=a&pwd=***",
         "rtsp://h/cam\r\nX-Injected: yes": "rtsp://h/cam\\r\\nX-Injected: yes",
         "rtsp://cam.local:8554/live": "rtsp://cam.local:8554/live",
-    }  # fmt: skip
+    }
     for uri, shown in cases.items():
         assert redact(uri) == shown
         assert not any(f"Secret{n}" in redact(uri) for n in range(12)) and "S3c" not in redact(uri)
@@ -193,9 +226,20 @@ def test_a_password_holding_a_hash_is_hidden_everywhere(tiny, tmp_path):
     port = free_ports(1)[0]
     jsonl = tmp_path / "log.jsonl"
     with Server(port):
-        proc = run_cli("camera", tiny, "--source", f"rtsp://admin:S3c#ret@127.0.0.1:{port}/cam",
-                       "--decoder", "gstreamer", "--headless", "--max-frames", "10", "--jsonl",
-                       jsonl, timeout=120)  # fmt: skip
+        proc = run_cli(
+            "camera",
+            tiny,
+            "--source",
+            f"rtsp://admin:S3c#ret@127.0.0.1:{port}/cam",
+            "--decoder",
+            "gstreamer",
+            "--headless",
+            "--max-frames",
+            "10",
+            "--jsonl",
+            jsonl,
+            timeout=120,
+        )
     assert proc.returncode == 0, proc.stderr
     everything = proc.stdout + proc.stderr + jsonl.read_text()
     assert "S3c" not in everything and "admin:***@127.0.0.1" in proc.stdout
@@ -204,8 +248,17 @@ def test_a_password_holding_a_hash_is_hidden_everywhere(tiny, tmp_path):
 def test_credentials_come_from_the_environment_not_the_command_line(tiny, tmp_path):
     clip = _clip(tmp_path / "clip.mp4")
     env = dict(os.environ, EDGERT_CLIP_FOLDER=str(tmp_path))
-    cmd = [sys.executable, "-m", "edgert.apps", "camera", str(tiny), "--source",
-           "${EDGERT_CLIP_FOLDER}/clip.mp4", "--headless", "--json"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "edgert.apps",
+        "camera",
+        str(tiny),
+        "--source",
+        "${EDGERT_CLIP_FOLDER}/clip.mp4",
+        "--headless",
+        "--json",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["streams"][0]["frames_processed"] == 12

@@ -74,10 +74,10 @@ def test_a_publish_the_broker_refuses_is_counted_as_refused(tmp_path, caplog):
     acl = tmp_path / "acl"
     acl.write_text("topic readwrite open/#\n")  # anonymous clients may publish under open/ only
     conf = tmp_path / "acl.conf"
-    conf.write_text(f"user root\nlistener {port} 127.0.0.1\nallow_anonymous true\n"
-                    f"acl_file {acl}\n")  # fmt: skip
-    proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+    conf.write_text(f"user root\nlistener {port} 127.0.0.1\nallow_anonymous true\nacl_file {acl}\n")
+    proc = subprocess.Popen(
+        ["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         _wait_port(port)
         with caplog.at_level(logging.WARNING):
@@ -115,11 +115,29 @@ def test_tls_options_with_a_plain_uri_are_refused(scene, tmp_path):
     bundle, video = scene
     ca = tmp_path / "ca.pem"
     ca.write_text("not used")
-    proc = run_cli("camera", bundle, "--source", video, "--headless", "--mqtt",
-                   "mqtt://127.0.0.1:1/fb", "--mqtt-ca", ca)  # fmt: skip
+    proc = run_cli(
+        "camera",
+        bundle,
+        "--source",
+        video,
+        "--headless",
+        "--mqtt",
+        "mqtt://127.0.0.1:1/fb",
+        "--mqtt-ca",
+        ca,
+    )
     assert_user_error(proc, "--mqtt-ca is for a TLS broker: write mqtts://", "clear text")
-    proc = run_cli("camera", bundle, "--source", video, "--headless", "--mqtt",
-                   "mqtts://127.0.0.1:1/fb", "--mqtt-key", ca)  # fmt: skip
+    proc = run_cli(
+        "camera",
+        bundle,
+        "--source",
+        video,
+        "--headless",
+        "--mqtt",
+        "mqtts://127.0.0.1:1/fb",
+        "--mqtt-key",
+        ca,
+    )
     assert_user_error(proc, "--mqtt-key is the key of a client certificate: give --mqtt-cert too")
     with pytest.raises(OutputError, match="--mqtt-insecure is for a TLS broker"):
         TlsOptions(insecure=True).check(parse_uri("mqtt://h/fb"))
@@ -130,8 +148,18 @@ def test_tls_options_with_a_plain_uri_are_refused(scene, tmp_path):
 def test_a_run_whose_events_never_arrive_exits_non_zero(scene):
     bundle, video = scene
     port = free_ports(1)[0]  # no broker
-    proc = run_cli("camera", bundle, "--source", video, "--headless", *TRACKING, "--mqtt",
-                   f"mqtt://127.0.0.1:{port}/down", "--mqtt-buffer", "3")  # fmt: skip
+    proc = run_cli(
+        "camera",
+        bundle,
+        "--source",
+        video,
+        "--headless",
+        *TRACKING,
+        "--mqtt",
+        f"mqtt://127.0.0.1:{port}/down",
+        "--mqtt-buffer",
+        "3",
+    )
     assert proc.returncode == 2, proc.stderr
     assert "events were not delivered" in proc.stderr and "connection refused" in proc.stderr
     assert "dropped from the full buffer while the broker was away" in proc.stdout
@@ -143,10 +171,26 @@ def test_plain_mqtt_to_a_tls_port_and_a_refused_certificate_are_named(scene, tmp
     bundle, video = scene
     try:
         _wait_port(port)
-        plain = run_cli("camera", bundle, "--source", video, "--headless", *TRACKING, "--mqtt",
-                        f"mqtt://127.0.0.1:{port}/tls")  # fmt: skip
-        untrusted = run_cli("camera", bundle, "--source", video, "--headless", *TRACKING,
-                            "--mqtt", f"mqtts://localhost:{port}/tls")  # fmt: skip
+        plain = run_cli(
+            "camera",
+            bundle,
+            "--source",
+            video,
+            "--headless",
+            *TRACKING,
+            "--mqtt",
+            f"mqtt://127.0.0.1:{port}/tls",
+        )
+        untrusted = run_cli(
+            "camera",
+            bundle,
+            "--source",
+            video,
+            "--headless",
+            *TRACKING,
+            "--mqtt",
+            f"mqtts://localhost:{port}/tls",
+        )
     finally:
         broker.terminate()
         broker.wait(10)
@@ -178,8 +222,9 @@ def test_default_client_ids_differ_and_a_take_over_says_why(broker, caplog):
 # -- E18 and E19 -----------------------------------------------------------------------------------
 def test_heartbeat_floor_and_empty_file_names(scene):
     bundle, video = scene
-    proc = run_cli("camera", bundle, "--source", video, "--mqtt", "mqtt://h/fb",
-                   "--mqtt-heartbeat", "1e-6")  # fmt: skip
+    proc = run_cli(
+        "camera", bundle, "--source", video, "--mqtt", "mqtt://h/fb", "--mqtt-heartbeat", "1e-6"
+    )
     assert_user_error(proc, "--mqtt-heartbeat", "at least 0.5 s")
     for flag in ("--events", "--jsonl"):
         proc = run_cli("camera", bundle, "--source", video, "--headless", flag, "")

@@ -16,8 +16,8 @@ import cv2
 import numpy as np
 import pytest
 
+from edgert.apps.camera import HttpOutput, MosaicOutput, VideoFileOutput
 from edgert.apps.camera.app import choose_batch, run_streams
-from edgert.apps.camera.outputs import HttpOutput, MosaicOutput, VideoFileOutput
 from edgert.apps.camera.pipeline import Pipeline, Steps
 from edgert.apps.camera.sources import LiveCapture, SourceOptions, SyntheticSource, open_source
 from edgert.export import export_model
@@ -65,8 +65,17 @@ def test_file_streams_every_frame_processed_each_with_its_own_labels(mobilenet, 
     assert not set(expected["rocket"]) & set(expected["chelsea"] + expected["coffee"])
     jsonl = tmp_path / "out.jsonl"
     args = [a for p in videos for a in ("--source", f"file://{videos[p]}")]
-    proc = run_cli("camera", mobilenet, *args, "--headless", "--jsonl", jsonl, "--json",
-                   "--output", f"file://{tmp_path / 'overlay.mp4'}")  # fmt: skip
+    proc = run_cli(
+        "camera",
+        mobilenet,
+        *args,
+        "--headless",
+        "--jsonl",
+        jsonl,
+        "--json",
+        "--output",
+        f"file://{tmp_path / 'overlay.mp4'}",
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     header, *lines = (json.loads(x) for x in jsonl.read_text().splitlines())
@@ -111,8 +120,11 @@ def test_a_dead_stream_does_not_stall_the_others(mobilenet):
     server = SilentServer()
     opts = SourceOptions(connect_deadline=1.5, io_timeout=1.0, reconnect_tries=2)
     try:
-        sources = [SyntheticSource(320, 240, 20.0), open_source(f"rtsp://127.0.0.1:{server.port}/cam", opts),
-                   SyntheticSource(320, 240, 20.0)]  # fmt: skip
+        sources = [
+            SyntheticSource(320, 240, 20.0),
+            open_source(f"rtsp://127.0.0.1:{server.port}/cam", opts),
+            SyntheticSource(320, 240, 20.0),
+        ]
         with load_task_model(mobilenet) as model:
             summary = run_streams(model, sources, duration=4.0)
     finally:
@@ -234,8 +246,17 @@ def test_batch_size_follows_streams_within_the_model(tmp_path):
 
 def test_fixed_batch_model_runs_several_streams_one_by_one(tmp_path):
     bundle = export_model("zoo:digits_cnn", tmp_path / "d.edgert").bundle
-    proc = run_cli("camera", bundle, "--source", "synthetic://", "--source", "synthetic://",
-                   "--duration", "2", "--headless")  # fmt: skip
+    proc = run_cli(
+        "camera",
+        bundle,
+        "--source",
+        "synthetic://",
+        "--source",
+        "synthetic://",
+        "--duration",
+        "2",
+        "--headless",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "note: batch 1, not 2: the model takes a fixed batch of 1" in proc.stdout
     assert "[0]" in proc.stdout and "[1]" in proc.stdout
@@ -263,8 +284,17 @@ def test_faces_batched_across_streams_equal_frame_by_frame(tmp_path):
     folder.mkdir()
     cv2.imwrite(str(folder / "a.jpg"), astronaut)
     jsonl = tmp_path / "f.jsonl"
-    proc = run_cli("camera", bundle, "--source", folder, "--source", str(folder / "*.jpg"),
-                   "--headless", "--jsonl", jsonl)  # fmt: skip
+    proc = run_cli(
+        "camera",
+        bundle,
+        "--source",
+        folder,
+        "--source",
+        str(folder / "*.jpg"),
+        "--headless",
+        "--jsonl",
+        jsonl,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(x) for x in jsonl.read_text().splitlines()[1:]]
     assert sorted(r["stream"] for r in lines) == [0, 1]
@@ -325,8 +355,17 @@ def test_web_viewer_serves_every_stream(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signals_end_cleanly_with_per_stream_summaries(mobilenet, tmp_path, sig):
     out = tmp_path / "o.mp4"
-    proc = _spawn("camera", mobilenet, "--source", "synthetic://", "--source", "synthetic://",
-                  "--headless", "--output", out)  # fmt: skip
+    proc = _spawn(
+        "camera",
+        mobilenet,
+        "--source",
+        "synthetic://",
+        "--source",
+        "synthetic://",
+        "--headless",
+        "--output",
+        out,
+    )
     _wait_for_line(proc, "batching:")
     time.sleep(2.0)
     proc.send_signal(sig)

@@ -17,7 +17,7 @@ import cv2
 import numpy as np
 import pytest
 
-from edgert.apps.camera.outputs import JsonlOutput, VideoFileOutput
+from edgert.apps.camera import JsonlOutput, VideoFileOutput
 from edgert.apps.camera.sources import redact
 from edgert.runtime.errors import OutputError
 from tests.conftest import ROOT, assert_user_error, run_cli
@@ -123,7 +123,7 @@ def test_rtsp_password_never_printed_served_or_logged(tmp_path, tiny):
             "--json",
             "--fps",
             "20",
-        ],  # fmt: skip
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -165,10 +165,24 @@ def test_a_disk_that_fills_ends_the_video_with_a_sentence(tmp_path, tiny):
     writer.release()
     env = dict(os.environ)
     proc = subprocess.run(
-        [sys.executable, "-m", "edgert.apps", "camera", str(tiny), "--source", str(clip),
-         "--headless", "--output", str(tmp_path / "out.mp4")],  # fmt: skip
-        capture_output=True, text=True, timeout=180, env=env, preexec_fn=_limited(300_000),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "edgert.apps",
+            "camera",
+            str(tiny),
+            "--source",
+            str(clip),
+            "--headless",
+            "--output",
+            str(tmp_path / "out.mp4"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        preexec_fn=_limited(300_000),
+    )
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(err) == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -184,8 +198,18 @@ def test_jsonl_on_a_full_disk_is_one_sentence_and_the_summary_stays(tmp_path, ti
     )
     assert_user_error(proc, "no space left")
     # full mid-run (the file-size limit): the run stops, the summary is printed, one sentence
-    cmd = [sys.executable, "-m", "edgert.apps", "camera", str(tiny), "--source", str(clip),
-           "--headless", "--jsonl", str(tmp_path / "log.jsonl")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "edgert.apps",
+        "camera",
+        str(tiny),
+        "--source",
+        str(clip),
+        "--headless",
+        "--jsonl",
+        str(tmp_path / "log.jsonl"),
+    ]
     proc = subprocess.run(
         cmd, capture_output=True, text=True, timeout=180, preexec_fn=_limited(3000)
     )
@@ -195,8 +219,13 @@ def test_jsonl_on_a_full_disk_is_one_sentence_and_the_summary_stays(tmp_path, ti
     # --on-output-error continue: the run goes on, every frame processed, still non-zero (a new
     # file: the log is appended to, and the first run left it at the size limit)
     (tmp_path / "log.jsonl").unlink()
-    proc = subprocess.run([*cmd, "--on-output-error", "continue", "--json"], capture_output=True,
-                          text=True, timeout=180, preexec_fn=_limited(3000))  # fmt: skip
+    proc = subprocess.run(
+        [*cmd, "--on-output-error", "continue", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        preexec_fn=_limited(3000),
+    )
     assert proc.returncode == 2, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["frames_processed"] == 30 and "log.jsonl" in summary["output_errors"][0]
@@ -273,7 +302,7 @@ def _ipv6_loopback() -> bool:
 
 @pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this machine")
 def test_web_viewer_on_ipv6():
-    from edgert.apps.camera.outputs import open_output
+    from edgert.apps.camera import open_output
 
     out = open_output("http://[::1]:0")
     try:
@@ -285,11 +314,12 @@ def test_web_viewer_on_ipv6():
 
 
 def test_web_viewer_limits_clients_and_closes_idle_ones(monkeypatch):
-    from edgert.apps.camera import outputs, web
+    from edgert.apps.camera import open_output
+    from edgert.apps.telemetry.http import QuietServer
 
-    monkeypatch.setattr(web._QuietServer, "MAX_CLIENTS", 4)
-    monkeypatch.setattr(web._QuietServer, "IDLE_S", 1.0)
-    out = outputs.open_output("http://127.0.0.1:0")
+    monkeypatch.setattr(QuietServer, "MAX_CLIENTS", 4)
+    monkeypatch.setattr(QuietServer, "IDLE_S", 1.0)
+    out = open_output("http://127.0.0.1:0")
     idle = [socket.create_connection(("127.0.0.1", out.port)) for _ in range(4)]
     try:
         time.sleep(0.3)
@@ -314,10 +344,22 @@ def test_pip_wheel_leaves_the_source_tree_clean(tmp_path):
         pytest.skip("not a checkout")
     before = {p.name for p in ROOT.iterdir()}
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-         str(tmp_path), str(ROOT)],  # fmt: skip
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     after = {p.name for p in ROOT.iterdir()}
     assert not {n for n in after - before if n == "build" or n.endswith(".egg-info")}
@@ -325,8 +367,13 @@ def test_pip_wheel_leaves_the_source_tree_clean(tmp_path):
 
 # -- 14: standard output that cannot be written --------------------------------------------------
 def _cli(*args, **popen):
-    return subprocess.run([sys.executable, "-m", "edgert.apps", *map(str, args)],
-                          stderr=subprocess.PIPE, text=True, timeout=120, **popen)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "edgert.apps", *map(str, args)],
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        **popen,
+    )
 
 
 def test_a_full_or_closed_stdout_is_one_sentence(tmp_path, tiny):

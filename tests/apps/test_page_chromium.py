@@ -15,8 +15,16 @@ import pytest
 from tests.conftest import ROOT
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def free_port() -> int:
@@ -43,10 +51,24 @@ def test_page_shows_stream_and_changing_stats(tmp_path, streams):
     if streams == 2:  # a second, different stream: a photo, looped
         sources += ["--source", str(photo_path("coffee")), "--loop"]
     app = subprocess.Popen(
-        [sys.executable, "-m", "edgert.apps", "camera", str(bundle), *sources, "--headless",
-         "--output", f"http://127.0.0.1:{port}", "--duration", "30"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "edgert.apps",
+            "camera",
+            str(bundle),
+            *sources,
+            "--headless",
+            "--output",
+            f"http://127.0.0.1:{port}",
+            "--duration",
+            "30",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -59,8 +81,19 @@ def test_page_shows_stream_and_changing_stats(tmp_path, streams):
 
         def frames_shown() -> list[int]:
             """The overall frame count, then each stream's (its tile's caption)."""
-            dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'p1'}", "--virtual-time-budget=2500", "--dump-dom", url],
-                                 capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+            dom = subprocess.run(
+                [
+                    CHROMIUM,
+                    *FLAGS,
+                    f"--user-data-dir={tmp_path / 'p1'}",
+                    "--virtual-time-budget=2500",
+                    "--dump-dom",
+                    url,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout
             m = re.search(r"frames\s+(\d+)", dom)
             assert m, dom[-500:]
             tiles = [
@@ -77,8 +110,19 @@ def test_page_shows_stream_and_changing_stats(tmp_path, streams):
         second = frames_shown()
         assert all(b > a for a, b in zip(first, second, strict=True))  # every number moves
         shot = tmp_path / "page.png"
-        subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'p2'}", "--window-size=1000,620", "--virtual-time-budget=3000",
-                        f"--screenshot={shot}", url], capture_output=True, timeout=60)  # fmt: skip
+        subprocess.run(
+            [
+                CHROMIUM,
+                *FLAGS,
+                f"--user-data-dir={tmp_path / 'p2'}",
+                "--window-size=1000,620",
+                "--virtual-time-budget=3000",
+                f"--screenshot={shot}",
+                url,
+            ],
+            capture_output=True,
+            timeout=60,
+        )
         import cv2
 
         img = cv2.imread(str(shot))

@@ -21,8 +21,9 @@ def test_cap_holds_and_keeps_its_throughput(mobilenet, tmp_path):
     idle = before["power_w"]["idle"]
     uncapped_w = before["power_w"]["avg"]
     cap = idle + 0.5 * (uncapped_w - idle)
-    capped = bench_in_the_loop(mobilenet, tmp_path / "capped", "--power-cap", f"{cap:.3f}",
-                              seconds=14.0)  # fmt: skip
+    capped = bench_in_the_loop(
+        mobilenet, tmp_path / "capped", "--power-cap", f"{cap:.3f}", seconds=14.0
+    )
     after = bench_in_the_loop(mobilenet, tmp_path / "after", seconds=6.0)
     assert capped["spin"] is False  # nothing busy-waits under a cap
     achieved = settled_mean(capped)

@@ -15,8 +15,7 @@ import urllib.request
 
 import pytest
 
-from edgert.apps.camera import web
-from edgert.apps.camera.outputs import open_output
+from edgert.apps.camera import open_output
 from edgert.apps.telemetry.http import Probes, ProbeServer, QuietServer
 from tests.conftest import assert_user_error, run_cli
 from tests.ports import free_ports
@@ -33,8 +32,9 @@ def _get(port: int, path: str = "/live", timeout: float = 3.0) -> tuple[int, byt
 
 @pytest.fixture
 def probes():
-    server = ProbeServer("127.0.0.1", 0, Probes(metrics=lambda: (b"up 1\n", "text/plain"),
-                                                 ready=lambda: (True, {})))  # fmt: skip
+    server = ProbeServer(
+        "127.0.0.1", 0, Probes(metrics=lambda: (b"up 1\n", "text/plain"), ready=lambda: (True, {}))
+    )
     yield server
     server.close()
 
@@ -107,7 +107,7 @@ def test_viewers_cannot_take_the_web_viewers_probes(monkeypatch):
             s.settimeout(0.2)
             with contextlib.suppress(TimeoutError):  # a viewer with a slot waits for frames
                 refused += s.recv(64).startswith(b"HTTP/1.1 503")
-        assert refused == 64 - web._QuietServer.MAX_STREAMS
+        assert refused == 64 - QuietServer.MAX_STREAMS
         assert _get(out.port)[0] == 200
         assert _get(out.port, "/stats.json")[0] == 200
     finally:
@@ -137,10 +137,18 @@ def test_the_overflow_lane_answers_probes_and_refuses_the_rest(monkeypatch):
 def test_a_port_clash_with_metrics_blames_both_flags(tmp_path):
     bundle = classifier_bundle(tmp_path / "m")
     port = free_ports(1)[0]
-    proc = run_cli("camera", bundle, "--metrics", str(port), "--output",
-                   f"http://127.0.0.1:{port}", "--headless")  # fmt: skip
-    assert_user_error(proc, f"--metrics and --output http://127.0.0.1:{port} would both listen "
-                      f"on port {port}")  # fmt: skip
+    proc = run_cli(
+        "camera",
+        bundle,
+        "--metrics",
+        str(port),
+        "--output",
+        f"http://127.0.0.1:{port}",
+        "--headless",
+    )
+    assert_user_error(
+        proc, f"--metrics and --output http://127.0.0.1:{port} would both listen on port {port}"
+    )
 
 
 def test_probes_on_every_interface_are_said_to_be_open(caplog):

@@ -78,10 +78,21 @@ class Server:
     def start(self) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.rtsp_server", "--port", str(self.port),
-             "--fps", str(FPS), *self.args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "tests.rtsp_server",
+                "--port",
+                str(self.port),
+                "--fps",
+                str(FPS),
+                *self.args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         line = self.proc.stdout.readline()
         assert line.startswith("ready"), (line, self.proc.stderr.read() if self.proc.poll() else "")
 
@@ -104,9 +115,13 @@ def _read(source, n: int) -> list:
 @needs_server
 @pytest.mark.parametrize(
     "decoder, codec, slices",
-    [("gstreamer", "h264", False), ("gstreamer", "h264", True), ("gstreamer", "h265", False),
-     ("ffmpeg", "h264", False)],
-)  # fmt: skip
+    [
+        ("gstreamer", "h264", False),
+        ("gstreamer", "h264", True),
+        ("gstreamer", "h265", False),
+        ("ffmpeg", "h264", False),
+    ],
+)
 def test_both_decoders_receive_the_served_frames(decoder, codec, slices):
     """Every frame received is a frame the server sent (its index read from its pixels), in
     order, and its pixels are the sent frame's within codec noise. (Several slices a frame, as
@@ -117,7 +132,7 @@ def test_both_decoders_receive_the_served_frames(decoder, codec, slices):
         source = open_source(server.url, SourceOptions(decoder=decoder, rtsp_transport="tcp"))
         try:
             got = _read(source, 2 * FPS + 10)
-            stats = source.connection_stats()
+            stats = source.stats()
         finally:
             source.close()
     indices = [frame_index(f) for f, _ in got]
@@ -142,9 +157,15 @@ def test_a_server_restarted_mid_run_comes_back_and_the_other_stream_never_waits(
     bundle = classifier_bundle(tmp_path / "m")
     port = free_ports(1)[0]
     server = Server(port)
-    opts = SourceOptions(decoder=decoder, rtsp_transport="tcp", reconnect_tries=None,
-                         reconnect_backoff=0.25, max_backoff=1.0, stall_timeout=2.0,
-                         io_timeout=2.0)  # fmt: skip
+    opts = SourceOptions(
+        decoder=decoder,
+        rtsp_transport="tcp",
+        reconnect_tries=None,
+        reconnect_backoff=0.25,
+        max_backoff=1.0,
+        stall_timeout=2.0,
+        io_timeout=2.0,
+    )
     rtsp = open_source(server.url, opts)
     seen: list = []  # (monotonic time, stream, frame index read from the pixels)
 
@@ -164,8 +185,9 @@ def test_a_server_restarted_mid_run_comes_back_and_the_other_stream_never_waits(
     try:
         with load_task_model(str(bundle)) as model:
             t.start()
-            summary = run_streams(model, [rtsp, SyntheticSource(160, 120, 20.0)],
-                                  on_result=on_result, duration=13.0)  # fmt: skip
+            summary = run_streams(
+                model, [rtsp, SyntheticSource(160, 120, 20.0)], on_result=on_result, duration=13.0
+            )
     finally:
         t.join()
         server.stop()
@@ -188,16 +210,18 @@ def test_a_stalled_server_is_detected_within_the_stall_timeout_and_reconnected(d
     """The server sends 20 frames and then nothing, its TCP connection open: no frame for the
     stall timeout (1.5 s) is a stall, and the stream is reopened (the server starts again)."""
     with Server(free_ports(1)[0], "--stall-after", "20") as server:
-        source = StreamSource(server.url, SourceOptions(decoder=decoder, rtsp_transport="tcp",
-                                                        stall_timeout=1.5, io_timeout=3.0),
-                              decoder)  # fmt: skip
+        source = StreamSource(
+            server.url,
+            SourceOptions(decoder=decoder, rtsp_transport="tcp", stall_timeout=1.5, io_timeout=3.0),
+            decoder,
+        )
         try:
             times, indices = [], []
             while len(indices) < 35:
                 frame, _ = source.read()
                 times.append(time.monotonic())
                 indices.append(frame_index(frame))
-            stats = source.connection_stats()
+            stats = source.stats()
         finally:
             source.close()
     restart = next(i for i in range(1, len(indices)) if indices[i] < indices[i - 1])
@@ -218,8 +242,10 @@ def _pattern_video(path, frames: int = 40):
     return path
 
 
-@pytest.mark.skipif(not IN_CI and not _gst_has("avdec_mpeg4", "qtdemux"),
-                    reason="GStreamer's libav plugin (.ci/run installs it)")  # fmt: skip
+@pytest.mark.skipif(
+    not IN_CI and not _gst_has("avdec_mpeg4", "qtdemux"),
+    reason="GStreamer's libav plugin (.ci/run installs it)",
+)
 def test_both_paths_give_the_same_frames_of_a_file(tmp_path):
     video = _pattern_video(tmp_path / "clip.mp4")
     gst_src, cv_src = GstFileSource(str(video)), CaptureSource(str(video), "video")
@@ -244,13 +270,25 @@ def test_both_paths_give_the_same_frames_of_a_file(tmp_path):
 def test_the_pipeline_chosen_for_a_jetson_and_for_a_pc():
     """The descriptions are pure functions of the elements present: on a Jetson (JetPack's
     nvv4l2decoder and nvvidconv) NVDEC decodes and the VIC converts; elsewhere avdec."""
-    pc = {"rtspsrc", "rtph264depay", "rtph265depay", "h264parse", "h265parse", "avdec_h264",
-          "avdec_h265", "videoconvert", "appsink", "decodebin"}  # fmt: skip
+    pc = {
+        "rtspsrc",
+        "rtph264depay",
+        "rtph265depay",
+        "h264parse",
+        "h265parse",
+        "avdec_h264",
+        "avdec_h265",
+        "videoconvert",
+        "appsink",
+        "decodebin",
+    }
     jetson = pc - {"avdec_h264", "avdec_h265"} | {"nvv4l2decoder", "nvvidconv", "nvarguscamerasrc"}
     chain, dec = gstreamer.decode_chain("H264", jetson)
     assert dec == "nvv4l2decoder"
-    assert chain.startswith("rtph264depay ! h264parse ! nvv4l2decoder ! nvvidconv ! "
-                            "video/x-raw,format=BGRx ! videoconvert")  # fmt: skip
+    assert chain.startswith(
+        "rtph264depay ! h264parse ! nvv4l2decoder ! nvvidconv ! "
+        "video/x-raw,format=BGRx ! videoconvert"
+    )
     assert gstreamer.decode_chain("H265", jetson)[0].startswith(
         "rtph265depay ! h265parse ! nvv4l2decoder"
     )
@@ -288,8 +326,9 @@ ABSENT = "import sys; sys.modules['gi'] = None; from edgert.apps.cli import main
 
 def _without_gi(*args: str):
     """edgert as on a machine without PyGObject (pip's OpenCV, no gi): importing gi fails."""
-    return subprocess.run([sys.executable, "-c", ABSENT, *args], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", ABSENT, *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_without_gstreamer_auto_falls_back_with_a_note_and_gstreamer_says_what_to_install(
@@ -303,12 +342,17 @@ def test_without_gstreamer_auto_falls_back_with_a_note_and_gstreamer_says_what_t
     assert "decoded by OpenCV's FFmpeg" in proc.stdout
     assert_user_error(proc, "cannot reach RTSP stream", "after 1 tries")
     proc = _without_gi("camera", str(bundle), "--source", url, "--decoder", "gstreamer")
-    assert_user_error(proc, "--decoder gstreamer: GStreamer is not available to this Python",
-                      "apt install python3-gi")  # fmt: skip
+    assert_user_error(
+        proc,
+        "--decoder gstreamer: GStreamer is not available to this Python",
+        "apt install python3-gi",
+    )
 
 
-@pytest.mark.skipif(not IN_CI and not gstreamer.available()[0],
-                    reason="GStreamer's Python bindings (.ci/run installs them)")  # fmt: skip
+@pytest.mark.skipif(
+    not IN_CI and not gstreamer.available()[0],
+    reason="GStreamer's Python bindings (.ci/run installs them)",
+)
 def test_info_says_which_decoders_exist_and_which_would_be_used():
     proc = run_cli("info", "--json")
     assert proc.returncode == 0, proc.stderr

@@ -19,9 +19,19 @@ def detector(tmp_path_factory):
     (tmp / "labels.txt").write_text("person\ncar\n")
     out = tmp / "det.edgert"
     proc = run_cli(
-        "export", f"{MODELS_PY}:build_tiny_detector", "--input-shape", "1x3x64x64", "-o", out,
-        "--task", "detect", "--labels", tmp / "labels.txt", "--resize", "letterbox",
-    )  # fmt: skip
+        "export",
+        f"{MODELS_PY}:build_tiny_detector",
+        "--input-shape",
+        "1x3x64x64",
+        "-o",
+        out,
+        "--task",
+        "detect",
+        "--labels",
+        tmp / "labels.txt",
+        "--resize",
+        "letterbox",
+    )
     assert proc.returncode == 0, proc.stderr
     return tmp, out
 

@@ -48,11 +48,27 @@ def start(bundle, name: str) -> dict:
     """`edgert serve BUNDLE` on free ports, once its models are ready."""
     http, grpc, metrics = free_ports(3)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "edgert.apps", "serve", str(bundle), "--http-port", str(http),
-         "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--max-queue-delay-us", "20000"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "edgert.apps",
+            "serve",
+            str(bundle),
+            "--http-port",
+            str(http),
+            "--grpc-port",
+            str(grpc),
+            "--metrics-port",
+            str(metrics),
+            "--max-queue-delay-us",
+            "20000",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 120
     ready = ["/v2/health/ready", f"/v2/models/{name}/ready", f"/v2/models/{name}_image/ready"]
     while ready and time.monotonic() < deadline:
@@ -143,8 +159,10 @@ def test_images_of_different_sizes_share_one_batch(server):
     import cv2
 
     photos = [cv2.imread(str(photo_path(p))) for p in ("coffee", "rocket")]
-    blobs = [cv2.imencode(".png", photos[0][:200, :300])[1].tobytes(),
-             cv2.imencode(".jpg", photos[1])[1].tobytes()]  # fmt: skip
+    blobs = [
+        cv2.imencode(".png", photos[0][:200, :300])[1].tobytes(),
+        cv2.imencode(".jpg", photos[1])[1].tobytes(),
+    ]
     h = httpclient.InferenceServerClient(f"127.0.0.1:{server['http']}")
     inp = httpclient.InferInput("image", [2, 1], "BYTES")
     inp.set_data_from_numpy(np.array([[b] for b in blobs], dtype=np.object_))
@@ -186,8 +204,9 @@ def test_a_fixed_batch_bundle_is_served_request_by_request(tmp_path):
         dim.ClearField("dim_param")
         dim.dim_value = 1
     onnx.save(model, str(path))
-    bundle = export_model(str(path), tmp_path / "fixed.edgert", task="classify",
-                          preprocess={"size": "16x16"}).bundle  # fmt: skip
+    bundle = export_model(
+        str(path), tmp_path / "fixed.edgert", task="classify", preprocess={"size": "16x16"}
+    ).bundle
     info = start(bundle, "fixed")
     try:
         x = np.random.default_rng(2).random((1, 3, 16, 16), np.float32)
@@ -209,13 +228,13 @@ def test_a_fixed_batch_bundle_is_served_request_by_request(tmp_path):
 
 # -- issue 28.6-9: a graceful stop, a quick restart, per-request errors, sentences up front ------
 def _descendants(pid: int) -> list[int]:
-    from edgert.apps.serve import _descendants as below
+    from edgert.apps.processes import descendants as below
 
     return below(pid)
 
 
 def _alive(pid: int) -> bool:
-    from edgert.apps.serve import _alive as alive
+    from edgert.apps.processes import alive
 
     return alive(pid)
 
@@ -237,13 +256,33 @@ def test_sigterm_finishes_requests_in_flight_leaves_nothing_and_restarts_at_once
     bundle = classifier_bundle(tmp_path / "b", size=32)
     before = _temp_state()
     http, grpc, metrics = free_ports(3)
-    cmd = [sys.executable, "-m", "edgert.apps", "serve", str(bundle), "--http-port", str(http),
-           "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--max-queue-delay-us",
-           "2000000", "--max-batch", "8"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "edgert.apps",
+        "serve",
+        str(bundle),
+        "--http-port",
+        str(http),
+        "--grpc-port",
+        str(grpc),
+        "--metrics-port",
+        str(metrics),
+        "--max-queue-delay-us",
+        "2000000",
+        "--max-batch",
+        "8",
+    ]
 
     def launch():
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))  # fmt: skip
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
@@ -332,8 +371,9 @@ def test_conflicts_are_one_sentence_before_anything_starts(tmp_path):
     same = ["--http-port", str(http), "--grpc-port", str(http), "--metrics-port", str(metrics)]
     assert_user_error(run_cli("serve", a, *same), "are both", "give each its own port")
     assert_user_error(run_cli("serve", a, b, *ports), "both named 'tiny'")
-    assert_user_error(run_cli("serve", a, "--host", "192.0.2.1", *ports),
-                      "not an address of this machine")  # fmt: skip
+    assert_user_error(
+        run_cli("serve", a, "--host", "192.0.2.1", *ports), "not an address of this machine"
+    )
     assert time.monotonic() - t0 < 60
 
 
@@ -356,11 +396,26 @@ def test_edgert_ready_means_every_model_answers(tmp_path):
     http, grpc, metrics, edgert_port = free_ports(4)
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "edgert.apps", "serve", str(bundle), "--http-port", str(http),
-         "--grpc-port", str(grpc), "--metrics-port", str(metrics),
-         "--edgert-metrics-port", str(edgert_port)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "edgert.apps",
+            "serve",
+            str(bundle),
+            "--http-port",
+            str(http),
+            "--grpc-port",
+            str(grpc),
+            "--metrics-port",
+            str(metrics),
+            "--edgert-metrics-port",
+            str(edgert_port),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     timeline = {}  # the first time each answer was seen
     changes = []  # (s, probe, status) each time a probe's answer changed
     answered = 0

@@ -16,7 +16,7 @@ import time
 import cv2
 import pytest
 
-from edgert.apps.camera.outputs import HttpOutput
+from edgert.apps.camera import HttpOutput
 from edgert.apps.camera.sources import SourceOptions, open_source
 from edgert.runtime.errors import SourceError
 from tests.conftest import ROOT

@@ -37,7 +37,7 @@ needs = {
     name: pytest.mark.skipif(
         not os.environ.get("CI") and shutil.which(exe) is None,
         reason=f"Debian's {name} is needed (.ci/run installs it)",
-    )  # fmt: skip
+    )
     for name, exe in (("mosquitto", "mosquitto"), ("prometheus", "prometheus"))
 }
 
@@ -70,8 +70,11 @@ class Mosquitto:
         self.start()
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(["mosquitto", "-c", str(self.conf)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        self.proc = subprocess.Popen(
+            ["mosquitto", "-c", str(self.conf)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         _wait_port(self.port)
 
     def stop(self) -> None:
@@ -142,8 +145,14 @@ def scene(tmp_path_factory):
     return blob_detector_bundle(folder / "det"), scene_video(folder / "scene.mp4")
 
 
-TRACKING = ("--conf", "0.75", "--line", "door=160,0,160,240",
-            "--zone", "pen=200,0,320,0,320,120,200,120")  # fmt: skip
+TRACKING = (
+    "--conf",
+    "0.75",
+    "--line",
+    "door=160,0,160,240",
+    "--zone",
+    "pen=200,0,320,0,320,120,200,120",
+)
 
 
 @needs["mosquitto"]
@@ -152,9 +161,24 @@ def test_every_event_reaches_a_subscriber_with_heartbeats_and_status(broker, sce
     sub = Subscriber(broker.port, ["cam1/#"])
     events = tmp_path / "events.jsonl"
     try:
-        proc = run_cli("camera", bundle, "--source", video, "--headless", *TRACKING, "--json",
-                       "--events", events, "--mqtt", broker.url("cam1"), "--mqtt-heartbeat",
-                       "0.5", "--loop", "--duration", "3")  # fmt: skip
+        proc = run_cli(
+            "camera",
+            bundle,
+            "--source",
+            video,
+            "--headless",
+            *TRACKING,
+            "--json",
+            "--events",
+            events,
+            "--mqtt",
+            broker.url("cam1"),
+            "--mqtt-heartbeat",
+            "0.5",
+            "--loop",
+            "--duration",
+            "3",
+        )
         assert proc.returncode == 0, proc.stderr
         summary = json.loads(proc.stdout)
         sub.wait_for("cam1/status", b"offline")
@@ -182,8 +206,9 @@ def test_every_event_reaches_a_subscriber_with_heartbeats_and_status(broker, sce
 
 
 @needs["mosquitto"]
-def test_a_broker_outage_loses_nothing_within_the_buffer_and_counts_the_rest(broker, scene,
-                                                                             tmp_path):  # fmt: skip
+def test_a_broker_outage_loses_nothing_within_the_buffer_and_counts_the_rest(
+    broker, scene, tmp_path
+):
     """The broker is stopped for 4 s mid-run and started again. Events wait in a 40-event
     buffer; beyond it the oldest are dropped and counted. After the reconnect every kept event
     arrives, in order; inference never waited (frames keep flowing through the outage)."""
@@ -191,9 +216,29 @@ def test_a_broker_outage_loses_nothing_within_the_buffer_and_counts_the_rest(bro
     sub = Subscriber(broker.port, ["cam2/events"])
     events = tmp_path / "events.jsonl"
     jsonl = tmp_path / "frames.jsonl"
-    cmd = [sys.executable, "-m", "edgert.apps", "camera", str(bundle), "--source", str(video),
-           "--headless", *TRACKING, "--json", "--events", str(events), "--jsonl", str(jsonl),
-           "--mqtt", broker.url("cam2"), "--mqtt-buffer", "40", "--loop", "--duration", "12"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "edgert.apps",
+        "camera",
+        str(bundle),
+        "--source",
+        str(video),
+        "--headless",
+        *TRACKING,
+        "--json",
+        "--events",
+        str(events),
+        "--jsonl",
+        str(jsonl),
+        "--mqtt",
+        broker.url("cam2"),
+        "--mqtt-buffer",
+        "40",
+        "--loop",
+        "--duration",
+        "12",
+    ]
     camera = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(4.0)
@@ -245,9 +290,21 @@ def test_the_last_will_says_offline_when_the_camera_is_killed(broker, tmp_path):
     bundle = classifier_bundle(tmp_path / "m")
     sub = Subscriber(broker.port, ["cam3/status"], client_id="will-watcher")
     camera = subprocess.Popen(
-        [sys.executable, "-m", "edgert.apps", "camera", str(bundle), "--headless", "--duration",
-         "60", "--mqtt", broker.url("cam3")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "edgert.apps",
+            "camera",
+            str(bundle),
+            "--headless",
+            "--duration",
+            "60",
+            "--mqtt",
+            broker.url("cam3"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         sub.wait_for("cam3/status", b"online", timeout=30)
         camera.send_signal(signal.SIGKILL)
@@ -298,23 +355,43 @@ def _tls_files(folder: Path) -> tuple[Path, Path, Path]:
         "-out",
         str(csr),
     )
-    run("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
-        "-days", "1", "-extfile", str(ext), "-out", str(cert))  # fmt: skip
+    run(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        str(ext),
+        "-out",
+        str(cert),
+    )
     return ca, cert, key
 
 
 @needs["mosquitto"]
-@pytest.mark.skipif(not os.environ.get("CI") and shutil.which("openssl") is None,
-                    reason="openssl makes the test certificates")  # fmt: skip
+@pytest.mark.skipif(
+    not os.environ.get("CI") and shutil.which("openssl") is None,
+    reason="openssl makes the test certificates",
+)
 def tls_broker(tmp_path: Path) -> tuple[subprocess.Popen, int, Path]:
     """Mosquitto with a TLS listener whose certificate a private CA signed: (process, port, CA)."""
     ca, cert, key = _tls_files(tmp_path / "tls")
     port = free_ports(1)[0]
     conf = tmp_path / "tls.conf"
-    conf.write_text(f"user root\nlistener {port} 127.0.0.1\nallow_anonymous true\ncafile {ca}\n"
-                    f"certfile {cert}\nkeyfile {key}\n")  # fmt: skip
-    proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+    conf.write_text(
+        f"user root\nlistener {port} 127.0.0.1\nallow_anonymous true\ncafile {ca}\n"
+        f"certfile {cert}\nkeyfile {key}\n"
+    )
+    proc = subprocess.Popen(
+        ["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     return proc, port, ca
 
 
@@ -337,10 +414,30 @@ def test_mqtts_with_a_private_ca(scene, tmp_path):
         assert subscribed.wait(10)
         bundle, video = scene
         url = f"mqtts://127.0.0.1:{port}/tls"
-        ok = run_cli("camera", bundle, "--source", video, "--headless", *TRACKING, "--json",
-                     "--mqtt", url, "--mqtt-ca", ca)  # fmt: skip
-        refused = run_cli("camera", bundle, "--source", video, "--headless", *TRACKING, "--json",
-                          "--mqtt", url.replace("/tls", "/untrusted"))  # fmt: skip
+        ok = run_cli(
+            "camera",
+            bundle,
+            "--source",
+            video,
+            "--headless",
+            *TRACKING,
+            "--json",
+            "--mqtt",
+            url,
+            "--mqtt-ca",
+            ca,
+        )
+        refused = run_cli(
+            "camera",
+            bundle,
+            "--source",
+            video,
+            "--headless",
+            *TRACKING,
+            "--json",
+            "--mqtt",
+            url.replace("/tls", "/untrusted"),
+        )
         time.sleep(0.5)
         sub.loop_stop()
         sub.disconnect()
@@ -368,15 +465,25 @@ def test_mqtts_with_a_private_ca(scene, tmp_path):
 
 def test_bad_mqtt_and_metrics_options_are_one_sentence(tmp_path):
     bundle = classifier_bundle(tmp_path / "m")
-    assert_user_error(run_cli("camera", bundle, "--mqtt", "http://broker/x"), "--mqtt",
-                      "mqtt://[user:pass@]host[:port]/PREFIX")  # fmt: skip
+    assert_user_error(
+        run_cli("camera", bundle, "--mqtt", "http://broker/x"),
+        "--mqtt",
+        "mqtt://[user:pass@]host[:port]/PREFIX",
+    )
     proc = run_cli("camera", bundle, "--mqtt", "mqtt://u:s3cret@127.0.0.1:0/x")
     assert_user_error(proc, "port must be a number from 1 to 65535")
     assert "s3cret" not in proc.stderr
-    assert_user_error(run_cli("camera", bundle, "--metrics", "127.0.0.1:http"), "--metrics",
-                      "HOST:PORT")  # fmt: skip
-    proc = run_cli("camera", bundle, "--mqtt", "mqtt://127.0.0.1/x", prefix=(),
-                   env={"PYTHONPATH": str(_no_paho(tmp_path))})  # fmt: skip
+    assert_user_error(
+        run_cli("camera", bundle, "--metrics", "127.0.0.1:http"), "--metrics", "HOST:PORT"
+    )
+    proc = run_cli(
+        "camera",
+        bundle,
+        "--mqtt",
+        "mqtt://127.0.0.1/x",
+        prefix=(),
+        env={"PYTHONPATH": str(_no_paho(tmp_path))},
+    )
     assert_user_error(proc, "--mqtt needs paho", "pip install 'edgert[telemetry]'", code=1)
 
 
@@ -411,15 +518,35 @@ def test_prometheus_scrapes_frames_and_power_and_ready_waits_for_the_model(tmp_p
         "scrape_configs:\n  - job_name: edgert\n"
         f"    static_configs: [{{targets: ['127.0.0.1:{mport}']}}]\n"
     )
-    prom = subprocess.Popen(["prometheus", f"--config.file={conf}",
-                             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{pport}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    prom = subprocess.Popen(
+        [
+            "prometheus",
+            f"--config.file={conf}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{pport}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     camera = subprocess.Popen(
-        [sys.executable, "-m", "edgert.apps", "camera", str(bundle), "--headless", "--duration",
-         "20", "--metrics", f"127.0.0.1:{mport}", "--sysfs-root", str(root)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "edgert.apps",
+            "camera",
+            str(bundle),
+            "--headless",
+            "--duration",
+            "20",
+            "--metrics",
+            f"127.0.0.1:{mport}",
+            "--sysfs-root",
+            str(root),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         answers = []  # /ready from the moment the process starts
         deadline = time.monotonic() + 30
@@ -487,9 +614,20 @@ def test_the_web_viewer_port_serves_the_probes_and_metrics(tmp_path):
     bundle = classifier_bundle(tmp_path / "m")
     port = free_ports(1)[0]
     camera = subprocess.Popen(
-        [sys.executable, "-m", "edgert.apps", "camera", str(bundle), "--duration", "20",
-         "--output", f"http://127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "edgert.apps",
+            "camera",
+            str(bundle),
+            "--duration",
+            "20",
+            "--output",
+            f"http://127.0.0.1:{port}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         _wait_port(port, 20)
         deadline = time.monotonic() + 20

@@ -31,8 +31,9 @@ def test_temp_cap_settles_at_the_cap_and_keeps_the_linear_share(mobilenet, tmp_p
     ambient = 40.0
     cap = ambient + 0.6 * (uncapped_c - ambient)
     assert uncapped_c > cap + 3  # uncapped, it settles well above the cap
-    capped, heat = bench_in_the_loop(bundle, tmp_path / "capped", "--temp-cap", f"{cap:.2f}",
-                                     seconds=30.0)  # fmt: skip
+    capped, heat = bench_in_the_loop(
+        bundle, tmp_path / "capped", "--temp-cap", f"{cap:.2f}", seconds=30.0
+    )
     after, _ = bench_in_the_loop(bundle, tmp_path / "after", seconds=6.0)
     tail = _settled(heat, 20.0)
     settled = sum(tail) / len(tail)

@@ -43,9 +43,24 @@ def scene(tmp_path_factory):
 def test_track_line_zone_and_events_from_the_cli(scene, tmp_path):
     bundle, video = scene
     events, frames = tmp_path / "events.jsonl", tmp_path / "frames.jsonl"
-    proc = run_cli("camera", bundle, "--source", video, "--headless", "--conf", "0.75", "--json",
-                   "--line", "door=160,0,160,240", "--zone", "pen=200,0,320,0,320,120,200,120",
-                   "--events", events, "--jsonl", frames)  # fmt: skip
+    proc = run_cli(
+        "camera",
+        bundle,
+        "--source",
+        video,
+        "--headless",
+        "--conf",
+        "0.75",
+        "--json",
+        "--line",
+        "door=160,0,160,240",
+        "--zone",
+        "pen=200,0,320,0,320,120,200,120",
+        "--events",
+        events,
+        "--jsonl",
+        frames,
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     counts = summary["streams"][0]["counts"]
@@ -72,8 +87,10 @@ def test_track_line_zone_and_events_from_the_cli(scene, tmp_path):
 def test_track_is_refused_on_a_classifier_and_bad_geometry_before_any_camera(scene, tmp_path):
     bundle, video = scene
     classifier = classifier_bundle(tmp_path / "cls")
-    assert_user_error(run_cli("camera", classifier, "--source", video, "--track", "--headless"),
-                      "--track follows detected objects")  # fmt: skip
+    assert_user_error(
+        run_cli("camera", classifier, "--source", video, "--track", "--headless"),
+        "--track follows detected objects",
+    )
     dead = "rtsp://127.0.0.1:9/never"  # nothing answers: had it been opened, the error would say so
     cases = [
         (("--line", "door=1,2"), "at least 2 points"),
@@ -93,8 +110,22 @@ def test_track_is_refused_on_a_classifier_and_bad_geometry_before_any_camera(sce
 def test_each_stream_has_its_own_ids_and_bound_lines(scene, tmp_path):
     bundle, video = scene
     events = tmp_path / "events.jsonl"
-    proc = run_cli("camera", bundle, "--source", video, "--source", video, "--headless", "--conf",
-                   "0.75", "--json", "--line", "1:door=160,0,160,240", "--events", events)  # fmt: skip
+    proc = run_cli(
+        "camera",
+        bundle,
+        "--source",
+        video,
+        "--source",
+        video,
+        "--headless",
+        "--conf",
+        "0.75",
+        "--json",
+        "--line",
+        "1:door=160,0,160,240",
+        "--events",
+        events,
+    )
     assert proc.returncode == 0, proc.stderr
     streams = json.loads(proc.stdout)["streams"]
     assert streams[0]["counts"] == {} and streams[1]["counts"]["door"]["in"] == 1

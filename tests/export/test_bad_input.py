@@ -191,10 +191,18 @@ def test_data_dependent_control_flow_is_refused(tmp_path, branchy_py):
     the model's line; with --allow-trace-warnings the parity on negated inputs sees the other
     branch and nothing is written either."""
     proc = run_cli("export", f"{branchy_py}:branchy", "--input-shape", "1x8", "-o", tmp_path / "b")
-    assert_user_error(proc, "tracer fixed a data-dependent step", "branchy.py:13",
-                      "--allow-trace-warnings")  # fmt: skip
-    proc = run_cli("export", f"{branchy_py}:branchy", "--input-shape", "1x8", "-o", tmp_path / "b",
-                   "--allow-trace-warnings")  # fmt: skip
+    assert_user_error(
+        proc, "tracer fixed a data-dependent step", "branchy.py:13", "--allow-trace-warnings"
+    )
+    proc = run_cli(
+        "export",
+        f"{branchy_py}:branchy",
+        "--input-shape",
+        "1x8",
+        "-o",
+        tmp_path / "b",
+        "--allow-trace-warnings",
+    )
     assert proc.returncode == 2 and "differs from PyTorch" in proc.stderr, proc.stderr
     assert "WARNING: tracer: Converting a tensor to a Python boolean" in proc.stderr
     assert not (tmp_path / "b").exists()

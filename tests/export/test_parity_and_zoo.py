@@ -32,8 +32,16 @@ def test_mobilenet_bundle_parity_and_manifest(mobilenet):
     assert m["format"] == "edgert-bundle/1" and m["task"] == "classify"
     assert m["parity"]["passed"] and m["parity"]["max_abs"] <= 1e-4
     labels = [c["label"] for c in m["parity"]["cases"]]
-    assert labels[:4] == ["random, batch 1", "random, batch 3", "random negated, batch 1",
-                          "uniform [0, 1), batch 1"] and "real images" in labels[4]  # fmt: skip
+    assert (
+        labels[:4]
+        == [
+            "random, batch 1",
+            "random, batch 3",
+            "random negated, batch 1",
+            "uniform [0, 1), batch 1",
+        ]
+        and "real images" in labels[4]
+    )
     assert m["inputs"] == [{"name": "input", "dtype": "float32", "shape": [-1, 3, 224, 224]}]
     assert m["outputs"] == [{"name": "logits", "dtype": "float32", "shape": [-1, 1000]}]
     pre = m["preprocessing"]

@@ -90,8 +90,8 @@ def test_int8_with_fp16_scales_runs_right_on_onnx_runtime(tmp_path):
     import numpy as np
 
     from edgert.quantize import gate, int8, ranges
-    from edgert.quantize.builder import ensure_node_names
     from edgert.quantize.fp16 import qdq_to_fp16
+    from edgert.quantize.job import ensure_node_names
     from edgert.runtime.engine import Engine
 
     bundle = export_model("zoo:mobilenet_v2", tmp_path / "m.edgert").bundle
@@ -114,8 +114,11 @@ def test_int8_with_fp16_scales_runs_right_on_onnx_runtime(tmp_path):
     # Runtime runs it on its own INT8 kernels, whose u8s8 products saturate on CPUs without
     # VNNI (AVX2 only, as this CI machine: cosine 0.979 to the exact result, measured), which
     # is not what this test is about
-    for name, how in (("model.int8.onnx", "disable"), ("model.int8.fp16.onnx", "all"),
-                      *((o, "all") for o in others)):  # fmt: skip
+    for name, how in (
+        ("model.int8.onnx", "disable"),
+        ("model.int8.fp16.onnx", "all"),
+        *((o, "all") for o in others),
+    ):
         with Engine.load(tmp_path / name, backend="onnxruntime", optimization=how) as engine:
             out[name] = np.concatenate([engine.infer(x[i : i + 1])["logits"] for i in range(4)])
     for name in ("model.int8.fp16.onnx", *others):
@@ -132,11 +135,12 @@ def _dead_channel_conv(opset: int):
     w = np.random.default_rng(0).normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
     w[0] *= np.float32(1e-6)
     graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")], "g",
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [numpy_helper.from_array(w, "w")],
-    )  # fmt: skip
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), w
 
 
@@ -188,10 +192,14 @@ def test_fp16_scales_requantize_fp8_weights_whose_scale_moved():
 
     def dequantized(m):
         inits = {i.name: i for i in m.graph.initializer}
-        dq = next(n for n in m.graph.node if n.op_type == "DequantizeLinear"
-                  and inits.get(n.input[0]) is not None
-                  and inits[n.input[0]].data_type == TensorProto.FLOAT8E4M3FN
-                  and inits[n.input[0]].dims[0] == 4)  # fmt: skip
+        dq = next(
+            n
+            for n in m.graph.node
+            if n.op_type == "DequantizeLinear"
+            and inits.get(n.input[0]) is not None
+            and inits[n.input[0]].data_type == TensorProto.FLOAT8E4M3FN
+            and inits[n.input[0]].dims[0] == 4
+        )
         t = inits[dq.input[0]]
         values = np.frombuffer(t.raw_data, ml_dtypes.float8_e4m3fn).astype(np.float64)
         scale = numpy_helper.to_array(inits[dq.input[1]]).astype(np.float64)

@@ -46,9 +46,13 @@ def _detector(tmp_path, builder: str):
 
     (tmp_path / "labels.txt").write_text("never\nbird\nkite\n")
     bundle = export_model(
-        f"{ROOT / 'tests' / 'export' / 'models.py'}:{builder}", tmp_path / "det.edgert",
-        input_shape="1x3x32x32", dynamic_batch=True, task="detect", labels=tmp_path / "labels.txt",
-    ).bundle  # fmt: skip
+        f"{ROOT / 'tests' / 'export' / 'models.py'}:{builder}",
+        tmp_path / "det.edgert",
+        input_shape="1x3x32x32",
+        dynamic_batch=True,
+        task="detect",
+        labels=tmp_path / "labels.txt",
+    ).bundle
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "calib.npz", input=rng.uniform(0, 1, (300, 3, 32, 32)).astype(np.float32))
     return bundle, str(tmp_path / "calib.npz")
@@ -75,8 +79,15 @@ def test_a_detector_that_finds_nothing_on_the_holdout_is_flagged(tmp_path):
 
     bundle, calib = _detector(tmp_path, "build_silent_yolo")
     said: list[str] = []
-    build(bundle, "int8", calib=calib, calib_size=200, holdout_size=100, prepare="none",
-          say=said.append)  # fmt: skip
+    build(
+        bundle,
+        "int8",
+        calib=calib,
+        calib_size=200,
+        holdout_size=100,
+        prepare="none",
+        say=said.append,
+    )
     holdout = json.loads((bundle / "manifest.json").read_text())["quantization"]["int8"]["holdout"]
     assert holdout["boxes_fp32"] == 0 and holdout["box_f1"] == 1.0
     warning = [s for s in said if "finds no boxes" in s]

@@ -113,11 +113,15 @@ def test_int8_with_fp16_outside_it_for_tensorrt_11(digits_int8):
                 producers[n.input[0]].op_type == producers[n.input[1]].op_type == "DequantizeLinear"
             )
     weights = sorted(
-        numpy_helper.to_array(i).tobytes() for i in q32.graph.initializer if i.data_type == onnx.TensorProto.INT8
-    )  # fmt: skip
+        numpy_helper.to_array(i).tobytes()
+        for i in q32.graph.initializer
+        if i.data_type == onnx.TensorProto.INT8
+    )
     assert weights == sorted(
-        numpy_helper.to_array(i).tobytes() for i in q16.graph.initializer if i.data_type == onnx.TensorProto.INT8
-    )  # fmt: skip
+        numpy_helper.to_array(i).tobytes()
+        for i in q16.graph.initializer
+        if i.data_type == onnx.TensorProto.INT8
+    )
     _, _, x_test, y_test = digits_cnn.dataset()
     x = digits_cnn.normalise(x_test)
     out = {
@@ -142,8 +146,11 @@ def test_an_fp16_variant_that_cannot_be_made_is_not_left_from_an_earlier_build(
     model = onnx.load(str(made / "model.onnx"))
     inits = {i.name: i for i in model.graph.initializer}
     consumers = {i: n for n in model.graph.node for i in n.input}
-    first = next(n for n in model.graph.node if n.op_type == "Conv"
-                 and consumers[n.output[0]].op_type == "Relu")  # fmt: skip
+    first = next(
+        n
+        for n in model.graph.node
+        if n.op_type == "Conv" and consumers[n.output[0]].op_type == "Relu"
+    )
     second = consumers[consumers[first.output[0]].output[0]]
     assert second.op_type in ("Conv", "Gemm")
     for name, factor in ((first.input[1], 1e-6), (first.input[2], 1e-6), (second.input[1], 1e6)):
@@ -218,11 +225,12 @@ def test_calibration_images_of_several_sizes_for_an_any_size_model(tmp_path):
 
     w = np.random.default_rng(0).normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
     graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")], "g",
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, "H", "W"])],
         [numpy_helper.from_array(w, "w")],
-    )  # fmt: skip
+    )
     onnx.save(
         helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "fcn.onnx"
     )

@@ -216,3 +216,35 @@ def test_one_plan_check_judges_deletes_and_says(tmp_path, monkeypatch):
 
     monkeypatch.setattr(plan_check, "run_stored_samples", lambda b, p: None)
     assert plan_check.verify_plan(tmp_path, plan) is None  # no stored samples: nothing judged
+
+
+def test_a_plan_built_on_first_use_is_checked_as_edgert_build_checks_it(tmp_path, monkeypatch):
+    """Engine.load's first-use build follows the same policy as edgert build
+    (plan_check.build_checked_plan): a plan just built whose outputs differ from FP32 is deleted
+    and the engine falls back, saying why. Building and running a plan need TensorRT, absent
+    here: the cache's build and the plan's run of the samples are given; the policy is tested."""
+    import numpy as np
+
+    from edgert.runtime import engine, plan_cache, plan_check
+
+    plan = tmp_path / "engines" / "fp16-abc.engine"
+    ref = {"logits": np.random.default_rng(1).normal(size=(4, 10)).astype(np.float32)}
+
+    def built(bundle_dir, precision, device=0, options=None):
+        plan.parent.mkdir(exist_ok=True)
+        plan.write_bytes(b"PLAN")
+        plan.with_suffix(".json").write_text("{}")
+        return plan, True, None
+
+    monkeypatch.setattr(plan_cache, "ensure_plan", built)
+    target = engine.Target(tmp_path, bundle_dir=tmp_path)
+    monkeypatch.setattr(
+        plan_check, "run_stored_samples", lambda b, p: (ref, {"logits": -ref["logits"]}, 4)
+    )
+    got, why = engine._build_on_first_use(target, "fp16", 0, "no plan for this GPU")
+    assert got is None and "building one failed" in why and "differ from FP32" in why
+    assert not plan.exists() and not plan.with_suffix(".json").exists()
+
+    monkeypatch.setattr(plan_check, "run_stored_samples", lambda b, p: (ref, ref, 4))
+    got, why = engine._build_on_first_use(target, "fp16", 0, "no plan for this GPU")
+    assert got == plan and plan.exists() and "cosine 1.00000 vs FP32 on 4 stored samples" in why

@@ -28,25 +28,36 @@ def block_model(ceiling: float | None = 6.0, gemm_bias: bool = True):
         nodes.append(helper.make_node("Relu", ["c1"], ["a1"], name="act1"))
     else:
         nodes += [
-            helper.make_node("Constant", [], ["lo"], value=numpy_helper.from_array(np.array(0.0, np.float32))),
-            helper.make_node("Constant", [], ["hi"], value=numpy_helper.from_array(np.array(ceiling, np.float32))),
+            helper.make_node(
+                "Constant", [], ["lo"], value=numpy_helper.from_array(np.array(0.0, np.float32))
+            ),
+            helper.make_node(
+                "Constant", [], ["hi"], value=numpy_helper.from_array(np.array(ceiling, np.float32))
+            ),
             helper.make_node("Clip", ["c1", "lo", "hi"], ["a1"], name="act1"),
-        ]  # fmt: skip
+        ]
     nodes += [
         helper.make_node("Conv", ["a1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], group=8, name="dw"),
         helper.make_node("Relu", ["c2"], ["a2"], name="act2"),
         helper.make_node("GlobalAveragePool", ["a2"], ["g"]),
         helper.make_node("Flatten", ["g"], ["f"]),
-        helper.make_node("Gemm", ["f", "wg", "bg"] if gemm_bias else ["f", "wg"], ["y"], transB=1, name="fc"),
-    ]  # fmt: skip
-    inits = [numpy_helper.from_array(v, k) for k, v in
-             {"w1": w1, "b1": b1, "w2": w2, "b2": b2, "wg": wg}.items()]  # fmt: skip
+        helper.make_node(
+            "Gemm", ["f", "wg", "bg"] if gemm_bias else ["f", "wg"], ["y"], transB=1, name="fc"
+        ),
+    ]
+    inits = [
+        numpy_helper.from_array(v, k)
+        for k, v in {"w1": w1, "b1": b1, "w2": w2, "b2": b2, "wg": wg}.items()
+    ]
     if gemm_bias:
         inits.append(numpy_helper.from_array(np.zeros(5, np.float32), "bg"))
     graph = helper.make_graph(
-        nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])], initializer=inits,
-    )  # fmt: skip
+        nodes,
+        "block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])],
+        initializer=inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(model)
     return model
@@ -127,19 +138,32 @@ def test_build_keeps_the_preparation_that_measures_best(tmp_path, data):
     onnx.save(block_model(), tmp_path / "block.onnx")
     bundle = export_model(str(tmp_path / "block.onnx"), tmp_path / "b.edgert").bundle
     np.savez(tmp_path / "calib.npz", x=data)
-    report = build(bundle, "int8", calib=str(tmp_path / "calib.npz"), holdout_size=24,
-                   gate_rules="off")  # fmt: skip
+    report = build(
+        bundle, "int8", calib=str(tmp_path / "calib.npz"), holdout_size=24, gate_rules="off"
+    )
     prep = report.quantization["preparation"]
     scores = {k: v["cosine"] for k, v in prep["candidates"].items()}
     assert prep["kept"] == max(scores, key=scores.get) and "equalize" in prep["kept"]
     assert scores["equalize"] > scores["none"]
     q = onnx.load(str(bundle / "model.int8.onnx"))
     assert "Min" in {n.op_type for n in q.graph.node}  # ReLU6 became Min(ReLU(x), 6 g)
-    only = build(bundle, "int8", calib=str(tmp_path / "calib.npz"), holdout_size=24,
-                 gate_rules="off", prepare="none")  # fmt: skip
+    only = build(
+        bundle,
+        "int8",
+        calib=str(tmp_path / "calib.npz"),
+        holdout_size=24,
+        gate_rules="off",
+        prepare="none",
+    )
     assert set(only.quantization["preparation"]["candidates"]) == {"none"}
-    slow = build(bundle, "int8", calib=str(tmp_path / "calib.npz"), holdout_size=24,
-                 gate_rules="off", prepare="none,equalize+adaround")  # fmt: skip
+    slow = build(
+        bundle,
+        "int8",
+        calib=str(tmp_path / "calib.npz"),
+        holdout_size=24,
+        gate_rules="off",
+        prepare="none,equalize+adaround",
+    )
     assert set(slow.quantization["preparation"]["candidates"]) == {"none", "equalize+adaround"}
     with pytest.raises(ModelError, match="unknown --prepare 'cle'"):
         build(bundle, "int8", calib=str(tmp_path / "calib.npz"), prepare="cle")
@@ -176,9 +200,15 @@ def test_fallback_gives_kept_nodes_their_own_weights_and_bias_back(data):
     model = block_model()
     ref = ev_mod.run(model, data[64:80])
     prep = qdq_search.choose_preparation(
-        model, data[:64], data[64:80], ref, "generic", "minmax", ("equalize+bias+adaround",),
+        model,
+        data[:64],
+        data[64:80],
+        ref,
+        "generic",
+        "minmax",
+        ("equalize+bias+adaround",),
         lambda s: None,
-    ).best  # fmt: skip
+    ).best
     assert prep.name == "equalize+bias+adaround" and set(prep.report) == {
         "equalize",
         "bias",
@@ -267,8 +297,14 @@ def test_build_with_shift(tmp_path, data):
     onnx.save(block_model(), tmp_path / "block.onnx")
     bundle = export_model(str(tmp_path / "block.onnx"), tmp_path / "b.edgert").bundle
     np.savez(tmp_path / "calib.npz", x=data)
-    report = build(bundle, "int8", calib=str(tmp_path / "calib.npz"), holdout_size=24,
-                   gate_rules="off", prepare="equalize+bias,equalize+shift+bias")  # fmt: skip
+    report = build(
+        bundle,
+        "int8",
+        calib=str(tmp_path / "calib.npz"),
+        holdout_size=24,
+        gate_rules="off",
+        prepare="equalize+bias,equalize+shift+bias",
+    )
     prep = report.quantization["preparation"]
     assert set(prep["candidates"]) == {"equalize+bias", "equalize+shift+bias"}
     assert (

@@ -10,9 +10,18 @@ from edgert.runtime.power.governor import Pacer, PowerGovernor
 
 
 def simulate(
-    idle, k, cap, seconds=30.0, tau=0.3, noise=0.01, window=1.0, period=0.25, seed=0, plant=None,
+    idle,
+    k,
+    cap,
+    seconds=30.0,
+    tau=0.3,
+    noise=0.01,
+    window=1.0,
+    period=0.25,
+    seed=0,
+    plant=None,
     **gov,
-):  # fmt: skip
+):
     """Returns (times, true power, duty) sampled every 20 ms (a 50 Hz sensor). ``plant`` maps a
     duty to the power it settles at (default: idle + k * duty)."""
     rng = np.random.default_rng(seed)

@@ -69,8 +69,17 @@ def _webp_lossy() -> bytes:
 
 def _tiff() -> bytes:
     # a classic little-endian TIFF, 8-bit grey, one strip: the sizes are SHORT entries
-    entries = [(256, 3, 1, BIG), (257, 3, 1, BIG), (258, 3, 1, 8), (259, 3, 1, 1),
-               (262, 3, 1, 1), (273, 4, 1, 8), (277, 3, 1, 1), (278, 3, 1, BIG), (279, 4, 1, 16)]  # fmt: skip
+    entries = [
+        (256, 3, 1, BIG),
+        (257, 3, 1, BIG),
+        (258, 3, 1, 8),
+        (259, 3, 1, 1),
+        (262, 3, 1, 1),
+        (273, 4, 1, 8),
+        (277, 3, 1, 1),
+        (278, 3, 1, BIG),
+        (279, 4, 1, 16),
+    ]
     ifd_at = 8 + 16
     ifd = struct.pack("<H", len(entries))
     for tag, kind, count, value in entries:
@@ -80,8 +89,10 @@ def _tiff() -> bytes:
 
 
 # a 1x1 GIF written by hand (OpenCV before 4.11 has no GIF encoder)
-GIF_1X1 = (b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01\x00\x00\x00"
-           b"\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;")  # fmt: skip
+GIF_1X1 = (
+    b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01\x00\x00\x00"
+    b"\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;"
+)
 
 
 def _gif() -> bytes:
@@ -139,9 +150,22 @@ def test_bombs_are_refused_from_their_header(kind):
 def test_every_format_opencv_writes_has_its_size_read():
     """The header readers agree with OpenCV's decoder on every format this OpenCV encodes."""
     img = np.zeros((37, 53, 3), np.uint8)
-    cases = {".png": img, ".jpg": img, ".bmp": img, ".gif": img, ".tiff": img, ".ppm": img,
-             ".pgm": img[:, :, 0], ".pbm": img[:, :, 0], ".pam": img, ".pfm": img.astype(np.float32),
-             ".hdr": img.astype(np.float32), ".ras": img, ".jp2": img, ".avif": img}  # fmt: skip
+    cases = {
+        ".png": img,
+        ".jpg": img,
+        ".bmp": img,
+        ".gif": img,
+        ".tiff": img,
+        ".ppm": img,
+        ".pgm": img[:, :, 0],
+        ".pbm": img[:, :, 0],
+        ".pam": img,
+        ".pfm": img.astype(np.float32),
+        ".hdr": img.astype(np.float32),
+        ".ras": img,
+        ".jp2": img,
+        ".avif": img,
+    }
     read = []
     for ext, a in cases.items():
         try:

@@ -26,8 +26,15 @@ def test_kernel_arithmetic_matches_the_cpu_path(camera, resize):
     h, w = camera
     img = _index_image(h, w)
     for size in MODELS:
-        pre = Preprocessing(size=size, resize=resize, interpolation="nearest", channel_order="BGR",
-                            layout="NHWC", scale=1.0, pad_value=0.0)  # fmt: skip
+        pre = Preprocessing(
+            size=size,
+            resize=resize,
+            interpolation="nearest",
+            channel_order="BGR",
+            layout="NHWC",
+            scale=1.0,
+            pad_value=0.0,
+        )
         out, t = pre.apply(img)
         rw, rh, iox, ioy = _nearest_args(t)
         th, tw = size

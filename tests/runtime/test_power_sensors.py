@@ -38,16 +38,28 @@ def ina3221_hwmon(root: Path, addr: str, hwmon: int, channels: list[tuple[str, i
     return hw
 
 
-def ina238_hwmon(root: Path, addr: str, hwmon: int, microwatts: int, millivolts: int = 19_000,
-                 label: str | None = None) -> Path:  # fmt: skip
+def ina238_hwmon(
+    root: Path,
+    addr: str,
+    hwmon: int,
+    microwatts: int,
+    millivolts: int = 19_000,
+    label: str | None = None,
+) -> Path:
     """The kernel's ina238 hwmon driver (Documentation/hwmon/ina238.rst): ``name``, in0_input
     (shunt mV), in1_input (bus mV), curr1_input (mA), power1_input (uW), temp1_input (m°C), and no
     label files. ``label``: the hwmon core's device-wide ``label`` attribute, which it writes only
     when the firmware gives the chip a label property (Documentation/hwmon/sysfs-interface.rst)."""
     hw = root / f"sys/bus/i2c/drivers/ina238/{addr}/hwmon/hwmon{hwmon}"
     ma = round(microwatts / millivolts)
-    for name, value in (("name", "ina238"), ("in0_input", round(ma * 0.002)), ("in1_input", millivolts),
-                        ("curr1_input", ma), ("power1_input", microwatts), ("temp1_input", 41_250)):  # fmt: skip
+    for name, value in (
+        ("name", "ina238"),
+        ("in0_input", round(ma * 0.002)),
+        ("in1_input", millivolts),
+        ("curr1_input", ma),
+        ("power1_input", microwatts),
+        ("temp1_input", 41_250),
+    ):
         write(hw / name, value)
     if label is not None:
         write(hw / "label", label)

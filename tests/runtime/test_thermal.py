@@ -36,7 +36,8 @@ from pathlib import Path
 
 import pytest
 
-from edgert.runtime.power.thermal import read_conditions, suggested_temp_cap, thermal_zones
+from edgert.runtime.power.conditions import read_conditions, suggested_temp_cap
+from edgert.runtime.power.thermal import thermal_zones
 from tests.conftest import run_cli, unprivileged
 from tests.runtime.test_power_sensors import write
 
@@ -56,8 +57,12 @@ def zones(root: Path, spec: list) -> None:
 
 
 def devfreq(node: Path, cur: int, lo: int, hi: int, of_name: str | None = None) -> None:
-    for name, value in (("cur_freq", cur), ("min_freq", lo), ("max_freq", hi),
-                        ("governor", "nvhost_podgov")):  # fmt: skip
+    for name, value in (
+        ("cur_freq", cur),
+        ("min_freq", lo),
+        ("max_freq", hi),
+        ("governor", "nvhost_podgov"),
+    ):
         write(node / name, value)
     if of_name is not None:
         write(node / "device/of_node/name", of_name)
@@ -66,17 +71,37 @@ def devfreq(node: Path, cur: int, lo: int, hi: int, of_name: str | None = None) 
 def cpufreq(root: Path, policies: dict[int, tuple[int, int, int]]) -> None:
     for n, (cur, lo, hi) in policies.items():
         p = root / f"sys/devices/system/cpu/cpufreq/policy{n}"
-        for name, value in (("scaling_cur_freq", cur), ("scaling_min_freq", lo),
-                            ("scaling_max_freq", hi), ("cpuinfo_max_freq", hi)):  # fmt: skip
+        for name, value in (
+            ("scaling_cur_freq", cur),
+            ("scaling_min_freq", lo),
+            ("scaling_max_freq", hi),
+            ("cpuinfo_max_freq", hi),
+        ):
             write(p / name, value)
 
 
 def nano(root: Path) -> None:
-    zones(root, [("AO-therm", 39500, []), ("CPU-therm", 41000, [("active", 66000), ("active", 86000),
-           ("critical", 102000), ("hot", 100500), ("passive", 97000)]),
-           ("GPU-therm", 38500, [("critical", 102500), ("hot", 101000), ("passive", 97500)]),
-           ("PLL-therm", 39000, [("passive", 70000)]), ("PMIC-Die", 100000, [("active", 120000)]),
-           ("thermal-fan-est", 40200, [])])  # fmt: skip
+    zones(
+        root,
+        [
+            ("AO-therm", 39500, []),
+            (
+                "CPU-therm",
+                41000,
+                [
+                    ("active", 66000),
+                    ("active", 86000),
+                    ("critical", 102000),
+                    ("hot", 100500),
+                    ("passive", 97000),
+                ],
+            ),
+            ("GPU-therm", 38500, [("critical", 102500), ("hot", 101000), ("passive", 97500)]),
+            ("PLL-therm", 39000, [("passive", 70000)]),
+            ("PMIC-Die", 100000, [("active", 120000)]),
+            ("thermal-fan-est", 40200, []),
+        ],
+    )
     devfreq(root / "sys/devices/57000000.gpu/devfreq/57000000.gpu", 76800000, 76800000, 921600000)
     cpufreq(root, {0: (1428000, 102000, 1428000)})
     write(root / "sys/kernel/debug/clk/override.emc/clk_rate", 1600000000)
@@ -84,24 +109,59 @@ def nano(root: Path) -> None:
 
 
 def xavier_nx(root: Path) -> None:
-    zones(root, [("CPU-therm", 45500, []), ("GPU-therm", 44000, []), ("AUX-therm", 44500, []),
-                 ("AO-therm", 43000, []), ("PMIC-Die", 100000, []), ("Tboard_tegra", 40000, []),
-                 ("Tdiode_tegra", 42250, []), ("thermal-fan-est", 44600, [])])  # fmt: skip
+    zones(
+        root,
+        [
+            ("CPU-therm", 45500, []),
+            ("GPU-therm", 44000, []),
+            ("AUX-therm", 44500, []),
+            ("AO-therm", 43000, []),
+            ("PMIC-Die", 100000, []),
+            ("Tboard_tegra", 40000, []),
+            ("Tdiode_tegra", 42250, []),
+            ("thermal-fan-est", 44600, []),
+        ],
+    )
     devfreq(root / "sys/class/devfreq/17000000.gv11b", 114750000, 114750000, 1109250000, "gv11b")
-    cpufreq(root, {0: (1190400, 1190400, 1907200), 2: (1190400, 1190400, 1907200),
-                   4: (1190400, 1190400, 1907200)})  # fmt: skip
+    cpufreq(
+        root,
+        {
+            0: (1190400, 1190400, 1907200),
+            2: (1190400, 1190400, 1907200),
+            4: (1190400, 1190400, 1907200),
+        },
+    )
     write(root / "sys/kernel/debug/bpmp/debug/clk/emc/rate", 1600000000)
     write(root / "sys/kernel/debug/bpmp/debug/clk/emc/max_rate", 1866000000)
 
 
 def orin_nx_jp6(root: Path, gpu_hz: int = 918000000, pinned: bool = False) -> None:
     crit = ("critical", 104500)
-    zones(root, [("cpu-thermal", 52000, [("active", 50000), ("active", 65000), ("active", 80000),
-                                         ("passive", 95000), ("hot", 99000), crit]),
-                 ("gpu-thermal", 50500, [crit]), ("cv0-thermal", None, [crit]),
-                 ("cv1-thermal", None, [crit]), ("cv2-thermal", None, [crit]),
-                 ("soc0-thermal", 49000, [crit]), ("soc1-thermal", 48500, [crit]),
-                 ("soc2-thermal", 49500, [crit]), ("tj-thermal", 52000, [crit])])  # fmt: skip
+    zones(
+        root,
+        [
+            (
+                "cpu-thermal",
+                52000,
+                [
+                    ("active", 50000),
+                    ("active", 65000),
+                    ("active", 80000),
+                    ("passive", 95000),
+                    ("hot", 99000),
+                    crit,
+                ],
+            ),
+            ("gpu-thermal", 50500, [crit]),
+            ("cv0-thermal", None, [crit]),
+            ("cv1-thermal", None, [crit]),
+            ("cv2-thermal", None, [crit]),
+            ("soc0-thermal", 49000, [crit]),
+            ("soc1-thermal", 48500, [crit]),
+            ("soc2-thermal", 49500, [crit]),
+            ("tj-thermal", 52000, [crit]),
+        ],
+    )
     lo = 918000000 if pinned else 306000000
     devfreq(root / "sys/class/devfreq/17000000.gpu", gpu_hz, lo, 918000000, "gpu")
     cpu_lo = 1984000 if pinned else 729600
@@ -109,11 +169,26 @@ def orin_nx_jp6(root: Path, gpu_hz: int = 918000000, pinned: bool = False) -> No
 
 
 def agx_orin_jp5(root: Path) -> None:
-    names = ["CPU-therm", "GPU-therm", "CV0-therm", "CV1-therm", "CV2-therm", "SOC0-therm",
-             "SOC1-therm", "SOC2-therm", "tj-therm", "Tboard_tegra", "Tdiode_tegra"]  # fmt: skip
+    names = [
+        "CPU-therm",
+        "GPU-therm",
+        "CV0-therm",
+        "CV1-therm",
+        "CV2-therm",
+        "SOC0-therm",
+        "SOC1-therm",
+        "SOC2-therm",
+        "tj-therm",
+        "Tboard_tegra",
+        "Tdiode_tegra",
+    ]
     zones(root, [(n, 47000 + 250 * i, []) for i, n in enumerate(names)])
-    devfreq(root / "sys/devices/platform/17000000.ga10b/devfreq/17000000.ga10b", 1300500000,
-            306000000, 1300500000)  # fmt: skip
+    devfreq(
+        root / "sys/devices/platform/17000000.ga10b/devfreq/17000000.ga10b",
+        1300500000,
+        306000000,
+        1300500000,
+    )
     cpufreq(root, {k: (2201600, 115200, 2201600) for k in (0, 4, 8)})
 
 
@@ -129,8 +204,13 @@ def thor(root: Path) -> None:
         write(root / f"sys/class/devfreq/bwmgr/{name}", value)
 
 
-BOARDS = {"nano": nano, "xavier_nx": xavier_nx, "orin_nx_jp6": orin_nx_jp6,
-          "agx_orin_jp5": agx_orin_jp5, "thor": thor}  # fmt: skip
+BOARDS = {
+    "nano": nano,
+    "xavier_nx": xavier_nx,
+    "orin_nx_jp6": orin_nx_jp6,
+    "agx_orin_jp5": agx_orin_jp5,
+    "thor": thor,
+}
 
 
 @pytest.mark.parametrize("board", sorted(BOARDS))
@@ -149,7 +229,7 @@ def test_every_board_gives_zones_and_the_gpu_clock(tmp_path, board):
 
 
 def test_a_temp_cap_on_a_nano_reads_the_die_not_the_pmic(tmp_path):
-    from edgert.runtime.power.governor import HottestZone
+    from edgert.runtime.power.thermal import HottestZone
 
     nano(tmp_path)
     zone = HottestZone(tmp_path)
@@ -229,10 +309,28 @@ def test_a_bench_whose_gpu_clock_drops_reports_the_throttling_and_when(tmp_path)
     orin_nx_jp6(tree)
     cur = tree / "sys/class/devfreq/17000000.gpu/cur_freq"
     out = tmp_path / "bench.json"
-    proc = subprocess.Popen([sys.executable, "-m", "edgert.apps", "bench", str(bundle), "--duration",
-                             "4.5", "--warmup", "0", "--idle-seconds", "0", "--sysfs-root", str(tree),
-                             "--json-file", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edgert.apps",
+            "bench",
+            str(bundle),
+            "--duration",
+            "4.5",
+            "--warmup",
+            "0",
+            "--idle-seconds",
+            "0",
+            "--sysfs-root",
+            str(tree),
+            "--json-file",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(2.0)  # the tiny model loads in well under a second: the run is under way
     write(cur, 510000000)
     time.sleep(1.5)
@@ -249,8 +347,8 @@ def test_a_bench_whose_gpu_clock_drops_reports_the_throttling_and_when(tmp_path)
 
 
 def test_sweeps_are_warned_when_points_ran_at_other_clocks_or_modes(tmp_path):
-    from edgert.apps.commands.bench import conditions_mismatch
-    from edgert.runtime.power.thermal import ConditionsMonitor
+    from edgert.apps.bench import conditions_mismatch
+    from edgert.runtime.power.conditions import ConditionsMonitor
 
     free, pinned = tmp_path / "a", tmp_path / "b"
     orin_nx_jp6(free)

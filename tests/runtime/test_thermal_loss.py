@@ -13,7 +13,8 @@ import pytest
 
 from edgert.runtime.engine import Engine
 from edgert.runtime.errors import SensorError
-from edgert.runtime.power.governor import CappedRunner, HottestZone
+from edgert.runtime.power.governor import CappedRunner
+from edgert.runtime.power.thermal import HottestZone
 from tests.runtime.test_power_sensors import write
 from tests.runtime.test_thermal import orin_nx_jp6, zones
 from tests.tiny import matmul_model

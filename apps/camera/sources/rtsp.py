@@ -1,19 +1,20 @@
-"""Network streams and GStreamer sources: one reconnecting :class:`StreamSource` for RTSP through
-GStreamer or OpenCV's FFmpeg (reconnects, stalls and downtime counted), video files and cameras
-through GStreamer, and the choice of decoder (``--decoder``)."""
+"""Network streams (``rtsp://``, ``rtsps://``): one reconnecting :class:`StreamSource` through
+GStreamer or OpenCV's FFmpeg, its reconnects, stalls and downtime counted."""
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
-from edgert.runtime.errors import SourceError
-from edgert.runtime.images import check_pixels
+from edgert.apps.uris import check_stream_uri, redact
+from edgert.runtime.errors import SourceError, StreamLost
 
-from . import gstreamer
-from .gstreamer import Lost
-from .source_base import FrameSource, SourceOptions, quiet_opencv, redact
+from .. import gstreamer
+from ..opencv_log import quiet_ffmpeg, quiet_opencv
+from .base import FrameSource, SourceOptions
+from .gst import choose_decoder
 
 log = logging.getLogger(__name__)
 
@@ -28,19 +29,23 @@ class _FfmpegConnection:
     def __init__(self, url: str, timeout_s: float, stall_s: float) -> None:
         import cv2
 
-        params = [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, int(timeout_s * 1000),
-                  cv2.CAP_PROP_READ_TIMEOUT_MSEC, int(stall_s * 1000)]  # fmt: skip
+        params = [
+            cv2.CAP_PROP_OPEN_TIMEOUT_MSEC,
+            int(timeout_s * 1000),
+            cv2.CAP_PROP_READ_TIMEOUT_MSEC,
+            int(stall_s * 1000),
+        ]
         with quiet_opencv():
             self.cap = cv2.VideoCapture(url, cv2.CAP_FFMPEG, params)
         if not self.cap.isOpened():
             self.cap.release()
-            raise Lost("no answer")
+            raise StreamLost("no answer")
         self.stall_s = stall_s
         try:
             self.first = self.read(stall_s, None)
-        except Lost:
+        except StreamLost:
             self.cap.release()
-            raise Lost("opened but no frames") from None
+            raise StreamLost("opened but no frames") from None
         fps = self.cap.get(cv2.CAP_PROP_FPS)
         self._fps = fps if fps and fps > 0 else None
 
@@ -53,8 +58,8 @@ class _FfmpegConnection:
             ok, frame = self.cap.read()
         if not ok:
             if time.monotonic() - t0 >= 0.9 * self.stall_s:
-                raise Lost(f"stalled: no frame for {self.stall_s:g} s", stalled=True)
-            raise Lost("the stream ended or dropped")
+                raise StreamLost(f"stalled: no frame for {self.stall_s:g} s", stalled=True)
+            raise StreamLost("the stream ended or dropped")
         return frame, time.monotonic()
 
     def close(self) -> None:
@@ -69,7 +74,7 @@ class StreamSource(FrameSource):
     (re)connection by ``connect_deadline``; ``reconnect_tries=None`` tries for ever (a camera
     that reboots), backing off up to ``max_backoff``. A stream that ends, fails, or sends nothing
     for ``stall_timeout`` while connected is reconnected; reconnections, stalls and the time
-    without frames are counted (:meth:`connection_stats`). Backoff waits end at once on
+    without frames are counted (:meth:`stats`). Backoff waits end at once on
     :meth:`cancel`."""
 
     def __init__(self, url: str, opts: SourceOptions, decoder: str = "ffmpeg", note=None) -> None:
@@ -115,7 +120,7 @@ class StreamSource(FrameSource):
                 break
             try:
                 conn = self._attempt(min(o.io_timeout, left))
-            except Lost as exc:
+            except StreamLost as exc:
                 last = str(exc)
             else:
                 self.conn, self._first = conn, conn.first
@@ -124,15 +129,22 @@ class StreamSource(FrameSource):
                     self.reconnects += 1
                     self.downtime_s += time.monotonic() - self._down_since
                     self._down_since = None
-                    log.warning("%s: reconnected after %.1f s", self.description,
-                                time.monotonic() - start)  # fmt: skip
+                    log.warning(
+                        "%s: reconnected after %.1f s", self.description, time.monotonic() - start
+                    )
                 return
             self.last_error = last
             no_time = deadline is not None and deadline - time.monotonic() <= delay
             if (not forever and attempt >= o.reconnect_tries) or no_time:
                 break  # the error below says it
-            log.warning("%s: attempt %d%s failed (%s); retrying in %.1f s", self.description,
-                        attempt, tries, last, delay)  # fmt: skip
+            log.warning(
+                "%s: attempt %d%s failed (%s); retrying in %.1f s",
+                self.description,
+                attempt,
+                tries,
+                last,
+                delay,
+            )
             if self._cancel.wait(delay):
                 break
             delay = min(delay * 2, o.max_backoff)
@@ -150,7 +162,7 @@ class StreamSource(FrameSource):
             if self._first is None:
                 try:
                     self._first = self.conn.read(self.opts.stall_timeout, self._cancel)
-                except Lost as exc:
+                except StreamLost as exc:
                     if self._cancel.is_set():
                         raise SourceError(f"{self.description}: stopped") from None
                     self.stalls += exc.stalled
@@ -163,16 +175,22 @@ class StreamSource(FrameSource):
             got, self._first = self._first, None
             return got
 
-    def connection_stats(self) -> dict:
+    def stats(self) -> dict:
+        """The decoder, the connection's state, reconnects, stalls and time without frames."""
         down = self.downtime_s
         if self._down_since is not None:
             down += time.monotonic() - self._down_since
         state = (
             "up" if self.conn is not None else "reconnecting" if self._down_since else "connecting"
         )
-        return {"decoder": getattr(self.conn, "decoder", None) or self.decoder,
-                "connection": state, "reconnects": self.reconnects, "stalls": self.stalls,
-                "downtime_s": round(down, 3), "last_error": self.last_error}  # fmt: skip
+        return {
+            "decoder": getattr(self.conn, "decoder", None) or self.decoder,
+            "connection": state,
+            "reconnects": self.reconnects,
+            "stalls": self.stalls,
+            "downtime_s": round(down, 3),
+            "last_error": self.last_error,
+        }
 
     def close(self) -> None:
         self._cancel.set()
@@ -186,108 +204,14 @@ class StreamSource(FrameSource):
                 self._busy.release()
 
 
-class GstCameraSource(FrameSource):
-    """A CSI or V4L2 camera through a GStreamer pipeline ending in an appsink."""
-
-    def __init__(self, description: str, pipeline: str, timeout_s: float) -> None:
-        self.description = description
-        self._cancel = threading.Event()
-        try:
-            self.conn = gstreamer.GstConnection(pipeline, True, set(), timeout_s, self._cancel)
-        except Lost as exc:
-            raise SourceError(f"cannot open {description}: {exc}") from None
-        self.decoder = "gstreamer"
-        self._first = self.conn.first
-        h, w = self._first[0].shape[:2]
-        self.size, self.fps = (w, h), self.conn.fps()
-
-    def read(self):
-        got, self._first = self._first, None
-        if got is not None:
-            return got
-        try:
-            return self.conn.read(5.0, self._cancel)
-        except Lost as exc:
-            raise SourceError(f"{self.description} stopped delivering frames ({exc})") from None
-
-    def cancel(self) -> None:
-        self._cancel.set()
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class GstFileSource(FrameSource):
-    """A video file decoded by GStreamer (NVDEC on a Jetson): every frame, its media time from
-    the buffer's PTS; the first frame is decoded on opening, so the size is known."""
-
-    live = False
-
-    def __init__(self, path: str, loop: bool = False) -> None:
-        self.description = f"video {path} (GStreamer)"
-        self.loop = loop
-        self._cancel = threading.Event()
-        have = gstreamer.elements()
-        try:
-            self.conn = gstreamer.GstConnection(gstreamer.file_pipeline(path, have), False, have,
-                                                30.0, self._cancel)  # fmt: skip
-        except Lost as exc:
-            raise SourceError(f"cannot decode {path} with GStreamer: {exc}") from None
-        self.decoder = self.conn.decoder
-        self._first = self.conn.first
-        if self._first is None:
-            self.conn.close()
-            raise SourceError(f"{path} holds no video frames")
-        h, w = self._first[0].shape[:2]
-        check_pixels(w, h, self.description)
-        self.size, self.fps = (w, h), self.conn.fps()
-        self.media_time = None
-        self._offset = 0.0
-
-    def read(self):
-        got, self._first = self._first, None
-        if got is None:
-            try:
-                got = self.conn.read(30.0, self._cancel)
-            except Lost as exc:
-                raise SourceError(f"{self.description}: {exc}") from None
-            if got is None and self.loop and self.conn.rewind():
-                self._offset = (self.media_time or 0.0) + 1.0 / (self.fps or 30.0)
-                got = self.conn.read(30.0, self._cancel)
-            if got is None:
-                return None
-        if self.conn.media_time is not None:
-            self.media_time = self._offset + self.conn.media_time
-        return got
-
-    def cancel(self) -> None:
-        self._cancel.set()
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-def _gst_ok() -> bool:
-    return gstreamer.available()[0]
-
-
-def choose_decoder(requested: str, kind: str) -> tuple[str, str | None]:
-    """(gstreamer or ffmpeg, a note when auto falls back) for a source of ``kind`` (rtsp, file).
-    auto: GStreamer for network streams whenever it is there (its jitter buffer, hardware
-    decode, stall and end detection); for files only with a hardware decoder (elsewhere both
-    decode with FFmpeg's own decoders, and OpenCV's is the proven path)."""
-    if requested == "ffmpeg":
-        return "ffmpeg", None
-    ok, why = gstreamer.available()
-    if requested == "gstreamer":
-        if not ok:
-            raise SourceError(f"--decoder gstreamer: {why}; {gstreamer.INSTALL}")
-        return "gstreamer", None
-    if kind == "file":
-        return (
-            "gstreamer" if ok and gstreamer.hardware_decoder(gstreamer.elements()) else "ffmpeg"
-        ), None
-    if ok:
-        return "gstreamer", None
-    return "ffmpeg", (f"{why}: RTSP is decoded by OpenCV's FFmpeg on the CPU; for hardware "
-                      f"decode and low latency {gstreamer.INSTALL}")  # fmt: skip
+def open_uri(uri: str, opts: SourceOptions) -> StreamSource:
+    try:
+        check_stream_uri(uri)
+    except ValueError as exc:
+        raise SourceError(str(exc)) from None
+    decoder, note = choose_decoder(opts.decoder, "rtsp")
+    if decoder == "ffmpeg":
+        quiet_ffmpeg()  # here, on the thread that opens sources, before capture threads run
+        if opts.rtsp_transport != "auto":  # read by FFmpeg when it opens the stream
+            os.environ["OPENCV_FFMPEG_CAPTURE_OPTIONS"] = f"rtsp_transport;{opts.rtsp_transport}"
+    return StreamSource(uri, opts, decoder, note)

@@ -11,7 +11,6 @@ import errno
 import functools
 import json
 import logging
-import math
 import re
 import socket
 import threading
@@ -24,20 +23,19 @@ from edgert.apps.telemetry.http import send
 from edgert.apps.uris import show_host
 from edgert.runtime.errors import OutputError
 
+from .base import Sink, SinkContext, grid_columns, stream_of
+
 log = logging.getLogger(__name__)
 _HERE = Path(__file__).resolve().parent
-
-
-def grid_columns(streams: int) -> int:
-    """Columns of the streams' grid (the web page's and the mosaic's): as square as it gets."""
-    return max(1, math.ceil(math.sqrt(streams)))
 
 
 @functools.lru_cache(maxsize=None)
 def _templates() -> tuple[str, str]:
     """The page and the tile, read once from the package's files."""
-    return ((_HERE / "viewer.html").read_text(encoding="utf-8"),
-            (_HERE / "viewer_tile.html").read_text(encoding="utf-8").strip())  # fmt: skip
+    return (
+        (_HERE / "viewer.html").read_text(encoding="utf-8"),
+        (_HERE / "viewer_tile.html").read_text(encoding="utf-8").strip(),
+    )
 
 
 def page(streams: int) -> str:
@@ -47,23 +45,26 @@ def page(streams: int) -> str:
     return template % {"cols": grid_columns(streams), "tiles": tiles}
 
 
-def stream_of(frame) -> int:
-    return getattr(frame, "stream", 0)
-
-
-class HttpOutput:
+class HttpOutput(Sink):
     """The MJPEG web viewer."""
 
+    takes_stats = True
+
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 8080, quality: int = 80, streams: int = 1
+        self,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        quality: int = 80,
+        streams: int = 1,
+        probes=None,
     ) -> None:
         self.quality = quality
         self.streams = max(1, streams)
         self._jpeg: list[bytes | None] = [None] * self.streams
         self._seq = [0] * self.streams
         self._cond = threading.Condition()
-        self.stats: dict = {}
-        self.probes = None  # telemetry's /metrics, /live and /ready, when the run has them
+        self.live_stats: dict = {}
+        self.probes = probes  # the run's /metrics, /live and /ready, when it has them
         self._closed = False
         handler = self._handler()
         try:
@@ -91,9 +92,9 @@ class HttpOutput:
                 self._seq[i] += 1
                 self._cond.notify_all()
 
-    def set_stats(self, stats: dict) -> None:
+    def stats(self, stats: dict) -> None:
         with self._cond:
-            self.stats = stats
+            self.live_stats = stats
 
     def _next_frame(self, i: int, last_seq: int, timeout: float = 1.0) -> tuple[int, bytes | None]:
         with self._cond:
@@ -118,7 +119,7 @@ class HttpOutput:
                     self._send(200, page(output.streams).encode(), "text/html; charset=utf-8")
                 elif path == "/stats.json":
                     with output._cond:
-                        body = json.dumps(output.stats, default=str).encode()
+                        body = json.dumps(output.live_stats, default=str).encode()
                     self._send(200, body, "application/json")
                 elif path == "/stream.mjpg":
                     self._stream(0)
@@ -173,3 +174,26 @@ class HttpOutput:
 
 
 _STREAM_PATH = re.compile(r"/stream/(\d{1,4})\.mjpg")
+
+
+def address(uri: str) -> tuple[str, int]:
+    """(host, port) of ``http://[HOST][:PORT]``: 127.0.0.1 and 8080 unless given, 0 for a free
+    port; OutputError in one sentence for a port that is not one."""
+    parsed = urlparse(uri)
+    try:
+        port = parsed.port
+    except ValueError:
+        port = -1
+    if port is not None and not 0 <= port <= 65535:
+        raise OutputError(f"{uri}: the port must be a number from 0 to 65535 (0 picks a free one)")
+    return parsed.hostname or "127.0.0.1", 8080 if port is None else port
+
+
+def check(uri: str, options) -> None:
+    address(uri)
+
+
+def open_uri(uri: str, ctx: SinkContext) -> HttpOutput:
+    out = HttpOutput(*address(uri), streams=len(ctx.streams), probes=ctx.probes)
+    ctx.say(f"web viewer: {out.url}")
+    return out

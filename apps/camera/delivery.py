@@ -1,0 +1,148 @@
+"""What happens to each processed frame, in the pipeline's output thread, and to the run's sinks:
+
+    frame ─▶ labels counted ─▶ tracking and counting (track IDs, events) ─▶ its JSON record
+          ─▶ live statistics refreshed (every 0.5 s) ─▶ the overlay drawn (only if a sink draws)
+          ─▶ every sink, as it declared: the frame, its events, the statistics
+
+A sink whose write fails (a full disk, a broken pipe) is closed and reported; then the run stops
+(``stop``) or goes on without it (``continue``)."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import time
+
+from edgert.runtime.errors import EdgertError, OutputError
+
+from .overlay import draw, stat_lines
+from .sinks import frame_record
+
+log = logging.getLogger(__name__)
+
+
+class SinkSet:
+    """Every sink of a run, and the policy for one that fails."""
+
+    def __init__(self, sinks: list, policy: str = "stop") -> None:
+        self.live = list(sinks)
+        self.all = list(sinks)
+        self.policy = policy
+        self.errors: list[str] = []
+        self.on_stop = lambda: None
+
+    @property
+    def wants_stats(self) -> bool:
+        return any(s.takes_stats for s in self.all)
+
+    @property
+    def draws(self) -> bool:
+        """Whether any sink takes the picture with the overlay drawn."""
+        return any(s.takes_frames and s.draws for s in self.all)
+
+    def frame(self, frame, drawn, clean, record: dict) -> None:
+        for s in list(self.live):
+            if s.takes_frames:
+                self._guarded(s, s.write, frame, drawn if s.draws else clean, record)
+            if s.takes_events and frame.events and s in self.live:
+                self._guarded(s, s.events, frame.events)
+
+    def events(self, events: list) -> None:
+        """Events that belong to no frame (the end of the run)."""
+        for s in list(self.live):
+            if s.takes_events:
+                self._guarded(s, s.events, events)
+
+    def stats(self, stats: dict) -> None:
+        for s in list(self.live):
+            if s.takes_stats:
+                self._guarded(s, s.stats, stats)
+
+    def _guarded(self, s, call, *args) -> None:
+        try:
+            call(*args)
+        except OutputError as exc:
+            self._failed(s, exc)
+
+    def _failed(self, s, exc: EdgertError) -> None:
+        self.live.remove(s)
+        self.errors.append(str(exc))
+        with contextlib.suppress(EdgertError, OSError):
+            s.close()
+        if self.policy == "continue":
+            log.warning("%s; going on without that output", exc)
+        else:
+            self.on_stop()
+
+    def close(self) -> None:
+        while self.live:
+            try:
+                self.live.pop(0).close()
+            except OutputError as exc:
+                self.errors.append(str(exc))
+
+    def reports(self) -> list:
+        return [r for r in (s.report() for s in self.all) if r is not None]
+
+
+class FrameHandler:
+    """The pipeline's sink: called with every processed frame, in each stream's order."""
+
+    STATS_EVERY_S = 0.5
+
+    def __init__(self, sources: list, power=None, analytics=None, on_result=None) -> None:
+        self.sources, self.power, self.analytics = sources, power, analytics
+        self.labels_seen: collections.Counter = collections.Counter()
+        self.sinks = SinkSet([])
+        self.pipeline = None
+        self.t0 = time.monotonic()
+        self._last_stats = 0.0
+        self._stats: dict = {}
+        self._records: dict = {}
+        self._draws = self._stats_due = False
+        self._many = len(sources) > 1
+        self.on_result = on_result  # a library caller's own callback, after the sinks
+
+    def attach(self, sinks: SinkSet, pipeline) -> None:
+        """The run's sinks and pipeline, once they exist (a failing sink can stop the run)."""
+        self.sinks, self.pipeline = sinks, pipeline
+        self._draws = sinks.draws
+        self._stats_due = sinks.draws or sinks.wants_stats  # the overlay shows them too
+        sinks.on_stop = pipeline.stop
+
+    def live(self) -> dict | None:
+        """The live statistics (recent latencies, rates, power, each stream's last record and
+        counts), on demand: the web page and MQTT heartbeats show them. None before the run."""
+        p = self.pipeline
+        if p is None:
+            return None
+        s = p.stats(recent=True)
+        if self.power is not None:
+            s = self.power.live(s)
+        for st in s["streams"]:
+            st["last"] = self._records.get(st["stream"])
+            if self.analytics is not None:
+                st["counts"] = self.analytics.counts(st["stream"])
+        return s
+
+    def __call__(self, frame) -> None:
+        if isinstance(frame.results, list) and frame.results:
+            self.labels_seen[frame.results[0]["label"]] += 1
+        if self.analytics is not None:
+            self.analytics.update(frame)  # track IDs into the results, events onto the frame
+        now = time.monotonic()
+        record = frame_record(frame, self.t0)
+        record["latency_ms"]["end_to_end"] = round((now - frame.t_capture) * 1e3, 3)
+        self._records[frame.stream] = record
+        if self._stats_due and now - self._last_stats > self.STATS_EVERY_S:
+            self._last_stats, self._stats = now, self.live() or {}
+            self.sinks.stats(self._stats)
+        drawn = frame.image
+        if self._draws:
+            scene = self.analytics.overlay(frame.stream) if self.analytics is not None else None
+            lines = stat_lines(self._stats, frame.stream, self.sources, self._many)
+            drawn = draw(frame.image, frame.results, lines, scene)
+        self.sinks.frame(frame, drawn, frame.image, record)
+        if self.on_result is not None:
+            self.on_result(frame)

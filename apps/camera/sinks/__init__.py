@@ -1,0 +1,226 @@
+"""Where a camera run's results go, by URI, like jetson-utils' ``videoOutput``, chosen through one
+table (:data:`SCHEMES`): the scheme names the module that opens it, the function that checks a
+URI before anything opens (a port, a broker address), the one that says which files it writes
+(the same-file guard), the flag that is its short form, and whether it turns tracking on.
+
+    display://0                 a window per stream (or one mosaic, --mosaic)
+    http://HOST:PORT            the MJPEG web viewer with live numbers, /metrics and the probes
+    file://out.mp4 or a path    a video file (out_<i>.mp4 per stream, or one mosaic)
+    jsonl://FILE                one JSON line per frame (--jsonl FILE)
+    events://FILE               one JSON line per track and counting event (--events FILE)
+    mqtt[s]://host/PREFIX       events and heartbeats to an MQTT broker (--mqtt URI)
+
+Every sink is a :class:`Sink` (``base.py``). A new kind of output is one module with an
+``open_uri(uri, ctx)`` and one row here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgert.apps.uris import redact
+from edgert.runtime.errors import OutputError
+
+from .base import Sink, SinkContext, frame_record, grid_columns
+from .mqtt import MqttOptions
+
+VIDEO_SUFFIXES = (".mp4", ".avi", ".mkv")
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """One row of the table: the form shown to users; the module, imported when a sink of this
+    scheme is checked or opened; its opener ``(uri, SinkContext) -> Sink``; optionally
+    ``check(uri, options)`` (run before any source opens) and ``paths(uri, streams, mosaic) ->
+    [(what, Path)]`` (the files it writes); ``flag``: the option that is its short form;
+    ``tracks``: a sink whose whole purpose is events turns tracking on; ``picture``: it shows
+    the annotated frames (without one, a run with a display opens a window)."""
+
+    form: str
+    module: str
+    opener: str = "open_uri"
+    check: str | None = None
+    paths: str | None = None
+    flag: str | None = None
+    tracks: bool = False
+    picture: bool = False
+
+
+SCHEMES: dict[str, Scheme] = {
+    "display": Scheme("display://0", "edgert.apps.camera.sinks.display", picture=True),
+    "http": Scheme("http://HOST:PORT", "edgert.apps.camera.sinks.web", check="check", picture=True),
+    "file": Scheme("file://out.mp4", "edgert.apps.camera.sinks.video", paths="paths", picture=True),
+    "jsonl": Scheme(
+        "jsonl://FILE", "edgert.apps.camera.sinks.jsonl", paths="paths", flag="--jsonl"
+    ),
+    "events": Scheme(
+        "events://FILE",
+        "edgert.apps.camera.sinks.events",
+        paths="paths",
+        flag="--events",
+        tracks=True,
+    ),  # fmt: skip
+    "mqtt": Scheme(
+        "mqtt://HOST/PREFIX", "edgert.apps.camera.sinks.mqtt", check="check", flag="--mqtt"
+    ),
+    "mqtts": Scheme(
+        "mqtts://HOST/PREFIX", "edgert.apps.camera.sinks.mqtt", check="check", flag="--mqtt"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """The sinks' own options: the mosaic, what a failing sink does to the run, and MQTT's."""
+
+    mosaic: bool = False  # several streams: one video file (or window) tiled
+    on_error: str = "stop"  # stop: the run ends; continue: that sink ends, the run goes on
+    headless: bool = False  # never open a display window (none is opened unless asked for)
+    mqtt: MqttOptions = field(default_factory=MqttOptions)
+
+    @staticmethod
+    def add_arguments(parser) -> None:
+        parser.add_argument(
+            "--output",
+            action="append",
+            default=[],
+            metavar="URI",
+            help="display://0, http://HOST:PORT, file://out.mp4, jsonl://FILE, events://FILE, "
+            "mqtt[s]://HOST/PREFIX; repeat for several",
+        )
+        parser.add_argument(
+            "--mosaic",
+            action="store_true",
+            help="several streams: one video file (or window) tiled",
+        )
+        parser.add_argument(
+            "--jsonl",
+            metavar="FILE",
+            help="one JSON line per processed frame, after a header line per run (appended to)",
+        )
+        parser.add_argument(
+            "--on-output-error",
+            choices=["stop", "continue"],
+            default="stop",
+            help="when an output cannot be written (a full disk): stop the run (default), or go "
+            "on without that output; either way the exit code is non-zero",
+        )
+        parser.add_argument("--headless", action="store_true", help="never open a display window")
+
+    @classmethod
+    def from_args(cls, args) -> SinkOptions:
+        return cls(args.mosaic, args.on_output_error, args.headless, MqttOptions.from_args(args))
+
+
+def resolve(uri: str) -> tuple[str, str]:
+    """(scheme, URI): a bare path ending .mp4, .avi or .mkv is a video file."""
+    scheme, sep, _ = uri.partition("://")
+    if not sep:
+        return ("file", uri) if uri.lower().endswith(VIDEO_SUFFIXES) else ("", uri)
+    return scheme.lower(), uri
+
+
+def scheme_of(uri: str) -> Scheme:
+    """The table's row for ``uri``; OutputError listing the forms when there is none."""
+    scheme, _ = resolve(uri)
+    entry = SCHEMES.get(scheme)
+    if entry is None:
+        forms = ", ".join(dict.fromkeys(s.form for s in SCHEMES.values()))
+        raise OutputError(f"unsupported output {redact(uri)!r}; supported: {forms}")
+    if entry.paths is not None and entry.flag is not None and not uri.split("://", 1)[1].strip():
+        raise OutputError(f"{entry.flag} needs a file name, and it was given an empty one")
+    return entry
+
+
+def _function(entry: Scheme, name: str | None):
+    return getattr(importlib.import_module(entry.module), name) if name else None
+
+
+def check_sink(uri: str, options: SinkOptions | None = None) -> None:
+    """OutputError when ``uri`` cannot be a sink, before anything opens."""
+    check = _function(scheme_of(uri), scheme_of(uri).check)
+    if check is not None:
+        check(uri, options)
+
+
+def open_sink(uri: str, ctx: SinkContext) -> Sink:
+    entry = scheme_of(uri)
+    return _function(entry, entry.opener)(uri, ctx)
+
+
+def sink_paths(uri: str, streams: int = 1, mosaic: bool = False) -> list[tuple[str, Path]]:
+    """(what, path) of every file the sink ``uri`` writes; what names the option as given."""
+    entry = scheme_of(uri)
+    paths = _function(entry, entry.paths)
+    if paths is None:
+        return []
+    found = paths(uri, streams, mosaic)
+    if entry.flag is not None:  # --jsonl FILE and --output jsonl://FILE are the same
+        found = [(f"{entry.flag} {p}", p) for _, p in found]
+    return found
+
+
+def from_flag(flag: str, value: str) -> str:
+    """The sink URI a short-form flag stands for: ``--jsonl FILE`` -> ``jsonl://FILE``; ``--mqtt
+    URI`` must be a URI of a scheme that flag stands for (its own check says what is wrong)."""
+    rows = {name: e for name, e in SCHEMES.items() if e.flag == flag}
+    scheme, _ = resolve(value)
+    if scheme in rows:
+        return value
+    name, entry = next(iter(rows.items()))
+    if entry.paths is not None:  # a file's flag: the value is the file
+        return f"{name}://{value}"
+    _function(entry, entry.check)(value, None)  # raises, in the scheme's own words
+    raise OutputError(
+        f"{flag} takes {' or '.join(e.form for e in rows.values())}, not {redact(value)!r}"
+    )
+
+
+def tracks(uri: str) -> bool:
+    """Whether the sink ``uri`` turns tracking on (its purpose is events)."""
+    return scheme_of(uri).tracks
+
+
+def shows_picture(uri: str) -> bool:
+    return scheme_of(uri).picture
+
+
+def __getattr__(name: str):
+    """The sink classes, from their modules when first asked for."""
+    where = _CLASSES.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{where}"), name)
+
+
+_CLASSES = {
+    "VideoFileOutput": "video",
+    "StreamFilesOutput": "video",
+    "MosaicOutput": "mosaic",
+    "DisplayOutput": "display",
+    "HttpOutput": "web",
+    "JsonlOutput": "jsonl",
+    "EventsOutput": "events",
+    "MqttOutput": "mqtt",
+}
+
+__all__ = [
+    "SCHEMES",
+    "MqttOptions",
+    "Scheme",
+    "Sink",
+    "SinkContext",
+    "SinkOptions",
+    "check_sink",
+    "frame_record",
+    "from_flag",
+    "grid_columns",
+    "open_sink",
+    "resolve",
+    "shows_picture",
+    "sink_paths",
+    "tracks",
+    *_CLASSES,
+]

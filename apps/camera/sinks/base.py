@@ -1,0 +1,84 @@
+"""The contract every sink keeps (:class:`Sink`), what it is opened with (:class:`SinkContext`),
+and what several sinks share (a frame's JSON record, the streams' grid)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+class Sink:
+    """Where a camera run's results go. What a sink takes is declared, never probed:
+
+    - ``takes_frames``: ``write(frame, image, record)`` for every processed frame; ``image`` is the
+      frame with the overlay drawn when ``draws`` (the overlay is drawn only if a sink draws),
+      else the clean frame; ``record`` its JSON record (:func:`frame_record`);
+    - ``takes_events``: ``events(list)`` with each frame's track and counting events, and the
+      events of the run's end (tracks still live when it stops);
+    - ``takes_stats``: ``stats(dict)`` with the live statistics, about twice a second.
+
+    Every sink may ``close`` (its errors are :class:`~edgert.runtime.errors.OutputError`),
+    ``report`` what it did for the run's summary, and offer Prometheus ``metrics`` families.
+    A write that fails raises OutputError; the run closes that sink and stops, or goes on
+    without it (``--on-output-error``)."""
+
+    takes_frames = True
+    draws = True
+    takes_events = False
+    takes_stats = False
+
+    def write(self, frame, image, record: dict) -> None:
+        """One processed frame (only when ``takes_frames``)."""
+
+    def events(self, events: list) -> None:
+        """Events (only when ``takes_events``)."""
+
+    def stats(self, stats: dict) -> None:
+        """The live statistics (only when ``takes_stats``)."""
+
+    def metrics(self) -> list:
+        """Prometheus metric families of this sink's own numbers, read at scrape time."""
+        return []
+
+    def close(self) -> None:
+        pass
+
+    def report(self):
+        """What this sink did, for the summary (a dict, a list of dicts, or None)."""
+        return None
+
+
+@dataclass
+class SinkContext:
+    """What a sink is opened with: the frame rate of the sources (for video files), each stream
+    (its index, its URI with passwords hidden, its description), the run's sink options, where to
+    say things, the run's probes (the web viewer serves them) and, once the pipeline runs, its
+    live statistics on demand (``live()``: MQTT heartbeats read them on their own clock)."""
+
+    fps: float = 30.0
+    streams: list = field(default_factory=lambda: [{"stream": 0}])
+    options: object = None  # SinkOptions
+    say: Callable[[str], None] = lambda s: None
+    probes: object = None
+    live: Callable[[], dict] | None = None
+
+
+def stream_of(frame) -> int:
+    return getattr(frame, "stream", 0)
+
+
+def grid_columns(streams: int) -> int:
+    """Columns of the streams' grid (the web page's and the mosaic's): as square as it gets."""
+    return max(1, math.ceil(math.sqrt(streams)))
+
+
+def frame_record(frame, t0: float) -> dict:
+    """A processed frame as a JSON record: its stream, index, time, results and timings."""
+    return {
+        "stream": frame.stream,
+        "frame": frame.index,
+        "t": round(frame.t_capture - t0, 4),
+        "results": frame.results,
+        "latency_ms": {k: round(v, 3) for k, v in frame.timings.items()},
+    }

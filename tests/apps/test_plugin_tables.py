@@ -1,0 +1,164 @@
+"""Sources and sinks are plug-ins chosen through two tables (issue 34): a new kind is one module
+and one row. A toy source scheme and a toy sink are added through the tables alone (a module on
+sys.path and a row each, no edit elsewhere) and run through ``run_streams`` and ``run_camera``
+with a real ONNX model; the same-file guard is checked for every scheme of both tables that
+reads or writes files, taken from the tables themselves, not from a list kept beside them."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import textwrap
+
+import pytest
+
+from edgert.apps.camera import CameraConfig, ModelOptions, RunOptions, SinkOptions, run_camera
+from edgert.apps.camera.app import check_outputs_apart, run_streams
+from edgert.apps.camera.sinks import SCHEMES as SINKS
+from edgert.apps.camera.sinks import Scheme as SinkScheme
+from edgert.apps.camera.sources import SCHEMES as SOURCES
+from edgert.apps.camera.sources import Scheme as SourceScheme
+from edgert.runtime.errors import OutputError
+from edgert.runtime.tasks import load_task_model
+from tests.tiny import classifier_bundle
+
+TOY = '''
+import json, time
+from pathlib import Path
+
+import numpy as np
+
+from edgert.apps.camera.sinks import Sink
+from edgert.apps.camera.sources import FrameSource
+
+
+class Ramp(FrameSource):
+    """ramp://N: N frames, frame i filled with the value i."""
+
+    live = False
+
+    def __init__(self, n):
+        self.n, self.i, self.description, self.size = n, 0, f"ramp of {n}", (16, 16)
+
+    def read(self):
+        if self.i >= self.n:
+            return None
+        self.i += 1
+        return np.full((16, 16, 3), self.i - 1, np.uint8), time.monotonic()
+
+    def stats(self):
+        return {"ramp_read": self.i}
+
+
+def open_ramp(uri, opts):
+    return Ramp(int(uri.split("://", 1)[1]))
+
+
+class Tally(Sink):
+    """tally://FILE: per frame, its stream, index and mean pixel; written at close."""
+
+    draws = False
+    takes_stats = True
+
+    def __init__(self, path):
+        self.path, self.rows, self.stats_seen = Path(path), [], 0
+
+    def write(self, frame, image, record):
+        self.rows.append([record["stream"], record["frame"], float(image.mean())])
+
+    def stats(self, stats):
+        self.stats_seen += 1
+
+    def close(self):
+        self.path.write_text(json.dumps(self.rows))
+
+    def report(self):
+        return {"output": "tally", "frames": len(self.rows)}
+
+
+def open_tally(uri, ctx):
+    return Tally(uri.split("://", 1)[1])
+
+
+def tally_paths(uri, streams, mosaic):
+    return [(f"--output {uri}", Path(uri.split("://", 1)[1]))]
+'''
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    (tmp_path / "toy_plugins.py").write_text(textwrap.dedent(TOY))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(SOURCES, "ramp", SourceScheme("ramp://N", "toy_plugins", "open_ramp"))
+    monkeypatch.setitem(
+        SINKS, "tally", SinkScheme("tally://FILE", "toy_plugins", "open_tally", paths="tally_paths")
+    )
+    return classifier_bundle(tmp_path / "model")
+
+
+def test_a_toy_source_and_sink_run_through_the_tables_alone(toy, tmp_path):
+    out = tmp_path / "tally.json"
+    with load_task_model(toy) as model:
+        summary = run_streams(model, ["ramp://7", "ramp://5"], sinks=[f"tally://{out}"])
+    rows = json.loads(out.read_text())
+    by_stream = {k: [r[1:] for r in rows if r[0] == k] for k in (0, 1)}
+    # every frame of each stream, in order, with the pixels the source made (the clean frame)
+    assert by_stream == {0: [[i, float(i)] for i in range(7)], 1: [[i, float(i)] for i in range(5)]}
+    assert [s["ramp_read"] for s in summary["streams"]] == [7, 5]  # the source's own stats
+    assert summary["outputs"] == [{"output": "tally", "frames": 12}]
+
+
+def test_the_toy_sink_in_a_camera_run_and_its_file_guarded(toy, tmp_path):
+    out = tmp_path / "tally.json"
+    cfg = CameraConfig(ModelOptions(str(toy)), sources=["ramp://4"], sinks=[f"tally://{out}"],
+                       sink_options=SinkOptions(headless=True), run=RunOptions(max_frames=4))  # fmt: skip
+    summary = run_camera(cfg)
+    assert len(json.loads(out.read_text())) == 4 and summary["frames_processed"] == 4
+    clash = CameraConfig(ModelOptions(str(toy)), sources=["ramp://4"],
+                         sinks=[f"tally://{out}", f"jsonl://{out}"])  # fmt: skip
+    with pytest.raises(OutputError, match="would both write"):
+        check_outputs_apart(clash)
+
+
+def _source_uris(path) -> list[str]:
+    """A URI of every source scheme that reads files, naming ``path``."""
+    return [f"{name}://{path}" for name, s in SOURCES.items() if s.files] + [str(path)]
+
+
+def _sink_uris(path) -> list[str]:
+    """A URI of every sink scheme that writes files, naming ``path``."""
+    return [f"{name}://{path}" for name, s in SINKS.items() if s.paths]
+
+
+def test_every_sink_that_writes_files_is_kept_off_every_source_file(tmp_path):
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(b"\0" * 64)  # only its identity matters: nothing is opened
+    sinks, sources = _sink_uris(clip), _source_uris(clip)
+    assert len(sinks) >= 3 and len(sources) >= 2  # file, jsonl, events; file:// and a bare path
+    for src, sink in itertools.product(sources, sinks):
+        cfg = CameraConfig(ModelOptions("m.edgert"), sources=[src], sinks=[sink],
+                           sink_options=SinkOptions(headless=True))  # fmt: skip
+        with pytest.raises(OutputError, match="which is the source"):
+            check_outputs_apart(cfg)
+    link = tmp_path / "link.mp4"
+    link.symlink_to(clip)  # the same file by another name
+    for sink in _sink_uris(link):
+        cfg = CameraConfig(ModelOptions("m.edgert"), sources=[str(clip)], sinks=[sink])
+        with pytest.raises(OutputError, match="which is the source"):
+            check_outputs_apart(cfg)
+
+
+def test_every_pair_of_file_sinks_is_kept_apart(tmp_path):
+    target = tmp_path / "same.out"
+    for a, b in itertools.combinations(_sink_uris(target), 2):
+        cfg = CameraConfig(ModelOptions("m.edgert"), sources=["synthetic://"], sinks=[a, b])
+        with pytest.raises(OutputError, match="would both write"):
+            check_outputs_apart(cfg)
+
+
+def test_an_unknown_scheme_names_every_form_the_tables_hold():
+    cfg = CameraConfig(ModelOptions("m.edgert"), sinks=["rtmp://x/live"])
+    with pytest.raises(OutputError) as info:
+        check_outputs_apart(cfg)
+    for scheme in SINKS.values():
+        assert scheme.form in str(info.value)

@@ -84,7 +84,7 @@ class CudaError(EdgertError):
     """A CUDA call failed (out of memory, launch failure, ...)."""
 
 
-class CaptureFailed(EdgertError):
+class GraphCaptureFailed(EdgertError):
     """Stream capture or graph instantiation failed; run the work without a graph instead."""
 
 

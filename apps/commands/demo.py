@@ -45,7 +45,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from edgert.apps.camera import CameraConfig, ModelOptions, RunOptions, SinkOptions, run_camera
-    from edgert.apps.commands.camera import print_summary
+    from edgert.apps.camera.summary import print_summary
     from edgert.export import export_model
 
     workdir = Path(args.workdir)
@@ -113,7 +113,7 @@ def _classify(bundle: Path, args) -> str:
 
 def _faces(args, workdir: Path) -> int:
     from edgert.apps.camera import CameraConfig, ModelOptions, RunOptions, SinkOptions, run_camera
-    from edgert.apps.commands.camera import print_summary
+    from edgert.apps.camera.summary import print_summary
     from edgert.export import export_model
     from edgert.runtime.sample_data import IMAGES
 

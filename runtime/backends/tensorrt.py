@@ -316,7 +316,7 @@ class TensorRTBackend(Backend):
 
     def _run_graph(self, feeds: dict[str, np.ndarray], shapes_changed: bool) -> None:
         """Copy-in + execute replayed from a CUDA graph; captured again when shapes change."""
-        from ..cuda.graph import CaptureFailed, CudaGraph
+        from ..cuda.graph import CudaGraph, GraphCaptureFailed
 
         if self._graph is None or shapes_changed:
             if self._graph is not None:
@@ -326,7 +326,7 @@ class TensorRTBackend(Backend):
             self.stream.synchronize()
             try:
                 self._graph = CudaGraph.capture(self.stream.handle, lambda: self._enqueue(feeds))
-            except CaptureFailed as exc:
+            except GraphCaptureFailed as exc:
                 self._graph_failed = str(exc)
                 log.warning("CUDA graph capture failed, running without graphs: %s", exc)
                 return

@@ -1,6 +1,6 @@
 """CUDA graphs through the driver API with ctypes (PyCUDA has no graph API).
 
-    graph = CudaGraph.capture(stream, lambda: enqueue_work(stream))   # raises CaptureFailed
+    graph = CudaGraph.capture(stream, lambda: enqueue_work(stream))   # raises GraphCaptureFailed
     graph.launch(stream)
 
 Capture uses thread-local mode, so other threads' CUDA calls do not break it. The calls are the CUDA
@@ -14,7 +14,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable
 
-from ..errors import CaptureFailed
+from ..errors import GraphCaptureFailed
 
 CAPTURE_MODE_THREAD_LOCAL = 1
 
@@ -28,7 +28,7 @@ def libcuda():
         try:
             _lib = ctypes.CDLL("libcuda.so.1")
         except OSError as exc:
-            raise CaptureFailed("libcuda.so.1 is not available for CUDA graphs") from exc
+            raise GraphCaptureFailed("libcuda.so.1 is not available for CUDA graphs") from exc
         vp = ctypes.c_void_p
         _lib.cuStreamBeginCapture_v2.argtypes = [vp, ctypes.c_int]
         _lib.cuStreamEndCapture.argtypes = [vp, ctypes.POINTER(vp)]
@@ -46,7 +46,7 @@ def check(rc: int, what: str) -> None:
         text = "unknown error"
         if lib.cuGetErrorString(rc, ctypes.byref(msg)) == 0 and msg.value:
             text = msg.value.decode()
-        raise CaptureFailed(f"{what} failed (CUresult {rc}: {text})")
+        raise GraphCaptureFailed(f"{what} failed (CUresult {rc}: {text})")
 
 
 class CudaGraph:
@@ -58,7 +58,7 @@ class CudaGraph:
 
     @classmethod
     def capture(cls, stream_handle: int, enqueue: Callable[[], object]) -> CudaGraph:
-        """Record what ``enqueue`` puts on the stream into a graph. Raises CaptureFailed (and
+        """Record what ``enqueue`` puts on the stream into a graph. Raises GraphCaptureFailed (and
         leaves the stream usable) when capture is not possible."""
         lib = libcuda()
         stream = ctypes.c_void_p(stream_handle)
@@ -76,7 +76,7 @@ class CudaGraph:
         if enqueue_error is not None:
             if graph.value:
                 lib.cuGraphDestroy(graph)
-            raise CaptureFailed(
+            raise GraphCaptureFailed(
                 f"work failed during stream capture: {enqueue_error}"
             ) from enqueue_error
         check(rc, "cuStreamEndCapture")

@@ -121,7 +121,7 @@ def test_graph_capture_and_replay(ctx, add_one):
 
 
 def test_graph_capture_failure_falls_back(ctx, add_one):
-    from edgert.runtime.cuda.graph import CaptureFailed, CudaGraph
+    from edgert.runtime.cuda.graph import CudaGraph, GraphCaptureFailed
     from edgert.runtime.cuda.memory import DeviceBuffer
     from edgert.runtime.cuda.stream import Stream
 
@@ -132,7 +132,7 @@ def test_graph_capture_failure_falls_back(ctx, add_one):
         def illegal():  # a synchronous copy is not allowed while the stream is captured
             ctx.cuda.memcpy_htod(dev.ptr, pageable)
 
-        with pytest.raises(CaptureFailed):
+        with pytest.raises(GraphCaptureFailed):
             CudaGraph.capture(stream.handle, illegal)
         # the stream is still usable afterwards
         ctx.cuda.memcpy_htod(dev.ptr, pageable)

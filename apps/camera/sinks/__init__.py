@@ -20,6 +20,7 @@ import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgert.apps.lazy import lazy_names
 from edgert.apps.uris import redact
 from edgert.runtime.errors import OutputError
 
@@ -187,14 +188,6 @@ def shows_picture(uri: str) -> bool:
     return scheme_of(uri).picture
 
 
-def __getattr__(name: str):
-    """The sink classes, from their modules when first asked for."""
-    where = _CLASSES.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{where}"), name)
-
-
 _CLASSES = {
     "VideoFileOutput": "video",
     "StreamFilesOutput": "video",
@@ -205,6 +198,7 @@ _CLASSES = {
     "EventsOutput": "events",
     "MqttOutput": "mqtt",
 }
+__getattr__ = lazy_names(__name__, _CLASSES)  # the sink classes, imported when first used
 
 __all__ = [
     "SCHEMES",

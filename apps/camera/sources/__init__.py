@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgert.apps.lazy import lazy_names
 from edgert.apps.uris import redact
 from edgert.runtime.errors import SourceError
 
@@ -98,15 +99,6 @@ def source_files(uri: str) -> list[Path]:
     return getattr(importlib.import_module(entry.module), entry.files)(uri)
 
 
-def __getattr__(name: str):
-    """The source classes, from their modules when first asked for (``import
-    edgert.apps.camera.sources`` loads neither OpenCV nor GStreamer)."""
-    where = _CLASSES.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{where}"), name)
-
-
 _CLASSES = {
     "CaptureSource": "opencv",
     "LiveCapture": "opencv",
@@ -117,6 +109,7 @@ _CLASSES = {
     "GstFileSource": "gst",
     "choose_decoder": "gst",
 }
+__getattr__ = lazy_names(__name__, _CLASSES)  # the source classes, imported when first used
 
 __all__ = [
     "SCHEMES",

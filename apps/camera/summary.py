@@ -1,0 +1,111 @@
+"""A camera run's summary as a person reads it (what ``edgert camera`` and ``edgert demo``
+print), and what went wrong in a run that finished, as sentences and an exit code."""
+
+from __future__ import annotations
+
+
+def print_summary(s: dict) -> None:
+    print(
+        f"frames {s['frames_processed']} processed, {s['frames_dropped']} dropped, {s['fps']:.1f} fps over {s['seconds']:.1f} s ({s['backend']})"
+    )
+    for name, v in s["latency_ms"].items():
+        print(
+            f"  {name:<12} p50 {v['p50']:8.2f}  p90 {v['p90']:8.2f}  p99 {v['p99']:8.2f}  max {v['max']:8.2f} ms"
+        )
+    streams = s.get("streams") or []
+    if len(streams) > 1:
+        b = s["batch"]
+        hist = ", ".join(f"{k}: {v}" for k, v in b["histogram"].items())
+        print(f"batches {b['batches']}, mean size {b['mean']:.2f} of {b['max']} (sizes {hist})")
+        for st in streams:
+            e2e = st["latency_ms"].get("end_to_end", {})
+            print(
+                f"  [{st['stream']}] {st['frames_processed']:>6} processed {st['frames_dropped']:>6} dropped "
+                f"{st['fps']:6.1f} fps  e2e p50 {e2e.get('p50', 0):7.1f} p99 {e2e.get('p99', 0):7.1f} ms  "
+                f"{st['status']}  {st['source']}"
+            )
+    elif streams and streams[0]["status"].startswith("failed"):
+        print(f"  stream {streams[0]['status']}")
+    for st in streams:
+        if "reconnects" in st and (st["reconnects"] or st["stalls"] or st["downtime_s"]):
+            where = f"[{st['stream']}] " if len(streams) > 1 else ""
+            print(
+                f"{where}{st['decoder']}: {st['reconnects']} reconnects, {st['stalls']} stalls, "
+                f"{st['downtime_s']:.1f} s without frames (last: {st['last_error']})"
+            )
+    if s.get("labels_seen"):
+        print("labels seen: " + ", ".join(f"{k} ({n})" for k, n in s["labels_seen"].items()))
+    if s.get("power_w") is not None:
+        print(f"power {s['power_w']:.2f} W, {s['mj_per_frame']:.1f} mJ/frame")
+    else:
+        print(f"power unavailable ({s.get('power_reason')})")
+    from edgert.apps.report import print_conditions
+
+    print_conditions(s.get("conditions"))
+    for out in _flat(s.get("outputs") or []):
+        if out.get("output") == "mqtt":
+            print(f"mqtt {out['broker']}: {mqtt_counts(out)}")
+        if out.get("letterboxed"):
+            print(
+                f"{out['output']}: {out['letterboxed']} of {out['frames']} frames letterboxed "
+                "(their size differs from the first frame's)"
+            )
+    for st in streams:
+        for name, c in (st.get("counts") or {}).items():
+            where = f"[{st['stream']}] " if len(streams) > 1 else ""
+            if c["type"] == "line":
+                print(f"{where}line {name}: in {c['in']}, out {c['out']}")
+            else:
+                dwell = (
+                    f", mean dwell {c['dwell_s_mean']:.1f} s"
+                    if c["dwell_s_mean"] is not None
+                    else ""
+                )
+                print(f"{where}zone {name}: {c['entries']} entries, {c['exits']} exits{dwell}")
+    for st in streams:
+        if st.get("images_failed"):
+            print(
+                f"stream {st['stream']}: {st['images_failed']} images could not be read: "
+                + ", ".join(st["images_failed_files"][:5])
+            )
+
+
+def _flat(reports: list) -> list:
+    return [r for item in reports for r in (item if isinstance(item, list) else [item])]
+
+
+def mqtt_counts(out: dict) -> str:
+    """The MQTT line of the summary: what was delivered, and each way an event was lost."""
+    parts = [f"{out['events']} events", f"{out['delivered']} delivered"]
+    if out["dropped"]:
+        parts.append(f"{out['dropped']} dropped from the full buffer while the broker was away")
+    if out.get("refused"):
+        parts.append(f"{out['refused']} refused by the broker")
+    if out["buffered"]:
+        parts.append(f"{out['buffered']} undelivered at the end")
+    if out.get("backpressure_s"):
+        parts.append(f"{out['backpressure_s']:.1f} s waited for the broker")
+    return ", ".join(parts) + (
+        f" (last error: {out['last_error']})"
+        if out.get("last_error") and out["delivered"] < out["events"]
+        else ""
+    )
+
+
+def problems(s: dict) -> tuple[list[str], int]:
+    """What went wrong in a run that finished (outputs that failed, events that never reached
+    the MQTT broker, images that could not be read) as sentences for stderr, and the exit code:
+    0 when nothing did."""
+    from edgert.apps.telemetry.mqtt import lost
+
+    lines = list(s.get("output_errors") or [])
+    for out in _flat(s.get("outputs") or []):
+        if out.get("output") == "mqtt" and lost(out):
+            lines.append(
+                f"mqtt {out['broker']}: {lost(out)} of {out['events']} events were not "
+                f"delivered ({out.get('last_error') or 'see the summary'})"
+            )
+    failed = sum(st.get("images_failed", 0) for st in s.get("streams") or [])
+    if failed:
+        lines.append(f"{failed} images could not be read and were skipped (named in the summary)")
+    return lines, (2 if len(lines) > bool(failed) else 1 if failed else 0)

@@ -36,7 +36,8 @@ def run_stored_samples(bundle_dir: Path, plan: Path):
     in the bundle (``calibration/verify.npz``), or None when there are none."""
     import numpy as np
 
-    from .engine import Engine
+    # the backend itself, not an Engine: Engine.load's first-use build checks its plan here
+    from .backends.tensorrt import TensorRTBackend
 
     stored_path = Path(bundle_dir) / VERIFY_FILE
     if not stored_path.is_file():
@@ -45,11 +46,15 @@ def run_stored_samples(bundle_dir: Path, plan: Path):
         inputs = stored["inputs"]
         refs = {k[4:]: stored[k] for k in stored.files if k.startswith("ref_")}
     got: dict[str, list] = {k: [] for k in refs}
-    with Engine.load(plan, backend="tensorrt") as engine:
+    backend = TensorRTBackend.load(plan)
+    try:
+        name = backend.inputs[0].name
         for x in inputs:
-            out = engine.infer(x[None])
+            out = backend.run({name: np.ascontiguousarray(x[None])})
             for k in refs:
                 got[k].append(out[k])
+    finally:
+        backend.close()
     return refs, {k: np.concatenate(v) for k, v in got.items()}, len(inputs)
 
 

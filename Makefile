@@ -49,7 +49,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/hadolint Dockerfile.jetson
-	$(VENV)/bin/vermin -t=3.8- --no-tips --violations -q runtime apps export/triton.py
+	$(VENV)/bin/vermin -t=3.8- --no-tips --violations -q runtime apps export/triton.py tests/runtime/test_gpu*.py
 
 test: lint
 	$(VENV)/bin/pytest -q

@@ -39,7 +39,10 @@ class GpuWork:
         self.ctx = ctx
         with ctx.active():
             self.fn = SourceModule(BURN, no_extern_c=True).get_function("burn")
-            self.n = 132 * 2048 * 4
+            # every SM busy, whatever the GPU (an H200 has 132, an Orin Nano 8 or fewer)
+            attr = ctx.device.get_attribute
+            sms = attr(ctx.cuda.device_attribute.MULTIPROCESSOR_COUNT)
+            self.n = sms * 2048 * 4
             self.buf = DeviceBuffer(self.n * 4)
             self.stream = Stream()
         self.iters = iters

@@ -119,7 +119,9 @@ def build(
         elif no_engine:
             job.report.engine = {"built": False, "reason": "--no-engine"}
         else:
-            options = _plan_options(precision, workspace_gib, opt_level, shapes, dla)
+            from edgert.runtime.backends.tensorrt_plan import BuildOptions
+
+            options = BuildOptions.from_request(precision, workspace_gib, opt_level, shapes, dla)
             job.report.engine = _plan(bundle.path, precision, rules, options, say)
     job.report.seconds = time.perf_counter() - start
     return job.report
@@ -169,18 +171,6 @@ def _as_bundle(path: Path, say) -> Path:
         say(f"wrapping {path} into the bundle {target}")
         return export_model(str(path), target).bundle
     raise ModelError(f"{path} is neither a bundle folder nor an .onnx file")
-
-
-def _plan_options(precision, workspace_gib, opt_level, shapes, dla):
-    from edgert.runtime.backends.tensorrt_plan import BuildOptions
-
-    return BuildOptions(
-        precision=precision,
-        workspace_bytes=int(workspace_gib * 2**30) if workspace_gib else None,
-        opt_level=opt_level,
-        shapes=shapes or {},
-        dla_core=dla,
-    )
 
 
 def _plan(bundle_path, precision: str, rules: dict, options, say) -> dict:

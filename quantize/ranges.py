@@ -75,6 +75,23 @@ def activation_inputs(model, nodes) -> list[str]:
     return seen
 
 
+def float_activations(model) -> list[str]:
+    """Every float tensor the model computes (its inputs and every node's outputs, not its
+    weights): what TensorRT's own INT8 calibrator measures. Implicit INT8 (DLA on TensorRT < 11)
+    needs a scale for each tensor it runs in INT8; a tensor without one stays FP16, with
+    reformats around it ("Missing scale and zero-point for tensor ..., expect fall back")."""
+    import onnx
+
+    inferred = onnx.shape_inference.infer_shapes(model)
+    g = inferred.graph
+    floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16}
+    types = {v.name: v.type.tensor_type.elem_type for v in (*g.input, *g.value_info, *g.output)}
+    inits = {i.name for i in g.initializer}
+    names = [i.name for i in g.input if i.name not in inits]
+    names += [o for n in g.node if n.op_type != "Constant" for o in n.output if o]
+    return [t for t in dict.fromkeys(names) if types.get(t) in floats]
+
+
 @dataclass
 class ActivationStats:
     absmax: dict[str, float]

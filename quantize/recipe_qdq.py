@@ -138,11 +138,10 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
     section["model_bytes"] = stage_model(job, model_file(fmt.precision), q)
     stage_verify_samples(job.bundle, hold.inputs, ref.holdout, job.report)
     if fmt.dla_ranges:
-        # the DLA path calibrates the FP32 model itself (no Q/DQ): its ranges, same method;
-        # TensorRT's calibration cache for INT8 on DLA is written from them
-        plain = search.stats.get("none") or ranges.collect(
-            model, fit, ranges.activation_inputs(model, nodes)
-        )
+        # the DLA path calibrates the FP32 model itself (no Q/DQ): the ranges of every float
+        # tensor it computes (as TensorRT's calibrator measures them), same method; TensorRT's
+        # calibration cache for INT8 on DLA is written from them
+        plain = ranges.collect(model, fit, ranges.float_activations(model))
         job.report.pending[RANGES_FILE] = json.dumps(
             {"method": choice.method, "thresholds": plain.thresholds(choice.method)}, indent=1
         ).encode()

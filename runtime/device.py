@@ -160,6 +160,23 @@ def jetson_info(root: str | Path = "/") -> dict[str, str] | None:
     return info
 
 
+def jetson_module(root: str | Path = "/") -> str | None:
+    """The Jetson module this is, from the device tree's ``compatible`` list (NUL-separated,
+    most specific first): the carrier+module entry, then the module's own part number, then the
+    SoC, e.g. ``nvidia,p3737-0000+p3701-0000``, ``nvidia,p3701-0000``, ``nvidia,tegra234``
+    (AGX Orin developer kit) or ``nvidia,p3768-0000+p3767-0000``, ``nvidia,p3767-0000``, ...
+    (Orin NX). The module's own entry (no "+", not the SoC) is returned: the carrier does not
+    change what a TensorRT plan runs on, the module (its SM count, its clocks) does. None off a
+    Jetson or without a device tree."""
+    path = Path(root) / "proc/device-tree/compatible"
+    try:
+        entries = [e.decode(errors="replace") for e in path.read_bytes().split(b"\0") if e]
+    except OSError:
+        return None
+    modules = [e for e in entries if "+" not in e and not e.split(",")[-1].startswith("tegra")]
+    return modules[0] if modules else None
+
+
 def edgert_version() -> str:
     """The installed edgert's version."""
     from importlib import metadata

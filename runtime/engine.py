@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,14 @@ import numpy as np
 from .backends import TABLE, Backend, backend_class
 from .backends.base import Target
 from .bundle import Bundle, Manifest, TensorSpec, verify_hash
-from .errors import BackendUnavailable, BundleError, ModelError, ShapeError, first_line
+from .errors import (
+    BackendUnavailable,
+    BundleError,
+    EngineMismatch,
+    ModelError,
+    ShapeError,
+    first_line,
+)
 from .precision import CHOICES
 from .preprocess import Preprocessing
 
@@ -51,6 +59,16 @@ class Engine:
         self._warned_nonfinite = False
         self._closed = False
         self._lock = threading.Lock()
+        # I/O a backend holds in a narrower type than the model (TensorRT 8.5 takes INT64 as
+        # INT32): the model's type at this boundary, the backend's inside, converted here
+        self._narrowed = _narrowed_io(manifest, impl)
+        if self._narrowed:
+            log.info(
+                "%s holds %s as %s: converted at the engine's boundary",
+                impl.name,
+                ", ".join(self._narrowed),
+                ", ".join(sorted({b for _, b in self._narrowed.values()})),
+            )
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -83,6 +101,9 @@ class Engine:
         if not path.exists():
             raise ModelError(f"{path} does not exist")
         target, manifest, max_batch = _resolve(path, bundle)
+        if options.get("dla") is not None:  # which plans to select and build: the target's
+            target = replace(target, dla_core=int(options["dla"]))
+        options.pop("dla", None)
         candidates = list(TABLE) if backend == "auto" else [backend]
         skipped = []
         for name in candidates:
@@ -107,7 +128,15 @@ class Engine:
                 skipped.append(f"{name}: {why_not}")
                 continue
             _verify_bundle_file(target, model_file)
-            impl = impl_cls.load(model_file, device=device, **options)
+            try:
+                impl = impl_cls.load(model_file, device=device, **options)
+            except (EngineMismatch, ModelError) as exc:
+                # a plan this backend cannot run here (another module, an I/O type it cannot
+                # feed): with auto, the next backend runs the bundle and the reason says why
+                if backend != "auto" or target.bundle_dir is None or name == candidates[-1]:
+                    raise
+                skipped.append(f"{name}: {exc}")
+                continue
             reason = f"{name} ({impl.description}; {why})"
             if skipped:
                 reason += "; skipped " + "; ".join(skipped)
@@ -121,12 +150,23 @@ class Engine:
         return self._impl.name
 
     @property
+    def on_cpu(self) -> bool:
+        """Whether inference runs on the CPU (ONNX Runtime without a GPU provider)."""
+        return self._impl.on_cpu
+
+    @property
     def inputs(self) -> tuple[TensorSpec, ...]:
-        return self._impl.inputs
+        return self._model_types(self._impl.inputs)
 
     @property
     def outputs(self) -> tuple[TensorSpec, ...]:
-        return self._impl.outputs
+        return self._model_types(self._impl.outputs)
+
+    def _model_types(self, specs) -> tuple[TensorSpec, ...]:
+        n = self._narrowed
+        if not n:
+            return specs
+        return tuple(TensorSpec(s.name, n[s.name][0], s.shape) if s.name in n else s for s in specs)
 
     @property
     def last_split_ms(self) -> dict[str, float] | None:
@@ -151,6 +191,9 @@ class Engine:
             if self._closed:
                 raise ModelError("this engine is closed")
             outputs = self._impl.run(feeds)
+        for name, (model, _) in self._narrowed.items():
+            if name in outputs:
+                outputs[name] = outputs[name].astype(model)
         if not self._warned_nonfinite:
             bad = [
                 n for n, v in outputs.items() if v.dtype.kind == "f" and not np.isfinite(v).all()
@@ -164,7 +207,7 @@ class Engine:
 
     def validate(self, inputs: np.ndarray | dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Check names, dtypes and shapes against the spec; return contiguous arrays by name."""
-        specs = self._impl.inputs
+        specs = self.inputs
         if not isinstance(inputs, dict):
             if len(specs) != 1:
                 names = ", ".join(s.name for s in specs)
@@ -188,6 +231,8 @@ class Engine:
                     f"input {spec.name!r} has dtype {arr.dtype.name}; expected {spec.dtype}"
                 )
             _check_shape(spec, arr.shape, self.max_batch)
+            if spec.name in self._narrowed:
+                arr = _narrow(spec.name, arr, self._narrowed[spec.name][1])
             feeds[spec.name] = np.ascontiguousarray(arr)
         return feeds
 
@@ -208,6 +253,32 @@ class Engine:
         return f"Engine({str(self.source)!r}, backend={self.backend!r})"
 
 
+NARROWED = {("int64", "int32")}  # (the model's type, a backend's type) converted at the boundary
+
+
+def _narrowed_io(manifest: Manifest | None, impl: Backend) -> dict[str, tuple[str, str]]:
+    """name -> (model dtype, backend dtype) for the I/O a backend holds narrower than the model."""
+    if manifest is None:
+        return {}
+    model = {s.name: s.dtype for s in (*manifest.inputs, *manifest.outputs)}
+    return {
+        s.name: (model[s.name], s.dtype)
+        for s in (*impl.inputs, *impl.outputs)
+        if (model.get(s.name), s.dtype) in NARROWED
+    }
+
+
+def _narrow(name: str, arr: np.ndarray, dtype: str) -> np.ndarray:
+    """``arr`` in the backend's narrower type; ShapeError for a value that does not fit."""
+    info = np.iinfo(dtype)
+    if arr.size and (arr.min() < info.min or arr.max() > info.max):
+        raise ShapeError(
+            f"input {name!r} holds values outside {dtype} ({info.min}..{info.max}), which this "
+            f"backend takes it as"
+        )
+    return arr.astype(dtype)
+
+
 def _build_on_first_use(target: Target, precision: str, device: int, why_none: str):
     """No plan for this GPU yet: build one into the bundle's plan cache and check it against the
     stored FP32 samples (the policy ``edgert build`` follows too), or say why not."""
@@ -220,7 +291,12 @@ def _build_on_first_use(target: Target, precision: str, device: int, why_none: s
         precision,
     )
     try:
-        plan, _, check = build_checked_plan(target.bundle_dir, precision, device)
+        options = None
+        if target.dla_core is not None:
+            from .backends.tensorrt_plan import BuildOptions
+
+            options = BuildOptions(precision=precision, dla_core=target.dla_core)
+        plan, _, check = build_checked_plan(target.bundle_dir, precision, device, options)
     except EdgertError as exc:
         return None, f"{why_none}; building one failed: {exc}"
     checked = f", {check.summary}" if check else ""

@@ -11,14 +11,18 @@ Writes are atomic and a per-key lock makes two processes building the same key d
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from . import atomic
 from .backends.tensorrt_compat import PlanKey
+from .bundle import MODEL
 from .errors import BundleError, EdgertError
 from .locks import file_lock
+
+log = logging.getLogger(__name__)
 
 
 class PlanCache:
@@ -107,7 +111,7 @@ def ensure_plan(
     from .backends.tensorrt_logger import import_tensorrt
     from .backends.tensorrt_plan import BuildOptions, build_plan
     from .bundle import Bundle, sha256_file
-    from .device import probe_cuda
+    from .device import jetson_module, probe_cuda
 
     trt = import_tensorrt()
     version = compat.parse_version(trt.__version__)
@@ -115,12 +119,10 @@ def ensure_plan(
     # options are frozen: what is filled in here makes new ones (replace), the caller's stay
     options = options if options is not None else BuildOptions(precision=precision)
     vouched = bundle.manifest.hashes  # the models the bundle's manifest records
-    onnx_file = bundle.path / compat.onnx_for_precision(version, precision, available=vouched)
-    if (
-        options.dla_core is not None
-        and precision == "int8"
-        and compat.features(version).implicit_int8_calibration
-    ):
+    dla = options.dla_core is not None
+    source = compat.plan_source_model(version, precision, dla, available=vouched)
+    onnx_file = bundle.path / source
+    if dla and source == MODEL and precision == "int8":
         # DLA on JetPack 5/6 does not take Q/DQ: the FP32 model plus a calibration cache from our ranges
         from .backends.tensorrt_plan import calibration_cache_text
 
@@ -131,7 +133,6 @@ def ensure_plan(
             )
         thresholds = json.loads(ranges.read_text())["thresholds"]
         options = replace(options, calibration_cache=calibration_cache_text(version, thresholds))
-        onnx_file = bundle.onnx_path
     if not onnx_file.is_file():
         how = f"edgert build {bundle.path} --precision {precision}"
         raise EdgertError(f"{onnx_file.name} is missing from {bundle.path}; make it with: {how}")
@@ -146,6 +147,14 @@ def ensure_plan(
         if why_not:
             raise EdgertError(f"no FP8 plan for {dev.name}: {why_not}")
     shapes = bundle_shapes(bundle.manifest, options.shapes or None)
+    if dla:
+        shapes, pinned = compat.dla_shapes(shapes)
+        if pinned:
+            log.warning(
+                "DLA takes no dynamic shapes: the DLA plan is built for %s only (give --shapes "
+                "for another batch)",
+                ", ".join(pinned),
+            )
     options = replace(options, shapes={k: tuple(tuple(s) for s in v) for k, v in shapes.items()})
     calib = bundle.manifest.quantization.get(precision)
     onnx_sha256 = sha256_file(onnx_file)
@@ -166,11 +175,13 @@ def ensure_plan(
         dla_core=options.dla_core,
         shapes=shapes,
         builder=options.key_fields(),
+        module=jetson_module(),
+        multiprocessors=dev.multiprocessors,
     )
     if options.timing_cache is None:
         timing = compat.timing_cache_name(key.tensorrt, key.compute_capability, dev.name)
         options = replace(options, timing_cache=bundle.engines_dir / timing)
     path, built = PlanCache(bundle.engines_dir).get_or_build(
-        key, lambda: build_plan(onnx_file, options), extra
+        key, lambda: build_plan(onnx_file, options, device), extra
     )
     return path, built, key

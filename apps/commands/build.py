@@ -7,7 +7,7 @@ import json
 import sys
 
 from edgert.apps.argtypes import nonneg_int, positive_float, positive_int
-from edgert.runtime.precision import PRECISIONS, model_file
+from edgert.runtime.precision import PRECISIONS
 
 EPILOG = """The INT8 model is explicit quantization (Q/DQ ONNX, symmetric INT8, per-channel weights),
 so it runs in ONNX Runtime anywhere and TensorRT 8.5 to 11 builds it. Without TensorRT (CI, a
@@ -116,28 +116,51 @@ def parse_shapes(text: str | None) -> dict:
 
 
 def _device_build(args) -> int:
-    """Python < 3.10 (JetPack 5): only the TensorRT plan, from a bundle made on the host.
-    Calibration and Q/DQ (edgert.quantize) need the host's Python 3.10+."""
+    """Python < 3.10 (JetPack 5): only the TensorRT plan, from a bundle made on the host, with
+    the options ``edgert build`` takes on the host (``--dla``, ``--shapes``, ``--workspace``,
+    ``--opt-level``). Calibration and Q/DQ (edgert.quantize) need the host's Python 3.10+."""
     from pathlib import Path
 
     from edgert.runtime import Bundle
+    from edgert.runtime.backends import tensorrt_compat as compat
     from edgert.runtime.backends.tensorrt import TensorRTBackend
+    from edgert.runtime.backends.tensorrt_logger import import_tensorrt
+    from edgert.runtime.backends.tensorrt_plan import BuildOptions
     from edgert.runtime.errors import BackendUnavailable, MissingDependency
     from edgert.runtime.plan_check import build_checked_plan
 
     here = ".".join(map(str, sys.version_info[:3]))
+    host = (
+        f"making {args.precision.upper()} models needs Python 3.10 or newer (this is {here}): "
+        f"run edgert build on the host, copy the bundle here, then run: edgert build BUNDLE "
+        f"--precision {args.precision} to build its TensorRT plan"
+    )
     bundle = Bundle(args.model) if Path(args.model).is_dir() else None
-    model = model_file(args.precision) if args.precision != "fp32" else None
-    if bundle is None or args.calib or (model and model not in bundle.manifest.hashes):
-        raise MissingDependency(
-            f"making {args.precision.upper()} models needs Python 3.10 or newer (this is {here}): "
-            f"run edgert build on the host, copy the bundle here, then run: edgert build BUNDLE "
-            f"--precision {args.precision} to build its TensorRT plan"
-        )
+    if bundle is None or args.calib:
+        raise MissingDependency(host)
     why_not = TensorRTBackend.availability()
     if why_not:
         raise BackendUnavailable(f"no TensorRT plan can be built here: {why_not}")
-    plan, built, check = build_checked_plan(bundle.path, args.precision, check_cached=True)
+    inputs = bundle.manifest.inputs
+    options = BuildOptions.from_request(
+        args.precision,
+        args.workspace,
+        args.opt_level,
+        parse_shapes(args.shapes),
+        args.dla,
+        inputs[0].name if inputs else None,
+    )
+    # the model this TensorRT builds the plan from (8.5 and 10 make FP16 from model.onnx)
+    version = compat.parse_version(import_tensorrt().__version__)
+    hashes = bundle.manifest.hashes
+    if (
+        compat.plan_source_model(version, args.precision, args.dla is not None, hashes)
+        not in hashes
+    ):
+        raise MissingDependency(host)
+    plan, built, check = build_checked_plan(
+        bundle.path, args.precision, options=options, check_cached=True
+    )
     said = check.summary if check else "no stored samples to verify against"
     print(f"{'built' if built else 'cached'}: {plan} ({said})")
     return 0

@@ -25,11 +25,15 @@ class Target:
     onnx_hashes: dict | None = None  # bundle file name -> sha256 (the manifest's hashes)
     # precision -> {"fp32": ms, precision: ms}: batch-1 ONNX Runtime CPU latency at build time
     cpu_speeds: dict | None = None
+    dla_core: int | None = (
+        None  # a DLA core's plans asked for (Engine.load(dla=N)); None: GPU first
+    )
 
 
 class Backend(ABC):
     name: str = "base"
     OPTIONS: frozenset[str] = frozenset()  # keyword options load() takes besides device
+    on_cpu: bool = False  # inference runs on the CPU's cores (what keeps them busy, not the GPU)
 
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]

@@ -161,6 +161,8 @@ class OnnxRuntimeBackend(Backend):
         self.outputs = tuple(_spec(o) for o in session.get_outputs())
         self.providers = list(session.get_providers())
         self.description = "providers " + ", ".join(self.providers)
+        # the first provider runs what it can; only CPU's leaves every node to the CPU
+        self.on_cpu = self.providers[0] == "CPUExecutionProvider"
         self._binding = session.io_binding()
         self._static_out = {
             o.name: np.empty(o.shape, dtype=o.dtype) for o in self.outputs if not o.dynamic

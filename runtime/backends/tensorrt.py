@@ -40,7 +40,7 @@ class _IO:
 
 class TensorRTBackend(Backend):
     name = "tensorrt"
-    OPTIONS = frozenset({"use_graph", "profile", "spin"})
+    OPTIONS = frozenset({"use_graph", "profile", "spin", "dla"})
 
     @classmethod
     def availability(cls) -> str | None:
@@ -66,24 +66,34 @@ class TensorRTBackend(Backend):
                 None,
                 f"an .onnx needs a TensorRT plan first: edgert build {target.path} --precision fp16",
             )
-        from ..device import probe_cuda
+        from ..device import jetson_module, probe_cuda
 
         trt = import_tensorrt()
         cuda = probe_cuda()
         if device >= len(cuda.devices):
             return None, f"CUDA device {device} does not exist"
         dev = cuda.devices[device]
-        cc = dev.cc
         version = compat.parse_version(trt.__version__)
         hashes = target.onnx_hashes or {}
-        expected = {
-            p: hashes.get(compat.onnx_for_precision(version, p, available=hashes))
-            for p in PRECISIONS
-        }
-        plan, why = compat.select_plan(
-            target.bundle_dir / "engines", precision, trt.__version__, dev.name, cc, expected
+
+        def expected(dla: bool) -> dict:
+            return {
+                p: hashes.get(compat.plan_source_model(version, p, dla, available=hashes))
+                for p in PRECISIONS
+            }
+
+        return compat.select_plan(
+            target.bundle_dir / "engines",
+            precision,
+            trt.__version__,
+            dev.name,
+            dev.cc,
+            expected(False),
+            dla_onnx_sha256=expected(True),
+            dla=target.dla_core,
+            module=jetson_module(),
+            multiprocessors=dev.multiprocessors,
         )
-        return plan, why
 
     @classmethod
     def first_use_precision(cls, target: Target, precision: str, device: int) -> str | None:
@@ -97,6 +107,8 @@ class TensorRTBackend(Backend):
             return None
         if precision != "auto":
             return precision
+        if target.dla_core is not None:
+            return "fp16"  # DLA runs FP16 or INT8
         version = compat.parse_version(import_tensorrt().__version__)
         fp16_onnx = target.bundle_dir / compat.onnx_for_precision(version, "fp16")
         return "fp16" if fp16_onnx.is_file() else "fp32"
@@ -159,14 +171,25 @@ class TensorRTBackend(Backend):
                 errors = self.logger.since(mark)
                 kind, sentence = compat.explain_deserialize_failure(errors, plan)
                 raise (EngineMismatch if kind in ("version", "device") else ModelError)(sentence)
+            if compat.foreign_device_warning(self.logger.warnings_since(mark)):
+                raise EngineMismatch(
+                    f"{plan} was built on another model of {self.ctx.name} (TensorRT warns it "
+                    "is likely to affect performance or even cause errors); rebuild it here: "
+                    f"edgert build BUNDLE --precision {info.precision if info else 'P'}"
+                )
             self.context = self.cuda_engine.create_execution_context()
             if self.context is None:
                 raise ModelError(
                     f"TensorRT could not create an execution context for {plan} (out of GPU memory?)"
                 )
             self.stream = Stream()
-            self.io = self._describe_io()
-            self._allocate()
+            self.io = []
+            try:
+                self.io = self._describe_io()
+                self._allocate()
+            except BaseException:  # free what was allocated here, on this thread, in context
+                self._free()
+                raise
         self.inputs = tuple(TensorSpec(t.name, t.dtype, t.shape) for t in self.io if t.is_input)
         self.outputs = tuple(
             TensorSpec(t.name, t.dtype, t.shape) for t in self.io if not t.is_input
@@ -185,7 +208,12 @@ class TensorRTBackend(Backend):
         for i in range(engine.num_io_tensors):
             name = engine.get_tensor_name(i)
             is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
-            dtype = compat.numpy_dtype(str(engine.get_tensor_dtype(name)))
+            if is_input and getattr(engine, "is_shape_inference_io", lambda n: False)(name):
+                raise ModelError(
+                    f"input {name} is a shape tensor (its values set output shapes), which must "
+                    "live in host memory; edgert's TensorRT backend does not support such engines"
+                )
+            dtype = compat.numpy_dtype(str(engine.get_tensor_dtype(name)), name)
             shape = tuple(int(d) for d in engine.get_tensor_shape(name))
             io = _IO(name, is_input, dtype, shape)
             if is_input and any(d < 0 for d in shape):
@@ -234,14 +262,19 @@ class TensorRTBackend(Backend):
             )
 
     def _apply_shapes(self, feeds: dict[str, np.ndarray]) -> bool:
-        """Set input shapes when they changed; returns True if they did."""
+        """Set input shapes when they changed; returns True if they did. Every input's profile
+        is checked before any shape is set, and until all are set and the output shapes inferred
+        and checked the shapes are unknown: a change that fails part-way (a multi-input model)
+        leaves no half-applied shapes that the next call would take for its own."""
         shapes = {n: tuple(a.shape) for n, a in feeds.items()}
         if shapes == self._current_shapes:
             return False
-        for t in self.io:
-            if t.is_input:
-                self._check_profile(t, shapes[t.name])
-                self._set_input_shape(t.name, shapes[t.name])
+        inputs = [t for t in self.io if t.is_input]
+        for t in inputs:
+            self._check_profile(t, shapes[t.name])
+        self._current_shapes = {}  # unknown until the whole change succeeded
+        for t in inputs:
+            self._set_input_shape(t.name, shapes[t.name])
         try:
             missing = self.context.infer_shapes()
         except RuntimeError as exc:  # TensorRT raises on an error code
@@ -250,8 +283,22 @@ class TensorRTBackend(Backend):
             ) from exc
         if missing:
             raise ShapeError(f"TensorRT could not infer shapes for {', '.join(missing)}")
+        for t in self.io:
+            if not t.is_input:
+                self._check_capacity(
+                    t, tuple(int(d) for d in self.context.get_tensor_shape(t.name))
+                )
         self._current_shapes = shapes
         return True
+
+    def _check_capacity(self, t: _IO, shape: tuple[int, ...]) -> None:
+        """An output larger than its buffer (sized at the profile's maximum inputs; a model whose
+        outputs do not grow with its inputs) would be written past the buffer: refused."""
+        if any(d < 0 for d in shape) or int(np.prod(shape)) > int(np.prod(t.max_shape)):
+            raise ShapeError(
+                f"output {t.name} would be {'x'.join(map(str, shape))}, larger than the "
+                f"{'x'.join(map(str, t.max_shape))} it was sized for at the profile's maximum"
+            )
 
     def _enqueue(self, feeds: dict[str, np.ndarray]) -> None:
         self._upload(feeds)
@@ -273,7 +320,9 @@ class TensorRTBackend(Backend):
         with self._lock, self.ctx.active():
             changed = self._apply_shapes(feeds)
             events = self._profile_events() if self.profile else None
-            if self.use_graph and self._graph_failed is None:
+            # decided once: a capture that fails inside _run_graph ran the work without events
+            graph = self.use_graph and self._graph_failed is None
+            if graph:
                 self._run_graph(feeds, changed)
             elif events:
                 events[0].record(self.stream.pycuda)
@@ -293,10 +342,11 @@ class TensorRTBackend(Backend):
                 for t in self.io
                 if not t.is_input
             }
-            if events and not (self.use_graph and self._graph_failed is None):
+            timed = bool(events) and not graph
+            if timed:
                 events[3].record(self.stream.pycuda)
             self.stream.synchronize(blocking=not self.spin)
-            if events and not (self.use_graph and self._graph_failed is None):
+            if timed:
                 self.last_split_ms = {
                     "h2d": events[1].time_since(events[0]),
                     "compute": events[2].time_since(events[1]),
@@ -316,7 +366,7 @@ class TensorRTBackend(Backend):
 
     def _run_graph(self, feeds: dict[str, np.ndarray], shapes_changed: bool) -> None:
         """Copy-in + execute replayed from a CUDA graph; captured again when shapes change."""
-        from ..cuda.graph import CudaGraph, GraphCaptureFailed
+        from ..cuda.graph import CudaGraph, GraphCaptureFailed, clear_runtime_error
 
         if self._graph is None or shapes_changed:
             if self._graph is not None:
@@ -328,8 +378,15 @@ class TensorRTBackend(Backend):
                 self._graph = CudaGraph.capture(self.stream.handle, lambda: self._enqueue(feeds))
             except GraphCaptureFailed as exc:
                 self._graph_failed = str(exc)
-                log.warning("CUDA graph capture failed, running without graphs: %s", exc)
-                return
+                # the failed enqueue left the CUDA runtime's last error set; trtexec clears it
+                # (cudaGetLastError) so the next TensorRT call does not report it as its own
+                stale = clear_runtime_error()
+                log.warning(
+                    "CUDA graph capture failed, running without graphs: %s%s",
+                    exc,
+                    f" (cleared the CUDA runtime's pending error {stale})" if stale else "",
+                )
+                return  # this call's work ran in the plain run before the capture
         else:
             for t in self.io:  # the graph replays copies from the pinned buffers: refresh them
                 if t.is_input:
@@ -350,12 +407,22 @@ class TensorRTBackend(Backend):
         if getattr(self, "cuda_engine", None) is None:
             return
         with self.ctx.active():
-            if self._graph is not None:
-                self._graph.free()
-            for t in self.io:
-                if t.buffers is not None:
-                    t.buffers.free()
+            self._free()
             self.context = None
             self.cuda_engine = None
             self.runtime = None
+
+    def _free(self) -> None:
+        """Every CUDA object of this backend, freed now on this thread with the context current
+        (inside ``ctx.active()``): left to the garbage collector on another thread, PyCUDA can
+        only warn "out-of-thread context could not be cleaned up" and leak them."""
+        if self._graph is not None:
+            self._graph.free()
+            self._graph = None
+        for t in self.io:
+            if t.buffers is not None:
+                t.buffers.free()
+                t.buffers = None
+        self._events = None  # dropped here: their destructors run with the context current
+        if getattr(self, "stream", None) is not None:
             self.stream.free()

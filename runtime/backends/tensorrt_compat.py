@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..errors import ModelError
 from ..precision import AUTO_ORDER, PRECISIONS, QDQ, REDUCED, model_file
 
 MIN_VERSION = (8, 5)
@@ -79,6 +80,16 @@ def network_flag_names(version: tuple[int, ...], strongly_typed: bool) -> list[s
     if f.strongly_typed_flag and strongly_typed and f.weak_typing:
         flags.append("STRONGLY_TYPED")  # in 11 strong typing is the only mode and the default
     return flags
+
+
+def cleared_builder_flag_names(version: tuple[int, ...], precision: str) -> list[str]:
+    """BuilderFlag names to clear. TF32 is on by default in every TensorRT (BuilderFlag.TF32:
+    "Enabled by default"), so an "fp32" plan on Ampere and later (Orin sm_87, Thor) would run its
+    matrix products on TF32 tensor cores with 10-bit mantissas; edgert's fp32 is FP32, the
+    reference the other precisions are gated against (Polygraphy clears it unless asked too)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}")
+    return ["TF32"] if precision == "fp32" else []
 
 
 def builder_flag_names(version: tuple[int, ...], precision: str, qdq_model: bool) -> list[str]:
@@ -148,6 +159,30 @@ def onnx_for_precision(
     return model_file("fp32")
 
 
+def plan_source_model(
+    version: tuple[int, ...], precision: str, dla: bool, available: Iterable[str] | None = None
+) -> str:
+    """The bundle model a plan of ``precision`` is built from, on the GPU or on DLA: a DLA INT8
+    plan on TensorRT < 11 is built from the FP32 ``model.onnx`` with a calibration cache (DLA
+    takes no Q/DQ there), everything else as :func:`onnx_for_precision` says. The build and the
+    plan's selection both ask here, so a plan's recorded model is the one selection expects."""
+    if dla and precision == "int8" and features(version).implicit_int8_calibration:
+        return model_file("fp32")
+    return onnx_for_precision(version, precision, available)
+
+
+def dla_shapes(shapes: dict) -> tuple[dict, list[str]]:
+    """A DLA build's profile: DLA takes no dynamic dimensions ("the profile's min, max, and opt
+    values must be equal", TensorRT's DLA restrictions), so each input's profile is pinned to
+    its opt shape. Returns (shapes, the inputs that were pinned, for a warning)."""
+    pinned, names = {}, []
+    for name, (lo, opt, hi) in shapes.items():
+        pinned[name] = [list(opt), list(opt), list(opt)]
+        if list(lo) != list(opt) or list(hi) != list(opt):
+            names.append(f"{name} {'x'.join(map(str, opt))}")
+    return pinned, names
+
+
 # -- plans ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PlanKey:
@@ -165,6 +200,10 @@ class PlanKey:
     dla_core: int | None = None
     shapes: dict = field(default_factory=dict)  # input -> [min, opt, max]
     builder: dict = field(default_factory=dict)  # workspace, optimisation level, ...
+    # what tells Jetson modules of one family apart: they report one CUDA name and compute
+    # capability ("Orin" 8.7 on AGX Orin, Orin NX and Orin Nano) but not one module or SM count
+    module: str | None = None  # the device tree's module, e.g. "nvidia,p3701-0000"
+    multiprocessors: int | None = None
 
     @property
     def digest(self) -> str:
@@ -181,7 +220,12 @@ class PlanKey:
             "key": self.digest,
             "precision": self.precision,
             "tensorrt": self.tensorrt,
-            "device": {"name": self.device_name, "compute_capability": self.compute_capability},
+            "device": {
+                "name": self.device_name,
+                "compute_capability": self.compute_capability,
+                "module": self.module,
+                "multiprocessors": self.multiprocessors,
+            },
             "dla_core": self.dla_core,
             "onnx_sha256": self.onnx_sha256,
             "calibration_sha256": self.calibration_sha256,
@@ -200,6 +244,7 @@ class PlanKey:
         try:
             data = json.loads(sidecar.read_text(encoding="utf-8"))
             dla = data.get("dla_core")
+            sms = data["device"].get("multiprocessors")
             return cls(
                 precision=str(data["precision"]),
                 tensorrt=str(data["tensorrt"]),
@@ -210,6 +255,8 @@ class PlanKey:
                 dla_core=None if dla is None else int(dla),
                 shapes=dict(data.get("shapes") or {}),
                 builder=dict(data.get("builder") or {}),
+                module=_text_or_none(data["device"].get("module")),
+                multiprocessors=None if sms is None else int(sms),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -220,16 +267,31 @@ def _text_or_none(value) -> str | None:
 
 
 def plan_mismatch(
-    info: PlanKey, tensorrt: str, device_name: str, compute_capability: str
+    info: PlanKey,
+    tensorrt: str,
+    device_name: str,
+    compute_capability: str,
+    module: str | None = None,
+    multiprocessors: int | None = None,
 ) -> str | None:
     """Why a plan cannot run here (None when it can). Plans are tied to the exact TensorRT
-    version and to the GPU they were built on."""
+    version and to the GPU they were built on: its name and compute capability, and where both
+    sides know them, the Jetson module and the SM count (an Orin Nano plan on an AGX Orin is
+    "Orin" 8.7 on both; TensorRT only warns that it "is likely to affect performance or even
+    cause errors")."""
     if parse_version(info.tensorrt) != parse_version(tensorrt):
         return f"it was built by TensorRT {info.tensorrt} and this is TensorRT {tensorrt}"
     if info.compute_capability != compute_capability or info.device_name != device_name:
         return (
             f"it was built for {info.device_name} (compute {info.compute_capability}) and this GPU is "
             f"{device_name} (compute {compute_capability})"
+        )
+    if info.module and module and info.module != module:
+        return f"it was built on the module {info.module} and this is {module}"
+    if info.multiprocessors and multiprocessors and info.multiprocessors != multiprocessors:
+        return (
+            f"it was built for a {device_name} with {info.multiprocessors} SMs and this one has "
+            f"{multiprocessors}"
         )
     return None
 
@@ -241,19 +303,38 @@ def select_plan(
     device_name: str,
     compute_capability: str,
     onnx_sha256: dict[str, str] | None = None,
+    *,
+    dla_onnx_sha256: dict[str, str] | None = None,
+    dla: int | None = None,
+    module: str | None = None,
+    multiprocessors: int | None = None,
 ) -> tuple[Path | None, str]:
-    """Pick the plan in a bundle's engines/ that runs here: (path, why) or (None, why not)."""
+    """Pick the plan in a bundle's engines/ that runs here: (path, why) or (None, why not).
+
+    ``onnx_sha256`` / ``dla_onnx_sha256``: precision -> the hash of the model a GPU / DLA plan
+    of it is built from (:func:`plan_source_model`). ``dla``: None prefers a GPU plan and takes
+    a DLA plan where there is no GPU plan of that precision; N takes only DLA core N's plans.
+    Within one kind the choice never depends on file names."""
     if not engines_dir.is_dir():
         return None, "the bundle has no engines/ folder"
     wanted = AUTO_ORDER if precision == "auto" else (precision,)
     rejected = []
+    known = [(e, PlanKey.read(e)) for e in sorted(engines_dir.glob("*.engine"))]
+    known = [(e, i) for e, i in known if i is not None]
+    if dla is None:  # a GPU plan first; a DLA plan where the bundle has none for the GPU
+        plans = [p for p in known if p[1].dla_core is None]
+        plans += [p for p in known if p[1].dla_core is not None]
+    else:
+        plans = [p for p in known if p[1].dla_core == dla]
     for prec in wanted:
-        for engine in sorted(engines_dir.glob("*.engine")):
-            info = PlanKey.read(engine)
-            if info is None or info.precision != prec:
+        for engine, info in plans:
+            if info.precision != prec:
                 continue
-            why = plan_mismatch(info, tensorrt, device_name, compute_capability)
-            expected_hash = (onnx_sha256 or {}).get(prec)
+            why = plan_mismatch(
+                info, tensorrt, device_name, compute_capability, module, multiprocessors
+            )
+            hashes = dla_onnx_sha256 if info.dla_core is not None else onnx_sha256
+            expected_hash = (hashes or {}).get(prec)
             if (
                 why is None
                 and expected_hash
@@ -262,17 +343,16 @@ def select_plan(
             ):
                 why = "it was built from an older version of the model"
             if why is None:
-                return (
-                    engine,
-                    f"plan {engine.name} ({prec}, TensorRT {info.tensorrt}, {info.device_name})",
+                where = info.device_name + (
+                    f", DLA core {info.dla_core}" if info.dla_core is not None else ""
                 )
+                return engine, f"plan {engine.name} ({prec}, TensorRT {info.tensorrt}, {where})"
             rejected.append(f"{engine.name}: {why}")
     if rejected:
         return None, "no plan for this GPU and TensorRT (" + "; ".join(rejected[:3]) + ")"
-    return (
-        None,
-        f"the bundle has no {'' if precision == 'auto' else precision + ' '}TensorRT plan yet",
-    )
+    kind = "" if precision == "auto" else precision + " "
+    on = f" for DLA core {dla}" if dla is not None else ""
+    return None, f"the bundle has no {kind}TensorRT plan{on} yet"
 
 
 def explain_deserialize_failure(messages: list[str], path: Path) -> tuple[str, str]:
@@ -302,6 +382,27 @@ def explain_deserialize_failure(messages: list[str], path: Path) -> tuple[str, s
     )
 
 
+# TensorRT's DataType members by version (python/src/infer/pyFoundationalTypes.cpp of
+# release/8.5, release/10.3 and main): 8.5 has no INT64 (its ONNX parser takes int64 I/O as
+# INT32); 10 adds BF16, INT64, FP8, INT4; 11 adds FP4 and E8M0
+DATA_TYPES = {
+    (8, 5): ("FLOAT", "HALF", "INT8", "INT32", "BOOL", "UINT8"),
+    (10, 0): ("FLOAT", "HALF", "INT8", "INT32", "BOOL", "UINT8", "BF16", "INT64", "FP8", "INT4"),
+    (11, 0): (
+        "FLOAT",
+        "HALF",
+        "INT8",
+        "INT32",
+        "BOOL",
+        "UINT8",
+        "BF16",
+        "INT64",
+        "FP8",
+        "INT4",
+        "FP4",
+        "E8M0",
+    ),
+}
 _NUMPY_DTYPES = {
     "FLOAT": "float32",
     "HALF": "float16",
@@ -313,13 +414,31 @@ _NUMPY_DTYPES = {
 }
 
 
-def numpy_dtype(trt_dtype_name: str) -> str:
-    """TensorRT DataType name (e.g. 'FLOAT', 'DataType.HALF') -> numpy dtype name."""
+def data_types(version: tuple[int, ...]) -> tuple[str, ...]:
+    """The DataType members of this TensorRT version."""
+    known = [v for v in DATA_TYPES if tuple(version[:2]) >= v]
+    return DATA_TYPES[max(known)] if known else DATA_TYPES[(8, 5)]
+
+
+def numpy_dtype(trt_dtype_name: str, tensor: str = "") -> str:
+    """TensorRT DataType name (e.g. 'FLOAT', 'DataType.HALF') -> numpy dtype name; ModelError (one
+    sentence, so ``auto`` goes on to ONNX Runtime) for the types numpy has no dtype for: BF16,
+    FP8, INT4, FP4, E8M0 (a plan edgert did not build: its FP16 and Q/DQ models keep FP32 I/O)."""
     name = trt_dtype_name.rsplit(".", 1)[-1]
     try:
         return _NUMPY_DTYPES[name]
     except KeyError:
-        raise ValueError(f"TensorRT type {name} has no numpy equivalent for I/O") from None
+        what = f"{tensor} is" if tensor else "an input or output is"
+        raise ModelError(
+            f"this plan's {what} {name}, which has no numpy type edgert could feed or read; "
+            "give the model FP32/FP16/integer inputs and outputs"
+        ) from None
+
+
+def foreign_device_warning(messages: Iterable[str]) -> str | None:
+    """TensorRT's warning that a plan was built on another model of device (same name and
+    compute capability: Jetson modules of one family), or None."""
+    return next((m for m in messages if "different models of devices" in m), None)
 
 
 DLA_PRECISIONS = ("fp16", "int8")

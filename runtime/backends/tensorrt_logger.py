@@ -65,12 +65,17 @@ def process_logger():
                 def __init__(self) -> None:
                     trt.ILogger.__init__(self)
                     self.errors = ErrorLog()
+                    self.warnings = ErrorLog()
 
-                def mark(self) -> int:
-                    return self.errors.mark()
+                def mark(self) -> tuple[int, int]:
+                    return self.errors.mark(), self.warnings.mark()
 
-                def since(self, mark: int) -> list[str]:
-                    return self.errors.since(mark)
+                def since(self, mark: tuple[int, int]) -> list[str]:
+                    """The errors logged since ``mark``."""
+                    return self.errors.since(mark[0])
+
+                def warnings_since(self, mark: tuple[int, int]) -> list[str]:
+                    return self.warnings.since(mark[1])
 
                 def log(self, severity, msg) -> None:
                     if severity in (
@@ -80,10 +85,29 @@ def process_logger():
                         self.errors.add(str(msg))
                         log.debug("TensorRT: %s", msg)
                     elif severity == trt.ILogger.Severity.WARNING:
-                        log.debug("TensorRT warning: %s", msg)
+                        self.warnings.add(str(msg))
+                        # the warnings a user must see (a plan from another model of device,
+                        # DLA layers falling back to the GPU) at warning level, the rest at debug
+                        level = logging.WARNING if warning_matters(str(msg)) else logging.DEBUG
+                        log.log(level, "TensorRT warning: %s", msg)
 
             _logger = ProcessLogger()
         return _logger
+
+
+# TensorRT warnings that change what the user gets: said at warning level (the rest at debug)
+WARNINGS_THAT_MATTER = (
+    "different models of devices",  # a plan built on another module of the same GPU family
+    "falling back to gpu",  # a layer DLA cannot run
+    "not supported on dla",
+    "dla does not support",
+    "missing scale and zero-point",  # INT8 calibration that leaves a tensor in FP16
+)
+
+
+def warning_matters(message: str) -> bool:
+    text = message.lower()
+    return any(pattern in text for pattern in WARNINGS_THAT_MATTER)
 
 
 def init_plugins() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from .. import atomic
 from ..errors import BuildError, ModelError
 from . import tensorrt_compat as compat
-from .tensorrt_logger import import_tensorrt, process_logger
+from .tensorrt_logger import import_tensorrt, init_plugins, process_logger
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,30 @@ class BuildOptions:
 
     def key_fields(self) -> dict:
         return {"workspace_bytes": self.workspace_bytes, "opt_level": self.opt_level}
+
+    @classmethod
+    def from_request(
+        cls,
+        precision: str,
+        workspace_gib: float | None = None,
+        opt_level: int | None = None,
+        shapes: dict | None = None,
+        dla: int | None = None,
+        first_input: str | None = None,
+    ) -> BuildOptions:
+        """The options of ``edgert build`` (``--workspace GIB``, ``--opt-level``, ``--shapes``,
+        ``--dla``), the same on the host and on a JetPack 5 device. A profile given without an
+        input name (``""``) is ``first_input``'s (the bundle's first input)."""
+        shapes = dict(shapes or {})
+        if "" in shapes:
+            shapes[first_input or "input"] = shapes.pop("")
+        return cls(
+            precision=precision,
+            workspace_bytes=int(workspace_gib * 2**30) if workspace_gib else None,
+            opt_level=opt_level,
+            shapes=shapes,
+            dla_core=dla,
+        )
 
 
 def calibration_cache_text(version: tuple[int, ...], thresholds: dict[str, float]) -> bytes:
@@ -116,12 +140,25 @@ def parser_errors(trt_version: str, parser) -> str:
     return f"TensorRT {trt_version} cannot parse the model: " + "; ".join(parts[:3])
 
 
-def build_plan(onnx_path: Path, options: BuildOptions) -> bytes:
-    """Parse ``onnx_path`` and build a serialized plan (bytes) for the current GPU."""
+def build_plan(onnx_path: Path, options: BuildOptions, device: int = 0) -> bytes:
+    """Parse ``onnx_path`` and build a serialized plan (bytes) for CUDA device ``device``: the
+    build runs with that device's primary context current, so the CUDA runtime TensorRT uses
+    builds for it (and not for device 0) on a host with several GPUs."""
+    from ..cuda.driver import PrimaryContext
+
+    with PrimaryContext.get(device).active():
+        return _build_plan(onnx_path, options)
+
+
+def _build_plan(onnx_path: Path, options: BuildOptions) -> bytes:
     trt = import_tensorrt()
     version = compat.parse_version(trt.__version__)
     feats = compat.features(version)
     logger = process_logger()
+    # the standard plugins (EfficientNMS_TRT, ROIAlign_TRT, ...): the 8.5 ONNX parser registered
+    # them itself; from 10 the parser creates them but no longer registers them (NVIDIA's own
+    # builder samples call init_libnvinfer_plugins before parsing)
+    init_plugins()
     mark = logger.mark()
     builder = trt.Builder(logger)
     flags = 0
@@ -141,6 +178,9 @@ def build_plan(onnx_path: Path, options: BuildOptions) -> bytes:
     qdq = options.precision == "int8" and options.calibration_cache is None
     for flag in compat.builder_flag_names(version, options.precision, qdq_model=qdq):
         config.set_flag(getattr(trt.BuilderFlag, flag))
+    for flag in compat.cleared_builder_flag_names(version, options.precision):
+        if hasattr(trt.BuilderFlag, flag):
+            config.clear_flag(getattr(trt.BuilderFlag, flag))
     if options.precision == "int8" and options.calibration_cache is not None:
         if not feats.implicit_int8_calibration:
             raise BuildError(
@@ -161,13 +201,16 @@ def build_plan(onnx_path: Path, options: BuildOptions) -> bytes:
         if options.timing_cache and options.timing_cache.is_file()
         else b""
     )
+    # a truncated or foreign cache file: create_timing_cache may give None (trtexec checks for
+    # it), and set_timing_cache(None) would raise a TypeError instead of starting afresh
     timing_cache = config.create_timing_cache(cache_bytes)
-    if not config.set_timing_cache(timing_cache, ignore_mismatch=False):
+    if timing_cache is None or not config.set_timing_cache(timing_cache, ignore_mismatch=False):
         # a cache from another GPU (same compute capability) or TensorRT: start a fresh one
         log.warning(
             "TensorRT refused the timing cache %s; starting a fresh one", options.timing_cache
         )
-        if not config.set_timing_cache(config.create_timing_cache(b""), ignore_mismatch=False):
+        fresh = config.create_timing_cache(b"")
+        if fresh is None or not config.set_timing_cache(fresh, ignore_mismatch=False):
             raise BuildError("TensorRT refused even an empty timing cache")
     if options.progress and feats.progress_monitor:
         config.progress_monitor = _progress_monitor(trt)

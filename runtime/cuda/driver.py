@@ -16,7 +16,7 @@ def pycuda_driver():
     try:
         import pycuda.driver as cuda
     except ImportError as exc:
-        raise BackendUnavailable(f"PyCUDA is not installed: {PIP_LINE}") from exc
+        raise BackendUnavailable(import_failure(exc)) from exc
     try:
         cuda.init()
     except Exception as exc:  # pycuda.driver.Error: no driver, no device
@@ -24,6 +24,19 @@ def pycuda_driver():
     if cuda.Device.count() == 0:
         raise BackendUnavailable("CUDA reports no devices")
     return cuda
+
+
+def import_failure(exc: ImportError) -> str:
+    """Why ``import pycuda.driver`` failed, in one sentence: not installed, or installed but its
+    compiled part cannot load (built against a newer numpy than the one here, as a PyCUDA wheel
+    built in isolation on Python 3.8 is against numpy 1.24, or against another CUDA)."""
+    missing = isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "pycuda"
+    if missing:
+        return f"PyCUDA is not installed: {PIP_LINE}"
+    return (
+        f"PyCUDA is installed but cannot be loaded ({first_line(exc)}); rebuild it against this "
+        "numpy and CUDA: pip install --no-build-isolation --force-reinstall pycuda"
+    )
 
 
 def availability() -> str | None:

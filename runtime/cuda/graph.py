@@ -49,6 +49,26 @@ def check(rc: int, what: str) -> None:
         raise GraphCaptureFailed(f"{what} failed (CUresult {rc}: {text})")
 
 
+def clear_runtime_error() -> int:
+    """Clear the CUDA runtime's last error (``cudaGetLastError``) in the libcudart this process
+    loaded (TensorRT's), as NVIDIA's trtexec does after a failed capture; the error's code, 0
+    when none was pending or no shared libcudart is loaded (a runtime linked statically into a
+    library keeps its own error state, out of reach here)."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({line.split()[-1] for line in f if "libcudart.so" in line})
+    except OSError:
+        return 0
+    code = 0
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)  # already loaded: the same library, the same error state
+            code = code or int(lib.cudaGetLastError())
+        except (OSError, AttributeError):
+            continue
+    return code
+
+
 class CudaGraph:
     """An instantiated graph; ``launch`` replays the captured work on a stream."""
 

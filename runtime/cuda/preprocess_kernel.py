@@ -77,16 +77,17 @@ extern "C" __global__ void edgert_preprocess(
 }
 """
 
-_module = None
+_modules: dict = {}  # device -> the kernel compiled and loaded in that device's context
 
 
-def _kernel():
-    global _module
-    if _module is None:
+def _kernel(device: int):
+    """The kernel in ``device``'s context (call with that context current): a module is loaded
+    into one context, and launching device 0's function on device 1 fails."""
+    if device not in _modules:
         from pycuda.compiler import SourceModule
 
-        _module = SourceModule(KERNEL_SOURCE, no_extern_c=True, options=["-O3"])
-    return _module.get_function("edgert_preprocess")
+        _modules[device] = SourceModule(KERNEL_SOURCE, no_extern_c=True, options=["-O3"])
+    return _modules[device].get_function("edgert_preprocess")
 
 
 class GpuPreprocessor:
@@ -113,8 +114,9 @@ class GpuPreprocessor:
         self.ctx = PrimaryContext.get(device)
         self._staging: PinnedBuffer | None = None
         self._src: DeviceBuffer | None = None
+        self._done = None  # an event after the last call's upload and kernel, on its stream
         with self.ctx.active():
-            self._fn = _kernel()
+            self._fn = _kernel(device)
 
     @property
     def output_shape(self) -> tuple[int, ...]:
@@ -122,7 +124,14 @@ class GpuPreprocessor:
         c = self.pre.channels
         return (c, h, w) if self.pre.layout == "NCHW" else (h, w, c)
 
+    def _wait(self) -> None:
+        """The previous call's copy and kernel, done: its staging buffer is read by the copy
+        until then, and must not be overwritten or freed before (a caller need not sync)."""
+        if self._done is not None:
+            self._done.synchronize()
+
     def _ensure(self, nbytes: int) -> None:
+        self._wait()
         if self._src is None or self._src.nbytes < nbytes:
             self.free()
             self._staging = PinnedBuffer(nbytes, np.uint8)
@@ -188,13 +197,23 @@ class GpuPreprocessor:
                 )
             except Exception as exc:
                 raise translate(exc, "the preprocessing kernel") from exc
+            if self._done is None:
+                from .driver import pycuda_driver
+
+                cuda = pycuda_driver()
+                self._done = cuda.Event(cuda.event_flags.DISABLE_TIMING)
+            self._done.record(stream.pycuda)
         return geometry
 
     def free(self) -> None:
-        if self._src is not None:
-            self._src.free()
-            self._staging.free()
-        self._src = self._staging = None
+        """Free the staging buffers once the last call's work is done (on this thread, with the
+        context current)."""
+        with self.ctx.active():
+            self._wait()
+            if self._src is not None:
+                self._src.free()
+                self._staging.free()
+            self._src = self._staging = self._done = None
 
 
 def _nearest_args(t: Transform) -> tuple[int, int, int, int]:

@@ -6,11 +6,18 @@ import numpy as np
 
 from .driver import pycuda_driver, translate
 
+CU_STREAM_NON_BLOCKING = 1
+
 
 class Stream:
+    """A non-blocking stream (CU_STREAM_NON_BLOCKING): no implicit synchronisation with the legacy
+    default stream, and while it is captured into a CUDA graph another thread's use of the
+    default stream (a synchronous copy, ONNX Runtime's CUDA provider) neither fails nor breaks
+    the capture, which a blocking stream's capture makes "unusable" for the whole process."""
+
     def __init__(self) -> None:
         self.cuda = pycuda_driver()
-        self._stream = self.cuda.Stream()
+        self._stream = self.cuda.Stream(flags=CU_STREAM_NON_BLOCKING)
         self._blocking_event = None
 
     @property
@@ -51,6 +58,9 @@ class Stream:
             raise translate(exc, "stream synchronisation") from exc
 
     def free(self) -> None:
+        """Drop the stream and its event; call with the context current (their destructors
+        free them then, on this thread)."""
+        self._blocking_event = None
         self._stream = None
 
     def __enter__(self) -> Stream:

@@ -94,6 +94,20 @@ def throttle_names(mask: int) -> list[str]:
     return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
 
 
+_nvml_lock = threading.Lock()
+_nvml_ready = False
+
+
+def _nvml_init(pynvml) -> None:
+    """nvmlInit once for the conditions reader (NVML counts its inits: one per sample, never
+    shut down, only grew the count)."""
+    global _nvml_ready
+    with _nvml_lock:
+        if not _nvml_ready:
+            pynvml.nvmlInit()
+            _nvml_ready = True
+
+
 def nvml_conditions(device: int = 0) -> dict | None:
     """A discrete GPU's temperature (°C), SM clock and its maximum (MHz) and the active throttle
     reasons, by NVML; None (with nothing raised) where NVML or the device is not there."""
@@ -102,7 +116,7 @@ def nvml_conditions(device: int = 0) -> dict | None:
 
         from .sensors import cuda_pci_bus_id, nvml_handle
 
-        pynvml.nvmlInit()
+        _nvml_init(pynvml)
         handle, _ = nvml_handle(pynvml, device, cuda_pci_bus_id(device))
         temp = pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
         sm = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
@@ -128,9 +142,8 @@ def busy_clocks(engine) -> tuple[str, ...]:
     the GPU's, and the CPUs' when inference runs on them."""
     if engine is None:
         return ("gpu",)
-    reason = getattr(engine, "backend_reason", "") or ""
-    on_cpu = engine.backend == "onnxruntime" and "CUDA" not in reason and "Tensorrt" not in reason
-    return ("gpu", "cpu") if on_cpu else ("gpu",)
+    # asked of the backend itself, not read from its human-readable reason
+    return ("gpu", "cpu") if getattr(engine, "on_cpu", False) else ("gpu",)
 
 
 class ConditionsMonitor:

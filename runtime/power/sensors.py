@@ -260,15 +260,20 @@ class NvmlSensor(PowerSensor):
             self.has_energy = False
         try:
             pynvml.nvmlDeviceGetPowerUsage(self.handle)
+            self.has_power = True
         except pynvml.NVMLError as exc:  # Jetson: NotSupported -> the next sensor
             if not self.has_energy:
                 raise SensorError(f"NVML reports no power for {self.name}: {exc}") from exc
+            self.has_power = False  # the energy counter alone: watts from its differences
         self.source = f"NVML ({self.name})"
+        self._last: tuple[float, float] | None = None  # (time, joules) of the last read
+        self._watts = 0.0
 
     def read(self) -> PowerSample:
         nv = self.nvml
         try:
-            watts = nv.nvmlDeviceGetPowerUsage(self.handle) / 1000.0
+            t = time.monotonic()
+            watts = nv.nvmlDeviceGetPowerUsage(self.handle) / 1000.0 if self.has_power else None
             energy = (
                 nv.nvmlDeviceGetTotalEnergyConsumption(self.handle) / 1000.0
                 if self.has_energy
@@ -276,7 +281,13 @@ class NvmlSensor(PowerSensor):
             )
         except nv.NVMLError as exc:
             raise SensorError(f"NVML read failed: {exc}") from exc
-        return PowerSample(time.monotonic(), watts, {self.name: watts}, energy_j=energy)
+        if watts is None:  # a device that counts energy but reports no power
+            if self._last is not None and t > self._last[0] and energy >= self._last[1]:
+                self._watts = (energy - self._last[1]) / (t - self._last[0])
+            watts = self._watts
+        if energy is not None:
+            self._last = (t, energy)
+        return PowerSample(t, watts, {self.name: watts}, energy_j=energy)
 
     def describe(self) -> str:
         return f"{self.source}, {'energy counter' if self.has_energy else 'power samples'}"

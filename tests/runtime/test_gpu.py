@@ -3,6 +3,7 @@ CUDA machine with `bash .device/gpu-check.sh` (see the shared device README)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -53,12 +54,11 @@ def test_pinned_device_and_mapped_round_trip(ctx, add_one):
 
     n = 150_528  # a 224x224x3 float tensor
     data = np.random.default_rng(0).standard_normal(n).astype(np.float32)
-    with (
-        ctx.active(),
-        Stream() as stream,
-        PinnedBuffer(n, np.float32) as src,
-        PinnedBuffer(n, np.float32) as dst,
-    ):
+    with contextlib.ExitStack() as stack:  # Python 3.8 (JetPack 5): no parenthesised with
+        stack.enter_context(ctx.active())
+        stream = stack.enter_context(Stream())
+        src = stack.enter_context(PinnedBuffer(n, np.float32))
+        dst = stack.enter_context(PinnedBuffer(n, np.float32))
         with DeviceBuffer(data.nbytes) as dev:
             assert dev.ptr != 0 and dev.nbytes == data.nbytes
             src.host[:] = data
@@ -98,12 +98,11 @@ def test_graph_capture_and_replay(ctx, add_one):
     from edgert.runtime.cuda.stream import Stream
 
     n = 1024
-    with (
-        ctx.active(),
-        Stream() as stream,
-        PinnedBuffer(n, np.float32) as host,
-        DeviceBuffer(n * 4) as dev,
-    ):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(ctx.active())
+        stream = stack.enter_context(Stream())
+        host = stack.enter_context(PinnedBuffer(n, np.float32))
+        dev = stack.enter_context(DeviceBuffer(n * 4))
         host.host[:] = 0
         stream.copy_htod(dev.ptr, host.host)
 
@@ -129,8 +128,8 @@ def test_graph_capture_failure_falls_back(ctx, add_one):
     with ctx.active(), Stream() as stream, DeviceBuffer(n * 4) as dev:
         pageable = np.zeros(n, np.float32)
 
-        def illegal():  # a synchronous copy is not allowed while the stream is captured
-            ctx.cuda.memcpy_htod(dev.ptr, pageable)
+        def illegal():  # a stream being captured cannot be synchronised (CUDA refuses it)
+            stream.synchronize()
 
         with pytest.raises(GraphCaptureFailed):
             CudaGraph.capture(stream.handle, illegal)

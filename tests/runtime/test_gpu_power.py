@@ -8,9 +8,23 @@ import pytest
 
 from edgert.runtime.cuda.driver import availability
 
-REASON = availability() or (
-    None if importlib.util.find_spec("pynvml") else "nvidia-ml-py is not installed"
-)
+
+def _nvml_reason() -> str | None:
+    """Why NVML cannot measure this GPU's power (None when it can): not installed, or (a Jetson
+    with nvidia-ml-py) no NVML device or power there."""
+    if importlib.util.find_spec("pynvml") is None:
+        return "nvidia-ml-py is not installed"
+    from edgert.runtime.errors import SensorError
+    from edgert.runtime.power.sensors import NvmlSensor
+
+    try:
+        NvmlSensor(0).close()
+    except SensorError as exc:
+        return str(exc)
+    return None
+
+
+REASON = availability() or _nvml_reason()
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(REASON is not None, reason=f"no CUDA/NVML: {REASON}"),

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from edgert.runtime.backends import tensorrt_compat as compat
+from edgert.runtime.errors import ModelError
 
 
 def test_parse_version():
@@ -152,7 +153,7 @@ def test_deserialize_failures_are_explained(messages, kind, fragment):
 def test_numpy_dtypes():
     assert compat.numpy_dtype("DataType.FLOAT") == "float32"
     assert compat.numpy_dtype("HALF") == "float16"
-    with pytest.raises(ValueError):
+    with pytest.raises(ModelError):  # a sentence, not a bare ValueError (finding 11)
         compat.numpy_dtype("DataType.BF16")
 
 

@@ -209,7 +209,7 @@ def run_streams(
         handler = FrameHandler(opened, on_result=on_result)
         shown = [s if isinstance(s, str) else s.description for s in sources]
         sinkset = _open_sinks(
-            list(sinks or []), shown, opened, sink_options, stack, SinkContext(live=handler.live)
+            list(sinks or []), shown, opened, sink_options, stack, SinkContext(live=handler.numbers)
         )
         pipeline = Pipeline(
             opened,
@@ -274,7 +274,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             sources,
             cfg.sink_options,
             stack,
-            SinkContext(say=say, probes=probes.probes, live=handler.live),
+            SinkContext(say=say, probes=probes.probes, live=handler.numbers),
         )
         pipeline = Pipeline(
             sources,

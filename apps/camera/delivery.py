@@ -111,16 +111,20 @@ class FrameHandler:
         self._stats_due = sinks.draws or sinks.wants_stats  # the overlay shows them too
         sinks.on_stop = pipeline.stop
 
-    def live(self) -> dict | None:
-        """The live statistics (recent latencies, rates, power, each stream's last record and
-        counts), on demand: the web page and MQTT heartbeats show them. None before the run."""
+    def numbers(self) -> dict | None:
+        """The live statistics (recent latencies and rates per stream, power), safe to read from
+        any thread (MQTT heartbeats read them on their own clock). None before the run."""
         p = self.pipeline
         if p is None:
             return None
         s = p.stats(recent=True)
-        if self.power is not None:
-            s = self.power.live(s)
-        for st in s["streams"]:
+        return self.power.live(s) if self.power is not None else s
+
+    def live(self) -> dict:
+        """:meth:`numbers` with each stream's last record and counts, which the output thread
+        keeps (called on it): what the web page and the overlay show."""
+        s = self.numbers() or {}
+        for st in s.get("streams", []):
             st["last"] = self._records.get(st["stream"])
             if self.analytics is not None:
                 st["counts"] = self.analytics.counts(st["stream"])
@@ -136,7 +140,7 @@ class FrameHandler:
         record["latency_ms"]["end_to_end"] = round((now - frame.t_capture) * 1e3, 3)
         self._records[frame.stream] = record
         if self._stats_due and now - self._last_stats > self.STATS_EVERY_S:
-            self._last_stats, self._stats = now, self.live() or {}
+            self._last_stats, self._stats = now, self.live()
             self.sinks.stats(self._stats)
         drawn = frame.image
         if self._draws:

@@ -7,7 +7,7 @@ import json
 import sys
 
 from edgert.apps.argtypes import nonneg_int, positive_float, positive_int
-from edgert.runtime.precision import PRECISIONS
+from edgert.runtime.precision import PRECISIONS, QDQ, model_file
 
 EPILOG = """The INT8 model is explicit quantization (Q/DQ ONNX, symmetric INT8, per-channel weights),
 so it runs in ONNX Runtime anywhere and TensorRT 8.5 to 11 builds it. Without TensorRT (CI, a
@@ -136,7 +136,12 @@ def _device_build(args) -> int:
         f"--precision {args.precision} to build its TensorRT plan"
     )
     bundle = Bundle(args.model) if Path(args.model).is_dir() else None
-    if bundle is None or args.calib:
+    qdq = args.precision in QDQ and args.dla is None  # made on the host whatever the TensorRT
+    if (
+        bundle is None
+        or args.calib
+        or (qdq and model_file(args.precision) not in bundle.manifest.hashes)
+    ):
         raise MissingDependency(host)
     why_not = TensorRTBackend.availability()
     if why_not:

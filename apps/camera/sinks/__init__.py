@@ -141,7 +141,8 @@ def _function(entry: Scheme, name: str | None):
 
 def check_sink(uri: str, options: SinkOptions | None = None) -> None:
     """OutputError when ``uri`` cannot be a sink, before anything opens."""
-    check = _function(scheme_of(uri), scheme_of(uri).check)
+    entry = scheme_of(uri)
+    check = _function(entry, entry.check)
     if check is not None:
         check(uri, options)
 

@@ -20,8 +20,13 @@ def print_conditions(c: dict | None, say=print) -> None:
         def temp(v) -> str:
             return "n/a" if v is None else f"{v:.1f}"
 
-        say("heat       " + ", ".join(f"{n} {temp(start.get(n))} -> {temp(end.get(n))} °C (peak {v['max_c']:.1f})"
-                                      for n, v in hot))  # fmt: skip
+        say(
+            "heat       "
+            + ", ".join(
+                f"{n} {temp(start.get(n))} -> {temp(end.get(n))} °C (peak {v['max_c']:.1f})"
+                for n, v in hot
+            )
+        )
     for name, v in c["clocks"].items():
         limit = f" of {v['limit_mhz']:.0f}" if v["limit_mhz"] else ""
         say(f"clock      {name} {v['min_mhz']:.0f}-{v['max_mhz']:.0f}{limit} MHz")
@@ -31,7 +36,15 @@ def print_conditions(c: dict | None, say=print) -> None:
     ]
     say(f"mode       {mode}; clocks {pinned}")
     for t in c["throttling"]:
-        why = ", ".join([*(f"{n[:-6]}'s limit lowered" if n.endswith(" limit") else
-                           f"{n} below its maximum" for n in t["clocks"]),
-                         *(f"{n} past its passive trip" for n in t["zones"])])  # fmt: skip
+        why = ", ".join(
+            [
+                *(
+                    f"{n[:-6]}'s limit lowered"
+                    if n.endswith(" limit")
+                    else f"{n} below its maximum"
+                    for n in t["clocks"]
+                ),
+                *(f"{n} past its passive trip" for n in t["zones"]),
+            ]
+        )
         say(f"THROTTLED  {t['from_s']:.1f}-{t['to_s']:.1f} s: {why}")

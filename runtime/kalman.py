@@ -58,8 +58,12 @@ class KalmanBoxes:
         F[:4, 4:] = np.eye(4) * dt
         h = np.maximum(self.x[:, 3:4], 1.0)
         steps = max(dt / _REF_DT, 1e-6)  # noise accumulates with elapsed time (a random walk)
-        q = np.concatenate([np.repeat((_POS_STD * h) ** 2, 4, 1),
-                            np.repeat((_VEL_STD * h) ** 2, 4, 1)], 1) * steps  # fmt: skip
+        q = (
+            np.concatenate(
+                [np.repeat((_POS_STD * h) ** 2, 4, 1), np.repeat((_VEL_STD * h) ** 2, 4, 1)], 1
+            )
+            * steps
+        )
         self.x = self.x @ F.T
         self.x[:, 2:4] = np.maximum(self.x[:, 2:4], 1.0)
         self.P = F @ self.P @ F.T

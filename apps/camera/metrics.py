@@ -27,12 +27,20 @@ class CameraMetrics:
         pc = require("prometheus_client", "--metrics")
         self.pc = pc
         self.registry = pc.CollectorRegistry()
-        self.stages = pc.Histogram("edgert_stage_latency_seconds",
-                                   "Time of each pipeline stage per frame (end_to_end: capture to output)",
-                                   ["stage"], buckets=LATENCY_BUCKETS, registry=self.registry)  # fmt: skip
-        self.e2e = pc.Histogram("edgert_stream_latency_seconds",
-                                "Capture to output per frame, per stream", ["stream"],
-                                buckets=LATENCY_BUCKETS, registry=self.registry)  # fmt: skip
+        self.stages = pc.Histogram(
+            "edgert_stage_latency_seconds",
+            "Time of each pipeline stage per frame (end_to_end: capture to output)",
+            ["stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.e2e = pc.Histogram(
+            "edgert_stream_latency_seconds",
+            "Capture to output per frame, per stream",
+            ["stream"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.pipeline = None
         self.power: PowerGauges | None = None
         self.analytics = None
@@ -41,8 +49,13 @@ class CameraMetrics:
         self.registry.register(_Collector(self))
 
     def attach(self, pipeline=None, power=None, analytics=None, sinks=None, info=None) -> None:
-        for name, value in (("pipeline", pipeline), ("power", power), ("analytics", analytics),
-                            ("sinks", sinks), ("info", info)):  # fmt: skip
+        for name, value in (
+            ("pipeline", pipeline),
+            ("power", power),
+            ("analytics", analytics),
+            ("sinks", sinks),
+            ("info", info),
+        ):
             if value is not None:
                 setattr(self, name, value)
 
@@ -75,29 +88,47 @@ class _Collector:
 
         m = self.m
         if m.info is not None:
-            info = GaugeMetricFamily("edgert_build_info", "edgert, backend, precision, TensorRT "
-                                     "and device of this process", labels=list(m.info))  # fmt: skip
+            info = GaugeMetricFamily(
+                "edgert_build_info",
+                "edgert, backend, precision, TensorRT and device of this process",
+                labels=list(m.info),
+            )
             info.add_metric(list(m.info.values()), 1)
             yield info
         p = m.pipeline
         rate = None
         if p is not None:
-            processed = CounterMetricFamily("edgert_frames_processed_total",
-                                            "Frames through the whole pipeline", labels=["stream"])  # fmt: skip
-            captured = CounterMetricFamily("edgert_frames_captured_total",
-                                           "Frames read from the source", labels=["stream"])  # fmt: skip
-            dropped = CounterMetricFamily("edgert_frames_dropped_total",
-                                          "Frames not processed: dropped from a full queue (queue) "
-                                          "or unreadable (decode)", labels=["stream", "reason"])  # fmt: skip
-            up = GaugeMetricFamily("edgert_stream_up", "1 while a stream delivers frames",
-                                   labels=["stream"])  # fmt: skip
-            reconnects = CounterMetricFamily("edgert_stream_reconnects_total",
-                                             "Reconnections of a network stream", labels=["stream"])  # fmt: skip
-            stalls = CounterMetricFamily("edgert_stream_stalls_total",
-                                         "Stalls (connected, no frame for --stall-timeout)",
-                                         labels=["stream"])  # fmt: skip
-            down = CounterMetricFamily("edgert_stream_downtime_seconds",
-                                       "Time a network stream spent without frames", labels=["stream"])  # fmt: skip
+            processed = CounterMetricFamily(
+                "edgert_frames_processed_total",
+                "Frames through the whole pipeline",
+                labels=["stream"],
+            )
+            captured = CounterMetricFamily(
+                "edgert_frames_captured_total", "Frames read from the source", labels=["stream"]
+            )
+            dropped = CounterMetricFamily(
+                "edgert_frames_dropped_total",
+                "Frames not processed: dropped from a full queue (queue) or unreadable (decode)",
+                labels=["stream", "reason"],
+            )
+            up = GaugeMetricFamily(
+                "edgert_stream_up", "1 while a stream delivers frames", labels=["stream"]
+            )
+            reconnects = CounterMetricFamily(
+                "edgert_stream_reconnects_total",
+                "Reconnections of a network stream",
+                labels=["stream"],
+            )
+            stalls = CounterMetricFamily(
+                "edgert_stream_stalls_total",
+                "Stalls (connected, no frame for --stall-timeout)",
+                labels=["stream"],
+            )
+            down = CounterMetricFamily(
+                "edgert_stream_downtime_seconds",
+                "Time a network stream spent without frames",
+                labels=["stream"],
+            )
             now = time.monotonic()
             for s in p.streams:
                 k = str(s.index)
@@ -119,9 +150,12 @@ class _Collector:
                 buckets.append((str(bound), acc))
             total = sum(sizes.values())
             buckets.append(("+Inf", total))
-            yield HistogramMetricFamily("edgert_batch_size", "Frames per inference",
-                                        buckets=buckets,
-                                        sum_value=sum(k * n for k, n in sizes.items()))  # fmt: skip
+            yield HistogramMetricFamily(
+                "edgert_batch_size",
+                "Frames per inference",
+                buckets=buckets,
+                sum_value=sum(k * n for k, n in sizes.items()),
+            )
             rate = p.recent_fps()
         if m.power is not None:
             yield from m.power.families(rate)
@@ -134,14 +168,20 @@ class _Collector:
 def _count_families(analytics):
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    cross = CounterMetricFamily("edgert_line_crossings_total", "Tracks that crossed a line",
-                                labels=["stream", "line", "direction"])  # fmt: skip
-    entries = CounterMetricFamily("edgert_zone_entries_total", "Tracks that entered a zone",
-                                  labels=["stream", "zone"])  # fmt: skip
-    exits = CounterMetricFamily("edgert_zone_exits_total", "Tracks that left a zone",
-                                labels=["stream", "zone"])  # fmt: skip
-    inside = GaugeMetricFamily("edgert_zone_objects", "Tracks in a zone now",
-                               labels=["stream", "zone"])  # fmt: skip
+    cross = CounterMetricFamily(
+        "edgert_line_crossings_total",
+        "Tracks that crossed a line",
+        labels=["stream", "line", "direction"],
+    )
+    entries = CounterMetricFamily(
+        "edgert_zone_entries_total", "Tracks that entered a zone", labels=["stream", "zone"]
+    )
+    exits = CounterMetricFamily(
+        "edgert_zone_exits_total", "Tracks that left a zone", labels=["stream", "zone"]
+    )
+    inside = GaugeMetricFamily(
+        "edgert_zone_objects", "Tracks in a zone now", labels=["stream", "zone"]
+    )
     for stream in range(len(analytics.streams)):
         k = str(stream)
         for name, c in analytics.counts(stream).items():
@@ -192,8 +232,12 @@ class CameraProbes:
         self.pipeline = pipeline
         if self.metrics is not None:
             pipeline.observers.append(self.metrics.observe)
-            self.metrics.attach(pipeline=pipeline, power=PowerGauges(power.meter, power.runner),
-                                analytics=analytics, sinks=sinks)  # fmt: skip
+            self.metrics.attach(
+                pipeline=pipeline,
+                power=PowerGauges(power.meter, power.runner),
+                analytics=analytics,
+                sinks=sinks,
+            )
 
     def live(self) -> tuple[bool, dict]:
         p = self.pipeline
@@ -211,8 +255,10 @@ class CameraProbes:
         now = time.monotonic()
         delivering = [s.index for s in p.streams if s.delivering(now)]
         if not delivering:
-            return False, {"reason": "no stream has delivered a frame in the last 5 s",
-                           "streams": len(p.streams)}  # fmt: skip
+            return False, {
+                "reason": "no stream has delivered a frame in the last 5 s",
+                "streams": len(p.streams),
+            }
         return True, {"streams": len(p.streams), "delivering": delivering}
 
     def close(self) -> None:

@@ -56,8 +56,9 @@ class Conditions:
         }
 
 
-def read_conditions(root: str | os.PathLike | None = None, nvml: bool = False,
-                    device: int = 0) -> Conditions:  # fmt: skip
+def read_conditions(
+    root: str | os.PathLike | None = None, nvml: bool = False, device: int = 0
+) -> Conditions:
     """One reading of every temperature and clock the board exposes."""
     from . import nvpmodel
 
@@ -68,8 +69,9 @@ def read_conditions(root: str | os.PathLike | None = None, nvml: bool = False,
         modes = nvpmodel.read(sysfs_root(root))
     pinned = [c.pinned for c in clocks if c.name != "emc" and c.pinned is not None]
     gpu = nvml_conditions(device) if nvml else None
-    return Conditions(zones, clocks, modes.current_name if modes else None,
-                      all(pinned) if pinned else None, gpu)  # fmt: skip
+    return Conditions(
+        zones, clocks, modes.current_name if modes else None, all(pinned) if pinned else None, gpu
+    )
 
 
 # NVML throttle reasons (nvml.h: nvmlClocksEventReason*, formerly nvmlClocksThrottleReason*)
@@ -86,8 +88,13 @@ THROTTLE_REASONS = {
 }
 
 
-SLOWDOWNS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
-             "hw_power_brake_slowdown")  # fmt: skip
+SLOWDOWNS = (
+    "sw_power_cap",
+    "hw_slowdown",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+)
 
 
 def throttle_names(mask: int) -> list[str]:
@@ -121,13 +128,19 @@ def nvml_conditions(device: int = 0) -> dict | None:
         temp = pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
         sm = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
         sm_max = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
-        get = (getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-               or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons)  # fmt: skip
+        get = (
+            getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
         reasons = throttle_names(int(get(handle)))
     except Exception as exc:  # noqa: BLE001 - NVML absent, no such device, not supported
         return {"reason": f"NVML: {exc}"[:200]}
-    return {"temp_c": float(temp), "sm_mhz": float(sm), "sm_max_mhz": float(sm_max),
-            "throttle_reasons": [r for r in reasons if r != "gpu_idle"]}  # fmt: skip
+    return {
+        "temp_c": float(temp),
+        "sm_mhz": float(sm),
+        "sm_max_mhz": float(sm_max),
+        "throttle_reasons": [r for r in reasons if r != "gpu_idle"],
+    }
 
 
 def suggested_temp_cap(cond: Conditions, margin_c: float = 5.0) -> float | None:
@@ -155,8 +168,13 @@ class ConditionsMonitor:
 
     MAX_SERIES = 600
 
-    def __init__(self, root: str | os.PathLike | None = None, interval: float = 0.5,
-                 nvml: bool = False, device: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        root: str | os.PathLike | None = None,
+        interval: float = 0.5,
+        nvml: bool = False,
+        device: int = 0,
+    ) -> None:
         import threading
 
         self.root, self.interval, self.nvml, self.device = root, interval, nvml, device
@@ -198,8 +216,11 @@ class ConditionsMonitor:
             first = self._first_limits.setdefault(c.name, c.max_hz)
             if c.max_hz is not None and first is not None and c.max_hz < first * 0.995:
                 below[c.name + " limit"] = True
-        hot = [z.name for z in cond.zones
-               if z.temp_c is not None and z.passive_c is not None and z.temp_c >= z.passive_c]  # fmt: skip
+        hot = [
+            z.name
+            for z in cond.zones
+            if z.temp_c is not None and z.passive_c is not None and z.temp_c >= z.passive_c
+        ]
         slow = [r for r in (cond.gpu or {}).get("throttle_reasons", []) if r in SLOWDOWNS]
         if slow:  # a discrete GPU that NVML says slows down (heat, power)
             hot.append("NVML: " + ", ".join(slow))
@@ -238,11 +259,19 @@ class ConditionsMonitor:
             end = time.monotonic() - self.t0
             first, last = self.first, self.last
             zones = {k: {"min_c": v[0], "max_c": v[1]} for k, v in self._zones.items()}
-            series = {"t": [round(t, 2) for t, _, _ in self.series],
-                      "hottest_c": [h for _, h, _ in self.series],
-                      "gpu_mhz": [g for _, _, g in self.series]}  # fmt: skip
-            clocks = {k: {"min_mhz": mhz(v[0]), "max_mhz": mhz(v[1]),
-                          "limit_mhz": mhz(self._limits.get(k))} for k, v in self._clocks.items()}  # fmt: skip
+            series = {
+                "t": [round(t, 2) for t, _, _ in self.series],
+                "hottest_c": [h for _, h, _ in self.series],
+                "gpu_mhz": [g for _, _, g in self.series],
+            }
+            clocks = {
+                k: {
+                    "min_mhz": mhz(v[0]),
+                    "max_mhz": mhz(v[1]),
+                    "limit_mhz": mhz(self._limits.get(k)),
+                }
+                for k, v in self._clocks.items()
+            }
         intervals = _throttle_intervals(samples, watch, end, busy)
         return {
             "start": first.to_dict() if first else None,
@@ -282,8 +311,11 @@ def _throttle_intervals(
     out: list[dict] = []
     current = None
     for i, (t, below, hot) in enumerate(samples):
-        clocks = sorted(n for n, b in below.items() if b and any(n.startswith(w) for w in watch)
-                        and (busy or n.endswith(" limit")))  # fmt: skip
+        clocks = sorted(
+            n
+            for n, b in below.items()
+            if b and any(n.startswith(w) for w in watch) and (busy or n.endswith(" limit"))
+        )
         if clocks or hot:
             if current is None:
                 current = {

@@ -79,8 +79,9 @@ class PowerSession:
             return engine
         if o.power_cap is not None and self.idle_w is None:
             self.measure_idle(idle_seconds)
-        self.runner = CappedRunner(engine, self.meter, o.power_cap, self.idle_w,
-                                   temp_cap_c=o.temp_cap, zone=self.zone)  # fmt: skip
+        self.runner = CappedRunner(
+            engine, self.meter, o.power_cap, self.idle_w, temp_cap_c=o.temp_cap, zone=self.zone
+        )
         self.started = self.meter.now() if self.meter else None
         return self.runner
 
@@ -90,8 +91,9 @@ class PowerSession:
         from .conditions import ConditionsMonitor
 
         self.started = self.meter.now() if self.meter else None
-        self.monitor = ConditionsMonitor(self.options.sysfs_root, interval,
-                                         nvml=self.options.nvml).start()  # fmt: skip
+        self.monitor = ConditionsMonitor(
+            self.options.sysfs_root, interval, nvml=self.options.nvml
+        ).start()
         return self
 
     def conditions(self, engine=None, busy: bool = True) -> dict | None:

@@ -110,12 +110,18 @@ def test_a_toy_source_and_sink_run_through_the_tables_alone(toy, tmp_path):
 
 def test_the_toy_sink_in_a_camera_run_and_its_file_guarded(toy, tmp_path):
     out = tmp_path / "tally.json"
-    cfg = CameraConfig(ModelOptions(str(toy)), sources=["ramp://4"], sinks=[f"tally://{out}"],
-                       sink_options=SinkOptions(headless=True), run=RunOptions(max_frames=4))  # fmt: skip
+    cfg = CameraConfig(
+        ModelOptions(str(toy)),
+        sources=["ramp://4"],
+        sinks=[f"tally://{out}"],
+        sink_options=SinkOptions(headless=True),
+        run=RunOptions(max_frames=4),
+    )
     summary = run_camera(cfg)
     assert len(json.loads(out.read_text())) == 4 and summary["frames_processed"] == 4
-    clash = CameraConfig(ModelOptions(str(toy)), sources=["ramp://4"],
-                         sinks=[f"tally://{out}", f"jsonl://{out}"])  # fmt: skip
+    clash = CameraConfig(
+        ModelOptions(str(toy)), sources=["ramp://4"], sinks=[f"tally://{out}", f"jsonl://{out}"]
+    )
     with pytest.raises(OutputError, match="would both write"):
         check_outputs_apart(clash)
 
@@ -136,8 +142,12 @@ def test_every_sink_that_writes_files_is_kept_off_every_source_file(tmp_path):
     sinks, sources = _sink_uris(clip), _source_uris(clip)
     assert len(sinks) >= 3 and len(sources) >= 2  # file, jsonl, events; file:// and a bare path
     for src, sink in itertools.product(sources, sinks):
-        cfg = CameraConfig(ModelOptions("m.edgert"), sources=[src], sinks=[sink],
-                           sink_options=SinkOptions(headless=True))  # fmt: skip
+        cfg = CameraConfig(
+            ModelOptions("m.edgert"),
+            sources=[src],
+            sinks=[sink],
+            sink_options=SinkOptions(headless=True),
+        )
         with pytest.raises(OutputError, match="which is the source"):
             check_outputs_apart(cfg)
     link = tmp_path / "link.mp4"

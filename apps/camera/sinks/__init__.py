@@ -62,7 +62,7 @@ SCHEMES: dict[str, Scheme] = {
         paths="paths",
         flag="--events",
         tracks=True,
-    ),  # fmt: skip
+    ),
     "mqtt": Scheme(
         "mqtt://HOST/PREFIX", "edgert.apps.camera.sinks.mqtt", check="check", flag="--mqtt"
     ),

@@ -74,8 +74,16 @@ class MqttOptions:
 
     @classmethod
     def from_args(cls, args) -> MqttOptions:
-        return cls(args.mqtt_buffer, args.mqtt_heartbeat, args.mqtt_ca, args.mqtt_cert,
-                   args.mqtt_key, args.mqtt_insecure, args.mqtt_client_id, args.mqtt_protocol)  # fmt: skip
+        return cls(
+            args.mqtt_buffer,
+            args.mqtt_heartbeat,
+            args.mqtt_ca,
+            args.mqtt_cert,
+            args.mqtt_key,
+            args.mqtt_insecure,
+            args.mqtt_client_id,
+            args.mqtt_protocol,
+        )
 
 
 def _heartbeat(text: str) -> float:
@@ -114,13 +122,21 @@ class MqttOutput(Sink):
             return []
         now = round(time.time(), 3)
         keep = ("reconnects", "connection")
-        return [{"stream": st["stream"], "time": now, "fps": round(st.get("fps_recent", 0.0), 2),
-                 "frames_processed": st["frames_processed"],
-                 "frames_dropped": st["frames_dropped"],
-                 "latency_p99_ms": st["latency_ms"].get("end_to_end", {}).get("p99"),
-                 "power_w": s.get("power_w"), "energy_j": s.get("energy_j"),
-                 "status": "delivering" if st.get("delivering") else st["status"],
-                 **{k: st[k] for k in keep if k in st}} for st in s["streams"]]  # fmt: skip
+        return [
+            {
+                "stream": st["stream"],
+                "time": now,
+                "fps": round(st.get("fps_recent", 0.0), 2),
+                "frames_processed": st["frames_processed"],
+                "frames_dropped": st["frames_dropped"],
+                "latency_p99_ms": st["latency_ms"].get("end_to_end", {}).get("p99"),
+                "power_w": s.get("power_w"),
+                "energy_j": s.get("energy_j"),
+                "status": "delivering" if st.get("delivering") else st["status"],
+                **{k: st[k] for k in keep if k in st},
+            }
+            for st in s["streams"]
+        ]
 
     def metrics(self) -> list:
         from edgert.apps.telemetry.mqtt import families
@@ -154,6 +170,8 @@ def open_uri(uri: str, ctx: SinkContext) -> MqttOutput:
     o = ctx.options.mqtt if ctx.options is not None else MqttOptions()
     tls = TlsOptions(o.ca, o.cert, o.key, o.insecure)
     publisher = MqttPublisher(target, o.buffer, tls=tls, client_id=o.client_id, protocol=o.protocol)
-    ctx.say(f"mqtt: {target.shown} (events on {publisher.topic_events}, "
-            f"status on {publisher.topic_status})")  # fmt: skip
+    ctx.say(
+        f"mqtt: {target.shown} (events on {publisher.topic_events}, "
+        f"status on {publisher.topic_status})"
+    )
     return MqttOutput(publisher, o.heartbeat, ctx.live)

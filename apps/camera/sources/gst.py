@@ -55,8 +55,9 @@ class GstFileSource(FrameSource):
         self._cancel = threading.Event()
         have = gstreamer.elements()
         try:
-            self.conn = gstreamer.GstConnection(gstreamer.file_pipeline(path, have), False, have,
-                                                30.0, self._cancel)  # fmt: skip
+            self.conn = gstreamer.GstConnection(
+                gstreamer.file_pipeline(path, have), False, have, 30.0, self._cancel
+            )
         except StreamLost as exc:
             raise SourceError(f"cannot decode {path} with GStreamer: {exc}") from None
         self.decoder = self.conn.decoder
@@ -111,5 +112,7 @@ def choose_decoder(requested: str, kind: str) -> tuple[str, str | None]:
         ), None
     if ok:
         return "gstreamer", None
-    return "ffmpeg", (f"{why}: RTSP is decoded by OpenCV's FFmpeg on the CPU; for hardware "
-                      f"decode and low latency {gstreamer.INSTALL}")  # fmt: skip
+    return "ffmpeg", (
+        f"{why}: RTSP is decoded by OpenCV's FFmpeg on the CPU; for hardware "
+        f"decode and low latency {gstreamer.INSTALL}"
+    )

@@ -36,8 +36,10 @@ class ImageListSource(FrameSource):
             if tried >= len(self.files):  # a whole pass without one image: they all fail now
                 if self.delivered and not self.loop:
                     return None
-                raise SourceError(f"none of the {len(self.files)} images of {self.description} can be read: "
-                                  f"{next(iter(self.failed.values()))}")  # fmt: skip
+                raise SourceError(
+                    f"none of the {len(self.files)} images of {self.description} can be read: "
+                    f"{next(iter(self.failed.values()))}"
+                )
             if self.i >= len(self.files):
                 if not self.loop:
                     return None

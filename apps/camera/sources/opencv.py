@@ -49,8 +49,11 @@ class CaptureSource(FrameSource):
         if opts is not None:
             self._configure(opts)
         try:  # frames over the decoded-size limit, as the container or the camera says
-            check_pixels(self.cap.get(cv2.CAP_PROP_FRAME_WIDTH),
-                         self.cap.get(cv2.CAP_PROP_FRAME_HEIGHT), description)  # fmt: skip
+            check_pixels(
+                self.cap.get(cv2.CAP_PROP_FRAME_WIDTH),
+                self.cap.get(cv2.CAP_PROP_FRAME_HEIGHT),
+                description,
+            )
         except SourceError:
             self.cap.release()
             raise

@@ -14,8 +14,15 @@ class SyntheticSource(FrameSource):
     """A deterministic moving scene: a window panning and zooming over the bundled photos, one
     photo every ``seconds_per_photo`` of frames. Frame i is always the same image."""
 
-    def __init__(self, width: int = 640, height: int = 480, fps: float = 30.0, photos: tuple[str, ...] | None = None,
-                 frames: int | None = None, realtime: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        width: int = 640,
+        height: int = 480,
+        fps: float = 30.0,
+        photos: tuple[str, ...] | None = None,
+        frames: int | None = None,
+        realtime: bool = True,
+    ) -> None:
         from edgert.runtime.sample_data import PHOTOS, load_photo
 
         self.images = [load_photo(p) for p in (photos or PHOTOS)]

@@ -53,6 +53,7 @@ class Track:
     confirmed: bool = False
     detection: Detection | None = None  # the detection matched in the last update
     detection_index: int | None = None  # its index in that update's detections
+    predicted: bool = False  # its box is the filter's prediction (a frame not inferred)
     velocity: tuple[float, float] = (0.0, 0.0)  # the box centre's, pixels per second (filtered)
     _labels: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=30), repr=False
@@ -87,6 +88,11 @@ class ObjectTracker:
     ended: list[Track]
 
     def update(self, detections, timestamp: float) -> list[Track]:
+        raise NotImplementedError
+
+    def coast(self, timestamp: float) -> list[Track]:
+        """A frame the detector did not see (event-gated inference skipped it): the confirmed
+        tracks predicted to ``timestamp``, ``predicted`` set; no track starts or ends."""
         raise NotImplementedError
 
     def close(self) -> list[Track]:
@@ -221,6 +227,28 @@ class Tracker(ObjectTracker):
         out.sort(key=lambda t: t.track_id)
         return out
 
+    def coast(self, timestamp: float) -> list[Track]:
+        """Predict every track to ``timestamp`` (a frame the detector did not see): their boxes
+        and velocities follow the filter; nothing is matched, started or ended (a track's time
+        without a detection counts from its last match, so the next inferred frame ends it if
+        it is gone by then). Returns the confirmed tracks, marked ``predicted``."""
+        dt = 0.0 if self._last_t is None else max(0.0, timestamp - self._last_t)
+        self._last_t = timestamp
+        self.started, self.ended = [], []
+        if not self._tracks:
+            return []
+        self._kf.predict(dt)
+        boxes = self._kf.boxes()
+        out = []
+        for k, t in enumerate(self._tracks):
+            t.box = tuple(float(v) for v in boxes[k])
+            t.velocity = (float(self._kf.x[k, 4]), float(self._kf.x[k, 5]))
+            t.detection, t.detection_index, t.predicted = None, None, True
+            if t.confirmed:
+                out.append(t)
+        out.sort(key=lambda t: t.track_id)
+        return out
+
     def close(self) -> list[Track]:
         """End every live confirmed track (the stream ended); returns them."""
         ended = [t for t in self._tracks if t.confirmed]
@@ -257,6 +285,7 @@ class Tracker(ObjectTracker):
         t.last_seen = timestamp
         t.hits += 1
         t.detection = d
+        t.predicted = False
         t._labels.append((d.class_id, d.label))
         (t.class_id, t.label), _ = collections.Counter(t._labels).most_common(1)[0]
         if not t.confirmed and t.hits >= self.min_hits:

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import re
 import time
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from edgert.runtime.counting import Counters, LineCounter, ZoneCounter, anchor_point
 from edgert.runtime.errors import EdgertError, GeometryError
@@ -208,6 +211,7 @@ class Analytics:
         self.anchor = anchor
         self.event_counts: collections.Counter = collections.Counter()
         self.t0_wall = time.time() - time.monotonic()  # monotonic -> wall clock
+        self.gates = None  # the streams' gates (event-gated inference): told what tracks do
 
     def _resolve(self, s: _Stream, stream: int, image) -> None:
         """The counters, for this frame's size. When a stream's frames change size (a folder of
@@ -245,14 +249,20 @@ class Analytics:
         s = self.streams[frame.stream]
         if s.size != frame.image.shape[1::-1]:
             self._resolve(s, frame.stream, frame.image)
-        results = frame.results if isinstance(frame.results, list) else []
-        found = [r for r in results if isinstance(r, dict) and "box" in r]
-        tracks = s.tracker.update([as_detection(r) for r in found], frame.t_scene)
-        for r in found:
-            r["track_id"] = None  # no confirmed track holds it (yet)
-        for t in tracks:
-            found[t.detection_index]["track_id"] = t.track_id
+        if frame.inferred:
+            results = frame.results if isinstance(frame.results, list) else []
+            found = [r for r in results if isinstance(r, dict) and "box" in r]
+            tracks = s.tracker.update([as_detection(r) for r in found], frame.t_scene)
+            for r in found:
+                r["track_id"] = None  # no confirmed track holds it (yet)
+            for t in tracks:
+                found[t.detection_index]["track_id"] = t.track_id
+        else:  # the gate skipped it: the tracks predicted to its time are its results
+            tracks = s.tracker.coast(frame.t_scene)
+            frame.results = [dict(t.to_dict(), predicted=True) for t in tracks]
         frame.tracks = tracks
+        if self.gates is not None:
+            self.gates[frame.stream].hints = self._hints(s, tracks, frame.image.shape)
         events = [
             dict(event="track_start", track_id=t.track_id, label=t.label) for t in s.tracker.started
         ]
@@ -271,6 +281,21 @@ class Analytics:
         frame.events = self._records(
             events, frame.stream, frame.index, frame.t_capture, frame.t_media
         )
+
+    def _hints(self, s: _Stream, tracks: list, shape) -> dict:
+        """What the stream's gate reads before its next frame: whether a track moves (its box
+        centre faster than 2 % of the frame's height a second), and whether one is within its
+        box's height of a line or of a zone's edge."""
+        h = shape[0]
+        moving = any(math.hypot(*t.velocity) > 0.02 * h for t in tracks)
+        near = False
+        for t in tracks:
+            p = anchor_point(t.box, self.anchor)
+            reach = max(4.0, t.box[3] - t.box[1])
+            if any(_near(c, p, reach) for c in (*s.counters.lines, *s.counters.zones)):
+                near = True
+                break
+        return {"tracks": moving, "geometry": near}
 
     def _records(
         self,
@@ -323,6 +348,21 @@ class Analytics:
         """(counters, trails) for drawing."""
         s = self.streams[stream]
         return [*s.counters.lines, *s.counters.zones], s.trails
+
+
+def _near(counter, p, reach: float) -> bool:
+    """Whether point ``p`` is within ``reach`` pixels of a line (segment) or of a zone's edge
+    (deep inside or far outside, a still track needs no confirming: the keyframes see it)."""
+    pts = np.asarray(counter.points, np.float64)
+    if counter.kind == "line":
+        (ax, ay), (bx, by) = pts
+        dx, dy = bx - ax, by - ay
+        u = max(0.0, min(1.0, ((p[0] - ax) * dx + (p[1] - ay) * dy) / (dx * dx + dy * dy)))
+        return math.hypot(ax + u * dx - p[0], ay + u * dy - p[1]) <= reach
+    import cv2
+
+    distance = cv2.pointPolygonTest(pts.astype(np.float32), (float(p[0]), float(p[1])), True)
+    return abs(distance) <= reach  # at its edge, where it may enter or leave
 
 
 def check_task(task: str) -> None:

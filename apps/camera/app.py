@@ -27,6 +27,7 @@ from edgert.runtime.power.session import PowerOptions, PowerSession
 
 from .analytics import Analytics, TrackingOptions, check_in_frame, check_task, parse_all
 from .delivery import FrameHandler, SinkSet
+from .gate import GateOptions, gates_for
 from .pipeline import Pipeline
 from .sinks import (
     SinkContext,
@@ -125,6 +126,7 @@ class CameraConfig:
     tracking: TrackingOptions = field(default_factory=TrackingOptions)
     power: PowerOptions = field(default_factory=PowerOptions)
     run: RunOptions = field(default_factory=RunOptions)
+    gate: GateOptions = field(default_factory=GateOptions)
     metrics: str | None = None  # [HOST:]PORT of /metrics, /live, /ready
 
     @property
@@ -243,6 +245,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
     check_outputs_apart(cfg, uris)
     bundle = _bundle(m.path)  # the manifest, read once for the run
     geometries = _tracking_before_sources(cfg, bundle)
+    gates = gates_for(cfg.gate, len(cfg.sources))  # its masks checked before anything opens
     with contextlib.ExitStack() as stack:
         sources = open_sources(cfg.sources, cfg.source_options, stack)
         web = any(resolve(u)[0] == "http" for u in uris)
@@ -267,6 +270,10 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
                 len(sources), geometries, t.count_anchor, t.lost_seconds, t.tracker
             )
         runner = power.cap(model)
+        if gates is not None:
+            if analytics is not None:
+                analytics.gates = gates
+            say(f"gate: {_gate_says(cfg.gate, model.task, analytics is not None)}")
         handler = FrameHandler(sources, power, analytics)
         sinks = _open_sinks(
             uris,
@@ -285,6 +292,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             cfg.run.queue_size,
             cfg.run.duration,
             cfg.run.max_frames,
+            gates,
         )
         handler.attach(sinks, pipeline)
         probes.attach(pipeline, power, analytics, sinks.all)
@@ -301,6 +309,22 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         return _summary(
             pipeline, sources, model, handler, analytics, sinks, power, probes, conditions
         )
+
+
+def _gate_says(o: GateOptions, task: str, tracking: bool) -> str:
+    """What the gate does for this run, in a sentence."""
+    which = (
+        f"one frame in {o.interval}"
+        if o.mode == "interval"
+        else f"frames with motion, moving tracks or tracks at a line or zone, and one every "
+        f"{o.keyframe_s:g} s"
+    )
+    between = (
+        "the tracker predicts the frames between (results marked predicted)"
+        if tracking
+        else f"the frames between repeat the last {task} results, marked predicted"
+    )
+    return f"{o.mode}: inference on {which}; {between}"
 
 
 def _describe(sources: list, geometries: list, say) -> None:

@@ -100,6 +100,7 @@ class FrameHandler:
         self._last_stats = 0.0
         self._stats: dict = {}
         self._records: dict = {}
+        self._held: dict = {}  # stream -> its last inferred results (for skipped frames)
         self._draws = self._stats_due = False
         self._many = len(sources) > 1
         self.on_result = on_result  # a library caller's own callback, after the sinks
@@ -131,8 +132,12 @@ class FrameHandler:
         return s
 
     def __call__(self, frame) -> None:
-        if isinstance(frame.results, list) and frame.results:
-            self.labels_seen[frame.results[0]["label"]] += 1
+        if not frame.inferred and self.analytics is None:  # skipped by the gate, no tracker:
+            frame.results = _held(self._held.get(frame.stream))  # the last results, marked
+        elif frame.inferred:
+            self._held[frame.stream] = frame.results
+            if isinstance(frame.results, list) and frame.results:
+                self.labels_seen[frame.results[0]["label"]] += 1
         if self.analytics is not None:
             self.analytics.update(frame)  # track IDs into the results, events onto the frame
         now = time.monotonic()
@@ -150,3 +155,11 @@ class FrameHandler:
         self.sinks.frame(frame, drawn, frame.image, record)
         if self.on_result is not None:
             self.on_result(frame)
+
+
+def _held(results):
+    """A skipped frame's results without a tracker: the stream's last inferred ones, each result
+    marked ``predicted`` (they were not computed on this frame)."""
+    if isinstance(results, list):
+        return [dict(r, predicted=True) if isinstance(r, dict) else r for r in results]
+    return results

@@ -143,6 +143,8 @@ class _Collector:
                     stalls.add_metric([k], c["stalls"])
                     down.add_metric([k], c["downtime_s"])
             yield from (processed, captured, dropped, up, reconnects, stalls, down)
+            if p.gates is not None:
+                yield from _gate_families(p.gates)
             sizes = dict(p.batch_sizes)
             buckets, acc = [], 0
             for bound in BATCH_BUCKETS:
@@ -163,6 +165,28 @@ class _Collector:
             yield from _count_families(m.analytics)
         for sink in m.sinks:
             yield from sink.metrics()
+
+
+def _gate_families(gates):
+    """Event-gated inference: frames sent to inference per stream and reason, frames skipped."""
+    from prometheus_client.core import CounterMetricFamily
+
+    inferred = CounterMetricFamily(
+        "edgert_frames_inferred_total",
+        "Frames the gate sent to inference, by reason (motion, tracks, geometry, keyframe, ...)",
+        labels=["stream", "reason"],
+    )
+    skipped = CounterMetricFamily(
+        "edgert_frames_skipped_total",
+        "Frames the gate skipped (their results predicted)",
+        labels=["stream"],
+    )
+    for i, gate in enumerate(gates):
+        r = gate.report()
+        for reason, n in r["reasons"].items():
+            inferred.add_metric([str(i), reason], n)
+        skipped.add_metric([str(i)], r["skipped"])
+    return [inferred, skipped]
 
 
 def _count_families(analytics):

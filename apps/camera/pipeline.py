@@ -28,52 +28,15 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-
-import numpy as np
 
 from edgert.runtime.latency import LatencyRecorder
 
+from .frame import Frame, Steps
 from .queues import END, DropOldestQueue
 from .sources.base import stats_of
 
 log = logging.getLogger(__name__)
 STALLED_S = 1.0  # a stream silent this long is not waited for (it is still polled)
-
-
-@dataclass
-class Frame:
-    index: int  # within its stream
-    t_capture: float
-    image: np.ndarray
-    stream: int = 0
-    tensor: object = None
-    transform: object = None
-    results: object = None
-    t_ready: float = 0.0  # when preprocessing finished
-    timings: dict[str, float] = field(default_factory=dict)  # stage -> ms
-    # the frame's own time in its video (seconds; files), where the source knows it: a tracker
-    # steps by this, since a file is read faster or slower than it was filmed
-    t_media: float | None = None
-    tracks: list = field(default_factory=list)  # set by tracking
-    events: list = field(default_factory=list)  # track and counting events of this frame
-
-    @property
-    def t_scene(self) -> float:
-        """The frame's time in the scene: its media time in a video file, else its capture time."""
-        return self.t_media if self.t_media is not None else self.t_capture
-
-
-@dataclass
-class Steps:
-    """What the pipeline runs on frames: ``prepare`` one frame in its stream's thread
-    (preprocessing), ``infer`` a batch of frames of several streams in one call (returns the
-    outputs), ``finish`` the same batch with those outputs (postprocessing: sets frame.results)."""
-
-    prepare: Callable[[Frame], None]
-    infer: Callable[[list], object]
-    finish: Callable[[list, object], None]
-    names: tuple[str, str, str] = ("preprocess", "infer", "postprocess")
 
 
 class Stream:
@@ -94,6 +57,7 @@ class Stream:
         self.error: BaseException | None = None
         self.cut = False  # its capture was cut off at the end of --duration (still connecting)
         self.last_ready = time.monotonic()
+        self.last_work = time.monotonic()  # its last frame that went to inference
         self.last_output: float | None = None  # when its last frame left the pipeline
         self.timings = {"capture_age": LatencyRecorder(), "end_to_end": LatencyRecorder()}
 
@@ -123,16 +87,19 @@ class Pipeline:
         queue_size: int = 1,
         duration: float | None = None,
         max_frames: int | None = None,
+        gates: list | None = None,
     ) -> None:
         """``sources``: one FrameSource or a list; ``batch``: frames per inference (default: one
         per stream); ``batch_timeout``: the longest the batcher waits for more frames once it has
-        one; ``max_frames``: per stream."""
+        one; ``max_frames``: per stream; ``gates``: one :class:`~.gate.StreamGate` per stream
+        (event-gated inference), or None to infer every frame."""
         if not isinstance(sources, Sequence):
             sources = [sources]
         if not sources:
             raise ValueError("a pipeline needs at least one source")
         self.steps = steps
         self.sink = sink
+        self.gates = gates
         self.batch = max(1, batch or len(sources))
         self.batch_timeout = max(0.0, batch_timeout)
         self.duration = duration
@@ -233,9 +200,17 @@ class Pipeline:
     def _prepare(self, s: Stream) -> None:
         name = self.steps.names[0]
         try:
+            gate = self.gates[s.index] if self.gates is not None else None
             for frame in self._frames(s.raw):
                 t0 = time.monotonic()
                 frame.timings["capture_age"] = (t0 - frame.t_capture) * 1e3
+                if gate is not None:
+                    frame.gate = gate.decide(frame)
+                    frame.inferred = frame.gate is not None
+                if not frame.inferred:  # skipped: it keeps its place in the stream's order
+                    frame.t_ready = time.monotonic()
+                    s.ready.put(frame)
+                    continue
                 self.steps.prepare(frame)
                 frame.t_ready = time.monotonic()
                 frame.timings[name] = (frame.t_ready - t0) * 1e3
@@ -251,13 +226,14 @@ class Pipeline:
         more is waiting, or ``batch_timeout`` after the first frame. None when all streams ended."""
         n = len(self.streams)
         frames: list[Frame] = []
+        work = 0  # frames that go to inference (a skipped one only keeps its stream's order)
         deadline = None
         with self._ready:
             while True:
                 took = False
                 for k in range(n):
                     s = self.streams[(start + k) % n]
-                    if s.ended or len(frames) >= self.batch:
+                    if s.ended or work >= self.batch:
                         continue
                     item = s.ready.poll()
                     if item is END:
@@ -266,21 +242,30 @@ class Pipeline:
                         s.last_ready = time.monotonic()
                         frames.append(item)
                         took = True
-                if len(frames) >= self.batch:
+                        if item.inferred:
+                            work += 1
+                            s.last_work = s.last_ready
+                if work >= self.batch:
                     return frames
                 now = time.monotonic()
                 if all(s.ended for s in self.streams) or self.stop_event.is_set():
                     return frames or None
                 if took:
                     continue  # another pass: lossless streams may have more queued
+                if frames and not work:
+                    return frames  # only skipped frames: nothing to wait for
                 if frames:
                     if deadline is None:
                         deadline = now + self.batch_timeout
                     given = {f.stream for f in frames}
+                    # streams with work lately: a gated quiet stream is not waited for
                     awaited = [
                         s
                         for s in self.streams
-                        if not s.ended and s.index not in given and now - s.last_ready < STALLED_S
+                        if not s.ended
+                        and s.index not in given
+                        and now - s.last_ready < STALLED_S
+                        and now - s.last_work < STALLED_S
                     ]
                     if not awaited or now >= deadline:
                         return frames
@@ -297,15 +282,18 @@ class Pipeline:
                 if not frames:
                     break
                 start = (frames[-1].stream + 1) % len(self.streams)
-                t0 = time.monotonic()
-                outputs = self.steps.infer(frames)
-                ms = (time.monotonic() - t0) * 1e3
-                for f in frames:
-                    f.timings["batch_wait"] = (t0 - f.t_ready) * 1e3
-                    f.timings[infer_name] = ms
-                with self._lock:
-                    self.batch_sizes[len(frames)] += 1
-                self.post.put((frames, outputs))
+                work = [f for f in frames if f.inferred]
+                outputs = None
+                if work:
+                    t0 = time.monotonic()
+                    outputs = self.steps.infer(work)
+                    ms = (time.monotonic() - t0) * 1e3
+                    for f in work:
+                        f.timings["batch_wait"] = (t0 - f.t_ready) * 1e3
+                        f.timings[infer_name] = ms
+                    with self._lock:
+                        self.batch_sizes[len(work)] += 1
+                self.post.put((frames, work, outputs))
         except BaseException as exc:  # noqa: BLE001 - reported by run()
             self._fail(exc)
         finally:
@@ -314,12 +302,14 @@ class Pipeline:
     def _finish(self) -> None:
         name = self.steps.names[2]
         try:
-            for frames, outputs in self._frames(self.post):
-                t0 = time.monotonic()
-                self.steps.finish(frames, outputs)
-                ms = (time.monotonic() - t0) * 1e3
-                for f in frames:
-                    f.timings[name] = ms
+            for frames, work, outputs in self._frames(self.post):
+                if work:
+                    t0 = time.monotonic()
+                    self.steps.finish(work, outputs)
+                    ms = (time.monotonic() - t0) * 1e3
+                    for f in work:
+                        f.timings[name] = ms
+                for f in frames:  # in the order they came: each stream's stays
                     self.out.put(f)
         except BaseException as exc:  # noqa: BLE001 - reported by run()
             self._fail(exc)
@@ -469,6 +459,7 @@ class Pipeline:
                     "latency_ms": _percentiles(timings, recent),
                     **stats_of(s.source),
                     **self._now(s, recent),
+                    **({"gate": self.gates[s.index].report()} if self.gates is not None else {}),
                 }
                 for s, timings, processed in per_stream
             ],

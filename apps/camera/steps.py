@@ -4,7 +4,7 @@ cap paces), postprocess the batch into plain results."""
 
 from __future__ import annotations
 
-from .pipeline import Frame, Steps
+from .frame import Frame, Steps
 
 
 def steps_for(model, runner=None) -> Steps:

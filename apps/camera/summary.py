@@ -63,6 +63,17 @@ def print_summary(s: dict) -> None:
                 )
                 print(f"{where}zone {name}: {c['entries']} entries, {c['exits']} exits{dwell}")
     for st in streams:
+        g = st.get("gate")
+        if g and g["inferred"] + g["skipped"]:
+            where = f"[{st['stream']}] " if len(streams) > 1 else ""
+            why = ", ".join(
+                f"{k} {n}" for k, n in sorted(g["reasons"].items(), key=lambda kv: -kv[1])
+            )
+            print(
+                f"{where}gate {g['mode']}: {g['inferred']} of {g['inferred'] + g['skipped']} "
+                f"frames inferred ({100 * g['inferred_share']:.1f} %: {why or 'none'})"
+            )
+    for st in streams:
         if st.get("images_failed"):
             print(
                 f"stream {st['stream']}: {st['images_failed']} images could not be read: "

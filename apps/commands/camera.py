@@ -31,6 +31,7 @@ def add_parser(sub) -> None:
     from edgert.apps.argtypes import add_power_arguments
     from edgert.apps.camera.analytics import TrackingOptions
     from edgert.apps.camera.app import ModelOptions, RunOptions
+    from edgert.apps.camera.gate import GateOptions
     from edgert.apps.camera.sinks import MqttOptions, SinkOptions
     from edgert.apps.camera.sources import SourceOptions
 
@@ -62,6 +63,7 @@ def add_parser(sub) -> None:
         "unless given); the web viewer's port serves them too",
     )
     MqttOptions.add_arguments(m)
+    GateOptions.add_arguments(p)
     SourceOptions.add_arguments(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
@@ -73,6 +75,7 @@ def config(args):
     ``events://FILE``, the broker's URI)."""
     from edgert.apps.camera.analytics import TrackingOptions
     from edgert.apps.camera.app import CameraConfig, ModelOptions, RunOptions
+    from edgert.apps.camera.gate import GateOptions
     from edgert.apps.camera.sinks import SinkOptions, from_flag
     from edgert.apps.camera.sources import SourceOptions
     from edgert.apps.uris import expand
@@ -103,6 +106,7 @@ def config(args):
         tracking=TrackingOptions.from_args(args),
         power=PowerOptions(args.power_cap, args.temp_cap, args.sysfs_root),
         run=RunOptions.from_args(args),
+        gate=GateOptions.from_args(args),
         metrics=args.metrics,
     )
 

@@ -74,11 +74,16 @@ def grid_columns(streams: int) -> int:
 
 
 def frame_record(frame, t0: float) -> dict:
-    """A processed frame as a JSON record: its stream, index, time, results and timings."""
-    return {
+    """A processed frame as a JSON record: its stream, index, time, results and timings; with
+    event-gated inference whether it was inferred, and why (``gate``)."""
+    record = {
         "stream": frame.stream,
         "frame": frame.index,
         "t": round(frame.t_capture - t0, 4),
         "results": frame.results,
         "latency_ms": {k: round(v, 3) for k, v in frame.timings.items()},
     }
+    if getattr(frame, "gate", None) is not None or not getattr(frame, "inferred", True):
+        record["inferred"] = frame.inferred
+        record["gate"] = frame.gate
+    return record

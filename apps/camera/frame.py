@@ -1,0 +1,46 @@
+"""What travels through the camera pipeline (a :class:`Frame`) and what it runs on frames
+(:class:`Steps`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Frame:
+    index: int  # within its stream
+    t_capture: float
+    image: np.ndarray
+    stream: int = 0
+    tensor: object = None
+    transform: object = None
+    results: object = None
+    t_ready: float = 0.0  # when preprocessing finished
+    timings: dict[str, float] = field(default_factory=dict)  # stage -> ms
+    # the frame's own time in its video (seconds; files), where the source knows it: a tracker
+    # steps by this, since a file is read faster or slower than it was filmed
+    t_media: float | None = None
+    tracks: list = field(default_factory=list)  # set by tracking
+    events: list = field(default_factory=list)  # track and counting events of this frame
+    inferred: bool = True  # False: the gate skipped it (its results are predicted or held)
+    gate: str | None = None  # why the gate sent it to inference (gate.REASONS)
+
+    @property
+    def t_scene(self) -> float:
+        """The frame's time in the scene: its media time in a video file, else its capture time."""
+        return self.t_media if self.t_media is not None else self.t_capture
+
+
+@dataclass
+class Steps:
+    """What the pipeline runs on frames: ``prepare`` one frame in its stream's thread
+    (preprocessing), ``infer`` a batch of frames of several streams in one call (returns the
+    outputs), ``finish`` the same batch with those outputs (postprocessing: sets frame.results)."""
+
+    prepare: Callable[[Frame], None]
+    infer: Callable[[list], object]
+    finish: Callable[[list, object], None]
+    names: tuple[str, str, str] = ("preprocess", "infer", "postprocess")

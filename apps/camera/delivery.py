@@ -100,7 +100,7 @@ class FrameHandler:
         self._last_stats = 0.0
         self._stats: dict = {}
         self._records: dict = {}
-        self._held: dict = {}  # stream -> its last inferred results (for skipped frames)
+        self._last_results: dict = {}  # stream -> its last inferred results (for skipped frames)
         self._draws = self._stats_due = False
         self._many = len(sources) > 1
         self.on_result = on_result  # a library caller's own callback, after the sinks
@@ -133,9 +133,9 @@ class FrameHandler:
 
     def __call__(self, frame) -> None:
         if not frame.inferred and self.analytics is None:  # skipped by the gate, no tracker:
-            frame.results = _held(self._held.get(frame.stream))  # the last results, marked
+            frame.results = _held(self._last_results.get(frame.stream))  # the last results, marked
         elif frame.inferred:
-            self._held[frame.stream] = frame.results
+            self._last_results[frame.stream] = frame.results
             if isinstance(frame.results, list) and frame.results:
                 self.labels_seen[frame.results[0]["label"]] += 1
         if self.analytics is not None:

@@ -175,14 +175,8 @@ def run(args) -> int:
     if sys.version_info < (3, 10):
         return _device_build(args)
     from edgert.quantize import build
-    from edgert.runtime import Bundle
 
-    shapes = parse_shapes(args.shapes)
-    if "" in shapes:  # one unnamed profile: the bundle's first dynamic input
-        from pathlib import Path
-
-        spec = Bundle(args.model).manifest.inputs[0] if Path(args.model).is_dir() else None
-        shapes[spec.name if spec else "input"] = shapes.pop("")
+    shapes = parse_shapes(args.shapes)  # an unnamed profile: the bundle's first input
 
     def say(line: str) -> None:
         print(line, file=sys.stderr if args.json else sys.stdout, flush=True)

@@ -83,7 +83,7 @@ def frame_record(frame, t0: float) -> dict:
         "results": frame.results,
         "latency_ms": {k: round(v, 3) for k, v in frame.timings.items()},
     }
-    if getattr(frame, "gate", None) is not None or not getattr(frame, "inferred", True):
+    if frame.gate is not None or not frame.inferred:
         record["inferred"] = frame.inferred
         record["gate"] = frame.gate
     return record

@@ -95,6 +95,11 @@ class ObjectTracker:
         tracks predicted to ``timestamp``, ``predicted`` set; no track starts or ends."""
         raise NotImplementedError
 
+    def live(self) -> list[tuple[Track, tuple, tuple]]:
+        """The confirmed tracks matched in the last update, with the filter's box and velocity
+        at the last update's (or coast's) time: what event-gated inference asks."""
+        raise NotImplementedError
+
     def close(self) -> list[Track]:
         raise NotImplementedError
 
@@ -144,6 +149,7 @@ class Tracker(ObjectTracker):
         self._ids = itertools.count(1)
         self._last_t: float | None = None
         self._updates = 0
+        self._matched_t: float | None = None  # the last update's time (its matches' last_seen)
         self.started: list[Track] = []  # confirmed in the last update
         self.ended: list[Track] = []  # dropped in the last update (lost for lost_seconds)
 
@@ -158,7 +164,7 @@ class Tracker(ObjectTracker):
         tracks matched in this frame."""
         dets = [d if isinstance(d, Detection) else as_detection(d) for d in detections]
         dt = 0.0 if self._last_t is None else max(0.0, timestamp - self._last_t)
-        self._last_t = timestamp
+        self._last_t = self._matched_t = timestamp
         self._updates += 1
         self.started, self.ended = [], []
         self._kf.predict(dt)
@@ -231,7 +237,9 @@ class Tracker(ObjectTracker):
         """Predict every track to ``timestamp`` (a frame the detector did not see): their boxes
         and velocities follow the filter; nothing is matched, started or ended (a track's time
         without a detection counts from its last match, so the next inferred frame ends it if
-        it is gone by then). Returns the confirmed tracks, marked ``predicted``."""
+        it is gone by then). Returns the confirmed tracks the last update matched, marked
+        ``predicted``: one it did not match stays out of the results, as it would had every frame
+        been inferred (lines and zones do not see it walk on a prediction)."""
         dt = 0.0 if self._last_t is None else max(0.0, timestamp - self._last_t)
         self._last_t = timestamp
         self.started, self.ended = [], []
@@ -244,10 +252,20 @@ class Tracker(ObjectTracker):
             t.box = tuple(float(v) for v in boxes[k])
             t.velocity = (float(self._kf.x[k, 4]), float(self._kf.x[k, 5]))
             t.detection, t.detection_index, t.predicted = None, None, True
-            if t.confirmed:
+            if t.confirmed and t.last_seen == self._matched_t:
                 out.append(t)
         out.sort(key=lambda t: t.track_id)
         return out
+
+    def live(self) -> list[tuple[Track, tuple, tuple]]:
+        if not self._tracks:
+            return []
+        boxes, x = self._kf.boxes(), self._kf.x
+        return [
+            (t, tuple(float(v) for v in boxes[k]), (float(x[k, 4]), float(x[k, 5])))
+            for k, t in enumerate(self._tracks)
+            if t.confirmed and t.last_seen == self._matched_t
+        ]
 
     def close(self) -> list[Track]:
         """End every live confirmed track (the stream ended); returns them."""

@@ -23,6 +23,8 @@ from edgert.runtime.errors import EdgertError, GeometryError
 from edgert.runtime.tasks import TASK_SPECS, task_spec
 from edgert.runtime.tracking import TRACKERS, ObjectTracker, as_detection, make_tracker
 
+from .gate import Hint
+
 log = logging.getLogger(__name__)
 _SPEC = re.compile(r"(?:(\d+):)?([A-Za-z0-9_-]+)=(.*)")
 TRAIL = 20  # centres drawn behind each track
@@ -262,7 +264,7 @@ class Analytics:
             frame.results = [dict(t.to_dict(), predicted=True) for t in tracks]
         frame.tracks = tracks
         if self.gates is not None:
-            self.gates[frame.stream].hints = self._hints(s, tracks, frame.image.shape)
+            self.gates[frame.stream].hints = self._hints(s, frame.image.shape, frame.t_scene)
         events = [
             dict(event="track_start", track_id=t.track_id, label=t.label) for t in s.tracker.started
         ]
@@ -282,20 +284,18 @@ class Analytics:
             events, frame.stream, frame.index, frame.t_capture, frame.t_media
         )
 
-    def _hints(self, s: _Stream, tracks: list, shape) -> dict:
-        """What the stream's gate reads before its next frame: whether a track moves (its box
-        centre faster than 2 % of the frame's height a second), and whether one is within its
-        box's height of a line or of a zone's edge."""
-        h = shape[0]
-        moving = any(math.hypot(*t.velocity) > 0.02 * h for t in tracks)
-        near = False
-        for t in tracks:
-            p = anchor_point(t.box, self.anchor)
-            reach = max(4.0, t.box[3] - t.box[1])
-            if any(_near(c, p, reach) for c in (*s.counters.lines, *s.counters.zones)):
-                near = True
-                break
-        return {"tracks": moving, "geometry": near}
+    def _hints(self, s: _Stream, shape, t: float) -> dict:
+        """What the stream's gate reads before its next frame: every live track's box and
+        velocity (the filter's, at ``t``), whether it moves (its box centre faster than 2 % of the
+        frame's height a second), and the seconds its path needs to reach a line or a zone's
+        edge (0 when it is at one)."""
+        hints = []
+        for _track, box, velocity in s.tracker.live():
+            p = anchor_point(box, self.anchor)
+            counters = (*s.counters.lines, *s.counters.zones)
+            reach_s = min((_reach_s(c, p, velocity) for c in counters), default=math.inf)
+            hints.append(Hint(box, velocity, math.hypot(*velocity) > 0.02 * shape[0], reach_s))
+        return {"t": t, "tracks": tuple(hints)}
 
     def _records(
         self,
@@ -350,19 +350,26 @@ class Analytics:
         return [*s.counters.lines, *s.counters.zones], s.trails
 
 
-def _near(counter, p, reach: float) -> bool:
-    """Whether point ``p`` is within ``reach`` pixels of a line (segment) or of a zone's edge
-    (deep inside or far outside, a still track needs no confirming: the keyframes see it)."""
+def _reach_s(counter, p, v) -> float:
+    """Seconds until point ``p`` moving at ``v`` (pixels a second) reaches a line (segment) or
+    a zone's edge: 0 when it is within 4 pixels of one, inf when its path meets none."""
     pts = np.asarray(counter.points, np.float64)
-    if counter.kind == "line":
-        (ax, ay), (bx, by) = pts
-        dx, dy = bx - ax, by - ay
-        u = max(0.0, min(1.0, ((p[0] - ax) * dx + (p[1] - ay) * dy) / (dx * dx + dy * dy)))
-        return math.hypot(ax + u * dx - p[0], ay + u * dy - p[1]) <= reach
-    import cv2
-
-    distance = cv2.pointPolygonTest(pts.astype(np.float32), (float(p[0]), float(p[1])), True)
-    return abs(distance) <= reach  # at its edge, where it may enter or leave
+    edges = [(pts[0], pts[1])] if counter.kind == "line" else list(zip(pts, np.roll(pts, -1, 0)))
+    p, v = np.asarray(p, np.float64), np.asarray(v, np.float64)
+    best = math.inf
+    for a, b in edges:
+        d = b - a
+        u = max(0.0, min(1.0, float(np.dot(p - a, d) / max(float(np.dot(d, d)), 1e-9))))
+        if math.hypot(*(a + u * d - p)) <= 4.0:
+            return 0.0
+        cross = v[0] * d[1] - v[1] * d[0]  # p + v*s = a + d*u: Cramer's rule
+        if abs(cross) < 1e-9:
+            continue  # moving along it (or still)
+        w = a - p
+        s_, u_ = (w[0] * d[1] - w[1] * d[0]) / cross, (w[0] * v[1] - w[1] * v[0]) / cross
+        if s_ >= 0 and 0 <= u_ <= 1:
+            best = min(best, s_)
+    return best
 
 
 def check_task(task: str) -> None:

@@ -5,9 +5,11 @@ motion; ``--motion-mask`` polygons are ignored), and besides motion the reasons 
 lines and zones right through the gaps:
 
     start       the first frames of a stream, and after a gap (a reconnect)
-    motion      the motion detector found change
-    tracks      live tracks are moving (their boxes keep being corrected)
-    geometry    a track is near a line or inside a zone (its next position is confirmed)
+    motion      the motion detector found change where no track is (perhaps a new object)
+    tracks      tracked objects move (the motion is theirs): every ``TRACK_CHECK_S``, their
+                boxes corrected; the Kalman filter predicts the frames between
+    geometry    a moving track is about to reach a line or a zone's edge (the frame where it
+                crosses is seen, not predicted)
     keyframe    ``--keyframe S`` passed since the last inferred frame (still objects, arrivals)
     interval    ``--gate interval:N``: every Nth frame (DeepStream's fixed skip, for comparison)
 
@@ -22,6 +24,7 @@ import math
 import re
 import threading
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,6 +35,9 @@ START_FRAMES = 3  # frames inferred when a stream starts or comes back
 GAP_S = 1.0  # a capture-time gap this long is a restart (a reconnect, a camera that rebooted)
 WIDTH = 320  # the motion detector's grey copy, pixels wide
 LIGHT_CHANGE = 0.4  # a share of changed pixels this large at once is the light, not an object
+ADAPT = 0.05  # the background takes this share of each frame
+LOOKBACK_S = 0.3  # motion: changed against the background and against the picture this long ago
+TRACK_CHECK_S = 0.3  # tracked objects moving steadily: re-inferred this often (predicted between)
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,8 @@ class MotionDetector:
         self.mask = None
         self.size = None
         self.light_changes = 0
+        self._recent: collections.deque = collections.deque()  # (t, grey copy) of late frames
+        self._n = 0
 
     def _prepare(self, frame: np.ndarray):
         import cv2
@@ -140,6 +148,7 @@ class MotionDetector:
         small = cv2.GaussianBlur(cv2.resize(grey, size, interpolation=cv2.INTER_AREA), (5, 5), 0)
         if size != self.size:
             self.size, self.background = size, None
+            self._recent.clear()
             self.mask = None
             if self.masks:
                 self.mask = np.zeros((size[1], size[0]), np.uint8)
@@ -151,12 +160,28 @@ class MotionDetector:
 
     def __call__(self, frame: np.ndarray) -> bool:
         """Whether ``frame`` holds motion."""
+        return bool(self.regions(frame))
+
+    def regions(self, frame: np.ndarray, t: float | None = None) -> list:
+        """The boxes (x1, y1, x2, y2 in the frame's pixels) where ``frame`` (taken at ``t``
+        seconds) holds motion: changed against the background *and* against the picture of
+        ``LOOKBACK_S`` ago, so that what an object leaves behind in the background (its trail, the
+        place where it stood) is not motion, and an object that stopped is not either."""
         import cv2
 
         small = self._prepare(frame)
+        t = float(self._n) / 10.0 if t is None else t  # frames 0.1 s apart when no time is given
+        self._n += 1
         if self.background is None:
             self.background = small.astype(np.float32)
-            return False
+            self._recent.clear()
+            self._recent.append((t, small))
+            return []
+        before = self._recent[0][1]
+        while len(self._recent) > 1 and self._recent[1][0] <= t - LOOKBACK_S:
+            self._recent.popleft()
+            before = self._recent[0][1]
+        self._recent.append((t, small))
         diff = cv2.absdiff(small, cv2.convertScaleAbs(self.background))
         _, changed = cv2.threshold(diff, self.threshold, 255, cv2.THRESH_BINARY)
         if self.mask is not None:
@@ -165,20 +190,63 @@ class MotionDetector:
         if share > LIGHT_CHANGE:
             self.background = small.astype(np.float32)  # the light changed: re-base
             self.light_changes += 1
-            return False
-        cv2.accumulateWeighted(small, self.background, 0.05)
-        if share * 1.0 < self.min_area:
-            return False
-        changed = cv2.dilate(changed, None, iterations=2)
+            return []
+        cv2.accumulateWeighted(small, self.background, ADAPT)
+        if share < self.min_area:
+            return []
+        _, moved = cv2.threshold(cv2.absdiff(small, before), self.threshold, 255, cv2.THRESH_BINARY)
+        changed = cv2.dilate(cv2.bitwise_and(changed, moved), None, iterations=3)
         contours, _ = cv2.findContours(changed, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
         area = changed.size * self.min_area
-        return any(cv2.contourArea(c) >= area for c in contours)
+        scale = frame.shape[1] / self.size[0]
+        out = []
+        for c in contours:
+            if cv2.contourArea(c) >= area:
+                x, y, w, h = cv2.boundingRect(c)
+                out.append((x * scale, y * scale, (x + w) * scale, (y + h) * scale))
+        return out
+
+
+def explained(region, tracks, t: float, memory_s: float) -> bool:
+    """Whether a motion region is (mostly) the tracks' own objects moving: ``tracks`` are
+    (box, velocity px/s, time of the box). Each box is moved on to ``t`` and swept back over
+    ``memory_s`` (motion is change against a picture that long ago: where it just was),
+    widened by a quarter of its size (the prediction's error, the region's dilation)."""
+    x1, y1, x2, y2 = region
+    area = max(1.0, (x2 - x1) * (y2 - y1))
+    covered = 0.0
+    for (bx1, by1, bx2, by2), (vx, vy), tb in tracks:
+        now, then = t - tb, t - tb - memory_s
+        mx, my = 0.25 * (bx2 - bx1) + 8, 0.25 * (by2 - by1) + 8
+        lo_x, hi_x = sorted((vx * now, vx * then))
+        lo_y, hi_y = sorted((vy * now, vy * then))
+        w = min(x2, bx2 + hi_x + mx) - max(x1, bx1 + lo_x - mx)
+        h = min(y2, by2 + hi_y + my) - max(y1, by1 + lo_y - my)
+        if w > 0 and h > 0:
+            covered += w * h
+    return covered >= 0.7 * area
+
+
+class Hint(NamedTuple):
+    """What the gate knows of one live track: its box and velocity (pixels, pixels a second) at
+    the hints' time, whether it moves, and the seconds it needs at its speed to reach a line or
+    a zone's edge (0: it is at one; inf: none, or it stands still)."""
+
+    box: tuple
+    velocity: tuple
+    moving: bool
+    reach_s: float = math.inf
 
 
 class StreamGate:
     """One stream's gate: ``decide(frame)`` gives the reason to infer it, or None to skip it.
-    ``hints`` is what the output thread last saw of the stream's tracks (moving ones, ones at a
-    line or in a zone), read here without waiting."""
+    ``hints`` is what the output thread last saw of the stream's tracks (``{"t": time, "tracks":
+    [Hint, ...]}``), read here without waiting.
+
+    Motion that the tracks explain (it lies on their predicted boxes) is their objects moving:
+    those are re-inferred every ``TRACK_CHECK_S`` (the Kalman filter predicts between), and every
+    frame while one is at a line or a zone's edge. Motion anywhere else may be a new object: that
+    frame is inferred at once."""
 
     def __init__(self, options: GateOptions, masks: list | None = None) -> None:
         self.options = options
@@ -191,7 +259,8 @@ class StreamGate:
         self._last_inferred: float | None = None
         self._start_left = START_FRAMES
         self._n = 0
-        self.hints = {"tracks": False, "geometry": False}
+        self._frame_s = 0.1  # the stream's frame interval (smoothed)
+        self.hints: dict = {"t": 0.0, "tracks": ()}
         self._lock = threading.Lock()
 
     def decide(self, frame) -> str | None:
@@ -199,9 +268,11 @@ class StreamGate:
         o = self.options
         if self._last_t is not None and t - self._last_t > GAP_S:
             self._start_left = START_FRAMES  # a reconnect, a camera that came back
+        elif self._last_t is not None:
+            self._frame_s += 0.1 * (max(0.0, t - self._last_t) - self._frame_s)
         self._last_t = t
         self._n += 1
-        moved = self.motion(frame.image) if self.motion is not None else False
+        regions = self.motion.regions(frame.image, frame.t_scene) if self.motion is not None else []
         if o.mode == "off":
             reason = "always"
         elif self._start_left > 0:
@@ -209,16 +280,8 @@ class StreamGate:
             reason = "start"
         elif o.mode == "interval":
             reason = "interval" if (self._n - 1) % o.interval == 0 else None
-        elif moved:
-            reason = "motion"
-        elif self.hints["tracks"]:
-            reason = "tracks"
-        elif self.hints["geometry"]:
-            reason = "geometry"
-        elif self._last_inferred is None or t - self._last_inferred >= o.keyframe_s:
-            reason = "keyframe"
         else:
-            reason = None
+            reason = self._motion_reason(t, regions)
         with self._lock:
             if reason is None:
                 self.skipped += 1
@@ -226,6 +289,23 @@ class StreamGate:
                 self.counts[reason] += 1
                 self._last_inferred = t
         return reason
+
+    def _motion_reason(self, t: float, regions: list) -> str | None:
+        hints = self.hints
+        tracks = hints["tracks"]
+        # (a millisecond's slack: 10 fps frames 0.3 s apart are 0.29999... apart in floats)
+        since = math.inf if self._last_inferred is None else t - self._last_inferred + 1e-3
+        known = [(h.box, h.velocity, hints["t"]) for h in tracks]
+        if any(not explained(r, known, t, LOOKBACK_S) for r in regions):
+            return "motion"  # change where no track is: perhaps a new object
+        ahead = t - hints["t"] + 2 * self._frame_s  # two frames ahead of where the hints were
+        if any(h.moving and h.reach_s <= ahead for h in tracks):
+            return "geometry"  # a moving track about to cross: its crossing frame is seen
+        if any(h.moving for h in tracks) and since >= TRACK_CHECK_S:
+            return "tracks"
+        if since >= self.options.keyframe_s:
+            return "keyframe"
+        return None
 
     def report(self) -> dict:
         """Frames inferred per reason and skipped: they add up to the frames this gate saw."""

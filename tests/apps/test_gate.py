@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 
 from edgert.apps.camera.frame import Frame, Steps
-from edgert.apps.camera.gate import GateOptions, MotionDetector, StreamGate, gates_for, parse_mask
+from edgert.apps.camera.gate import (
+    TRACK_CHECK_S,
+    GateOptions,
+    Hint,
+    MotionDetector,
+    StreamGate,
+    gates_for,
+    parse_mask,
+)
 from edgert.apps.camera.pipeline import Pipeline
 from edgert.apps.camera.sources import FrameSource
 from edgert.runtime.errors import SourceError
@@ -87,12 +95,23 @@ def test_the_reasons_add_up_and_a_still_arrival_is_found_by_the_keyframe():
     assert keyframes == [12, 22]  # 1 s after the last inferred frame (frame 2 at 0.2 s)
     r = gate.report()
     assert r["inferred"] + r["skipped"] == 30 and r["reasons"] == {"start": 3, "keyframe": 2}
-    gate.hints = {"tracks": True, "geometry": False}
-    assert gate.decide(_frame(30, 3.0, quiet)) == "tracks"
-    gate.hints = {"tracks": False, "geometry": True}
-    assert gate.decide(_frame(31, 3.1, quiet)) == "geometry"
+    # an object the tracker follows (its box moving right 80 px/s): its motion is explained,
+    # re-inferred every TRACK_CHECK_S; motion away from it is a new object, inferred at once
+    box = (100.0, 200.0, 160.0, 260.0)
+    gate.hints = {"t": 3.0, "tracks": (Hint(box, (80.0, 0.0), True),)}
+    on_track = [
+        gate.decide(_frame(30 + k, 3.0 + 0.1 * k, with_square(quiet, 100 + 8 * k, 200)))
+        for k in range(7)
+    ]
+    assert on_track == ["tracks", None, None, "tracks", None, None, "tracks"]
+    assert gate.decide(_frame(37, 3.7, with_square(quiet, 450, 50))) == "motion"
+    gate.hints = {"t": 3.7, "tracks": (Hint(box, (80.0, 0.0), True, 0.35),)}
+    assert gate.decide(_frame(38, 3.8, quiet)) is None  # reaches a line in 0.35 s: not yet
+    assert gate.decide(_frame(39, 3.9, quiet)) == "geometry"  # two frames before: every frame
+    gate.hints = {"t": 3.9, "tracks": (Hint(box, (0.0, 0.0), False, 0.0),)}
+    assert gate.decide(_frame(40, 4.0, quiet)) is None  # standing at the line: the keyframes
     # a gap in the capture times (a reconnect): the stream starts again
-    assert gate.decide(_frame(32, 9.0, quiet)) == "start"
+    assert gate.decide(_frame(41, 9.0, quiet)) == "start"
     interval = StreamGate(GateOptions.parse("interval:4"))
     got = [interval.decide(_frame(i, i * 0.1, quiet)) for i in range(11)]
     assert got == ["start"] * 3 + [None, "interval", None, None, None, "interval", None, None]
@@ -208,8 +227,11 @@ def test_counts_are_exact_with_the_gate_and_skipped_frames_say_they_are_predicte
     (tmp_path / "off").mkdir()
     off = _run(bundle, video, tmp_path / "off")
     on = _run(bundle, video, tmp_path / "on", "--gate", "motion", "--keyframe", "1")
-    assert on["streams"][0]["counts"] == off["streams"][0]["counts"]
-    counts = on["streams"][0]["counts"]
+    counts, always = on["streams"][0]["counts"], off["streams"][0]["counts"]
+    # the same counts; a dwell time within one track check (the last frame a lost track was seen
+    # may have been skipped)
+    dwell = counts["pen"].pop("dwell_s_mean"), always["pen"].pop("dwell_s_mean")
+    assert counts == always and abs(dwell[0] - dwell[1]) <= TRACK_CHECK_S + 1e-6
     assert (counts["door"]["in"], counts["door"]["out"]) == (1, 1)
     assert counts["pen"]["entries"] == 1 and counts["pen"]["exits"] == 1
     gate = on["streams"][0]["gate"]

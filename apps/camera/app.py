@@ -119,7 +119,7 @@ class CameraConfig:
     """One camera run: the model, source URIs, sink URIs and each component's options."""
 
     model: ModelOptions
-    sources: list[str] = field(default_factory=lambda: ["synthetic://"])
+    sources: list = field(default_factory=lambda: ["synthetic://"])  # URIs or FrameSource objects
     sinks: list[str] = field(default_factory=list)  # display://, http://, file://, jsonl://, ...
     source_options: SourceOptions = field(default_factory=SourceOptions)
     sink_options: SinkOptions = field(default_factory=SinkOptions)
@@ -161,9 +161,13 @@ def choose_batch(requested: int | None, streams: int, model) -> tuple[int, str |
 
 
 def open_sources(uris: list[str], opts: SourceOptions, stack: contextlib.ExitStack) -> list:
-    """Every source, each closed by ``stack``; a wrong URI fails before any model loads."""
+    """Every source, each closed by ``stack``; a wrong URI fails before any model loads. A
+    :class:`FrameSource` object given instead of a URI is taken as it is (its caller closes it)."""
     sources = []
     for uri in uris:
+        if not isinstance(uri, str):
+            sources.append(uri)
+            continue
         source = open_source(uri, opts)
         stack.callback(source.close)
         sources.append(source)
@@ -204,7 +208,7 @@ def run_streams(
     _files_apart(uris, list(sinks or []), len(sources), sink_options)
     with contextlib.ExitStack() as stack:
         opts = source_options or SourceOptions()
-        opened = [open_sources([s], opts, stack)[0] if isinstance(s, str) else s for s in sources]
+        opened = open_sources(sources, opts, stack)
         size, note = choose_batch(batch, len(opened), model)
         if note:
             log.warning(note)
@@ -277,7 +281,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         handler = FrameHandler(sources, power, analytics)
         sinks = _open_sinks(
             uris,
-            cfg.sources,
+            [u if isinstance(u, str) else u.description for u in cfg.sources],
             sources,
             cfg.sink_options,
             stack,
@@ -434,7 +438,8 @@ def check_outputs_apart(cfg: CameraConfig, uris: list[str] | None = None) -> Non
     --metrics and a web viewer would listen on one port. Every scheme of both tables is covered:
     the files come from the tables' own functions."""
     uris = cfg.sink_uris() if uris is None else uris
-    _files_apart(cfg.sources, uris, len(cfg.sources), cfg.sink_options)
+    read = [u for u in cfg.sources if isinstance(u, str)]  # FrameSource objects read no file here
+    _files_apart(read, uris, len(cfg.sources), cfg.sink_options)
     _ports_apart(cfg, uris)
 
 

@@ -216,11 +216,15 @@ class TemperatureGovernor:
             base = -gamma / alpha  # where the temperature settles at duty 0
             wanted = (self.target_c - base) / self.gain_c
             # settled: the temperature heads nowhere else (its recent slope times tau is under
-            # 1 °C); then the integral removes what the model misses
-            settled = abs(self._slope() * self.tau_s) < 1.0
+            # 1 °C), or it is within guard_c of the target (a fit thrown off by a change of load,
+            # its tau tens of seconds too long, must not hold the integral off); then the
+            # integral removes what the model misses
             error = self.target_c - temp_c
+            settled = abs(self._slope() * self.tau_s) < 1.0 or abs(error) < self.guard_c
             if settled and not limited and not (self.duty >= 1.0 and error > 0):
                 self._integral += error * dt
+                bound = 0.5 / self.ki  # the integral corrects the model by half the range at most
+                self._integral = max(-bound, min(bound, self._integral))
             wanted += self.ki * self._integral
         elif temp_c < self.cap_c - self.guard_c:
             wanted = 1.0

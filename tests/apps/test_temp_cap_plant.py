@@ -32,10 +32,12 @@ def test_temp_cap_settles_at_the_cap_and_keeps_the_linear_share(mobilenet, tmp_p
     cap = ambient + 0.6 * (uncapped_c - ambient)
     assert uncapped_c > cap + 3  # uncapped, it settles well above the cap
     capped, heat = bench_in_the_loop(
-        bundle, tmp_path / "capped", "--temp-cap", f"{cap:.2f}", seconds=30.0
+        bundle, tmp_path / "capped", "--temp-cap", f"{cap:.2f}", seconds=45.0
     )
     after, _ = bench_in_the_loop(bundle, tmp_path / "after", seconds=6.0)
-    tail = _settled(heat, 20.0)
+    # settled: the last 15 s of 45 (the slow integral that removes the fitted model's bias takes
+    # tens of seconds on a loaded VM; a CI run judged from 20 s ended 1.1 °C under the cap)
+    tail = _settled(heat, 30.0)
     settled = sum(tail) / len(tail)
     assert cap - 1.0 <= settled <= cap, (settled, cap)  # at the cap, from below
     assert max(tail) <= cap + 1.0, (max(tail), cap)  # no overshoot of more than 1 °C once settled

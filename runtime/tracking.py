@@ -55,6 +55,7 @@ class Track:
     detection_index: int | None = None  # its index in that update's detections
     predicted: bool = False  # its box is the filter's prediction (a frame not inferred)
     velocity: tuple[float, float] = (0.0, 0.0)  # the box centre's, pixels per second (filtered)
+    observed: tuple | None = None  # the last matched detection's own box (not filtered)
     _labels: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=30), repr=False
     )
@@ -98,6 +99,11 @@ class ObjectTracker:
     def live(self) -> list[tuple[Track, tuple, tuple]]:
         """The confirmed tracks matched in the last update, with the filter's box and velocity
         at the last update's (or coast's) time: what event-gated inference asks."""
+        raise NotImplementedError
+
+    def missing(self) -> int:
+        """Confirmed tracks the last update did not match and not yet ended (lost for less than
+        ``lost_seconds``): event-gated inference looks for them again before they end."""
         raise NotImplementedError
 
     def close(self) -> list[Track]:
@@ -184,6 +190,14 @@ class Tracker(ObjectTracker):
         rest = [k for k in pool if k not in matched and self._tracks[k].confirmed]
         pairs, _ = self._associate(rest, low, dets, self.low_match_iou)
         matched.update(pairs)
+        # a confirmed track whose prediction ran off its object (it stopped or turned, above all
+        # across frames event-gated inference skipped) is matched by its last observed box
+        # (OC-SORT's observation-centric recovery) before that detection starts a new track
+        rest = [k for k in pool if k not in matched and self._tracks[k].confirmed]
+        if rest and high:
+            seen = np.array([self._tracks[k].observed for k in rest], dtype=np.float64)
+            pairs, high = self._associate(rest, high, dets, self.match_iou, seen)
+            matched.update(pairs)
         order = sorted(matched)
         self._kf.update(order, np.array([dets[matched[k]].box for k in order], dtype=np.float64))
         filtered = self._kf.boxes()
@@ -209,6 +223,7 @@ class Tracker(ObjectTracker):
                 timestamp,
                 detection=d,
                 detection_index=i,
+                observed=tuple(float(v) for v in d.box),
             )
             t._labels.append((d.class_id, d.label))
             if self._updates == 1 or self.min_hits == 1:  # a stream's first frame: no history
@@ -267,6 +282,9 @@ class Tracker(ObjectTracker):
             if t.confirmed and t.last_seen == self._matched_t
         ]
 
+    def missing(self) -> int:
+        return sum(1 for t in self._tracks if t.confirmed and t.last_seen != self._matched_t)
+
     def close(self) -> list[Track]:
         """End every live confirmed track (the stream ended); returns them."""
         ended = [t for t in self._tracks if t.confirmed]
@@ -274,13 +292,14 @@ class Tracker(ObjectTracker):
         self._kf = KalmanBoxes()
         return ended
 
-    def _associate(self, tracks: list[int], det_idx: list[int], dets, min_iou: float):
-        """(pairs track->detection, detections left) by IoU of predictions against detections."""
+    def _associate(self, tracks: list[int], det_idx: list[int], dets, min_iou: float, pred=None):
+        """(pairs track->detection, detections left) by IoU of the tracks' predictions (or the
+        boxes ``pred``, a row per track) against detections."""
         from scipy.optimize import linear_sum_assignment
 
         if not tracks or not det_idx:
             return {}, det_idx
-        pred = self._pred[tracks]
+        pred = self._pred[tracks] if pred is None else pred
         boxes = np.array([dets[i].box for i in det_idx], dtype=np.float64)
         iou = box_iou(pred, boxes)
         if self.per_class:
@@ -303,6 +322,7 @@ class Tracker(ObjectTracker):
         t.last_seen = timestamp
         t.hits += 1
         t.detection = d
+        t.observed = tuple(float(v) for v in d.box)
         t.predicted = False
         t._labels.append((d.class_id, d.label))
         (t.class_id, t.label), _ = collections.Counter(t._labels).most_common(1)[0]

@@ -79,6 +79,9 @@ edgert export det.onnx -o det.edgert --task detect --labels det.txt --size 96x12
 edgert camera det.edgert --source walk.mp4 --headless --conf 0.75 --line door=160,0,160,240 --events events.jsonl --json > track.json
 python -c "import json; c = json.load(open('track.json'))['streams'][0]['counts']['door']; assert (c['in'], c['out']) == (1, 0), c"
 grep -q line_cross events.jsonl
+# event-gated inference: the same count, the frames the gate skipped predicted by the tracker
+edgert camera det.edgert --source walk.mp4 --headless --conf 0.75 --line door=160,0,160,240 --gate motion --json > gated.json
+python -c "import json; s = json.load(open('gated.json'))['streams'][0]; c, g = s['counts']['door'], s['gate']; assert (c['in'], c['out']) == (1, 0) and g['inferred'] + g['skipped'] == 60 and g['skipped'] > 0, s"
 # telemetry: without the extra a sentence naming it; with it, a scrape of the running camera
 if edgert camera smoke.edgert --metrics 127.0.0.1:0 --duration 1 --headless 2> nometrics.txt; then exit 1; fi
 grep -q "pip install 'edgert\[telemetry\]'" nometrics.txt

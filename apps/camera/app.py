@@ -406,7 +406,8 @@ def _summary(
     )
     if sinks.errors:
         summary["output_errors"] = sinks.errors
-    summary.update(power.summary(summary["frames_processed"], summary["seconds"]))
+    camera_s = sum(st.get("camera_s") or 0.0 for st in summary["streams"])
+    summary.update(power.summary(summary["frames_processed"], summary["seconds"], camera_s))
     summary.update(probes.report())
     return summary
 

@@ -8,8 +8,8 @@ lines and zones right through the gaps:
     motion      the motion detector found change where no track is (perhaps a new object)
     tracks      tracked objects move (the motion is theirs): every ``TRACK_CHECK_S``, their
                 boxes corrected; the Kalman filter predicts the frames between
-    geometry    a moving track is about to reach a line or a zone's edge (the frame where it
-                crosses is seen, not predicted)
+    geometry    a moving track crosses a line or a zone's edge within a frame interval (the
+                frames either side of the crossing are seen, not predicted)
     keyframe    ``--keyframe S`` passed since the last inferred frame (still objects, arrivals)
     interval    ``--gate interval:N``: every Nth frame (DeepStream's fixed skip, for comparison)
 
@@ -298,10 +298,16 @@ class StreamGate:
         known = [(h.box, h.velocity, hints["t"]) for h in tracks]
         if any(not explained(r, known, t, LOOKBACK_S) for r in regions):
             return "motion"  # change where no track is: perhaps a new object
-        ahead = t - hints["t"] + 2 * self._frame_s  # two frames ahead of where the hints were
-        if any(h.moving and h.reach_s <= ahead for h in tracks):
-            return "geometry"  # a moving track about to cross: its crossing frame is seen
-        if any(h.moving for h in tracks) and since >= TRACK_CHECK_S:
+        # a moving track crosses a line or a zone's edge (at hints' time + reach_s) within a frame
+        # interval of this frame: the frames either side of the crossing are seen, not predicted
+        # (the hints may be frames behind; the crossing's time does not depend on that)
+        frame_s = self._frame_s
+        crossing = (hints["t"] + h.reach_s for h in tracks if h.moving)
+        if any(t - frame_s < c <= t + frame_s for c in crossing):
+            return "geometry"
+        # moving tracks are re-inferred, and so are tracks the last inferred frame missed (a
+        # detector's miss, an object that turned): found again before lost_seconds ends them
+        if (any(h.moving for h in tracks) or hints.get("missing")) and since >= TRACK_CHECK_S:
             return "tracks"
         if since >= self.options.keyframe_s:
             return "keyframe"

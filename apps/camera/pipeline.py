@@ -60,6 +60,15 @@ class Stream:
         self.last_work = time.monotonic()  # its last frame that went to inference
         self.last_output: float | None = None  # when its last frame left the pipeline
         self.timings = {"capture_age": LatencyRecorder(), "end_to_end": LatencyRecorder()}
+        self.scene = [None, None]  # its first and last frame's scene time (camera time covered)
+
+    def camera_seconds(self) -> float:
+        """The camera time its frames covered (a live camera's wall time, a video's own time),
+        one frame interval added for the last frame's own."""
+        first, last = self.scene
+        if first is None:
+            return 0.0
+        return (last - first) * (1 + 1 / max(1, self.captured - 1))
 
     def delivering(self, now: float, window: float = 5.0) -> bool:
         """Whether a frame of this stream left the pipeline in the last ``window`` seconds."""
@@ -204,6 +213,7 @@ class Pipeline:
             for frame in self._frames(s.raw):
                 t0 = time.monotonic()
                 frame.timings["capture_age"] = (t0 - frame.t_capture) * 1e3
+                s.scene = [frame.t_scene if s.scene[0] is None else s.scene[0], frame.t_scene]
                 if gate is not None:
                     frame.gate = gate.decide(frame)
                     frame.inferred = frame.gate is not None
@@ -456,6 +466,7 @@ class Pipeline:
                     "frames_processed": processed,
                     "frames_dropped": s.dropped,
                     "fps": processed / elapsed,
+                    "camera_s": s.camera_seconds(),
                     "latency_ms": _percentiles(timings, recent),
                     **stats_of(s.source),
                     **self._now(s, recent),

@@ -36,7 +36,11 @@ def print_summary(s: dict) -> None:
     if s.get("labels_seen"):
         print("labels seen: " + ", ".join(f"{k} ({n})" for k, n in s["labels_seen"].items()))
     if s.get("power_w") is not None:
-        print(f"power {s['power_w']:.2f} W, {s['mj_per_frame']:.1f} mJ/frame")
+        per_hour = s.get("j_per_camera_hour")
+        print(
+            f"power {s['power_w']:.2f} W, {s['mj_per_frame']:.1f} mJ/frame"
+            + (f", {per_hour / 1e3:.1f} kJ per camera-hour" if per_hour else "")
+        )
     else:
         print(f"power unavailable ({s.get('power_reason')})")
     from edgert.apps.report import print_conditions

@@ -122,15 +122,18 @@ class PowerSession:
             s["power_reason"] = self.why_not()
         return s
 
-    def summary(self, frames: int, seconds: float) -> dict:
+    def summary(self, frames: int, seconds: float, camera_s: float | None = None) -> dict:
         """Average power and energy per frame since the session (or the cap) started, and the
-        cap's report."""
+        cap's report; with ``camera_s`` (the camera time the streams covered, summed), joules
+        per camera-hour (what event-gated inference saves on quiet cameras)."""
         out: dict = {}
         m = self.meter
         if m is not None and not m.lost:
             avg = m.average_w(self.started, m.now())
             out["power_w"] = avg
             out["mj_per_frame"] = avg * seconds / max(1, frames) * 1e3 if avg else None
+            if avg and camera_s:
+                out["j_per_camera_hour"] = avg * seconds / camera_s * 3600
         else:
             out["power_w"] = None
             out["power_reason"] = self.why_not()

@@ -105,11 +105,15 @@ def test_the_reasons_add_up_and_a_still_arrival_is_found_by_the_keyframe():
     ]
     assert on_track == ["tracks", None, None, "tracks", None, None, "tracks"]
     assert gate.decide(_frame(37, 3.7, with_square(quiet, 450, 50))) == "motion"
-    gate.hints = {"t": 3.7, "tracks": (Hint(box, (80.0, 0.0), True, 0.35),)}
-    assert gate.decide(_frame(38, 3.8, quiet)) is None  # reaches a line in 0.35 s: not yet
-    assert gate.decide(_frame(39, 3.9, quiet)) == "geometry"  # two frames before: every frame
+    gate.hints = {"t": 3.7, "tracks": (Hint(box, (80.0, 0.0), True, 0.25),)}
+    assert gate.decide(_frame(38, 3.8, quiet)) is None  # reaches a line in 0.25 s: not yet
+    assert gate.decide(_frame(39, 3.9, quiet)) == "geometry"  # a frame before it: inferred
+    assert gate.decide(_frame(40, 4.0, quiet)) == "geometry"  # and a frame after it
+    assert gate.decide(_frame(41, 4.1, quiet)) is None  # bracketed: the rest is predicted
     gate.hints = {"t": 3.9, "tracks": (Hint(box, (0.0, 0.0), False, 0.0),)}
-    assert gate.decide(_frame(40, 4.0, quiet)) is None  # standing at the line: the keyframes
+    assert gate.decide(_frame(42, 4.2, quiet)) is None  # standing at the line: the keyframes
+    gate.hints = {"t": 4.2, "tracks": (), "missing": 1}  # the last inferred frame missed a track
+    assert gate.decide(_frame(43, 4.3, quiet)) == "tracks"  # TRACK_CHECK_S after 4.0: looked for
     # a gap in the capture times (a reconnect): the stream starts again
     assert gate.decide(_frame(41, 9.0, quiet)) == "start"
     interval = StreamGate(GateOptions.parse("interval:4"))
@@ -254,3 +258,32 @@ def test_a_bad_gate_is_one_sentence(scene):
         run_cli("camera", bundle, "--source", video, "--gate", "motion", "--motion-mask", "1,2"),
         "--motion-mask",
     )
+
+
+def test_joules_per_camera_hour_with_a_power_sensor(scene, tmp_path):
+    """A recreated Orin NX board (INA3221 VDD_IN at 7.5 W: tests/power_plant.py) and two streams
+    of the 20 s scene: each covered 20 s of camera time, and the run's energy is given per
+    camera-hour (what a quiet camera costs with the gate on)."""
+    from tests.power_plant import write_tree
+
+    bundle, video = scene
+    write_tree(tmp_path / "sys", 7.5)
+    proc = run_cli(
+        "camera",
+        bundle,
+        "--source",
+        video,
+        "--source",
+        video,
+        "--headless",
+        "--json",
+        "--gate",
+        "motion",
+        "--sysfs-root",
+        tmp_path / "sys",
+    )
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(proc.stdout)
+    assert [st["camera_s"] for st in s["streams"]] == [pytest.approx(20.0, abs=1e-6)] * 2
+    assert s["power_w"] == pytest.approx(7.5, abs=0.01)
+    assert s["j_per_camera_hour"] == pytest.approx(s["power_w"] * s["seconds"] / 40.0 * 3600)

@@ -49,7 +49,8 @@ def test_page_shows_stream_and_changing_stats(tmp_path, streams):
     port = free_port()
     sources = ["--source", "synthetic://"]
     if streams == 2:  # a second, different stream: a photo, looped
-        sources += ["--source", str(photo_path("coffee")), "--loop"]
+        # and event-gated inference: each tile says the share of its frames inferred, and why
+        sources += ["--source", str(photo_path("coffee")), "--loop", "--gate", "motion"]
     app = subprocess.Popen(
         [
             sys.executable,
@@ -100,6 +101,8 @@ def test_page_shows_stream_and_changing_stats(tmp_path, streams):
                 re.search(rf'id="cap{i}">\[{i}\][^<]*?\nframes (\d+)', dom) for i in range(streams)
             ]
             assert all(tiles), dom[-1500:]
+            gates = re.findall(r"\ngate motion: ([\d.]+) % inferred \((start|motion|keyframe)", dom)
+            assert len(gates) == (2 if streams == 2 else 0), dom[-1500:]
             assert (
                 f'src="/stream/{streams - 1}.mjpg"' in dom and f"/stream/{streams}.mjpg" not in dom
             )

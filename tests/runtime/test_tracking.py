@@ -77,6 +77,30 @@ def test_every_other_frame_dropped_keeps_ids():
     assert all(s == ids[0] for s in ids) and len(ids[0]) == 3
 
 
+def test_an_object_that_stops_between_sparse_updates_keeps_its_id():
+    """Event-gated inference updates a tracker every third frame and coasts between: an object
+    (face-sized, 128 px/s at 10 fps) that stops just after an update is three frames of motion
+    short of its prediction at the next, too far for IoU 0.2; its last observed box still finds
+    it (OC-SORT's recovery), where a new ID would be a second track start and zone entry."""
+    tracker, ids, started = Tracker(), set(), []
+    x, t = 100.0, 0.0
+    for _ in range(10):  # every frame while it walks
+        ids |= {tr.track_id for tr in tracker.update([det(x, 200, w=36, h=45)], t)}
+        started += tracker.started
+        x, t = x + 12.8, t + 0.1
+    for k in range(1, 13):  # it stands at x from here; the gate infers every third frame
+        t += 0.1
+        if k % 3:
+            assert [tr.track_id for tr in tracker.coast(t)] == [1]
+            continue
+        ids |= {tr.track_id for tr in tracker.update([det(x, 200, w=36, h=45)], t)}
+        started += tracker.started
+    assert ids == {1} and [tr.track_id for tr in started] == [1]
+    assert tracker.missing() == 0
+    tracker.update([], t + 0.3)  # a frame that misses it: the gate is told to look again
+    assert tracker.missing() == 1
+
+
 def test_ids_are_never_reused_and_state_stays_bounded():
     tracker = Tracker(lost_seconds=0.2)
     t = 0.0

@@ -2,8 +2,8 @@
 so the fixed skip makes as many detector calls as the motion gate did) side by side, through a real
 detector and the real CLI, on rendered scenes whose ground truth is known.
 
-The detector is the MTCNN face bundle (``zoo:mtcnn``, facenet-pytorch's weights, ~80 ms a frame at
-640x360 on this CPU): the "people" are a face cut from the astronaut photo (64x80) walking over a
+The detector is the MTCNN face bundle (``zoo:mtcnn``, facenet-pytorch's weights; its pyramid set to
+faces of 32 px or more, ~45 ms a frame at 640x360 on this CPU): the "people" are a face cut from the astronaut photo (64x80) walking over a
 photo background that holds no face. Scenes (640x360, 10 fps, mp4v):
 
     quiet    60 s, two walks of 6 s: quiet 80 % of the time
@@ -24,14 +24,15 @@ camera-minute (the child process's rusage) and frames per second.
 
 Also: the gate's own cost per frame at 1080p (``StreamGate.decide`` on the quiet scene scaled up),
 and how many 10 fps cameras of the quiet scene (each its own phase, paced in real time) this
-machine sustains with at most 1 % of frames dropped, gated and always-on (``run_camera``, N streams
-for --camera-seconds each; doubling then bisection).
+machine sustains with at most 1 % of frames dropped after a 5 s warm-up, gated and always-on
+(``run_camera``, N streams for --camera-seconds each, 60 by default: the whole scene once per
+camera; doubling, then bisection).
 
 Goals: quiet scene <= 15 % of always-on's calls, >= 99 % of always-on's events, <= 1 frame extra
 delay; motion above interval:N's recall at the same budget; busy scene <= 5 % slower than
 always-on; >= 4x the cameras per machine on the quiet scene.
 
-    python benchmarks/gating.py [--scenes quiet busy ...] [--camera-seconds 20] [--no-cameras]
+    python benchmarks/gating.py [--scenes quiet busy ...] [--camera-seconds 60] [--no-cameras]
                                 [--json reports/gating.json]
 """
 
@@ -120,7 +121,9 @@ def scenes() -> dict:
             Scene(
                 "busy",
                 30,
-                [walk(2 * i, i % 2 == 0, rows[i % 3]) for i in range(13)],
+                # one direction per row: a walker leaving a row's far side is not met there by
+                # the next one entering (which a tracker may rightly take for the same object)
+                [walk(2 * i, i % 3 != 1, rows[i % 3]) for i in range(13)],
                 notes="2-3 walkers in view",
             ),
             Scene(
@@ -372,9 +375,13 @@ def gate_cost_1080p(video: Path, frames: int = 300) -> dict:
     }
 
 
-def cameras(bundle: Path, video: Path, gate: str, seconds: float, limit: int) -> dict:
+def cameras(
+    bundle: Path, video: Path, gate: str, seconds: float, limit: int, warmup_s: float = 5.0
+) -> dict:
     """The most 10 fps cameras of the quiet scene (paced in real time, each its own phase) that
-    run with at most 1 % of frames dropped: doubling, then bisection."""
+    run with at most 1 % of frames dropped after a warm-up (the first seconds load the model and
+    meet each pyramid size once): doubling, then bisection. Drops are the frame indices missing
+    from the run's JSONL after ``warmup_s``."""
     from edgert.apps.camera.analytics import TrackingOptions
     from edgert.apps.camera.app import CameraConfig, ModelOptions, RunOptions, run_camera
     from edgert.apps.camera.gate import GateOptions
@@ -400,20 +407,40 @@ def cameras(bundle: Path, video: Path, gate: str, seconds: float, limit: int) ->
             return cache[(i + self.phase) % len(cache)]
 
     def trial(n: int) -> dict:
+        log = video.parent / f"cameras-{gate}-{n}.jsonl"
         cfg = CameraConfig(
             model=ModelOptions(str(bundle)),
             sources=[Camera(k) for k in range(n)],
+            sinks=[f"jsonl://{log}"],
             sink_options=SinkOptions(headless=True),
             tracking=TrackingOptions(lines=(LINE,), zones=(ZONE,)),
             run=RunOptions(duration=seconds),
             gate=GateOptions.parse(gate),
         )
         s = run_camera(cfg)
-        done = sum(st["frames_processed"] for st in s["streams"])
-        dropped = sum(st["frames_dropped"] for st in s["streams"])
+        seen: dict = {}
+        for line in log.read_text().splitlines()[1:]:
+            r = json.loads(line)
+            seen.setdefault(r["stream"], []).append(r["frame"])
+        first = int(warmup_s * FPS)
+        done = dropped = 0
+        for frames in seen.values():
+            after = [i for i in frames if i >= first]
+            done += len(after)
+            dropped += (max(after) - first + 1 - len(after)) if after else 0
         share = dropped / max(1, done + dropped)
-        print(f"  {gate:>6} x{n:<3} processed {done:5d} dropped {dropped:5d} ({100 * share:.1f} %)")
-        return {"cameras": n, "processed": done, "dropped": dropped, "ok": share <= 0.01}
+        total = sum(st["frames_dropped"] for st in s["streams"])
+        print(
+            f"  {gate:>6} x{n:<3} processed {done:5d} dropped {dropped:5d} ({100 * share:.1f} %) "
+            f"after {warmup_s:g} s ({total} in all)"
+        )
+        return {
+            "cameras": n,
+            "processed": done,
+            "dropped": dropped,
+            "dropped_with_warmup": total,
+            "ok": share <= 0.01,
+        }
 
     trials, good, bad = [], 0, None
     n = 1
@@ -437,9 +464,15 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--scenes", nargs="+", default=list(scenes()))
-    ap.add_argument("--camera-seconds", type=float, default=20.0)
+    ap.add_argument("--camera-seconds", type=float, default=60.0)
     ap.add_argument("--max-cameras", type=int, default=32)
     ap.add_argument("--no-cameras", action="store_true")
+    ap.add_argument(
+        "--min-face",
+        type=int,
+        default=32,
+        help="MTCNN's smallest face in pixels (default 32; the zoo's 20 looks 2.5x longer)",
+    )
     ap.add_argument("--json", default="reports/gating.json")
     a = ap.parse_args()
 
@@ -447,6 +480,11 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="gating-"))
     bundle = export_model("zoo:mtcnn", tmp / "mtcnn.edgert").bundle
+    # the smallest face the pyramid looks for: the scenes' faces are 36 px wide or more, and a
+    # fixed camera's deployment sets this from its own scene (the manifest's detector settings)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["detector"]["min_face"] = a.min_face
+    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2))
     table, rows = {}, []
     for name in a.scenes:
         scene = scenes()[name]
@@ -470,7 +508,12 @@ def main() -> None:
     for name, m in rows:
         print(_row(name, m))
 
-    result = {"scenes": table, "fps": FPS, "size": [W, H], "detector": "zoo:mtcnn"}
+    result = {
+        "scenes": table,
+        "fps": FPS,
+        "size": [W, H],
+        "detector": f"zoo:mtcnn, min_face {a.min_face}",
+    }
     first = a.scenes[0]
     result["gate_cost_1080p"] = gate_cost_1080p(tmp / f"{first}.mp4")
     g = result["gate_cost_1080p"]

@@ -61,6 +61,7 @@ class Stream:
         self.last_output: float | None = None  # when its last frame left the pipeline
         self.timings = {"capture_age": LatencyRecorder(), "end_to_end": LatencyRecorder()}
         self.scene = [None, None]  # its first and last frame's scene time (camera time covered)
+        self.in_flight = 0  # its frames the batcher took and has not yet handed on
 
     def camera_seconds(self) -> float:
         """The camera time its frames covered (a live camera's wall time, a video's own time),
@@ -219,7 +220,10 @@ class Pipeline:
                     frame.inferred = frame.gate is not None
                 if not frame.inferred:  # skipped: it keeps its place in the stream's order
                     frame.t_ready = time.monotonic()
-                    s.ready.put(frame)
+                    if self._nothing_before(s):  # straight on: not held by others' batches
+                        self.post.put(([frame], [], None))
+                    else:
+                        s.ready.put(frame)
                     continue
                 self.steps.prepare(frame)
                 frame.t_ready = time.monotonic()
@@ -229,6 +233,13 @@ class Pipeline:
             self._fail(exc)
         finally:
             s.ready.put(END)
+
+    def _nothing_before(self, s: Stream) -> bool:
+        """Whether none of the stream's frames waits for or is in inference: then a frame the
+        gate skipped goes straight to the finishing thread, its order kept, and a quiet stream's
+        frames are neither held up nor dropped while other streams' batches run."""
+        with self._ready:
+            return s.in_flight == 0 and s.ready.empty()
 
     def _collect(self, start: int) -> list[Frame] | None:
         """The next batch: passes over the streams from ``start``, one frame per stream and pass,
@@ -250,6 +261,7 @@ class Pipeline:
                         s.ended = True
                     elif item is not None:
                         s.last_ready = time.monotonic()
+                        s.in_flight += 1
                         frames.append(item)
                         took = True
                         if item.inferred:
@@ -304,6 +316,9 @@ class Pipeline:
                     with self._lock:
                         self.batch_sizes[len(work)] += 1
                 self.post.put((frames, work, outputs))
+                with self._ready:
+                    for f in frames:
+                        self.streams[f.stream].in_flight -= 1
         except BaseException as exc:  # noqa: BLE001 - reported by run()
             self._fail(exc)
         finally:

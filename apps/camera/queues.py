@@ -50,6 +50,10 @@ class DropOldestQueue:
             self._cond.notify_all()
             return item
 
+    def empty(self) -> bool:
+        with self._cond:
+            return not self._items
+
     def poll(self):
         """The next item, or None when there is none (never waits)."""
         with self._cond:

@@ -41,6 +41,7 @@ class BenchConfig:
     spin: str = "auto"
     choose_point: bool = False  # under a cap: probe threads / batch / precision, run the best
     probe_seconds: float = 1.5
+    target_fps: float | None = None  # hold this many inferences a second at the least energy
 
 
 def make_inputs(engine, batch: int) -> dict[str, np.ndarray]:
@@ -91,12 +92,21 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
     _validate(cfg)
     options = {"profile": True} if cfg.backend in ("auto", "tensorrt") else {}  # the split
     power_options = PowerOptions(cfg.power_cap, cfg.temp_cap, cfg.sysfs_root, cfg.nvml)
-    options["spin"] = cfg.spin == "on" or (cfg.spin == "auto" and not power_options.capped)
+    paced = power_options.capped or cfg.target_fps is not None
+    options["spin"] = cfg.spin == "on" or (cfg.spin == "auto" and not paced)
     point = None
     # on every path: no sampling thread or open sensor left behind
     with PowerSession(power_options, say) as power:
         idle = power.measure_idle(cfg.idle_seconds)
-        if cfg.choose_point:
+        if cfg.target_fps is not None:
+            if power.meter is None or idle is None:
+                say(
+                    "--target-fps: no power sensor to measure energy with, so the settings given "
+                    "are paced to the rate (no operating point is chosen)"
+                )
+            else:
+                point = choose_operating_point(cfg, power.meter, idle, options, say)
+        elif cfg.choose_point:
             if cfg.power_cap is None or idle is None:
                 raise EdgertError("--choose-point needs --power-cap and a power sensor")
             point = choose_operating_point(cfg, power.meter, idle, options, say)
@@ -116,6 +126,7 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
             backend, reason = engine.backend, engine.backend_reason
             capped = runner.report() if runner is not engine else None
         meter, sensor = power.meter, power.sensor
+    throughput = cfg.batch * run.latencies.count / run.elapsed
     result = {
         "model": str(cfg.model),
         "backend": backend,
@@ -126,7 +137,8 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
         "interrupted": run.interrupted,
         "seconds": round(run.elapsed, 3),
         "latency_ms": run.latencies.summary(),
-        "throughput_ips": cfg.batch * run.latencies.count / run.elapsed,
+        "throughput_ips": throughput,
+        "target_fps": _target_report(cfg, throughput, capped),
         "split_ms": run.split_ms(),
         "split_reason": None if run.split else _no_split_reason(backend),
         "spin": options["spin"],
@@ -146,6 +158,28 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
     # a uniform sample of the run (all of it when short): the histogram in --plot
     result["latencies_ms"] = run.latencies.sample().round(4).tolist()
     return result
+
+
+def _target_report(cfg: BenchConfig, delivered: float, capped: dict | None) -> dict | None:
+    """--target-fps: the rate asked for and delivered, whether it was held (within 2 %), and the
+    bound that set it: the target itself, a power or temperature cap (the tightest wins), or the
+    throughput of the settings run."""
+    if cfg.target_fps is None:
+        return None
+    target = cfg.target_fps
+    if delivered >= 0.98 * target:
+        bound = "the target rate"
+    elif capped is not None and capped["duty"] < 0.99:
+        thermal = (capped.get("temperature") or {}).get("duty")
+        bound = "the temperature cap" if thermal == capped["duty"] else "the power cap"
+    else:
+        bound = "the throughput of these settings"
+    return {
+        "target_ips": target,
+        "delivered_ips": round(delivered, 3),
+        "held": abs(delivered - target) <= 0.02 * target,
+        "bound": bound,
+    }
 
 
 def operating_points(cfg: BenchConfig) -> list[dict]:
@@ -173,9 +207,10 @@ def operating_points(cfg: BenchConfig) -> list[dict]:
 
 def choose_operating_point(cfg: BenchConfig, meter, idle: float, options: dict, say) -> dict:
     """Measure each candidate uncapped for ``probe_seconds``, choose the one with the most
-    throughput under the cap (the least energy per inference there), and set ``cfg`` / ``options``
-    to it; pacing then covers only the remainder."""
-    from edgert.runtime.power.operating_point import OperatingPoint, choose
+    throughput under the cap (the least energy per inference there) or, with ``target_fps``, the
+    one with the least energy per inference paced to that rate, and set ``cfg`` / ``options`` to
+    it; pacing then covers only the remainder."""
+    from edgert.runtime.power.operating_point import OperatingPoint, choose, choose_for_rate
 
     points = []
     for setting in operating_points(cfg):
@@ -184,7 +219,10 @@ def choose_operating_point(cfg: BenchConfig, meter, idle: float, options: dict, 
         if measured is not None:
             points.append(OperatingPoint(label, setting, *measured))
             say(f"  {label}: {measured[1]:.1f}/s at {measured[0]:.2f} W")
-    best, why = choose(points, cfg.power_cap, idle)
+    if not points:
+        raise EdgertError("no operating point could be measured (every candidate failed to run)")
+    rate = cfg.target_fps
+    best, why = choose_for_rate(points, rate, idle) if rate else choose(points, cfg.power_cap, idle)
     say(f"operating point: {why}")
     cfg.batch, cfg.precision = best.settings["batch"], best.settings["precision"]
     if best.settings["intra_op_threads"]:
@@ -195,7 +233,11 @@ def choose_operating_point(cfg: BenchConfig, meter, idle: float, options: dict, 
             "power_w": round(p.power_w, 3),
             "throughput_ips": round(p.throughput_ips, 2),
             "mj_per_inference": round(p.energy_mj(), 3),
-            "under_cap_ips": round(p.capped_throughput(cfg.power_cap, idle), 2),
+            **(
+                {"mj_at_target": round(p.mj_at_rate(rate, idle), 3)}
+                if rate
+                else {"under_cap_ips": round(p.capped_throughput(cfg.power_cap, idle), 2)}
+            ),
         }
         for p in points
     ]
@@ -264,9 +306,18 @@ def _timed_loop(engine, runner, feeds, cfg: BenchConfig, meter, say) -> _Run:
     t_start = time.perf_counter()
     m_start = meter.now() if meter else None
     deadline = t_start + cfg.duration if cfg.duration is not None else None
+    period = cfg.batch / cfg.target_fps if cfg.target_fps else None  # --target-fps: one slot
+    due = t_start
     interrupted = False
     try:
         while True:
+            if period is not None:  # each inference at its slot; a second behind: no catch-up
+                wait = due - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+                elif wait < -1.0:
+                    due = time.perf_counter()
+                due += period
             t0 = time.perf_counter()
             runner.infer(feeds)
             if engine.last_split_ms:

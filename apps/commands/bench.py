@@ -74,6 +74,15 @@ def add_parser(sub) -> None:
         "most throughput under the cap (least energy per inference); pace only the rest",
     )
     p.add_argument(
+        "--target-fps",
+        type=positive_float,
+        metavar="N",
+        help="hold N inferences a second at the least energy: with a power sensor, threads / "
+        "batch / precision are measured first and the one with the least energy per inference "
+        "at N runs, paced to N (with --power-cap / --temp-cap the tightest bound wins; the "
+        "report says which)",
+    )
+    p.add_argument(
         "--nvpmodel", metavar="NAME", help="switch to this Jetson power mode first (root; opt-in)"
     )
     p.add_argument(
@@ -111,6 +120,7 @@ def _config(args, **over):
         sysfs_root=args.sysfs_root,
         spin=args.spin,
         choose_point=args.choose_point,
+        target_fps=args.target_fps,
     )
     for k, v in over.items():
         setattr(cfg, k, v)
@@ -137,6 +147,12 @@ def _print(r: dict) -> None:
         print(f"split      n/a ({r['split_reason']})")
     if r.get("operating_point"):
         print(f"point      {r['operating_point']['why']}")
+    t = r.get("target_fps")
+    if t:
+        print(
+            f"target     {t['target_ips']:g}/s: delivered {t['delivered_ips']:.2f}/s "
+            f"({'held' if t['held'] else 'not held'}; bound: {t['bound']})"
+        )
     if r["power_w"]:
         pw = r["power_w"]
         idle = f"{pw['idle']:.2f} W" if pw["idle"] is not None else "n/a"

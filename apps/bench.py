@@ -312,6 +312,8 @@ def _timed_loop(engine, runner, feeds, cfg: BenchConfig, meter, say) -> _Run:
     try:
         while True:
             if period is not None:  # each inference at its slot; a second behind: no catch-up
+                if deadline is not None and due >= deadline:
+                    break  # the next slot starts after the run's end
                 wait = due - time.perf_counter()
                 if wait > 0:
                     time.sleep(wait)
@@ -334,7 +336,9 @@ def _timed_loop(engine, runner, feeds, cfg: BenchConfig, meter, say) -> _Run:
             raise
         interrupted = True
         say("interrupted: reporting the inferences measured so far")
-    elapsed = time.perf_counter() - t_start
+    # paced, the run lasts to the end of its last slot (its rate is slots per slot time)
+    end = time.perf_counter() if period is None else max(time.perf_counter(), due)
+    elapsed = end - t_start
     return _Run(latencies, split, elapsed, m_start, meter.now() if meter else None, interrupted)
 
 

@@ -353,16 +353,14 @@ class Analytics:
 
 def _reach_s(counter, p, v) -> float:
     """Seconds until point ``p`` moving at ``v`` (pixels a second) reaches a line (segment) or
-    a zone's edge: 0 when it is within 4 pixels of one, inf when its path meets none."""
+    a zone's edge along its path, inf when its path meets none (the gate's hints are frames old,
+    so the exact time, not a nearness, brackets the crossing)."""
     pts = np.asarray(counter.points, np.float64)
     edges = [(pts[0], pts[1])] if counter.kind == "line" else list(zip(pts, np.roll(pts, -1, 0)))
     p, v = np.asarray(p, np.float64), np.asarray(v, np.float64)
     best = math.inf
     for a, b in edges:
         d = b - a
-        u = max(0.0, min(1.0, float(np.dot(p - a, d) / max(float(np.dot(d, d)), 1e-9))))
-        if math.hypot(*(a + u * d - p)) <= 4.0:
-            return 0.0
         cross = v[0] * d[1] - v[1] * d[0]  # p + v*s = a + d*u: Cramer's rule
         if abs(cross) < 1e-9:
             continue  # moving along it (or still)

@@ -75,9 +75,9 @@ class GateOptions:
             "--gate",
             default="off",
             metavar="motion|interval:N|off",
-            help="motion: the detector runs only on frames with motion, moving tracks, tracks at a "
-            "line or zone, a keyframe or a stream's start (skipped frames: the tracker predicts); "
-            "interval:N: every Nth frame; off (default): every frame",
+            help="motion: the detector runs only on frames with new motion, moving tracks, tracks "
+            "crossing a line or zone edge, a keyframe or a stream's start (skipped frames: the "
+            "tracker predicts); interval:N: every Nth frame; off (default): every frame",
         )
         g.add_argument(
             "--keyframe",
@@ -188,7 +188,9 @@ class MotionDetector:
             changed[self.mask > 0] = 0
         share = cv2.countNonZero(changed) / changed.size
         if share > LIGHT_CHANGE:
-            self.background = small.astype(np.float32)  # the light changed: re-base
+            self.background = small.astype(np.float32)  # the light changed: re-base both
+            self._recent.clear()
+            self._recent.append((t, small))
             self.light_changes += 1
             return []
         cv2.accumulateWeighted(small, self.background, ADAPT)
@@ -244,9 +246,9 @@ class StreamGate:
     [Hint, ...]}``), read here without waiting.
 
     Motion that the tracks explain (it lies on their predicted boxes) is their objects moving:
-    those are re-inferred every ``TRACK_CHECK_S`` (the Kalman filter predicts between), and every
-    frame while one is at a line or a zone's edge. Motion anywhere else may be a new object: that
-    frame is inferred at once."""
+    those are re-inferred every ``TRACK_CHECK_S`` (the Kalman filter predicts between), and on the
+    frames either side of a predicted crossing of a line or a zone's edge. Motion anywhere else
+    may be a new object: that frame is inferred at once."""
 
     def __init__(self, options: GateOptions, masks: list | None = None) -> None:
         self.options = options
@@ -259,7 +261,7 @@ class StreamGate:
         self._last_inferred: float | None = None
         self._start_left = START_FRAMES
         self._n = 0
-        self._frame_s = 0.1  # the stream's frame interval (smoothed)
+        self._frame_s: float | None = None  # the stream's frame interval (smoothed)
         self.hints: dict = {"t": 0.0, "tracks": ()}
         self._lock = threading.Lock()
 
@@ -269,7 +271,10 @@ class StreamGate:
         if self._last_t is not None and t - self._last_t > GAP_S:
             self._start_left = START_FRAMES  # a reconnect, a camera that came back
         elif self._last_t is not None:
-            self._frame_s += 0.1 * (max(0.0, t - self._last_t) - self._frame_s)
+            dt = max(0.0, t - self._last_t)  # the first interval seeds it, then it is smoothed
+            self._frame_s = (
+                dt if self._frame_s is None else self._frame_s + 0.1 * (dt - self._frame_s)
+            )
         self._last_t = t
         self._n += 1
         regions = self.motion.regions(frame.image, frame.t_scene) if self.motion is not None else []
@@ -301,7 +306,7 @@ class StreamGate:
         # a moving track crosses a line or a zone's edge (at hints' time + reach_s) within a frame
         # interval of this frame: the frames either side of the crossing are seen, not predicted
         # (the hints may be frames behind; the crossing's time does not depend on that)
-        frame_s = self._frame_s
+        frame_s = 0.1 if self._frame_s is None else self._frame_s
         crossing = (hints["t"] + h.reach_s for h in tracks if h.moving)
         if any(t - frame_s < c <= t + frame_s for c in crossing):
             return "geometry"

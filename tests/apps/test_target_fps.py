@@ -67,3 +67,19 @@ def test_a_bad_target_is_one_sentence(tmp_path):
     bundle = classifier_bundle(tmp_path / "m")
     assert_user_error(run_cli("bench", bundle, "--target-fps", "0"), "--target-fps")
     assert_user_error(run_cli("bench", bundle, "--target-fps", "fast"), "--target-fps")
+
+
+def test_a_short_paced_run_reports_the_rate_it_held(tmp_path):
+    """20 slots at 50/s last 0.4 s: the rate is slots over slot time (not over the time to the
+    last inference's end, which would read 20/0.38 s = 52.6/s)."""
+    import json
+
+    from tests.tiny import classifier_bundle
+
+    bundle = classifier_bundle(tmp_path / "m")
+    proc = run_cli(
+        "bench", bundle, "--iterations", "20", "--target-fps", "50", "--idle-seconds", "0", "--json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    t = json.loads(proc.stdout)["target_fps"]
+    assert t["held"] and abs(t["delivered_ips"] - 50) <= 1.0, t

@@ -267,7 +267,7 @@ class Tracker(ObjectTracker):
             t.box = tuple(float(v) for v in boxes[k])
             t.velocity = (float(self._kf.x[k, 4]), float(self._kf.x[k, 5]))
             t.detection, t.detection_index, t.predicted = None, None, True
-            if t.confirmed and t.last_seen == self._matched_t:
+            if self._matched_last(t):
                 out.append(t)
         out.sort(key=lambda t: t.track_id)
         return out
@@ -279,11 +279,15 @@ class Tracker(ObjectTracker):
         return [
             (t, tuple(float(v) for v in boxes[k]), (float(x[k, 4]), float(x[k, 5])))
             for k, t in enumerate(self._tracks)
-            if t.confirmed and t.last_seen == self._matched_t
+            if self._matched_last(t)
         ]
 
     def missing(self) -> int:
-        return sum(1 for t in self._tracks if t.confirmed and t.last_seen != self._matched_t)
+        return sum(1 for t in self._tracks if t.confirmed and not self._matched_last(t))
+
+    def _matched_last(self, t: Track) -> bool:
+        """A confirmed track the last update matched."""
+        return t.confirmed and t.last_seen == self._matched_t
 
     def close(self) -> list[Track]:
         """End every live confirmed track (the stream ended); returns them."""

@@ -288,12 +288,12 @@ class Analytics:
         """What the stream's gate reads before its next frame: every live track's box and
         velocity (the filter's, at ``t``), whether it moves (its box centre faster than 2 % of the
         frame's height a second), and the seconds its path needs to reach a line or a zone's
-        edge (0 when it is at one); and how many confirmed tracks the last inferred frame missed
+        edge; and how many confirmed tracks the last inferred frame missed
         (looked for again before they are given up)."""
         hints = []
+        counters = (*s.counters.lines, *s.counters.zones)
         for _track, box, velocity in s.tracker.live():
             p = anchor_point(box, self.anchor)
-            counters = (*s.counters.lines, *s.counters.zones)
             reach_s = min((_reach_s(c, p, velocity) for c in counters), default=math.inf)
             hints.append(Hint(box, velocity, math.hypot(*velocity) > 0.02 * shape[0], reach_s))
         return {"t": t, "tracks": tuple(hints), "missing": s.tracker.missing()}

@@ -173,9 +173,7 @@ class MotionDetector:
         t = float(self._n) / 10.0 if t is None else t  # frames 0.1 s apart when no time is given
         self._n += 1
         if self.background is None:
-            self.background = small.astype(np.float32)
-            self._recent.clear()
-            self._recent.append((t, small))
+            self._rebase(small, t)
             return []
         before = self._recent[0][1]
         while len(self._recent) > 1 and self._recent[1][0] <= t - LOOKBACK_S:
@@ -188,9 +186,7 @@ class MotionDetector:
             changed[self.mask > 0] = 0
         share = cv2.countNonZero(changed) / changed.size
         if share > LIGHT_CHANGE:
-            self.background = small.astype(np.float32)  # the light changed: re-base both
-            self._recent.clear()
-            self._recent.append((t, small))
+            self._rebase(small, t)  # the light changed
             self.light_changes += 1
             return []
         cv2.accumulateWeighted(small, self.background, ADAPT)
@@ -207,6 +203,12 @@ class MotionDetector:
                 x, y, w, h = cv2.boundingRect(c)
                 out.append((x * scale, y * scale, (x + w) * scale, (y + h) * scale))
         return out
+
+    def _rebase(self, small: np.ndarray, t: float) -> None:
+        """The background and the look-back both start again from this picture."""
+        self.background = small.astype(np.float32)
+        self._recent.clear()
+        self._recent.append((t, small))
 
 
 def explained(region, tracks, t: float, memory_s: float) -> bool:
@@ -232,7 +234,7 @@ def explained(region, tracks, t: float, memory_s: float) -> bool:
 class Hint(NamedTuple):
     """What the gate knows of one live track: its box and velocity (pixels, pixels a second) at
     the hints' time, whether it moves, and the seconds it needs at its speed to reach a line or
-    a zone's edge (0: it is at one; inf: none, or it stands still)."""
+    a zone's edge (inf: its path meets none, or it stands still)."""
 
     box: tuple
     velocity: tuple

@@ -3,6 +3,7 @@ and sweeps over precision / batch / power cap with a Pareto view of latency vs e
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import platform
@@ -20,7 +21,10 @@ SWEEP_KEYS = {
     "batch": None,
     "power_cap": None,
     "backend": ("auto", "tensorrt", "onnxruntime"),
+    "gpu_clock": None,  # MHz of the GPU's table, or max (the limit in force)
+    "emc_clock": None,  # MHz of the EMC's caps, or max
 }
+CLOCK_AXES = {"gpu_clock": "gpu", "emc_clock": "emc"}
 
 
 @dataclass
@@ -42,6 +46,11 @@ class BenchConfig:
     choose_point: bool = False  # under a cap: probe threads / batch / precision, run the best
     probe_seconds: float = 1.5
     target_fps: float | None = None  # hold this many inferences a second at the least energy
+    clocks: str | None = None  # "auto": choose the GPU / EMC limits for --target-fps (Jetson)
+    gpu_clock: float | None = None  # MHz: the GPU's maximum set for this run (a sweep's axis)
+    emc_clock: float | None = None  # MHz: the EMC cap set for this run
+    clock_settle: float = 0.6  # s after a clock change before a probe measures
+    margin: float = 0.1  # a point holds the rate with this share to spare
 
 
 def make_inputs(engine, batch: int) -> dict[str, np.ndarray]:
@@ -94,9 +103,11 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
     power_options = PowerOptions(cfg.power_cap, cfg.temp_cap, cfg.sysfs_root, cfg.nvml)
     paced = power_options.capped or cfg.target_fps is not None
     options["spin"] = cfg.spin == "on" or (cfg.spin == "auto" and not paced)
-    point = None
-    # on every path: no sampling thread or open sensor left behind
-    with PowerSession(power_options, say) as power:
+    point = clock_choice = None
+    # on every path: no sampling thread or open sensor left behind, no clock left changed
+    with PowerSession(power_options, say) as power, _clock_session(cfg, say) as clocks:
+        if clocks is not None and cfg.clocks is None:
+            clocks.set(**_fixed_clocks(cfg, clocks))  # a sweep's point: before idle is measured
         idle = power.measure_idle(cfg.idle_seconds)
         if cfg.target_fps is not None:
             if power.meter is None or idle is None:
@@ -110,6 +121,8 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
             if cfg.power_cap is None or idle is None:
                 raise EdgertError("--choose-point needs --power-cap and a power sensor")
             point = choose_operating_point(cfg, power.meter, idle, options, say)
+        if cfg.clocks == "auto":
+            clock_choice = choose_clocks(cfg, clocks, power.meter, options, say)
         with Engine.load(
             cfg.model, backend=cfg.backend, precision=cfg.precision, **options
         ) as engine:
@@ -126,6 +139,7 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
             backend, reason = engine.backend, engine.backend_reason
             capped = runner.report() if runner is not engine else None
         meter, sensor = power.meter, power.sensor
+        clocks_set = clocks.report() if clocks is not None else None
     throughput = cfg.batch * run.latencies.count / run.elapsed
     result = {
         "model": str(cfg.model),
@@ -143,6 +157,8 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
         "split_reason": None if run.split else _no_split_reason(backend),
         "spin": options["spin"],
         "operating_point": point,
+        "clocks_set": clocks_set,  # the limits edgert set for the run and those before (restored)
+        "clock_choice": clock_choice,
         "power_cap_w": cfg.power_cap,
         "power_cap": capped,  # the governor's last duty, achieved average, throughput
         "power_w": None,
@@ -244,6 +260,177 @@ def choose_operating_point(cfg: BenchConfig, meter, idle: float, options: dict, 
     return {"chosen": best.label, "why": why, "candidates": candidates}
 
 
+def _clock_session(cfg: BenchConfig, say):
+    """A :class:`~edgert.runtime.power.clocks.ClockSession` when the run sets clocks (``--clocks
+    auto``, a sweep's clock axis), else a context of None. Nothing is written until it sets."""
+    if cfg.clocks is None and cfg.gpu_clock is None and cfg.emc_clock is None:
+        return contextlib.nullcontext()
+    from edgert.runtime.power import clocks
+
+    found = clocks.find(cfg.sysfs_root)
+    wanted = ["gpu", "emc"] if cfg.clocks else [n for n in ("gpu", "emc") if _mhz(cfg, n)]
+    if not any(getattr(found, n) for n in wanted):
+        raise clocks.ClockError(
+            "--clocks: this board has no clock edgert can set (" + "; ".join(found.reasons) + ")"
+        )
+    for name in wanted:
+        if getattr(found, name) is None and not cfg.clocks:
+            raise clocks.ClockError(
+                f"no {name.upper()} clock to set here ({'; '.join(found.reasons)})"
+            )
+    return clocks.ClockSession(found, cfg.sysfs_root, say)
+
+
+def _mhz(cfg: BenchConfig, name: str):
+    return cfg.gpu_clock if name == "gpu" else cfg.emc_clock
+
+
+def _fixed_clocks(cfg: BenchConfig, session) -> dict:
+    """A sweep's clock values (MHz) as the table's rates: {"gpu": Hz, "emc": Hz}."""
+    from edgert.runtime.power.clocks import ClockError
+
+    out = {}
+    for name in ("gpu", "emc"):
+        value = _mhz(cfg, name)
+        if value is None:
+            continue
+        table = session.candidates(name)
+        match = [f for f in table if abs(f / 1e6 - value) < 0.5]
+        if not match:
+            rates = ", ".join(f"{f / 1e6:g}" for f in sorted(table))
+            raise ClockError(
+                f"{name}_clock {value:g} MHz is not one this board allows under its current "
+                f"limits ({rates} MHz)"
+            )
+        out[name] = match[0]
+    return out
+
+
+def choose_clocks(cfg: BenchConfig, session, meter, options: dict, say) -> dict:
+    """``--clocks auto``: the GPU and EMC limits with the least measured energy per inference at
+    ``cfg.target_fps``. Each candidate is set, left ``clock_settle`` s, then run paced to the rate
+    for ``probe_seconds`` on the settings already chosen; it holds the rate when the work fills at
+    most 1 / (1 + margin) of the time, every slot was kept and p99 fits in a slot. The GPU's
+    table is walked down from the top (at the EMC's top) until a clock cannot hold the rate or
+    two in a row cost more than the best, then the EMC's at the best GPU clock, then the GPU's
+    neighbours at the best EMC cap: energy against clock is U-shaped (dynamic power falls with
+    the clock down to the voltage floor, the power paid while computing is paid longer)."""
+    from edgert.runtime.engine import Engine
+    from edgert.runtime.power.clocks import ClockError
+
+    if meter is None:
+        raise ClockError("--clocks auto measures energy, and there is no power sensor here")
+    rate = cfg.target_fps
+    gpus = session.candidates("gpu") or [None]
+    emcs = session.candidates("emc") or [None]
+    probe_cfg = BenchConfig(cfg.model, duration=cfg.probe_seconds, batch=cfg.batch, target_fps=rate)
+    slot_ms = 1e3 * cfg.batch / rate
+    measured: dict = {}
+    with Engine.load(cfg.model, backend=cfg.backend, precision=cfg.precision, **options) as engine:
+        feeds = make_inputs(engine, cfg.batch)
+        engine.infer(feeds)
+
+        def probe(g, e) -> dict:
+            if (g, e) in measured:
+                return measured[(g, e)]
+            session.set(gpu=g, emc=e)
+            time.sleep(cfg.clock_settle)
+            run = _timed_loop(engine, engine, feeds, probe_cfg, meter, lambda s: None)
+            if run.interrupted:
+                raise KeyboardInterrupt  # Ctrl-C or SIGTERM while choosing: stop, clocks go back
+            stats = run.latencies.summary()
+            n = cfg.batch * run.latencies.count
+            energy = meter.energy_j(run.m_start, run.m_end)
+            busy = stats["mean"] * stats["count"] / 1e3 / run.elapsed
+            delivered = n / run.elapsed
+            row = {
+                "gpu_mhz": None if g is None else g / 1e6,
+                "emc_mhz": None if e is None else e / 1e6,
+                "mj_per_inference": None if energy is None else round(energy / n * 1e3, 3),
+                "busy": round(busy, 3),
+                "p99_ms": round(stats["p99"], 3),
+                "delivered_ips": round(delivered, 2),
+            }
+            row["holds"] = (
+                energy is not None
+                and busy * (1 + cfg.margin) <= 1.0
+                and stats["p99"] <= slot_ms
+                and delivered >= 0.98 * rate
+            )
+            measured[(g, e)] = row
+            mj = "n/a" if row["mj_per_inference"] is None else f"{row['mj_per_inference']:.1f} mJ"
+            say(
+                f"  clocks gpu {_label(g)} emc {_label(e)}: {mj}, busy {busy:.0%}, "
+                f"p99 {stats['p99']:.1f} ms" + ("" if row["holds"] else " (does not hold the rate)")
+            )
+            return row
+
+        def walk(points) -> None:
+            best, worse = math.inf, 0
+            for g, e in points:
+                row = probe(g, e)
+                if not row["holds"]:
+                    break
+                if row["mj_per_inference"] < best:
+                    best, worse = row["mj_per_inference"], 0
+                else:
+                    worse += 1
+                    if worse >= 2:
+                        break
+
+        def best_key():
+            held = [(k, r) for k, r in measured.items() if r["holds"]]
+            return min(held, key=lambda kr: kr[1]["mj_per_inference"])[0] if held else None
+
+        walk([(g, emcs[0]) for g in gpus])
+        key = best_key()
+        for _ in range(3):  # each axis in turn from the best point, until it stays put
+            if key is None:
+                break
+            before = key
+            for axis, table in ((1, emcs), (0, gpus)):
+                i = table.index(key[axis])
+                if i > 0:
+                    probe(*_at(key, axis, table[i - 1]))  # one step up
+                walk([_at(key, axis, v) for v in table[i:]])  # and down while it pays
+                key = best_key()
+            if key == before:
+                break
+    if key is None:
+        key = (gpus[0], emcs[0])
+        why = (
+            f"no clock point holds {rate:g}/s with {cfg.margin:.0%} to spare: the limits in force "
+            f"(gpu {_label(key[0])}, emc {_label(key[1])})"
+        )
+    else:
+        top = measured.get((gpus[0], emcs[0]))
+        row = measured[key]
+        why = f"gpu {_label(key[0])}, emc {_label(key[1])}: {row['mj_per_inference']:.1f} mJ/inference"
+        if top and top is not row and top["mj_per_inference"]:
+            saved = 1 - row["mj_per_inference"] / top["mj_per_inference"]
+            why += (
+                f" ({saved:.0%} less than at the limits in force, {top['mj_per_inference']:.1f} mJ)"
+            )
+    session.set(gpu=key[0], emc=key[1])
+    say(f"clocks: {why}")
+    return {
+        "chosen": {
+            "gpu_mhz": None if key[0] is None else key[0] / 1e6,
+            "emc_mhz": None if key[1] is None else key[1] / 1e6,
+        },
+        "why": why,
+        "candidates": list(measured.values()),
+    }
+
+
+def _at(key: tuple, axis: int, value) -> tuple:
+    return (value, key[1]) if axis == 0 else (key[0], value)
+
+
+def _label(hz) -> str:
+    return "as is" if hz is None else f"{hz / 1e6:g} MHz"
+
+
 def _probe(cfg: BenchConfig, setting: dict, meter, say, label: str):
     """(average W, images/s) of one setting run uncapped, without spinning; None if it cannot run."""
     from edgert.runtime.engine import Engine
@@ -280,6 +467,8 @@ def _validate(cfg: BenchConfig) -> None:
     ):
         if value is not None and not (math.isfinite(value) and value > low):
             raise ModelError(f"{name} must be a positive number, not {value}")
+    if cfg.clocks is not None and cfg.target_fps is None:
+        raise ModelError("--clocks auto chooses clocks for a rate: give --target-fps N as well")
     for name, value in (("--warmup", cfg.warmup), ("--idle-seconds", cfg.idle_seconds)):
         if not (math.isfinite(value) and value >= 0):
             raise ModelError(f"{name} must be zero or more seconds, not {value}")
@@ -392,6 +581,17 @@ def parse_sweep(words: list[str]) -> list[dict]:
                 if not v.isdigit() or int(v) < 1:
                     raise ModelError(f"sweep batch value {v!r} is not a positive integer")
                 parsed.append(int(v))
+            elif key in CLOCK_AXES:
+                if v.lower() == "max":
+                    parsed.append(None)  # the limit in force
+                else:
+                    try:
+                        mhz = float(v)
+                    except ValueError:
+                        mhz = math.nan
+                    if not (math.isfinite(mhz) and mhz > 0):
+                        raise ModelError(f"sweep {key} value {v!r} is not a number of MHz or 'max'")
+                    parsed.append(mhz)
             elif key == "power_cap":
                 if v.lower() == "none":
                     parsed.append(None)
@@ -455,31 +655,43 @@ def run_sweep(grid: list[dict], config, say=lambda s: None) -> dict:
         points.append(r)
     ran = [p for p in points if "skipped" not in p]
     front = pareto(ran)
+    # with --target-fps: the least energy among the points that held the rate
+    at_target = any(p.get("target_fps") for p in ran)
     best = min(
-        (p for p in ran if p.get("energy_mj_per_inference") is not None),
+        (
+            p
+            for p in ran
+            if p.get("energy_mj_per_inference") is not None
+            and (not at_target or (p.get("target_fps") or {}).get("held"))
+        ),
         key=lambda p: p["energy_mj_per_inference"],
         default=None,
     )
+    swept = {CLOCK_AXES[k] for k in (grid[0] if grid else {}) if k in CLOCK_AXES}
     return {
         "points": points,
         "pareto": [ran[i]["label"] for i in front],
         "most_efficient": best["label"] if best else None,
-        "conditions_mismatch": conditions_mismatch(ran),
+        "target_ips": ran[0]["target_fps"]["target_ips"] if at_target else None,
+        "conditions_mismatch": conditions_mismatch(ran, ignore=swept),
     }
 
 
-def conditions_mismatch(points: list[dict]) -> str | None:
-    """What differed between the sweep's points: the power mode, jetson_clocks, a clock's limit,
-    or throttling in some and not others; None when they ran alike."""
+def conditions_mismatch(points: list[dict], ignore: set = frozenset()) -> str | None:
+    """What differed between the sweep's points: the power mode, jetson_clocks, a clock's limit
+    (not those in ``ignore``: the clocks the sweep itself sets), or throttling in some and not
+    others; None when they ran alike."""
     conds = [(p["label"], p.get("conditions")) for p in points if p.get("conditions")]
     if len(conds) < 2:
         return None
     found = []
     for key, what in (("nvpmodel", "power mode"), ("jetson_clocks", "jetson_clocks")):
+        if key == "jetson_clocks" and "gpu" in ignore:
+            continue  # a GPU clock set pinned or not is the sweep's doing
         values = {c[key] for _, c in conds}
         if len(values) > 1:
             found.append(f"{what}: " + ", ".join(f"{lab} {c[key]}" for lab, c in conds))
-    limits = {name for _, c in conds for name in c["clocks"]}
+    limits = {name for _, c in conds for name in c["clocks"]} - set(ignore)
     for name in sorted(limits):
         values = {c["clocks"].get(name, {}).get("limit_mhz") for _, c in conds}
         if len(values) > 1:

@@ -83,13 +83,23 @@ def add_parser(sub) -> None:
         "report says which)",
     )
     p.add_argument(
+        "--clocks",
+        choices=["auto"],
+        help="Jetson, with --target-fps: also choose the GPU clock limit and the EMC cap by "
+        "measured energy at the rate, inside the current power mode (root or a udev rule); the "
+        "limits in force are recorded first and put back at exit (after a crash: "
+        "edgert power --restore)",
+    )
+    p.add_argument(
         "--nvpmodel", metavar="NAME", help="switch to this Jetson power mode first (root; opt-in)"
     )
     p.add_argument(
         "--sweep",
         nargs="+",
         metavar="KEY=V1,V2",
-        help="grid over precision, batch, power_cap, backend",
+        help="grid over precision, batch, power_cap, backend, gpu_clock and emc_clock (MHz or "
+        "max; Jetson); with --target-fps each point is paced to the rate and the least energy "
+        "among those that held it is marked",
     )
     p.add_argument(
         "--json", action="store_true", help="print the results as JSON (progress on stderr)"
@@ -121,6 +131,7 @@ def _config(args, **over):
         spin=args.spin,
         choose_point=args.choose_point,
         target_fps=args.target_fps,
+        clocks=args.clocks,
     )
     for k, v in over.items():
         setattr(cfg, k, v)
@@ -147,6 +158,14 @@ def _print(r: dict) -> None:
         print(f"split      n/a ({r['split_reason']})")
     if r.get("operating_point"):
         print(f"point      {r['operating_point']['why']}")
+    if r.get("clock_choice"):
+        print(f"clocks     {r['clock_choice']['why']}")
+    for name, c in (r.get("clocks_set") or {}).items():
+        if c["set_max_mhz"] is not None:
+            print(
+                f"clocks     {name} limited to {c['set_max_mhz']:g} MHz for the run "
+                f"(was {c['before_max_mhz']:g} MHz; put back)"
+            )
     t = r.get("target_fps")
     if t:
         print(
@@ -268,6 +287,10 @@ def _sweep(args, bench) -> int:
         say(
             f"{p['label']:<44}{lat['p50']:>9.3f}{lat['p99']:>9.3f}{p['throughput_ips']:>9.1f}"
             f"{w:>8}{mj:>9}{mark}"
+        )
+    if summary.get("target_ips") and summary["most_efficient"]:
+        say(
+            f"(marked: the least energy per inference among the points that held {summary['target_ips']:g}/s)"
         )
     if not summary["most_efficient"]:
         say("(no power sensor: energy per inference unavailable, so no energy ranking)")

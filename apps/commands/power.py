@@ -24,6 +24,12 @@ def add_parser(sub) -> None:
         "--sysfs-root", metavar="DIR", help="read sysfs under DIR (default / or $EDGERT_SYSFS_ROOT)"
     )
     p.add_argument("--no-nvml", action="store_true", help="do not try NVML")
+    p.add_argument(
+        "--restore",
+        action="store_true",
+        help="put back the GPU / EMC clock limits a --clocks run recorded and could not restore "
+        "itself (it was killed)",
+    )
     p.add_argument("--device", type=nonneg_int, default=0, help="GPU index for NVML (default 0)")
     p.set_defaults(func=run)
 
@@ -63,6 +69,7 @@ def snapshot(root=None, nvml: bool = True, device: int = 0) -> dict:
     if cond.gpu is not None:
         facts["gpu"] = cond.gpu
     facts["suggested_temp_cap_c"] = suggested_temp_cap(cond)
+    facts["clock_controls"] = clock_controls(root)
     modes = nvpmodel.read(sysfs_root(root))
     facts["nvpmodel"] = (
         {
@@ -77,7 +84,38 @@ def snapshot(root=None, nvml: bool = True, device: int = 0) -> dict:
     return facts
 
 
+def clock_controls(root=None) -> dict:
+    """The clocks --clocks / a sweep can limit: each one's table, the limits in force, and a
+    record of limits a killed run left (``edgert power --restore`` puts them back)."""
+    import os
+
+    from edgert.runtime.power import clocks
+
+    found = clocks.find(root)
+    out: dict = {"domains": [], "reasons": list(found.reasons), "pending_restore": None}
+    for d in found.domains:
+        try:
+            entry = d.to_dict()
+        except clocks.ClockError as exc:
+            entry = {"name": d.name, "node": str(d.node), "reason": str(exc)}
+        entry["writable"] = all(os.access(f, os.W_OK) for f in d.files())
+        out["domains"].append(entry)
+    state = clocks.state_path(root)
+    if state.is_file():
+        out["pending_restore"] = str(state)
+    return out
+
+
 def run(args) -> int:
+    if args.restore:
+        from edgert.runtime.power import clocks
+
+        restored = clocks.restore_saved(args.sysfs_root, print)
+        if not restored:
+            print(
+                f"clocks: nothing to put back (no record at {clocks.state_path(args.sysfs_root)})"
+            )
+        return 0
     facts = snapshot(args.sysfs_root, nvml=not args.no_nvml, device=args.device)
     if args.json:
         print(json.dumps(facts, indent=2))
@@ -99,6 +137,21 @@ def run(args) -> int:
         print(f"  clock {c['name']:<18} {cur}{limits}")
     if facts.get("gpu"):
         print(f"  gpu (NVML)               {facts['gpu']}")
+    for d in facts["clock_controls"]["domains"]:
+        if "reason" in d:
+            print(f"  {d['name']} limit: n/a ({d['reason']})")
+            continue
+        table = " ".join(f"{f:g}" for f in d["available_mhz"])
+        low = f"min {d['min_mhz']:g}, " if d["min_mhz"] is not None else ""
+        print(
+            f"  {d['name']} limit: {low}max {d['max_mhz']:g} MHz of {table} MHz"
+            + ("" if d["writable"] else " (read-only for this user)")
+        )
+    if facts["clock_controls"]["pending_restore"]:
+        print(
+            f"clocks: a killed --clocks run left limits recorded in "
+            f"{facts['clock_controls']['pending_restore']}: edgert power --restore puts them back"
+        )
     if facts["suggested_temp_cap_c"] is not None:
         print(
             f"suggested --temp-cap: {facts['suggested_temp_cap_c']:.0f} (a few degrees below the "

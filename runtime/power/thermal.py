@@ -186,20 +186,26 @@ def _devfreq(node: Path, name: str) -> Clock:
     return Clock(name, cur, lo, hi, reason)
 
 
-def gpu_clock(root: str | os.PathLike | None = None) -> Clock | None:
-    """The integrated GPU's devfreq node: by its known names, or a devfreq device whose
+def gpu_devfreq_node(root: str | os.PathLike | None = None) -> Path | None:
+    """The integrated GPU's devfreq folder: by its known names, or a devfreq device whose
     device-tree node name is a GPU's; None on a board without one."""
     base = sysfs_root(root)
     for node in sorted(glob.glob(str(base / "sys/class/devfreq/*"))):
         node = Path(node)
         if node.name in GPU_DEVFREQ or _text(node / "device/of_node/name") in GPU_OF_NAMES:
-            return _devfreq(node, "gpu")
+            return node
     for name in GPU_DEVFREQ:
         for parent in GPU_DEVICE_DIRS:
             node = base / parent / name / "devfreq" / name
             if node.is_dir():
-                return _devfreq(node, "gpu")
+                return node
     return None
+
+
+def gpu_clock(root: str | os.PathLike | None = None) -> Clock | None:
+    """The integrated GPU's clock (its devfreq node's cur / min / max), or None."""
+    node = gpu_devfreq_node(root)
+    return None if node is None else _devfreq(node, "gpu")
 
 
 def cpu_clocks(root: str | os.PathLike | None = None) -> list[Clock]:

@@ -46,6 +46,7 @@ class BenchConfig:
     choose_point: bool = False  # under a cap: probe threads / batch / precision, run the best
     probe_seconds: float = 1.5
     target_fps: float | None = None  # hold this many inferences a second at the least energy
+    keep_settings: bool = False  # --target-fps: pace the settings given, choose no other point
     clocks: str | None = None  # "auto": choose the GPU / EMC limits for --target-fps (Jetson)
     gpu_clock: float | None = None  # MHz: the GPU's maximum set for this run (a sweep's axis)
     emc_clock: float | None = None  # MHz: the EMC cap set for this run
@@ -109,7 +110,7 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
         if clocks is not None and cfg.clocks is None:
             clocks.set(**_fixed_clocks(cfg, clocks))  # a sweep's point: before idle is measured
         idle = power.measure_idle(cfg.idle_seconds)
-        if cfg.target_fps is not None:
+        if cfg.target_fps is not None and not cfg.keep_settings:
             if power.meter is None or idle is None:
                 say(
                     "--target-fps: no power sensor to measure energy with, so the settings given "

@@ -128,6 +128,7 @@ class CameraConfig:
     run: RunOptions = field(default_factory=RunOptions)
     gate: GateOptions = field(default_factory=GateOptions)
     metrics: str | None = None  # [HOST:]PORT of /metrics, /live, /ready
+    clocks: str | None = None  # "auto" (with gate.target_fps): GPU / EMC limits for the rate
 
     @property
     def tracks(self) -> bool:
@@ -273,6 +274,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             analytics = Analytics(
                 len(sources), geometries, t.count_anchor, t.lost_seconds, t.tracker
             )
+        clocks = _clocks(cfg, m.path, batch, len(sources), power, stack, say)
         runner = power.cap(model)
         if gates is not None:
             if analytics is not None:
@@ -310,19 +312,55 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         if analytics is not None:
             sinks.events(analytics.finish())  # the tracks still live end
         sinks.close()
-        return _summary(
+        summary = _summary(
             pipeline, sources, model, handler, analytics, sinks, power, probes, conditions
         )
+        if clocks is not None:
+            summary["clocks_set"], summary["clock_choice"] = clocks[0].report(), clocks[1]
+        return summary
+
+
+def _clocks(cfg: CameraConfig, model_path, batch: int, streams: int, power, stack, say):
+    """``--clocks auto``: the GPU / EMC limits with the least energy per frame at
+    ``--target-fps`` frames a second per stream, measured on the model before the streams start
+    (as ``edgert bench --target-fps --clocks auto`` does), held for the run and put back at its
+    end. (session, choice) or None."""
+    if cfg.clocks is None:
+        return None
+    from edgert.apps.bench import BenchConfig, _clock_session, choose_clocks
+    from edgert.runtime.errors import SourceError
+
+    if cfg.gate.target_fps is None:
+        raise SourceError("--clocks auto chooses clocks for a rate: give --target-fps N as well")
+    m = cfg.model
+    bench = BenchConfig(
+        str(model_path),
+        batch=batch,
+        precision=m.precision,
+        backend=m.backend,
+        target_fps=cfg.gate.target_fps * streams,
+        sysfs_root=cfg.power.sysfs_root,
+        clocks="auto",
+    )
+    session = stack.enter_context(_clock_session(bench, say))
+    say(f"clocks: measuring the clock points at {bench.target_fps:g} frames/s in all")
+    choice = choose_clocks(bench, session, power.meter, {"spin": False}, say)
+    return session, choice
 
 
 def _gate_says(o: GateOptions, task: str, tracking: bool) -> str:
     """What the gate does for this run, in a sentence."""
-    which = (
-        f"one frame in {o.interval}"
-        if o.mode == "interval"
-        else f"frames with motion, moving tracks or tracks at a line or zone, and one every "
-        f"{o.keyframe_s:g} s"
-    )
+    if o.mode == "off":
+        which = f"{o.target_fps:g} evenly spaced frames a second (--target-fps)"
+    elif o.mode == "interval":
+        which = f"one frame in {o.interval}"
+    else:
+        which = (
+            f"frames with motion, moving tracks or tracks at a line or zone, and one every "
+            f"{o.keyframe_s:g} s"
+        )
+    if o.mode != "off" and o.target_fps is not None:
+        which += f", at most {o.target_fps:g} a second"
     between = (
         "the tracker predicts the frames between (results marked predicted)"
         if tracking

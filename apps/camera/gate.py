@@ -12,6 +12,8 @@ lines and zones right through the gaps:
                 frames either side of the crossing are seen, not predicted)
     keyframe    ``--keyframe S`` passed since the last inferred frame (still objects, arrivals)
     interval    ``--gate interval:N``: every Nth frame (DeepStream's fixed skip, for comparison)
+    rate        ``--target-fps N`` without a gate: N evenly spaced frames a second (with a gate,
+                its frames are thinned to N a second; those left out are ``rate_skipped``)
 
 A frame with none of these is skipped and counted: the tracker coasts (Kalman prediction at the
 frame's real time), its results say they are predicted, and lines, zones and events go on as if
@@ -30,7 +32,7 @@ import numpy as np
 
 from edgert.runtime.errors import SourceError
 
-REASONS = ("start", "motion", "tracks", "geometry", "keyframe", "interval")
+REASONS = ("start", "motion", "tracks", "geometry", "keyframe", "interval", "rate")
 START_FRAMES = 3  # frames inferred when a stream starts or comes back
 GAP_S = 1.0  # a capture-time gap this long is a restart (a reconnect, a camera that rebooted)
 WIDTH = 320  # the motion detector's grey copy, pixels wide
@@ -49,9 +51,21 @@ class GateOptions:
     keyframe_s: float = 2.0
     masks: tuple = ()  # [STREAM:]x1,y1,x2,y2,x3,y3,... polygons in pixels or fractions
     sensitivity: float = 0.5  # 0..1: higher finds smaller and fainter changes
+    target_fps: float | None = None  # --target-fps: at most this many inferred frames a second
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "off" or self.target_fps is not None
 
     @classmethod
-    def parse(cls, gate: str, keyframe_s: float = 2.0, masks=(), sensitivity: float = 0.5):
+    def parse(
+        cls,
+        gate: str,
+        keyframe_s: float = 2.0,
+        masks=(),
+        sensitivity: float = 0.5,
+        target_fps: float | None = None,
+    ):
         text = (gate or "off").strip().lower()
         if text in ("off", "motion"):
             mode, n = text, 1
@@ -64,7 +78,9 @@ class GateOptions:
             raise SourceError(f"--keyframe must be a positive number of seconds, not {keyframe_s}")
         if not 0 <= sensitivity <= 1:
             raise SourceError(f"--motion-sensitivity must be from 0 to 1, not {sensitivity}")
-        return cls(mode, n, keyframe_s, tuple(masks), sensitivity)
+        if target_fps is not None and not (math.isfinite(target_fps) and target_fps > 0):
+            raise SourceError(f"--target-fps must be a positive number, not {target_fps}")
+        return cls(mode, n, keyframe_s, tuple(masks), sensitivity, target_fps)
 
     @staticmethod
     def add_arguments(parser) -> None:
@@ -78,6 +94,13 @@ class GateOptions:
             help="motion: the detector runs only on frames with new motion, moving tracks, tracks "
             "crossing a line or zone edge, a keyframe or a stream's start (skipped frames: the "
             "tracker predicts); interval:N: every Nth frame; off (default): every frame",
+        )
+        g.add_argument(
+            "--target-fps",
+            type=positive_float,
+            metavar="N",
+            help="infer at most N frames a second per stream, evenly spaced (the frames between: "
+            "the tracker predicts, as for --gate); with --gate, of the frames it chooses",
         )
         g.add_argument(
             "--keyframe",
@@ -103,7 +126,13 @@ class GateOptions:
 
     @classmethod
     def from_args(cls, args) -> GateOptions:
-        return cls.parse(args.gate, args.keyframe, args.motion_mask, args.motion_sensitivity)
+        return cls.parse(
+            args.gate,
+            args.keyframe,
+            args.motion_mask,
+            args.motion_sensitivity,
+            getattr(args, "target_fps", None),
+        )
 
 
 def parse_mask(spec: str, streams: int) -> tuple[int | None, np.ndarray]:
@@ -259,12 +288,14 @@ class StreamGate:
         )
         self.counts: collections.Counter = collections.Counter()
         self.skipped = 0
+        self.rate_skipped = 0  # frames the gate would infer that --target-fps left out
         self._last_t: float | None = None
         self._last_inferred: float | None = None
         self._start_left = START_FRAMES
         self._n = 0
         self._frame_s: float | None = None  # the stream's frame interval (smoothed)
         self.hints: dict = {"t": 0.0, "tracks": ()}
+        self._due: float | None = None  # --target-fps: the next frame time a slot opens
         self._lock = threading.Lock()
 
     def decide(self, frame) -> str | None:
@@ -281,7 +312,7 @@ class StreamGate:
         self._n += 1
         regions = self.motion.regions(frame.image, frame.t_scene) if self.motion is not None else []
         if o.mode == "off":
-            reason = "always"
+            reason = "rate" if o.target_fps is not None else "always"
         elif self._start_left > 0:
             self._start_left -= 1
             reason = "start"
@@ -289,6 +320,9 @@ class StreamGate:
             reason = "interval" if (self._n - 1) % o.interval == 0 else None
         else:
             reason = self._motion_reason(t, regions)
+        if reason is not None and o.target_fps is not None and not self._slot(t):
+            reason = None
+            self.rate_skipped += 1
         with self._lock:
             if reason is None:
                 self.skipped += 1
@@ -296,6 +330,19 @@ class StreamGate:
                 self.counts[reason] += 1
                 self._last_inferred = t
         return reason
+
+    def _slot(self, t: float) -> bool:
+        """--target-fps: whether a frame at ``t`` falls in an open slot (slots 1/N apart, a
+        quarter of a frame interval early still counts, so 30 fps paced to 10 takes every third
+        frame); a stream that fell a slot behind starts its slots again from this frame."""
+        period = 1.0 / self.options.target_fps
+        slack = 0.25 * (self._frame_s or 0.0)
+        if self._due is not None and t + slack < self._due:
+            return False
+        if self._due is None or t - self._due > period:
+            self._due = t
+        self._due += period
+        return True
 
     def _motion_reason(self, t: float, regions: list) -> str | None:
         hints = self.hints
@@ -332,14 +379,17 @@ class StreamGate:
                 "inferred_share": round(inferred / seen, 4) if seen else None,
                 "reasons": dict(self.counts),
             }
+            if self.options.target_fps is not None:
+                out["target_fps"] = self.options.target_fps
+                out["rate_skipped"] = self.rate_skipped
         if self.motion is not None:
             out["light_changes"] = self.motion.light_changes
         return out
 
 
 def gates_for(options: GateOptions, streams: int) -> list[StreamGate] | None:
-    """One gate per stream (its masks), or None when gating is off."""
-    if options.mode == "off":
+    """One gate per stream (its masks), or None when gating is off (and no --target-fps)."""
+    if not options.on:
         return None
     masks = [parse_mask(m, streams) for m in options.masks]
     return [StreamGate(options, [p for s, p in masks if s in (None, i)]) for i in range(streams)]

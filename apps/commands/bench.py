@@ -83,6 +83,12 @@ def add_parser(sub) -> None:
         "report says which)",
     )
     p.add_argument(
+        "--keep-settings",
+        action="store_true",
+        help="with --target-fps: pace the threads / batch / precision given instead of choosing "
+        "the point with the least energy (what a run at the board's clocks with pacing costs)",
+    )
+    p.add_argument(
         "--clocks",
         choices=["auto"],
         help="Jetson, with --target-fps: also choose the GPU clock limit and the EMC cap by "
@@ -132,6 +138,7 @@ def _config(args, **over):
         choose_point=args.choose_point,
         target_fps=args.target_fps,
         clocks=args.clocks,
+        keep_settings=args.keep_settings,
     )
     for k, v in over.items():
         setattr(cfg, k, v)
@@ -262,11 +269,23 @@ def _emit(args, data, say) -> None:
 
 
 def _sweep(args, bench) -> int:
+    if args.clocks:
+        from edgert.runtime.errors import ModelError
+
+        raise ModelError(
+            "--clocks auto chooses one point and --sweep measures a grid: give gpu_clock= / "
+            "emc_clock= axes to the sweep instead"
+        )
     say = _say(args)
     duration = args.duration or 5.0
 
     def config(setting: dict):
-        return _config(args, duration=duration if args.iterations is None else None, **setting)
+        return _config(
+            args,
+            duration=duration if args.iterations is None else None,
+            keep_settings=True,  # each point runs as the grid says
+            **setting,
+        )
 
     summary = bench.run_sweep(bench.parse_sweep(args.sweep), config, say)
     points, ran = summary["points"], [p for p in summary["points"] if "skipped" not in p]

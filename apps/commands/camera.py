@@ -64,6 +64,13 @@ def add_parser(sub) -> None:
     )
     MqttOptions.add_arguments(m)
     GateOptions.add_arguments(p)
+    p.add_argument(
+        "--clocks",
+        choices=["auto"],
+        help="Jetson, with --target-fps: before the streams start, choose the GPU clock limit and "
+        "the EMC cap with the least measured energy per frame at the rate (as edgert bench "
+        "--clocks auto); put back at exit (after a crash: edgert power --restore)",
+    )
     SourceOptions.add_arguments(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
@@ -108,6 +115,7 @@ def config(args):
         run=RunOptions.from_args(args),
         gate=GateOptions.from_args(args),
         metrics=args.metrics,
+        clocks=args.clocks,
     )
 
 

@@ -90,3 +90,90 @@ def test_sigterm_mid_run_puts_every_clock_back(mobilenet, tmp_path):
     assert rc == 143, (rc, err)
     assert "Traceback" not in err, err
     _restored(root)
+
+
+def test_a_sweep_over_the_clocks_marks_the_least_energy_at_the_rate(mobilenet, tmp_path):
+    root = tmp_path / "jp6"
+    r, rc, err = clocked(
+        mobilenet,
+        root,
+        "orin-jp6",
+        "--target-fps",
+        "12",
+        "--sweep",
+        "gpu_clock=max,510",
+        "emc_clock=max,2133",
+        seconds=3,
+    )
+    assert rc == 0, err
+    points = {p["label"]: p for p in r["points"]}
+    assert len(points) == 4 and not any("skipped" in p for p in points.values())
+    for p in points.values():
+        assert p["target_fps"]["held"], p["label"]
+        want = p["setting"]["gpu_clock"]
+        got = (p["clocks_set"] or {}).get("gpu", {}).get("set_max_mhz")
+        assert got == want, (p["label"], p["clocks_set"])
+    # the plant's model: 510 MHz and EMC 2133 draw the least at a rate both hold
+    assert r["most_efficient"] == "gpu_clock=510.0 emc_clock=2133.0", r["most_efficient"]
+    assert r["target_ips"] == 12
+    assert r["conditions_mismatch"] is None  # the clocks the sweep set are not a mismatch
+    _restored(root)
+
+
+def test_camera_holds_its_frame_rate_at_the_clocks_it_measured_best(mobilenet, tmp_path):
+    """`edgert camera --target-fps N --clocks auto`: the clock points measured on the model
+    before the stream starts, N evenly spaced frames a second inferred, the clocks put back."""
+    import json
+    import subprocess
+    import sys
+
+    root = tmp_path / "jp5"
+    write_layout(root, "orin-jp5")
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edgert.apps",
+            "camera",
+            str(mobilenet),
+            "--source",
+            "synthetic://",
+            "--max-frames",
+            "90",
+            "--target-fps",
+            "10",
+            "--clocks",
+            "auto",
+            "--sysfs-root",
+            str(root),
+            "--json",
+            "--headless",
+        ],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    plant = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.clock_plant",
+            str(root),
+            str(proc.pid),
+            "--layout",
+            "orin-jp5",
+        ],
+        cwd=repo,
+    )
+    out, err = proc.communicate(timeout=600)
+    plant.wait(timeout=10)
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    chosen = summary["clock_choice"]["chosen"]
+    assert 306 < chosen["gpu_mhz"] < 918, summary["clock_choice"]
+    assert summary["clocks_set"]["gpu"]["set_max_mhz"] == chosen["gpu_mhz"]
+    gate = summary["streams"][0]["gate"]
+    assert gate["reasons"] == {"rate": 30} and gate["skipped"] == 60, gate  # 30 fps held to 10
+    _restored(root)

@@ -299,3 +299,39 @@ def test_a_crossing_is_timed_exactly_even_a_few_pixels_before_the_line():
     assert _reach_s(line, (298.0, 200.0), (30.0, 0.0)) == pytest.approx(2 / 30)
     assert _reach_s(line, (302.0, 200.0), (30.0, 0.0)) == float("inf")  # past it, moving away
     assert _reach_s(line, (250.0, 200.0), (0.0, 30.0)) == float("inf")  # along it
+
+
+def test_target_fps_infers_evenly_spaced_frames_and_keeps_the_counts(scene, tmp_path):
+    """A 10 fps scene held to 5 inferred frames a second: every other frame, evenly; the frames
+    between are predicted and the line and zone counts are those of every frame."""
+    bundle, video = scene
+    (tmp_path / "paced").mkdir()
+    (tmp_path / "all").mkdir()
+    every = _run(bundle, video, tmp_path / "all")
+    paced = _run(bundle, video, tmp_path / "paced", "--target-fps", "5")
+    gate = paced["streams"][0]["gate"]
+    assert gate["mode"] == "off" and gate["target_fps"] == 5
+    assert gate["inferred"] + gate["skipped"] == paced["frames_processed"] == 200
+    assert gate["reasons"] == {"rate": 100} and gate["skipped"] == 100, gate
+    records = [
+        json.loads(x) for x in (tmp_path / "paced" / "frames.jsonl").read_text().splitlines()
+    ]
+    inferred = [r["frame"] for r in records[1:] if r["inferred"]]
+    assert inferred == list(range(0, 200, 2))  # evenly spaced: 0.2 s apart
+    counts, always = paced["streams"][0]["counts"], every["streams"][0]["counts"]
+    assert (counts["door"]["in"], counts["door"]["out"]) == (
+        always["door"]["in"],
+        always["door"]["out"],
+    )
+    assert counts["pen"]["entries"] == always["pen"]["entries"] == 1
+    # with a gate as well, its frames are thinned to the rate
+    (tmp_path / "both").mkdir()
+    both = _run(bundle, video, tmp_path / "both", "--gate", "motion", "--target-fps", "2")
+    g = both["streams"][0]["gate"]
+    assert g["inferred"] <= 2 * 20 + 1 and g["rate_skipped"] > 0, g
+    assert_user_error(
+        run_cli("camera", bundle, "--source", video, "--target-fps", "0"), "--target-fps"
+    )
+    assert_user_error(
+        run_cli("camera", bundle, "--source", video, "--clocks", "auto"), "--target-fps"
+    )

@@ -97,6 +97,13 @@ def add_parser(sub) -> None:
         "edgert power --restore)",
     )
     p.add_argument(
+        "--max-latency",
+        type=positive_float,
+        metavar="MS",
+        help="with --clocks auto: a clock point holds the rate only with p99 latency within MS "
+        "(default two slots of the rate)",
+    )
+    p.add_argument(
         "--nvpmodel", metavar="NAME", help="switch to this Jetson power mode first (root; opt-in)"
     )
     p.add_argument(
@@ -139,6 +146,7 @@ def _config(args, **over):
         target_fps=args.target_fps,
         clocks=args.clocks,
         keep_settings=args.keep_settings,
+        max_latency_ms=args.max_latency,
     )
     for k, v in over.items():
         setattr(cfg, k, v)

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -42,6 +43,11 @@ ELEMENTS = (
     "jpegdec",
     "videoconvert",
     "appsink",
+    "appsrc",  # the rtsp:// output (sinks/rtsp.py): its encoders and payloader
+    "nvv4l2h264enc",
+    "x264enc",
+    "openh264enc",
+    "rtph264pay",
 )
 BGR = "videoconvert ! capsfilter caps=video/x-raw,format=BGR"
 _state: dict = {}
@@ -447,4 +453,64 @@ def decoders(have: set[str] | None = None, found: tuple[bool, str] | None = None
             "decoder": "gstreamer" if hw else "ffmpeg",
             "pipeline": describe("file", have) if hw else None,
         },
+        "rtsp_output": _encoder(have) if ok else None,
     }
+
+
+def _encoder(have: set[str]) -> dict:
+    """The rtsp:// output's H.264 encoder on this machine and its chain (``edgert info``)."""
+    name, why = choose_encoder(have)
+    return {
+        "encoder": name,
+        "why": why,
+        "pipeline": None if name is None else encode_chain(name, 4000, 30) + " ! rtph264pay",
+    }
+
+
+# the rtsp:// output (sinks/rtsp.py): H.264 encoders, the hardware one first
+NVENC_DEVICES = ("dev/nvhost-msenc", "dev/v4l2-nvenc")  # JetPack 4/5, JetPack 5.1+/6
+ENCODERS = ("nvv4l2h264enc", "x264enc", "openh264enc")
+INSTALL_ENCODER = (
+    "install an H.264 encoder for GStreamer: on Debian or Ubuntu `apt install "
+    "gstreamer1.0-plugins-ugly` (x264enc); on a Jetson JetPack's nvv4l2h264enc"
+)
+
+
+def choose_encoder(have: set, root: str | Path = "/") -> tuple:
+    """(the encoder element, why): NVENC where the element exists and the board has the
+    encoder's device (an Orin Nano has the element from JetPack but no NVENC), else x264, else
+    OpenH264; (None, why) without any."""
+    devices = [d for d in NVENC_DEVICES if (Path(root) / d).exists()]
+    if "nvv4l2h264enc" in have and devices:
+        return "nvv4l2h264enc", f"NVENC (/{devices[0]})"
+    if "x264enc" in have:
+        why = "x264 on the CPU" + (
+            " (nvv4l2h264enc is there but this board has no NVENC)"
+            if "nvv4l2h264enc" in have
+            else ""
+        )
+        return "x264enc", why
+    if "openh264enc" in have:
+        return "openh264enc", "OpenH264 on the CPU"
+    return None, INSTALL_ENCODER
+
+
+def encode_chain(encoder: str, kbps: int, gop: int) -> str:
+    """From raw BGR frames to H.264 RTP packets, with ``encoder``: a key frame every ``gop``
+    frames, SPS/PPS with every key frame (a client may join at any one)."""
+    if encoder == "nvv4l2h264enc":
+        return (
+            "nvvidconv ! video/x-raw(memory:NVMM),format=NV12 ! "
+            f"nvv4l2h264enc bitrate={kbps * 1000} iframeinterval={gop} idrinterval={gop} "
+            "insert-sps-pps=true preset-level=1 maxperf-enable=true ! h264parse"
+        )
+    if encoder == "x264enc":
+        return (
+            "videoconvert ! video/x-raw,format=I420 ! "
+            f"x264enc tune=zerolatency speed-preset=ultrafast bitrate={kbps} key-int-max={gop} "
+            "bframes=0 sliced-threads=false threads=1 ! video/x-h264,profile=baseline"
+        )
+    return (
+        "videoconvert ! video/x-raw,format=I420 ! "
+        f"openh264enc bitrate={kbps * 1000} gop-size={gop} ! h264parse"
+    )

@@ -80,3 +80,8 @@ def print_decoders(d: dict) -> None:
     print(_line("video file decoder", d["files"]["decoder"]))
     if d["files"]["pipeline"]:
         print(_line("  pipeline", d["files"]["pipeline"]))
+    out = d.get("rtsp_output")
+    if out:
+        print(_line("rtsp:// output encoder", f"{out['encoder'] or 'none'} ({out['why']})"))
+        if out["pipeline"]:
+            print(_line("  pipeline", "appsrc ! " + out["pipeline"]))

@@ -9,6 +9,7 @@ URI before anything opens (a port, a broker address), the one that says which fi
     jsonl://FILE                one JSON line per frame (--jsonl FILE)
     events://FILE               one JSON line per track and counting event (--events FILE)
     mqtt[s]://host/PREFIX       events and heartbeats to an MQTT broker (--mqtt URI)
+    rtsp://[U:P@]HOST:PORT/PATH the annotated stream re-served over RTSP (one mount per stream)
 
 Every sink is a :class:`Sink` (``base.py``). A new kind of output is one module with an
 ``open_uri(uri, ctx)`` and one row here.
@@ -69,6 +70,12 @@ SCHEMES: dict[str, Scheme] = {
     "mqtts": Scheme(
         "mqtts://HOST/PREFIX", "edgert.apps.camera.sinks.mqtt", check="check", flag="--mqtt"
     ),
+    "rtsp": Scheme(
+        "rtsp://[USER:PASS@]HOST:PORT/PATH",
+        "edgert.apps.camera.sinks.rtsp",
+        check="check",
+        picture=True,
+    ),
 }
 
 
@@ -89,7 +96,8 @@ class SinkOptions:
             default=[],
             metavar="URI",
             help="display://0, http://HOST:PORT, file://out.mp4, jsonl://FILE, events://FILE, "
-            "mqtt[s]://HOST/PREFIX; repeat for several",
+            "mqtt[s]://HOST/PREFIX, rtsp://[USER:PASS@]HOST:PORT/PATH (a re-stream); repeat for "
+            "several",
         )
         parser.add_argument(
             "--mosaic",
@@ -198,6 +206,7 @@ _CLASSES = {
     "JsonlOutput": "jsonl",
     "EventsOutput": "events",
     "MqttOutput": "mqtt",
+    "RtspOutput": "rtsp",
 }
 __getattr__ = lazy_names(__name__, _CLASSES)  # the sink classes, imported when first used
 

@@ -1,0 +1,329 @@
+"""``rtsp://[USER:PASS@][HOST][:PORT]/PATH``: the annotated stream served over RTSP from edgert's own
+process, by GStreamer's RTSP server (gst-rtsp-server through PyGObject), for a video wall, an NVR
+or VLC. One mount per stream (``PATH/0``, ``PATH/1``, ...; a single stream at ``PATH``), or the
+streams tiled into one picture at ``PATH`` with ``--mosaic``.
+
+H.264, encoded where the machine can: NVENC through ``nvv4l2h264enc`` on a Jetson that has the
+encoder (AGX/NX Orin, Xavier, Nano; not the Orin Nano, which has none), else x264 tuned for low
+latency (``zerolatency``, ``ultrafast``, no B-frames), else OpenH264 (:func:`choose_encoder`,
+shown by ``edgert info``). Each mount's media is shared: one encoder however many clients watch,
+and none while nobody does (frames are not encoded for an empty room). A frame is handed to the
+encoder without waiting: when the encoder or the network falls behind, the oldest frame queued
+is dropped (a leaky queue), so a slow or vanished client never stalls the pipeline; the server
+itself drops a TCP client's backlog past its limit.
+
+Bound to 127.0.0.1 unless a host is given (``0.0.0.0`` for every interface); 8554 unless a port
+is. ``USER:PASS@`` turns on the server's basic authentication for every mount (use
+``${EDGERT_RTSP_PASSWORD}`` to keep the password out of the command line). Query options:
+``bitrate=KBPS`` (default 4000), ``keyframe=S`` (a key frame every S seconds, default 1: a
+client that joins starts within a second), ``clean=1`` (frames without the overlay).
+"""
+
+from __future__ import annotations
+
+import threading
+from urllib.parse import parse_qs, unquote, urlparse
+
+from edgert.apps.camera.gstreamer import ENCODERS, INSTALL_ENCODER, choose_encoder, encode_chain
+from edgert.apps.uris import redact
+from edgert.runtime.errors import OutputError
+
+from .base import Sink, SinkContext, stream_of
+
+DEFAULT_PORT = 8554
+INSTALL_SERVER = (
+    "install GStreamer's RTSP server and its Python bindings: on Debian, Ubuntu or JetPack "
+    "`apt install python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-rtsp`"
+)
+
+
+def options(uri: str) -> dict:
+    """The URI's parts: host, port, path, user, password, kbps, keyframe_s, clean; OutputError in
+    one sentence for what cannot be."""
+    parsed = urlparse(uri)
+    try:
+        port = parsed.port
+    except ValueError:
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise OutputError(f"{redact(uri)}: the port must be a number from 1 to 65535")
+    path = parsed.path.rstrip("/") or "/live"
+    if not all(
+        part.isidentifier() or part.replace("-", "_").isalnum() for part in path[1:].split("/")
+    ):
+        raise OutputError(
+            f"{redact(uri)}: the path must be letters, digits, '-' and '_' (e.g. /live)"
+        )
+    query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    unknown = set(query) - {"bitrate", "keyframe", "clean"}
+    if unknown:
+        raise OutputError(
+            f"{redact(uri)}: unknown option {sorted(unknown)[0]!r} (bitrate, keyframe, clean)"
+        )
+    try:
+        kbps = int(query.get("bitrate", 4000))
+        keyframe = float(query.get("keyframe", 1.0))
+    except ValueError:
+        raise OutputError(
+            f"{redact(uri)}: bitrate is kilobits a second and keyframe seconds, both numbers"
+        ) from None
+    if not (100 <= kbps <= 100_000 and 0.1 <= keyframe <= 60):
+        raise OutputError(
+            f"{redact(uri)}: bitrate must be 100 to 100000 kbit/s and keyframe 0.1 to 60 s"
+        )
+    user = unquote(parsed.username) if parsed.username else None
+    password = unquote(parsed.password) if parsed.password is not None else None
+    if user is not None and not password:
+        raise OutputError(f"{redact(uri)}: give a password with the user (USER:PASS@)")
+    return {
+        "host": parsed.hostname or "127.0.0.1",
+        "port": DEFAULT_PORT if port is None else port,
+        "path": path,
+        "user": user,
+        "password": password,
+        "kbps": kbps,
+        "keyframe_s": keyframe,
+        "clean": query.get("clean", "0") in ("1", "true", "yes"),
+    }
+
+
+def _rtsp_server():
+    from edgert.apps.camera.gstreamer import gst
+
+    try:
+        Gst = gst()
+        import gi
+
+        gi.require_version("GstRtspServer", "1.0")
+        from gi.repository import GLib, GstRtspServer
+    except (ImportError, ValueError) as exc:
+        raise OutputError(
+            f"the rtsp:// output needs GStreamer's RTSP server: {INSTALL_SERVER}"
+        ) from exc
+    return Gst, GLib, GstRtspServer
+
+
+def check(uri: str, _options=None) -> None:
+    options(uri)
+    from edgert.apps.camera.gstreamer import gst
+
+    _rtsp_server()
+    Gst = gst()
+    have = {e for e in ENCODERS if Gst.ElementFactory.find(e) is not None}
+    if choose_encoder(have)[0] is None:
+        raise OutputError(f"the rtsp:// output needs an H.264 encoder: {INSTALL_ENCODER}")
+
+
+class _Mount:
+    """One mount's media: its appsrc while a client watches, the frame size it was given."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.appsrc = None
+        self.size: tuple | None = None
+        self.full = False  # the appsrc said enough-data: frames are dropped until need-data
+        self.sent = 0
+        self.dropped = 0
+        self.clients = 0
+
+
+class RtspOutput(Sink):
+    takes_frames = True
+
+    def __init__(self, uri: str, ctx: SinkContext) -> None:
+        self.uri = uri
+        o = options(uri)
+        self.o = o
+        self.draws = not o["clean"]
+        self.Gst, GLib, RS = _rtsp_server()
+        Gst = self.Gst
+        have = {e for e in ENCODERS if Gst.ElementFactory.find(e) is not None}
+        self.encoder, self.encoder_why = choose_encoder(have)
+        if self.encoder is None:
+            raise OutputError(f"the rtsp:// output needs an H.264 encoder: {INSTALL_ENCODER}")
+        self.fps = ctx.fps or 30.0
+        streams = len(ctx.streams)
+        mosaic = bool(getattr(ctx.options, "mosaic", False)) and streams > 1
+        self.mosaic = None
+        if mosaic:
+            from .mosaic import MosaicOutput
+
+            self.mosaic = MosaicOutput(_Forward(self), streams)
+        paths = (
+            [o["path"]] if streams == 1 or mosaic else [f"{o['path']}/{i}" for i in range(streams)]
+        )
+        self.mounts = [_Mount(p) for p in paths]
+        self._lock = threading.Lock()
+        self.context = GLib.MainContext.new()
+        self.loop = GLib.MainLoop.new(self.context, False)
+        server = RS.RTSPServer()
+        server.set_address(o["host"])
+        server.set_service(str(o["port"]))
+        gop = max(1, round(o["keyframe_s"] * self.fps))
+        launch = (
+            "( appsrc name=src is-live=true format=time do-timestamp=true block=false "
+            "max-bytes=0 max-buffers=2 ! queue leaky=downstream max-size-buffers=2 "
+            f"max-size-bytes=0 max-size-time=0 ! {encode_chain(self.encoder, o['kbps'], gop)} ! "
+            "rtph264pay name=pay0 pt=96 config-interval=-1 )"
+        )
+        self.launch = launch
+        permissions = None
+        if o["user"] is not None:
+            auth = RS.RTSPAuth()
+            token = RS.RTSPToken()
+            token.set_string("media.factory.role", "viewer")
+            auth.add_basic(RS.RTSPAuth.make_basic(o["user"], o["password"]), token)
+            server.set_auth(auth)
+            permissions = RS.RTSPPermissions()
+            permissions.add_permission_for_role("viewer", "media.factory.access", True)
+            permissions.add_permission_for_role("viewer", "media.factory.construct", True)
+        table = server.get_mount_points()
+        for mount in self.mounts:
+            factory = RS.RTSPMediaFactory()
+            factory.set_launch(launch)
+            factory.set_shared(True)  # one encoder for every client of the mount
+            if permissions is not None:
+                factory.set_permissions(permissions)
+            factory.connect("media-configure", self._configure, mount)
+            table.add_factory(mount.path, factory)
+        server.connect("client-connected", self._client)
+        self._medias: dict = {}  # mount path -> its shared media's payloader, while prepared
+        self.server = server
+        self.source_id = server.attach(self.context)
+        if self.source_id == 0:
+            raise OutputError(
+                f"rtsp:// output: cannot listen on {o['host']}:{o['port']} (in use, or not an "
+                "address of this machine)"
+            )
+        self.clients_served = 0
+        self.thread = threading.Thread(target=self.loop.run, name="rtsp-server", daemon=True)
+        self.thread.start()
+        host = o["host"] if o["host"] not in ("0.0.0.0", "::") else "HOST"
+        self.urls = [f"rtsp://{host}:{o['port']}{m.path}" for m in self.mounts]
+        ctx.say(
+            f"rtsp re-stream: {', '.join(self.urls)} ({self.encoder_why}, {o['kbps']} kbit/s, "
+            f"a key frame every {o['keyframe_s']:g} s"
+            + (", basic authentication" if o["user"] else "")
+            + ")"
+        )
+
+    # the server's thread: a client, a media made for a mount (its first client), its end
+    def _client(self, _server, client) -> None:
+        with self._lock:
+            self.clients_served += 1
+        client.connect("play-request", self._play)
+
+    def _play(self, _client, _ctx) -> None:
+        """A client starts playing: the encoders send a key frame now, so it starts clean at
+        once instead of decoding broken frames until the next one (as NVRs and cameras do)."""
+        Gst = self.Gst
+        with self._lock:
+            pays = list(self._medias.values())
+        for pay in pays:
+            event = Gst.Event.new_custom(
+                Gst.EventType.CUSTOM_UPSTREAM,
+                Gst.Structure.new_from_string("GstForceKeyUnit, all-headers=(boolean)true"),
+            )
+            pad = pay.get_static_pad("sink")
+            if pad is not None:
+                pad.push_event(event)
+
+    def _configure(self, _factory, media, mount: _Mount) -> None:
+        appsrc = media.get_element().get_by_name("src")
+
+        def enough(_src):
+            mount.full = True
+
+        def need(_src, _length):
+            mount.full = False
+
+        appsrc.connect("enough-data", enough)
+        appsrc.connect("need-data", need)
+        media.connect("unprepared", lambda _m: self._gone(mount, appsrc))
+        pay = media.get_element().get_by_name("pay0")
+        with self._lock:
+            self._medias[mount.path] = pay
+            if mount.size is not None:
+                appsrc.set_property("caps", self._caps(*mount.size))
+            mount.appsrc = appsrc
+            mount.full = False
+
+    def _gone(self, mount: _Mount, appsrc) -> None:
+        with self._lock:
+            if mount.appsrc is appsrc:
+                mount.appsrc = None
+                self._medias.pop(mount.path, None)
+
+    def _caps(self, width: int, height: int):
+        num = max(1, round(self.fps * 1000))
+        return self.Gst.Caps.from_string(
+            f"video/x-raw,format=BGR,width={width},height={height},framerate={num}/1000"
+        )
+
+    def write(self, frame, image, record: dict) -> None:
+        if self.mosaic is not None:
+            self.mosaic.write(frame, image, record)
+            return
+        self._push(self.mounts[stream_of(frame) if len(self.mounts) > 1 else 0], image)
+
+    def _push(self, mount: _Mount, image) -> None:
+        h, w = image.shape[:2]
+        with self._lock:
+            appsrc = mount.appsrc
+            if mount.size != (w, h):
+                mount.size = (w, h)
+                if appsrc is not None:
+                    appsrc.set_property("caps", self._caps(w, h))
+            if appsrc is None:
+                return  # nobody watches: nothing is encoded
+            if mount.full:
+                mount.dropped += 1
+                return
+        data = image.tobytes()
+        buf = self.Gst.Buffer.new_wrapped(data)
+        if appsrc.emit("push-buffer", buf) == self.Gst.FlowReturn.OK:
+            mount.sent += 1
+        else:
+            mount.dropped += 1
+
+    def close(self) -> None:
+        if self.mosaic is not None:
+            self.mosaic.target = _Forward(self)  # flush the last round here, not recursively
+        with self._lock:
+            for m in self.mounts:
+                m.appsrc = None
+        self.server.client_filter(lambda _s, _c: self._remove())
+        self.loop.quit()
+        self.thread.join(timeout=5)
+        source = self.context.find_source_by_id(self.source_id)
+        if source is not None:
+            source.destroy()
+
+    def _remove(self):
+        _, _, RS = _rtsp_server()
+        return RS.RTSPFilterResult.REMOVE
+
+    def report(self):
+        return {
+            "uri": redact(self.uri),
+            "urls": self.urls,
+            "encoder": self.encoder,
+            "encoder_why": self.encoder_why,
+            "clients_served": self.clients_served,
+            "frames_sent": sum(m.sent for m in self.mounts),
+            "frames_dropped": sum(m.dropped for m in self.mounts),
+        }
+
+
+class _Forward(Sink):
+    """The mosaic's target: its tiled picture goes to the one mount."""
+
+    def __init__(self, out: RtspOutput) -> None:
+        self.out = out
+
+    def write(self, frame, image, record: dict) -> None:
+        self.out._push(self.out.mounts[0], image)
+
+
+def open_uri(uri: str, ctx: SinkContext) -> RtspOutput:
+    return RtspOutput(uri, ctx)

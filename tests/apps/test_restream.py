@@ -1,0 +1,234 @@
+"""The rtsp:// output (issue 36): edgert camera re-serves its stream over RTSP from its own process
+(gst-rtsp-server). A live camera (tests/rtsp_server.py, each frame's index burned into its
+pixels) goes in; real clients come out: OpenCV's FFmpeg and GStreamer's rtspsrc (edgert's own
+rtsp:// source) decode the re-served frames and read the indices back. Two clients at once with
+a third that stalls (it asks for the stream over TCP and never reads); authentication refused
+without the password."""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import cv2
+import numpy as np
+import pytest
+
+from edgert.apps.camera import gstreamer as restream
+from edgert.apps.camera.sources import SourceOptions, open_source
+from tests.apps.test_rtsp_real import FPS, Server, needs_server
+from tests.conftest import ROOT, assert_user_error, run_cli
+from tests.ports import free_ports
+from tests.rtsp_server import frame_index, pattern_frame
+from tests.tiny import classifier_bundle
+
+
+class Camera:
+    """`edgert camera` in its own process, reading ``source`` and re-serving it at ``out``."""
+
+    def __init__(self, bundle, source: str, out: str, *args: str, seconds: float = 30) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "edgert.apps",
+                "camera",
+                str(bundle),
+                "--source",
+                source,
+                "--output",
+                out,
+                "--headless",
+                "--duration",
+                str(seconds),
+                *args,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
+        for line in self.proc.stdout:
+            if line.startswith("rtsp re-stream:"):
+                self.said = line
+                return
+        raise AssertionError(self.proc.stderr.read())
+
+    def stop(self) -> tuple:
+        self.proc.terminate()
+        out, err = self.proc.communicate(timeout=60)
+        return self.proc.returncode, out, err
+
+
+def _ffmpeg_frames(url: str, n: int) -> list:
+    cap = cv2.VideoCapture(url, cv2.CAP_FFMPEG)
+    try:
+        assert cap.isOpened(), url
+        got = []
+        while len(got) < n:
+            ok, frame = cap.read()
+            assert ok, f"{url}: read failed after {len(got)} frames"
+            got.append(frame_index(frame))
+        return got
+    finally:
+        cap.release()
+
+
+def _rtspsrc_frames(url: str, n: int) -> list:
+    source = open_source(url, SourceOptions(decoder="gstreamer", rtsp_transport="tcp"))
+    try:
+        return [frame_index(source.read()[0]) for _ in range(n)]
+    finally:
+        source.close()
+
+
+def _in_order(indices: list) -> None:
+    """Frames in the order sent, none twice, at most a tenth lost; a client that joins mid-stream
+    may decode a frame or two before its first key frame (grey, or a jump): those are left out."""
+    indices = indices[3:]
+    assert indices == sorted(indices) and len(set(indices)) == len(indices), indices
+    span = indices[-1] - indices[0] + 1
+    assert len(indices) >= 0.9 * span, indices  # at most a tenth lost on the way
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    return classifier_bundle(tmp_path_factory.mktemp("restream") / "m")
+
+
+def _stalled_client(port: int, path: str) -> socket.socket:
+    """An RTSP client that asks for the stream over TCP, plays, and then never reads."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    url = f"rtsp://127.0.0.1:{port}{path}"
+
+    def ask(method: str, target: str, cseq: int, extra: str = "") -> str:
+        s.sendall(f"{method} {target} RTSP/1.0\r\nCSeq: {cseq}\r\n{extra}\r\n".encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += s.recv(4096)
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = [
+            int(h.split(b":")[1])
+            for h in head.split(b"\r\n")
+            if h.lower().startswith(b"content-length")
+        ]
+        while length and len(body) < length[0]:
+            body += s.recv(4096)
+        return (head + b"\r\n\r\n" + body).decode(errors="replace")
+
+    described = ask("DESCRIBE", url, 1, "Accept: application/sdp\r\n")
+    assert " 200 " in described.splitlines()[0], described
+    control = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in described.splitlines()
+            if ln.startswith("a=control:") and "stream" in ln
+        ),
+        "stream=0",
+    )
+    setup = ask(
+        "SETUP", f"{url}/{control}", 2, "Transport: RTP/AVP/TCP;unicast;interleaved=0-1\r\n"
+    )
+    session = next(
+        ln.split(":", 1)[1].split(";")[0].strip()
+        for ln in setup.splitlines()
+        if ln.lower().startswith("session")
+    )
+    s.sendall(f"PLAY {url} RTSP/1.0\r\nCSeq: 3\r\nSession: {session}\r\n\r\n".encode())
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    return s  # never read again: the server's sends back up
+
+
+@needs_server
+def test_two_clients_decode_the_frames_edgert_processed_while_a_third_stalls(bundle):
+    src_port, out_port = free_ports(2)
+    with Server(src_port) as server:
+        cam = Camera(bundle, server.url, f"rtsp://127.0.0.1:{out_port}/live?clean=1")
+        try:
+            assert f"rtsp://127.0.0.1:{out_port}/live" in cam.said
+            stalled = _stalled_client(out_port, "/live")
+            try:
+                t0 = time.monotonic()
+                a = _ffmpeg_frames(f"rtsp://127.0.0.1:{out_port}/live", 3 * FPS)
+                took = time.monotonic() - t0
+                b = _rtspsrc_frames(f"rtsp://127.0.0.1:{out_port}/live", FPS)
+            finally:
+                stalled.close()
+        finally:
+            rc, out, err = cam.stop()
+    _in_order(a)
+    _in_order(b)
+    assert b[3] > a[-1] - FPS  # the second client joined the live stream, not its start
+    # the stalled client held nothing up: 3 s of frames in about 3 s (plus joining)
+    assert took < 3 + 4, took
+    assert rc in (0, 143), err
+    assert "Traceback" not in err, err
+
+
+@needs_server
+def test_authentication_is_refused_without_the_password(bundle):
+    src_port, out_port = free_ports(2)
+    with Server(src_port) as server:
+        cam = Camera(
+            bundle,
+            server.url,
+            f"rtsp://viewer:s3cret@127.0.0.1:{out_port}/live",  # annotated (the default)
+        )
+        try:
+            assert "s3cret" not in cam.said
+            url = f"rtsp://127.0.0.1:{out_port}/live"
+            with socket.create_connection(("127.0.0.1", out_port), timeout=5) as s:
+                s.sendall(f"DESCRIBE {url} RTSP/1.0\r\nCSeq: 1\r\n\r\n".encode())
+                assert b" 401 " in s.recv(4096).split(b"\r\n")[0]
+            with socket.create_connection(("127.0.0.1", out_port), timeout=5) as s:
+                bad = base64.b64encode(b"viewer:wrong").decode()
+                s.sendall(
+                    f"DESCRIBE {url} RTSP/1.0\r\nCSeq: 1\r\nAuthorization: Basic {bad}\r\n\r\n".encode()
+                )
+                assert b" 401 " in s.recv(4096).split(b"\r\n")[0]
+            cap = cv2.VideoCapture(
+                f"rtsp://viewer:s3cret@127.0.0.1:{out_port}/live", cv2.CAP_FFMPEG
+            )
+            frames = [cap.read() for _ in range(FPS)]
+            cap.release()
+        finally:
+            rc, out, err = cam.stop()
+    assert all(ok for ok, _ in frames) and frames[-1][1].shape == (240, 320, 3)
+    # the overlay is drawn: the picture is not the camera's (its label's box and text)
+    k = frame_index(frames[-1][1])
+    assert np.abs(frames[-1][1].astype(int) - pattern_frame(k)).max() > 100
+    assert "s3cret" not in out + err
+
+
+def test_the_encoder_chosen_for_a_jetson_with_and_without_nvenc(tmp_path):
+    jetson = {"nvv4l2h264enc", "x264enc"}
+    (tmp_path / "orin-nx/dev").mkdir(parents=True)
+    (tmp_path / "orin-nx/dev/v4l2-nvenc").write_text("")
+    (tmp_path / "orin-nano/dev").mkdir(parents=True)
+    assert restream.choose_encoder(jetson, tmp_path / "orin-nx")[0] == "nvv4l2h264enc"
+    name, why = restream.choose_encoder(jetson, tmp_path / "orin-nano")
+    assert name == "x264enc" and "no NVENC" in why
+    assert restream.choose_encoder({"openh264enc"}, tmp_path)[0] == "openh264enc"
+    assert restream.choose_encoder(set(), tmp_path)[0] is None
+    chain = restream.encode_chain("nvv4l2h264enc", 4000, 30)
+    assert "nvvidconv" in chain and "idrinterval=30" in chain and "bitrate=4000000" in chain
+    assert "key-int-max=25" in restream.encode_chain("x264enc", 2000, 25)
+
+
+@pytest.mark.parametrize(
+    ("uri", "words"),
+    [
+        ("rtsp://127.0.0.1:99999/live", "port"),
+        ("rtsp://127.0.0.1:8554/live?bitrate=fast", "bitrate"),
+        ("rtsp://127.0.0.1:8554/live?speed=2", "unknown option"),
+        ("rtsp://admin@127.0.0.1:8554/live", "password"),
+        ("rtsp://127.0.0.1:8554/li%20ve", "path"),
+    ],
+)
+def test_bad_rtsp_outputs_are_one_sentence(bundle, uri, words):
+    assert_user_error(run_cli("camera", bundle, "--output", uri, "--max-frames", "1"), words)

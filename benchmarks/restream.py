@@ -19,7 +19,6 @@ rtsp:// output. Prints a table and writes JSON.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.json_report import write_json  # noqa: E402
 from edgert.apps.camera.sources import SourceOptions, open_source  # noqa: E402
+from tests.apps.test_restream import Camera  # noqa: E402
 from tests.ports import free_ports  # noqa: E402
 from tests.power_plant import cpu_seconds  # noqa: E402
 from tests.rtsp_server import frame_index  # noqa: E402
@@ -96,37 +96,6 @@ def latencies(got: list, sends: Path) -> np.ndarray:
     return np.array(ms)
 
 
-def edgert_camera(bundle, source: str, out: str | None, seconds: float) -> subprocess.Popen:
-    args = ["--output", out] if out else []
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edgert.apps",
-            "camera",
-            str(bundle),
-            "--source",
-            source,
-            "--headless",
-            "--duration",
-            str(seconds),
-            *args,
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-    )
-    if out:
-        for line in proc.stdout:
-            if line.startswith("rtsp re-stream:"):
-                break
-    else:
-        time.sleep(3.0)
-    return proc
-
-
 def cpu_over(pid: int, seconds: float) -> float:
     c0, t0 = cpu_seconds(pid), time.monotonic()
     time.sleep(seconds)
@@ -180,11 +149,11 @@ def main() -> None:
     try:
         source = f"rtsp://127.0.0.1:{src_port}/cam"
         direct = latencies(receive(source, a.seconds), sends)
-        cam = edgert_camera(bundle, source, None, a.seconds + 6)
-        plain_cpu = cpu_over(cam.pid, a.seconds * 0.6)
-        cam.wait()
+        cam = Camera(bundle, source, None, seconds=a.seconds + 6)
+        plain_cpu = cpu_over(cam.proc.pid, a.seconds * 0.6)
+        cam.proc.wait()
         out = f"rtsp://127.0.0.1:{out_port}/live?clean=1"
-        cam = edgert_camera(bundle, source, out, a.seconds + 8)
+        cam = Camera(bundle, source, out, seconds=a.seconds + 8)
         import threading
 
         box = {}
@@ -193,10 +162,9 @@ def main() -> None:
         )
         watcher.start()
         time.sleep(2.0)
-        restream_cpu = cpu_over(cam.pid, a.seconds * 0.6)
+        restream_cpu = cpu_over(cam.proc.pid, a.seconds * 0.6)
         watcher.join()
-        cam.terminate()
-        cam.wait(60)
+        cam.stop()
         again = latencies(box["got"], sends)
     finally:
         server.terminate()

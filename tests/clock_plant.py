@@ -48,7 +48,7 @@ import signal
 import time
 from pathlib import Path
 
-from tests.power_plant import cpu_seconds, write_tree
+from tests.power_plant import cpu_seconds, start_bench, write_tree
 
 MHZ = 1_000_000
 LAYOUTS = {
@@ -335,30 +335,7 @@ def bench_in_the_loop(
     repo = Path(__file__).resolve().parent.parent
     tree = write_layout(root, layout)
     report = Path(root) / "bench.json"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edgert.apps",
-            "bench",
-            str(bundle),
-            "--duration",
-            str(seconds),
-            "--warmup",
-            "1",
-            "--idle-seconds",
-            "1.5",
-            "--sysfs-root",
-            str(root),
-            "--json-file",
-            str(report),
-            *args,
-        ],
-        cwd=repo,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_bench(bundle, root, report, seconds, *args)
     plant = subprocess.Popen(
         [sys.executable, "-m", "tests.clock_plant", str(root), str(proc.pid), "--layout", layout],
         cwd=repo,

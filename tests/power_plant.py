@@ -82,12 +82,10 @@ def run(
         write_tree(root, power * (1.0 + rng.gauss(0.0, noise)))
 
 
-def bench_in_the_loop(bundle, root: Path, *args: str, seconds: float = 10.0) -> dict:
-    """`edgert bench BUNDLE` in a subprocess with this plant writing its power; the bench JSON."""
-    repo = Path(__file__).resolve().parent.parent
-    write_tree(root, 4.5)
-    report = Path(root) / "bench.json"
-    proc = subprocess.Popen(
+def start_bench(bundle, root: Path, report: Path, seconds: float, *args: str) -> subprocess.Popen:
+    """`edgert bench BUNDLE --sysfs-root ROOT --json-file REPORT ...` started for a plant to
+    follow (1 s warm-up, 1.5 s of idle power); its stderr a pipe."""
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -106,11 +104,19 @@ def bench_in_the_loop(bundle, root: Path, *args: str, seconds: float = 10.0) -> 
             str(report),
             *args,
         ],
-        cwd=repo,
+        cwd=Path(__file__).resolve().parent.parent,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def bench_in_the_loop(bundle, root: Path, *args: str, seconds: float = 10.0) -> dict:
+    """`edgert bench BUNDLE` in a subprocess with this plant writing its power; the bench JSON."""
+    repo = Path(__file__).resolve().parent.parent
+    write_tree(root, 4.5)
+    report = Path(root) / "bench.json"
+    proc = start_bench(bundle, root, report, seconds, *args)
     plant = subprocess.Popen(
         [sys.executable, "-m", "tests.power_plant", str(root), str(proc.pid)], cwd=repo
     )

@@ -30,7 +30,12 @@ from tests.tiny import classifier_bundle
 class Camera:
     """`edgert camera` in its own process, reading ``source`` and re-serving it at ``out``."""
 
-    def __init__(self, bundle, source: str, out: str, *args: str, seconds: float = 30) -> None:
+    def __init__(
+        self, bundle, source: str, out: str | None, *args: str, seconds: float = 30
+    ) -> None:
+        """Returns once the re-stream is served (without ``out``: once the camera says what it
+        runs)."""
+        outputs = ["--output", out] if out else []
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -40,8 +45,7 @@ class Camera:
                 str(bundle),
                 "--source",
                 source,
-                "--output",
-                out,
+                *outputs,
                 "--headless",
                 "--duration",
                 str(seconds),
@@ -54,7 +58,7 @@ class Camera:
             env=dict(os.environ, PYTHONPATH=str(ROOT)),
         )
         for line in self.proc.stdout:
-            if line.startswith("rtsp re-stream:"):
+            if line.startswith("rtsp re-stream:" if out else "backend:"):
                 self.said = line
                 return
         raise AssertionError(self.proc.stderr.read())

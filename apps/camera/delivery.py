@@ -26,6 +26,9 @@ class SinkSet:
     """Every sink of a run, and the policy for one that fails."""
 
     def __init__(self, sinks: list, policy: str = "stop") -> None:
+        # a sink that adds to events (snapshots: the picture's path) goes before those that
+        # write them
+        sinks = sorted(sinks, key=lambda s: not getattr(s, "enriches_events", False))
         self.live = list(sinks)
         self.all = list(sinks)
         self.policy = policy

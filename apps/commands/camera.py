@@ -99,6 +99,7 @@ def config(args):
             ("--jsonl", args.jsonl),
             ("--events", args.events),
             ("--mqtt", args.mqtt),
+            ("--snapshots", args.snapshots),
         ):
             if value is not None:  # the short forms of sinks in the table
                 sinks.append(from_flag(flag, expand(value, flag)))

@@ -6,6 +6,7 @@ whose line and zone counts are exact with the gate on, the same as with it off."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -334,4 +335,32 @@ def test_target_fps_infers_evenly_spaced_frames_and_keeps_the_counts(scene, tmp_
     )
     assert_user_error(
         run_cli("camera", bundle, "--source", video, "--clocks", "auto"), "--target-fps"
+    )
+
+
+def test_each_track_leaves_its_best_picture_and_its_end_event_says_where(scene, tmp_path):
+    """--snapshots DIR: one picture per track when it ends (the frame where the detector was
+    surest, its box drawn), the track_end event naming the file; with ?crop=1 the crop too."""
+    bundle, video = scene
+    (tmp_path / "run").mkdir()
+    shots = tmp_path / "shots"
+    summary = _run(bundle, video, tmp_path / "run", "--output", f"snapshots://{shots}?crop=1")
+    events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    ends = [e for e in events if e["event"] == "track_end"]
+    assert len(ends) == 2 and all("snapshot" in e and "snapshot_crop" in e for e in ends), ends
+    for e in ends:
+        picture = cv2.imread(e["snapshot"])
+        crop = cv2.imread(e["snapshot_crop"])
+        assert picture.shape == (240, 320, 3)  # the whole frame
+        assert 10 < crop.shape[0] < 120 and 10 < crop.shape[1] < 120  # the object's box
+        green = (picture[..., 1] > 200) & (picture[..., 0] < 80) & (picture[..., 2] < 80)
+        assert green.sum() > 40  # the box is drawn
+    assert sorted(p.name for p in shots.iterdir()) == sorted(
+        [Path(e["snapshot"]).name for e in ends] + [Path(e["snapshot_crop"]).name for e in ends]
+    )
+    report = next(o for o in summary["outputs"] if isinstance(o, dict) and "snapshots" in o)
+    assert report["written"] == 2
+    assert_user_error(
+        run_cli("camera", bundle, "--source", video, "--output", "snapshots://x?zoom=2"),
+        "unknown option",
     )

@@ -10,6 +10,7 @@ URI before anything opens (a port, a broker address), the one that says which fi
     events://FILE               one JSON line per track and counting event (--events FILE)
     mqtt[s]://host/PREFIX       events and heartbeats to an MQTT broker (--mqtt URI)
     rtsp://[U:P@]HOST:PORT/PATH the annotated stream re-served over RTSP (one mount per stream)
+    snapshots://DIR             each track's best picture when it ends (--snapshots DIR)
 
 Every sink is a :class:`Sink` (``base.py``). A new kind of output is one module with an
 ``open_uri(uri, ctx)`` and one row here.
@@ -70,6 +71,14 @@ SCHEMES: dict[str, Scheme] = {
     "mqtts": Scheme(
         "mqtts://HOST/PREFIX", "edgert.apps.camera.sinks.mqtt", check="check", flag="--mqtt"
     ),
+    "snapshots": Scheme(
+        "snapshots://DIR",
+        "edgert.apps.camera.sinks.snapshots",
+        check="check",
+        paths="paths",
+        flag="--snapshots",
+        tracks=True,
+    ),
     "rtsp": Scheme(
         "rtsp://[USER:PASS@]HOST:PORT/PATH",
         "edgert.apps.camera.sinks.rtsp",
@@ -96,8 +105,8 @@ class SinkOptions:
             default=[],
             metavar="URI",
             help="display://0, http://HOST:PORT, file://out.mp4, jsonl://FILE, events://FILE, "
-            "mqtt[s]://HOST/PREFIX, rtsp://[USER:PASS@]HOST:PORT/PATH (a re-stream); repeat for "
-            "several",
+            "mqtt[s]://HOST/PREFIX, rtsp://[USER:PASS@]HOST:PORT/PATH (a re-stream), "
+            "snapshots://DIR; repeat for several",
         )
         parser.add_argument(
             "--mosaic",
@@ -108,6 +117,13 @@ class SinkOptions:
             "--jsonl",
             metavar="FILE",
             help="one JSON line per processed frame, after a header line per run (appended to)",
+        )
+        parser.add_argument(
+            "--snapshots",
+            metavar="DIR",
+            help="each track's best picture (its box drawn) written to DIR when the track ends; "
+            "the track_end event carries its path; implies --track (the same as --output "
+            "snapshots://DIR; ?crop=1 adds the crop, ?clean=1 leaves the box out)",
         )
         parser.add_argument(
             "--on-output-error",
@@ -207,6 +223,7 @@ _CLASSES = {
     "EventsOutput": "events",
     "MqttOutput": "mqtt",
     "RtspOutput": "rtsp",
+    "SnapshotsOutput": "snapshots",
 }
 __getattr__ = lazy_names(__name__, _CLASSES)  # the sink classes, imported when first used
 

@@ -1,0 +1,116 @@
+"""``--snapshots DIR`` (or ``--output snapshots://DIR``): each track's best picture, written when the
+track ends — the frame in which the detector was surest of it (highest score; frames the tracker
+only predicted never count), its box drawn — as Frigate keeps a snapshot per object. The
+``track_end`` event (events file, MQTT) carries the file's path as ``snapshot``. Query options:
+``crop=1`` also writes the box's crop (``..._crop.jpg``, ``snapshot_crop``), ``clean=1`` writes
+the frame without the box. Turns tracking on.
+
+Memory stays bounded by the live tracks: each keeps one JPEG of its best frame so far (encoded
+when a better one comes), dropped when its file is written. Files are written atomically (a
+crash leaves no half-written picture); names carry the run's start, the stream and the track ID,
+so runs never overwrite each other.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from urllib.parse import parse_qs
+
+from edgert.runtime import atomic
+from edgert.runtime.errors import OutputError
+
+from .base import Sink, SinkContext
+
+
+def _folder_and_options(uri: str) -> tuple[str, dict]:
+    rest = uri.split("://", 1)[1] if "://" in uri else uri
+    folder, _, query = rest.partition("?")
+    opts = {k: v[-1] for k, v in parse_qs(query).items()}
+    unknown = set(opts) - {"crop", "clean"}
+    if unknown:
+        raise OutputError(f"snapshots: unknown option {sorted(unknown)[0]!r} (crop, clean)")
+    if not folder.strip():
+        raise OutputError("--snapshots needs a folder, and it was given an empty one")
+    yes = lambda k: opts.get(k, "0") in ("1", "true", "yes")  # noqa: E731
+    return folder, {"crop": yes("crop"), "clean": yes("clean")}
+
+
+class SnapshotsOutput(Sink):
+    takes_frames = True
+    draws = False  # the clean frame: the box is drawn here, on the best one only
+    takes_events = True
+    enriches_events = True  # runs before the sinks that write events: they carry the path
+
+    def __init__(self, folder: str, crop: bool = False, clean: bool = False) -> None:
+        self.folder = Path(folder)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(atomic.describe_os_error(exc, self.folder)) from None
+        self.crop, self.clean = crop, clean
+        self.stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.best: dict = {}  # (stream, track id) -> (score, label, jpeg, crop jpeg)
+        self.written = 0
+
+    def write(self, frame, image, record: dict) -> None:
+        if not frame.inferred or not isinstance(frame.results, list):
+            return  # a predicted box is not a picture of the object
+        for r in frame.results:
+            tid = r.get("track_id")
+            if tid is None or "box" not in r:
+                continue
+            key = (frame.stream, tid)
+            score = float(r.get("score", 0.0))
+            if key in self.best and self.best[key][0] >= score:
+                continue
+            self.best[key] = (score, r.get("label"), *self._pictures(image, r))
+
+    def _pictures(self, image, r: dict) -> tuple:
+        import cv2
+
+        h, w = image.shape[:2]
+        x1, y1, x2, y2 = (int(round(v)) for v in r["box"])
+        x1, y1 = max(0, min(w - 1, x1)), max(0, min(h - 1, y1))
+        x2, y2 = max(x1 + 1, min(w, x2)), max(y1 + 1, min(h, y2))
+        crop = cv2.imencode(".jpg", image[y1:y2, x1:x2])[1].tobytes() if self.crop else None
+        picture = image
+        if not self.clean:
+            picture = image.copy()
+            cv2.rectangle(picture, (x1, y1), (x2 - 1, y2 - 1), (0, 255, 0), 2)
+            text = f"{r.get('label', '')} {float(r.get('score', 0.0)):.2f}"
+            cv2.putText(picture, text, (x1, max(12, y1 - 4)), 0, 0.5, (0, 255, 0), 1)
+        return cv2.imencode(".jpg", picture)[1].tobytes(), crop
+
+    def events(self, events: list) -> None:
+        for e in events:
+            if e.get("event") != "track_end":
+                continue
+            got = self.best.pop((e.get("stream", 0), e.get("track_id")), None)
+            if got is None:
+                continue
+            _, label, jpeg, crop = got
+            name = f"{self.stamp}_s{e.get('stream', 0)}_track{e['track_id']}"
+            path = self.folder / f"{name}.jpg"
+            atomic.write_bytes(path, jpeg)  # a full disk: OutputError, the run's policy
+            e["snapshot"] = str(path)
+            if crop is not None:
+                atomic.write_bytes(self.folder / f"{name}_crop.jpg", crop)
+                e["snapshot_crop"] = str(self.folder / f"{name}_crop.jpg")
+            self.written += 1
+
+    def report(self):
+        return {"snapshots": str(self.folder), "written": self.written}
+
+
+def open_uri(uri: str, ctx: SinkContext) -> SnapshotsOutput:
+    folder, opts = _folder_and_options(uri)
+    return SnapshotsOutput(folder, **opts)
+
+
+def check(uri: str, _options=None) -> None:
+    _folder_and_options(uri)
+
+
+def paths(uri: str, streams: int, mosaic: bool) -> list[tuple[str, Path]]:
+    return [(f"--output {uri}", Path(_folder_and_options(uri)[0]))]

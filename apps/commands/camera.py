@@ -100,6 +100,7 @@ def config(args):
             ("--events", args.events),
             ("--mqtt", args.mqtt),
             ("--snapshots", args.snapshots),
+            ("--clips", args.clips),
         ):
             if value is not None:  # the short forms of sinks in the table
                 sinks.append(from_flag(flag, expand(value, flag)))

@@ -6,6 +6,10 @@ whose line and zone counts are exact with the gate on, the same as with it off."
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import cv2
@@ -364,3 +368,119 @@ def test_each_track_leaves_its_best_picture_and_its_end_event_says_where(scene, 
         run_cli("camera", bundle, "--source", video, "--output", "snapshots://x?zoom=2"),
         "unknown option",
     )
+
+
+def _probe(path) -> dict:
+    """ffprobe (Debian's ffmpeg): the first packet's flags, the duration, the frames decoded."""
+    out = subprocess.run(
+        [
+            "ffprobe",
+            "-v",
+            "error",
+            "-count_frames",
+            "-show_entries",
+            "stream=nb_read_frames:format=duration",
+            "-of",
+            "json",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    info = json.loads(out)
+    first = subprocess.run(
+        [
+            "ffprobe",
+            "-v",
+            "error",
+            "-show_entries",
+            "packet=flags",
+            "-of",
+            "csv=p=0",
+            "-read_intervals",
+            "%+#1",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return {
+        "key_first": first[0].startswith("K"),
+        "duration": float(info["format"]["duration"]),
+        "frames": int(info["streams"][0]["nb_read_frames"]),
+    }
+
+
+@pytest.mark.skipif(shutil.which("ffprobe") is None, reason="ffprobe (Debian's ffmpeg) is needed")
+def test_clips_start_on_a_key_frame_with_the_pre_roll_and_merge_events(scene, tmp_path):
+    """--clips DIR?pre=2&post=2: the two crossings of the scene (each a track start, then a line
+    crossing 1.8 s later) give two clips, each from a key frame at least 2 s before its first
+    event to 2 s after its last (the video's end cuts the second), decodable to the end; every
+    event names its clip; a tiny max_gb keeps only the newest."""
+    bundle, video = scene
+    (tmp_path / "run").mkdir()
+    clips = tmp_path / "clips"
+    _run(bundle, video, tmp_path / "run", "--clips", f"{clips}?pre=2&post=2")
+    events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    named = [e for e in events if e["event"] in ("track_start", "line_cross")]
+    assert named and all("clip" in e for e in named), named
+    by_clip: dict = {}
+    for e in named:
+        by_clip.setdefault(e["clip"], []).append(e["t_video"])
+    assert len(by_clip) == 2 and sorted(p.name for p in clips.iterdir()) == sorted(
+        Path(p).name for p in by_clip
+    )
+    for path, times in by_clip.items():
+        p = _probe(path)
+        start = max(0.0, min(times) - 2.0)
+        expected = min(max(times) + 2.0, 19.9) - start
+        assert p["key_first"], path
+        assert abs(p["duration"] - expected) <= 1.0 + 0.15, (path, p, times)  # a key frame a second
+        assert abs(p["frames"] - p["duration"] * 10) <= 1, p  # every frame decodes
+    # retention: over max_gb the oldest go first, the newest stays
+    (tmp_path / "kept").mkdir()
+    small = tmp_path / "small"
+    summary = _run(
+        bundle, video, tmp_path / "kept", "--clips", f"{small}?pre=2&post=2&max_gb=0.00002"
+    )
+    left = sorted(small.glob("*.mp4"))
+    report = next(o for o in summary["outputs"] if isinstance(o, dict) and "clips" in o)
+    assert report["written"] == 2 and report["deleted"] == 1 and len(left) == 1, report
+    assert "_s0_16" in left[0].name  # the second crossing's clip is the one kept
+
+
+@pytest.mark.skipif(shutil.which("ffprobe") is None, reason="ffprobe (Debian's ffmpeg) is needed")
+def test_a_clip_being_written_when_the_process_is_killed_still_plays(scene, tmp_path):
+    bundle, video = scene
+    clips = tmp_path / "clips"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edgert.apps",
+            "camera",
+            str(bundle),
+            "--source",
+            video,
+            "--loop",
+            "--headless",
+            "--conf",
+            "0.75",
+            "--clips",
+            f"{clips}?post=600",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(clips.glob("*.part")):
+        time.sleep(0.2)
+    time.sleep(3.0)  # seconds of video (read faster than real time): fragments written
+    proc.kill()
+    proc.wait(30)
+    parts = list(clips.glob("*.mp4.part"))
+    assert len(parts) == 1 and not list(clips.glob("*.mp4")), list(clips.iterdir())
+    p = _probe(parts[0])
+    assert p["key_first"] and p["frames"] >= 10, p  # what was written up to then plays

@@ -11,6 +11,7 @@ URI before anything opens (a port, a broker address), the one that says which fi
     mqtt[s]://host/PREFIX       events and heartbeats to an MQTT broker (--mqtt URI)
     rtsp://[U:P@]HOST:PORT/PATH the annotated stream re-served over RTSP (one mount per stream)
     snapshots://DIR             each track's best picture when it ends (--snapshots DIR)
+    clips://DIR                 an MP4 around each event, with the seconds before it (--clips DIR)
 
 Every sink is a :class:`Sink` (``base.py``). A new kind of output is one module with an
 ``open_uri(uri, ctx)`` and one row here.
@@ -79,6 +80,15 @@ SCHEMES: dict[str, Scheme] = {
         flag="--snapshots",
         tracks=True,
     ),
+    "clips": Scheme(
+        "clips://DIR",
+        "edgert.apps.camera.sinks.clips",
+        check="check",
+        paths="paths",
+        flag="--clips",
+        tracks=True,
+        picture=True,
+    ),
     "rtsp": Scheme(
         "rtsp://[USER:PASS@]HOST:PORT/PATH",
         "edgert.apps.camera.sinks.rtsp",
@@ -106,7 +116,7 @@ class SinkOptions:
             metavar="URI",
             help="display://0, http://HOST:PORT, file://out.mp4, jsonl://FILE, events://FILE, "
             "mqtt[s]://HOST/PREFIX, rtsp://[USER:PASS@]HOST:PORT/PATH (a re-stream), "
-            "snapshots://DIR; repeat for several",
+            "snapshots://DIR, clips://DIR; repeat for several",
         )
         parser.add_argument(
             "--mosaic",
@@ -124,6 +134,14 @@ class SinkOptions:
             help="each track's best picture (its box drawn) written to DIR when the track ends; "
             "the track_end event carries its path; implies --track (the same as --output "
             "snapshots://DIR; ?crop=1 adds the crop, ?clean=1 leaves the box out)",
+        )
+        parser.add_argument(
+            "--clips",
+            metavar="DIR",
+            help="an MP4 around each event (track start, line crossing, zone entry) from 5 s "
+            "before to 5 s after the last one it merged, from a ring of encoded video; the "
+            "event carries its path (the same as --output clips://DIR; ?pre=S&post=S&events="
+            "A,B&clean=1&max_gb=G&keep_days=D)",
         )
         parser.add_argument(
             "--on-output-error",
@@ -224,6 +242,7 @@ _CLASSES = {
     "MqttOutput": "mqtt",
     "RtspOutput": "rtsp",
     "SnapshotsOutput": "snapshots",
+    "ClipsOutput": "clips",
 }
 __getattr__ = lazy_names(__name__, _CLASSES)  # the sink classes, imported when first used
 

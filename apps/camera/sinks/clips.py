@@ -1,0 +1,301 @@
+"""``--clips DIR`` (or ``--output clips://DIR``): a short MP4 around each event, with the seconds before it, as Frigate's
+recordings and DeepStream's Smart Record keep them.
+
+Per stream, the frames (annotated, or ``clean=1``) are encoded once to H.264 (the rtsp:// output's
+encoder choice, a key frame every second) into a ring of *encoded* samples covering the last
+``pre`` seconds from a key frame (never raw frames: about a megabyte a second at 720p). On an
+event (``events=``: track_start, line_cross and zone_enter by default) a clip starts at the last
+key frame at least ``pre`` seconds (default 5) before it and runs until ``post`` seconds (default
+5) after the last event it merged. It is written by GStreamer's ``mp4mux`` as fragmented MP4 (a
+fragment a second) to ``NAME.mp4.part`` and renamed to ``NAME.mp4`` when complete: a run killed
+mid-clip leaves a ``.part`` that plays up to its last fragment, and nothing half-written under a
+complete name. The event carries ``clip`` (the name it will have). Times are the scene's (a
+file's own time, a live camera's capture time).
+
+Retention (``max_gb=``, ``keep_days=``): after each clip, the oldest finished clips of the folder
+go first, never one being written nor the one just finished. A write that fails (a full disk) is the run's
+``--on-output-error`` policy: stop, or go on without clips.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import time
+from pathlib import Path
+from urllib.parse import parse_qs
+
+from edgert.runtime.errors import OutputError
+
+from .base import Sink, SinkContext
+
+TRIGGERS = ("track_start", "line_cross", "zone_enter")
+
+
+def options(uri: str) -> dict:
+    rest = uri.split("://", 1)[1] if "://" in uri else uri
+    folder, _, query = rest.partition("?")
+    q = {k: v[-1] for k, v in parse_qs(query).items()}
+    unknown = set(q) - {"pre", "post", "events", "clean", "max_gb", "keep_days", "bitrate"}
+    if unknown:
+        raise OutputError(
+            f"clips: unknown option {sorted(unknown)[0]!r} (pre, post, events, clean, max_gb, "
+            "keep_days, bitrate)"
+        )
+    if not folder.strip():
+        raise OutputError("clips:// needs a folder, and it was given an empty one")
+    try:
+        o = {
+            "folder": folder,
+            "pre": float(q.get("pre", 5)),
+            "post": float(q.get("post", 5)),
+            "max_gb": float(q["max_gb"]) if "max_gb" in q else None,
+            "keep_days": float(q["keep_days"]) if "keep_days" in q else None,
+            "kbps": int(q.get("bitrate", 4000)),
+        }
+    except ValueError:
+        raise OutputError("clips: pre, post, max_gb, keep_days and bitrate are numbers") from None
+    if not (0 <= o["pre"] <= 60 and 0 <= o["post"] <= 600 and o["kbps"] >= 100):
+        raise OutputError("clips: pre must be 0 to 60 s, post 0 to 600 s, bitrate >= 100 kbit/s")
+    o["events"] = tuple(e for e in q.get("events", ",".join(TRIGGERS)).split(",") if e)
+    o["clean"] = q.get("clean", "0") in ("1", "true", "yes")
+    return o
+
+
+class _Stream:
+    """One stream's encoder, its ring of encoded samples, and the clip being written."""
+
+    def __init__(self, out: ClipsOutput, stream: int) -> None:
+        self.out, self.stream = out, stream
+        self.encoder = None  # (pipeline, appsrc, appsink) once the first frame gives the size
+        self.ring: collections.deque = collections.deque()  # (pts ns, key frame, bytes)
+        self.t0: float | None = None
+        self.pending: collections.deque = collections.deque()  # PTS of frames not yet encoded
+        self.clip = None  # (pipeline, appsrc, path, start pts, end pts)
+
+    def _open(self, width: int, height: int) -> None:
+        from edgert.apps.camera.gstreamer import encode_chain
+
+        Gst = self.out.Gst
+        caps = f"video/x-raw,format=BGR,width={width},height={height},framerate={self.out.fps_frac}"
+        pipe = Gst.parse_launch(
+            f"appsrc name=src format=time caps={caps} ! "
+            f"{encode_chain(self.out.encoder, self.out.o['kbps'], self.out.gop)} ! "
+            "h264parse config-interval=-1 ! video/x-h264,stream-format=byte-stream,alignment=au ! "
+            "appsink name=sink sync=false"
+        )
+        pipe.set_state(Gst.State.PLAYING)
+        self.encoder = (pipe, pipe.get_by_name("src"), pipe.get_by_name("sink"))
+
+    def frame(self, image, t: float) -> None:
+        Gst = self.out.Gst
+        if self.encoder is None:
+            self._open(image.shape[1], image.shape[0])
+            self.t0 = t
+        _, src, sink = self.encoder
+        buf = Gst.Buffer.new_wrapped(image.tobytes())
+        buf.pts = int((t - self.t0) * Gst.SECOND)
+        self.pending.append(buf.pts)
+        src.emit("push-buffer", buf)
+        wait = 200 * Gst.MSECOND  # at zero latency this frame's sample comes at once
+        while True:
+            sample = sink.emit("try-pull-sample", wait)
+            wait = 0
+            if sample is None:
+                break
+            b = sample.get_buffer()
+            key = not b.has_flags(Gst.BufferFlags.DELTA_UNIT)
+            ok, info = b.map(Gst.MapFlags.READ)
+            data = bytes(info.data) if ok else b""
+            if ok:
+                b.unmap(info)
+            # no B-frames: samples come in input order (encoders offset their own PTS: x264
+            # by 1000 hours), so each is the next frame pushed
+            pts = self.pending.popleft() if self.pending else b.pts
+            self._sample(pts, key, data)
+
+    def _sample(self, pts: int, key: bool, data: bytes) -> None:
+        Gst = self.out.Gst
+        self.ring.append((pts, key, data))
+        keep = int(self.out.o["pre"] * Gst.SECOND)
+        # keep from the last key frame at least `pre` before the newest sample
+        keys = [i for i, (p, k, _) in enumerate(self.ring) if k and p <= pts - keep]
+        if keys and keys[-1] > 0:
+            for _ in range(keys[-1]):
+                self.ring.popleft()
+        if self.clip is not None:
+            self._write(pts, data)
+            if pts >= self.clip["end"]:
+                self._finish()
+
+    def event(self, t: float) -> str | None:
+        """An event at scene time ``t``: the clip it falls in (started, or extended)."""
+        if self.encoder is None or self.t0 is None:
+            return None
+        Gst = self.out.Gst
+        pts = int((t - self.t0) * Gst.SECOND)
+        end = pts + int(self.out.o["post"] * Gst.SECOND)
+        if self.clip is not None:
+            self.clip["end"] = max(self.clip["end"], end)
+            return str(self.clip["path"])
+        start_at = pts - int(self.out.o["pre"] * Gst.SECOND)
+        keys = [p for p, k, _ in self.ring if k and p <= start_at] or [
+            p for p, k, _ in self.ring if k
+        ]
+        if not keys:
+            return None
+        first = keys[-1]
+        self.clip = self.out.start_clip(self.stream, t, first, end)
+        for p, _, data in list(self.ring):
+            if p >= first:
+                self._write(p, data)
+        return str(self.clip["path"])
+
+    def _write(self, pts: int, data: bytes) -> None:
+        Gst = self.out.Gst
+        buf = Gst.Buffer.new_wrapped(data)
+        buf.pts = pts - self.clip["start"]
+        buf.dts = buf.pts
+        if self.clip["src"].emit("push-buffer", buf) != Gst.FlowReturn.OK:
+            path = self.clip["path"]
+            self._abandon()
+            raise OutputError(f"clips: cannot write {path} (the disk may be full)")
+
+    def _finish(self) -> None:
+        clip, self.clip = self.clip, None
+        self.out.end_clip(clip)
+
+    def _abandon(self) -> None:
+        clip, self.clip = self.clip, None
+        with contextlib.suppress(Exception):
+            clip["pipe"].set_state(self.out.Gst.State.NULL)
+
+    def close(self) -> None:
+        if self.clip is not None:
+            self._finish()  # the clip ends with the run, complete
+        if self.encoder is not None:
+            self.encoder[0].set_state(self.out.Gst.State.NULL)
+            self.encoder = None
+        self.ring.clear()
+
+
+class ClipsOutput(Sink):
+    takes_frames = True
+    takes_events = True
+    enriches_events = True
+
+    def __init__(self, uri: str, ctx: SinkContext) -> None:
+        from edgert.apps.camera.gstreamer import ENCODERS, INSTALL_ENCODER, choose_encoder, gst
+
+        self.o = options(uri)
+        self.draws = not self.o["clean"]
+        try:
+            self.Gst = gst()
+        except ImportError as exc:
+            raise OutputError(f"clips:// needs GStreamer: {exc}") from None
+        have = {e for e in ENCODERS if self.Gst.ElementFactory.find(e) is not None}
+        self.encoder, _ = choose_encoder(have)
+        if self.encoder is None or self.Gst.ElementFactory.find("mp4mux") is None:
+            raise OutputError(f"clips:// needs an H.264 encoder and mp4mux: {INSTALL_ENCODER}")
+        self.folder = Path(self.o["folder"])
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"clips: cannot make {self.folder}: {exc.strerror}") from None
+        fps = ctx.fps or 30.0
+        self.fps_frac = f"{round(fps * 1000)}/1000"
+        self.gop = max(1, round(fps))  # a key frame a second
+        self.streams = [_Stream(self, i) for i in range(len(ctx.streams))]
+        self.written: list = []
+        self.deleted = 0
+        self._last_t: dict = {}
+
+    def write(self, frame, image, record: dict) -> None:
+        t = frame.t_scene
+        self._last_t[frame.stream] = t
+        self.streams[frame.stream].frame(image, t)
+
+    def events(self, events: list) -> None:
+        for e in events:
+            if e.get("event") not in self.o["events"]:
+                continue
+            stream = e.get("stream", 0)
+            t = self._last_t.get(stream)
+            if t is None:
+                continue
+            path = self.streams[stream].event(t)
+            if path is not None:
+                e["clip"] = path
+
+    def start_clip(self, stream: int, t: float, start: int, end: int) -> dict:
+        Gst = self.Gst
+        name = time.strftime("%Y%m%d-%H%M%S", time.localtime()) + f"_s{stream}_{int(t * 1000)}"
+        path = self.folder / f"{name}.mp4"
+        part = path.with_name(path.name + ".part")
+        pipe = Gst.parse_launch(
+            "appsrc name=src format=time caps=video/x-h264,stream-format=byte-stream,alignment=au "
+            "! h264parse ! mp4mux fragment-duration=1000 name=mux ! filesink name=file"
+        )
+        pipe.get_by_name("file").set_property("location", str(part))
+        pipe.set_state(Gst.State.PLAYING)
+        return {
+            "pipe": pipe,
+            "src": pipe.get_by_name("src"),
+            "path": path,
+            "part": part,
+            "start": start,
+            "end": end,
+        }
+
+    def end_clip(self, clip: dict) -> None:
+        Gst = self.Gst
+        clip["src"].emit("end-of-stream")
+        msg = (
+            clip["pipe"]
+            .get_bus()
+            .timed_pop_filtered(10 * Gst.SECOND, Gst.MessageType.EOS | Gst.MessageType.ERROR)
+        )
+        clip["pipe"].set_state(Gst.State.NULL)
+        if msg is None or msg.type != Gst.MessageType.EOS:
+            raise OutputError(f"clips: {clip['part']} could not be finished (the disk may be full)")
+        os.replace(clip["part"], clip["path"])
+        self.written.append(str(clip["path"]))
+        self._retain()
+
+    def _retain(self) -> None:
+        """The oldest finished clips go first while the folder is over max_gb or a clip is
+        older than keep_days; a .part (being written) is never touched."""
+        files = sorted(self.folder.glob("*.mp4"), key=lambda p: p.stat().st_mtime)
+        now = time.time()
+        if self.o["keep_days"] is not None:
+            for p in [p for p in files if now - p.stat().st_mtime > self.o["keep_days"] * 86400]:
+                p.unlink()
+                files.remove(p)
+                self.deleted += 1
+        if self.o["max_gb"] is not None:
+            total = sum(p.stat().st_size for p in files)
+            while len(files) > 1 and total > self.o["max_gb"] * 1e9:  # the newest stays
+                p = files.pop(0)
+                total -= p.stat().st_size
+                p.unlink()
+                self.deleted += 1
+
+    def close(self) -> None:
+        for s in self.streams:
+            s.close()
+
+    def report(self):
+        return {"clips": str(self.folder), "written": len(self.written), "deleted": self.deleted}
+
+
+def open_uri(uri: str, ctx: SinkContext) -> ClipsOutput:
+    return ClipsOutput(uri, ctx)
+
+
+def check(uri: str, _options=None) -> None:
+    options(uri)
+
+
+def paths(uri: str, streams: int, mosaic: bool) -> list:
+    return [(f"--output {uri}", Path(options(uri)["folder"]))]

@@ -315,8 +315,8 @@ def choose_clocks(cfg: BenchConfig, session, meter, options: dict, say) -> dict:
     most 1 / (1 + margin) of the time, every slot was kept and p99 is within ``max_latency_ms``
     (default two slots: a frame late by at most one frame interval). The GPU's
     table is walked down from the top (at the EMC's top) until a clock cannot hold the rate or
-    two in a row cost more than the best, then the EMC's at the best GPU clock, then the GPU's
-    neighbours at the best EMC cap: energy against clock is U-shaped (dynamic power falls with
+    two in a row cost more than the best, then each axis again from the best point (one step
+    up, down while it pays) until it stays put: energy against clock is U-shaped (dynamic power falls with
     the clock down to the voltage floor, the power paid while computing is paid longer)."""
     from edgert.runtime.engine import Engine
     from edgert.runtime.power.clocks import ClockError

@@ -13,9 +13,9 @@ is dropped (a leaky queue), so a slow or vanished client never stalls the pipeli
 itself drops a TCP client's backlog past its limit.
 
 Bound to 127.0.0.1 unless a host is given (``0.0.0.0`` for every interface); 8554 unless a port
-is. ``USER:PASS@`` turns on the server's basic authentication for every mount (use
-``${EDGERT_RTSP_PASSWORD}`` to keep the password out of the command line). Query options:
-``bitrate=KBPS`` (default 4000), ``keyframe=S`` (a key frame every S seconds, default 1: a
+is. ``USER:PASS@`` turns on the server's basic authentication for every mount (write the
+password as ``${EDGERT_NAME}``, an environment variable, to keep it out of the command line).
+Query options: ``bitrate=KBPS`` (default 4000), ``keyframe=S`` (a key frame every S seconds, default 1: a
 client that joins starts within a second), ``clean=1`` (frames without the overlay).
 """
 

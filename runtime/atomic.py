@@ -104,7 +104,8 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -123,7 +124,7 @@ def _leftovers(target: Path) -> list[tuple[Path, str]]:
         if kind not in ("partial", "old"):
             continue
         pid_text = p.name[len(target.name) + 2 :].split(".", 1)[0]
-        if pid_text.isdigit() and _pid_alive(int(pid_text)):
+        if pid_text.isdigit() and pid_alive(int(pid_text)):
             continue  # a live process (this one too: another thread) is writing it
         found.append((p, kind))
     return found

@@ -45,6 +45,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..atomic import pid_alive
 from ..errors import SensorError
 from .sensors import sysfs_root
 
@@ -206,16 +207,6 @@ def state_path(root=None) -> Path:
     return sysfs_root(root) / STATE
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _write(path: Path, value: str) -> None:
     with open(path, "w") as fh:  # sysfs: in place, one write
         fh.write(value)
@@ -232,7 +223,7 @@ def restore_saved(root=None, say=lambda s: None) -> list:
         return []
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ClockError(f"{path} is not a clock record edgert wrote ({exc})") from None
-    if pid != os.getpid() and _alive(pid):
+    if pid != os.getpid() and pid_alive(pid):
         raise ClockError(
             f"edgert process {pid} has the clocks set (recorded in {path}); stop it first, and it "
             "puts them back itself"

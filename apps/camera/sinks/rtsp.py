@@ -162,7 +162,7 @@ class RtspOutput(Sink):
         gop = max(1, round(o["keyframe_s"] * self.fps))
         launch = (
             "( appsrc name=src is-live=true format=time do-timestamp=true block=false "
-            "max-bytes=0 max-buffers=1 ! queue leaky=downstream max-size-buffers=1 "
+            "max-bytes=0 ! queue leaky=downstream max-size-buffers=1 "
             f"max-size-bytes=0 max-size-time=0 ! {encode_chain(self.encoder, o['kbps'], gop)} ! "
             "rtph264pay name=pay0 pt=96 config-interval=-1 )"
         )

@@ -109,8 +109,7 @@ def encoder_cores(width: int, height: int, frames: int = 250, fps: int = 25) -> 
     from tests.rtsp_server import pattern_frame
 
     Gst = gstreamer.gst()
-    have = {e for e in gstreamer.ENCODERS if Gst.ElementFactory.find(e) is not None}
-    name, _ = gstreamer.choose_encoder(have)
+    name, _ = gstreamer.choose_encoder(gstreamer.elements())
     caps = f"video/x-raw,format=BGR,width={width},height={height},framerate={fps}/1"
     pipe = Gst.parse_launch(
         f"appsrc name=src format=time caps={caps} ! {gstreamer.encode_chain(name, 4000, fps)} "

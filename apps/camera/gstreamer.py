@@ -467,9 +467,8 @@ def _encoder(have: set[str]) -> dict:
     }
 
 
-# the rtsp:// output (sinks/rtsp.py): H.264 encoders, the hardware one first
+# the rtsp:// output and clips (sinks/): H.264 encoders (in ELEMENTS), the hardware one first
 NVENC_DEVICES = ("dev/nvhost-msenc", "dev/v4l2-nvenc")  # JetPack 4/5, JetPack 5.1+/6
-ENCODERS = ("nvv4l2h264enc", "x264enc", "openh264enc")
 INSTALL_ENCODER = (
     "install an H.264 encoder for GStreamer: on Debian or Ubuntu `apt install "
     "gstreamer1.0-plugins-ugly` (x264enc); on a Jetson JetPack's nvv4l2h264enc"

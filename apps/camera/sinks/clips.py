@@ -186,7 +186,7 @@ class ClipsOutput(Sink):
     enriches_events = True
 
     def __init__(self, uri: str, ctx: SinkContext) -> None:
-        from edgert.apps.camera.gstreamer import ENCODERS, INSTALL_ENCODER, choose_encoder, gst
+        from edgert.apps.camera.gstreamer import INSTALL_ENCODER, choose_encoder, elements, gst
 
         self.o = options(uri)
         self.draws = not self.o["clean"]
@@ -194,8 +194,7 @@ class ClipsOutput(Sink):
             self.Gst = gst()
         except ImportError as exc:
             raise OutputError(f"clips:// needs GStreamer: {exc}") from None
-        have = {e for e in ENCODERS if self.Gst.ElementFactory.find(e) is not None}
-        self.encoder, _ = choose_encoder(have)
+        self.encoder, _ = choose_encoder(elements())
         if self.encoder is None or self.Gst.ElementFactory.find("mp4mux") is None:
             raise OutputError(f"clips:// needs an H.264 encoder and mp4mux: {INSTALL_ENCODER}")
         self.folder = Path(self.o["folder"])

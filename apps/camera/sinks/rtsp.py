@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 from urllib.parse import parse_qs, unquote, urlparse
 
-from edgert.apps.camera.gstreamer import ENCODERS, INSTALL_ENCODER, choose_encoder, encode_chain
+from edgert.apps.camera.gstreamer import INSTALL_ENCODER, choose_encoder, elements, encode_chain
 from edgert.apps.uris import redact
 from edgert.runtime.errors import OutputError
 
@@ -105,12 +105,8 @@ def _rtsp_server():
 
 def check(uri: str, _options=None) -> None:
     options(uri)
-    from edgert.apps.camera.gstreamer import gst
-
     _rtsp_server()
-    Gst = gst()
-    have = {e for e in ENCODERS if Gst.ElementFactory.find(e) is not None}
-    if choose_encoder(have)[0] is None:
+    if choose_encoder(elements())[0] is None:
         raise OutputError(f"the rtsp:// output needs an H.264 encoder: {INSTALL_ENCODER}")
 
 
@@ -121,10 +117,8 @@ class _Mount:
         self.path = path
         self.appsrc = None
         self.size: tuple | None = None
-        self.full = False  # the appsrc said enough-data: frames are dropped until need-data
         self.sent = 0
         self.dropped = 0
-        self.clients = 0
 
 
 class RtspOutput(Sink):
@@ -136,9 +130,7 @@ class RtspOutput(Sink):
         self.o = o
         self.draws = not o["clean"]
         self.Gst, GLib, RS = _rtsp_server()
-        Gst = self.Gst
-        have = {e for e in ENCODERS if Gst.ElementFactory.find(e) is not None}
-        self.encoder, self.encoder_why = choose_encoder(have)
+        self.encoder, self.encoder_why = choose_encoder(elements())
         if self.encoder is None:
             raise OutputError(f"the rtsp:// output needs an H.264 encoder: {INSTALL_ENCODER}")
         self.fps = ctx.fps or 30.0
@@ -166,7 +158,6 @@ class RtspOutput(Sink):
             f"max-size-bytes=0 max-size-time=0 ! {encode_chain(self.encoder, o['kbps'], gop)} ! "
             "rtph264pay name=pay0 pt=96 config-interval=-1 )"
         )
-        self.launch = launch
         permissions = None
         if o["user"] is not None:
             auth = RS.RTSPAuth()
@@ -231,14 +222,6 @@ class RtspOutput(Sink):
     def _configure(self, _factory, media, mount: _Mount) -> None:
         appsrc = media.get_element().get_by_name("src")
 
-        def enough(_src):
-            mount.full = True
-
-        def need(_src, _length):
-            mount.full = False
-
-        appsrc.connect("enough-data", enough)
-        appsrc.connect("need-data", need)
         media.connect("unprepared", lambda _m: self._gone(mount, appsrc))
         pay = media.get_element().get_by_name("pay0")
         with self._lock:
@@ -246,7 +229,6 @@ class RtspOutput(Sink):
             if mount.size is not None:
                 appsrc.set_property("caps", self._caps(*mount.size))
             mount.appsrc = appsrc
-            mount.full = False
 
     def _gone(self, mount: _Mount, appsrc) -> None:
         with self._lock:
@@ -276,9 +258,6 @@ class RtspOutput(Sink):
                     appsrc.set_property("caps", self._caps(w, h))
             if appsrc is None:
                 return  # nobody watches: nothing is encoded
-            if mount.full:
-                mount.dropped += 1
-                return
         data = image.tobytes()
         buf = self.Gst.Buffer.new_wrapped(data)
         if appsrc.emit("push-buffer", buf) == self.Gst.FlowReturn.OK:

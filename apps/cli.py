@@ -18,7 +18,7 @@ import threading
 
 from edgert.apps.argtypes import Parser
 from edgert.runtime.device import edgert_version
-from edgert.runtime.errors import EdgertError
+from edgert.runtime.errors import EdgertError, SignalStop
 
 COMMANDS = (
     "export",
@@ -94,7 +94,7 @@ def _sigterm_as_interrupt() -> None:
 
     def handler(signum, frame):
         _stop_reason[0] = "terminated"
-        raise KeyboardInterrupt
+        raise SignalStop
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, handler)

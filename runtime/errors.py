@@ -16,6 +16,13 @@ class EdgertError(Exception):
     exit_code = 2
 
 
+class SignalStop(KeyboardInterrupt):
+    """SIGTERM or SIGHUP ending work the way Ctrl-C does (every ``except KeyboardInterrupt`` still
+    finishes outputs). Not KeyboardInterrupt itself: CPython ends a ``python -m`` process with
+    SIGINT, whatever its exit code, once a KeyboardInterrupt of exactly that type has left code run
+    through ``PyRun_String`` (C extensions do, pybind11's ``py::exec``), even if caught later."""
+
+
 class ModelError(EdgertError):
     """A model file or factory is missing, corrupt, or not what it claims to be."""
 

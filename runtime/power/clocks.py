@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import pid_alive
-from ..errors import SensorError
+from ..errors import SensorError, SignalStop
 from .sensors import sysfs_root
 
 STATE = "run/edgert/clocks.json"
@@ -375,4 +375,4 @@ class ClockSession:
 
 
 def _hangup(signum, frame):
-    raise KeyboardInterrupt  # a closed terminal ends the run the way Ctrl-C does: clocks go back
+    raise SignalStop  # a closed terminal ends the run the way Ctrl-C does: clocks go back

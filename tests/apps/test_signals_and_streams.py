@@ -106,6 +106,27 @@ def test_sigterm_elsewhere_exits_143_with_one_sentence(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == []  # no half-written bundle
 
 
+def test_sigterm_inside_embedded_python_still_exits_143(tmp_path):
+    """CPython ends a `python -m` process with SIGINT (-2, not our 143) when a KeyboardInterrupt
+    ever left code run through PyRun_String (what pybind11's py::exec and other C extensions call),
+    even one caught later: SIGTERM must raise something that is not exactly KeyboardInterrupt."""
+    factory = tmp_path / "model.py"
+    factory.write_text(
+        "import ctypes\n"
+        "run = ctypes.pythonapi.PyRun_String\n"
+        "run.restype = ctypes.py_object\n"
+        "run.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.py_object, ctypes.py_object]\n"
+        "def make():\n"
+        "    code = b'import os, signal, time\\nos.kill(os.getpid(), signal.SIGTERM)\\ntime.sleep(30)'\n"
+        "    run(code, 257, {}, {})  # 257: Py_file_input\n"
+    )
+    proc = _spawn("export", f"{factory}:make", "-o", tmp_path / "m.edgert")
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr
+    assert stderr.strip().endswith("terminated") and "Traceback" not in stderr
+    assert not (tmp_path / "m.edgert").exists()
+
+
 class SilentServer:
     """Accepts TCP connections and never says a word (a stuck camera or a firewall)."""
 

@@ -83,7 +83,7 @@ def config(args):
     from edgert.apps.camera.analytics import TrackingOptions
     from edgert.apps.camera.app import CameraConfig, ModelOptions, RunOptions
     from edgert.apps.camera.gate import GateOptions
-    from edgert.apps.camera.sinks import SinkOptions, from_flag
+    from edgert.apps.camera.sinks import SinkOptions, from_flag, with_folder_flags
     from edgert.apps.camera.sources import SourceOptions
     from edgert.apps.uris import expand
     from edgert.runtime.errors import OutputError, SourceError
@@ -104,6 +104,7 @@ def config(args):
         ):
             if value is not None:  # the short forms of sinks in the table
                 sinks.append(from_flag(flag, expand(value, flag)))
+        sinks = with_folder_flags(sinks, args)
     except ValueError as exc:
         raise OutputError(str(exc)) from None
     return CameraConfig(

@@ -6,6 +6,7 @@ whose line and zone counts are exact with the gate on, the same as with it off."
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -458,8 +459,11 @@ def test_clips_start_on_a_key_frame_with_the_pre_roll_and_merge_events(scene, tm
     # retention: over max_gb the oldest go first, the newest stays
     (tmp_path / "kept").mkdir()
     small = tmp_path / "small"
-    summary = _run(
-        bundle, video, tmp_path / "kept", "--clips", f"{small}?pre=2&post=2&max_gb=0.00002"
+    summary = _run(  # the flags' way: --pre-roll, --post-roll, --clips-max-gb
+        bundle,
+        video,
+        tmp_path / "kept",
+        *("--clips", small, "--pre-roll", "2", "--post-roll", "2", "--clips-max-gb", "0.00002"),
     )
     left = sorted(small.glob("*.mp4"))
     report = next(o for o in summary["outputs"] if isinstance(o, dict) and "clips" in o)
@@ -500,3 +504,84 @@ def test_a_clip_being_written_when_the_process_is_killed_still_plays(scene, tmp_
     assert len(parts) == 1 and not list(clips.glob("*.mp4")), list(clips.iterdir())
     p = _probe(parts[0])
     assert p["key_first"] and p["frames"] >= 10, p  # what was written up to then plays
+
+
+def _limited(limit: int):
+    import resource
+
+    def apply():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # writes past it fail: EFBIG
+
+    return apply
+
+
+@needs_clips
+@pytest.mark.parametrize("policy", ["stop", "continue"])
+def test_a_disk_that_fills_during_a_clip(scene, tmp_path, policy):
+    """The file-size limit makes the clip's writes fail mid-clip, as a full disk does: one
+    sentence; `stop` ends the run (summary printed), `continue` processes every frame without
+    clips; either way no clip is left under a complete name, nor a broken .part."""
+    bundle, video = scene
+    clips = tmp_path / "clips"
+    cmd = [
+        sys.executable,
+        "-m",
+        "edgert.apps",
+        "camera",
+        str(bundle),
+        "--source",
+        str(video),
+        "--headless",
+        "--conf",
+        "0.75",
+        "--json",
+        "--clips",
+        f"{clips}?bitrate=8000",
+        "--pre-roll",
+        "2",
+        "--on-output-error",
+        policy,
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=180, preexec_fn=_limited(20_000)
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    if policy == "continue":  # said when it happens, and again as the run's outcome
+        assert "going on without that output" in err.pop(0), err
+    assert len(err) == 1 and "clips: cannot" in err[0] and "file too large" in err[0], err
+    summary = json.loads(proc.stdout)
+    assert "clips: cannot" in summary["output_errors"][0]
+    if policy == "continue":
+        assert summary["frames_processed"] == 200  # the whole scene
+    else:
+        assert summary["frames_processed"] < 200
+    assert list(clips.iterdir()) == []
+
+
+def test_retention_flags_say_what_they_need(scene, tmp_path):
+    bundle, video = scene
+    proc = run_cli("camera", bundle, "--source", video, "--headless", "--pre-roll", "3")
+    assert_user_error(proc, "--pre-roll apply to --clips DIR")
+    proc = run_cli("camera", bundle, "--source", video, "--headless", "--keep-days", "2")
+    assert_user_error(proc, "--clips DIR or --snapshots DIR")
+    proc = run_cli(
+        "camera", bundle, "--source", video, "--headless", "--clips", tmp_path, "--keep-days", "0"
+    )
+    assert_user_error(proc, "above 0")
+
+
+def test_retention_deletes_the_oldest_and_never_the_newest_nor_a_part(tmp_path):
+    from edgert.apps.camera.sinks.retention import retain
+
+    now = time.time()
+    for i, age_days in enumerate([9, 5, 3, 1, 20]):
+        p = tmp_path / (f"c{i}.mp4" if i < 4 else "c4.mp4.part")
+        p.write_bytes(b"x" * 1000)
+        os.utime(p, (now - age_days * 86400, now - age_days * 86400))
+    gone = retain(tmp_path, ("*.mp4",), keep_days=4)
+    assert sorted(p.name for p in gone) == ["c0.mp4", "c1.mp4"]
+    gone = retain(tmp_path, ("*.mp4",), max_gb=1.5e-6)  # room for one file of 1000 bytes
+    assert [p.name for p in gone] == ["c2.mp4"]
+    gone = retain(tmp_path, ("*.mp4",), max_gb=1e-9, keep_days=1e-6)  # the newest stays
+    assert gone == [] and sorted(p.name for p in tmp_path.iterdir()) == ["c3.mp4", "c4.mp4.part"]

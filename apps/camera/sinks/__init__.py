@@ -144,6 +144,31 @@ class SinkOptions:
             "A,B&clean=1&max_gb=G&keep_days=D)",
         )
         parser.add_argument(
+            "--pre-roll",
+            type=float,
+            metavar="S",
+            help="--clips: seconds kept before an event (default 5; pre= of clips://)",
+        )
+        parser.add_argument(
+            "--post-roll",
+            type=float,
+            metavar="S",
+            help="--clips: seconds after the last event a clip merged (default 5; post=)",
+        )
+        parser.add_argument(
+            "--clips-max-gb",
+            type=float,
+            metavar="G",
+            help="--clips: the folder's finished clips kept under G gigabytes, the oldest "
+            "deleted first, never the newest (max_gb=)",
+        )
+        parser.add_argument(
+            "--keep-days",
+            type=float,
+            metavar="D",
+            help="--clips and --snapshots: files older than D days are deleted (keep_days=)",
+        )
+        parser.add_argument(
             "--on-output-error",
             choices=["stop", "continue"],
             default="stop",
@@ -155,6 +180,34 @@ class SinkOptions:
     @classmethod
     def from_args(cls, args) -> SinkOptions:
         return cls(args.mosaic, args.on_output_error, args.headless, MqttOptions.from_args(args))
+
+
+def with_folder_flags(sinks: list, args) -> list:
+    """The sinks with ``--pre-roll``, ``--post-roll``, ``--clips-max-gb`` and ``--keep-days`` added
+    to the query of each clips:// (and, for ``--keep-days``, snapshots://) sink they apply to (a
+    flag wins over the same option in the URI); OutputError when none does."""
+    from urllib.parse import urlencode
+
+    flags = {
+        "pre": ("--pre-roll", getattr(args, "pre_roll", None)),
+        "post": ("--post-roll", getattr(args, "post_roll", None)),
+        "max_gb": ("--clips-max-gb", getattr(args, "clips_max_gb", None)),
+        "keep_days": ("--keep-days", getattr(args, "keep_days", None)),
+    }
+    given = {k: v for k, (_, v) in flags.items() if v is not None}
+    takes = {"clips": ("pre", "post", "max_gb", "keep_days"), "snapshots": ("keep_days",)}
+    out, used = [], set()
+    for uri in sinks:
+        extra = {k: given[k] for k in takes.get(resolve(uri)[0], ()) if k in given}
+        if extra:
+            uri += ("&" if "?" in uri else "?") + urlencode(extra)
+            used |= set(extra)
+        out.append(uri)
+    unused = [flags[k][0] for k in given if k not in used]
+    if unused:
+        needs = "--clips DIR or --snapshots DIR" if unused == ["--keep-days"] else "--clips DIR"
+        raise OutputError(f"{' and '.join(unused)} apply to {needs}, and none was given")
+    return out
 
 
 def resolve(uri: str) -> tuple[str, str]:

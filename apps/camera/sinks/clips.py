@@ -58,9 +58,24 @@ def options(uri: str) -> dict:
         raise OutputError("clips: pre, post, max_gb, keep_days and bitrate are numbers") from None
     if not (0 <= o["pre"] <= 60 and 0 <= o["post"] <= 600 and o["kbps"] >= 100):
         raise OutputError("clips: pre must be 0 to 60 s, post 0 to 600 s, bitrate >= 100 kbit/s")
+    if any(o[k] is not None and not o[k] > 0 for k in ("max_gb", "keep_days")):
+        raise OutputError("clips: max_gb and keep_days are numbers above 0")
     o["events"] = tuple(e for e in q.get("events", ",".join(TRIGGERS)).split(",") if e)
     o["clean"] = q.get("clean", "0") in ("1", "true", "yes")
     return o
+
+
+def _why(message) -> str:
+    """The sentence of a GStreamer error message (filesink: "Error while writing to file ...",
+    with the OS's reason in its debug text: "No space left on device")."""
+    if message is None:
+        return "the write was refused"
+    err, debug = message.parse_error()
+    text = f"{err.message} {debug or ''}"
+    for reason in ("No space left on device", "File too large", "Permission denied"):
+        if reason in text:
+            return reason.lower()
+    return err.message
 
 
 class _Stream:
@@ -157,19 +172,25 @@ class _Stream:
         buf = Gst.Buffer.new_wrapped(data)
         buf.pts = pts - self.clip["start"]
         buf.dts = buf.pts
-        if self.clip["src"].emit("push-buffer", buf) != Gst.FlowReturn.OK:
-            path = self.clip["path"]
+        flow = self.clip["src"].emit("push-buffer", buf)
+        error = self.clip["pipe"].get_bus().pop_filtered(Gst.MessageType.ERROR)
+        if flow != Gst.FlowReturn.OK or error is not None:  # filesink's write failed
+            part = self.clip["part"]
             self._abandon()
-            raise OutputError(f"clips: cannot write {path} (the disk may be full)")
+            raise OutputError(f"clips: cannot write {part}: {_why(error)}")
 
     def _finish(self) -> None:
         clip, self.clip = self.clip, None
         self.out.end_clip(clip)
 
     def _abandon(self) -> None:
+        """A clip that cannot be finished: stopped and its .part deleted (it frees the space a
+        full disk needs; only a killed process leaves a .part)."""
         clip, self.clip = self.clip, None
         with contextlib.suppress(Exception):
             clip["pipe"].set_state(self.out.Gst.State.NULL)
+        with contextlib.suppress(OSError):
+            clip["part"].unlink()
 
     def close(self) -> None:
         if self.clip is not None:
@@ -257,28 +278,19 @@ class ClipsOutput(Sink):
         )
         clip["pipe"].set_state(Gst.State.NULL)
         if msg is None or msg.type != Gst.MessageType.EOS:
-            raise OutputError(f"clips: {clip['part']} could not be finished (the disk may be full)")
+            with contextlib.suppress(OSError):
+                clip["part"].unlink()  # never left as if it could be played to the end
+            why = _why(msg) if msg is not None else "it did not finish within 10 s"
+            raise OutputError(f"clips: cannot finish {clip['part']}: {why}")
         os.replace(clip["part"], clip["path"])
         self.written.append(str(clip["path"]))
         self._retain()
 
     def _retain(self) -> None:
-        """The oldest finished clips go first while the folder is over max_gb or a clip is
-        older than keep_days; a .part (being written) is never touched."""
-        files = sorted(self.folder.glob("*.mp4"), key=lambda p: p.stat().st_mtime)
-        now = time.time()
-        if self.o["keep_days"] is not None:
-            for p in [p for p in files if now - p.stat().st_mtime > self.o["keep_days"] * 86400]:
-                p.unlink()
-                files.remove(p)
-                self.deleted += 1
-        if self.o["max_gb"] is not None:
-            total = sum(p.stat().st_size for p in files)
-            while len(files) > 1 and total > self.o["max_gb"] * 1e9:  # the newest stays
-                p = files.pop(0)
-                total -= p.stat().st_size
-                p.unlink()
-                self.deleted += 1
+        from .retention import retain
+
+        gone = retain(self.folder, ("*.mp4",), self.o["max_gb"], self.o["keep_days"])
+        self.deleted += len(gone)
 
     def close(self) -> None:
         for s in self.streams:

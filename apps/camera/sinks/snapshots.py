@@ -3,7 +3,8 @@ track ends — the frame in which the detector was surest of it (highest score; 
 only predicted never count), its box drawn — as Frigate keeps a snapshot per object. The
 ``track_end`` event (events file, MQTT) carries the file's path as ``snapshot``. Query options:
 ``crop=1`` also writes the box's crop (``..._crop.jpg``, ``snapshot_crop``), ``clean=1`` writes
-the frame without the box. Turns tracking on.
+the frame without the box, ``keep_days=D`` (``--keep-days``) deletes the folder's pictures older
+than D days (checked at most once a minute; the newest stays). Turns tracking on.
 
 Memory stays bounded by the live tracks: each keeps one JPEG of its best frame so far (encoded
 when a better one comes), dropped when its file is written. Files are written atomically (a
@@ -27,13 +28,23 @@ def _folder_and_options(uri: str) -> tuple[str, dict]:
     rest = uri.split("://", 1)[1] if "://" in uri else uri
     folder, _, query = rest.partition("?")
     opts = {k: v[-1] for k, v in parse_qs(query).items()}
-    unknown = set(opts) - {"crop", "clean"}
+    unknown = set(opts) - {"crop", "clean", "keep_days"}
     if unknown:
-        raise OutputError(f"snapshots: unknown option {sorted(unknown)[0]!r} (crop, clean)")
+        raise OutputError(
+            f"snapshots: unknown option {sorted(unknown)[0]!r} (crop, clean, keep_days)"
+        )
     if not folder.strip():
         raise OutputError("--snapshots needs a folder, and it was given an empty one")
     yes = lambda k: opts.get(k, "0") in ("1", "true", "yes")  # noqa: E731
-    return folder, {"crop": yes("crop"), "clean": yes("clean")}
+    keep = None
+    if "keep_days" in opts:
+        try:
+            keep = float(opts["keep_days"])
+        except ValueError:
+            keep = -1.0
+        if not keep > 0:
+            raise OutputError("snapshots: keep_days is a number of days above 0")
+    return folder, {"crop": yes("crop"), "clean": yes("clean"), "keep_days": keep}
 
 
 class SnapshotsOutput(Sink):
@@ -42,7 +53,11 @@ class SnapshotsOutput(Sink):
     takes_events = True
     enriches_events = True  # runs before the sinks that write events: they carry the path
 
-    def __init__(self, folder: str, crop: bool = False, clean: bool = False) -> None:
+    RETAIN_EVERY_S = 60.0
+
+    def __init__(
+        self, folder: str, crop: bool = False, clean: bool = False, keep_days: float | None = None
+    ) -> None:
         self.folder = Path(folder)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -52,6 +67,7 @@ class SnapshotsOutput(Sink):
         self.stamp = time.strftime("%Y%m%d-%H%M%S")
         self.best: dict = {}  # (stream, track id) -> (score, label, jpeg, crop jpeg)
         self.written = 0
+        self.keep_days, self._retained, self.deleted = keep_days, float("-inf"), 0
 
     def write(self, frame, image, record: dict) -> None:
         if not frame.inferred or not isinstance(frame.results, list):
@@ -98,9 +114,21 @@ class SnapshotsOutput(Sink):
                 atomic.write_bytes(self.folder / f"{name}_crop.jpg", crop)
                 e["snapshot_crop"] = str(self.folder / f"{name}_crop.jpg")
             self.written += 1
+            self._retain()
+
+    def _retain(self) -> None:
+        from .retention import retain
+
+        if self.keep_days is None or time.monotonic() - self._retained < self.RETAIN_EVERY_S:
+            return
+        self._retained = time.monotonic()
+        self.deleted += len(retain(self.folder, ("*.jpg",), keep_days=self.keep_days))
 
     def report(self):
-        return {"snapshots": str(self.folder), "written": self.written}
+        out = {"snapshots": str(self.folder), "written": self.written}
+        if self.keep_days is not None:
+            out["deleted"] = self.deleted
+        return out
 
 
 def open_uri(uri: str, ctx: SinkContext) -> SnapshotsOutput:

@@ -109,8 +109,8 @@ class PowerSession:
 
     # -- numbers ------------------------------------------------------------------------------
     def live(self, s: dict) -> dict:
-        """``s`` (recent statistics with ``fps``) with the recent power, mJ per frame and the
-        energy since the session started."""
+        """``s`` (recent statistics with ``fps``) with the recent power, mJ per frame, the
+        energy since the session started and the hottest die zone's temperature (``temp_c``)."""
         m = self.meter
         if m is not None and not m.lost:
             w = m.recent_w(2.0)
@@ -120,6 +120,9 @@ class PowerSession:
         else:
             s["power_w"] = None
             s["power_reason"] = self.why_not()
+        last = self.monitor.last if self.monitor is not None else None
+        hottest = last.hottest if last is not None else None
+        s["temp_c"] = hottest.temp_c if hottest is not None else None  # the die's, sampled
         return s
 
     def summary(self, frames: int, seconds: float, camera_s: float | None = None) -> dict:

@@ -141,3 +141,147 @@ def test_page_shows_stream_and_changing_stats(tmp_path, streams):
     finally:
         app.terminate()
         app.wait(10)
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"
+)
+def test_page_lists_events_with_snapshots_and_clips_and_its_charts_move(tmp_path):
+    """A looped scene whose objects cross a line: the page lists the events, newest first, with
+    each track's snapshot and a link to its clip (served from /media/, and only what an event
+    named), and per stream small charts of the last minutes' numbers that move as the run goes,
+    power and temperature among them (the power and thermal plants of the closed-loop tests turn
+    the run's CPU time into an Orin's INA3221 VDD_IN and its cpu-thermal zone)."""
+    import json
+    import sys
+
+    from tests.apps.test_gate import _can_clip, quiet_scene
+    from tests.power_plant import write_tree
+    from tests.thermal_plant import write_zone
+    from tests.tiny import blob_detector_bundle
+
+    bundle = blob_detector_bundle(tmp_path / "det")
+    video = quiet_scene(tmp_path / "scene.mp4")
+    port = free_port()
+    root = tmp_path / "board"
+    write_tree(root, 4.5)
+    write_zone(root, 40.0)
+    clips = ["--clips", str(tmp_path / "clips"), "--pre-roll", "1", "--post-roll", "1"]
+    app = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edgert.apps",
+            "camera",
+            str(bundle),
+            "--source",
+            str(video),
+            "--loop",
+            "--headless",
+            "--conf",
+            "0.75",
+            "--line",
+            "door=160,0,160,240",
+            "--snapshots",
+            str(tmp_path / "snaps"),
+            *(clips if _can_clip() else []),
+            "--output",
+            f"http://127.0.0.1:{port}",
+            "--duration",
+            "60",
+            "--sysfs-root",
+            str(root),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    plants = [
+        subprocess.Popen(
+            [sys.executable, "-m", f"tests.{plant}", str(root), str(app.pid)], cwd=ROOT
+        )
+        for plant in ("power_plant", "thermal_plant")
+    ]
+    try:
+        deadline = time.monotonic() + 45
+        events: list = []
+        while time.monotonic() < deadline:
+            try:
+                events = json.loads(_get(f"http://127.0.0.1:{port}/events.json")[1])
+            except OSError:
+                events = []
+            if any("snapshot" in e for e in events) and (
+                not _can_clip() or any("clip" in e for e in events)
+            ):
+                break
+            time.sleep(0.5)
+        snap = next(e["snapshot"] for e in events if "snapshot" in e)
+        code, body = _get(f"http://127.0.0.1:{port}{snap}")
+        assert code == 200 and body[:2] == b"\xff\xd8", code  # the JPEG the event named
+        for other in ("/media/scene.mp4", "/media/..%2F..%2Fetc%2Fpasswd", "/media/"):
+            assert _get(f"http://127.0.0.1:{port}{other}")[0] == 404  # nothing else of the disk
+        url = f"http://127.0.0.1:{port}/"
+
+        def dump() -> str:
+            return subprocess.run(
+                [
+                    CHROMIUM,
+                    *FLAGS,
+                    f"--user-data-dir={tmp_path / 'p1'}",
+                    "--virtual-time-budget=2500",
+                    "--dump-dom",
+                    url,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout
+
+        first = dump()
+        assert re.search(r'<img src="/media/[^"]+_track\d+\.jpg"', first), first[-2000:]
+        assert re.search(r"line_cross door (in|out) blob #\d+", first), first[-2000:]
+        if _can_clip():
+            assert re.search(r'<a href="/media/[^"]+\.mp4">clip</a>', first), first[-2000:]
+        names = re.findall(r'class="chart" data-name="([^"]+)"', first)
+        assert names == ["fps", "e2e p50 ms", "drops/s", "W", "\u00b0C"], names
+        for name in ("W", "\u00b0C"):  # the plants' readings, charted
+            assert re.search(rf'data-name="{name}"><div>{name} \d', first), first[-2000:]
+        lines = lambda dom: re.findall(r'<polyline points="([^"]+)"', dom)  # noqa: E731
+        assert len(lines(first)) == 5, first[-2000:]
+        time.sleep(2.0)
+        second = dump()
+        assert lines(second) and lines(second)[0] != lines(first)[0]  # the fps chart moved
+        shot = tmp_path / "page.png"
+        subprocess.run(
+            [
+                CHROMIUM,
+                *FLAGS,
+                f"--user-data-dir={tmp_path / 'p2'}",
+                "--window-size=1200,1000",
+                "--virtual-time-budget=3000",
+                f"--screenshot={shot}",
+                url,
+            ],
+            capture_output=True,
+            timeout=60,
+        )
+        assert shot.exists()
+        (ROOT / "reports").mkdir(exist_ok=True)
+        shutil.copy(shot, ROOT / "reports" / "camera_page_events.png")
+    finally:
+        app.terminate()
+        app.wait(10)
+        for plant in plants:  # they end with the process they watch
+            plant.wait(10)

@@ -1,12 +1,17 @@
 """The MJPEG web viewer: the page (``/``, a grid of the streams with their numbers, from
 ``viewer.html``), one MJPEG stream per camera stream (``/stream/<i>.mjpg``; ``/stream.mjpg`` is
-stream 0), the live statistics (``/stats.json``, which the page polls) and, when the run has
-telemetry, ``/metrics``, ``/live`` and ``/ready``. It binds 127.0.0.1 unless told otherwise. The
+stream 0), the live statistics (``/stats.json``, which the page polls), the last minutes of each
+stream's numbers for the page's charts (``/history.json``: frame rate, latency, drops, power,
+temperature, a sample a second), the recent events (``/events.json``) with the snapshots and clips
+they name (``/media/NAME``: only files an event named, nothing else of the disk) and, when the run
+has telemetry, ``/metrics``, ``/live`` and ``/ready``. No framework or CDN: the page is one file
+and works offline on the device. It binds 127.0.0.1 unless told otherwise. The
 pipeline only replaces the latest JPEG of a stream under a lock, so a slow or stalled client never
 stalls it: each client is sent the newest frame when it is ready for one and skips the rest."""
 
 from __future__ import annotations
 
+import collections
 import errno
 import functools
 import json
@@ -14,6 +19,7 @@ import logging
 import re
 import socket
 import threading
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -45,10 +51,29 @@ def page(streams: int) -> str:
     return template % {"cols": grid_columns(streams), "tiles": tiles}
 
 
+HISTORY_S = 300  # the charts' span: five minutes, a sample a second
+EVENTS_KEPT = 40
+MEDIA_KEPT = 400  # the files events named that /media serves (the newest)
+_EVENT_KEYS = (
+    "event",
+    "stream",
+    "time",
+    "t_video",
+    "label",
+    "track_id",
+    "line",
+    "direction",
+    "zone",
+    "reason",
+)
+_MEDIA_TYPES = {".jpg": "image/jpeg", ".mp4": "video/mp4"}
+
+
 class HttpOutput(Sink):
     """The MJPEG web viewer."""
 
     takes_stats = True
+    takes_events = True
 
     def __init__(
         self,
@@ -64,6 +89,11 @@ class HttpOutput(Sink):
         self._seq = [0] * self.streams
         self._cond = threading.Condition()
         self.live_stats: dict = {}
+        self.history = [collections.deque(maxlen=HISTORY_S) for _ in range(self.streams)]
+        self._sampled = float("-inf")
+        self.recent_events: collections.deque = collections.deque(maxlen=EVENTS_KEPT)
+        self.media: collections.OrderedDict = collections.OrderedDict()  # name -> path
+        self._t0 = time.monotonic()
         self.probes = probes  # the run's /metrics, /live and /ready, when it has them
         self._closed = False
         handler = self._handler()
@@ -93,8 +123,57 @@ class HttpOutput(Sink):
                 self._cond.notify_all()
 
     def stats(self, stats: dict) -> None:
+        now = time.monotonic()
         with self._cond:
             self.live_stats = stats
+            if now - self._sampled < 1.0:
+                return
+            self._sampled = now
+            for st in stats.get("streams", []):
+                i = st.get("stream", 0)
+                if not 0 <= i < self.streams:
+                    continue
+                e2e = (st.get("latency_ms") or {}).get("end_to_end") or {}
+                self.history[i].append(
+                    {
+                        "t": round(now - self._t0, 1),
+                        "fps": st.get("fps"),
+                        "e2e_p50_ms": e2e.get("p50"),
+                        "dropped": st.get("frames_dropped"),
+                        "power_w": stats.get("power_w"),
+                        "temp_c": stats.get("temp_c"),
+                    }
+                )
+
+    def events(self, events: list) -> None:
+        """The recent events for the page, each snapshot and clip they name served as
+        ``/media/NAME`` (the name alone: runs name their files uniquely)."""
+        with self._cond:
+            for e in events:
+                shown = {k: e[k] for k in _EVENT_KEYS if k in e}
+                for key in ("snapshot", "snapshot_crop", "clip"):
+                    if e.get(key):
+                        path = Path(e[key])
+                        self.media[path.name] = path
+                        self.media.move_to_end(path.name)
+                        shown[key] = "/media/" + path.name
+                while len(self.media) > MEDIA_KEPT:
+                    self.media.popitem(last=False)
+                self.recent_events.appendleft(shown)
+
+    def _media_file(self, name: str) -> tuple[int, bytes, str]:
+        """(code, body, type) of ``/media/NAME``: a file an event named, or why not."""
+        with self._cond:
+            path = self.media.get(name)
+        if path is None:
+            return 404, b"no event names that file\n", "text/plain"
+        try:
+            body = path.read_bytes()
+        except FileNotFoundError:  # a clip still being written (.part), or retention took it
+            return 404, b"not there (still being written, or deleted by retention)\n", "text/plain"
+        except OSError as exc:
+            return 500, f"cannot read it: {exc.strerror}\n".encode(), "text/plain"
+        return 200, body, _MEDIA_TYPES.get(path.suffix.lower(), "application/octet-stream")
 
     def _next_frame(self, i: int, last_seq: int, timeout: float = 1.0) -> tuple[int, bytes | None]:
         with self._cond:
@@ -121,6 +200,16 @@ class HttpOutput(Sink):
                     with output._cond:
                         body = json.dumps(output.live_stats, default=str).encode()
                     self._send(200, body, "application/json")
+                elif path == "/history.json":
+                    with output._cond:
+                        body = json.dumps([list(h) for h in output.history]).encode()
+                    self._send(200, body, "application/json")
+                elif path == "/events.json":
+                    with output._cond:
+                        body = json.dumps(list(output.recent_events), default=str).encode()
+                    self._send(200, body, "application/json")
+                elif path.startswith("/media/"):
+                    self._send(*output._media_file(path[len("/media/") :]))
                 elif path == "/stream.mjpg":
                     self._stream(0)
                 elif stream and int(stream.group(1)) < output.streams:

@@ -3,7 +3,7 @@
 x265 from frames pushed into an ``appsrc`` at the frame rate, as a camera would.
 
     python -m tests.rtsp_server --port 8554 [--codec h264|h265] [--video clip.mp4]
-                                [--stall-after N] [--slices] [--sends FILE]
+                                [--stall-after N] [--slices] [--gop N] [--sends FILE]
 
 Each client gets its own media, from frame 0. Every frame carries its index burned into its top
 band (:func:`frame_index` reads it back from decoded pixels), so a receiver can tell which frame
@@ -63,8 +63,8 @@ def frame_index(image: np.ndarray) -> int:
     return value
 
 
-def _encoder(codec: str, fps: int, slices: bool = False) -> str:
-    gop = max(1, fps)  # a key frame a second: a client that joins or rejoins starts at once
+def _encoder(codec: str, fps: int, slices: bool = False, gop: int | None = None) -> str:
+    gop = gop or max(1, fps)  # a key frame a second: a client that joins or rejoins starts at once
     if codec == "h265":
         return (
             f"x265enc tune=zerolatency speed-preset=ultrafast key-int-max={gop} ! "
@@ -92,6 +92,7 @@ def main(argv=None) -> int:
     p.add_argument("--fps", type=int, default=25)
     p.add_argument("--stall-after", type=int)
     p.add_argument("--slices", action="store_true", help="H.264 with several slices a frame")
+    p.add_argument("--gop", type=int, help="frames from one key frame to the next (default: fps)")
     p.add_argument("--sends")
     args = p.parse_args(argv)
 
@@ -157,7 +158,7 @@ def main(argv=None) -> int:
     factory = GstRtspServer.RTSPMediaFactory()
     factory.set_launch(
         f"( appsrc name=src is-live=true do-timestamp=true format=time caps={caps} ! videoconvert ! "
-        f"video/x-raw,format=I420 ! {_encoder(args.codec, args.fps, args.slices)} )"
+        f"video/x-raw,format=I420 ! {_encoder(args.codec, args.fps, args.slices, args.gop)} )"
     )
     factory.set_shared(False)
     factory.connect("media-configure", configure)

@@ -412,6 +412,7 @@ def _open_sinks(
     ]
     ctx.fps = next((s.fps for s in sources if s.fps), None) or 30.0
     ctx.options = options
+    ctx.sources = list(sources)
     opened = []
     for uri in uris:
         sink = open_sink(uri, ctx)

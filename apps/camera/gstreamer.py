@@ -8,6 +8,7 @@ are tested for a Jetson on any machine; :class:`GstConnection` is the thin part 
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -116,12 +117,20 @@ def _to_bgr(have: set[str]) -> str:
     return f"nvvidconv ! video/x-raw,format=BGRx ! {BGR}" if hardware_decoder(have) else BGR
 
 
-def decode_chain(codec: str, have: set[str]) -> tuple[str, str]:
+def decode_chain(codec: str, have: set[str], tap: bool = False) -> tuple[str, str]:
     """(the description from ``codec``'s RTP packets to BGR frames, the decoder it uses).
-    ``codec``: the RTP encoding name (H264, H265; anything else goes to decodebin)."""
+    ``codec``: the RTP encoding name (H264, H265; anything else goes to decodebin). ``tap``: the
+    parsed access units also go, before decoding, to an appsink named ``packets`` (clips keep
+    the camera's own video: :class:`PacketTap`)."""
     codec = codec.lower()
     if codec in ("h264", "h265") and {f"rtp{codec}depay", f"{codec}parse"} <= have:
         head = f"rtp{codec}depay ! {codec}parse ! "
+        if tap:  # SPS/PPS (VPS) before every key frame: a clip may start at any of them
+            head = (
+                f"rtp{codec}depay ! {codec}parse config-interval=-1 ! "
+                f"video/x-{codec},stream-format=byte-stream,alignment=au ! tee name=t ! "
+                "queue ! appsink name=packets sync=false emit-signals=true t. ! queue ! "
+            )
         if hardware_decoder(have):
             return head + f"nvv4l2decoder ! {_to_bgr(have)}", "nvv4l2decoder"
         if f"avdec_{codec}" in have:  # frame threading would hold frames back: slices only
@@ -134,6 +143,35 @@ def appsink(live: bool) -> str:
     if live:
         return "appsink name=sink sync=false max-buffers=1 drop=true"
     return "appsink name=sink sync=false max-buffers=4 drop=false"
+
+
+class PacketTap:
+    """A stream's encoded video as it arrives, before decoding: H.264 or H.265 access units in
+    byte-stream form, parameter sets before every key frame, each ``(t_pts, t_dts, key, bytes)``
+    with its times on the frames' clock (the capture time a frame of it gets). What clips keep
+    of an RTSP camera: its own packets, never decoded and encoded again, as NVRs record. Filled
+    on GStreamer's streaming thread, drained by the output thread; bounded: when nobody drains,
+    the oldest go (``lost`` counts them)."""
+
+    def __init__(self, maxlen: int = 4096) -> None:
+        self.codec: str | None = None  # h264, h265: set when the stream's pad appears
+        self.lost = 0
+        self._q: collections.deque = collections.deque()
+        self._maxlen = maxlen
+        self._lock = threading.Lock()
+
+    def put(self, packet: tuple) -> None:
+        with self._lock:
+            if len(self._q) >= self._maxlen:
+                self._q.popleft()
+                self.lost += 1
+            self._q.append(packet)
+
+    def drain(self) -> list:
+        with self._lock:
+            out = list(self._q)
+            self._q.clear()
+        return out
 
 
 @dataclass(frozen=True)
@@ -235,14 +273,21 @@ class GstConnection:
     leaves no socket, poll descriptor or thread behind, however often a camera is retried."""
 
     def __init__(
-        self, launch: Launch, live: bool, have: set[str], timeout_s: float, cancel: threading.Event
+        self,
+        launch: Launch,
+        live: bool,
+        have: set[str],
+        timeout_s: float,
+        cancel: threading.Event,
+        tap: PacketTap | None = None,
     ) -> None:
         Gst = gst()
-        self.Gst, self.live, self.have = Gst, live, have
+        self.Gst, self.live, self.have, self.tap = Gst, live, have, tap
         self.decoder: str | None = None
         self.pipeline = None
         self._src = None
         self._handler: int | None = None
+        self._tapped: tuple | None = None  # (the packets appsink, its new-sample handler)
         try:
             self._build(launch)
         except BaseException:
@@ -317,18 +362,47 @@ class GstConnection:
             pad.link(sink.get_static_pad("sink"))
             return
         codec = s.get_string("encoding-name") if s.has_field("encoding-name") else ""
-        chain, self.decoder = decode_chain(codec or "", self.have)
+        chain, self.decoder = decode_chain(codec or "", self.have, self.tap is not None)
         log.debug("RTSP %s stream: %s", codec, chain)
         try:
             bin_ = Gst.parse_bin_from_description(chain, True)
         except Exception as exc:  # noqa: BLE001 - GLib.Error: reported by read()
             self._error = f"cannot build the decoder for {codec}: {exc}"
             return
+        packets = bin_.get_by_name("packets")
+        if packets is not None:
+            self.tap.codec = codec.lower()
+            self._tapped = (packets, packets.connect("new-sample", self._packet))
         pipeline.add(bin_)
         bin_.link(self.sink)
         bin_.sync_state_with_parent()
         pad.link(bin_.get_static_pad("sink"))
         self._linked = True
+
+    def _packet(self, sink):
+        """One access unit for the tap (GStreamer's streaming thread)."""
+        Gst = self.Gst
+        sample = sink.emit("pull-sample")
+        if sample is not None and self.tap is not None:
+            buf = sample.get_buffer()
+            pts = self._stamp(buf.pts)
+            dts = pts if buf.dts == Gst.CLOCK_TIME_NONE else self._stamp(buf.dts)
+            key = not buf.has_flags(Gst.BufferFlags.DELTA_UNIT)
+            self.tap.put((pts, dts, key, buf.extract_dup(0, buf.get_size())))
+        return Gst.FlowReturn.OK
+
+    def _stamp(self, pts: int) -> float:
+        """A live buffer's time on CLOCK_MONOTONIC (running time + base time on the pipeline's
+        system clock), as our capture times; now where that cannot be known."""
+        now = time.monotonic()
+        if pts == self.Gst.CLOCK_TIME_NONE:
+            return now
+        clock = self.pipeline.get_clock() if self.pipeline is not None else None
+        if clock is not None and isinstance(clock, self.Gst.SystemClock):
+            stamped = (self.pipeline.get_base_time() + pts) / 1e9
+            if now - 10.0 < stamped <= now:
+                return stamped
+        return now
 
     def _bus_problem(self) -> StreamLost | None:
         """The first error or end of stream on the bus. Every message is taken off it (no main
@@ -389,18 +463,11 @@ class GstConnection:
             frame = frame[:, : w * 3].reshape(h, w, 3).copy()
         finally:
             buf.unmap(info)
-        now = time.monotonic()
-        t = now
-        if buf.pts != Gst.CLOCK_TIME_NONE:
-            if not self.live:
+        if not self.live:
+            if buf.pts != Gst.CLOCK_TIME_NONE:
                 self.media_time = buf.pts / 1e9
-            else:  # running time + base time on the pipeline's clock: CLOCK_MONOTONIC, as ours
-                clock = self.pipeline.get_clock()
-                if clock is not None and isinstance(clock, Gst.SystemClock):
-                    stamped = (self.pipeline.get_base_time() + buf.pts) / 1e9
-                    if now - 10.0 < stamped <= now:
-                        t = stamped
-        return frame, t
+            return frame, time.monotonic()
+        return frame, self._stamp(buf.pts)
 
     def fps(self) -> float | None:
         pad = self.sink.get_static_pad("sink")
@@ -424,6 +491,9 @@ class GstConnection:
         if self._handler is not None and self._src is not None:
             self._src.disconnect(self._handler)
         self._handler = None
+        if self._tapped is not None:
+            self._tapped[0].disconnect(self._tapped[1])
+            self._tapped = None
         pipeline.set_state(self.Gst.State.NULL)
         pipeline.get_state(self.Gst.CLOCK_TIME_NONE)  # the state change done (threads joined)
         self._src = self.sink = self.bus = None

@@ -236,3 +236,97 @@ def test_the_encoder_chosen_for_a_jetson_with_and_without_nvenc(tmp_path):
 )
 def test_bad_rtsp_outputs_are_one_sentence(bundle, uri, words):
     assert_user_error(run_cli("camera", bundle, "--output", uri, "--max-frames", "1"), words)
+
+
+def _keys(path) -> tuple[list, int]:
+    """The packet numbers (from 0) of a file's key frames, and its packets (ffprobe)."""
+    out = subprocess.run(
+        ["ffprobe", "-v", "error", "-show_entries", "packet=flags", "-of", "csv=p=0", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return [i for i, flags in enumerate(out) if flags.startswith("K")], len(out)
+
+
+@needs_server
+@pytest.mark.parametrize("codec", ["h264", "h265", "reencode"])
+def test_an_rtsp_cameras_clips_hold_its_own_packets(tmp_path, codec):
+    """A camera sending H.264 (or H.265) with a key frame every 37 frames: the clips hold its own
+    packets, not decoded and encoded again: key frames where the camera put them (37 apart, not
+    edgert's encoder's one a second), its codec and size, and every frame the camera sent in
+    order, as sent (its burned-in index intact: nothing drawn over it). ``reencode=1`` is the
+    control: the same run encoded by edgert has its own key frame spacing."""
+    from tests.apps.test_gate import _can_clip, quiet_scene
+    from tests.tiny import blob_detector_bundle
+
+    if not _can_clip():
+        pytest.skip("clips need GStreamer's x264enc and mp4mux, and ffprobe")
+    bundle = blob_detector_bundle(tmp_path / "det")
+    video = quiet_scene(tmp_path / "scene.mp4")
+    port = free_ports(1)[0]
+    sent = "h264" if codec == "reencode" else codec
+    clips = tmp_path / "clips"
+    with Server(port, "--video", str(video), "--gop", "37", "--codec", sent) as server:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "edgert.apps",
+                "camera",
+                str(bundle),
+                "--source",
+                server.url,
+                "--headless",
+                "--conf",
+                "0.75",
+                "--line",
+                "door=160,0,160,240",
+                "--clips",
+                f"{clips}?reencode=1&clean=1" if codec == "reencode" else str(clips),
+                "--pre-roll",
+                "1",
+                "--post-roll",
+                "2",
+                "--duration",
+                "6",
+                "--json",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    report = next(o for o in json.loads(proc.stdout)["outputs"] if "clips" in o)
+    mode = "x264enc" if codec == "reencode" else f"the camera's own {codec}"
+    assert report["video"] == [mode] and report["written"] >= 1, report
+    path = sorted(clips.glob("*.mp4"))[0]
+    info = json.loads(
+        subprocess.run(
+            ["ffprobe", "-v", "error", "-show_entries", "stream=codec_name,width,height"]
+            + ["-of", "json", str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )["streams"][0]
+    named = {"h264": "h264", "h265": "hevc"}[sent]  # FFmpeg's names
+    assert (info["codec_name"], info["width"], info["height"]) == (named, 320, 240), info
+    keys, packets = _keys(path)
+    steps = {b - a for a, b in zip(keys, keys[1:], strict=False)}
+    assert keys[0] == 0 and len(steps) == 1, keys  # a key frame first, then evenly spaced
+    assert (steps == {37}) == (codec != "reencode"), keys  # the camera's spacing, or edgert's
+    cap = cv2.VideoCapture(str(path))
+    indices = []
+    while True:
+        ok, frame = cap.read()
+        if not ok:
+            break
+        indices.append(frame_index(frame))
+    cap.release()
+    assert len(indices) == packets > keys[1], indices  # every packet decodes, to the end
+    if codec != "reencode":  # every frame the camera sent, in order, none missing
+        assert indices == list(range(indices[0], indices[0] + len(indices))), indices

@@ -53,8 +53,9 @@ class Sink:
 class SinkContext:
     """What a sink is opened with: the frame rate of the sources (for video files), each stream
     (its index, its URI with passwords hidden, its description), the run's sink options, where to
-    say things, the run's probes (the web viewer serves them) and, once the pipeline runs, its
-    live statistics on demand (``live()``: MQTT heartbeats read them on their own clock)."""
+    say things, the run's probes (the web viewer serves them), once the pipeline runs its live
+    statistics on demand (``live()``: MQTT heartbeats read them on their own clock), and the
+    sources themselves (``sources``: clips ask an RTSP camera for its own packets)."""
 
     fps: float = 30.0
     streams: list = field(default_factory=lambda: [{"stream": 0}])
@@ -62,6 +63,7 @@ class SinkContext:
     say: Callable[[str], None] = lambda s: None
     probes: object = None
     live: Callable[[], dict] | None = None
+    sources: list = field(default_factory=list)  # the streams' sources (clips tap RTSP's packets)
 
 
 def stream_of(frame) -> int:

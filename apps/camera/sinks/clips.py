@@ -1,9 +1,13 @@
 """``--clips DIR`` (or ``--output clips://DIR``): a short MP4 around each event, with the seconds before it, as Frigate's
 recordings and DeepStream's Smart Record keep them.
 
-Per stream, the frames (annotated, or ``clean=1``) are encoded once to H.264 (the rtsp:// output's
-encoder choice, a key frame every second) into a ring of *encoded* samples covering the last
-``pre`` seconds from a key frame (never raw frames: about a megabyte a second at 720p). On an
+Per stream, a ring of *encoded* samples covering the last ``pre`` seconds from a key frame (never
+raw frames: about a megabyte a second at 720p). An RTSP camera read through GStreamer gives its own
+H.264 or H.265 packets, taken after the depayloader and parser and before the decoder
+(``gstreamer.PacketTap``): its clips hold the camera's video as it sent it (its key frames, its
+quality; clean, no boxes), never decoded and encoded again, as NVRs record. Other sources (and
+``reencode=1``) have their frames (annotated, or ``clean=1``) encoded once to H.264 (the rtsp://
+output's encoder choice, a key frame every second). On an
 event (``events=``: track_start, line_cross and zone_enter by default) a clip starts at the last
 key frame at least ``pre`` seconds (default 5) before it and runs until ``post`` seconds (default
 5) after the last event it merged. It is written by GStreamer's ``mp4mux`` as fragmented MP4 (a
@@ -37,12 +41,10 @@ def options(uri: str) -> dict:
     rest = uri.split("://", 1)[1] if "://" in uri else uri
     folder, _, query = rest.partition("?")
     q = {k: v[-1] for k, v in parse_qs(query).items()}
-    unknown = set(q) - {"pre", "post", "events", "clean", "max_gb", "keep_days", "bitrate"}
+    known = ("pre", "post", "events", "clean", "max_gb", "keep_days", "bitrate", "reencode")
+    unknown = set(q) - set(known)
     if unknown:
-        raise OutputError(
-            f"clips: unknown option {sorted(unknown)[0]!r} (pre, post, events, clean, max_gb, "
-            "keep_days, bitrate)"
-        )
+        raise OutputError(f"clips: unknown option {sorted(unknown)[0]!r} ({', '.join(known)})")
     if not folder.strip():
         raise OutputError("clips:// needs a folder, and it was given an empty one")
     try:
@@ -62,6 +64,7 @@ def options(uri: str) -> dict:
         raise OutputError("clips: max_gb and keep_days are numbers above 0")
     o["events"] = tuple(e for e in q.get("events", ",".join(TRIGGERS)).split(",") if e)
     o["clean"] = q.get("clean", "0") in ("1", "true", "yes")
+    o["reencode"] = q.get("reencode", "0") in ("1", "true", "yes")
     return o
 
 
@@ -81,10 +84,12 @@ def _why(message) -> str:
 class _Stream:
     """One stream's encoder, its ring of encoded samples, and the clip being written."""
 
-    def __init__(self, out: ClipsOutput, stream: int) -> None:
+    def __init__(self, out: ClipsOutput, stream: int, tap=None) -> None:
         self.out, self.stream = out, stream
+        self.tap = tap  # an RTSP camera's own packets (gstreamer.PacketTap), or None: encode
+        self.codec = "h264"
         self.encoder = None  # (pipeline, appsrc, appsink) once the first frame gives the size
-        self.ring: collections.deque = collections.deque()  # (pts ns, key frame, bytes)
+        self.ring: collections.deque = collections.deque()  # (pts ns, key frame, bytes, dts ns)
         self.t0: float | None = None
         self.pending: collections.deque = collections.deque()  # PTS of frames not yet encoded
         self.clip = None  # (pipeline, appsrc, path, start pts, end pts)
@@ -103,8 +108,33 @@ class _Stream:
         pipe.set_state(Gst.State.PLAYING)
         self.encoder = (pipe, pipe.get_by_name("src"), pipe.get_by_name("sink"))
 
+    @property
+    def mode(self) -> str:
+        return f"the camera's own {self.codec}" if self.tap is not None else self.out.encoder
+
+    def _packets(self) -> bool:
+        """The camera's packets since the last frame into the ring; False when its stream turned
+        out not to be H.264 or H.265 (decodebin's): its frames are encoded instead."""
+        packets = self.tap.drain()
+        if self.tap.codec is None and not packets:
+            self.tap = None
+            return False
+        self.codec = self.tap.codec or self.codec
+        for t_pts, t_dts, key, data in packets:
+            if self.t0 is None:
+                if not key:
+                    continue  # the ring starts at a key frame
+                self.t0 = t_pts
+            ns = self.out.Gst.SECOND
+            self._sample(int((t_pts - self.t0) * ns), key, data, int((t_dts - self.t0) * ns))
+        return True
+
     def frame(self, image, t: float) -> None:
         Gst = self.out.Gst
+        if self.tap is not None and self._packets():
+            return
+        if self.out.encoder is None:  # an RTSP stream that was not H.264 or H.265
+            raise OutputError(f"clips: stream {self.stream} needs an H.264 encoder to be kept")
         if self.encoder is None:
             self._open(image.shape[1], image.shape[0])
             self.t0 = t
@@ -130,23 +160,24 @@ class _Stream:
             pts = self.pending.popleft() if self.pending else b.pts
             self._sample(pts, key, data)
 
-    def _sample(self, pts: int, key: bool, data: bytes) -> None:
+    def _sample(self, pts: int, key: bool, data: bytes, dts: int | None = None) -> None:
         Gst = self.out.Gst
-        self.ring.append((pts, key, data))
+        dts = pts if dts is None else dts
+        self.ring.append((pts, key, data, dts))
         keep = int(self.out.o["pre"] * Gst.SECOND)
         # keep from the last key frame at least `pre` before the newest sample
-        keys = [i for i, (p, k, _) in enumerate(self.ring) if k and p <= pts - keep]
+        keys = [i for i, (p, k, _, _) in enumerate(self.ring) if k and p <= pts - keep]
         if keys and keys[-1] > 0:
             for _ in range(keys[-1]):
                 self.ring.popleft()
         if self.clip is not None:
-            self._write(pts, data)
+            self._write(pts, data, dts)
             if pts >= self.clip["end"]:
                 self._finish()
 
     def event(self, t: float) -> str | None:
         """An event at scene time ``t``: the clip it falls in (started, or extended)."""
-        if self.encoder is None or self.t0 is None:
+        if self.t0 is None:
             return None
         Gst = self.out.Gst
         pts = int((t - self.t0) * Gst.SECOND)
@@ -155,23 +186,23 @@ class _Stream:
             self.clip["end"] = max(self.clip["end"], end)
             return str(self.clip["path"])
         start_at = pts - int(self.out.o["pre"] * Gst.SECOND)
-        keys = [p for p, k, _ in self.ring if k and p <= start_at] or [
-            p for p, k, _ in self.ring if k
+        keys = [p for p, k, _, _ in self.ring if k and p <= start_at] or [
+            p for p, k, _, _ in self.ring if k
         ]
         if not keys:
             return None
         first = keys[-1]
-        self.clip = self.out.start_clip(self.stream, t, first, end)
-        for p, _, data in list(self.ring):
+        self.clip = self.out.start_clip(self.stream, t, first, end, self.codec)
+        for p, _, data, d in list(self.ring):
             if p >= first:
-                self._write(p, data)
+                self._write(p, data, d)
         return str(self.clip["path"])
 
-    def _write(self, pts: int, data: bytes) -> None:
+    def _write(self, pts: int, data: bytes, dts: int) -> None:
         Gst = self.out.Gst
         buf = Gst.Buffer.new_wrapped(data)
-        buf.pts = pts - self.clip["start"]
-        buf.dts = buf.pts
+        buf.pts = max(0, pts - self.clip["start"])
+        buf.dts = max(0, dts - self.clip["start"])
         flow = self.clip["src"].emit("push-buffer", buf)
         error = self.clip["pipe"].get_bus().pop_filtered(Gst.MessageType.ERROR)
         if flow != Gst.FlowReturn.OK or error is not None:  # filesink's write failed
@@ -207,7 +238,13 @@ class ClipsOutput(Sink):
     enriches_events = True
 
     def __init__(self, uri: str, ctx: SinkContext) -> None:
-        from edgert.apps.camera.gstreamer import INSTALL_ENCODER, choose_encoder, elements, gst
+        from edgert.apps.camera.gstreamer import (
+            INSTALL,
+            INSTALL_ENCODER,
+            choose_encoder,
+            elements,
+            gst,
+        )
 
         self.o = options(uri)
         self.draws = not self.o["clean"]
@@ -216,8 +253,8 @@ class ClipsOutput(Sink):
         except ImportError as exc:
             raise OutputError(f"clips:// needs GStreamer: {exc}") from None
         self.encoder, _ = choose_encoder(elements())
-        if self.encoder is None or self.Gst.ElementFactory.find("mp4mux") is None:
-            raise OutputError(f"clips:// needs an H.264 encoder and mp4mux: {INSTALL_ENCODER}")
+        if self.Gst.ElementFactory.find("mp4mux") is None:
+            raise OutputError(f"clips:// needs GStreamer's mp4mux: {INSTALL}")
         self.folder = Path(self.o["folder"])
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -226,7 +263,13 @@ class ClipsOutput(Sink):
         fps = ctx.fps or 30.0
         self.fps_frac = f"{round(fps * 1000)}/1000"
         self.gop = max(1, round(fps))  # a key frame a second
-        self.streams = [_Stream(self, i) for i in range(len(ctx.streams))]
+        sources = list(ctx.sources) + [None] * (len(ctx.streams) - len(ctx.sources))
+        self.streams = [
+            _Stream(self, i, None if self.o["reencode"] or src is None else src.tap_packets())
+            for i, src in enumerate(sources[: len(ctx.streams)])
+        ]
+        if self.encoder is None and any(s.tap is None for s in self.streams):
+            raise OutputError(f"clips:// needs an H.264 encoder: {INSTALL_ENCODER}")
         self.written: list = []
         self.deleted = 0
         self._last_t: dict = {}
@@ -248,14 +291,15 @@ class ClipsOutput(Sink):
             if path is not None:
                 e["clip"] = path
 
-    def start_clip(self, stream: int, t: float, start: int, end: int) -> dict:
+    def start_clip(self, stream: int, t: float, start: int, end: int, codec: str) -> dict:
         Gst = self.Gst
         name = time.strftime("%Y%m%d-%H%M%S", time.localtime()) + f"_s{stream}_{int(t * 1000)}"
         path = self.folder / f"{name}.mp4"
         part = path.with_name(path.name + ".part")
         pipe = Gst.parse_launch(
-            "appsrc name=src format=time caps=video/x-h264,stream-format=byte-stream,alignment=au "
-            "! h264parse ! mp4mux fragment-duration=1000 name=mux ! filesink name=file"
+            f"appsrc name=src format=time caps=video/x-{codec},stream-format=byte-stream,"
+            f"alignment=au ! {codec}parse ! mp4mux fragment-duration=1000 name=mux ! "
+            "filesink name=file"
         )
         pipe.get_by_name("file").set_property("location", str(part))
         pipe.set_state(Gst.State.PLAYING)
@@ -297,7 +341,12 @@ class ClipsOutput(Sink):
             s.close()
 
     def report(self):
-        return {"clips": str(self.folder), "written": len(self.written), "deleted": self.deleted}
+        return {
+            "clips": str(self.folder),
+            "written": len(self.written),
+            "deleted": self.deleted,
+            "video": [s.mode for s in self.streams],  # per stream: an encoder, or the camera's own
+        }
 
 
 def open_uri(uri: str, ctx: SinkContext) -> ClipsOutput:

@@ -163,6 +163,12 @@ class FrameSource:
         """This source's own numbers for its stream's statistics; none by default."""
         return {}
 
+    def tap_packets(self):
+        """A :class:`~edgert.apps.camera.gstreamer.PacketTap` that will hold the source's encoded
+        video as it arrives, for a sink that keeps it (clips), asked before the first read;
+        None where the source has no encoded video to give (the default)."""
+        return None
+
     def __enter__(self):
         return self
 

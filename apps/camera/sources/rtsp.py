@@ -91,6 +91,16 @@ class StreamSource(FrameSource):
         self.last_error: str | None = None
         self._down_since: float | None = None
         self._have: set | None = None
+        self.packet_tap = None
+
+    def tap_packets(self):
+        """The camera's own H.264/H.265 as it arrives (GStreamer only: FFmpeg's decoder gives
+        no packets); kept across reconnects."""
+        if self.decoder != "gstreamer":
+            return None
+        if self.packet_tap is None:
+            self.packet_tap = gstreamer.PacketTap()
+        return self.packet_tap
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -102,7 +112,9 @@ class StreamSource(FrameSource):
             self._have = gstreamer.elements()
         o = self.opts
         launch = gstreamer.rtsp_source(self.url, o.rtsp_latency_ms, o.rtsp_transport, timeout_s)
-        return gstreamer.GstConnection(launch, True, self._have, timeout_s, self._cancel)
+        return gstreamer.GstConnection(
+            launch, True, self._have, timeout_s, self._cancel, self.packet_tap
+        )
 
     def _connect(self) -> None:
         o = self.opts

@@ -139,9 +139,10 @@ class SinkOptions:
             "--clips",
             metavar="DIR",
             help="an MP4 around each event (track start, line crossing, zone entry) from 5 s "
-            "before to 5 s after the last one it merged, from a ring of encoded video; the "
-            "event carries its path (the same as --output clips://DIR; ?pre=S&post=S&events="
-            "A,B&clean=1&max_gb=G&keep_days=D)",
+            "before to 5 s after the last one it merged, from a ring of encoded video (an RTSP "
+            "camera's own H.264/H.265 packets, not re-encoded); the event carries its path (the "
+            "same as --output clips://DIR; ?pre=S&post=S&events=A,B&clean=1&max_gb=G&keep_days=D"
+            "&bitrate=KBPS&reencode=1)",
         )
         parser.add_argument(
             "--pre-roll",

@@ -232,3 +232,19 @@ def decode_detections(
     return decode_yolo(
         values[0], conf, iou, transforms=transforms, labels=labels, num_classes=num_classes
     )
+
+
+def matched_boxes(boxes_a, classes_a, boxes_b, classes_b, min_iou: float = 0.5) -> int:
+    """How many boxes of ``a`` (x1, y1, x2, y2) pair with a box of ``b`` of the same class at IoU
+    >= ``min_iou``, greedily, the best-overlapping first, each box of ``b`` used once."""
+    if not len(boxes_a) or not len(boxes_b):
+        return 0
+    iou = box_iou(np.asarray(boxes_a, np.float64), np.asarray(boxes_b, np.float64))
+    same = np.asarray(classes_a)[:, None] == np.asarray(classes_b)[None, :]
+    iou = np.where(same, iou, 0)
+    used: set[int] = set()
+    for i in np.argsort(-iou.max(axis=1)):
+        j = int(iou[i].argmax())
+        if iou[i, j] >= min_iou and j not in used:
+            used.add(j)
+    return len(used)

@@ -40,7 +40,8 @@ from .sinks import (
     tracks,
 )
 from .sources import SourceOptions, open_source, source_files
-from .steps import steps_for
+from .steps import slot_steps, steps_for
+from .swap import Loaded, ModelSlot, SwapOptions, model_info
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,7 @@ class CameraConfig:
     gate: GateOptions = field(default_factory=GateOptions)
     metrics: str | None = None  # [HOST:]PORT of /metrics, /live, /ready
     clocks: str | None = None  # "auto" (with gate.target_fps): GPU / EMC limits for the rate
+    swap: SwapOptions = field(default_factory=SwapOptions)  # taking a new model while it runs
 
     @property
     def tracks(self) -> bool:
@@ -248,22 +250,35 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
 
     m, uris = cfg.model, cfg.sink_uris()
     check_outputs_apart(cfg, uris)
+    web = any(resolve(u)[0] == "http" for u in uris)
+    if cfg.swap.endpoint and not (cfg.metrics or web):
+        raise OutputError(
+            "--model-endpoint answers on the --metrics port or the web viewer's: give one of them"
+        )
     bundle = _bundle(m.path)  # the manifest, read once for the run
+    info = model_info(m.path)
     geometries = _tracking_before_sources(cfg, bundle)
     gates = gates_for(cfg.gate, len(cfg.sources))  # its masks checked before anything opens
     with contextlib.ExitStack() as stack:
         sources = open_sources(cfg.sources, cfg.source_options, stack)
-        web = any(resolve(u)[0] == "http" for u in uris)
         probes = CameraProbes(cfg.metrics, web, say)
         stack.callback(probes.close)
         _describe(sources, geometries, say)
         power = stack.enter_context(PowerSession(cfg.power))
         # under a cap nothing busy-waits (ONNX Runtime's threads, CUDA's sync)
         spin = {"spin": False} if cfg.power.capped else {}
+
+        def load(path):
+            return load_task_model(
+                _bundle(path) or path, m.task, m.backend, m.precision, m.top_k, m.conf, m.iou,
+                **spin,
+            )  # fmt: skip
+
         model = load_task_model(
             bundle or m.path, m.task, m.backend, m.precision, m.top_k, m.conf, m.iou, **spin
         )
-        stack.callback(model.close)
+        first = Loaded(model, info, str(m.path))
+        stack.callback(first.close)
         probes.loaded(model, m.precision if m.precision != "auto" else None)
         say(f"backend: {model.backend_reason}")
         batch = _batch(cfg, len(sources), model, say)
@@ -281,6 +296,21 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
                 analytics.gates = gates
             say(f"gate: {_gate_says(cfg.gate, model.task, analytics is not None)}")
         handler = FrameHandler(sources, power, analytics)
+        slot = ModelSlot(
+            first,
+            load,
+            cfg.swap,
+            runner if runner is not model else None,
+            say,
+            handler.post_event,
+            needs_detector=analytics is not None,
+            watch_path=str(m.path),
+        )
+        stack.callback(lambda: slot.current.close())  # the model in use at the end
+        stack.callback(slot.close)  # first: the swap thread stopped, a spare model closed
+        handler.slot = slot
+        probes.probes.routes[("GET", "/model")] = slot.http_get
+        probes.probes.routes[("POST", "/model")] = slot.http_post
         sinks = _open_sinks(
             uris,
             [u if isinstance(u, str) else u.description for u in cfg.sources],
@@ -291,7 +321,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         )
         pipeline = Pipeline(
             sources,
-            steps_for(model, runner),
+            slot_steps(slot),
             handler,
             batch,
             cfg.run.batch_timeout_ms / 1e3,
@@ -301,23 +331,47 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             gates,
         )
         handler.attach(sinks, pipeline)
-        probes.attach(pipeline, power, analytics, sinks.all)
+        probes.attach(pipeline, power, analytics, sinks.all, slot)
         power.watch()
+        stack.enter_context(_sighup_swaps(slot))
+        slot.start()
         try:
             pipeline.run()
         finally:
             # a camera paces itself by its frame rate: only lowered limits, hot zones and NVML
             # slowdowns count as throttling, not DVFS easing off between frames
             conditions = power.conditions(getattr(model, "engine", None), busy=False)
+        slot.close()  # no swap after the pipeline ended; its events still go to the sinks
+        handler.flush_events()
         if analytics is not None:
-            sinks.events(analytics.finish())  # the tracks still live end
+            sinks.events(handler.labelled(analytics.finish()))  # the tracks still live end
         sinks.close()
         summary = _summary(
             pipeline, sources, model, handler, analytics, sinks, power, probes, conditions
         )
+        summary["model"] = slot.report()
         if clocks is not None:
             summary["clocks_set"], summary["clock_choice"] = clocks[0].report(), clocks[1]
         return summary
+
+
+@contextlib.contextmanager
+def _sighup_swaps(slot: ModelSlot):
+    """SIGHUP re-reads the bundle path and swaps to what is there now (as daemons reload their
+    configuration); the handler before is put back at the end. Main thread only."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGHUP"):
+        yield
+        return
+    old = signal.signal(
+        signal.SIGHUP, lambda signum, frame: slot.request(slot.watch_path, "SIGHUP")
+    )
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, old)
 
 
 def _clocks(cfg: CameraConfig, model_path, batch: int, streams: int, power, stack, say):

@@ -107,6 +107,29 @@ class FrameHandler:
         self._draws = self._stats_due = False
         self._many = len(sources) > 1
         self.on_result = on_result  # a library caller's own callback, after the sinks
+        self.slot = None  # swap.ModelSlot: results and events say which model made them
+        self._posted: collections.deque = collections.deque()  # events from other threads
+
+    def post_event(self, event: dict) -> None:
+        """An event from another thread (a model swap): delivered with the next frame, on the
+        output thread (sinks are called from it alone)."""
+        self._posted.append(event)
+
+    def flush_events(self) -> None:
+        """The events posted and not yet delivered (the end of the run)."""
+        posted = []
+        while self._posted:
+            posted.append(self._posted.popleft())
+        if posted:
+            self.sinks.events(posted)
+
+    def labelled(self, events: list, frame=None) -> list:
+        """``events`` with the model that made them (the frame's, else the one in use)."""
+        if self.slot is not None:
+            label = self.slot.label_of(frame)
+            for e in events:
+                e.setdefault("model", label)
+        return events
 
     def attach(self, sinks: SinkSet, pipeline) -> None:
         """The run's sinks and pipeline, once they exist (a failing sink can stop the run)."""
@@ -128,6 +151,8 @@ class FrameHandler:
         """:meth:`numbers` with each stream's last record and counts, which the output thread
         keeps (called on it): what the web page and the overlay show."""
         s = self.numbers() or {}
+        if self.slot is not None:
+            s["model"] = self.slot.current.label
         for st in s.get("streams", []):
             st["last"] = self._records.get(st["stream"])
             if self.analytics is not None:
@@ -143,9 +168,14 @@ class FrameHandler:
                 self.labels_seen[frame.results[0]["label"]] += 1
         if self.analytics is not None:
             self.analytics.update(frame)  # track IDs into the results, events onto the frame
+        if self._posted:
+            self.flush_events()
         now = time.monotonic()
         record = frame_record(frame, self.t0)
         record["latency_ms"]["end_to_end"] = round((now - frame.t_capture) * 1e3, 3)
+        if self.slot is not None:
+            record["model"] = self.slot.label_of(frame)
+            self.labelled(frame.events, frame)
         self._records[frame.stream] = record
         if self._stats_due and now - self._last_stats > self.STATS_EVERY_S:
             self._last_stats, self._stats = now, self.live()

@@ -27,6 +27,7 @@ class Frame:
     events: list = field(default_factory=list)  # track and counting events of this frame
     inferred: bool = True  # False: the gate skipped it (its results are predicted or held)
     gate: str | None = None  # why the gate sent it to inference (gate.REASONS)
+    model: object = None  # the swap.Loaded it was prepared for (a run that can swap its model)
 
     @property
     def t_scene(self) -> float:

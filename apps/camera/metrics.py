@@ -46,15 +46,19 @@ class CameraMetrics:
         self.analytics = None
         self.sinks: list = []
         self.info: dict | None = None
+        self.slot = None  # swap.ModelSlot: the model in use, its swaps and rollbacks
         self.registry.register(_Collector(self))
 
-    def attach(self, pipeline=None, power=None, analytics=None, sinks=None, info=None) -> None:
+    def attach(
+        self, pipeline=None, power=None, analytics=None, sinks=None, info=None, slot=None
+    ) -> None:
         for name, value in (
             ("pipeline", pipeline),
             ("power", power),
             ("analytics", analytics),
             ("sinks", sinks),
             ("info", info),
+            ("slot", slot),
         ):
             if value is not None:
                 setattr(self, name, value)
@@ -68,6 +72,27 @@ class CameraMetrics:
 
     def exposition(self) -> tuple[bytes, str]:
         return self.pc.generate_latest(self.registry), self.pc.CONTENT_TYPE_LATEST
+
+
+def _model_families(slot, gauge, counter):
+    """The model in use (``edgert_model_info``, as Prometheus' *_info convention has it) and the
+    swaps, rollbacks and refused swaps of the run."""
+    info = slot.current.info
+    model = gauge(
+        "edgert_model_info",
+        "The model in use: its name, version and bundle hash",
+        labels=list(info),
+    )
+    model.add_metric([str(v) for v in info.values()], 1)
+    yield model
+    for name, value, what in (
+        ("edgert_model_swaps_total", slot.swaps, "Models swapped in while running"),
+        ("edgert_model_rollbacks_total", slot.rollbacks, "Swaps rolled back (a collapse)"),
+        ("edgert_model_swap_refusals_total", slot.refusals, "Swaps refused (load, task, check)"),
+    ):
+        family = counter(name, what)
+        family.add_metric([], value)
+        yield family
 
 
 class _Collector:
@@ -95,6 +120,8 @@ class _Collector:
             )
             info.add_metric(list(m.info.values()), 1)
             yield info
+        if m.slot is not None:
+            yield from _model_families(m.slot, GaugeMetricFamily, CounterMetricFamily)
         p = m.pipeline
         rate = None
         if p is not None:
@@ -252,7 +279,7 @@ class CameraProbes:
         if self.metrics is not None:
             self.metrics.attach(info=build_labels(model, precision))
 
-    def attach(self, pipeline, power, analytics, sinks: list) -> None:
+    def attach(self, pipeline, power, analytics, sinks: list, slot=None) -> None:
         self.pipeline = pipeline
         if self.metrics is not None:
             pipeline.observers.append(self.metrics.observe)
@@ -261,6 +288,7 @@ class CameraProbes:
                 power=PowerGauges(power.meter, power.runner),
                 analytics=analytics,
                 sinks=sinks,
+                slot=slot,
             )
 
     def live(self) -> tuple[bool, dict]:

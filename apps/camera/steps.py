@@ -23,3 +23,38 @@ def steps_for(model, runner=None) -> Steps:
             f.results = result
 
     return Steps(prepare, run, finish)
+
+
+def slot_steps(slot) -> Steps:
+    """The steps of a run that can swap its model (:class:`edgert.apps.camera.swap.ModelSlot`):
+    each frame is prepared for the model in use and carries it; a batch whose frames were
+    prepared for two models (it straddles a swap) runs as two, each within its model's batch
+    limit, so no frame is dropped, run twice, or given to a model it was not prepared for."""
+
+    def prepare(f: Frame) -> None:
+        f.model = slot.take()
+        f.tensor, f.transform = f.model.model.preprocess(f.image)
+
+    def run(frames: list) -> list:
+        groups: dict = {}
+        for f in frames:
+            groups.setdefault(id(f.model), (f.model, []))[1].append(f)
+        out = []
+        for loaded, fs in groups.values():
+            step = loaded.model.max_batch or len(fs)
+            for i in range(0, len(fs), step):
+                part = fs[i : i + step]
+                batch = loaded.model.collate([f.tensor for f in part])
+                out.append((part, loaded, slot.infer(loaded, batch)))
+        return out
+
+    def finish(frames: list, outputs: list) -> None:
+        try:
+            for part, loaded, out in outputs:
+                results = loaded.model.postprocess(out, [f.transform for f in part])
+                for f, result in zip(part, results):
+                    f.results = result
+        finally:
+            slot.done(frames)
+
+    return Steps(prepare, run, finish)

@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
     from edgert.apps.camera.gate import GateOptions
     from edgert.apps.camera.sinks import MqttOptions, SinkOptions
     from edgert.apps.camera.sources import SourceOptions
+    from edgert.apps.camera.swap import SwapOptions
 
     p = sub.add_parser(
         "camera",
@@ -64,6 +65,7 @@ def add_parser(sub) -> None:
     )
     MqttOptions.add_arguments(m)
     GateOptions.add_arguments(p)
+    SwapOptions.add_arguments(p)
     p.add_argument(
         "--clocks",
         choices=["auto"],
@@ -85,6 +87,7 @@ def config(args):
     from edgert.apps.camera.gate import GateOptions
     from edgert.apps.camera.sinks import SinkOptions, from_flag, with_folder_flags
     from edgert.apps.camera.sources import SourceOptions
+    from edgert.apps.camera.swap import SwapOptions
     from edgert.apps.uris import expand
     from edgert.runtime.errors import OutputError, SourceError
     from edgert.runtime.power.session import PowerOptions
@@ -119,6 +122,7 @@ def config(args):
         gate=GateOptions.from_args(args),
         metrics=args.metrics,
         clocks=args.clocks,
+        swap=SwapOptions.from_args(args),
     )
 
 

@@ -35,6 +35,14 @@ class Probes:
         self.metrics = metrics
         self.live = live or (lambda: (True, {}))
         self.ready = ready or (lambda: (False, {"reason": "starting"}))
+        # more of the run's own: (method, path) -> handler(body) -> (status, body, content type)
+        # (a camera's GET / POST /model)
+        self.routes: dict = {}
+
+    def command(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes, str] | None:
+        """A route's answer to ``method path``; None when no route takes it."""
+        route = self.routes.get((method, urlparse(path).path))
+        return route(body) if route is not None else None
 
     PATHS = ("/metrics", "/live", "/ready", "/healthz", "/readyz")
 
@@ -51,7 +59,7 @@ class Probes:
         elif path in ("/ready", "/readyz"):
             ok, why = self.ready()
         else:
-            return None
+            return self.command("GET", path)
         body = json.dumps({"status": "ok" if ok else "unavailable", **why}, default=str).encode()
         return (200 if ok else 503), body + b"\n", "application/json"
 
@@ -169,6 +177,28 @@ class Handler(BaseHTTPRequestHandler):
         ok = super().parse_request()  # the headers are read: the answer may take its time
         self.server.unwatch(self.connection)
         return ok
+
+    MAX_BODY = 65536
+
+    def post_to(self, probes) -> None:
+        """A POST answered by ``probes``' routes, its body read first (at most MAX_BODY bytes,
+        each read within the handler's timeout)."""
+        try:
+            n = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            n = -1
+        if not 0 <= n <= self.MAX_BODY:
+            self.close_connection = True
+            send(
+                self,
+                413 if n > 0 else 400,
+                b"a body of at most 64 KiB, with its length\n",
+                "text/plain",
+            )
+            return
+        body = self.rfile.read(n)
+        got = probes.command("POST", self.path, body) if probes is not None else None
+        send(self, *(got if got is not None else (404, b"not found\n", "text/plain")))
 
 
 class _Lane:
@@ -297,6 +327,9 @@ class ProbeServer:
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 got = probes.answer(self.path)
                 send(self, *(got if got is not None else (404, b"not found\n", "text/plain")))
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                self.post_to(probes)
 
         try:
             self.server = QuietServer((host, port), ProbeHandler, "telemetry", probes.answer)

@@ -308,10 +308,12 @@ class CappedRunner:
         duties = [g.duty for g in (self.governor, self.thermal) if g is not None]
         return min(duties) if duties else 1.0
 
-    def infer(self, inputs):
+    def infer(self, inputs, engine=None):
+        """``engine`` (default: the runner's) runs ``inputs``, paced; a camera that swaps its model
+        passes the model each batch was prepared for, under the same caps."""
         self.pacer.before()
         t0 = time.monotonic()
-        out = self.engine.infer(inputs)
+        out = (engine or self.engine).infer(inputs)
         t1 = time.monotonic()
         self._busy += t1 - t0
         self.last_busy_s = t1 - t0

@@ -219,6 +219,9 @@ class HttpOutput(Sink):
                 else:
                     self._send(404, b"not found\n", "text/plain")
 
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                self.post_to(output.probes)  # the run's routes (POST /model)
+
             def _stream(self, i: int) -> None:
                 if not self.server.streams.acquire(blocking=False):  # threads left for the rest
                     self.close_connection = True  # and this one's slot freed at once

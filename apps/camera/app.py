@@ -256,7 +256,6 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             "--model-endpoint answers on the --metrics port or the web viewer's: give one of them"
         )
     bundle = _bundle(m.path)  # the manifest, read once for the run
-    info = model_info(m.path)
     geometries = _tracking_before_sources(cfg, bundle)
     gates = gates_for(cfg.gate, len(cfg.sources))  # its masks checked before anything opens
     with contextlib.ExitStack() as stack:
@@ -277,8 +276,8 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         model = load_task_model(
             bundle or m.path, m.task, m.backend, m.precision, m.top_k, m.conf, m.iou, **spin
         )
-        first = Loaded(model, info, str(m.path))
-        stack.callback(first.close)
+        stack.callback(model.close)  # closing twice is harmless
+        first = Loaded(model, model_info(m.path), str(m.path))
         probes.loaded(model, m.precision if m.precision != "auto" else None)
         say(f"backend: {model.backend_reason}")
         batch = _batch(cfg, len(sources), model, say)

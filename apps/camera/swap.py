@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgert.runtime.errors import EdgertError, ModelError
+from edgert.runtime.tasks import task_spec
 
 log = logging.getLogger(__name__)
 
@@ -122,27 +123,39 @@ class SwapOptions:
         )
 
 
+def _hash_file(digest, path: Path) -> None:
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+
+
 def model_info(path: str | Path) -> dict:
     """What names a model: the bundle's name, its version (the manifest's ``version``, else when
-    it was exported) and a hash of its manifest (which holds its files' SHA-256); for a bare
-    .onnx / .engine file, its name and contents' hash. ModelError when it cannot be read."""
+    it was exported) and a hash of what runs: its manifest and the network files it names (not
+    the plans cached beside them), so a bundle whose model was replaced under the same manifest
+    is another model; for a bare .onnx / .engine file, its name and contents' hash. ModelError
+    when it cannot be read."""
     p = Path(path)
     try:
-        if p.is_dir():
-            raw = (p / "manifest.json").read_bytes()
-            data = json.loads(raw)
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-            return {
-                "name": str(data.get("name") or p.stem),
-                "version": str(data.get("version") or data.get("created") or ""),
-                "hash": hashlib.sha256(raw).hexdigest()[:12],
-            }
         digest = hashlib.sha256()
-        with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        return {"name": p.stem, "version": "", "hash": digest.hexdigest()[:12]}
+        if not p.is_dir():
+            _hash_file(digest, p)
+            return {"name": p.stem, "version": "", "hash": digest.hexdigest()[:12]}
+        raw = (p / "manifest.json").read_bytes()
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError("its manifest.json is not a JSON object")
+        digest.update(raw)
+        named = sorted(str(k) for k in (data.get("hashes") or {}) if k != "source")
+        for name in named or ["model.onnx"]:
+            if (p / name).is_file() and (p / name).resolve().parent == p.resolve():
+                digest.update(name.encode() + b"\0")
+                _hash_file(digest, p / name)
+        return {
+            "name": str(data.get("name") or p.stem),
+            "version": str(data.get("version") or data.get("created") or ""),
+            "hash": digest.hexdigest()[:12],
+        }
     except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ModelError(f"cannot read the bundle {path}: {why}") from None
@@ -448,10 +461,10 @@ class ModelSlot:
         """Why the run cannot use the candidate, or None; it runs once on the last frame seen
         (a plan is built, a broken model fails here, not in the live batches)."""
         task = candidate.model.task
-        if self.needs_detector and task not in ("detect", "faces"):
+        if self.needs_detector and not task_spec(task).boxes:
             return (
                 f"the candidate is a {task} model and this run tracks and counts, which needs a "
-                "detector"
+                "detector (a model whose results are boxes)"
             )
         image = self.last_image
         if image is not None:

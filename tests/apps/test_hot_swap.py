@@ -1,0 +1,383 @@
+"""A running camera takes a new model (issue 39): real bundles (ONNX Runtime), a real camera
+process, real HTTP to its /model route, real signals. 100 swaps between two classifiers of
+different input sizes on two streams lose no frame and label every result; a swap to other
+classes; a detector swap keeps its tracks and counts; corrupt, wrong-task and disagreeing
+candidates are refused while the old model serves; a forced collapse is rolled back; two
+requests at once and a SIGHUP during a swap are done in order; the endpoint is off unless asked
+for and refuses paths outside its folders."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from tests.apps.test_gate import quiet_scene
+from tests.conftest import ROOT, assert_user_error, run_cli
+from tests.ports import free_ports
+from tests.tiny import blob_detector, blob_detector_bundle, classifier_bundle, image_classifier
+
+
+def _http(method: str, url: str, body: dict | None = None) -> tuple[int, dict]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            code, text = r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        code, text = exc.code, exc.read()
+    try:
+        return code, json.loads(text)
+    except ValueError:  # "not found": no route (yet)
+        return code, {"text": text.decode(errors="replace")}
+
+
+class Camera:
+    """`edgert camera` in its own process with its metrics port (GET /model)."""
+
+    def __init__(self, bundle, *args: str, source=("synthetic://",), endpoint=True) -> None:
+        self.port = free_ports(1)[0]
+        self.url = f"http://127.0.0.1:{self.port}/model"
+        sources = [a for s in source for a in ("--source", str(s))]
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "edgert.apps",
+                "camera",
+                str(bundle),
+                *sources,
+                "--headless",
+                "--metrics",
+                f"127.0.0.1:{self.port}",
+                *(["--model-endpoint"] if endpoint else []),
+                "--json",
+                *map(str, args),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if _http("GET", self.url)[0] == 200:
+                    return
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                raise AssertionError(self.proc.stderr.read())
+            time.sleep(0.1)
+        raise AssertionError("the camera never answered GET /model")
+
+    def model(self) -> dict:
+        return _http("GET", self.url)[1]
+
+    def swap(self, bundle, force: bool = False) -> tuple[int, dict]:
+        return _http("POST", self.url, {"bundle": str(bundle), "force": force})
+
+    def settled(self, done: int, timeout: float = 60) -> dict:
+        """GET /model once ``done`` requests (swaps, refusals) are through and nothing waits."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = self.model()
+            if m["swaps"] + m["refusals"] >= done and not m["busy"]:
+                return m
+            time.sleep(0.02)
+        raise AssertionError(f"not settled after {timeout} s: {self.model()}")
+
+    def rss_mb(self) -> float:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:")) / 1024
+
+    def stop(self) -> dict:
+        self.proc.send_signal(signal.SIGTERM)
+        out, err = self.proc.communicate(timeout=60)
+        assert self.proc.returncode in (0, 143), err
+        return json.loads(out)
+
+
+def _records(path: Path) -> list:
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    return [r for r in lines if "frame" in r and "results" in r]
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory):
+    """A (16 px input) and B (24 px, another name): classifiers of the same three classes."""
+    root = tmp_path_factory.mktemp("swap")
+    return classifier_bundle(root / "a", name="a"), classifier_bundle(root / "b", "b", size=24)
+
+
+def test_a_hundred_swaps_lose_no_frame_and_label_every_result(bundles, tmp_path):
+    a, b = bundles
+    frames = tmp_path / "frames.jsonl"
+    cam = Camera(
+        a,
+        *("--jsonl", frames, "--rollback-window", "0", "--allow-models", a.parent.parent),
+        source=("synthetic://", "synthetic://"),
+    )
+    rss = {}
+    labels = set()
+    for i in range(100):
+        code, said = cam.swap(b if i % 2 == 0 else a)
+        assert code == 202, said
+        m = cam.settled(i + 1)
+        labels.add(m["model"]["label"])
+        time.sleep(0.04)  # a frame or so on each model, at 30 fps
+        if i + 1 in (20, 100):
+            rss[i + 1] = cam.rss_mb()
+    summary = cam.stop()
+    assert summary["model"]["swaps"] == 100 and summary["model"]["refusals"] == 0
+    assert summary["frames_dropped"] == 0, summary["streams"]
+    records = _records(frames)
+    by_stream = collections.defaultdict(list)
+    for r in records:
+        by_stream[r["stream"]].append(r)
+    assert sorted(by_stream) == [0, 1]
+    for rs in by_stream.values():
+        assert [r["frame"] for r in rs] == list(range(len(rs)))  # none dropped, none twice
+        assert {r["model"] for r in rs} == labels and len(labels) == 2  # each labelled
+        changes = sum(x["model"] != y["model"] for x, y in zip(rs, rs[1:], strict=False))
+        assert changes >= 80, changes  # the swaps seen in each stream's results
+    assert rss[100] - rss[20] < 25, rss  # the old models' sessions are freed
+
+
+def _other_classes(folder: Path) -> Path:
+    from edgert.export import export_model
+
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx_path = image_classifier(folder / "c.onnx", size=20, classes=5)
+    labels = folder / "labels.txt"
+    labels.write_text("apple\npear\nplum\nfig\nkiwi\n")
+    pre = {"resize": "resize_crop", "size": "20x20"}
+    return export_model(
+        str(onnx_path), folder / "c.edgert", task="classify", labels=labels, preprocess=pre
+    ).bundle
+
+
+def test_a_model_of_other_classes_and_input_size_takes_over(bundles, tmp_path):
+    a, _ = bundles
+    c = _other_classes(tmp_path / "c")
+    frames = tmp_path / "frames.jsonl"
+    cam = Camera(a, "--jsonl", frames, "--allow-models", tmp_path)
+    time.sleep(1.0)
+    assert cam.swap(c)[0] == 202
+    assert cam.settled(1)["model"]["name"] == "c"
+    time.sleep(1.0)
+    cam.stop()
+    records = _records(frames)
+    last_a = max(i for i, r in enumerate(records) if r["model"].startswith("a@"))
+    after = records[last_a + 1 :]
+    assert after and all(r["model"].startswith("c@") for r in after)
+    assert {r["results"][0]["label"] for r in after} <= {"apple", "pear", "plum", "fig", "kiwi"}
+    assert {r["results"][0]["label"] for r in records[: last_a + 1]} <= {"cat", "dog", "bird"}
+
+
+def _detector(folder: Path, height: int, width: int, scale: float = 1 / 255) -> Path:
+    """A blob detector bundle; a tiny ``scale`` makes one that sees nothing (a collapse)."""
+    from edgert.export import export_model
+
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx_path = blob_detector(folder / "blobs.onnx", height, width)
+    labels = folder / "labels.txt"
+    labels.write_text("blob\n")
+    pre = {"resize": "stretch", "size": f"{height}x{width}", "scale": scale}
+    return export_model(
+        str(onnx_path), folder / "blobs.edgert", task="detect", labels=labels, preprocess=pre
+    ).bundle
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("swapscene")
+    return blob_detector_bundle(folder / "det"), quiet_scene(folder / "scene.mp4")
+
+
+DETECT = ("--conf", "0.75", "--line", "door=160,0,160,240")
+
+
+def test_a_detector_swap_keeps_tracks_and_counts(scene, tmp_path):
+    """The scene's two crossings with a swap to a retrained detector (the same class; here the
+    same network exported again, so the run without a swap is known: one in, one out) while the
+    first object crosses: the counts are those of a run without a swap, and track IDs go on from
+    where they were (a new model does not start the tracks again)."""
+    det, video = scene
+    other = _detector(tmp_path / "other", 96, 128)
+    events = tmp_path / "events.jsonl"
+    cam = Camera(
+        det,
+        *DETECT,
+        *("--events", events, "--allow-models", tmp_path, "--rollback-window", "0"),
+        source=(video,),
+    )
+    # the file is read faster than real time: swap at once, while the first object crosses
+    assert cam.swap(other)[0] == 202
+    cam.settled(1)
+    summary = cam.proc.communicate(timeout=120)[0]
+    summary = json.loads(summary)
+    assert summary["model"]["swaps"] == 1 and summary["model"]["model"]["name"] == "blobs"
+    counts = summary["streams"][0]["counts"]["door"]
+    assert (counts["in"], counts["out"]) == (1, 1), counts
+    es = [json.loads(x) for x in events.read_text().splitlines()]
+    starts = [e["track_id"] for e in es if e["event"] == "track_start"]
+    assert starts == sorted(set(starts)) and len(starts) == 2, es
+    assert [e["event"] for e in es if e["event"].startswith("model_")] == ["model_swap"]
+    crossings = [e for e in es if e["event"] == "line_cross"]
+    assert all("@" in e["model"] for e in crossings)
+
+
+def _shuffled(a: Path, folder: Path) -> Path:
+    """A's network with its class weights rotated (a bad export): the same classes, other
+    answers."""
+    from edgert.export import export_model
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model = onnx.load(str(a / "model.onnx"))
+    for init in model.graph.initializer:
+        if init.name == "gw":
+            w = numpy_helper.to_array(init)
+            init.CopyFrom(numpy_helper.from_array(np.roll(w, 1, axis=0), "gw"))
+    del model.metadata_props[:]
+    onnx.save(model, str(folder / "shuffled.onnx"))
+    labels = folder / "labels.txt"
+    labels.write_text("cat\ndog\nbird\n")
+    pre = {"resize": "resize_crop", "size": "16x16"}
+    return export_model(
+        str(folder / "shuffled.onnx"),
+        folder / "shuffled.edgert",
+        task="classify",
+        labels=labels,
+        preprocess=pre,
+    ).bundle
+
+
+def test_bad_candidates_are_refused_and_the_old_model_serves(bundles, scene, tmp_path):
+    a, b = bundles
+    corrupt = tmp_path / "corrupt.edgert"
+    shutil.copytree(a, corrupt)
+    (corrupt / "model.onnx").write_bytes(b"not an onnx file")
+    shuffled = _shuffled(a, tmp_path / "shuffled")
+    cam = Camera(a, "--swap-check", "--allow-models", tmp_path, "--allow-models", b.parent)
+    assert cam.swap(corrupt)[0] == 202
+    m = cam.settled(1)
+    assert m["refusals"] == 1 and m["model"]["name"] == "a", m
+    assert m["last"]["event"] == "model_swap_refused" and "corrupt.edgert" in m["last"]["reason"]
+    assert cam.swap(shuffled)[0] == 202
+    m = cam.settled(2)
+    assert m["refusals"] == 2 and m["model"]["name"] == "a", m
+    assert "agrees with the model in use on" in m["last"]["reason"], m["last"]
+    assert m["last"]["check"]["agreement"] < 0.9
+    assert cam.swap(shuffled, force=True)[0] == 202  # forced past the check
+    m = cam.settled(3)
+    assert m["swaps"] == 1 and m["model"]["name"] == "shuffled" and m["last"]["forced"], m
+    summary = cam.stop()
+    assert summary["frames_processed"] > 0 and summary["model"]["refusals"] == 2
+    # a classifier for a run that tracks and counts: refused, the detector goes on
+    det, video = scene
+    cam = Camera(det, *DETECT, "--loop", "--allow-models", a.parent, source=(video,))
+    assert cam.swap(a)[0] == 202
+    m = cam.settled(1)
+    assert m["refusals"] == 1 and "needs a detector" in m["last"]["reason"], m
+    assert m["model"]["name"] == "blobs"
+    cam.stop()
+
+
+def test_a_collapsed_model_is_rolled_back(scene, tmp_path):
+    det, video = scene
+    blind = _detector(tmp_path / "blind", 96, 128, scale=1 / 2550)  # sees nothing
+    events = tmp_path / "events.jsonl"
+    cam = Camera(
+        det,
+        *DETECT,
+        *("--loop", "--events", events, "--allow-models", tmp_path, "--swap-check"),
+        *("--rollback-window", "20"),
+        source=(video,),
+    )
+    time.sleep(3.0)  # the model in use's rates: the scene loops several times
+    assert cam.swap(blind)[0] == 202
+    m = cam.settled(1)
+    assert m["refusals"] == 1 and "F1" in m["last"]["reason"], m  # the check refuses it
+    assert cam.swap(blind, force=True)[0] == 202
+    m = cam.settled(2)
+    assert m["swaps"] == 1 and m["model"]["path"] == str(blind), m
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and cam.model()["rollbacks"] == 0:
+        time.sleep(0.2)
+    m = cam.model()
+    assert m["rollbacks"] == 1 and m["model"]["path"] == str(det), m
+    assert "blob: 0.00 a frame" in m["last"]["reason"], m["last"]
+    summary = cam.stop()
+    es = [json.loads(x) for x in events.read_text().splitlines()]
+    kinds = [e["event"] for e in es if e["event"].startswith("model_")]
+    assert kinds == ["model_swap_refused", "model_swap", "model_rollback"], kinds
+    assert summary["model"]["rollbacks"] == 1
+
+
+def test_two_requests_at_once_and_a_sighup_during_a_swap_are_done_in_order(bundles, tmp_path):
+    a, b = bundles
+    c = _other_classes(tmp_path / "c")
+    current = tmp_path / "current"
+    current.symlink_to(a)
+    cam = Camera(current, "--allow-models", tmp_path, "--allow-models", a.parent.parent)
+    assert cam.swap(b)[0] == 202 and cam.swap(c)[0] == 202  # two at once
+    m = cam.settled(2)
+    assert m["swaps"] == 2 and m["model"]["name"] == "c", m
+    tmp = tmp_path / "next"
+    tmp.symlink_to(b)
+    os.replace(tmp, current)  # as deployment tools replace it: atomically
+    assert cam.swap(a)[0] == 202
+    cam.proc.send_signal(signal.SIGHUP)  # during that swap: the path is read after it
+    m = cam.settled(4)
+    assert m["swaps"] == 4 and m["model"]["name"] == "b", m
+    assert m["last"]["requested_by"] == "SIGHUP"
+    cam.proc.send_signal(signal.SIGHUP)  # the same bundle again: nothing to swap
+    time.sleep(1.0)
+    assert cam.model()["swaps"] == 4
+    cam.stop()
+
+
+def test_watch_model_swaps_when_the_path_changes(bundles, tmp_path):
+    a, b = bundles
+    current = tmp_path / "current"
+    current.symlink_to(a)
+    cam = Camera(current, "--watch-model", endpoint=False)
+    tmp = tmp_path / "next"
+    tmp.symlink_to(b)
+    os.replace(tmp, current)
+    m = cam.settled(1, timeout=20)
+    assert m["model"]["name"] == "b" and m["last"]["requested_by"] == "--watch-model", m
+    cam.stop()
+
+
+def test_the_endpoint_is_off_unless_asked_for_and_keeps_to_its_folders(bundles, tmp_path):
+    a, b = bundles
+    cam = Camera(a, endpoint=False)
+    code, said = cam.swap(b)
+    assert code == 404 and "--model-endpoint" in said["error"], said
+    cam.stop()
+    cam = Camera(a)  # by default only the running bundle's own folder
+    code, said = cam.swap(b)
+    assert code == 403 and "--allow-models" in said["error"], said
+    code, said = cam.swap(a.parent / ".." / ".." / Path(b).parent.name / b.name)
+    assert code == 403, said  # .. does not lead out of it
+    code, said = _http("POST", cam.url, None)
+    assert code == 400 and "bundle" in said["error"], said
+    assert cam.model()["swaps"] == 0
+    cam.stop()
+    proc = run_cli("camera", a, "--headless", "--model-endpoint", "--max-frames", "5")
+    assert_user_error(proc, "--model-endpoint answers on the --metrics port")

@@ -470,10 +470,8 @@ class ModelSlot:
         if image is not None:
             m = candidate.model
             try:
-                tensor, transform = m.preprocess(image)
-                with self.infer_lock:
-                    out = m.infer(m.collate([tensor]))
-                m.postprocess(out, [transform])
+                tensor, transform = m.preprocess(image)  # beside the live batches, not
+                m.postprocess(m.infer(m.collate([tensor])), [transform])  # between them
             except EdgertError as exc:
                 return f"the candidate fails on a live frame: {exc}"
             except Exception as exc:  # noqa: BLE001 - a broken model, whatever it raises

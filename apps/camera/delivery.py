@@ -145,14 +145,14 @@ class FrameHandler:
         if p is None:
             return None
         s = p.stats(recent=True)
+        if self.slot is not None:  # MQTT heartbeats and the web page say which model runs
+            s["model"] = self.slot.current.label
         return self.power.live(s) if self.power is not None else s
 
     def live(self) -> dict:
         """:meth:`numbers` with each stream's last record and counts, which the output thread
         keeps (called on it): what the web page and the overlay show."""
         s = self.numbers() or {}
-        if self.slot is not None:
-            s["model"] = self.slot.current.label
         for st in s.get("streams", []):
             st["last"] = self._records.get(st["stream"])
             if self.analytics is not None:

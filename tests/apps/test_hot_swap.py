@@ -45,6 +45,20 @@ def _http(method: str, url: str, body: dict | None = None) -> tuple[int, dict]:
         return code, {"text": text.decode(errors="replace")}
 
 
+_STARTED: list = []
+
+
+@pytest.fixture(autouse=True)
+def _no_camera_left():
+    """A test that fails half-way leaves no camera running (they have no --duration)."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+
+
 class Camera:
     """`edgert camera` in its own process with its metrics port (GET /model)."""
 
@@ -72,6 +86,7 @@ class Camera:
             stderr=subprocess.PIPE,
             text=True,
         )
+        _STARTED.append(self.proc)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:

@@ -34,14 +34,9 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.json_report import write_json  # noqa: E402
 from edgert.apps.camera.sinks.base import SinkContext  # noqa: E402
 from edgert.apps.camera.sinks.clips import ClipsOutput  # noqa: E402
+from tests.procs import SCENE, edgert, rss_mb  # noqa: E402
 
 FPS = 25
-
-
-def rss_mb(pid: int | str = "self") -> float:
-    with open(f"/proc/{pid}/status") as f:
-        kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-    return kb / 1024
 
 
 class _Frame:
@@ -117,29 +112,11 @@ def minutes_run(minutes: float, folder: Path) -> dict:
     video = quiet_scene(folder / "scene.mp4")
     clips = folder / "clips"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edgert.apps",
-            "camera",
-            str(bundle),
-            "--source",
-            str(video),
-            "--loop",
-            "--headless",
-            "--conf",
-            "0.75",
-            "--line",
-            "door=160,0,160,240",
-            "--clips",
-            str(clips),
-            "--pre-roll",
-            "2",
-            "--post-roll",
-            "2",
-            "--duration",
-            str(minutes * 60),
-        ],
+        edgert(
+            *("camera", bundle, "--source", video, "--loop", "--headless", *SCENE),
+            *("--clips", clips, "--pre-roll", "2", "--post-roll", "2"),
+            *("--duration", minutes * 60),
+        ),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -20,9 +20,7 @@ import argparse
 import collections
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,8 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.json_report import write_json  # noqa: E402
-from tests.apps.test_hot_swap import _http  # noqa: E402
-from tests.ports import free_ports  # noqa: E402
+from tests.apps.test_hot_swap import Camera  # noqa: E402
 
 FPS = 30
 
@@ -53,55 +50,23 @@ def bundles(kind: str, folder: Path) -> tuple[Path, Path]:
     )
 
 
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
-
-
-def run(a: Path, b: Path, streams: int, swaps: int, seconds: float, folder: Path) -> dict:
-    port = free_ports(1)[0]
-    url = f"http://127.0.0.1:{port}/model"
+def run(
+    a: Path, b: Path, streams: int, swaps: int, seconds: float, folder: Path, every: float
+) -> dict:
     frames = folder / f"frames_{swaps}.jsonl"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edgert.apps",
-            "camera",
-            str(a),
-            *[x for _ in range(streams) for x in ("--source", "synthetic://")],
-            "--headless",
-            "--metrics",
-            f"127.0.0.1:{port}",
-            "--model-endpoint",
-            "--allow-models",
-            str(folder),
-            "--rollback-window",
-            "0",
-            "--jsonl",
-            str(frames),
-            "--json",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    cam = Camera(
+        a,
+        *("--allow-models", folder, "--rollback-window", "0", "--jsonl", frames),
+        source=("synthetic://",) * streams,
     )
-    while True:
-        try:
-            if _http("GET", url)[0] == 200:
-                break
-        except OSError:
-            pass
-        time.sleep(0.1)
     time.sleep(3.0)  # warm: the first frames, the threads' first batches
-    rss = {"before": rss_mb(proc.pid), "peak": 0.0}
+    rss = {"before": cam.rss_mb(), "peak": 0.0}
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.wait(0.05):
             try:
-                rss["peak"] = max(rss["peak"], rss_mb(proc.pid))
+                rss["peak"] = max(rss["peak"], cam.rss_mb())
             except (OSError, StopIteration):
                 return
 
@@ -111,24 +76,18 @@ def run(a: Path, b: Path, streams: int, swaps: int, seconds: float, folder: Path
     for i in range(swaps):
         target = b if i % 2 == 0 else a
         sent = time.monotonic()
-        code, said = _http("POST", url, {"bundle": str(target)})
+        code, said = cam.swap(target)
         assert code == 202, said
-        while True:
-            m = _http("GET", url)[1]
-            if m["swaps"] + m["refusals"] >= i + 1 and not m["busy"]:
-                break
-            time.sleep(0.005)
+        m = cam.settled(i + 1)
         assert m["model"]["path"] == str(target), m
         served_s.append(time.monotonic() - sent)
-        time.sleep(1.0 / FPS)  # a frame on each model, at least
+        time.sleep(max(1.0 / FPS, every - (time.monotonic() - sent)))  # a frame on each, at least
     left = seconds - (time.monotonic() - t0)
     if left > 0:
         time.sleep(left)
     stop.set()
-    rss["after"] = rss_mb(proc.pid)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
-    summary = json.loads(out)
+    rss["after"] = cam.rss_mb()
+    summary = cam.stop()
     records = [json.loads(x) for x in frames.read_text().splitlines()]
     records = [r for r in records if "frame" in r and "results" in r]
     by_stream = collections.defaultdict(list)
@@ -170,18 +129,27 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", default="reports/hot_swap.json")
     ap.add_argument("--swaps", type=int, default=100)
-    ap.add_argument("--streams", type=int, default=2)
+    ap.add_argument("--streams", type=int, default=1)
     ap.add_argument("--model", default="zoo:mobilenet_v2", help="a zoo model, or tiny")
+    ap.add_argument(
+        "--every",
+        type=float,
+        default=1.0,
+        help="seconds from one swap request to the next (0: each as soon as the last serves)",
+    )
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         first, second = bundles(a.model, folder)
-        swapped = run(first, second, a.streams, a.swaps, 0, folder)
+        swapped = run(first, second, a.streams, a.swaps, 0, folder, a.every)
         seconds = swapped["frames"] / (FPS * a.streams)  # the reference runs as long
-        reference = run(first, second, a.streams, 0, seconds, folder)
+        reference = run(first, second, a.streams, 0, seconds, folder, a.every)
     interval = 1e3 / FPS
     added = (swapped["near_swap_p99_ms"] or 0) - reference["e2e_p99_ms"]
-    print(f"\n{a.model}, {a.streams} streams at {FPS} fps, {a.swaps} swaps (POST /model)")
+    print(
+        f"\n{a.model}, {a.streams} streams at {FPS} fps, {a.swaps} swaps (POST /model, one "
+        f"every {a.every:g} s at most)"
+    )
     head = ("run", "frames", "dropped", "p50 ms", "p99 ms", "near p50", "near p99", "RSS MB")
     print("".join(f"{h:>10}" for h in head))
     for name, r in (("no swaps", reference), ("swaps", swapped)):
@@ -205,6 +173,7 @@ def main() -> None:
         {
             "model": a.model,
             "streams": a.streams,
+            "swap_every_s": a.every,
             "fps": FPS,
             "reference": reference,
             "swapped": swapped,

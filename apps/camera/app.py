@@ -17,6 +17,7 @@ and the run (:class:`RunOptions`)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 from dataclasses import dataclass, field
@@ -264,8 +265,12 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         stack.callback(probes.close)
         _describe(sources, geometries, say)
         power = stack.enter_context(PowerSession(cfg.power))
-        # under a cap nothing busy-waits (ONNX Runtime's threads, CUDA's sync)
-        spin = {"spin": False} if cfg.power.capped else {}
+        # nothing busy-waits (ONNX Runtime's threads, CUDA's sync): a camera paces itself by its
+        # frame rate, so spinning between frames buys nothing (MobileNetV2 at 30 fps: e2e p50
+        # 19.8 ms without, 21.2 with), burns cores, and while a model is swapped in the two
+        # sessions' spinning threads fight the live one (benchmarks/hot_swap.py: 2.5 frames
+        # dropped and p99 +84 ms a swap with spinning, none and +12 ms without)
+        spin = {"spin": False}
 
         def load(path):
             return load_task_model(
@@ -334,6 +339,10 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         power.watch()
         stack.enter_context(_sighup_swaps(slot))
         slot.start()
+        # what start-up made (modules, the model, sources) out of the collector's sight: a full
+        # collection, which a swap's allocations trigger, then scans only what came since
+        # (measured: ~30 ms with the GIL held before, under 1 ms after; a frame is 33 ms)
+        gc.freeze()
         try:
             pipeline.run()
         finally:

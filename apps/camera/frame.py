@@ -39,9 +39,11 @@ class Frame:
 class Steps:
     """What the pipeline runs on frames: ``prepare`` one frame in its stream's thread
     (preprocessing), ``infer`` a batch of frames of several streams in one call (returns the
-    outputs), ``finish`` the same batch with those outputs (postprocessing: sets frame.results)."""
+    outputs), ``finish`` the same batch with those outputs (postprocessing: sets frame.results);
+    ``discard`` a prepared frame that a live stream's queue dropped before inference."""
 
     prepare: Callable[[Frame], None]
     infer: Callable[[list], object]
     finish: Callable[[list, object], None]
     names: tuple[str, str, str] = ("preprocess", "infer", "postprocess")
+    discard: Callable[[Frame], None] = lambda frame: None

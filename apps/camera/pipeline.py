@@ -42,14 +42,14 @@ STALLED_S = 1.0  # a stream silent this long is not waited for (it is still poll
 class Stream:
     """One source's state: its queues, counts, timings and how it ended."""
 
-    def __init__(self, index: int, source, queue_size: int, depth: int, cond) -> None:
+    def __init__(self, index: int, source, queue_size: int, depth: int, cond, discard=None) -> None:
         self.index = index
         self.source = source
         lossless = not getattr(source, "live", True)  # files and folders: every frame
         self.raw = DropOldestQueue(queue_size, lossless)
         # a lossless stream may give several frames to one batch: room for its share
-        self.ready = DropOldestQueue(
-            max(queue_size, depth) if lossless else queue_size, lossless, cond
+        self.ready = DropOldestQueue(  # a prepared frame dropped is discarded by the steps
+            max(queue_size, depth) if lossless else queue_size, lossless, cond, discard
         )
         self.captured = 0
         self.processed = 0
@@ -116,7 +116,10 @@ class Pipeline:
         self.max_frames = max_frames
         self._ready = threading.Condition()  # shared by the streams' ready queues
         depth = math.ceil(self.batch / len(sources))
-        self.streams = [Stream(i, s, queue_size, depth, self._ready) for i, s in enumerate(sources)]
+        self.streams = [
+            Stream(i, s, queue_size, depth, self._ready, steps.discard)
+            for i, s in enumerate(sources)
+        ]
         self.post = DropOldestQueue(2, lossless=True)  # batches
         self.out = DropOldestQueue(2 * self.batch, lossless=True)  # frames
         self.stop_event = threading.Event()

@@ -18,10 +18,11 @@ class DropOldestQueue:
     may share one condition (``cond``) so that one thread can wait on several of them.
     """
 
-    def __init__(self, maxsize: int = 1, lossless: bool = False, cond=None) -> None:
+    def __init__(self, maxsize: int = 1, lossless: bool = False, cond=None, on_drop=None) -> None:
         self._items: collections.deque = collections.deque()
         self.maxsize = max(1, maxsize)
         self.lossless = lossless
+        self.on_drop = on_drop  # told of each item dropped (a prepared frame lets go its model)
         self.dropped = 0
         self.closed = False
         self._cond = cond if cond is not None else threading.Condition()
@@ -39,6 +40,8 @@ class DropOldestQueue:
                         self._items.appendleft(old)
                         break
                     self.dropped += 1
+                    if self.on_drop is not None:
+                        self.on_drop(old)
             self._items.append(item)
             self._cond.notify_all()
 

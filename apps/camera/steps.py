@@ -57,4 +57,7 @@ def slot_steps(slot) -> Steps:
         finally:
             slot.done(frames)
 
-    return Steps(prepare, run, finish)
+    def discard(f: Frame) -> None:
+        slot.done([f], inferred=False)
+
+    return Steps(prepare, run, finish, discard=discard)

@@ -302,19 +302,22 @@ class ModelSlot:
                 return self.runner.infer(batch, loaded.model)
             return loaded.model.infer(batch)
 
-    def done(self, frames: list) -> None:
+    def done(self, frames: list, inferred: bool = True) -> None:
+        """Frames of ``take`` finished (or dropped before inference: not ``inferred``)."""
         now = time.monotonic()
         keep = max(self.o.rollback_s, 1.0) * 2
         with self.lock:
             for f in frames:
-                loaded = f.model
+                loaded, f.model = f.model, None if not inferred else f.model
                 if loaded is None:
                     continue
                 loaded.in_flight -= 1
+                if not inferred:
+                    continue
                 loaded.recent.append((now, _observed(loaded.model.task, f.results)))
                 while loaded.recent and loaded.recent[0][0] < now - keep:
                     loaded.recent.popleft()
-            if frames:
+            if frames and inferred:
                 self.last_image = frames[-1].image
                 if self.samples is not None and now - self._sampled_at >= self.SAMPLE_GAP_S:
                     f = frames[-1]
@@ -485,6 +488,9 @@ class ModelSlot:
         cur = self.current.model
         if candidate.model.task != cur.task:
             return f"a {candidate.model.task} model cannot be checked against a {cur.task} one", {}
+        mine, theirs = getattr(cur, "labels", None), getattr(candidate.model, "labels", None)
+        if mine and theirs and not set(mine) & set(theirs):
+            return "the candidate's classes are none of the model in use's: nothing to compare", {}
         with self.lock:
             self.samples = collections.deque(maxlen=self.o.check_frames)
         deadline = time.monotonic() + 30.0

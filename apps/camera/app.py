@@ -268,8 +268,8 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         # nothing busy-waits (ONNX Runtime's threads, CUDA's sync): a camera paces itself by its
         # frame rate, so spinning between frames buys nothing (MobileNetV2 at 30 fps: e2e p50
         # 19.8 ms without, 21.2 with), burns cores, and while a model is swapped in the two
-        # sessions' spinning threads fight the live one (benchmarks/hot_swap.py: 2.5 frames
-        # dropped and p99 +84 ms a swap with spinning, none and +12 ms without)
+        # sessions' spinning threads fight the live one (benchmarks/hot_swap.py, 100 swaps:
+        # 251 frames dropped and p99 +84 ms with spinning; 0-1 and +8 to +29 ms without)
         spin = {"spin": False}
 
         def load(path):
@@ -346,6 +346,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         try:
             pipeline.run()
         finally:
+            gc.unfreeze()  # a library caller's objects are collectable again
             # a camera paces itself by its frame rate: only lowered limits, hot zones and NVML
             # slowdowns count as throttling, not DVFS easing off between frames
             conditions = power.conditions(getattr(model, "engine", None), busy=False)

@@ -147,14 +147,17 @@ def appsink(live: bool) -> str:
 
 class PacketTap:
     """A stream's encoded video as it arrives, before decoding: H.264 or H.265 access units in
-    byte-stream form, parameter sets before every key frame, each ``(t_pts, t_dts, key, bytes)``
-    with its times on the frames' clock (the capture time a frame of it gets). What clips keep
+    byte-stream form, parameter sets before every key frame, each ``(t_pts, t_dts, key, bytes,
+    connection)`` with its times on the frames' clock (the capture time a frame of it gets) and
+    the number of the connection it came on (a camera that reboots may come back with other
+    parameter sets: what was kept of the one before must not run on into it). What clips keep
     of an RTSP camera: its own packets, never decoded and encoded again, as NVRs record. Filled
     on GStreamer's streaming thread, drained by the output thread; bounded: when nobody drains,
     the oldest go (``lost`` counts them)."""
 
     def __init__(self, maxlen: int = 4096) -> None:
         self.codec: str | None = None  # h264, h265: set when the stream's pad appears
+        self.connection = 0  # counted up by each connection that feeds it
         self.lost = 0
         self._q: collections.deque = collections.deque()
         self._maxlen = maxlen
@@ -288,6 +291,7 @@ class GstConnection:
         self._src = None
         self._handler: int | None = None
         self._tapped: tuple | None = None  # (the packets appsink, its new-sample handler)
+        self._connection = 0  # this connection's number on the tap
         try:
             self._build(launch)
         except BaseException:
@@ -372,6 +376,8 @@ class GstConnection:
         packets = bin_.get_by_name("packets")
         if packets is not None:
             self.tap.codec = codec.lower()
+            self.tap.connection += 1
+            self._connection = self.tap.connection
             self._tapped = (packets, packets.connect("new-sample", self._packet))
         pipeline.add(bin_)
         bin_.link(self.sink)
@@ -388,7 +394,8 @@ class GstConnection:
             pts = self._stamp(buf.pts)
             dts = pts if buf.dts == Gst.CLOCK_TIME_NONE else self._stamp(buf.dts)
             key = not buf.has_flags(Gst.BufferFlags.DELTA_UNIT)
-            self.tap.put((pts, dts, key, buf.extract_dup(0, buf.get_size())))
+            data = buf.extract_dup(0, buf.get_size())
+            self.tap.put((pts, dts, key, data, self._connection))
         return Gst.FlowReturn.OK
 
     def _stamp(self, pts: int) -> float:

@@ -330,3 +330,77 @@ def test_an_rtsp_cameras_clips_hold_its_own_packets(tmp_path, codec):
     assert len(indices) == packets > keys[1], indices  # every packet decodes, to the end
     if codec != "reencode":  # every frame the camera sent, in order, none missing
         assert indices == list(range(indices[0], indices[0] + len(indices))), indices
+
+
+@needs_server
+def test_a_camera_that_reboots_mid_clip_ends_that_clip_and_the_run_goes_on(tmp_path):
+    """A clip of the camera's own packets is being written (a long post-roll) when the camera
+    goes away and comes back sending another size (other parameter sets, which a muxer cannot
+    take mid-file): the clip in progress is finished at the reconnect, playable, in the old size;
+    the run goes on and ends without an output error."""
+    import json
+
+    from tests.apps.test_gate import _can_clip, quiet_scene
+    from tests.tiny import blob_detector_bundle
+
+    if not _can_clip():
+        pytest.skip("clips need GStreamer's x264enc and mp4mux, and ffprobe")
+    bundle = blob_detector_bundle(tmp_path / "det")
+    video = quiet_scene(tmp_path / "scene.mp4")
+    small = tmp_path / "small.mp4"
+    cap, out = cv2.VideoCapture(str(video)), None
+    while True:
+        ok, frame = cap.read()
+        if not ok:
+            break
+        if out is None:
+            out = cv2.VideoWriter(str(small), cv2.VideoWriter_fourcc(*"mp4v"), 10, (240, 180))
+        out.write(cv2.resize(frame, (240, 180)))
+    cap.release()
+    out.release()
+    port = free_ports(1)[0]
+    clips = tmp_path / "clips"
+    server = Server(port, "--video", str(video))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edgert.apps",
+            "camera",
+            str(bundle),
+            *("--source", server.url, "--headless", "--conf", "0.75", "--json"),
+            *("--line", "door=160,0,160,240", "--clips", f"{clips}?post=600"),
+            *("--reconnect", "forever", "--duration", "16"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not list(clips.glob("*.part")):
+            time.sleep(0.2)
+        assert list(clips.glob("*.part")), "no clip started"
+        time.sleep(1.5)
+        server.stop()  # the camera reboots ...
+        server = Server(port, "--video", str(small))  # ... and comes back at another size
+        out, err = proc.communicate(timeout=60)
+    finally:
+        server.stop()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    assert "output_errors" not in summary, summary.get("output_errors")
+    assert summary["streams"][0]["reconnects"] >= 1, summary["streams"][0]
+    first = sorted(clips.glob("*.mp4"))[0]
+    probe = subprocess.run(
+        ["ffprobe", "-v", "error", "-count_frames", "-show_entries"]
+        + ["stream=width,height,nb_read_frames", "-of", "json", str(first)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    info = json.loads(probe.stdout)["streams"][0]
+    assert (info["width"], info["height"]) == (320, 240) and int(info["nb_read_frames"]) > 10, info

@@ -87,6 +87,7 @@ class _Stream:
     def __init__(self, out: ClipsOutput, stream: int, tap=None) -> None:
         self.out, self.stream = out, stream
         self.tap = tap  # an RTSP camera's own packets (gstreamer.PacketTap), or None: encode
+        self._connection = 0  # the tap's connection the ring holds
         self.codec = "h264"
         self.encoder = None  # (pipeline, appsrc, appsink) once the first frame gives the size
         self.ring: collections.deque = collections.deque()  # (pts ns, key frame, bytes, dts ns)
@@ -120,7 +121,12 @@ class _Stream:
             self.tap = None
             return False
         self.codec = self.tap.codec or self.codec
-        for t_pts, t_dts, key, data in packets:
+        for t_pts, t_dts, key, data, connection in packets:
+            if connection != self._connection:  # the camera came back (a reboot): what was
+                self._connection = connection  # kept of the stream before ends here (its
+                if self.clip is not None:  # parameter sets may differ: one file, one stream)
+                    self._finish()
+                self.ring.clear()
             if self.t0 is None:
                 if not key:
                     continue  # the ring starts at a key frame

@@ -231,7 +231,12 @@ def test_page_lists_events_with_snapshots_and_clips_and_its_charts_move(tmp_path
                 timeout=60,
             ).stdout
 
+        lines = lambda dom: re.findall(r'<polyline points="([^"]+)"', dom)  # noqa: E731
+        deadline = time.monotonic() + 30
         first = dump()
+        while len(lines(first)) < 5 and time.monotonic() < deadline:  # two readings of each
+            time.sleep(1.0)  # (a chart needs two points; power and heat read after a moment)
+            first = dump()
         assert re.search(r'<img src="/media/[^"]+_track\d+\.jpg"', first), first[-2000:]
         assert re.search(r"line_cross door (in|out) blob #\d+", first), first[-2000:]
         if _can_clip():
@@ -240,7 +245,6 @@ def test_page_lists_events_with_snapshots_and_clips_and_its_charts_move(tmp_path
         assert names == ["fps", "e2e p50 ms", "drops/s", "W", "\u00b0C"], names
         for name in ("W", "\u00b0C"):  # the plants' readings, charted
             assert re.search(rf'data-name="{name}"><div>{name} \d', first), first[-2000:]
-        lines = lambda dom: re.findall(r'<polyline points="([^"]+)"', dom)  # noqa: E731
         assert len(lines(first)) == 5, first[-2000:]
         time.sleep(2.0)
         second = dump()

@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgert.apps.uris import escape_controls
 from edgert.runtime.errors import EdgertError, ModelError
 from edgert.runtime.tasks import task_spec
 
@@ -597,7 +598,7 @@ class ModelSlot:
 
     def _said(self, event: dict, sentence: str) -> None:
         self.last = {**event, "time": round(time.time(), 3)}
-        self.say(sentence)
+        self.say(escape_controls(sentence))  # a path's CR/LF cannot forge a line
         self.post_event(dict(event))
 
 

@@ -23,6 +23,7 @@ from edgert.apps.camera.sources import SourceOptions, open_source
 from tests.apps.test_rtsp_real import FPS, Server, needs_server
 from tests.conftest import ROOT, assert_user_error, run_cli
 from tests.ports import free_ports
+from tests.procs import SCENE, edgert
 from tests.rtsp_server import frame_index, pattern_frame
 from tests.tiny import classifier_bundle
 
@@ -268,30 +269,13 @@ def test_an_rtsp_cameras_clips_hold_its_own_packets(tmp_path, codec):
     sent = "h264" if codec == "reencode" else codec
     clips = tmp_path / "clips"
     with Server(port, "--video", str(video), "--gop", "37", "--codec", sent) as server:
+        where = f"{clips}?reencode=1&clean=1" if codec == "reencode" else clips
         proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "edgert.apps",
-                "camera",
-                str(bundle),
-                "--source",
-                server.url,
-                "--headless",
-                "--conf",
-                "0.75",
-                "--line",
-                "door=160,0,160,240",
-                "--clips",
-                f"{clips}?reencode=1&clean=1" if codec == "reencode" else str(clips),
-                "--pre-roll",
-                "1",
-                "--post-roll",
-                "2",
-                "--duration",
-                "6",
-                "--json",
-            ],
+            edgert(
+                *("camera", bundle, "--source", server.url, "--headless", *SCENE),
+                *("--clips", where, "--pre-roll", "1", "--post-roll", "2"),
+                *("--duration", "6", "--json"),
+            ),
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -362,16 +346,10 @@ def test_a_camera_that_reboots_mid_clip_ends_that_clip_and_the_run_goes_on(tmp_p
     clips = tmp_path / "clips"
     server = Server(port, "--video", str(video))
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edgert.apps",
-            "camera",
-            str(bundle),
-            *("--source", server.url, "--headless", "--conf", "0.75", "--json"),
-            *("--line", "door=160,0,160,240", "--clips", f"{clips}?post=600"),
-            *("--reconnect", "forever", "--duration", "16"),
-        ],
+        edgert(
+            *("camera", bundle, "--source", server.url, "--headless", *SCENE, "--json"),
+            *("--clips", f"{clips}?post=600", "--reconnect", "forever", "--duration", "16"),
+        ),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -125,6 +125,9 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
             point = choose_operating_point(cfg, power.meter, idle, options, say)
         if cfg.clocks == "auto":
             clock_choice = choose_clocks(cfg, clocks, power.meter, options, say)
+            hold = RateHold(clocks, clock_choice.pop("key"), say)
+        else:
+            hold = None
         with Engine.load(
             cfg.model, backend=cfg.backend, precision=cfg.precision, **options
         ) as engine:
@@ -135,13 +138,15 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
             runner = power.cap(engine)
             power.watch()
             try:
-                run = _timed_loop(engine, runner, feeds, cfg, power.meter, say)
+                run = _timed_loop(engine, runner, feeds, cfg, power.meter, say, hold)
             finally:
                 conditions = power.conditions(engine, busy=runner is engine)
             backend, reason = engine.backend, engine.backend_reason
             capped = runner.report() if runner is not engine else None
         meter, sensor = power.meter, power.sensor
         clocks_set = clocks.report() if clocks is not None else None
+        if hold is not None:
+            clock_choice["steps"] = hold.steps  # up from the choice when the run fell behind
     throughput = cfg.batch * run.latencies.count / run.elapsed
     result = {
         "model": str(cfg.model),
@@ -418,6 +423,7 @@ def choose_clocks(cfg: BenchConfig, session, meter, options: dict, say) -> dict:
     session.set(gpu=key[0], emc=key[1])
     say(f"clocks: {why}")
     return {
+        "key": key,  # (gpu Hz, emc Hz) as set: where RateHold starts (not in the report)
         "chosen": {
             "gpu_mhz": None if key[0] is None else key[0] / 1e6,
             "emc_mhz": None if key[1] is None else key[1] / 1e6,
@@ -425,6 +431,44 @@ def choose_clocks(cfg: BenchConfig, session, meter, options: dict, say) -> dict:
         "why": why,
         "candidates": list(measured.values()),
     }
+
+
+class RateHold:
+    """``--target-fps`` with ``--clocks auto`` during the run: the choice was measured over a few
+    seconds, and the board may turn slower after it (heat, another process, memory traffic the
+    probes did not see). When the paced loop falls ``behind`` slots behind, each clock limit goes
+    one step up its table (an axis at the limit in force stays), at most one step a ``cooldown``
+    second: the rate is held at a little more energy rather than lost. Every step is reported."""
+
+    def __init__(self, session, key: tuple, say, behind: float = 2.0, cooldown: float = 1.0):
+        self.session, self.key, self.say = session, key, say
+        self.tables = (session.candidates("gpu") or [None], session.candidates("emc") or [None])
+        self.behind, self.cooldown = behind, cooldown
+        self.last = 0.0  # run seconds of the last step (none in the first cooldown)
+        self.steps: list = []
+
+    def late(self, t_run: float, slots: float) -> None:
+        """The loop is ``slots`` slots late ``t_run`` s into the run."""
+        if slots < self.behind or t_run - self.last < self.cooldown:
+            return
+        new = tuple(
+            table[max(0, table.index(v) - 1)] for table, v in zip(self.tables, self.key)
+        )  # tables run from the top down
+        if new == self.key:
+            return  # at the limits in force: the report names the settings' throughput
+        self.session.set(gpu=new[0], emc=new[1])
+        self.key, self.last = new, t_run
+        step = {
+            "t_s": round(t_run, 3),
+            "slots_behind": round(slots, 1),
+            "gpu_mhz": None if new[0] is None else new[0] / 1e6,
+            "emc_mhz": None if new[1] is None else new[1] / 1e6,
+        }
+        self.steps.append(step)
+        self.say(
+            f"clocks: {slots:.0f} slots behind at {t_run:.1f} s: up to gpu {_label(new[0])}, "
+            f"emc {_label(new[1])}"
+        )
 
 
 def _at(key: tuple, axis: int, value) -> tuple:
@@ -491,9 +535,10 @@ class _Run:
         return {k: v / self.latencies.count for k, v in self.split.items()} if self.split else None
 
 
-def _timed_loop(engine, runner, feeds, cfg: BenchConfig, meter, say) -> _Run:
+def _timed_loop(engine, runner, feeds, cfg: BenchConfig, meter, say, hold=None) -> _Run:
     """Inferences until --iterations or --duration (or Ctrl-C / SIGTERM: what was measured is
-    reported); latencies kept in bounded memory."""
+    reported); latencies kept in bounded memory. ``hold``: a :class:`RateHold` told when the
+    paced loop runs late."""
     latencies = LatencyRecorder()
     split: dict[str, float] = {}
     t_start = time.perf_counter()
@@ -507,10 +552,13 @@ def _timed_loop(engine, runner, feeds, cfg: BenchConfig, meter, say) -> _Run:
             if period is not None:  # each inference at its slot; a second behind: no catch-up
                 if deadline is not None and due >= deadline:
                     break  # the next slot starts after the run's end
-                wait = due - time.perf_counter()
+                now = time.perf_counter()
+                wait = due - now
                 if wait > 0:
                     time.sleep(wait)
-                elif wait < -1.0:
+                elif hold is not None:
+                    hold.late(now - t_start, -wait / period)
+                if wait < -1.0:
                     due = time.perf_counter()
                 due += period
             t0 = time.perf_counter()

@@ -408,6 +408,7 @@ def _clocks(cfg: CameraConfig, model_path, batch: int, streams: int, power, stac
     session = stack.enter_context(_clock_session(bench, say))
     say(f"clocks: measuring the clock points at {bench.target_fps:g} frames/s in all")
     choice = choose_clocks(bench, session, power.meter, {"spin": False}, say)
+    choice.pop("key")
     return session, choice
 
 

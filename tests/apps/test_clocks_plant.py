@@ -1,8 +1,9 @@
 """`edgert bench --target-fps N --clocks auto` in the loop with tests/clock_plant.py (issue 40): the
 plant stops and continues the real bench process so that it runs as fast as the GPU and EMC limits
 written to a recreated Jetson tree allow, and turns its work into the power a board would draw at
-those clocks. The point chosen is the plant's own optimum within one step of each table, the rate
-is held within 2 %, and every file written is put back after the run and after SIGTERM (after
+those clocks. The point chosen is the plant's own optimum within one step of each table (points
+within the plant's 1 % power noise of the least are all the optimum), the rate is held within
+2 % (stepping the clocks up if the run falls behind), and every file written is put back after the run and after SIGTERM (after
 SIGKILL: tests/runtime/test_clocks.py, with ``edgert power --restore``)."""
 
 from __future__ import annotations
@@ -43,10 +44,17 @@ def test_the_chosen_clocks_are_the_plants_optimum_and_hold_the_rate(mobilenet, t
     threads = r["operating_point"]["chosen"].count("intra_op_threads=2") + 1
     busy = tail_busy(root, hz(chosen["gpu_mhz"]), hz(chosen["emc_mhz"]))
     rows = [row for row in truth("orin-jp5", busy, threads) if row[3]]
-    best = rows[0]
+    # the optimum: the least power, and any point within the plant's own 1 % power noise of it
+    # (where the curve is that flat no measurement can tell them apart)
+    optimum = [row for row in rows if row[0] <= 1.01 * rows[0][0]]
     spec = LAYOUTS["orin-jp5"]
-    assert _steps(spec["gpu_table"], chosen["gpu_mhz"], best[1] / 1e6) <= 1, (chosen, rows[:4])
-    assert _steps(spec["emc_table"], chosen["emc_mhz"], best[2] / 1e6) <= 1, (chosen, rows[:4])
+    near = [
+        row
+        for row in optimum
+        if _steps(spec["gpu_table"], chosen["gpu_mhz"], row[1] / 1e6) <= 1
+        and _steps(spec["emc_table"], chosen["emc_mhz"], row[2] / 1e6) <= 1
+    ]
+    assert near, (chosen, rows[:4])
     # not the top clocks, nor the lowest: the optimum is in the middle
     assert 306 < chosen["gpu_mhz"] < 918, chosen
     top = next(c for c in choice["candidates"] if c["gpu_mhz"] == 918 and c["emc_mhz"] == 3199)
@@ -56,10 +64,45 @@ def test_the_chosen_clocks_are_the_plants_optimum_and_hold_the_rate(mobilenet, t
         if (c["gpu_mhz"], c["emc_mhz"]) == (chosen["gpu_mhz"], chosen["emc_mhz"])
     )
     assert mine["mj_per_inference"] < top["mj_per_inference"], (mine, top)
-    # the report says what edgert set, and the files hold what they held before
-    assert r["clocks_set"]["gpu"]["set_max_mhz"] == chosen["gpu_mhz"]
+    # the report says what edgert set (the choice, or the last step up if the run fell behind),
+    # and the files hold what they held before
+    last = choice["steps"][-1] if choice["steps"] else chosen
+    assert r["clocks_set"]["gpu"]["set_max_mhz"] == last["gpu_mhz"], choice["steps"]
     assert r["clocks_set"]["gpu"]["before_max_mhz"] == 918
     _restored(root)
+
+
+def test_a_run_that_falls_behind_steps_the_clocks_up_one_step_a_second(tmp_path):
+    """RateHold on the JetPack 5 tree: late by two slots or more, each limit goes one step up
+    its table (at most one step a second, none in the run's first second), written to the files
+    and reported, until both are at the limits in force; the files go back at the session's end."""
+    from edgert.apps.bench import RateHold
+    from edgert.runtime.power import clocks
+
+    tree = write_layout(tmp_path / "jp5", "orin-jp5")
+    said = []
+    with clocks.ClockSession(clocks.find(tmp_path / "jp5"), tmp_path / "jp5") as s:
+        s.set(gpu=hz(510), emc=hz(665.6))
+        hold = RateHold(s, (hz(510), hz(665.6)), said.append)
+        hold.late(0.5, 9.0)  # the first second: the loop starts late after a warm-up
+        hold.late(1.2, 1.5)  # under two slots late: pacing jitter
+        assert hold.steps == [] and (tree["gpu"] / "max_freq").read_text() == str(hz(510))
+        hold.late(1.3, 3.0)
+        assert (tree["gpu"] / "max_freq").read_text() == str(hz(612))
+        assert tree["emc"].read_text().strip() == str(hz(2133))
+        hold.late(1.9, 8.0)  # within a second of the last step
+        assert len(hold.steps) == 1
+        for t in (2.4, 3.5, 4.6, 5.7, 6.8):
+            hold.late(t, 4.0)
+        assert [(st["gpu_mhz"], st["emc_mhz"]) for st in hold.steps] == [
+            (612, 2133),
+            (714, 3199),
+            (816, 3199),
+            (918, 3199),
+        ]
+        assert hold.steps[0] == {"t_s": 1.3, "slots_behind": 3.0, "gpu_mhz": 612, "emc_mhz": 2133}
+        assert "3 slots behind at 1.3 s: up to gpu 612 MHz, emc 2133 MHz" in said[0]
+    assert (tree["gpu"] / "max_freq").read_text().strip() == str(hz(918))
 
 
 def _restored(root: Path) -> None:

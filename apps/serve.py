@@ -26,12 +26,14 @@ import sysconfig
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from edgert.apps import processes
+from edgert.apps.swapping import SwapOptions
+from edgert.apps.telemetry.http import is_loopback
 from edgert.apps.uris import show_host
 from edgert.runtime.errors import MissingDependency, OutputError
 
@@ -56,6 +58,7 @@ class ServeConfig:
     edgert_metrics_port: int | None = None  # edgert's /metrics, /live and /ready (beside Triton's)
     sysfs_root: str | None = None  # power sensors (tests recreate a board)
     ready_timeout_s: float = 120.0  # how long the models may take to answer after Triton starts
+    swap: SwapOptions = field(default_factory=SwapOptions)  # a new bundle while serving
 
 
 def require_pytriton():
@@ -159,9 +162,13 @@ def _per_request(fn):
 class _ImageModel:
     """NAME_image: encoded images -> preprocessing -> one batch -> results as JSON."""
 
-    def __init__(self, model, batch_images: bool = True, counted=None) -> None:
+    def __init__(
+        self, model, batch_images: bool = True, counted=None, label: str = "", recent=None
+    ) -> None:
         self.model = model  # an edgert.runtime.tasks.TaskModel
         self.counted = counted or (lambda n: None)
+        self.label = label  # name@version#hash: in every result
+        self.recent = recent  # serve_swap.Recent: images and results a --swap-check compares on
         # a fixed-batch model (or one of several networks) takes one image per inference
         self.batch_images = batch_images and model.batched
 
@@ -209,15 +216,81 @@ class _ImageModel:
                 except EdgertError as exc:
                     failed[i] = str(exc)
         self.counted(len(frames) - len(failed))
+        answered = [i for i in ok if i not in failed]
+        if self.recent is not None and answered:
+            self.recent.add(frames[answered[-1]], results[answered[-1]])
         text = [
             json.dumps(
                 {"error": failed[i]}
                 if i in failed
-                else {"results": results[i], **({"raw_outputs": False} if i in no_raw else {})}
+                else {
+                    "results": results[i],
+                    "model": self.label,
+                    **({"raw_outputs": False} if i in no_raw else {}),
+                }
             )
             for i in range(len(frames))
         ]
         return {"result": np.array([[t.encode()] for t in text], dtype=np.object_), **raw}
+
+
+def _bindings(
+    name: str, image_models: list, cfg: ServeConfig, counted, label: str, recent=None
+) -> list:
+    """PyTriton's ``bind`` arguments of one bundle's two models (NAME: its tensors, where it is one
+    engine; NAME_image), one inference function per instance (``image_models``: one task model
+    each). ``label``: the model's ``name@version#hash``, in every image result; ``recent``: where
+    the image model keeps what a ``--swap-check`` compares on."""
+    from pytriton.decorators import batch
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+
+    bindings = []
+    probe = image_models[0]
+    if probe.engine is not None:  # one engine: its tensors are a model of their own
+        engines = [m.engine for m in image_models]
+        specs = engines[0]
+        dynamic = bool(specs.inputs) and specs.inputs[0].shape[0] < 0
+        recorded = specs.max_batch or 8
+        max_batch = min(cfg.max_batch or recorded, recorded) if dynamic else 0
+        tensor_config = ModelConfig(
+            batching=dynamic,
+            max_batch_size=max_batch,
+            batcher=DynamicBatcher(max_queue_delay_microseconds=cfg.max_queue_delay_us),
+        )
+        bindings.append(
+            dict(
+                model_name=name,
+                infer_func=[
+                    batch(_TensorModel(e, counted(name)))
+                    if dynamic
+                    else _per_request(_TensorModel(e, counted(name)))
+                    for e in engines
+                ],
+                inputs=[_tensor(s, dynamic) for s in specs.inputs],
+                outputs=[_tensor(s, dynamic) for s in specs.outputs],
+                config=tensor_config,
+            )
+        )
+        raw_outputs = [_tensor(s, True) for s in specs.outputs] if dynamic else []
+        image_batch = max_batch or cfg.max_batch or 8
+    else:
+        dynamic, raw_outputs, image_batch = False, [], cfg.max_batch or 8
+    bindings.append(
+        dict(
+            model_name=f"{name}_image",
+            infer_func=[
+                batch(_ImageModel(m, dynamic, counted(f"{name}_image"), label, recent))
+                for m in image_models
+            ],
+            inputs=[Tensor(name="image", dtype=np.bytes_, shape=(1,))],
+            outputs=[Tensor(name="result", dtype=np.bytes_, shape=(1,)), *raw_outputs],
+            config=ModelConfig(
+                max_batch_size=image_batch,
+                batcher=DynamicBatcher(max_queue_delay_microseconds=cfg.max_queue_delay_us),
+            ),
+        )
+    )
+    return bindings
 
 
 def _stop(triton, cfg: ServeConfig, models, started, log_file: Path, say) -> str | None:
@@ -246,8 +319,7 @@ def _stop(triton, cfg: ServeConfig, models, started, log_file: Path, say) -> str
     }
     if pid:
         say(f"stopping: waiting up to {cfg.drain_s:g} s for requests in flight")
-        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(cfg.host, cfg.host)
-        url = show_host(host, cfg.http_port)
+        url = _local(cfg.host, cfg.http_port)
         headers = {"triton-access-token": triton.get_access_token()}  # model-repository API
         try:
             client = httpclient.InferenceServerClient(url, network_timeout=10)
@@ -287,11 +359,22 @@ def _stop(triton, cfg: ServeConfig, models, started, log_file: Path, say) -> str
 def serve(cfg: ServeConfig, say=print) -> None:
     """Load the bundles, start Triton, block until interrupted (Ctrl-C, SIGTERM), stop it."""
     require_pytriton()
-    from pytriton.decorators import batch
-    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig
 
+    from edgert.apps.serve_swap import Served, ServeSwapper
+    from edgert.apps.swapping import Loaded, model_info
     from edgert.runtime.tasks import load_task_model
+
+    if cfg.swap.endpoint and cfg.edgert_metrics_port is None:
+        raise OutputError(
+            "--model-endpoint answers POST /model on edgert's own port: give "
+            "--edgert-metrics-port PORT as well"
+        )
+    if cfg.swap.endpoint and not is_loopback(cfg.host):
+        raise OutputError(
+            f"--model-endpoint lets whoever reaches --host {cfg.host} replace the models: it "
+            "needs a loopback --host (127.0.0.1); swap with SIGHUP or --watch-model instead"
+        )
 
     ports = {
         "--http-port": cfg.http_port,
@@ -305,7 +388,9 @@ def serve(cfg: ServeConfig, say=print) -> None:
     _python_library_path()
     loaded = []  # everything to close at the end
     bindings = []
-    telemetry = None
+    served: dict[str, Served] = {}
+    telemetry = swapper = None
+    hangup = lambda: None  # noqa: E731 - what puts SIGHUP's handler back
     try:
         if cfg.edgert_metrics_port is not None:  # /live and /ready from the start
             from edgert.apps.telemetry.serving import ServeTelemetry
@@ -324,49 +409,10 @@ def serve(cfg: ServeConfig, say=print) -> None:
             say(f"{name}: {probe.backend_reason}")
             if telemetry is not None:
                 telemetry.loaded(name, probe)
-            if probe.engine is not None:  # one engine: its tensors are a model of their own
-                engines = [m.engine for m in image_models]
-                specs = engines[0]
-                dynamic = bool(specs.inputs) and specs.inputs[0].shape[0] < 0
-                recorded = specs.max_batch or 8
-                max_batch = min(cfg.max_batch or recorded, recorded) if dynamic else 0
-                tensor_config = ModelConfig(
-                    batching=dynamic,
-                    max_batch_size=max_batch,
-                    batcher=DynamicBatcher(max_queue_delay_microseconds=cfg.max_queue_delay_us),
-                )
-                bindings.append(
-                    dict(
-                        model_name=name,
-                        infer_func=[
-                            batch(_TensorModel(e, counted(name)))
-                            if dynamic
-                            else _per_request(_TensorModel(e, counted(name)))
-                            for e in engines
-                        ],
-                        inputs=[_tensor(s, dynamic) for s in specs.inputs],
-                        outputs=[_tensor(s, dynamic) for s in specs.outputs],
-                        config=tensor_config,
-                    )
-                )
-                raw_outputs = [_tensor(s, True) for s in specs.outputs] if dynamic else []
-                image_batch = max_batch or cfg.max_batch or 8
-            else:
-                dynamic, raw_outputs, image_batch = False, [], cfg.max_batch or 8
-            bindings.append(
-                dict(
-                    model_name=f"{name}_image",
-                    infer_func=[
-                        batch(_ImageModel(m, dynamic, counted(f"{name}_image")))
-                        for m in image_models
-                    ],
-                    inputs=[Tensor(name="image", dtype=np.bytes_, shape=(1,))],
-                    outputs=[Tensor(name="result", dtype=np.bytes_, shape=(1,)), *raw_outputs],
-                    config=ModelConfig(
-                        max_batch_size=image_batch,
-                        batcher=DynamicBatcher(max_queue_delay_microseconds=cfg.max_queue_delay_us),
-                    ),
-                )
+            first = Loaded(probe, model_info(path), str(path))
+            served[name] = Served(name, str(path), first, image_models)
+            bindings.extend(
+                _bindings(name, image_models, cfg, counted, first.label, served[name].recent)
             )
         log_file = Path(tempfile.gettempdir()) / f"edgert-serve-{os.getpid()}.log"
         say(f"Triton's own log: {log_file}")
@@ -399,6 +445,30 @@ def serve(cfg: ServeConfig, say=print) -> None:
                     if pending:
                         raise KeyboardInterrupt
                     _wait_until_models_answer(cfg, models, telemetry)
+                    for s in served.values():  # PyTriton's model of each name, version 1
+                        s.triton_models = [
+                            m
+                            for m in triton._model_manager.models
+                            if m.model_name in (s.name, f"{s.name}_image")
+                        ]
+                    swapper = ServeSwapper(
+                        triton,
+                        served,
+                        cfg.swap,
+                        lambda path: load_task_model(
+                            path, backend=cfg.backend, precision=cfg.precision
+                        ),
+                        lambda name, models, label, recent: _bindings(
+                            name, models, cfg, counted, label, recent
+                        ),
+                        cfg.instances,
+                        _local(cfg.host, cfg.grpc_port),
+                        cfg.drain_s,
+                        say,
+                    ).start()
+                    if telemetry is not None:
+                        telemetry.swapper, swapper.on_swap = swapper, telemetry.loaded
+                    hangup = _on_hangup(swapper)
                     say(
                         f"ready: http://{cfg.host}:{cfg.http_port} grpc {cfg.host}:{cfg.grpc_port} "
                         f"metrics http://{cfg.host}:{cfg.metrics_port}/metrics (models: {', '.join(models)})"
@@ -411,6 +481,9 @@ def serve(cfg: ServeConfig, say=print) -> None:
                 finally:
                     if telemetry is not None:  # not ready from here on: balancers drain first
                         telemetry.phase = "stopping"
+                    if swapper is not None:
+                        hangup()
+                        swapper.close()  # a swap under way ends; Triton's stop unloads it
                     failure = _stop(triton, cfg, models, started, log_file, say)
         finally:
             restore()
@@ -425,8 +498,22 @@ def serve(cfg: ServeConfig, say=print) -> None:
     finally:
         if telemetry is not None:
             telemetry.close()
-        for m in loaded:
-            m.close()
+        for m in loaded + [m for s in served.values() for m in s.models]:
+            m.close()  # closing twice is nothing
+
+
+def _local(host: str, port: int) -> str:
+    """Where this process reaches its own Triton's ``port`` bound to ``host``."""
+    return show_host({"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host), port)
+
+
+def _on_hangup(swapper):
+    """SIGHUP reads every bundle path again and swaps those that changed (as daemons reload
+    their configuration); returns what puts the old handler back."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGHUP"):
+        return lambda: None
+    old = signal.signal(signal.SIGHUP, lambda signum, frame: swapper.request_all("SIGHUP"))
+    return lambda: signal.signal(signal.SIGHUP, old)
 
 
 def _wait_until_models_answer(cfg: ServeConfig, models: list[str], telemetry=None) -> None:

@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
     from edgert.apps.camera.gate import GateOptions
     from edgert.apps.camera.sinks import MqttOptions, SinkOptions
     from edgert.apps.camera.sources import SourceOptions
-    from edgert.apps.camera.swap import SwapOptions
+    from edgert.apps.swapping import SwapOptions
 
     p = sub.add_parser(
         "camera",
@@ -87,7 +87,7 @@ def config(args):
     from edgert.apps.camera.gate import GateOptions
     from edgert.apps.camera.sinks import SinkOptions, from_flag, with_folder_flags
     from edgert.apps.camera.sources import SourceOptions
-    from edgert.apps.camera.swap import SwapOptions
+    from edgert.apps.swapping import SwapOptions
     from edgert.apps.uris import expand
     from edgert.runtime.errors import OutputError, SourceError
     from edgert.runtime.power.session import PowerOptions

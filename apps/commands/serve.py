@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from edgert.apps.argtypes import BACKENDS, PRECISIONS, nonneg_int, port, positive_int
+from edgert.apps.swapping import SwapOptions
 
 EPILOG = """examples:
   edgert serve mobilenet_v2.edgert                       127.0.0.1:8000 (HTTP), :8001 (gRPC), :8002 (metrics)
@@ -57,6 +58,13 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--backend", default="auto", choices=BACKENDS)
     p.add_argument("--precision", default="auto", choices=PRECISIONS)
+    SwapOptions.add_arguments(
+        p,
+        what="every bundle path given",
+        port="--edgert-metrics-port (a loopback --host only)",
+        sample="the images of the last requests",
+        rollback=False,
+    )
     p.set_defaults(func=run)
 
 
@@ -77,6 +85,7 @@ def run(args) -> int:
         drain_s=args.drain_timeout,
         edgert_metrics_port=args.edgert_metrics_port,
         sysfs_root=args.sysfs_root,
+        swap=SwapOptions.from_args(args),
     )
     try:
         serve(cfg, say=lambda line: print(line, flush=True))

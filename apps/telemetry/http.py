@@ -337,7 +337,7 @@ class ProbeServer:
             raise OutputError(f"{option}: cannot listen on {host}:{port}: {exc.strerror}") from None
         self.port = self.server.server_address[1]
         self.url = f"http://{show_host(host, self.port)}"
-        if not _loopback(host):
+        if not is_loopback(host):
             log.warning(
                 "%s %s: /metrics, /live and /ready answer anyone who can reach this "
                 "address, without authentication (give 127.0.0.1:PORT to keep them on "
@@ -355,7 +355,7 @@ class ProbeServer:
         self.server.server_close()
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     import ipaddress
 
     if host == "localhost":

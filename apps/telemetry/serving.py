@@ -54,6 +54,7 @@ class ServeTelemetry:
         self.infos: dict[str, dict] = {}
         self.session = None  # the power session, once serving starts
         self.power = None
+        self.swapper = None  # serve_swap.ServeSwapper, once serving starts: GET / POST /model
         self._counts: collections.Counter = collections.Counter()
         self._recent: collections.deque = collections.deque(maxlen=8192)  # (t, n)
         self._lock = threading.Lock()
@@ -66,7 +67,16 @@ class ServeTelemetry:
             Probes(self.exposition, self.live, self.ready),
             "--edgert-metrics-port",
         )
+        self.server.probes.routes[("GET", "/model")] = lambda body: self._model("http_get", body)
+        self.server.probes.routes[("POST", "/model")] = lambda body: self._model("http_post", body)
         say(f"edgert metrics: {self.server.url}/metrics, readiness {self.server.url}/ready")
+
+    def _model(self, what: str, body: bytes) -> tuple[int, bytes, str]:
+        from edgert.apps.swapping import json_answer
+
+        if self.swapper is None:
+            return json_answer(503, {"error": f"not serving yet ({self.phase})"})
+        return getattr(self.swapper, what)(body)
 
     def start_power(self) -> None:
         """The board's power in /metrics, from a power session (no caps: Triton paces itself)."""
@@ -139,6 +149,8 @@ class ServeTelemetry:
         yield GaugeMetricFamily(
             "edgert_ready", "1 while every model answers", value=float(self.phase == "serving")
         )
+        if self.swapper is not None:
+            yield from _model_families(self.swapper)
         if self.power is not None:
             yield from self.power.families(rate)
 
@@ -146,3 +158,25 @@ class ServeTelemetry:
         self.server.close()
         if self.session is not None:
             self.session.close()
+
+
+def _model_families(swapper):
+    """``edgert_model_info`` per served model (its bundle's name, version and hash, and Triton's
+    version number) and the swaps and refused swaps of the server."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    info = GaugeMetricFamily(
+        "edgert_model_info",
+        "The bundle each model serves: its name, version and hash, and Triton's version",
+        labels=["model", "name", "version", "hash", "triton_version"],
+    )
+    for served, m, version in swapper.infos():
+        info.add_metric([served, m["name"], m["version"], m["hash"], str(version)], 1)
+    yield info
+    for name, value, what in (
+        ("edgert_model_swaps_total", swapper.swaps, "Models swapped in while serving"),
+        ("edgert_model_swap_refusals_total", swapper.refusals, "Swaps refused (load, check)"),
+    ):
+        family = CounterMetricFamily(name, what)
+        family.add_metric([], value)
+        yield family

@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -44,8 +46,8 @@ def server(tmp_path_factory):
         info["proc"].wait()
 
 
-def start(bundle, name: str) -> dict:
-    """`edgert serve BUNDLE` on free ports, once its models are ready."""
+def start(bundle, name: str, *extra: str) -> dict:
+    """`edgert serve BUNDLE [EXTRA...]` on free ports, once its models are ready."""
     http, grpc, metrics = free_ports(3)
     proc = subprocess.Popen(
         [
@@ -62,6 +64,7 @@ def start(bundle, name: str) -> dict:
             str(metrics),
             "--max-queue-delay-us",
             "20000",
+            *map(str, extra),
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -458,3 +461,231 @@ def test_edgert_ready_means_every_model_answers(tmp_path):
     assert "edgert_build_info{" in text and 'model="tiny"' in text
     ready_line = next(line for line in out.splitlines() if line.startswith("ready:"))
     assert "models: tiny, tiny_image" in ready_line
+
+
+# -- issue 39: a new bundle version through Triton's model control ------------------------------
+def _variant(a, folder, change):
+    """A's network (tests/tiny.py, 32 px) with its class weights ``gw`` changed by ``change``,
+    exported as another bundle named tiny: a retrained version (small noise) or a bad export
+    (the classes rotated)."""
+    import onnx
+    from onnx import numpy_helper
+
+    from edgert.export import export_model
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model = onnx.load(str(a / "model.onnx"))
+    for init in model.graph.initializer:
+        if init.name == "gw":
+            w = change(numpy_helper.to_array(init))
+            init.CopyFrom(numpy_helper.from_array(w.astype(np.float32), "gw"))
+    del model.metadata_props[:]
+    onnx.save(model, str(folder / "tiny.onnx"))
+    (folder / "labels.txt").write_text("cat\ndog\nbird\n")
+    return export_model(
+        str(folder / "tiny.onnx"),
+        folder / "tiny.edgert",
+        task="classify",
+        labels=folder / "labels.txt",
+        preprocess={"resize": "resize_crop", "size": "32x32"},
+    ).bundle
+
+
+def _json_http(method: str, url: str, body: dict | None = None) -> tuple[int, dict]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+class _Clients:
+    """Image requests (HTTP, three photos in turn) and tensor requests (gRPC) without pause,
+    each answer kept with the model that made it, each failure kept."""
+
+    def __init__(self, info) -> None:
+        import cv2
+
+        self.info = info
+        self.blobs = [
+            cv2.imencode(".jpg", cv2.imread(str(photo_path(p))))[1].tobytes()
+            for p in ("chelsea", "coffee", "rocket")
+        ]
+        self.models: list = []
+        self.tensor_outputs: list = []  # logits of the same tensor: they change at a swap
+        self.errors: list = []
+        self.size = 32
+        self.stop = threading.Event()
+        self.threads = [
+            threading.Thread(target=self._images, daemon=True),
+            threading.Thread(target=self._images, daemon=True),
+            threading.Thread(target=self._tensors, daemon=True),
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _images(self) -> None:
+        h = httpclient.InferenceServerClient(f"127.0.0.1:{self.info['http']}")
+        k = 0
+        while not self.stop.is_set():
+            inp = httpclient.InferInput("image", [1, 1], "BYTES")
+            inp.set_data_from_numpy(np.array([[self.blobs[k % 3]]], dtype=np.object_))
+            k += 1
+            try:
+                row = json.loads(h.infer("tiny_image", [inp]).as_numpy("result")[0][0])
+                self.models.append(row["model"])
+            except Exception as exc:  # noqa: BLE001 - every failure is the test's finding
+                self.errors.append(f"image: {exc}")
+
+    def _tensors(self) -> None:
+        g = grpcclient.InferenceServerClient(f"127.0.0.1:{self.info['grpc']}")
+        while not self.stop.is_set():
+            size = self.size
+            if size is None:  # the input size is changing: no tensor request now
+                time.sleep(0.01)
+                continue
+            x = np.full((1, 3, size, size), 0.5, np.float32)
+            try:
+                self.tensor_outputs.append(
+                    g.infer("tiny", _inputs(grpcclient, x)).as_numpy("logits")
+                )
+            except Exception as exc:  # noqa: BLE001
+                self.errors.append(f"tensor: {exc}")
+            time.sleep(0.005)
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(10)
+
+
+def _settled(info, done: int, timeout: float = 90) -> dict:
+    """GET /model once ``done`` swaps and refusals were made and none is under way."""
+    url = f"http://127.0.0.1:{info['edgert']}/model"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            code, m = _json_http("GET", url)
+        except OSError:
+            if info["proc"].poll() is not None:
+                raise AssertionError(info["proc"].stdout.read()) from None
+            raise
+        if code == 200 and m["swaps"] + m["refusals"] >= done and not m["busy"]:
+            return m
+        time.sleep(0.2)
+    raise AssertionError(f"no swap settled: {m}")
+
+
+def _stubs(pid: int) -> list:
+    from edgert.apps.processes import cmdline
+
+    return [p for p in _descendants(pid) if b"triton_python_backend_stub" in cmdline(p)]
+
+
+def test_a_new_version_is_swapped_in_through_triton_while_requests_go_on(tmp_path):
+    """`edgert serve` takes new versions of a bundle while clients keep sending image and tensor
+    requests: by SIGHUP (the bundle symlink replaced), then by POST /model to one with another
+    input size; Triton serves version 2 then 3, no request fails, every image answer names the
+    model that made it, the old version's Python stubs are gone and the candidates a
+    --swap-check refuses (a corrupt bundle, one whose classes are rotated) leave the model in
+    use serving; paths outside --allow-models are 403."""
+    root = tmp_path / "models"
+    a = classifier_bundle(root / "a", size=32)
+    noisy = _variant(a, root / "a2", lambda w: w + 0.01)
+    other_size = classifier_bundle(root / "b", size=24)
+    rotated = _variant(a, root / "rotated", lambda w: np.roll(w, 1, axis=0))
+    corrupt = root / "corrupt" / "tiny.edgert"
+    shutil.copytree(a, corrupt)
+    (corrupt / "model.onnx").write_bytes(b"not an onnx file")
+    link = tmp_path / "current.edgert"
+    link.symlink_to(a)
+    (edgert,) = free_ports(1)
+    info = start(
+        link,
+        "tiny",
+        *("--edgert-metrics-port", edgert, "--model-endpoint", "--swap-check"),
+        *("--allow-models", root),
+    )
+    info["edgert"] = edgert
+    proc = info["proc"]
+    clients = None
+    try:
+        stubs = _stubs(proc.pid)
+        assert len(stubs) == 2  # tiny and tiny_image, one instance each
+        clients = _Clients(info)
+        time.sleep(3)  # images for the check
+        first = _settled(info, 0)["models"]["tiny"]
+        assert first["triton_version"] == 1 and first["path"] == str(link)
+        # 1. SIGHUP with the symlink replaced atomically, as deployment tools do
+        tmp_link = tmp_path / "next.edgert"
+        tmp_link.symlink_to(noisy)
+        os.replace(tmp_link, link)
+        proc.send_signal(signal.SIGHUP)
+        m = _settled(info, 1)
+        assert m["swaps"] == 1 and m["refusals"] == 0, m
+        assert m["models"]["tiny"]["triton_version"] == 2 and m["last"]["check"]["agreement"] >= 0.9
+        second = m["models"]["tiny"]["label"]
+        # 2. bad candidates: refused in one sentence each, version 2 goes on
+        for n, (bad, why) in enumerate(
+            ((corrupt, "corrupt"), (rotated, "agrees with the model in use on")), start=2
+        ):
+            code, said = _json_http(
+                "POST", f"http://127.0.0.1:{edgert}/model", {"bundle": str(bad)}
+            )
+            assert code == 202, said
+            m = _settled(info, n)
+            assert m["refusals"] == n - 1 and m["models"]["tiny"]["triton_version"] == 2, m
+            assert why in m["last"]["reason"], m["last"]
+        code, said = _json_http(
+            "POST", f"http://127.0.0.1:{edgert}/model", {"bundle": str(a.parent.parent.parent)}
+        )
+        assert code == 403 and "--allow-models" in said["error"], said
+        # 3. POST /model: another input size (24 px), forced past the check
+        clients.size = None
+        time.sleep(1)
+        code, said = _json_http(
+            "POST", f"http://127.0.0.1:{edgert}/model", {"bundle": str(other_size), "force": True}
+        )
+        assert code == 202, said
+        m = _settled(info, 4)
+        assert m["swaps"] == 2 and m["models"]["tiny"]["triton_version"] == 3, m
+        clients.size = 24
+        time.sleep(2)
+        third = m["models"]["tiny"]["label"]
+        h = httpclient.InferenceServerClient(f"127.0.0.1:{info['http']}")
+        assert h.is_model_ready("tiny", "3") and not h.is_model_ready("tiny", "1")
+        assert not h.is_model_ready("tiny", "2")
+        assert h.get_model_metadata("tiny")["inputs"][0]["shape"] == [-1, 3, 24, 24]
+        clients.close()
+        assert clients.errors == [], clients.errors[:5]
+        seen = list(dict.fromkeys(clients.models))
+        assert seen == [first["label"], second, third], seen  # each answer names its model
+        deadline = time.monotonic() + 30
+        while len(_stubs(proc.pid)) != 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        now = _stubs(proc.pid)
+        assert len(now) == 2 and not set(now) & set(stubs), (stubs, now)  # the old ones are gone
+        with urllib.request.urlopen(f"http://127.0.0.1:{edgert}/metrics") as r:
+            text = r.read().decode()
+        assert re.search(r'edgert_model_info\{.*triton_version="3".*\} 1', text), text
+        assert re.search(r"^edgert_model_swaps_total 2", text, re.M)
+        assert re.search(r"^edgert_model_swap_refusals_total 2", text, re.M)
+    finally:
+        if clients is not None:
+            clients.close()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in out, out
+    assert "model: tiny is now" in out and "refused" in out, out
+
+
+def test_model_endpoint_needs_edgert_port_and_a_loopback_host(tmp_path):
+    bundle = classifier_bundle(tmp_path / "b", size=16)
+    proc = run_cli("serve", bundle, "--model-endpoint")
+    assert_user_error(proc, "--model-endpoint", "--edgert-metrics-port")
+    proc = run_cli(
+        "serve", bundle, "--model-endpoint", "--edgert-metrics-port", "9", "--host", "0.0.0.0"
+    )
+    assert_user_error(proc, "--model-endpoint", "loopback")

@@ -1,0 +1,482 @@
+"""A new bundle for a running ``edgert serve`` through Triton's model control, checked, with no
+request dropped.
+
+    request   SIGHUP (every bundle path given read again: a symlink or folder that deployment
+              tools replace atomically), a change of one (``--watch-model``), or ``POST /model``
+              ``{"bundle": PATH}`` on ``--edgert-metrics-port`` (``--model-endpoint``; only
+              bundles under ``--allow-models`` folders, by default the served bundles' own). The
+              bundle's name says which served model it replaces.
+    load      the candidate is read, loaded (one task model per ``--instances``) and run once on
+              the last image a request sent (its plan built, on TensorRT) while Triton goes on
+              serving the model in use; one that cannot be loaded is refused in one sentence
+    check     ``--swap-check``: the candidate runs on the images of the last requests (at most
+              20, one every 0.1 s at most, kept as they came) and is compared with what the model
+              in use answered, with the INT8 gate's measures (top-1 agreement, box F1, each
+              label's rate); promoted within the bounds, else refused (``"force": true`` promotes)
+    promote   NAME and NAME_image are loaded as version N+1 through Triton's model control, over
+              gRPC (Triton's HTTP load holds the HTTP worker thread that also serves inference:
+              requests waited the whole load, measured 1.7-2.2 s; triton-inference-server/server
+              #8117, #8958); Triton loads the new version beside the old one, which serves until
+              the new one is ready, then unloads it once its requests in flight are answered
+    free      when the old version's Python backend stubs have exited, its PyTriton model is
+              cleaned (its threads, sockets and workspace folder) and its task models closed
+
+Every image result names the model that made it (``"model": "name@version#hash"``); GET /model
+says what runs, ``edgert_model_info`` and the swap counters are on edgert's /metrics.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edgert.apps import processes
+from edgert.apps.swapping import (
+    Loaded,
+    SwapOptions,
+    agreement,
+    fingerprint,
+    give_back_memory,
+    json_answer,
+    judge,
+    model_info,
+    refuse_to_compare,
+)
+from edgert.apps.uris import escape_controls
+from edgert.runtime.errors import EdgertError
+
+
+class Recent:
+    """The images a served model answered lately, with its results (what ``--swap-check``
+    compares on): at most one every ``GAP_S``, the last ``size`` kept."""
+
+    GAP_S = 0.1
+
+    def __init__(self, size: int = 20) -> None:
+        self.items: collections.deque = collections.deque(maxlen=size)
+        self.lock = threading.Lock()
+        self.at = 0.0
+        self.added = threading.Event()
+
+    def add(self, image: np.ndarray, results) -> None:
+        now = time.monotonic()
+        with self.lock:
+            if now - self.at < self.GAP_S:
+                return
+            self.at = now
+            self.items.append((image, results))
+        self.added.set()
+
+    def snapshot(self) -> list:
+        with self.lock:
+            return list(self.items)
+
+
+@dataclass
+class Served:
+    """One bundle as Triton serves it now: NAME (its tensors, where it is one engine) and
+    NAME_image, both at ``version``."""
+
+    name: str
+    path: str  # the path given: SIGHUP and --watch-model read it again
+    loaded: Loaded  # the first instance's task model, what names it
+    models: list  # every instance's task model
+    version: int = 1
+    triton_models: list = field(default_factory=list)  # PyTriton's Model of each served name
+    folders: list = field(default_factory=list)  # their own workspaces (none for version 1)
+    recent: Recent = field(default_factory=Recent)
+    seen: tuple = ()  # the path's fingerprint, for --watch-model
+
+    @property
+    def names(self) -> list:
+        return [m.model_name for m in self.triton_models]
+
+
+class ServeSwapper:
+    """The swap thread of ``edgert serve`` (see the module's text). ``make_bindings(name, models,
+    label, recent)`` gives PyTriton's ``bind`` arguments of a bundle's models; ``load(path)`` one
+    task model."""
+
+    def __init__(
+        self,
+        triton,
+        served: dict,
+        options: SwapOptions,
+        load,
+        make_bindings,
+        instances: int,
+        grpc_url: str,
+        drain_s: float,
+        say=lambda s: None,
+    ) -> None:
+        self.triton, self.served, self.o = triton, served, options
+        self.load, self.make_bindings, self.instances = load, make_bindings, instances
+        self.grpc_url, self.drain_s = grpc_url, drain_s
+        self.say = say
+        self.lock = threading.Lock()
+        self.requests: collections.deque = collections.deque()
+        self.wake = threading.Event()
+        self.stopped = threading.Event()
+        self.swaps = self.refusals = 0
+        self.last: dict | None = None
+        self.busy = False
+        self.events: collections.deque = collections.deque(maxlen=100)
+        self.on_swap = lambda name, model: None  # edgert's /metrics: the new build labels
+        roots = options.allow or tuple(str(Path(s.path).parent) for s in served.values())
+        self.roots = sorted({str(Path(r).resolve()) for r in roots})
+        for s in served.values():
+            s.seen = fingerprint(s.path)
+        self.thread = threading.Thread(target=self._run, name="serve-model-swap", daemon=True)
+
+    # -- requests ------------------------------------------------------------------------------
+    def request(self, path: str, why: str, force: bool = False) -> int:
+        """Queue a swap to ``path`` (done in order, each fully); its number."""
+        self.requests.append((str(path), why, force))
+        self.wake.set()
+        return self.swaps + self.refusals + len(self.requests)
+
+    def request_all(self, why: str) -> None:
+        """SIGHUP: every bundle path given, read again (one that did not change: nothing)."""
+        for s in list(self.served.values()):
+            self.request(s.path, why)
+
+    def allowed(self, path: str) -> bool:
+        real = str(Path(path).resolve())
+        return any(real == r or real.startswith(r.rstrip("/") + "/") for r in self.roots)
+
+    def http_post(self, body: bytes) -> tuple[int, bytes, str]:
+        """``POST /model`` with ``{"bundle": PATH, "force": false}``."""
+        if not self.o.endpoint:
+            off = "POST /model is off: start edgert serve with --model-endpoint"
+            return json_answer(404, {"error": off})
+        try:
+            data = json.loads(body or b"{}")
+            path = data["bundle"]
+            force = bool(data.get("force", False))
+            if not isinstance(path, str) or not path:
+                raise TypeError
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return json_answer(
+                400, {"error": 'the body is JSON naming a bundle: {"bundle": "/path"}'}
+            )
+        if not self.allowed(path):
+            where = ", ".join(self.roots)
+            return json_answer(
+                403, {"error": f"{path} is not in a folder --allow-models names ({where})"}
+            )
+        n = self.request(path, "POST /model", force)
+        return json_answer(202, {"accepted": True, "request": n, "bundle": path})
+
+    def http_get(self, _body: bytes = b"") -> tuple[int, bytes, str]:
+        return json_answer(200, self.report())
+
+    def report(self) -> dict:
+        with self.lock:
+            return {
+                "models": {
+                    name: {**s.loaded.describe(), "triton_version": s.version}
+                    for name, s in self.served.items()
+                },
+                "swaps": self.swaps,
+                "refusals": self.refusals,
+                "busy": self.busy or bool(self.requests),
+                "last": self.last,
+            }
+
+    def infos(self) -> list:
+        """(served name, model info, Triton version) of each bundle: ``edgert_model_info``."""
+        with self.lock:
+            return [(n, dict(s.loaded.info), s.version) for n, s in self.served.items()]
+
+    # -- the thread ----------------------------------------------------------------------------
+    def start(self) -> ServeSwapper:
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.wake.set()
+        if self.thread.is_alive():
+            self.thread.join(60)
+
+    def _run(self) -> None:
+        last_poll = time.monotonic()
+        while not self.stopped.is_set():
+            self.wake.wait(0.25)
+            self.wake.clear()
+            if self.stopped.is_set():
+                break
+            if self.o.watch and time.monotonic() - last_poll >= self.o.poll_s:
+                last_poll = time.monotonic()
+                for s in list(self.served.values()):
+                    seen = fingerprint(s.path)
+                    if seen != s.seen:
+                        s.seen = seen
+                        self.request(s.path, "--watch-model")
+            while self.requests and not self.stopped.is_set():
+                path, why, force = self.requests.popleft()
+                self.busy = True
+                try:
+                    self._swap(path, why, force)
+                except Exception as exc:  # noqa: BLE001 - a swap never ends the server
+                    self._refuse(path, why, f"{type(exc).__name__}: {exc}", time.monotonic())
+                finally:
+                    self.busy = False
+
+    def _swap(self, path: str, why: str, force: bool) -> None:
+        from edgert.apps.serve import model_names
+
+        t0 = time.monotonic()
+        try:
+            info = model_info(path)
+            name = model_names([path])[0]
+        except EdgertError as exc:
+            return self._refuse(path, why, str(exc), t0)
+        cur = self.served.get(name)
+        if cur is None:
+            serving = ", ".join(sorted(self.served))
+            return self._refuse(
+                path, why, f"its name is {name!r} and this server serves {serving}", t0
+            )
+        if info == cur.loaded.info:
+            self.say(
+                escape_controls(f"model: {path} is the {name} in use ({why}); nothing to swap")
+            )
+            return None
+        models: list = []
+        try:
+            for _ in range(self.instances):
+                models.append(self.load(path))
+        except (EdgertError, OSError) as exc:
+            for m in models:
+                m.close()
+            return self._refuse(path, why, str(exc), t0)
+        candidate = Loaded(models[0], info, path)
+        try:
+            problem = _fails_once(models[0], cur.recent)
+            check = None
+            if problem is None and self.o.check:
+                problem, check = self._check(cur, candidate)
+            if problem is not None and (check is None or not force):
+                raise _Refused(problem, check)
+            was = cur.loaded.label
+            version, old = self._promote(cur, candidate, models)
+        except _Refused as refused:
+            for m in models:
+                m.close()
+            return self._refuse(path, why, refused.args[0], t0, refused.args[1])
+        except BaseException:
+            for m in models:
+                m.close()
+            raise
+        event = {
+            "event": "model_swap",
+            "model": name,
+            "from": was,
+            "to": candidate.label,
+            "triton_version": version,
+            "bundle": path,
+            "requested_by": why,
+            "s": round(time.monotonic() - t0, 3),
+            "forced": bool(force and problem),
+        }
+        if check is not None:
+            event["check"] = check
+        with self.lock:
+            self.swaps += 1
+        self.on_swap(name, candidate.model)
+        self._said(
+            event,
+            f"model: {name} is now {candidate.label}, Triton version {version} (was {was}; {why})",
+        )
+        self._free(old)
+        return None
+
+    def _check(self, cur: Served, candidate: Loaded) -> tuple[str | None, dict]:
+        """``--swap-check`` on the images of the last requests: (why it fails, the measures)."""
+        differ = refuse_to_compare(cur.loaded.model, candidate.model)
+        if differ:
+            return differ, {}
+        want = cur.recent.items.maxlen
+        deadline = time.monotonic() + 30.0
+        while len(cur.recent.snapshot()) < want and time.monotonic() < deadline:
+            cur.recent.added.clear()
+            came = cur.recent.added.wait(0.5)
+            if self.stopped.is_set() or (not came and len(cur.recent.snapshot()) >= 5):
+                break  # traffic is slow: what came will do
+        samples = cur.recent.snapshot()
+        if len(samples) < 5:
+            return (
+                f"only {len(samples)} images came in requests to {cur.name}_image within 30 s "
+                "to check the candidate on"
+            ), {}
+        got = [candidate.model(image) for image, _ in samples]
+        measures = agreement(candidate.model.task, [r for _, r in samples], got)
+        return judge(candidate.model.task, measures, self.o, "requests' images"), measures
+
+    def _promote(self, cur: Served, candidate: Loaded, models: list) -> tuple[int, Served]:
+        """NAME (and NAME_image) as version N+1 beside N; Triton switches when it is ready.
+        (N+1, what served N)."""
+        version = cur.version + 1
+        recent = Recent(cur.recent.items.maxlen)
+        bindings = self.make_bindings(cur.name, models, candidate.label, recent)
+        new_models, folders = [], []
+        try:
+            for binding in bindings:
+                model, folder = self._load_version(binding, version)
+                new_models.append(model)
+                folders.append(folder)
+        except Exception as exc:
+            for model in new_models:
+                self._forget(model)
+            loaded = [m.model_name for m in new_models]
+            also = f" ({', '.join(loaded)} already serve version {version})" if loaded else ""
+            raise _Refused(f"Triton did not load it: {_first_line(exc)}{also}", None) from None
+        with self.lock:
+            old = Served(
+                cur.name,
+                cur.path,
+                cur.loaded,
+                cur.models,
+                cur.version,
+                cur.triton_models,
+                cur.folders,
+                cur.recent,
+            )
+            cur.loaded, cur.models, cur.version = candidate, models, version
+            cur.triton_models, cur.folders, cur.recent = new_models, folders, recent
+        return version, old
+
+    def _load_version(self, binding: dict, version: int):
+        """One served name at ``version``: PyTriton's Model on its own workspace folder (its
+        sockets are named after the model, not the version), loaded over gRPC, then set up."""
+        import tritonclient.grpc as grpcclient
+        from pytriton.models.model import Model
+        from pytriton.utils.workspace import Workspace
+
+        t = self.triton
+        folder = Path(t._workspace.path) / f"{binding['model_name']}-v{version}"
+        model = Model(
+            model_name=binding["model_name"],
+            model_version=version,
+            inference_fn=binding["infer_func"],
+            inputs=binding["inputs"],
+            outputs=binding["outputs"],
+            config=binding["config"],
+            workspace=Workspace(folder),
+            triton_context=t._triton_context,
+            strict=True,
+        )
+        model.on_model_event(t._on_model_event)
+        client = grpcclient.InferenceServerClient(self.grpc_url)
+        try:
+            client.load_model(
+                model.model_name,
+                headers={"triton-grpc-protocol-triton-access-token": t.get_access_token()},
+                config=json.dumps(model.get_model_config()),
+                files=model.get_proxy_model_files(),
+            )
+        except Exception:
+            self._forget(model, folder)
+            raise
+        finally:
+            client.close()
+        model.setup()
+        # PyTriton 0.7's ModelManager keeps models by (name, version): Triton.is_alive() asks each
+        # (so only once it is set up: the serving loop ends when one is not alive), and its
+        # clean() at the stop cleans and unloads every one still there
+        t._model_manager._models[(model.model_name.lower(), version)] = model
+        return model, folder
+
+    def _forget(self, model, folder: Path | None = None) -> None:
+        key = (model.model_name.lower(), model.model_version)
+        self.triton._model_manager._models.pop(key, None)
+        model.clean()  # out of the registry first: a cleaned model is not alive
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _free(self, old: Served) -> None:
+        """The old version goes once Triton has unloaded it: its stubs exit after answering the
+        requests they hold (then its PyTriton model can be cleaned without failing one)."""
+        server = self.triton._triton_server._tritonserver_running_cmd.pid
+        t0 = time.monotonic()
+        deadline = t0 + self.drain_s + 30.0
+        while _stubs_of(server, old.names, old.version) and time.monotonic() < deadline:
+            if self.stopped.wait(0.1):
+                return  # stopping: Triton's stop unloads and cleans every version
+        left = _stubs_of(server, old.names, old.version)
+        for model, folder in zip(old.triton_models, old.folders or [None] * len(old.names)):
+            self._forget(model, folder)
+        for m in old.models:
+            m.close()
+        give_back_memory()
+        waited = time.monotonic() - t0
+        self.say(
+            f"model: {old.name} version {old.version} freed after {waited:.1f} s"
+            + (f" ({len(left)} of its Triton stubs still running)" if left else "")
+        )
+
+    def _refuse(self, path, why, reason: str, t0: float, check: dict | None = None) -> None:
+        with self.lock:
+            self.refusals += 1
+        event = {
+            "event": "model_swap_refused",
+            "bundle": str(path),
+            "requested_by": why,
+            "reason": reason,
+            "s": round(time.monotonic() - t0, 3),
+        }
+        if check:
+            event["check"] = check
+        self._said(event, f"model: {path} refused ({reason}); the models in use go on")
+
+    def _said(self, event: dict, sentence: str) -> None:
+        self.last = {**event, "time": round(time.time(), 3)}
+        self.events.append(self.last)
+        self.say(escape_controls(sentence))
+
+
+class _Refused(Exception):
+    """(why, the check's measures or None)"""
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
+def _fails_once(model, recent: Recent) -> str | None:
+    """Why the candidate fails on the last image a request sent (a gray frame before any came),
+    or None: a broken model or plan fails here, not in a request."""
+    items = recent.snapshot()
+    image = items[-1][0] if items else np.full((240, 320, 3), 114, np.uint8)
+    try:
+        model(image)
+    except EdgertError as exc:
+        return f"the candidate fails on an image: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a broken model, whatever it raises
+        return f"the candidate fails on an image: {type(exc).__name__}: {exc}"
+    return None
+
+
+def _stubs_of(server: int, names: list, version: int) -> list:
+    """PIDs of Triton's Python backend stubs still running ``version`` of these models (the
+    server's children; argv: STUB FOLDER/VERSION/model.py ... INSTANCE DEFAULT, an instance
+    named MODEL_GROUP_N)."""
+    found = []
+    for pid in processes.descendants(server):
+        argv = [a for a in processes.cmdline(pid).split(b"\0") if a]
+        if len(argv) < 4 or not argv[1].endswith(f"/{version}/model.py".encode()):
+            continue
+        instance = argv[-2].decode("latin-1")
+        if any(re.fullmatch(rf"{re.escape(n)}_\d+_\d+", instance) for n in names):
+            found.append(pid)
+    return found

@@ -1,0 +1,229 @@
+"""What a model swap costs ``edgert serve`` (issue 39): requests failed, the latency of the requests
+around a swap against the same server without swaps, the time from ``POST /model`` to the new
+version answering, and the memory of the serving process and Triton's stubs.
+
+``edgert serve`` (its own process, PyTriton's Triton) serves bundle A; ``--clients`` threads send
+image requests (``NAME_image``, a JPEG each, over HTTP) without pause. For ``--seconds`` nothing
+is swapped (the reference); then ``--swaps`` swaps alternate between B and A through POST /model,
+each sent once the one before is freed. A request is "near a swap" when it was sent within 0.5 s
+of the first answer of the new version. Runs where PyTriton is (``make test-serve``'s
+environment, numpy < 2); A and B are two bundles of one name (``--bundles A B``; by default the
+32-px test classifier and a retrained copy of it).
+
+    .venv-serve/bin/python benchmarks/serve_swap.py [--json reports/serve_swap.json]
+        [--swaps 10] [--clients 4] [--seconds 10] [--bundles A B]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.json_report import write_json  # noqa: E402
+from tests.procs import rss_mb  # noqa: E402
+
+
+def _bundles(folder: Path) -> tuple[Path, Path]:
+    from tests.apps.test_serve import _variant
+    from tests.tiny import classifier_bundle
+
+    a = classifier_bundle(folder / "a", size=32)
+    return a, _variant(a, folder / "b", lambda w: w + 0.01)
+
+
+def _post(port: int, bundle: Path) -> dict:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/model",
+        data=json.dumps({"bundle": str(bundle)}).encode(),
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _get(port: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/model", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _memory(pid: int) -> float:
+    """MiB resident in the server and Triton with its stubs (every descendant)."""
+    from edgert.apps.processes import descendants
+
+    total = 0.0
+    for p in [pid, *descendants(pid)]:
+        with contextlib.suppress(OSError, StopIteration):  # gone, or exiting (no VmRSS)
+            total += rss_mb(p)
+    return total
+
+
+class Clients:
+    def __init__(self, http: int, n: int, name: str) -> None:
+        import cv2
+        import tritonclient.http as httpclient
+
+        from edgert.runtime.sample_data import photo_path
+
+        self.jpeg = cv2.imencode(".jpg", cv2.imread(str(photo_path("chelsea"))))[1].tobytes()
+        self.httpclient, self.http, self.model = httpclient, http, f"{name}_image"
+        self.rows: list = []  # (sent, latency s, model label or None)
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def _run(self) -> None:
+        h = self.httpclient.InferenceServerClient(f"127.0.0.1:{self.http}")
+        while not self.stop.is_set():
+            inp = self.httpclient.InferInput("image", [1, 1], "BYTES")
+            inp.set_data_from_numpy(np.array([[self.jpeg]], dtype=np.object_))
+            sent = time.monotonic()
+            try:
+                out = h.infer(self.model, [inp])
+                label = json.loads(out.as_numpy("result")[0][0])["model"]
+            except Exception:  # noqa: BLE001 - a failed request is what is counted
+                label = None
+            with self.lock:
+                self.rows.append((sent, time.monotonic() - sent, label))
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(10)
+
+
+def _pct(values: list, q: float) -> float | None:
+    return round(float(np.percentile(values, q)) * 1e3, 1) if values else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", default="reports/serve_swap.json")
+    ap.add_argument("--swaps", type=int, default=10)
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--seconds", type=float, default=10.0, help="the reference, without swaps")
+    ap.add_argument("--bundles", nargs=2, type=Path, metavar=("A", "B"))
+    a = ap.parse_args()
+    from tests.apps.test_serve import start
+    from tests.ports import free_ports
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        first, second = a.bundles or _bundles(folder)
+        name = json.loads((Path(first) / "manifest.json").read_text())["name"]
+        (port,) = free_ports(1)
+        roots = {str(Path(first).resolve().parent), str(Path(second).resolve().parent)}
+        allow = [x for r in sorted(roots) for x in ("--allow-models", r)]
+        info = start(first, name, "--edgert-metrics-port", port, "--model-endpoint", *allow)
+        proc = info["proc"]
+        try:
+            clients = Clients(info["http"], a.clients, name)
+            time.sleep(2.0)  # warm
+            t_ref = time.monotonic()
+            mem = {"before": _memory(proc.pid), "peak": 0.0}
+            time.sleep(a.seconds)
+            t_swaps = time.monotonic()
+            timeline = []
+            for i in range(a.swaps):
+                target = second if i % 2 == 0 else first
+                sent = time.monotonic()
+                _post(port, target)
+                while True:  # the new version answers (GET /model: promoted)
+                    m = _get(port)
+                    mem["peak"] = max(mem["peak"], _memory(proc.pid))
+                    if m["swaps"] >= i + 1 and not m["busy"]:
+                        break
+                    time.sleep(0.05)
+                label = m["models"][name]["label"]
+                with clients.lock:
+                    answered = [
+                        s + lat for s, lat, lab in clients.rows if lab == label and s >= sent
+                    ]
+                timeline.append(
+                    {
+                        "first_answer_s": round(min(answered) - sent, 3) if answered else None,
+                        "freed_s": round(time.monotonic() - sent, 3),
+                        "triton_version": m["models"][name]["triton_version"],
+                    }
+                )
+                time.sleep(0.5)
+            mem["after"] = _memory(proc.pid)
+            clients.close()
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=60)
+    rows = clients.rows
+    ref = [lat for s, lat, lab in rows if t_ref <= s < t_swaps]
+    switches = []
+    for prev, cur in zip(rows, rows[1:], strict=False):
+        if prev[2] and cur[2] and prev[2] != cur[2] and cur[0] >= t_swaps:
+            switches.append(cur[0] + cur[1])
+    near = [
+        lat for s, lat, lab in rows if s >= t_swaps and any(abs(s - w) <= 0.5 for w in switches)
+    ]
+    during = [lat for s, lat, lab in rows if s >= t_swaps]
+    failed = sum(1 for s, lat, lab in rows if lab is None)
+    firsts = [t["first_answer_s"] for t in timeline if t["first_answer_s"] is not None]
+    frees = [t["freed_s"] for t in timeline]
+    result = {
+        "bundles": [str(first), str(second)],
+        "clients": a.clients,
+        "swaps": a.swaps,
+        "requests": len(rows),
+        "failed": failed,
+        "reference": {"requests": len(ref), "p50_ms": _pct(ref, 50), "p99_ms": _pct(ref, 99)},
+        "with_swaps": {
+            "requests": len(during),
+            "p50_ms": _pct(during, 50),
+            "p99_ms": _pct(during, 99),
+        },
+        "near_swap": {"requests": len(near), "p50_ms": _pct(near, 50), "p99_ms": _pct(near, 99)},
+        "request_to_new_version_s": {
+            "p50": round(statistics.median(firsts), 3) if firsts else None,
+            "max": round(max(firsts), 3) if firsts else None,
+        },
+        "request_to_old_freed_s": {"p50": round(statistics.median(frees), 3), "max": max(frees)},
+        "memory_mb": {k: round(v, 1) for k, v in mem.items()},
+        "timeline": timeline,
+        "cpu_count": os.cpu_count(),
+    }
+    print(f"\n{name}: {a.swaps} swaps through POST /model, {a.clients} clients without pause")
+    head = ("requests", "requests", "p50 ms", "p99 ms")
+    print(f"{'':>22}" + "".join(f"{h:>10}" for h in head[1:]))
+    for label, key in (
+        ("no swaps", "reference"),
+        ("all, with swaps", "with_swaps"),
+        ("within 0.5 s of one", "near_swap"),
+    ):
+        r = result[key]
+        print(f"{label:>22}{r['requests']:>10}{str(r['p50_ms']):>10}{str(r['p99_ms']):>10}")
+    print(f"failed requests: {failed} of {len(rows)}")
+    print(
+        f"POST /model -> first answer of the new version: p50 {result['request_to_new_version_s']['p50']} s, "
+        f"max {result['request_to_new_version_s']['max']} s; -> old version freed: p50 "
+        f"{result['request_to_old_freed_s']['p50']} s"
+    )
+    print(
+        f"memory (server + Triton + stubs): {mem['before']:.0f} MB before, peak {mem['peak']:.0f}, "
+        f"after {mem['after']:.0f}"
+    )
+    write_json(a.json, result)
+
+
+if __name__ == "__main__":
+    main()

@@ -362,7 +362,7 @@ def serve(cfg: ServeConfig, say=print) -> None:
     from pytriton.triton import Triton, TritonConfig
 
     from edgert.apps.serve_swap import Served, ServeSwapper
-    from edgert.apps.swapping import Loaded, model_info
+    from edgert.apps.swapping import Loaded, fingerprint, model_info
     from edgert.runtime.tasks import load_task_model
 
     if cfg.swap.endpoint and cfg.edgert_metrics_port is None:
@@ -399,6 +399,7 @@ def serve(cfg: ServeConfig, say=print) -> None:
             telemetry.start_power()
         counted = telemetry.counter if telemetry is not None else (lambda name: None)
         for path, name in zip(cfg.bundles, names):
+            seen = fingerprint(path)  # before it is read: a change while loading is one
             probe = load_task_model(path, backend=cfg.backend, precision=cfg.precision)
             loaded.append(probe)
             image_models = [probe] + [
@@ -410,7 +411,7 @@ def serve(cfg: ServeConfig, say=print) -> None:
             if telemetry is not None:
                 telemetry.loaded(name, probe)
             first = Loaded(probe, model_info(path), str(path))
-            served[name] = Served(name, str(path), first, image_models)
+            served[name] = Served(name, str(path), first, image_models, seen=seen)
             bindings.extend(
                 _bindings(name, image_models, cfg, counted, first.label, served[name].recent)
             )

@@ -93,7 +93,7 @@ class Served:
     triton_models: list = field(default_factory=list)  # PyTriton's Model of each served name
     folders: list = field(default_factory=list)  # their own workspaces (none for version 1)
     recent: Recent = field(default_factory=Recent)
-    seen: tuple = ()  # the path's fingerprint, for --watch-model
+    seen: tuple = ()  # the path's fingerprint before it was read: --watch-model compares
 
     @property
     def names(self) -> list:
@@ -132,8 +132,6 @@ class ServeSwapper:
         self.on_swap = lambda name, model: None  # edgert's /metrics: the new build labels
         roots = options.allow or tuple(str(Path(s.path).parent) for s in served.values())
         self.roots = sorted({str(Path(r).resolve()) for r in roots})
-        for s in served.values():
-            s.seen = fingerprint(s.path)
         self.thread = threading.Thread(target=self._run, name="serve-model-swap", daemon=True)
 
     # -- requests ------------------------------------------------------------------------------
@@ -246,6 +244,8 @@ class ServeSwapper:
             return self._refuse(
                 path, why, f"its name is {name!r} and this server serves {serving}", t0
             )
+        if path == cur.path:  # what --watch-model compares with: the bundle now read
+            cur.seen = fingerprint(path)
         if info == cur.loaded.info:
             self.say(
                 escape_controls(f"model: {path} is the {name} in use ({why}); nothing to swap")

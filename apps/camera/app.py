@@ -42,7 +42,7 @@ from .sinks import (
 )
 from .sources import SourceOptions, open_source, source_files
 from .steps import slot_steps, steps_for
-from .swap import Loaded, ModelSlot, SwapOptions, model_info
+from .swap import Loaded, ModelSlot, SwapOptions, fingerprint, model_info
 
 log = logging.getLogger(__name__)
 
@@ -278,11 +278,14 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
                 **spin,
             )  # fmt: skip
 
+        # what names the model and what --watch-model compares with, read before it loads: a
+        # bundle replaced while it loads is then a change to swap to, not one missed
+        info, seen = model_info(m.path), fingerprint(str(m.path))
         model = load_task_model(
             bundle or m.path, m.task, m.backend, m.precision, m.top_k, m.conf, m.iou, **spin
         )
         stack.callback(model.close)  # closing twice is harmless
-        first = Loaded(model, model_info(m.path), str(m.path))
+        first = Loaded(model, info, str(m.path))
         probes.loaded(model, m.precision if m.precision != "auto" else None)
         say(f"backend: {model.backend_reason}")
         batch = _batch(cfg, len(sources), model, say)
@@ -309,6 +312,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             handler.post_event,
             needs_detector=analytics is not None,
             watch_path=str(m.path),
+            seen=seen,
         )
         stack.callback(lambda: slot.current.close())  # the model in use at the end
         stack.callback(slot.close)  # first: the swap thread stopped, a spare model closed

@@ -57,7 +57,7 @@ from edgert.runtime.tasks import task_spec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EVENTS", "Loaded", "ModelSlot", "SwapOptions", "model_info"]
+__all__ = ["EVENTS", "Loaded", "ModelSlot", "SwapOptions", "fingerprint", "model_info"]
 
 
 def _observed(task: str, results) -> list:
@@ -98,6 +98,7 @@ class ModelSlot:
         post_event=lambda e: None,
         needs_detector: bool = False,
         watch_path: str | None = None,
+        seen: tuple | None = None,
     ) -> None:
         self.current = current
         self.watch_path = watch_path or current.path  # what SIGHUP and --watch-model read
@@ -117,7 +118,8 @@ class ModelSlot:
         self.last_image = None
         self.samples: collections.deque | None = None  # (image, results) while a check runs
         self._sampled_at = 0.0
-        self._seen = fingerprint(self.watch_path)
+        # the path as it was before the model in use was read from it (else as it is now)
+        self._seen = seen if seen is not None else fingerprint(self.watch_path)
         self.thread = threading.Thread(target=self._run, name="model-swap", daemon=True)
         self.roots = [
             os.path.realpath(r) for r in (options.allow or (str(Path(current.path).parent),))
@@ -258,6 +260,8 @@ class ModelSlot:
             info = model_info(path)
         except EdgertError as exc:
             return self._refuse(path, why, str(exc), t0)
+        if path == self.watch_path:  # what --watch-model compares with: the bundle now read
+            self._seen = fingerprint(path)
         if info == self.current.info:
             self.say(f"model: {path} is the model in use ({why}); nothing to swap")
             return None

@@ -366,6 +366,41 @@ def test_watch_model_swaps_when_the_path_changes(bundles, tmp_path):
     cam.stop()
 
 
+def test_a_bundle_replaced_while_the_first_model_loads_is_swapped_to(bundles, tmp_path):
+    """--watch-model compares with the path as it was before the model in use was read from it:
+    a deployment that replaces the bundle while the camera starts is a change, not one missed
+    (the slot used to take its fingerprint after the load, and saw the new bundle as the old)."""
+    from edgert.apps.camera.swap import Loaded, ModelSlot, SwapOptions, fingerprint, model_info
+    from edgert.runtime.tasks import load_task_model
+
+    a, b = bundles
+    current = tmp_path / "current"
+    current.symlink_to(a)
+    info, seen = model_info(current), fingerprint(str(current))  # as the camera does
+    model = load_task_model(current)
+    tmp = tmp_path / "next"
+    tmp.symlink_to(b)
+    os.replace(tmp, current)  # replaced after the load began, before the slot exists
+    said = []
+    slot = ModelSlot(
+        Loaded(model, info, str(current)),
+        load_task_model,
+        SwapOptions(watch=True, rollback_s=0, poll_s=0.1),
+        say=said.append,
+        seen=seen,
+    ).start()
+    try:
+        deadline = time.monotonic() + 20
+        while slot.swaps == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert slot.swaps == 1 and slot.current.info["name"] == "b", said
+        time.sleep(0.5)  # polled again: the same bundle is no second swap
+        assert slot.swaps == 1 and slot.report()["busy"] is False, said
+    finally:
+        slot.close()
+        slot.current.close()
+
+
 def test_the_endpoint_is_off_unless_asked_for_and_keeps_to_its_folders(bundles, tmp_path):
     a, b = bundles
     cam = Camera(a, endpoint=False)

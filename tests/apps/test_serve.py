@@ -689,3 +689,67 @@ def test_model_endpoint_needs_edgert_port_and_a_loopback_host(tmp_path):
         "serve", bundle, "--model-endpoint", "--edgert-metrics-port", "9", "--host", "0.0.0.0"
     )
     assert_user_error(proc, "--model-endpoint", "loopback")
+
+
+def test_watch_model_swaps_when_the_bundle_path_changes(tmp_path):
+    """--watch-model: the bundle symlink replaced, Triton serves version 2 within seconds, without
+    a signal or a request (the swap's sentence printed; the old version freed)."""
+    a = classifier_bundle(tmp_path / "a", size=16)
+    b = _variant_of(a, tmp_path / "b")
+    link = tmp_path / "current.edgert"
+    link.symlink_to(a)
+    info = start(link, "tiny", "--watch-model")
+    proc = info["proc"]
+    try:
+        h = httpclient.InferenceServerClient(f"127.0.0.1:{info['http']}")
+        assert h.is_model_ready("tiny", "1") and not h.is_model_ready("tiny", "2")
+        stubs = _stubs(proc.pid)
+        nxt = tmp_path / "next.edgert"
+        nxt.symlink_to(b)
+        os.replace(nxt, link)
+        deadline = time.monotonic() + 60
+        both = lambda: all(h.is_model_ready(n, "2") for n in ("tiny", "tiny_image"))  # noqa: E731
+        while not both() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert both() and not h.is_model_ready("tiny", "1")
+        jpeg = photo_path("chelsea").read_bytes()
+        inp = httpclient.InferInput("image", [1, 1], "BYTES")
+        inp.set_data_from_numpy(np.array([[jpeg]], dtype=np.object_))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # tiny_image may still be switching
+            row = json.loads(h.infer("tiny_image", [inp]).as_numpy("result")[0][0])
+            if row["model"].endswith(_hash_of(b)):
+                break
+            time.sleep(0.2)
+        assert row["model"].endswith(_hash_of(b)), row
+        deadline = time.monotonic() + 30  # version 1's stubs exit, then it is freed
+        while set(_stubs(proc.pid)) & set(stubs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert "(was tiny@" in out and "--watch-model)" in out and "version 1 freed" in out, out
+
+
+def _variant_of(a, folder):
+    """A retrained copy of the 16-px test classifier, named tiny like it."""
+    from edgert.export import export_model
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "labels.txt").write_text("cat\ndog\nbird\n")
+    return export_model(
+        str(a / "model.onnx"),
+        folder / "tiny.edgert",
+        name="tiny",
+        task="classify",
+        labels=folder / "labels.txt",
+        preprocess={"resize": "resize_crop", "size": "16x16", "mean": "0.5,0.5,0.5"},
+    ).bundle
+
+
+def _hash_of(bundle) -> str:
+    from edgert.apps.swapping import model_info
+
+    return model_info(bundle)["hash"]

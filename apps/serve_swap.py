@@ -28,6 +28,7 @@ says what runs, ``edgert_model_info`` and the swap counters are on edgert's /met
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import re
 import shutil
@@ -89,15 +90,11 @@ class Served:
     path: str  # the path given: SIGHUP and --watch-model read it again
     loaded: Loaded  # the first instance's task model, what names it
     models: list  # every instance's task model
-    version: int = 1
-    triton_models: list = field(default_factory=list)  # PyTriton's Model of each served name
-    folders: list = field(default_factory=list)  # their own workspaces (none for version 1)
+    version: int = 1  # the highest Triton version its names were given
+    # (PyTriton's Model, its own workspace folder or None) of each served name, at its version
+    entries: list = field(default_factory=list)
     recent: Recent = field(default_factory=Recent)
     seen: tuple = ()  # the path's fingerprint before it was read: --watch-model compares
-
-    @property
-    def names(self) -> list:
-        return [m.model_name for m in self.triton_models]
 
 
 class ServeSwapper:
@@ -267,12 +264,13 @@ class ServeSwapper:
                 problem, check = self._check(cur, candidate)
             if problem is not None and (check is None or not force):
                 raise _Refused(problem, check)
-            was = cur.loaded.label
+            was, was_version = cur.loaded.label, cur.version
             version, old = self._promote(cur, candidate, models)
         except _Refused as refused:
-            for m in models:
-                m.close()
-            return self._refuse(path, why, refused.args[0], t0, refused.args[1])
+            if not refused.keep:
+                for m in models:
+                    m.close()
+            return self._refuse(path, why, refused.why, t0, refused.check)
         except BaseException:
             for m in models:
                 m.close()
@@ -297,7 +295,10 @@ class ServeSwapper:
             event,
             f"model: {name} is now {candidate.label}, Triton version {version} (was {was}; {why})",
         )
-        self._free(old)
+        entries, task_models, recent = old
+        with recent.lock:
+            recent.items.clear()
+        self._release(entries, task_models, f"{name} version {was_version}")
         return None
 
     def _check(self, cur: Served, candidate: Loaded) -> tuple[str | None, dict]:
@@ -322,38 +323,52 @@ class ServeSwapper:
         measures = agreement(candidate.model.task, [r for _, r in samples], got)
         return judge(candidate.model.task, measures, self.o, "requests' images"), measures
 
-    def _promote(self, cur: Served, candidate: Loaded, models: list) -> tuple[int, Served]:
-        """NAME (and NAME_image) as version N+1 beside N; Triton switches when it is ready.
-        (N+1, what served N)."""
+    def _promote(self, cur: Served, candidate: Loaded, models: list) -> tuple[int, list]:
+        """NAME (and NAME_image) as version N+1 beside N; Triton switches when each is ready.
+        (N+1, what served N: its entries, task models and recent images). When Triton refuses
+        the second name after the first switched, the first goes back to the model in use (as
+        version N+2) and the candidate's is freed: one model serves both names, or the swap is
+        refused."""
         version = cur.version + 1
         recent = Recent(cur.recent.items.maxlen)
         bindings = self.make_bindings(cur.name, models, candidate.label, recent)
-        new_models, folders = [], []
+        entries: list = []
         try:
             for binding in bindings:
-                model, folder = self._load_version(binding, version)
-                new_models.append(model)
-                folders.append(folder)
+                entries.append(self._load_version(binding, version))
         except Exception as exc:
-            for model in new_models:
-                self._forget(model)
-            loaded = [m.model_name for m in new_models]
-            also = f" ({', '.join(loaded)} already serve version {version})" if loaded else ""
-            raise _Refused(f"Triton did not load it: {_first_line(exc)}{also}", None) from None
+            why = f"Triton did not load it: {_first_line(exc)}"
+            keep = False
+            if entries:
+                said, keep = self._restore(cur, entries, version + 1)
+                why += said
+            self._release(entries, [], f"{cur.name}'s candidate")
+            raise _Refused(why, None, keep) from None
         with self.lock:
-            old = Served(
-                cur.name,
-                cur.path,
-                cur.loaded,
-                cur.models,
-                cur.version,
-                cur.triton_models,
-                cur.folders,
-                cur.recent,
-            )
+            old = (cur.entries, cur.models, cur.recent)
             cur.loaded, cur.models, cur.version = candidate, models, version
-            cur.triton_models, cur.folders, cur.recent = new_models, folders, recent
+            cur.entries, cur.recent = entries, recent
         return version, old
+
+    def _restore(self, cur: Served, switched: list, version: int) -> tuple[str, bool]:
+        """The names that switched to a candidate Triton then refused for another name, served
+        by the model in use again (as ``version``): (what happened, in words; whether the
+        candidate's task models still serve and must stay open)."""
+        again = {b["model_name"]: b for b in self.make_bindings(
+            cur.name, cur.models, cur.loaded.label, cur.recent
+        )}  # fmt: skip
+        names = [m.model_name for m, _ in switched]
+        try:
+            restored = [self._load_version(again[n], version) for n in names]
+        except Exception as exc:  # noqa: BLE001 - said, and the candidate keeps those names
+            switched.clear()  # they serve; not freed
+            return f"; {', '.join(names)} stay on the candidate ({_first_line(exc)})", True
+        with self.lock:
+            replaced = [e for e in cur.entries if e[0].model_name in names]
+            cur.entries = [e for e in cur.entries if e[0].model_name not in names] + restored
+            cur.version = version
+        switched.extend(replaced)  # freed with the candidate's, once their stubs are gone
+        return f"; {', '.join(names)} back on the model in use as version {version}", False
 
     def _load_version(self, binding: dict, version: int):
         """One served name at ``version``: PyTriton's Model on its own workspace folder (its
@@ -400,28 +415,42 @@ class ServeSwapper:
         key = (model.model_name.lower(), model.model_version)
         self.triton._model_manager._models.pop(key, None)
         model.clean()  # out of the registry first: a cleaned model is not alive
+        # PyTriton's context keeps each inference function's config, and its ModelConfigDict
+        # keeps every function ever set in a list its __delitem__ leaves alone: the functions
+        # hold the task models and the recent images (measured: +10 MB a swap without this)
+        configs = self.triton._triton_context.model_configs
+        for fn in model.infer_functions:
+            with contextlib.suppress(KeyError):
+                del configs[fn]
+            keys = getattr(configs, "_keys", None)
+            if isinstance(keys, list):
+                keys[:] = [k for k in keys if k is not fn]
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
 
-    def _free(self, old: Served) -> None:
-        """The old version goes once Triton has unloaded it: its stubs exit after answering the
-        requests they hold (then its PyTriton model can be cleaned without failing one)."""
+    def _release(self, entries: list, task_models: list, what: str) -> None:
+        """Free versions Triton no longer serves: once their stubs have exited (they answer the
+        requests they hold first), their PyTriton models are cleaned (threads, sockets,
+        workspace folder) and ``task_models`` closed, without failing a request."""
+        if not entries:
+            return
         server = self.triton._triton_server._tritonserver_running_cmd.pid
+        pairs = [(m.model_name, m.model_version) for m, _ in entries]
         t0 = time.monotonic()
         deadline = t0 + self.drain_s + 30.0
-        while _stubs_of(server, old.names, old.version) and time.monotonic() < deadline:
+        while _stubs_of(server, pairs) and time.monotonic() < deadline:
             if self.stopped.wait(0.1):
                 return  # stopping: Triton's stop unloads and cleans every version
-        left = _stubs_of(server, old.names, old.version)
-        for model, folder in zip(old.triton_models, old.folders or [None] * len(old.names)):
+        left = _stubs_of(server, pairs)
+        for model, folder in entries:
             self._forget(model, folder)
-        for m in old.models:
+        for m in task_models:
             m.close()
         give_back_memory()
-        waited = time.monotonic() - t0
+        versions = ", ".join(f"{n} {v}" for n, v in pairs)
         self.say(
-            f"model: {old.name} version {old.version} freed after {waited:.1f} s"
-            + (f" ({len(left)} of its Triton stubs still running)" if left else "")
+            f"model: {what} freed after {time.monotonic() - t0:.1f} s ({versions})"
+            + (f"; {len(left)} of its Triton stubs still running" if left else "")
         )
 
     def _refuse(self, path, why, reason: str, t0: float, check: dict | None = None) -> None:
@@ -445,7 +474,12 @@ class ServeSwapper:
 
 
 class _Refused(Exception):
-    """(why, the check's measures or None)"""
+    """A candidate refused: why, the check's measures (or None), and whether its task models
+    still serve a name (Triton refused one name and would not take the model in use back)."""
+
+    def __init__(self, why: str, check: dict | None = None, keep: bool = False) -> None:
+        super().__init__(why)
+        self.why, self.check, self.keep = why, check, keep
 
 
 def _first_line(exc: Exception) -> str:
@@ -467,16 +501,19 @@ def _fails_once(model, recent: Recent) -> str | None:
     return None
 
 
-def _stubs_of(server: int, names: list, version: int) -> list:
-    """PIDs of Triton's Python backend stubs still running ``version`` of these models (the
+def _stubs_of(server: int, pairs: list) -> list:
+    """PIDs of Triton's Python backend stubs still running these (model, version) pairs (the
     server's children; argv: STUB FOLDER/VERSION/model.py ... INSTANCE DEFAULT, an instance
     named MODEL_GROUP_N)."""
     found = []
     for pid in processes.descendants(server):
         argv = [a for a in processes.cmdline(pid).split(b"\0") if a]
-        if len(argv) < 4 or not argv[1].endswith(f"/{version}/model.py".encode()):
+        if len(argv) < 4 or not argv[1].endswith(b"/model.py"):
             continue
+        version = argv[1].rsplit(b"/", 2)[-2].decode("latin-1")
         instance = argv[-2].decode("latin-1")
-        if any(re.fullmatch(rf"{re.escape(n)}_\d+_\d+", instance) for n in names):
-            found.append(pid)
+        for name, v in pairs:
+            if str(v) == version and re.fullmatch(rf"{re.escape(name)}_\d+_\d+", instance):
+                found.append(pid)
+                break
     return found

@@ -11,7 +11,7 @@ environment, numpy < 2); A and B are two bundles of one name (``--bundles A B``;
 32-px test classifier and a retrained copy of it).
 
     .venv-serve/bin/python benchmarks/serve_swap.py [--json reports/serve_swap.json]
-        [--swaps 10] [--clients 4] [--seconds 10] [--bundles A B]
+        [--swaps 10] [--clients 4] [--seconds 10] [--bundles A B] [--arenas edgert,16]
 """
 
 from __future__ import annotations
@@ -111,81 +111,80 @@ def _pct(values: list, q: float) -> float | None:
     return round(float(np.percentile(values, q)) * 1e3, 1) if values else None
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", default="reports/serve_swap.json")
-    ap.add_argument("--swaps", type=int, default=10)
-    ap.add_argument("--clients", type=int, default=4)
-    ap.add_argument("--seconds", type=float, default=10.0, help="the reference, without swaps")
-    ap.add_argument("--bundles", nargs=2, type=Path, metavar=("A", "B"))
-    a = ap.parse_args()
+def run(first: Path, second: Path, name: str, a, arenas: str) -> dict:
+    """One server (``MALLOC_ARENA_MAX=arenas``, or edgert's own choice for "edgert"): the
+    reference, then the swaps."""
     from tests.apps.test_serve import start
     from tests.ports import free_ports
 
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        first, second = a.bundles or _bundles(folder)
-        name = json.loads((Path(first) / "manifest.json").read_text())["name"]
-        (port,) = free_ports(1)
-        roots = {str(Path(first).resolve().parent), str(Path(second).resolve().parent)}
-        allow = [x for r in sorted(roots) for x in ("--allow-models", r)]
+    env_before = os.environ.get("MALLOC_ARENA_MAX")
+    if arenas == "edgert":
+        os.environ.pop("MALLOC_ARENA_MAX", None)
+    else:
+        os.environ["MALLOC_ARENA_MAX"] = arenas  # start() passes the environment on
+    (port,) = free_ports(1)
+    roots = {str(Path(first).resolve().parent), str(Path(second).resolve().parent)}
+    allow = [x for r in sorted(roots) for x in ("--allow-models", r)]
+    try:
         info = start(first, name, "--edgert-metrics-port", port, "--model-endpoint", *allow)
-        proc = info["proc"]
-        try:
-            clients = Clients(info["http"], a.clients, name)
-            time.sleep(2.0)  # warm
-            t_ref = time.monotonic()
-            mem = {"before": _memory(proc.pid), "peak": 0.0}
-            time.sleep(a.seconds)
-            t_swaps = time.monotonic()
-            timeline = []
-            for i in range(a.swaps):
-                target = second if i % 2 == 0 else first
-                sent = time.monotonic()
-                _post(port, target)
-                while True:  # the new version answers (GET /model: promoted)
-                    m = _get(port)
-                    mem["peak"] = max(mem["peak"], _memory(proc.pid))
-                    if m["swaps"] >= i + 1 and not m["busy"]:
-                        break
-                    time.sleep(0.05)
-                label = m["models"][name]["label"]
-                with clients.lock:
-                    answered = [
-                        s + lat for s, lat, lab in clients.rows if lab == label and s >= sent
-                    ]
-                timeline.append(
-                    {
-                        "first_answer_s": round(min(answered) - sent, 3) if answered else None,
-                        "freed_s": round(time.monotonic() - sent, 3),
-                        "triton_version": m["models"][name]["triton_version"],
-                    }
-                )
-                time.sleep(0.5)
-            mem["after"] = _memory(proc.pid)
-            clients.close()
-        finally:
-            proc.terminate()
-            proc.communicate(timeout=60)
+    finally:
+        if env_before is None:
+            os.environ.pop("MALLOC_ARENA_MAX", None)
+        else:
+            os.environ["MALLOC_ARENA_MAX"] = env_before
+    proc = info["proc"]
+    try:
+        clients = Clients(info["http"], a.clients, name)
+        time.sleep(2.0)  # warm
+        t_ref = time.monotonic()
+        mem = {"before": _memory(proc.pid), "peak": 0.0}
+        server_before = rss_mb(proc.pid)
+        time.sleep(a.seconds)
+        t_swaps = time.monotonic()
+        timeline = []
+        for i in range(a.swaps):
+            target = second if i % 2 == 0 else first
+            sent = time.monotonic()
+            _post(port, target)
+            while True:  # promoted, and the old version freed (GET /model: not busy)
+                m = _get(port)
+                mem["peak"] = max(mem["peak"], _memory(proc.pid))
+                if m["swaps"] >= i + 1 and not m["busy"]:
+                    break
+                time.sleep(0.05)
+            label = m["models"][name]["label"]
+            with clients.lock:
+                answered = [s + lat for s, lat, lab in clients.rows if lab == label and s >= sent]
+            timeline.append(
+                {
+                    "first_answer_s": round(min(answered) - sent, 3) if answered else None,
+                    "freed_s": round(time.monotonic() - sent, 3),
+                    "triton_version": m["models"][name]["triton_version"],
+                    "server_mb": round(rss_mb(proc.pid), 1),
+                    "all_mb": round(_memory(proc.pid), 1),
+                }
+            )
+            time.sleep(0.5)
+        mem["after"] = _memory(proc.pid)
+        clients.close()
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
     rows = clients.rows
     ref = [lat for s, lat, lab in rows if t_ref <= s < t_swaps]
-    switches = []
-    for prev, cur in zip(rows, rows[1:], strict=False):
-        if prev[2] and cur[2] and prev[2] != cur[2] and cur[0] >= t_swaps:
-            switches.append(cur[0] + cur[1])
-    near = [
-        lat for s, lat, lab in rows if s >= t_swaps and any(abs(s - w) <= 0.5 for w in switches)
+    switches = [
+        cur[0] + cur[1]
+        for prev, cur in zip(rows, rows[1:], strict=False)
+        if prev[2] and cur[2] and prev[2] != cur[2] and cur[0] >= t_swaps
     ]
-    during = [lat for s, lat, lab in rows if s >= t_swaps]
-    failed = sum(1 for s, lat, lab in rows if lab is None)
+    near = [lat for s, lat, _ in rows if s >= t_swaps and any(abs(s - w) <= 0.5 for w in switches)]
+    during = [lat for s, lat, _ in rows if s >= t_swaps]
     firsts = [t["first_answer_s"] for t in timeline if t["first_answer_s"] is not None]
     frees = [t["freed_s"] for t in timeline]
-    result = {
-        "bundles": [str(first), str(second)],
-        "clients": a.clients,
-        "swaps": a.swaps,
+    return {
+        "malloc_arena_max": arenas,
         "requests": len(rows),
-        "failed": failed,
+        "failed": sum(1 for _, _, lab in rows if lab is None),
         "reference": {"requests": len(ref), "p50_ms": _pct(ref, 50), "p99_ms": _pct(ref, 99)},
         "with_swaps": {
             "requests": len(during),
@@ -199,30 +198,66 @@ def main() -> None:
         },
         "request_to_old_freed_s": {"p50": round(statistics.median(frees), 3), "max": max(frees)},
         "memory_mb": {k: round(v, 1) for k, v in mem.items()},
+        "server_process_mb": {
+            "before": round(server_before, 1),
+            "after": timeline[-1]["server_mb"] if timeline else None,
+        },
         "timeline": timeline,
-        "cpu_count": os.cpu_count(),
     }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", default="reports/serve_swap.json")
+    ap.add_argument("--swaps", type=int, default=10)
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--seconds", type=float, default=10.0, help="the reference, without swaps")
+    ap.add_argument("--bundles", nargs=2, type=Path, metavar=("A", "B"))
+    ap.add_argument(
+        "--arenas",
+        default="edgert,16",
+        help="MALLOC_ARENA_MAX of each server run, side by side (edgert: its own choice, 2; "
+        "16: glibc's default on 2 cores)",
+    )
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        first, second = a.bundles or _bundles(Path(tmp))
+        name = json.loads((Path(first) / "manifest.json").read_text())["name"]
+        runs = [run(first, second, name, a, arenas) for arenas in a.arenas.split(",")]
     print(f"\n{name}: {a.swaps} swaps through POST /model, {a.clients} clients without pause")
-    head = ("requests", "requests", "p50 ms", "p99 ms")
-    print(f"{'':>22}" + "".join(f"{h:>10}" for h in head[1:]))
-    for label, key in (
-        ("no swaps", "reference"),
-        ("all, with swaps", "with_swaps"),
-        ("within 0.5 s of one", "near_swap"),
-    ):
-        r = result[key]
-        print(f"{label:>22}{r['requests']:>10}{str(r['p50_ms']):>10}{str(r['p99_ms']):>10}")
-    print(f"failed requests: {failed} of {len(rows)}")
-    print(
-        f"POST /model -> first answer of the new version: p50 {result['request_to_new_version_s']['p50']} s, "
-        f"max {result['request_to_new_version_s']['max']} s; -> old version freed: p50 "
-        f"{result['request_to_old_freed_s']['p50']} s"
+    head = ("MALLOC_ARENA_MAX", "requests", "failed", "ref p50", "ref p99", "swaps p50",
+            "swaps p99", "near p99", "new s", "freed s", "server MB")  # fmt: skip
+    print("".join(f"{h:>11}" for h in head))
+    for r in runs:
+        cells = (
+            r["malloc_arena_max"],
+            r["requests"],
+            r["failed"],
+            r["reference"]["p50_ms"],
+            r["reference"]["p99_ms"],
+            r["with_swaps"]["p50_ms"],
+            r["with_swaps"]["p99_ms"],
+            r["near_swap"]["p99_ms"],
+            r["request_to_new_version_s"]["p50"],
+            r["request_to_old_freed_s"]["p50"],
+            f"{r['server_process_mb']['before']:.0f}->{r['server_process_mb']['after']:.0f}",
+        )
+        print("".join(f"{str(c):>11}" for c in cells))
+    for r in runs:
+        print(
+            f"MALLOC_ARENA_MAX={r['malloc_arena_max']}: server MB after each swap: "
+            + ", ".join(f"{t['server_mb']:.0f}" for t in r["timeline"])
+        )
+    write_json(
+        a.json,
+        {
+            "bundles": [str(first), str(second)],
+            "clients": a.clients,
+            "swaps": a.swaps,
+            "runs": runs,
+            "cpu_count": os.cpu_count(),
+        },
     )
-    print(
-        f"memory (server + Triton + stubs): {mem['before']:.0f} MB before, peak {mem['peak']:.0f}, "
-        f"after {mem['after']:.0f}"
-    )
-    write_json(a.json, result)
 
 
 if __name__ == "__main__":

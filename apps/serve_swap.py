@@ -43,10 +43,10 @@ from edgert.apps import processes
 from edgert.apps.swapping import (
     Loaded,
     SwapOptions,
+    SwapQueue,
     agreement,
     fingerprint,
     give_back_memory,
-    json_answer,
     judge,
     model_info,
     refuse_to_compare,
@@ -97,10 +97,12 @@ class Served:
     seen: tuple = ()  # the path's fingerprint before it was read: --watch-model compares
 
 
-class ServeSwapper:
+class ServeSwapper(SwapQueue):
     """The swap thread of ``edgert serve`` (see the module's text). ``make_bindings(name, models,
     label, recent)`` gives PyTriton's ``bind`` arguments of a bundle's models; ``load(path)`` one
     task model."""
+
+    COMMAND = "edgert serve"
 
     def __init__(
         self,
@@ -114,64 +116,19 @@ class ServeSwapper:
         drain_s: float,
         say=lambda s: None,
     ) -> None:
-        self.triton, self.served, self.o = triton, served, options
+        self.triton, self.served = triton, served
         self.load, self.make_bindings, self.instances = load, make_bindings, instances
         self.grpc_url, self.drain_s = grpc_url, drain_s
-        self.say = say
         self.lock = threading.Lock()
-        self.requests: collections.deque = collections.deque()
-        self.wake = threading.Event()
-        self.stopped = threading.Event()
-        self.swaps = self.refusals = 0
-        self.last: dict | None = None
-        self.busy = False
-        self.events: collections.deque = collections.deque(maxlen=100)
         self.on_swap = lambda name, model: None  # edgert's /metrics: the new build labels
         roots = options.allow or tuple(str(Path(s.path).parent) for s in served.values())
-        self.roots = sorted({str(Path(r).resolve()) for r in roots})
-        self.thread = threading.Thread(target=self._run, name="serve-model-swap", daemon=True)
+        self._queue(options, roots, say, lambda event: None, "serve-model-swap")
 
-    # -- requests ------------------------------------------------------------------------------
-    def request(self, path: str, why: str, force: bool = False) -> int:
-        """Queue a swap to ``path`` (done in order, each fully); its number."""
-        self.requests.append((str(path), why, force))
-        self.wake.set()
-        return self.swaps + self.refusals + len(self.requests)
-
+    # -- requests: SwapQueue's (request, allowed, POST and GET /model) ------------------------
     def request_all(self, why: str) -> None:
         """SIGHUP: every bundle path given, read again (one that did not change: nothing)."""
         for s in list(self.served.values()):
             self.request(s.path, why)
-
-    def allowed(self, path: str) -> bool:
-        real = str(Path(path).resolve())
-        return any(real == r or real.startswith(r.rstrip("/") + "/") for r in self.roots)
-
-    def http_post(self, body: bytes) -> tuple[int, bytes, str]:
-        """``POST /model`` with ``{"bundle": PATH, "force": false}``."""
-        if not self.o.endpoint:
-            off = "POST /model is off: start edgert serve with --model-endpoint"
-            return json_answer(404, {"error": off})
-        try:
-            data = json.loads(body or b"{}")
-            path = data["bundle"]
-            force = bool(data.get("force", False))
-            if not isinstance(path, str) or not path:
-                raise TypeError
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return json_answer(
-                400, {"error": 'the body is JSON naming a bundle: {"bundle": "/path"}'}
-            )
-        if not self.allowed(path):
-            where = ", ".join(self.roots)
-            return json_answer(
-                403, {"error": f"{path} is not in a folder --allow-models names ({where})"}
-            )
-        n = self.request(path, "POST /model", force)
-        return json_answer(202, {"accepted": True, "request": n, "bundle": path})
-
-    def http_get(self, _body: bytes = b"") -> tuple[int, bytes, str]:
-        return json_answer(200, self.report())
 
     def report(self) -> dict:
         with self.lock:
@@ -192,47 +149,21 @@ class ServeSwapper:
             return [(n, dict(s.loaded.info), s.version) for n, s in self.served.items()]
 
     # -- the thread ----------------------------------------------------------------------------
-    def start(self) -> ServeSwapper:
-        self.thread.start()
-        return self
-
     def close(self) -> None:
-        self.stopped.set()
-        self.wake.set()
-        if self.thread.is_alive():
-            self.thread.join(60)
+        self._stop_thread(60)
 
-    def _run(self) -> None:
-        last_poll = time.monotonic()
-        while not self.stopped.is_set():
-            self.wake.wait(0.25)
-            self.wake.clear()
-            if self.stopped.is_set():
-                break
-            if self.o.watch and time.monotonic() - last_poll >= self.o.poll_s:
-                last_poll = time.monotonic()
-                for s in list(self.served.values()):
-                    seen = fingerprint(s.path)
-                    if seen != s.seen:
-                        s.seen = seen
-                        self.request(s.path, "--watch-model")
-            while self.requests and not self.stopped.is_set():
-                path, why, force = self.requests.popleft()
-                self.busy = True
-                try:
-                    self._swap(path, why, force)
-                except Exception as exc:  # noqa: BLE001 - a swap never ends the server
-                    self._refuse(path, why, f"{type(exc).__name__}: {exc}", time.monotonic())
-                finally:
-                    self.busy = False
+    def _poll(self) -> None:
+        for s in list(self.served.values()):
+            seen = fingerprint(s.path)
+            if seen != s.seen:
+                s.seen = seen
+                self.request(s.path, "--watch-model")
 
     def _swap(self, path: str, why: str, force: bool) -> None:
-        from edgert.apps.serve import model_names
-
         t0 = time.monotonic()
         try:
             info = model_info(path)
-            name = model_names([path])[0]
+            name = info["name"]  # its manifest's (a file's stem): as serve names its models
         except EdgertError as exc:
             return self._refuse(path, why, str(exc), t0)
         cur = self.served.get(name)
@@ -453,24 +384,8 @@ class ServeSwapper:
             + (f"; {len(left)} of its Triton stubs still running" if left else "")
         )
 
-    def _refuse(self, path, why, reason: str, t0: float, check: dict | None = None) -> None:
-        with self.lock:
-            self.refusals += 1
-        event = {
-            "event": "model_swap_refused",
-            "bundle": str(path),
-            "requested_by": why,
-            "reason": reason,
-            "s": round(time.monotonic() - t0, 3),
-        }
-        if check:
-            event["check"] = check
-        self._said(event, f"model: {path} refused ({reason}); the models in use go on")
-
-    def _said(self, event: dict, sentence: str) -> None:
-        self.last = {**event, "time": round(time.time(), 3)}
-        self.events.append(self.last)
-        self.say(escape_controls(sentence))
+    def _kept(self) -> tuple[dict, str]:
+        return {}, "the models in use go on"
 
 
 class _Refused(Exception):

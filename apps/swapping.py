@@ -10,9 +10,12 @@ import collections
 import hashlib
 import json
 import os
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgert.apps.uris import escape_controls
 from edgert.runtime.errors import ModelError
 
 EVENTS = ("model_swap", "model_swap_refused", "model_rollback")
@@ -237,6 +240,134 @@ def judge(task: str, measures: dict, o: SwapOptions, what: str) -> str | None:
             label, r = next(iter(off.items()))
             return f"the candidate detects {label} {r:.2f} times as often as the model in use"
     return None
+
+
+class SwapQueue:
+    """Requests for a new model and the one thread that carries them out, in order: what
+    ``edgert camera``'s :class:`~edgert.apps.camera.swap.ModelSlot` and ``edgert serve``'s
+    :class:`~edgert.apps.serve_swap.ServeSwapper` share. A subclass calls :meth:`_queue` in its
+    ``__init__`` and gives ``_swap(path, why, force)``, ``_refuse(path, why, reason, t0)``,
+    ``report()``, and may give ``_poll()`` (``--watch-model``, every ``poll_s``) and ``_tick()``
+    (every wake, at least four times a second)."""
+
+    COMMAND = "edgert"  # the command a sentence tells to start with --model-endpoint
+
+    def _queue(self, options: SwapOptions, roots, say, post_event, name: str) -> None:
+        self.o, self.say, self.post_event = options, say, post_event
+        self.requests: collections.deque = collections.deque()
+        self.wake = threading.Event()
+        self.stopped = threading.Event()
+        self.swaps = self.refusals = 0
+        self.last: dict | None = None  # the last swap, refusal or rollback
+        self.busy = False
+        self.roots = sorted({os.path.realpath(r) for r in roots})
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def request(self, path: str, why: str, force: bool = False) -> int:
+        """Queue a swap to ``path`` (done in order, each fully; safe from a signal handler);
+        its number."""
+        self.requests.append((str(path), why, force))
+        self.wake.set()
+        return self.swaps + self.refusals + len(self.requests)
+
+    def allowed(self, path: str) -> bool:
+        """``path`` is inside a folder ``--allow-models`` names, links and ``..`` resolved."""
+        real = os.path.realpath(path)
+        return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in self.roots)
+
+    def http_post(self, body: bytes) -> tuple[int, bytes, str]:
+        """``POST /model`` with ``{"bundle": PATH, "force": false}``."""
+        if not self.o.endpoint:
+            off = f"POST /model is off: start {self.COMMAND} with --model-endpoint"
+            return json_answer(404, {"error": off})
+        try:
+            data = json.loads(body or b"{}")
+            path = data["bundle"]
+            force = bool(data.get("force", False))
+            if not isinstance(path, str) or not path:
+                raise TypeError
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return json_answer(
+                400, {"error": 'the body is JSON naming a bundle: {"bundle": "/path"}'}
+            )
+        if not self.allowed(path):
+            where = ", ".join(self.roots)
+            return json_answer(
+                403, {"error": f"{path} is not in a folder --allow-models names ({where})"}
+            )
+        n = self.request(path, "POST /model", force)
+        return json_answer(202, {"accepted": True, "request": n, "bundle": path})
+
+    def http_get(self, _body: bytes = b"") -> tuple[int, bytes, str]:
+        return json_answer(200, self.report())
+
+    def report(self) -> dict:
+        raise NotImplementedError
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def _stop_thread(self, timeout: float) -> None:
+        self.stopped.set()
+        self.wake.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout)
+
+    def _run(self) -> None:
+        last_poll = time.monotonic()
+        while not self.stopped.is_set():
+            self.wake.wait(0.25)
+            self.wake.clear()
+            if self.stopped.is_set():
+                break
+            if self.o.watch and time.monotonic() - last_poll >= self.o.poll_s:
+                last_poll = time.monotonic()
+                self._poll()
+            self._tick()
+            while self.requests and not self.stopped.is_set():
+                path, why, force = self.requests.popleft()
+                self.busy = True
+                try:
+                    self._swap(path, why, force)
+                except Exception as exc:  # noqa: BLE001 - a swap never ends the run
+                    self._refuse(path, why, f"{type(exc).__name__}: {exc}", time.monotonic())
+                finally:
+                    self.busy = False
+
+    def _poll(self) -> None:
+        pass
+
+    def _tick(self) -> None:
+        pass
+
+    def _swap(self, path: str, why: str, force: bool) -> None:
+        raise NotImplementedError
+
+    def _kept(self) -> tuple[dict, str]:
+        """What a refusal leaves serving: (the event's fields, the sentence's end)."""
+        return {}, "the model in use goes on"
+
+    def _refuse(self, path, why, reason: str, t0: float, check: dict | None = None) -> None:
+        with self.lock:  # the subclass's
+            self.refusals += 1
+        fields, goes_on = self._kept()
+        event = {
+            "event": "model_swap_refused",
+            "bundle": str(path),
+            "requested_by": why,
+            "reason": reason,
+            **fields,
+            "s": round(time.monotonic() - t0, 3),
+        }
+        if check:
+            event["check"] = check
+        self._said(event, f"model: {path} refused ({reason}); {goes_on}")
+
+    def _said(self, event: dict, sentence: str) -> None:
+        self.last = {**event, "time": round(time.time(), 3)}
+        self.say(escape_controls(sentence))  # a path's CR/LF cannot forge a line
+        self.post_event(dict(event))
 
 
 def give_back_memory() -> None:

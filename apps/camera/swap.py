@@ -32,9 +32,7 @@ swap, refusal and rollback is an event; ``edgert_model_info`` and the swap count
 from __future__ import annotations
 
 import collections
-import json
 import logging
-import os
 import threading
 import time
 from pathlib import Path
@@ -43,15 +41,14 @@ from edgert.apps.swapping import (
     EVENTS,
     Loaded,
     SwapOptions,
+    SwapQueue,
     agreement,
     fingerprint,
     give_back_memory,
-    json_answer,
     judge,
     model_info,
     refuse_to_compare,
 )
-from edgert.apps.uris import escape_controls
 from edgert.runtime.errors import EdgertError
 from edgert.runtime.tasks import task_spec
 
@@ -80,11 +77,12 @@ def _rates(recent: list, since: float, until: float) -> tuple[int, dict]:
     return frames, {k: (n, s / n) for k, (n, s) in sums.items() if n}
 
 
-class ModelSlot:
+class ModelSlot(SwapQueue):
     """The model a running camera uses, and the swap thread that replaces it (see the module's
     text). ``take`` / ``infer`` / ``done`` are the pipeline steps' hooks (:func:`slot_steps`);
     ``request`` asks for a swap (safe from a signal handler); events go to ``post_event``."""
 
+    COMMAND = "edgert camera"
     SAMPLE_GAP_S = 0.1  # shadow-check frames at least this far apart
     MIN_FRAMES_TO_JUDGE = 30  # a rollback is judged on at least this many frames of each model
 
@@ -102,28 +100,20 @@ class ModelSlot:
     ) -> None:
         self.current = current
         self.watch_path = watch_path or current.path  # what SIGHUP and --watch-model read
-        self.load, self.o, self.runner = load, options, runner
-        self.say, self.post_event = say, post_event
+        self.load, self.runner = load, runner
         self.needs_detector = needs_detector
         self.previous: Loaded | None = None
         self.promoted_at: float | None = None
         self.lock = threading.Lock()
         self.infer_lock = threading.Lock()  # the live batches and the shadow check, one at a time
-        self.requests: collections.deque = collections.deque()
-        self.wake = threading.Event()
-        self.stopped = threading.Event()
-        self.swaps = self.rollbacks = self.refusals = 0
-        self.last: dict | None = None  # the last swap, refusal or rollback
-        self.busy = False
+        self.rollbacks = 0
         self.last_image = None
         self.samples: collections.deque | None = None  # (image, results) while a check runs
         self._sampled_at = 0.0
         # the path as it was before the model in use was read from it (else as it is now)
         self._seen = seen if seen is not None else fingerprint(self.watch_path)
-        self.thread = threading.Thread(target=self._run, name="model-swap", daemon=True)
-        self.roots = [
-            os.path.realpath(r) for r in (options.allow or (str(Path(current.path).parent),))
-        ]
+        roots = options.allow or (str(Path(current.path).parent),)
+        self._queue(options, roots, say, post_event, "model-swap")
 
     # -- the pipeline's hooks --------------------------------------------------------------------
     def take(self) -> Loaded:
@@ -165,43 +155,7 @@ class ModelSlot:
         loaded = getattr(frame, "model", None) or self.current
         return loaded.label
 
-    # -- requests ------------------------------------------------------------------------------
-    def request(self, path: str, why: str, force: bool = False) -> int:
-        """Queue a swap to ``path`` (done in order, each fully); its number."""
-        self.requests.append((str(path), why, force))
-        self.wake.set()
-        return self.swaps + self.refusals + len(self.requests)
-
-    def allowed(self, path: str) -> bool:
-        real = os.path.realpath(path)
-        return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in self.roots)
-
-    def http_post(self, body: bytes) -> tuple[int, bytes, str]:
-        """``POST /model`` with ``{"bundle": PATH, "force": false}``."""
-        if not self.o.endpoint:
-            off = "POST /model is off: start edgert camera with --model-endpoint"
-            return json_answer(404, {"error": off})
-        try:
-            data = json.loads(body or b"{}")
-            path = data["bundle"]
-            force = bool(data.get("force", False))
-            if not isinstance(path, str) or not path:
-                raise TypeError
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return json_answer(
-                400, {"error": 'the body is JSON naming a bundle: {"bundle": "/path"}'}
-            )
-        if not self.allowed(path):
-            where = ", ".join(self.roots)
-            return json_answer(
-                403, {"error": f"{path} is not in a folder --allow-models names ({where})"}
-            )
-        n = self.request(path, "POST /model", force)
-        return json_answer(202, {"accepted": True, "request": n, "bundle": path})
-
-    def http_get(self, _body: bytes = b"") -> tuple[int, bytes, str]:
-        return json_answer(200, self.report())
-
+    # -- requests: SwapQueue's (request, allowed, POST and GET /model) ------------------------
     def report(self) -> dict:
         with self.lock:
             return {
@@ -215,44 +169,22 @@ class ModelSlot:
             }
 
     # -- the swap thread -----------------------------------------------------------------------
-    def start(self) -> ModelSlot:
-        self.thread.start()
-        return self
-
     def close(self) -> None:
-        self.stopped.set()
-        self.wake.set()
-        if self.thread.is_alive():
-            self.thread.join(30)
+        self._stop_thread(30)
         with self.lock:
             others = [m for m in (self.previous,) if m is not None and m is not self.current]
             self.previous = None
         for m in others:
             m.close()
 
-    def _run(self) -> None:
-        last_poll = time.monotonic()
-        while not self.stopped.is_set():
-            self.wake.wait(0.25)
-            self.wake.clear()
-            if self.stopped.is_set():
-                break
-            if self.o.watch and time.monotonic() - last_poll >= self.o.poll_s:
-                last_poll = time.monotonic()
-                seen = fingerprint(self.watch_path)
-                if seen != self._seen:
-                    self._seen = seen
-                    self.request(self.watch_path, "--watch-model")
-            self._watch_rollback()
-            while self.requests and not self.stopped.is_set():
-                path, why, force = self.requests.popleft()
-                self.busy = True
-                try:
-                    self._swap(path, why, force)
-                except Exception as exc:  # noqa: BLE001 - a swap never ends the run
-                    self._refuse(path, why, f"{type(exc).__name__}: {exc}", time.monotonic())
-                finally:
-                    self.busy = False
+    def _poll(self) -> None:
+        seen = fingerprint(self.watch_path)
+        if seen != self._seen:
+            self._seen = seen
+            self.request(self.watch_path, "--watch-model")
+
+    def _tick(self) -> None:
+        self._watch_rollback()
 
     def _swap(self, path: str, why: str, force: bool) -> None:
         t0 = time.monotonic()
@@ -399,22 +331,6 @@ class ModelSlot:
         spare.close()
         give_back_memory()
 
-    def _refuse(self, path, why, reason: str, t0: float, check: dict | None = None) -> None:
-        with self.lock:
-            self.refusals += 1
-        event = {
-            "event": "model_swap_refused",
-            "bundle": str(path),
-            "requested_by": why,
-            "reason": reason,
-            "kept": self.current.label,
-            "s": round(time.monotonic() - t0, 3),
-        }
-        if check:
-            event["check"] = check
-        self._said(event, f"model: {path} refused ({reason}); {self.current.label} goes on")
-
-    def _said(self, event: dict, sentence: str) -> None:
-        self.last = {**event, "time": round(time.time(), 3)}
-        self.say(escape_controls(sentence))  # a path's CR/LF cannot forge a line
-        self.post_event(dict(event))
+    def _kept(self) -> tuple[dict, str]:
+        label = self.current.label
+        return {"kept": label}, f"{label} goes on"

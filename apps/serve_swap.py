@@ -46,6 +46,7 @@ from edgert.apps.swapping import (
     SwapQueue,
     agreement,
     fingerprint,
+    first_run_fails,
     give_back_memory,
     judge,
     model_info,
@@ -407,13 +408,7 @@ def _fails_once(model, recent: Recent) -> str | None:
     or None: a broken model or plan fails here, not in a request."""
     items = recent.snapshot()
     image = items[-1][0] if items else np.full((240, 320, 3), 114, np.uint8)
-    try:
-        model(image)
-    except EdgertError as exc:
-        return f"the candidate fails on an image: {exc}"
-    except Exception as exc:  # noqa: BLE001 - a broken model, whatever it raises
-        return f"the candidate fails on an image: {type(exc).__name__}: {exc}"
-    return None
+    return first_run_fails(model, image, "an image")
 
 
 def _stubs_of(server: int, pairs: list) -> list:

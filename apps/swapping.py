@@ -370,6 +370,21 @@ class SwapQueue:
         self.post_event(dict(event))
 
 
+def first_run_fails(model, image, what: str) -> str | None:
+    """Why a candidate task model fails when run once on ``image`` (``what``: "a live frame",
+    "an image"), or None: a broken model fails here, and a TensorRT plan is built here, not in
+    the batches that serve (it runs beside them, on its own engine)."""
+    from edgert.runtime.errors import EdgertError
+
+    try:
+        model(image)
+    except EdgertError as exc:
+        return f"the candidate fails on {what}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a broken model, whatever it raises
+        return f"the candidate fails on {what}: {type(exc).__name__}: {exc}"
+    return None
+
+
 def give_back_memory() -> None:
     """glibc keeps what a closed model freed in its arenas, so the process would stay as large as
     with two models; ``malloc_trim(0)`` returns it to the system (MobileNetV2 on ONNX Runtime:

@@ -44,6 +44,7 @@ from edgert.apps.swapping import (
     SwapQueue,
     agreement,
     fingerprint,
+    first_run_fails,
     give_back_memory,
     judge,
     model_info,
@@ -242,16 +243,9 @@ class ModelSlot(SwapQueue):
                 "detector (a model whose results are boxes)"
             )
         image = self.last_image
-        if image is not None:
-            m = candidate.model
-            try:
-                tensor, transform = m.preprocess(image)  # beside the live batches, not
-                m.postprocess(m.infer(m.collate([tensor])), [transform])  # between them
-            except EdgertError as exc:
-                return f"the candidate fails on a live frame: {exc}"
-            except Exception as exc:  # noqa: BLE001 - a broken model, whatever it raises
-                return f"the candidate fails on a live frame: {type(exc).__name__}: {exc}"
-        return None
+        if image is None:
+            return None
+        return first_run_fails(candidate.model, image, "a live frame")
 
     def _check(self, candidate: Loaded) -> tuple[str | None, dict | None]:
         """``--swap-check``: (why it fails, the measures), on live frames."""

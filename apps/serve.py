@@ -474,7 +474,7 @@ def serve(cfg: ServeConfig, say=print) -> None:
                     ).start()
                     if telemetry is not None:
                         telemetry.swapper, swapper.on_swap = swapper, telemetry.loaded
-                    hangup = _on_hangup(swapper)
+                    hangup = swapper.on_sighup()  # SIGHUP re-reads every bundle path
                     say(
                         f"ready: http://{cfg.host}:{cfg.http_port} grpc {cfg.host}:{cfg.grpc_port} "
                         f"metrics http://{cfg.host}:{cfg.metrics_port}/metrics (models: {', '.join(models)})"
@@ -529,15 +529,6 @@ def _few_malloc_arenas(arenas: int = 2) -> None:
 def _local(host: str, port: int) -> str:
     """Where this process reaches its own Triton's ``port`` bound to ``host``."""
     return show_host({"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host), port)
-
-
-def _on_hangup(swapper):
-    """SIGHUP reads every bundle path again and swaps those that changed (as daemons reload
-    their configuration); returns what puts the old handler back."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGHUP"):
-        return lambda: None
-    old = signal.signal(signal.SIGHUP, lambda signum, frame: swapper.request_all("SIGHUP"))
-    return lambda: signal.signal(signal.SIGHUP, old)
 
 
 def _wait_until_models_answer(cfg: ServeConfig, models: list[str], telemetry=None) -> None:

@@ -126,7 +126,7 @@ class ServeSwapper(SwapQueue):
         self._queue(options, roots, say, lambda event: None, "serve-model-swap")
 
     # -- requests: SwapQueue's (request, allowed, POST and GET /model) ------------------------
-    def request_all(self, why: str) -> None:
+    def reread(self, why: str) -> None:
         """SIGHUP: every bundle path given, read again (one that did not change: nothing)."""
         for s in list(self.served.values()):
             self.request(s.path, why)

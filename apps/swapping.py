@@ -335,6 +335,22 @@ class SwapQueue:
                 finally:
                     self.busy = False
 
+    def reread(self, why: str) -> None:
+        """SIGHUP: the bundle path(s) read again (one that did not change: nothing to swap)."""
+        raise NotImplementedError
+
+    def on_sighup(self):
+        """SIGHUP calls :meth:`reread` from now on (as daemons reload their configuration; the
+        handler only queues); returns what puts the handler before back. Main thread only."""
+        import signal
+
+        if threading.current_thread() is not threading.main_thread() or not hasattr(
+            signal, "SIGHUP"
+        ):
+            return lambda: None
+        old = signal.signal(signal.SIGHUP, lambda signum, frame: self.reread("SIGHUP"))
+        return lambda: signal.signal(signal.SIGHUP, old)
+
     def _poll(self) -> None:
         pass
 

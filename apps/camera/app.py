@@ -341,7 +341,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         handler.attach(sinks, pipeline)
         probes.attach(pipeline, power, analytics, sinks.all, slot)
         power.watch()
-        stack.enter_context(_sighup_swaps(slot))
+        stack.callback(slot.on_sighup())  # SIGHUP re-reads the bundle path
         slot.start()
         # what start-up made (modules, the model, sources) out of the collector's sight: a full
         # collection, which a swap's allocations trigger, then scans only what came since
@@ -366,25 +366,6 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         if clocks is not None:
             summary["clocks_set"], summary["clock_choice"] = clocks[0].report(), clocks[1]
         return summary
-
-
-@contextlib.contextmanager
-def _sighup_swaps(slot: ModelSlot):
-    """SIGHUP re-reads the bundle path and swaps to what is there now (as daemons reload their
-    configuration); the handler before is put back at the end. Main thread only."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGHUP"):
-        yield
-        return
-    old = signal.signal(
-        signal.SIGHUP, lambda signum, frame: slot.request(slot.watch_path, "SIGHUP")
-    )
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGHUP, old)
 
 
 def _clocks(cfg: CameraConfig, model_path, batch: int, streams: int, power, stack, say):

@@ -178,6 +178,9 @@ class ModelSlot(SwapQueue):
         for m in others:
             m.close()
 
+    def reread(self, why: str) -> None:
+        self.request(self.watch_path, why)
+
     def _poll(self) -> None:
         seen = fingerprint(self.watch_path)
         if seen != self._seen:

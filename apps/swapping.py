@@ -335,6 +335,17 @@ class SwapQueue:
                 finally:
                     self.busy = False
 
+    def counters(self) -> list:
+        """(metric, value, help) of the swap counters, for /metrics."""
+        return [
+            ("edgert_model_swaps_total", self.swaps, "Models swapped in while running"),
+            (
+                "edgert_model_swap_refusals_total",
+                self.refusals,
+                "Swaps refused (load, task, check)",
+            ),
+        ]
+
     def reread(self, why: str) -> None:
         """SIGHUP: the bundle path(s) read again (one that did not change: nothing to swap)."""
         raise NotImplementedError

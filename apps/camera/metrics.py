@@ -85,11 +85,7 @@ def _model_families(slot, gauge, counter):
     )
     model.add_metric([str(v) for v in info.values()], 1)
     yield model
-    for name, value, what in (
-        ("edgert_model_swaps_total", slot.swaps, "Models swapped in while running"),
-        ("edgert_model_rollbacks_total", slot.rollbacks, "Swaps rolled back (a collapse)"),
-        ("edgert_model_swap_refusals_total", slot.refusals, "Swaps refused (load, task, check)"),
-    ):
+    for name, value, what in slot.counters():
         family = counter(name, what)
         family.add_metric([], value)
         yield family

@@ -178,6 +178,12 @@ class ModelSlot(SwapQueue):
         for m in others:
             m.close()
 
+    def counters(self) -> list:
+        return [
+            *super().counters(),
+            ("edgert_model_rollbacks_total", self.rollbacks, "Swaps rolled back (a collapse)"),
+        ]
+
     def reread(self, why: str) -> None:
         self.request(self.watch_path, why)
 

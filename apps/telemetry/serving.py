@@ -173,10 +173,7 @@ def _model_families(swapper):
     for served, m, version in swapper.infos():
         info.add_metric([served, m["name"], m["version"], m["hash"], str(version)], 1)
     yield info
-    for name, value, what in (
-        ("edgert_model_swaps_total", swapper.swaps, "Models swapped in while serving"),
-        ("edgert_model_swap_refusals_total", swapper.refusals, "Swaps refused (load, check)"),
-    ):
+    for name, value, what in swapper.counters():
         family = CounterMetricFamily(name, what)
         family.add_metric([], value)
         yield family

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -287,6 +288,15 @@ def test_bad_candidates_are_refused_and_the_old_model_serves(bundles, scene, tmp
     assert cam.swap(shuffled, force=True)[0] == 202  # forced past the check
     m = cam.settled(3)
     assert m["swaps"] == 1 and m["model"]["name"] == "shuffled" and m["last"]["forced"], m
+    with urllib.request.urlopen(f"http://127.0.0.1:{cam.port}/metrics", timeout=10) as r:
+        metrics = r.read().decode()
+    for line in (
+        "edgert_model_swaps_total 1.0",
+        "edgert_model_swap_refusals_total 2.0",
+        "edgert_model_rollbacks_total 0.0",
+    ):
+        assert line in metrics.splitlines(), line
+    assert re.search(r'^edgert_model_info\{.*name="shuffled".*\} 1\.0$', metrics, re.M), metrics
     summary = cam.stop()
     assert summary["frames_processed"] > 0 and summary["model"]["refusals"] == 2
     # a classifier for a run that tracks and counts: refused, the detector goes on

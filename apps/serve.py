@@ -34,7 +34,6 @@ import numpy as np
 from edgert.apps import processes
 from edgert.apps.swapping import SwapOptions
 from edgert.apps.telemetry.http import is_loopback
-from edgert.apps.uris import show_host
 from edgert.runtime.errors import MissingDependency, OutputError
 
 log = logging.getLogger(__name__)
@@ -400,7 +399,9 @@ def serve(cfg: ServeConfig, say=print) -> None:
             telemetry.start_power()
         counted = telemetry.counter if telemetry is not None else (lambda name: None)
         for path, name in zip(cfg.bundles, names):
-            seen = fingerprint(path)  # before it is read: a change while loading is one
+            # what names it and what --watch-model compares with, read before it loads (as the
+            # camera does): a bundle replaced while it loads is then a change, not one missed
+            info, seen = model_info(path), fingerprint(path)
             probe = load_task_model(path, backend=cfg.backend, precision=cfg.precision)
             loaded.append(probe)
             image_models = [probe] + [
@@ -411,10 +412,10 @@ def serve(cfg: ServeConfig, say=print) -> None:
             say(f"{name}: {probe.backend_reason}")
             if telemetry is not None:
                 telemetry.loaded(name, probe)
-            first = Loaded(probe, model_info(path), str(path))
-            # the last request images: 20 for --swap-check to compare on, else the one a
+            first = Loaded(probe, info, str(path))
+            # the last request images: --swap-check's frames to compare on, else the one a
             # candidate is first run on
-            recent = Recent(20 if cfg.swap.check else 1)
+            recent = Recent(cfg.swap.check_frames if cfg.swap.check else 1)
             served[name] = Served(name, str(path), first, image_models, seen=seen, recent=recent)
             bindings.extend(
                 _bindings(name, image_models, cfg, counted, first.label, served[name].recent)
@@ -528,7 +529,9 @@ def _few_malloc_arenas(arenas: int = 2) -> None:
 
 def _local(host: str, port: int) -> str:
     """Where this process reaches its own Triton's ``port`` bound to ``host``."""
-    return show_host({"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host), port)
+    from edgert.apps.telemetry.serving import local_address
+
+    return f"{local_address(host)}:{port}"
 
 
 def _wait_until_models_answer(cfg: ServeConfig, models: list[str], telemetry=None) -> None:

@@ -25,7 +25,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -43,21 +42,6 @@ def _bundles(folder: Path) -> tuple[Path, Path]:
 
     a = classifier_bundle(folder / "a", size=32)
     return a, _variant(a, folder / "b", lambda w: w + 0.01)
-
-
-def _post(port: int, bundle: Path) -> dict:
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/model",
-        data=json.dumps({"bundle": str(bundle)}).encode(),
-        method="POST",
-    )
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.loads(r.read())
-
-
-def _get(port: int) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/model", timeout=10) as r:
-        return json.loads(r.read())
 
 
 def _memory(pid: int) -> float:
@@ -114,7 +98,7 @@ def _pct(values: list, q: float) -> float | None:
 def run(first: Path, second: Path, name: str, a, arenas: str) -> dict:
     """One server (``MALLOC_ARENA_MAX=arenas``, or edgert's own choice for "edgert"): the
     reference, then the swaps."""
-    from tests.apps.test_serve import start
+    from tests.apps.test_serve import _json_http, start
     from tests.ports import free_ports
 
     env_before = os.environ.get("MALLOC_ARENA_MAX")
@@ -133,6 +117,7 @@ def run(first: Path, second: Path, name: str, a, arenas: str) -> dict:
         else:
             os.environ["MALLOC_ARENA_MAX"] = env_before
     proc = info["proc"]
+    url = f"http://127.0.0.1:{port}"
     try:
         clients = Clients(info["http"], a.clients, name)
         time.sleep(2.0)  # warm
@@ -145,9 +130,10 @@ def run(first: Path, second: Path, name: str, a, arenas: str) -> dict:
         for i in range(a.swaps):
             target = second if i % 2 == 0 else first
             sent = time.monotonic()
-            _post(port, target)
+            code, said = _json_http("POST", f"{url}/model", {"bundle": str(target)})
+            assert code == 202, said
             while True:  # promoted, and the old version freed (GET /model: not busy)
-                m = _get(port)
+                m = _json_http("GET", f"{url}/model")[1]
                 mem["peak"] = max(mem["peak"], _memory(proc.pid))
                 if m["swaps"] >= i + 1 and not m["busy"]:
                     break

@@ -32,8 +32,9 @@ def describe_os_error(exc: OSError, path: Path) -> str:
     return f"cannot write {path}: {exc.strerror or exc}"
 
 
-def _write_with(path: str | os.PathLike, fill) -> None:
-    """``fill(file)`` writes a temp file in ``path``'s folder; then fsync and rename onto ``path``.
+def _write_with(path: str | os.PathLike, fill, new: bool = False) -> None:
+    """``fill(file)`` writes a temp file in ``path``'s folder; then fsync and rename onto ``path``
+    (with ``new``, linked to ``path`` only if nothing has that name: FileExistsError otherwise).
     OSError (a full disk, a read-only folder) becomes OutputError; the temp file never stays."""
     path = Path(path)
     tmp = None
@@ -45,8 +46,13 @@ def _write_with(path: str | os.PathLike, fill) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
-        os.replace(tmp, path)
+        if new:
+            rename_new(tmp, path)  # EEXIST when another run took the name: nothing overwritten
+        else:
+            os.replace(tmp, path)
         tmp = None
+    except FileExistsError:
+        raise
     except OSError as exc:
         raise OutputError(describe_os_error(exc, path)) from exc
     finally:
@@ -58,6 +64,12 @@ def _write_with(path: str | os.PathLike, fill) -> None:
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
     _write_with(path, lambda fh: fh.write(data))
+
+
+def write_new(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically, only where no file has that name: FileExistsError
+    otherwise (another process took it; nothing of its is overwritten)."""
+    _write_with(path, lambda fh: fh.write(data), new=True)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
@@ -74,13 +86,14 @@ def copy_file(source: str | os.PathLike, path: str | os.PathLike) -> None:
     _write_with(path, fill)
 
 
-_RENAME_EXCHANGE = 2  # linux/fs.h
+_RENAME_NOREPLACE = 1  # linux/fs.h
+_RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where the
-    kernel, the C library or the file system cannot."""
+def _renameat2(a: Path, b: Path, flags: int) -> bool:
+    """Linux ``renameat2(a, b, flags)``; False where the kernel, the C library or the file system
+    cannot (OSError for any other failure, FileExistsError with RENAME_NOREPLACE)."""
     import ctypes
 
     try:
@@ -96,12 +109,33 @@ def _exchange(a: Path, b: Path) -> bool:
         ctypes.c_uint,
     ]
     renameat2.restype = ctypes.c_int
-    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), flags) == 0:
         return True
     err = ctypes.get_errno()
     if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
         return False
     raise OSError(err, os.strerror(err), str(b))
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (RENAME_EXCHANGE); False where that cannot be done."""
+    return _renameat2(a, b, _RENAME_EXCHANGE)
+
+
+def rename_new(a: str | os.PathLike, b: str | os.PathLike) -> None:
+    """Rename ``a`` to ``b`` only if nothing has the name ``b`` (FileExistsError otherwise): a hard
+    link then unlink, or RENAME_NOREPLACE where the file system has no links (FAT, exFAT)."""
+    try:
+        os.link(a, b)
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
+            raise
+        if not _renameat2(Path(a), Path(b), _RENAME_NOREPLACE):
+            if os.path.lexists(b):
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(b)) from None
+            os.replace(a, b)  # neither can be done here: checked, then renamed
+        return
+    os.unlink(a)
 
 
 def pid_alive(pid: int) -> bool:

@@ -4,12 +4,16 @@ x265 from frames pushed into an ``appsrc`` at the frame rate, as a camera would.
 
     python -m tests.rtsp_server --port 8554 [--codec h264|h265] [--video clip.mp4]
                                 [--stall-after N] [--slices] [--gop N] [--sends FILE]
+                                [--switch-at N]
 
 Each client gets its own media, from frame 0. Every frame carries its index burned into its top
 band (:func:`frame_index` reads it back from decoded pixels), so a receiver can tell which frame
 it got and, with ``--sends`` (``INDEX MONOTONIC_SECONDS`` per pushed frame; CLOCK_MONOTONIC is the
 same clock in every process of this machine), how long after it was sent. ``--stall-after N``
-pushes N frames and then nothing, leaving the connection open: a camera that hangs. Prints
+pushes N frames and then nothing, leaving the connection open: a camera that hangs.
+``--switch-at N`` sends frames of twice the width and height from frame N on, in the same stream
+(new caps, so new parameter sets at a key frame): a camera set to another size while it streams.
+Prints
 ``ready rtsp://127.0.0.1:PORT/cam`` once it listens.
 """
 
@@ -80,6 +84,10 @@ def _encoder(codec: str, fps: int, slices: bool = False, gop: int | None = None)
     )
 
 
+def _caps(args, width: int, height: int) -> str:
+    return f"video/x-raw,format=BGR,width={width},height={height},framerate={args.fps}/1"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
@@ -94,6 +102,7 @@ def main(argv=None) -> int:
     p.add_argument("--slices", action="store_true", help="H.264 with several slices a frame")
     p.add_argument("--gop", type=int, help="frames from one key frame to the next (default: fps)")
     p.add_argument("--sends")
+    p.add_argument("--switch-at", type=int, help="twice the size from this frame on")
     args = p.parse_args(argv)
 
     import gi
@@ -138,6 +147,13 @@ def main(argv=None) -> int:
                 image = burn_index(frames[i % len(frames)].copy(), i)
             else:
                 image = pattern_frame(i, args.width, args.height)
+            if args.switch_at is not None and i >= args.switch_at:
+                import cv2
+
+                h, w = image.shape[:2]
+                image = burn_index(cv2.resize(image, (2 * w, 2 * h)), i)
+                if i == args.switch_at:  # the stream's caps change: the encoder follows
+                    appsrc.set_property("caps", Gst.Caps.from_string(_caps(args, 2 * w, 2 * h)))
             data = image.tobytes()  # copied into GStreamer's own memory: the encoder keeps
             buf = Gst.Buffer.new_allocate(None, len(data), None)  # references to past frames
             buf.fill(0, data)
@@ -154,7 +170,7 @@ def main(argv=None) -> int:
         media.connect("unprepared", lambda _m: stopped.set())
         threading.Thread(target=feed, args=(appsrc, stopped), daemon=True).start()
 
-    caps = f"video/x-raw,format=BGR,width={args.width},height={args.height},framerate={args.fps}/1"
+    caps = _caps(args, args.width, args.height)
     factory = GstRtspServer.RTSPMediaFactory()
     factory.set_launch(
         f"( appsrc name=src is-live=true do-timestamp=true format=time caps={caps} ! videoconvert ! "

@@ -145,12 +145,23 @@ def appsink(live: bool) -> str:
     return "appsink name=sink sync=false max-buffers=4 drop=false"
 
 
+def _caps_size(caps) -> tuple | None:
+    """(width, height) of a parser's caps, None when it does not say."""
+    if caps is None or caps.get_size() == 0:
+        return None
+    s = caps.get_structure(0)
+    ok_w, w = s.get_int("width")
+    ok_h, h = s.get_int("height")
+    return (w, h) if ok_w and ok_h else None
+
+
 class PacketTap:
     """A stream's encoded video as it arrives, before decoding: H.264 or H.265 access units in
     byte-stream form, parameter sets before every key frame, each ``(t_pts, t_dts, key, bytes,
     connection)`` with its times on the frames' clock (the capture time a frame of it gets) and
-    the number of the connection it came on (a camera that reboots may come back with other
-    parameter sets: what was kept of the one before must not run on into it). What clips keep
+    the number of the segment it came in: a connection, or a picture size within one (a camera
+    that reboots may come back with other parameter sets, one set to another size may change it
+    mid-stream: what was kept of the one before must not run on into it). What clips keep
     of an RTSP camera: its own packets, never decoded and encoded again, as NVRs record. Filled
     on GStreamer's streaming thread, drained by the output thread; bounded: when nobody drains,
     the oldest go (``lost`` counts them)."""
@@ -292,6 +303,7 @@ class GstConnection:
         self._handler: int | None = None
         self._tapped: tuple | None = None  # (the packets appsink, its new-sample handler)
         self._connection = 0  # this connection's number on the tap
+        self._tap_size = None  # the picture size its parser last said
         try:
             self._build(launch)
         except BaseException:
@@ -378,6 +390,7 @@ class GstConnection:
             self.tap.codec = codec.lower()
             self.tap.connection += 1
             self._connection = self.tap.connection
+            self._tap_size = None
             self._tapped = (packets, packets.connect("new-sample", self._packet))
         pipeline.add(bin_)
         bin_.link(self.sink)
@@ -395,6 +408,11 @@ class GstConnection:
             dts = pts if buf.dts == Gst.CLOCK_TIME_NONE else self._stamp(buf.dts)
             key = not buf.has_flags(Gst.BufferFlags.DELTA_UNIT)
             data = buf.extract_dup(0, buf.get_size())
+            size = _caps_size(sample.get_caps())
+            if None not in (size, self._tap_size) and size != self._tap_size:
+                self.tap.connection += 1  # the picture's size changed within the stream: a new
+                self._connection = self.tap.connection  # segment (one size per clip)
+            self._tap_size = size or self._tap_size
             self.tap.put((pts, dts, key, data, self._connection))
         return Gst.FlowReturn.OK
 

@@ -166,7 +166,8 @@ def test_page_lists_events_with_snapshots_and_clips_and_its_charts_move(tmp_path
     import json
     import sys
 
-    from tests.apps.test_gate import _can_clip, quiet_scene
+    from tests.apps.test_clip_folders import _can_clip
+    from tests.apps.test_gate import quiet_scene
     from tests.power_plant import write_tree
     from tests.procs import SCENE, edgert
     from tests.thermal_plant import write_zone

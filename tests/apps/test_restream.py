@@ -258,7 +258,8 @@ def test_an_rtsp_cameras_clips_hold_its_own_packets(tmp_path, codec):
     edgert's encoder's one a second), its codec and size, and every frame the camera sent in
     order, as sent (its burned-in index intact: nothing drawn over it). ``reencode=1`` is the
     control: the same run encoded by edgert has its own key frame spacing."""
-    from tests.apps.test_gate import _can_clip, quiet_scene
+    from tests.apps.test_clip_folders import _can_clip
+    from tests.apps.test_gate import quiet_scene
     from tests.tiny import blob_detector_bundle
 
     if not _can_clip():
@@ -324,7 +325,8 @@ def test_a_camera_that_reboots_mid_clip_ends_that_clip_and_the_run_goes_on(tmp_p
     the run goes on and ends without an output error."""
     import json
 
-    from tests.apps.test_gate import _can_clip, quiet_scene
+    from tests.apps.test_clip_folders import _can_clip
+    from tests.apps.test_gate import quiet_scene
     from tests.tiny import blob_detector_bundle
 
     if not _can_clip():

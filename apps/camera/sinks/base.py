@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+from edgert.runtime.errors import OutputError
+
 
 class Sink:
     """Where a camera run's results go. What a sink takes is declared, never probed:
@@ -64,6 +66,47 @@ class SinkContext:
     probes: object = None
     live: Callable[[], dict] | None = None
     sources: list = field(default_factory=list)  # the streams' sources (clips tap RTSP's packets)
+
+
+def folder_and_query(uri: str, what: str, known: tuple) -> tuple[str, dict]:
+    """(folder, options) of ``SCHEME://DIR?k=v&...`` (or a bare ``DIR?k=v``): the options must be
+    ``key=value`` pairs of ``known``; OutputError in one sentence otherwise (a ``?`` that is part
+    of a folder's name would be taken for options and is refused, never cut off)."""
+    from urllib.parse import parse_qs
+
+    rest = uri.split("://", 1)[1] if "://" in uri else uri
+    folder, sep, query = rest.partition("?")
+    try:
+        q = {k: v[-1] for k, v in parse_qs(query, True, True).items()} if sep else {}
+    except ValueError:
+        raise OutputError(
+            f"{what}: {rest!r}: after '?' come options as key=value joined by '&' "
+            f"({', '.join(known)}); a folder whose name holds '?' cannot be given here"
+        ) from None
+    unknown = set(q) - set(known)
+    if unknown:
+        raise OutputError(f"{what}: unknown option {sorted(unknown)[0]!r} ({', '.join(known)})")
+    if not folder.strip():
+        raise OutputError(f"{what} needs a folder, and it was given an empty one")
+    return folder, q
+
+
+def make_folder(folder, what: str):
+    """``folder`` made (with its parents) if missing, as a Path; OutputError in one sentence when
+    it cannot be, or is something other than a folder."""
+    import os
+    from pathlib import Path
+
+    from edgert.runtime.atomic import describe_os_error
+
+    folder = Path(folder)
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise OutputError(f"{what}: {folder} is not a folder (give a folder to write into)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{what}: {describe_os_error(exc, folder)}") from None
+    return folder
 
 
 def stream_of(frame) -> int:

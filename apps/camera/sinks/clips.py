@@ -16,53 +16,75 @@ mid-clip leaves a ``.part`` that plays up to its last fragment, and nothing half
 complete name. The event carries ``clip`` (the name it will have). Times are the scene's (a
 file's own time, a live camera's capture time).
 
-Retention (``max_gb=``, ``keep_days=``): after each clip, the oldest finished clips of the folder
-go first, never one being written nor the one just finished. A write that fails (a full disk) is the run's
-``--on-output-error`` policy: stop, or go on without clips.
+A clip is at most ``max_s`` seconds long (default 300): a busy scene whose events keep merging
+goes on in a new file from the next key frame (split, not lost; later events name the new
+file). A stream whose picture size changes (a reconnect to a camera set otherwise, or a size
+change within the stream) ends its clip there and goes on in a new one: one size per file. The
+ring is bounded by time (``pre`` + 30 s) and bytes (32 MB a stream): a camera whose key frames
+are rarer than that is said once, and its clips then start at its next key frame.
+
+Names carry the run's ID and are created exclusively (two runs sharing a folder never write one
+name). Retention (``max_gb=``, ``keep_days=``) removes only clips edgert recorded as its own
+(:mod:`.retention`: never a user's file, a link or a folder that happens to sit there), oldest
+first, checked after each clip and every second while one is written; the clips being written
+count against ``max_gb``, and with ``max_gb`` a clip also ends in a new file once it holds a
+quarter of it, so the folder keeps to the budget. A clip a killed run left as ``NAME.mp4.part``
+is finished by the next run on the folder (cut after its last whole fragment, renamed to the
+name its events gave it, said and reported as ``recovered``). A write that fails (a full disk)
+is the run's ``--on-output-error`` policy: stop, or go on without clips.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import os
 import time
 from pathlib import Path
-from urllib.parse import parse_qs
 
+from edgert.runtime import atomic
 from edgert.runtime.errors import OutputError
 
-from .base import Sink, SinkContext
+from .base import Sink, SinkContext, folder_and_query, make_folder
+from .retention import Ledger
 
 TRIGGERS = ("track_start", "line_cross", "zone_enter")
+EVENTS = ("track_start", "track_end", "line_cross", "zone_enter", "zone_exit")
+RING_SLACK_S = 30.0  # the ring spans at most pre + this (a key frame rarer than that: said)
+RING_MAX_BYTES = 32 << 20  # and holds at most this much per stream
+KNOWN = ("pre", "post", "events", "clean", "max_gb", "keep_days", "bitrate", "reencode", "max_s")
 
 
 def options(uri: str) -> dict:
-    rest = uri.split("://", 1)[1] if "://" in uri else uri
-    folder, _, query = rest.partition("?")
-    q = {k: v[-1] for k, v in parse_qs(query).items()}
-    known = ("pre", "post", "events", "clean", "max_gb", "keep_days", "bitrate", "reencode")
-    unknown = set(q) - set(known)
-    if unknown:
-        raise OutputError(f"clips: unknown option {sorted(unknown)[0]!r} ({', '.join(known)})")
-    if not folder.strip():
-        raise OutputError("clips:// needs a folder, and it was given an empty one")
+    folder, q = folder_and_query(uri, "clips", KNOWN)
     try:
         o = {
             "folder": folder,
             "pre": float(q.get("pre", 5)),
             "post": float(q.get("post", 5)),
+            "max_s": float(q.get("max_s", 300)),
             "max_gb": float(q["max_gb"]) if "max_gb" in q else None,
             "keep_days": float(q["keep_days"]) if "keep_days" in q else None,
             "kbps": int(q.get("bitrate", 4000)),
         }
     except ValueError:
-        raise OutputError("clips: pre, post, max_gb, keep_days and bitrate are numbers") from None
-    if not (0 <= o["pre"] <= 60 and 0 <= o["post"] <= 600 and o["kbps"] >= 100):
-        raise OutputError("clips: pre must be 0 to 60 s, post 0 to 600 s, bitrate >= 100 kbit/s")
-    if any(o[k] is not None and not o[k] > 0 for k in ("max_gb", "keep_days")):
+        raise OutputError(
+            "clips: pre, post, max_s, max_gb, keep_days and bitrate are numbers"
+        ) from None
+    if not (0 <= o["pre"] <= 60 and 0 <= o["post"] <= 600 and 100 <= o["kbps"] <= 100_000):
+        raise OutputError(
+            "clips: pre must be 0 to 60 s, post 0 to 600 s, bitrate 100 to 100000 kbit/s"
+        )
+    if not 1 <= o["max_s"] <= 86400:
+        raise OutputError("clips: max_s (a clip's longest) is 1 to 86400 seconds")
+    if any(o[k] is not None and not 0 < o[k] < float("inf") for k in ("max_gb", "keep_days")):
         raise OutputError("clips: max_gb and keep_days are numbers above 0")
     o["events"] = tuple(e for e in q.get("events", ",".join(TRIGGERS)).split(",") if e)
+    wrong = [e for e in o["events"] if e not in EVENTS]
+    if wrong or not o["events"]:
+        raise OutputError(
+            f"clips: events= names {'no event' if not wrong else repr(wrong[0])}; "
+            f"give one or more of {', '.join(EVENTS)}"
+        )
     o["clean"] = q.get("clean", "0") in ("1", "true", "yes")
     o["reencode"] = q.get("reencode", "0") in ("1", "true", "yes")
     return o
@@ -87,13 +109,16 @@ class _Stream:
     def __init__(self, out: ClipsOutput, stream: int, tap=None) -> None:
         self.out, self.stream = out, stream
         self.tap = tap  # an RTSP camera's own packets (gstreamer.PacketTap), or None: encode
-        self._connection = 0  # the tap's connection the ring holds
+        self._connection = 0  # the tap's segment the ring holds (a connection, a picture size)
         self.codec = "h264"
         self.encoder = None  # (pipeline, appsrc, appsink) once the first frame gives the size
+        self.size: tuple | None = None  # the picture size the encoder was opened for
         self.ring: collections.deque = collections.deque()  # (pts ns, key frame, bytes, dts ns)
+        self.ring_bytes = 0
+        self.rare_keys = False  # said once: key frames rarer than the ring can hold
         self.t0: float | None = None
         self.pending: collections.deque = collections.deque()  # PTS of frames not yet encoded
-        self.clip = None  # (pipeline, appsrc, path, start pts, end pts)
+        self.clip = None  # the clip being written (ClipsOutput.start_clip's dict)
 
     def _open(self, width: int, height: int) -> None:
         from edgert.apps.camera.gstreamer import encode_chain
@@ -108,6 +133,7 @@ class _Stream:
         )
         pipe.set_state(Gst.State.PLAYING)
         self.encoder = (pipe, pipe.get_by_name("src"), pipe.get_by_name("sink"))
+        self.size = (width, height)
 
     @property
     def mode(self) -> str:
@@ -122,11 +148,9 @@ class _Stream:
             return False
         self.codec = self.tap.codec or self.codec
         for t_pts, t_dts, key, data, connection in packets:
-            if connection != self._connection:  # the camera came back (a reboot): what was
-                self._connection = connection  # kept of the stream before ends here (its
-                if self.clip is not None:  # parameter sets may differ: one file, one stream)
-                    self._finish()
-                self.ring.clear()
+            if connection != self._connection:  # the camera came back (a reboot) or changed
+                self._connection = connection  # its picture size: what was kept of the stream
+                self._new_segment(t_pts)  # before ends here (one file, one stream)
             if self.t0 is None:
                 if not key:
                     continue  # the ring starts at a key frame
@@ -135,15 +159,34 @@ class _Stream:
             self._sample(int((t_pts - self.t0) * ns), key, data, int((t_dts - self.t0) * ns))
         return True
 
+    def _new_segment(self, t: float) -> None:
+        """The stream before this point cannot go on into one file with what follows (another
+        connection, another picture size): the clip ends, the ring empties, and a clip that
+        was to run on goes on in a new file from the next key frame."""
+        end = self.clip["end"] if self.clip is not None else None
+        if self.clip is not None:
+            self._finish()
+        self.ring.clear()
+        self.ring_bytes = 0
+        if end is not None and self.t0 is not None:
+            self.clip = self.out.start_clip(self.stream, t, None, end, self.codec)
+
     def frame(self, image, t: float) -> None:
         Gst = self.out.Gst
         if self.tap is not None and self._packets():
             return
         if self.out.encoder is None:  # an RTSP stream that was not H.264 or H.265
             raise OutputError(f"clips: stream {self.stream} needs an H.264 encoder to be kept")
+        size = (image.shape[1], image.shape[0])
+        if self.encoder is not None and size != self.size:  # the picture changed size
+            self.encoder[0].set_state(Gst.State.NULL)
+            self.encoder = None
+            self.pending.clear()
+            self._new_segment(t)
         if self.encoder is None:
-            self._open(image.shape[1], image.shape[0])
-            self.t0 = t
+            self._open(*size)
+            if self.t0 is None:
+                self.t0 = t
         _, src, sink = self.encoder
         buf = Gst.Buffer.new_wrapped(image.tobytes())
         buf.pts = int((t - self.t0) * Gst.SECOND)
@@ -167,19 +210,62 @@ class _Stream:
             self._sample(pts, key, data)
 
     def _sample(self, pts: int, key: bool, data: bytes, dts: int | None = None) -> None:
-        Gst = self.out.Gst
         dts = pts if dts is None else dts
-        self.ring.append((pts, key, data, dts))
-        keep = int(self.out.o["pre"] * Gst.SECOND)
-        # keep from the last key frame at least `pre` before the newest sample
+        if key or self.ring:  # the ring starts at a key frame (nothing before one can play)
+            self.ring.append((pts, key, data, dts))
+            self.ring_bytes += len(data)
+            self._trim(pts)
+        clip = self.clip
+        if clip is None:
+            return
+        if clip["start"] is None:  # a clip waiting for its first key frame
+            if not key:
+                return
+            clip["start"] = pts
+        elif key and self._full(pts):
+            self._split(pts)
+        self._write(pts, data, dts)
+        if pts >= self.clip["end"]:
+            self._finish()
+        else:
+            self.out.check_budget()
+
+    def _trim(self, pts: int) -> None:
+        """The ring from the last key frame at least ``pre`` before the newest sample; at most
+        ``pre`` + RING_SLACK_S and RING_MAX_BYTES (then it starts at its next key frame)."""
+        ns = self.out.Gst.SECOND
+        keep = int(self.out.o["pre"] * ns)
         keys = [i for i, (p, k, _, _) in enumerate(self.ring) if k and p <= pts - keep]
-        if keys and keys[-1] > 0:
-            for _ in range(keys[-1]):
-                self.ring.popleft()
-        if self.clip is not None:
-            self._write(pts, data, dts)
-            if pts >= self.clip["end"]:
-                self._finish()
+        for _ in range(keys[-1] if keys else 0):
+            self.ring_bytes -= len(self.ring.popleft()[2])
+        span = int((self.out.o["pre"] + RING_SLACK_S) * ns)
+        if self.ring and (pts - self.ring[0][0] > span or self.ring_bytes > RING_MAX_BYTES):
+            self.ring_bytes -= len(self.ring.popleft()[2])
+            while self.ring and not self.ring[0][1]:
+                self.ring_bytes -= len(self.ring.popleft()[2])
+            if not self.rare_keys:
+                self.rare_keys = True
+                self.out.say(
+                    f"clips: stream {self.stream}'s key frames come more than "
+                    f"{self.out.o['pre'] + RING_SLACK_S:g} s (or {RING_MAX_BYTES >> 20} MB) apart, "
+                    f"more than a {self.out.o['pre']:g} s pre-roll can keep: its clips start at "
+                    "its next key frame (set the camera's key-frame interval, its I-frame or GOP "
+                    "length, to a few seconds)"
+                )
+
+    def _full(self, pts: int) -> bool:
+        """Whether the clip being written ends here, at a key frame, to go on in a new file: it
+        reached ``max_s``, or a quarter of ``max_gb``."""
+        clip, o = self.clip, self.out.o
+        if pts - clip["start"] >= int(o["max_s"] * self.out.Gst.SECOND):
+            return True
+        return o["max_gb"] is not None and clip["bytes"] >= o["max_gb"] * 1e9 / 4
+
+    def _split(self, pts: int) -> None:
+        end = self.clip["end"]
+        self._finish()
+        t = (self.t0 or 0.0) + pts / self.out.Gst.SECOND
+        self.clip = self.out.start_clip(self.stream, t, pts, end, self.codec)
 
     def event(self, t: float) -> str | None:
         """An event at scene time ``t``: the clip it falls in (started, or extended)."""
@@ -195,11 +281,9 @@ class _Stream:
         keys = [p for p, k, _, _ in self.ring if k and p <= start_at] or [
             p for p, k, _, _ in self.ring if k
         ]
-        if not keys:
-            return None
-        first = keys[-1]
+        first = keys[-1] if keys else None  # None: none kept, the clip starts at the next one
         self.clip = self.out.start_clip(self.stream, t, first, end, self.codec)
-        for p, _, data, d in list(self.ring):
+        for p, _, data, d in list(self.ring) if first is not None else ():
             if p >= first:
                 self._write(p, data, d)
         return str(self.clip["path"])
@@ -209,6 +293,7 @@ class _Stream:
         buf = Gst.Buffer.new_wrapped(data)
         buf.pts = max(0, pts - self.clip["start"])
         buf.dts = max(0, dts - self.clip["start"])
+        self.clip["bytes"] += len(data)
         flow = self.clip["src"].emit("push-buffer", buf)
         error = self.clip["pipe"].get_bus().pop_filtered(Gst.MessageType.ERROR)
         if flow != Gst.FlowReturn.OK or error is not None:  # filesink's write failed
@@ -226,8 +311,7 @@ class _Stream:
         clip, self.clip = self.clip, None
         with contextlib.suppress(Exception):
             clip["pipe"].set_state(self.out.Gst.State.NULL)
-        with contextlib.suppress(OSError):
-            clip["part"].unlink()
+        self.out.drop(clip)
 
     def close(self) -> None:
         if self.clip is not None:
@@ -236,12 +320,15 @@ class _Stream:
             self.encoder[0].set_state(self.out.Gst.State.NULL)
             self.encoder = None
         self.ring.clear()
+        self.ring_bytes = 0
 
 
 class ClipsOutput(Sink):
     takes_frames = True
     takes_events = True
     enriches_events = True
+
+    BUDGET_EVERY_S = 1.0  # the size budget checked this often while a clip is written
 
     def __init__(self, uri: str, ctx: SinkContext) -> None:
         from edgert.apps.camera.gstreamer import (
@@ -254,6 +341,7 @@ class ClipsOutput(Sink):
 
         self.o = options(uri)
         self.draws = not self.o["clean"]
+        self.say = ctx.say
         try:
             self.Gst = gst()
         except ImportError as exc:
@@ -261,11 +349,7 @@ class ClipsOutput(Sink):
         self.encoder, _ = choose_encoder(elements())
         if self.Gst.ElementFactory.find("mp4mux") is None:
             raise OutputError(f"clips:// needs GStreamer's mp4mux: {INSTALL}")
-        self.folder = Path(self.o["folder"])
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OutputError(f"clips: cannot make {self.folder}: {exc.strerror}") from None
+        self.folder = make_folder(self.o["folder"], "clips")
         fps = ctx.fps or 30.0
         self.fps_frac = f"{round(fps * 1000)}/1000"
         self.gop = max(1, round(fps))  # a key frame a second
@@ -276,9 +360,17 @@ class ClipsOutput(Sink):
         ]
         if self.encoder is None and any(s.tap is None for s in self.streams):
             raise OutputError(f"clips:// needs an H.264 encoder: {INSTALL_ENCODER}")
+        self.ledger = Ledger(self.folder, "clips")
         self.written: list = []
         self.deleted = 0
+        self._budget_at = float("-inf")
         self._last_t: dict = {}
+        self._retain()  # a killed run's clips finished, the budget kept, before the first clip
+        if self.ledger.recovered:
+            self.say(
+                f"clips: finished {len(self.ledger.recovered)} clip(s) that a run left unfinished "
+                f"(killed while writing): {', '.join(self.ledger.recovered)}"
+            )
 
     def write(self, frame, image, record: dict) -> None:
         t = frame.t_scene
@@ -297,10 +389,12 @@ class ClipsOutput(Sink):
             if path is not None:
                 e["clip"] = path
 
-    def start_clip(self, stream: int, t: float, start: int, end: int, codec: str) -> dict:
+    def start_clip(self, stream: int, t: float, start: int | None, end: int, codec: str) -> dict:
+        """A clip of ``stream`` from ``start`` (None: its next key frame) to ``end`` (ns of the
+        stream's ring), its name taken and recorded, its muxer writing ``NAME.mp4.part``."""
         Gst = self.Gst
-        name = time.strftime("%Y%m%d-%H%M%S", time.localtime()) + f"_s{stream}_{int(t * 1000)}"
-        path = self.folder / f"{name}.mp4"
+        stem = time.strftime("%Y%m%d-%H%M%S", time.localtime()) + f"_s{stream}_{int(t * 1000)}"
+        path = self.ledger.new_part(stem, ".mp4")
         part = path.with_name(path.name + ".part")
         pipe = Gst.parse_launch(
             f"appsrc name=src format=time caps=video/x-{codec},stream-format=byte-stream,"
@@ -316,6 +410,7 @@ class ClipsOutput(Sink):
             "part": part,
             "start": start,
             "end": end,
+            "bytes": 0,
         }
 
     def end_clip(self, clip: dict) -> None:
@@ -327,32 +422,58 @@ class ClipsOutput(Sink):
             .timed_pop_filtered(10 * Gst.SECOND, Gst.MessageType.EOS | Gst.MessageType.ERROR)
         )
         clip["pipe"].set_state(Gst.State.NULL)
+        if clip["start"] is None:  # no key frame came: nothing to keep
+            self.drop(clip)
+            return
         if msg is None or msg.type != Gst.MessageType.EOS:
-            with contextlib.suppress(OSError):
-                clip["part"].unlink()  # never left as if it could be played to the end
+            self.drop(clip)  # never left as if it could be played to the end
             why = _why(msg) if msg is not None else "it did not finish within 10 s"
             raise OutputError(f"clips: cannot finish {clip['part']}: {why}")
-        os.replace(clip["part"], clip["path"])
+        try:
+            atomic.rename_new(clip["part"], clip["path"])
+            self.ledger.done(clip["path"])
+        except OSError as exc:
+            raise OutputError(
+                f"clips: cannot finish {clip['part']} as {clip['path'].name}: {exc.strerror or exc}"
+            ) from None
         self.written.append(str(clip["path"]))
         self._retain()
 
-    def _retain(self) -> None:
-        from .retention import retain
+    def drop(self, clip: dict) -> None:
+        """A clip that will not be finished: its .part deleted, its name let go."""
+        with contextlib.suppress(OSError):
+            clip["part"].unlink()
+        with contextlib.suppress(OutputError):
+            self.ledger.forget(clip["path"])
 
-        gone = retain(self.folder, ("*.mp4",), self.o["max_gb"], self.o["keep_days"])
-        self.deleted += len(gone)
+    def check_budget(self) -> None:
+        """While a clip is written: the size budget kept, once a BUDGET_EVERY_S."""
+        if self.o["max_gb"] is None and self.o["keep_days"] is None:
+            return
+        if time.monotonic() - self._budget_at >= self.BUDGET_EVERY_S:
+            self._retain()
+
+    def _retain(self) -> None:
+        self._budget_at = time.monotonic()
+        self.deleted += len(self.ledger.retain(self.o["max_gb"], self.o["keep_days"]))
 
     def close(self) -> None:
-        for s in self.streams:
-            s.close()
+        try:
+            for s in self.streams:
+                s.close()
+        finally:
+            self.ledger.close()
 
     def report(self):
-        return {
+        out = {
             "clips": str(self.folder),
             "written": len(self.written),
             "deleted": self.deleted,
             "video": [s.mode for s in self.streams],  # per stream: an encoder, or the camera's own
         }
+        if self.ledger.recovered:
+            out["recovered"] = list(self.ledger.recovered)
+        return out
 
 
 def open_uri(uri: str, ctx: SinkContext) -> ClipsOutput:

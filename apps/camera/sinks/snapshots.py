@@ -8,33 +8,25 @@ than D days (checked at most once a minute; the newest stays). Turns tracking on
 
 Memory stays bounded by the live tracks: each keeps one JPEG of its best frame so far (encoded
 when a better one comes), dropped when its file is written. Files are written atomically (a
-crash leaves no half-written picture); names carry the run's start, the stream and the track ID,
-so runs never overwrite each other.
+crash leaves no half-written picture) under names that carry the run's start, the stream, the
+track ID and the run's ID (``20261203-083847_s0_track1_1f2e3d4c.jpg``), created exclusively: two
+runs sharing a folder never overwrite each other, and an event never names another's picture.
+Retention removes only the pictures edgert recorded as its own (:mod:`.retention`).
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from urllib.parse import parse_qs
 
-from edgert.runtime import atomic
 from edgert.runtime.errors import OutputError
 
-from .base import Sink, SinkContext
+from .base import Sink, SinkContext, folder_and_query, make_folder
+from .retention import Ledger
 
 
 def _folder_and_options(uri: str) -> tuple[str, dict]:
-    rest = uri.split("://", 1)[1] if "://" in uri else uri
-    folder, _, query = rest.partition("?")
-    opts = {k: v[-1] for k, v in parse_qs(query).items()}
-    unknown = set(opts) - {"crop", "clean", "keep_days"}
-    if unknown:
-        raise OutputError(
-            f"snapshots: unknown option {sorted(unknown)[0]!r} (crop, clean, keep_days)"
-        )
-    if not folder.strip():
-        raise OutputError("--snapshots needs a folder, and it was given an empty one")
+    folder, opts = folder_and_query(uri, "snapshots", ("crop", "clean", "keep_days"))
     yes = lambda k: opts.get(k, "0") in ("1", "true", "yes")  # noqa: E731
     keep = None
     if "keep_days" in opts:
@@ -42,7 +34,7 @@ def _folder_and_options(uri: str) -> tuple[str, dict]:
             keep = float(opts["keep_days"])
         except ValueError:
             keep = -1.0
-        if not keep > 0:
+        if not 0 < keep < float("inf"):
             raise OutputError("snapshots: keep_days is a number of days above 0")
     return folder, {"crop": yes("crop"), "clean": yes("clean"), "keep_days": keep}
 
@@ -58,11 +50,8 @@ class SnapshotsOutput(Sink):
     def __init__(
         self, folder: str, crop: bool = False, clean: bool = False, keep_days: float | None = None
     ) -> None:
-        self.folder = Path(folder)
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OutputError(atomic.describe_os_error(exc, self.folder)) from None
+        self.folder = make_folder(folder, "snapshots")
+        self.ledger = Ledger(self.folder, "snapshots")
         self.crop, self.clean = crop, clean
         self.stamp = time.strftime("%Y%m%d-%H%M%S")
         self.best: dict = {}  # (stream, track id) -> (score, label, jpeg, crop jpeg)
@@ -106,23 +95,24 @@ class SnapshotsOutput(Sink):
             if got is None:
                 continue
             _, label, jpeg, crop = got
-            name = f"{self.stamp}_s{e.get('stream', 0)}_track{e['track_id']}"
-            path = self.folder / f"{name}.jpg"
-            atomic.write_bytes(path, jpeg)  # a full disk: OutputError, the run's policy
+            stem = f"{self.stamp}_s{e.get('stream', 0)}_track{e['track_id']}"
+            # a full disk: OutputError, the run's policy
+            path = self.ledger.write_new(stem, ".jpg", jpeg)
             e["snapshot"] = str(path)
             if crop is not None:
-                atomic.write_bytes(self.folder / f"{name}_crop.jpg", crop)
-                e["snapshot_crop"] = str(self.folder / f"{name}_crop.jpg")
+                cropped = self.ledger.write_new(f"{path.stem}_crop", ".jpg", crop, tag=False)
+                e["snapshot_crop"] = str(cropped)
             self.written += 1
             self._retain()
 
     def _retain(self) -> None:
-        from .retention import retain
-
         if self.keep_days is None or time.monotonic() - self._retained < self.RETAIN_EVERY_S:
             return
         self._retained = time.monotonic()
-        self.deleted += len(retain(self.folder, ("*.jpg",), keep_days=self.keep_days))
+        self.deleted += len(self.ledger.retain(keep_days=self.keep_days))
+
+    def close(self) -> None:
+        self.ledger.close()
 
     def report(self):
         out = {"snapshots": str(self.folder), "written": self.written}

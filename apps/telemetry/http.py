@@ -65,13 +65,65 @@ class Probes:
 
 
 def send(handler: BaseHTTPRequestHandler, code: int, body: bytes, ctype: str) -> None:
-    """One whole answer, never cached (the probes', the metrics', the web viewer's)."""
+    """One whole answer, never cached (the probes', the metrics', the web viewer's); the headers
+    alone for HEAD."""
     handler.send_response(code)
     handler.send_header("Content-Type", ctype)
     handler.send_header("Content-Length", str(len(body)))
     handler.send_header("Cache-Control", "no-store")
     handler.end_headers()
-    handler.wfile.write(body)
+    if not getattr(handler, "head_only", False):
+        handler.wfile.write(body)
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None | bool:
+    """The one range ``Range: bytes=A-B`` (``A-``, ``-N``) asks of ``size`` bytes, as (first,
+    last) inclusive; None to send the whole (no header, or several ranges: RFC 9110 lets a
+    server answer those whole); False when it cannot be satisfied (416)."""
+    if not header or not header.strip().lower().startswith("bytes="):
+        return None
+    spec = header.strip()[6:].strip()
+    if "," in spec:
+        return None
+    first, dash, last = spec.partition("-")
+    if not dash or not (first.strip() or last.strip()):
+        return False
+    try:
+        if not first.strip():  # the last N bytes
+            n = int(last)
+            return (max(0, size - n), size - 1) if n > 0 and size > 0 else False
+        a = int(first)
+        b = int(last) if last.strip() else size - 1
+    except ValueError:
+        return False
+    if a < 0 or b < a or a >= size:
+        return False
+    return a, min(b, size - 1)
+
+
+def send_file(handler: BaseHTTPRequestHandler, fh, size: int, ctype: str) -> None:
+    """A file streamed from disk (``socket.sendfile``: never read whole into memory), the one
+    range a ``Range`` header asks for as 206, 416 when it cannot be had; headers alone for
+    HEAD."""
+    got = byte_range(handler.headers.get("Range"), size)
+    if got is False:
+        handler.send_response(416)
+        handler.send_header("Content-Range", f"bytes */{size}")
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+        return
+    first, last = got if got else (0, size - 1)
+    count = max(0, last - first + 1)
+    handler.send_response(206 if got else 200)
+    handler.send_header("Content-Type", ctype)
+    handler.send_header("Content-Length", str(count))
+    handler.send_header("Accept-Ranges", "bytes")
+    if got:
+        handler.send_header("Content-Range", f"bytes {first}-{last}/{size}")
+    handler.send_header("Cache-Control", "no-store")
+    handler.end_headers()
+    if count and not getattr(handler, "head_only", False):
+        handler.connection.sendfile(fh, first, count)
 
 
 class QuietServer(ThreadingHTTPServer):
@@ -162,6 +214,14 @@ class Handler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     timeout = QuietServer.IDLE_S  # no single read waits longer either
+    head_only = False  # answering HEAD: the headers GET would send, no body
+
+    def do_HEAD(self) -> None:  # noqa: N802 - http.server's name
+        self.head_only = True
+        try:
+            self.do_GET()
+        finally:
+            self.head_only = False
 
     def log_message(self, fmt, *args) -> None:
         pass

@@ -108,23 +108,7 @@ class Ledger:
 
     def _read(self) -> dict:
         """name -> its latest entry (call with the lock held)."""
-        try:
-            fd = os.open(self.dir / RECORD, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except FileNotFoundError:
-            return {}
-        with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                return {}
-            text = fh.read(64 << 20).decode("utf-8", "replace")
-        entries: dict = {}
-        for line in text.splitlines():
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue  # a line cut by a crash
-            if isinstance(e, dict) and isinstance(e.get("name"), str) and _plain(e["name"]):
-                entries[e["name"]] = e
-        return entries
+        return read_record(self.folder)
 
     def _rewrite(self, entries: dict) -> None:
         text = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries.values())
@@ -272,6 +256,35 @@ class Ledger:
             (self.dir / f"run-{self.run}.lock").unlink()
         with contextlib.suppress(OSError):
             os.close(self._run_fd)
+
+
+def read_record(folder: Path) -> dict:
+    """The record of what edgert wrote into ``folder``: name -> its latest entry (lines a crash
+    cut, and names that are not a bare file name, left out)."""
+    try:
+        fd = os.open(folder / RECORD_DIR / RECORD, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return {}
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return {}
+        text = fh.read(64 << 20).decode("utf-8", "replace")
+    entries: dict = {}
+    for line in text.splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a crash
+        if isinstance(e, dict) and isinstance(e.get("name"), str) and _plain(e["name"]):
+            entries[e["name"]] = e
+    return entries
+
+
+def recorded(path: Path, st: os.stat_result) -> bool:
+    """Whether ``st`` (of a file opened without following links) is the file the record of
+    ``path``'s folder says edgert wrote under that name (``/media`` serves nothing else)."""
+    e = read_record(path.parent).get(path.name)
+    return e is not None and stat.S_ISREG(st.st_mode) and e.get("id") == _identity(st)
 
 
 def _choose(finished: list, parts: list, max_gb, keep_days) -> list:

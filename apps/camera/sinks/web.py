@@ -3,7 +3,9 @@
 stream 0), the live statistics (``/stats.json``, which the page polls), the last minutes of each
 stream's numbers for the page's charts (``/history.json``: frame rate, latency, drops, power,
 temperature, a sample a second), the recent events (``/events.json``) with the snapshots and clips
-they name (``/media/NAME``: only files an event named, nothing else of the disk) and, when the run
+they name (``/media/NAME``: only files an event named that the folder's record says edgert wrote,
+opened without following a link, streamed from the file with ``Range`` for players that seek,
+at most MAX_DOWNLOADS at once) and, when the run
 has telemetry, ``/metrics``, ``/live`` and ``/ready``. No framework or CDN: the page is one file
 and works offline on the device. It binds 127.0.0.1 unless told otherwise. The
 pipeline only replaces the latest JPEG of a stream under a lock, so a slow or stalled client never
@@ -16,20 +18,23 @@ import errno
 import functools
 import json
 import logging
+import os
 import re
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 from edgert.apps.telemetry.http import Handler as _Handler
 from edgert.apps.telemetry.http import QuietServer as _QuietServer
-from edgert.apps.telemetry.http import send
+from edgert.apps.telemetry.http import send, send_file
 from edgert.apps.uris import show_host
 from edgert.runtime.errors import OutputError
 
 from .base import Sink, SinkContext, grid_columns, stream_of
+from .retention import recorded
 
 log = logging.getLogger(__name__)
 _HERE = Path(__file__).resolve().parent
@@ -54,6 +59,7 @@ def page(streams: int) -> str:
 HISTORY_S = 300  # the charts' span: five minutes, a sample a second
 EVENTS_KEPT = 40
 MEDIA_KEPT = 400  # the files events named that /media serves (the newest)
+MAX_DOWNLOADS = 4  # /media answers at once (each streamed from the file, never read whole)
 _EVENT_KEYS = (
     "event",
     "stream",
@@ -67,6 +73,15 @@ _EVENT_KEYS = (
     "reason",
 )
 _MEDIA_TYPES = {".jpg": "image/jpeg", ".mp4": "video/mp4"}
+
+
+@dataclass
+class _Media:
+    """A file /media serves: opened, its size, its content type."""
+
+    fd: int
+    size: int
+    ctype: str
 
 
 class HttpOutput(Sink):
@@ -93,6 +108,7 @@ class HttpOutput(Sink):
         self._sampled = float("-inf")
         self.recent_events: collections.deque = collections.deque(maxlen=EVENTS_KEPT)
         self.media: collections.OrderedDict = collections.OrderedDict()  # name -> path
+        self.downloads = threading.BoundedSemaphore(MAX_DOWNLOADS)  # /media files at once
         self._t0 = time.monotonic()
         self.probes = probes  # the run's /metrics, /live and /ready, when it has them
         self._closed = False
@@ -161,19 +177,29 @@ class HttpOutput(Sink):
                     self.media.popitem(last=False)
                 self.recent_events.appendleft(shown)
 
-    def _media_file(self, name: str) -> tuple[int, bytes, str]:
-        """(code, body, type) of ``/media/NAME``: a file an event named, or why not."""
+    def _media_file(self, name: str):
+        """``/media/NAME``: the :class:`_Media` an event named, opened without following a link
+        and only when it is a regular file the folder's record says edgert wrote, or (code,
+        body, type) saying why not."""
         with self._cond:
             path = self.media.get(name)
         if path is None:
             return 404, b"no event names that file\n", "text/plain"
         try:
-            body = path.read_bytes()
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:  # a clip still being written (.part), or retention took it
             return 404, b"not there (still being written, or deleted by retention)\n", "text/plain"
         except OSError as exc:
+            if exc.errno == errno.ELOOP:  # a link put there since: never followed
+                return 404, b"not a file edgert wrote\n", "text/plain"
             return 500, f"cannot read it: {exc.strerror}\n".encode(), "text/plain"
-        return 200, body, _MEDIA_TYPES.get(path.suffix.lower(), "application/octet-stream")
+        st = os.fstat(fd)
+        if not recorded(path, st):  # a folder, a device, a file put there under that name
+            os.close(fd)
+            return 404, b"not a file edgert wrote\n", "text/plain"
+        return _Media(
+            fd, st.st_size, _MEDIA_TYPES.get(path.suffix.lower(), "application/octet-stream")
+        )
 
     def _next_frame(self, i: int, last_seq: int, timeout: float = 1.0) -> tuple[int, bytes | None]:
         with self._cond:
@@ -209,7 +235,7 @@ class HttpOutput(Sink):
                         body = json.dumps(list(output.recent_events), default=str).encode()
                     self._send(200, body, "application/json")
                 elif path.startswith("/media/"):
-                    self._send(*output._media_file(path[len("/media/") :]))
+                    self._media(path[len("/media/") :])
                 elif path == "/stream.mjpg":
                     self._stream(0)
                 elif stream and int(stream.group(1)) < output.streams:
@@ -222,7 +248,28 @@ class HttpOutput(Sink):
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 self.post_to(output.probes)  # the run's routes (POST /model)
 
+            def _media(self, name: str) -> None:
+                if not output.downloads.acquire(blocking=False):
+                    self.close_connection = True
+                    self._send(503, b"too many downloads at once; try again\n", "text/plain")
+                    return
+                try:
+                    got = output._media_file(name)
+                    if isinstance(got, tuple):
+                        self._send(*got)
+                        return
+                    with os.fdopen(got.fd, "rb") as fh:
+                        send_file(self, fh, got.size, got.ctype)
+                finally:
+                    output.downloads.release()
+
             def _stream(self, i: int) -> None:
+                if self.head_only:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
+                    self.send_header("Cache-Control", "no-store")
+                    self.end_headers()
+                    return
                 if not self.server.streams.acquire(blocking=False):  # threads left for the rest
                     self.close_connection = True  # and this one's slot freed at once
                     self._send(503, b"too many viewers\n", "text/plain")

@@ -33,7 +33,7 @@ import numpy as np
 
 from edgert.apps import processes
 from edgert.apps.swapping import SwapOptions
-from edgert.apps.telemetry.http import is_loopback
+from edgert.apps.uris import is_loopback, warn_if_open
 from edgert.runtime.errors import MissingDependency, OutputError
 
 log = logging.getLogger(__name__)
@@ -383,6 +383,7 @@ def serve(cfg: ServeConfig, say=print) -> None:
     if cfg.edgert_metrics_port is not None:
         ports["--edgert-metrics-port"] = cfg.edgert_metrics_port
     check_ports(cfg.host, ports)
+    warn_if_open("edgert serve --host", cfg.host, cfg.http_port)
     names = model_names(cfg.bundles)
     _python_library_path()
     _few_malloc_arenas()

@@ -6,14 +6,18 @@
 - :func:`split` and :func:`check_stream_uri`: a URI's parts, or one sentence when it cannot be
   one (control characters that would go onto the wire or into the logs, no host, a bad port);
 - :func:`host_port` and :func:`show_host`: ``host[:port]`` and ``[v6]:port`` read and printed;
-- :func:`escape_controls`: any user string made safe for one line of a log.
+- :func:`escape_controls`: any user string made safe for one line of a log;
+- :func:`is_loopback` and :func:`warn_if_open`: the one rule for every listener edgert opens.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
+
+log = logging.getLogger("edgert")
 
 # the names of query or path parameters whose values are secrets (a name holding one of these)
 _KEYS = r"pass|pwd|token|secret|key|auth|sig|credential"
@@ -79,10 +83,10 @@ class Parts:
     path: str  # from the first "/" or "?" after the host, "" for none
 
 
-def split(uri: str) -> Parts:
+def split(uri: str, need_host: bool = True) -> Parts:
     """``uri``'s parts; ValueError (one sentence, secrets hidden) when it cannot be a URI: a
-    control character or a space (a CR/LF would add a header to a request), no host, or a port
-    outside 1..65535."""
+    control character or a space (a CR/LF would add a header to a request), no host (unless
+    ``need_host`` is false), or a port outside 1..65535."""
     shown = redact(uri)
     bad = next((c for c in uri if not c.isprintable() or c.isspace()), None)
     if bad is not None:
@@ -99,9 +103,48 @@ def split(uri: str) -> Parts:
         host, port = host_port(rest[at + 1 : end])
     except ValueError as exc:
         raise ValueError(f"'{shown}': {exc}") from None
-    if not host:
+    if not host and need_host:
         raise ValueError(f"'{shown}' names no host (scheme://host[:port]/path)")
     return Parts(scheme.group(0)[:-3].lower(), rest[:at] if at >= 0 else "", host, port, rest[end:])
+
+
+def credentials(parts: Parts) -> tuple[str | None, str | None]:
+    """(user, password) of a URI's userinfo, percent-decoded as RFC 3986 writes them (``%40`` is
+    "@", ``%3A`` ":"); (None, None) without one. ValueError for a user name holding ":" once
+    decoded: Basic authentication (RFC 7617) cannot carry it."""
+    from urllib.parse import unquote
+
+    if not parts.userinfo:
+        return None, None
+    user, sep, password = parts.userinfo.partition(":")
+    user = unquote(user)
+    if ":" in user:
+        raise ValueError(
+            "the user name holds ':' (written %3A): Basic authentication cannot carry one"
+        )
+    return user, unquote(password) if sep else None
+
+
+def without_credentials(uri: str) -> tuple[str, str | None, str | None]:
+    """(the URI without its userinfo, user, password), the credentials percent-decoded: what a
+    client that takes them apart (GStreamer's rtspsrc ``user-id`` / ``user-pw``) is given."""
+    parts = split(uri)
+    user, password = credentials(parts)
+    return f"{parts.scheme}://{show_host(parts.host, parts.port)}{parts.path}", user, password
+
+
+def encoded(uri: str) -> str:
+    """``uri`` with its credentials percent-encoded as RFC 3986 writes userinfo: a password
+    holding "#", "/", "?", "@" or ":" (as the environment gives it) reaches a client that parses
+    URIs strictly (FFmpeg) whole. Credentials already encoded stay as they are."""
+    from urllib.parse import quote
+
+    bare, user, password = without_credentials(uri)
+    if user is None:
+        return uri
+    scheme, rest = bare.split("://", 1)
+    info = quote(user, safe="") + ("" if password is None else ":" + quote(password, safe=""))
+    return f"{scheme}://{info}@{rest}"
 
 
 def check_stream_uri(uri: str) -> None:
@@ -146,3 +189,33 @@ def show_host(host: str, port: int | None = None) -> str:
     """``host:port`` as a URI writes it: an IPv6 address in brackets."""
     shown = f"[{host}]" if ":" in host else host
     return shown if port is None else f"{shown}:{port}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine alone (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def warn_if_open(option: str, host: str, port: int, authenticated: bool = False) -> bool:
+    """The one rule for every listener edgert opens (``--metrics``, the web viewer, the RTSP
+    re-stream, serve's ports): on an address other than loopback, a warning that whoever reaches
+    it is answered (with no password unless ``authenticated``). Whether it warned."""
+    if is_loopback(host):
+        return False
+    who = "anyone who can reach this address" + (
+        "" if authenticated else ", without authentication"
+    )
+    log.warning(
+        "%s on %s: answers %s (give 127.0.0.1 to keep it on this machine)",
+        option,
+        show_host(host, port),
+        who,
+    )
+    return True

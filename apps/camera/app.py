@@ -552,22 +552,44 @@ def _files_apart(sources: list[str], uris: list[str], streams: int, options: Sin
 
 
 def _ports_apart(cfg: CameraConfig, uris: list[str]) -> None:
-    """OutputError when --metrics and a web viewer would listen on one port (the viewer's port
-    serves the probes and /metrics itself, so --metrics may simply be left out)."""
+    """OutputError when two of the run's listeners (--metrics, web viewers, RTSP re-streams)
+    would take one port (the viewer's port serves the probes and /metrics itself, so --metrics
+    may simply be left out), or when --model-endpoint would answer on an address other than
+    loopback (whoever reaches it could replace the model)."""
     from edgert.apps.telemetry.http import parse_address
+    from edgert.apps.uris import is_loopback, redact
 
-    from .sinks.web import address
+    from .sinks import rtsp, web
 
-    port = parse_address(cfg.metrics)[1] if cfg.metrics else 0
-    if not port:  # none, or a free one chosen when it listens
-        return
+    listeners = [("--metrics", *parse_address(cfg.metrics))] if cfg.metrics else []
     for uri in uris:
-        if resolve(uri)[0] == "http" and address(uri)[1] == port:
+        kind = resolve(uri)[0]
+        if kind == "http":
+            listeners.append((f"--output {redact(uri)}", *web.address(uri)))
+        elif kind == "rtsp":
+            o = rtsp.options(uri)
+            listeners.append((f"--output {redact(uri)}", o["host"], o["port"]))
+    seen: dict = {}
+    for what, _, port in listeners:
+        if port and port in seen:
             raise OutputError(
-                f"--metrics and --output {uri} would both listen on port {port}: give each its "
-                "own, or leave --metrics out (the web viewer's port serves /metrics, /live and "
-                "/ready too)"
+                f"{seen[port]} and {what} would both listen on port {port}: give each its own"
+                + (
+                    " (or leave --metrics out: the web viewer's port serves /metrics, /live and "
+                    "/ready too)"
+                    if seen[port] == "--metrics" and "http" in what
+                    else ""
+                )
             )
+        seen[port] = what
+    answering = [(w, h) for w, h, _ in listeners if w == "--metrics" or "http" in w]
+    if cfg.swap.endpoint and any(not is_loopback(h) for _, h in answering):
+        what, host = next((w, h) for w, h in answering if not is_loopback(h))
+        raise OutputError(
+            f"--model-endpoint lets whoever reaches {what} on {host} replace the model: it needs "
+            "--metrics and the web viewer on a loopback address (127.0.0.1); swap with SIGHUP or "
+            "--watch-model instead"
+        )
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -201,7 +201,7 @@ class Launch:
 
     def text(self) -> str:
         """As ``gst-launch-1.0`` would write it (``edgert info``, logs); never parsed."""
-        props = "".join(f" {k}={_shown(v)}" for k, v in self.props)
+        props = "".join(f" {k}={'***' if k == 'user-pw' else _shown(v)}" for k, v in self.props)
         return f"{self.element}{props}" + (f" ! {self.rest}" if self.rest else "")
 
 
@@ -223,8 +223,16 @@ def _shown(value) -> str:
 def rtsp_source(url: str, latency_ms: int, transport: str, timeout_s: float) -> Launch:
     """``rtspsrc`` for ``url``: ``latency_ms`` of jitter buffer (GStreamer's default is 2000),
     ``transport`` tcp, udp or auto (UDP, then TCP)."""
+    from edgert.apps.uris import without_credentials
+
     us = int(timeout_s * 1e6)
-    props = [("location", url), ("latency", int(latency_ms))]
+    try:  # decoded: "#", "/" or "@" as they are
+        location, user, password = without_credentials(url)
+    except ValueError:  # not a URI (open_source refuses those first): a location as given
+        location, user, password = url, None, None
+    props = [("location", location), ("latency", int(latency_ms))]
+    if user is not None:
+        props += [("user-id", user), ("user-pw", password or "")]
     if transport in ("tcp", "udp"):
         props.append(("protocols", transport))
     props += [("tcp-timeout", us), ("timeout", us)]

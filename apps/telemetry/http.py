@@ -21,10 +21,11 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
-from edgert.apps.uris import show_host
+from edgert.apps.uris import is_loopback, show_host, warn_if_open
 from edgert.runtime.errors import OutputError
 
 log = logging.getLogger(__name__)
+__all__ = ["Probes", "ProbeServer", "QuietServer", "is_loopback", "parse_address", "send"]
 
 
 class Probes:
@@ -397,14 +398,7 @@ class ProbeServer:
             raise OutputError(f"{option}: cannot listen on {host}:{port}: {exc.strerror}") from None
         self.port = self.server.server_address[1]
         self.url = f"http://{show_host(host, self.port)}"
-        if not is_loopback(host):
-            log.warning(
-                "%s %s: /metrics, /live and /ready answer anyone who can reach this "
-                "address, without authentication (give 127.0.0.1:PORT to keep them on "
-                "this machine)",
-                option,
-                self.url,
-            )
+        warn_if_open(option, host, self.port)
         self.thread = threading.Thread(
             target=self.server.serve_forever, name="telemetry", daemon=True
         )
@@ -413,17 +407,6 @@ class ProbeServer:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-def is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def parse_address(text: str, option: str = "--metrics") -> tuple[str, int]:

@@ -8,6 +8,7 @@ without the password."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import socket
 import subprocess
@@ -32,7 +33,7 @@ class Camera:
     """`edgert camera` in its own process, reading ``source`` and re-serving it at ``out``."""
 
     def __init__(
-        self, bundle, source: str, out: str | None, *args: str, seconds: float = 30
+        self, bundle, source: str, out: str | None, *args: str, seconds: float = 30, env=None
     ) -> None:
         """Returns once the re-stream is served (without ``out``: once the camera says what it
         runs)."""
@@ -56,7 +57,7 @@ class Camera:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})),
         )
         for line in self.proc.stdout:
             if line.startswith("rtsp re-stream:" if out else "backend:"):
@@ -233,6 +234,10 @@ def test_the_encoder_chosen_for_a_jetson_with_and_without_nvenc(tmp_path):
         ("rtsp://127.0.0.1:8554/live?speed=2", "unknown option"),
         ("rtsp://admin@127.0.0.1:8554/live", "password"),
         ("rtsp://127.0.0.1:8554/li%20ve", "path"),
+        ("rtsp://127.0.0.1:8554/cam\u00e9ra", "ASCII letters"),
+        ("rtsp://127.0.0.1:8554/live;x=1", "';' parameters"),
+        ("rtsp://127.0.0.1:8554/live#frag", "'#' fragment"),
+        ("rtsp://a%3Ab:pw@127.0.0.1:8554/live", "the user name holds ':'"),
     ],
 )
 def test_bad_rtsp_outputs_are_one_sentence(bundle, uri, words):
@@ -384,3 +389,100 @@ def test_a_camera_that_reboots_mid_clip_ends_that_clip_and_the_run_goes_on(tmp_p
     )
     info = json.loads(probe.stdout)["streams"][0]
     assert (info["width"], info["height"]) == (320, 240) and int(info["nb_read_frames"]) > 10, info
+
+
+def _flood(port: int, first: bytes, megabytes: int, results: list) -> None:
+    """A client that sends ``first`` (a whole request, or nothing) and then a request whose
+    headers go on for ``megabytes`` MB; what it was answered (or how it ended) into results."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            if first:
+                s.sendall(first)
+                s.recv(4096)
+            s.sendall(f"OPTIONS rtsp://127.0.0.1:{port}/live RTSP/1.0\r\nCSeq: 2\r\n".encode())
+            line = b"X-Pad: " + b"a" * 1000 + b"\r\n"
+            for _ in range(megabytes * 1000):
+                s.sendall(line)
+            s.sendall(b"\r\n")
+            results.append(s.recv(4096).split(b"\r\n")[0])
+    except OSError as exc:
+        results.append(type(exc).__name__)
+
+
+@needs_server
+def test_request_headers_are_bounded_and_viewers_still_get_in(bundle):
+    """Six clients sending 12 MB of request headers each (the review kept a viewer out for 15 s
+    that way): each is answered 431 after 16 KB and closed; a client whose first request was
+    whole and sends a huge second one is its own thread's problem; a real viewer connects and
+    decodes at once throughout; at the end, with clients still held, the run stops quietly."""
+    import threading
+
+    port = free_ports(1)[0]
+    cam = Camera(bundle, "synthetic://", f"rtsp://127.0.0.1:{port}/live", seconds=60)
+    try:
+        results: list = []
+        hello = f"OPTIONS rtsp://127.0.0.1:{port}/live RTSP/1.0\r\nCSeq: 1\r\n\r\n".encode()
+        floods = [
+            threading.Thread(target=_flood, args=(port, b"", 12, results), daemon=True)
+            for _ in range(6)
+        ] + [threading.Thread(target=_flood, args=(port, hello, 12, results), daemon=True)]
+        for t in floods:
+            t.start()
+        time.sleep(1.0)
+        held = _stalled_client(port, "/live")  # plays, never reads, held when the run ends
+        t0 = time.monotonic()
+        got = _ffmpeg_frames(f"rtsp://127.0.0.1:{port}/live", 10)
+        took = time.monotonic() - t0
+        for t in floods[:6]:
+            t.join(20)
+    finally:
+        rc, out, err = cam.stop()
+        with contextlib.suppress(NameError):
+            held.close()
+    assert len(got) == 10 and took < 6, took
+    # refused at 16 KB: the 431 is sent and the connection closed under the sender's feet
+    cut = ("BrokenPipeError", "ConnectionResetError")
+    refused = [r for r in results if r in cut or (isinstance(r, bytes) and b" 431 " in r)]
+    assert len(refused) >= 6, results
+    assert rc in (0, 143) and "CRITICAL" not in err and len(err) < 2000, err[-2000:]
+
+
+@needs_server
+def test_a_password_with_hash_slash_and_at_from_the_environment_works_with_both_decoders(bundle):
+    """The README's form, ``${EDGERT_...}``, with a password holding "#", "/", "?" and "@": the
+    re-stream requires exactly it (the review's run took "#" for the port's end and served
+    without authentication), and both decoders connect to it with it; with a wrong one both say
+    the same sentence."""
+    password = "s3cr#t/?x@y"
+    port = free_ports(1)[0]
+    cam = Camera(
+        bundle,
+        "synthetic://",
+        f"rtsp://viewer:${{EDGERT_RTSP_PASS}}@127.0.0.1:{port}/live",
+        env={"EDGERT_RTSP_PASS": password},
+        seconds=60,
+    )
+    try:
+        assert "basic authentication" in cam.said and password not in cam.said
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            url = f"rtsp://127.0.0.1:{port}/live"
+            s.sendall(f"DESCRIBE {url} RTSP/1.0\r\nCSeq: 1\r\n\r\n".encode())
+            assert b" 401 " in s.recv(4096).split(b"\r\n")[0]
+        source = f"rtsp://viewer:${{EDGERT_CAM1_PASS}}@127.0.0.1:{port}/live"
+        said = {}
+        for decoder in ("ffmpeg", "gstreamer"):
+            for given in (password, "wrong#one"):
+                proc = run_cli(
+                    *("camera", bundle, "--source", source, "--decoder", decoder, "--headless"),
+                    *("--max-frames", "3", "--reconnect", "1", "--json"),
+                    env={"EDGERT_CAM1_PASS": given},
+                    timeout=60,
+                )
+                said[decoder, given] = proc
+        for decoder in ("ffmpeg", "gstreamer"):
+            ok = said[decoder, password]
+            assert ok.returncode == 0, (decoder, ok.stderr)
+            assert password not in ok.stdout + ok.stderr
+            assert_user_error(said[decoder, "wrong#one"], "Unauthorized: the camera refused")
+    finally:
+        cam.stop()

@@ -21,40 +21,49 @@ client that joins starts within a second), ``clean=1`` (frames without the overl
 
 from __future__ import annotations
 
+import re
 import threading
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import parse_qs
 
 from edgert.apps.camera.gstreamer import INSTALL_ENCODER, choose_encoder, elements, encode_chain
-from edgert.apps.uris import redact
+from edgert.apps.uris import credentials, redact, show_host, split, warn_if_open
 from edgert.runtime.errors import OutputError
 
 from .base import Sink, SinkContext, stream_of
 
 DEFAULT_PORT = 8554
+CLIENT_THREADS = 4  # the server's threads for its clients (one client never holds up another)
 INSTALL_SERVER = (
     "install GStreamer's RTSP server and its Python bindings: on Debian, Ubuntu or JetPack "
     "`apt install python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-rtsp`"
 )
 
 
+_MOUNT = re.compile(r"(/[A-Za-z0-9_-]+)+")
+
+
 def options(uri: str) -> dict:
     """The URI's parts: host, port, path, user, password, kbps, keyframe_s, clean; OutputError in
-    one sentence for what cannot be."""
-    parsed = urlparse(uri)
+    one sentence for what cannot be. The credentials end at the last "@" and are percent-decoded
+    (RFC 3986): a password may hold "#", "/", "?" or "@" as it is, or percent-encoded."""
     try:
-        port = parsed.port
-    except ValueError:
-        port = -1
-    if port is not None and not 1 <= port <= 65535:
-        raise OutputError(f"{redact(uri)}: the port must be a number from 1 to 65535")
-    path = parsed.path.rstrip("/") or "/live"
-    if not all(
-        part.isidentifier() or part.replace("-", "_").isalnum() for part in path[1:].split("/")
-    ):
+        parts = split(uri, need_host=False)
+        user, password = credentials(parts)
+    except ValueError as exc:
+        raise OutputError(f"rtsp:// output: {exc}") from None
+    where, _, query_text = parts.path.partition("?")
+    for mark, what in (("#", "a '#' fragment"), (";", "';' parameters")):
+        if mark in where or mark in query_text:
+            raise OutputError(
+                f"{redact(uri)}: {what} cannot be part of the mount (a password holding it "
+                "goes before the '@')"
+            )
+    path = where.rstrip("/") or "/live"
+    if not _MOUNT.fullmatch(path):
         raise OutputError(
-            f"{redact(uri)}: the path must be letters, digits, '-' and '_' (e.g. /live)"
+            f"{redact(uri)}: the path must be ASCII letters, digits, '-' and '_' (e.g. /live)"
         )
-    query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    query = {k: v[-1] for k, v in parse_qs(query_text).items()}
     unknown = set(query) - {"bitrate", "keyframe", "clean"}
     if unknown:
         raise OutputError(
@@ -71,13 +80,11 @@ def options(uri: str) -> dict:
         raise OutputError(
             f"{redact(uri)}: bitrate must be 100 to 100000 kbit/s and keyframe 0.1 to 60 s"
         )
-    user = unquote(parsed.username) if parsed.username else None
-    password = unquote(parsed.password) if parsed.password is not None else None
     if user is not None and not password:
         raise OutputError(f"{redact(uri)}: give a password with the user (USER:PASS@)")
     return {
-        "host": parsed.hostname or "127.0.0.1",
-        "port": DEFAULT_PORT if port is None else port,
+        "host": parts.host or "127.0.0.1",
+        "port": DEFAULT_PORT if parts.port is None else parts.port,
         "path": path,
         "user": user,
         "password": password,
@@ -110,6 +117,124 @@ def check(uri: str, _options=None) -> None:
         raise OutputError(f"the rtsp:// output needs an H.264 encoder: {INSTALL_ENCODER}")
 
 
+class _Front:
+    """edgert's own listener in front of gst-rtsp-server, which takes request headers of any size
+    on its one thread (a few clients sending megabytes kept everyone else out): each connection's
+    first request (its line and headers) must come whole within FIRST_S and MAX_HEAD bytes, else
+    it is answered 431 (or 400) and closed; then the connection is handed to the server
+    (``transfer_connection``, with what was read), whose clients are spread over a few threads
+    (``CLIENT_THREADS``) so that one client's requests never hold up another's. At most
+    MAX_WAITING connections wait for their first request (the oldest is closed first)."""
+
+    MAX_HEAD = 16384
+    FIRST_S = 5.0
+    MAX_WAITING = 64
+
+    def __init__(self, host: str, port: int, hand) -> None:
+        import selectors
+        import socket
+
+        self.hand = hand  # (socket, address, head bytes) -> None: the server takes it
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.sock.bind((host, port))
+            self.sock.listen(128)
+        except OSError:
+            self.sock.close()
+            raise
+        self.port = self.sock.getsockname()[1]
+        self.sock.setblocking(False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.sock, selectors.EVENT_READ)
+        self.waiting: dict = {}  # socket -> [deadline, address, bytes]
+        self.refused = 0
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="rtsp-front", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import selectors
+        import time
+
+        while not self._stop.is_set():
+            for key, _ in self.selector.select(0.2):
+                if key.fileobj is self.sock:
+                    self._accept(selectors)
+                else:
+                    self._read(key.fileobj)
+            now = time.monotonic()
+            for conn in [c for c, (t, _, _) in self.waiting.items() if t <= now]:
+                self._drop(conn)
+
+    def _accept(self, selectors) -> None:
+        import time
+
+        try:
+            conn, address = self.sock.accept()
+        except OSError:
+            return
+        if len(self.waiting) >= self.MAX_WAITING:
+            self._drop(next(iter(self.waiting)))
+        conn.setblocking(False)
+        self.waiting[conn] = [time.monotonic() + self.FIRST_S, address, b""]
+        self.selector.register(conn, selectors.EVENT_READ)
+
+    def _read(self, conn) -> None:
+        entry = self.waiting.get(conn)
+        if entry is None:
+            return
+        try:
+            chunk = conn.recv(8192)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(conn)
+            return
+        entry[2] += chunk
+        head, sep, _ = entry[2].partition(b"\r\n\r\n")
+        if len(head) + len(sep) > self.MAX_HEAD or (not sep and len(entry[2]) > self.MAX_HEAD):
+            self._refuse(conn, b"431 Request Header Fields Too Large")
+        elif sep and b"\0" in entry[2]:
+            self._refuse(conn, b"400 Bad Request")
+        elif sep:
+            self.waiting.pop(conn)
+            self.selector.unregister(conn)
+            conn.setblocking(True)
+            try:
+                self.hand(conn, entry[1], entry[2])
+            except Exception:  # noqa: BLE001 - a connection the server would not take
+                conn.close()
+
+    def _refuse(self, conn, status: bytes) -> None:
+        import contextlib
+
+        self.refused += 1
+        with contextlib.suppress(OSError):
+            conn.send(b"RTSP/1.0 " + status + b"\r\nContent-Length: 0\r\n\r\n")
+        self._drop(conn)
+
+    def _drop(self, conn) -> None:
+        import contextlib
+
+        self.waiting.pop(conn, None)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.selector.unregister(conn)
+        with contextlib.suppress(OSError):
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(2.0)
+        for conn in list(self.waiting):
+            self._drop(conn)
+        self.selector.close()
+        self.sock.close()
+
+
 class _Mount:
     """One mount's media: its appsrc while a client watches, the frame size it was given."""
 
@@ -129,7 +254,7 @@ class RtspOutput(Sink):
         o = options(uri)
         self.o = o
         self.draws = not o["clean"]
-        self.Gst, GLib, RS = _rtsp_server()
+        self.Gst, _, RS = _rtsp_server()
         self.encoder, self.encoder_why = choose_encoder(elements())
         if self.encoder is None:
             raise OutputError(f"the rtsp:// output needs an H.264 encoder: {INSTALL_ENCODER}")
@@ -146,11 +271,8 @@ class RtspOutput(Sink):
         )
         self.mounts = [_Mount(p) for p in paths]
         self._lock = threading.Lock()
-        self.context = GLib.MainContext.new()
-        self.loop = GLib.MainLoop.new(self.context, False)
         server = RS.RTSPServer()
-        server.set_address(o["host"])
-        server.set_service(str(o["port"]))
+        server.get_thread_pool().set_max_threads(CLIENT_THREADS)
         gop = max(1, round(o["keyframe_s"] * self.fps))
         launch = (
             "( appsrc name=src is-live=true format=time do-timestamp=true block=false "
@@ -180,15 +302,15 @@ class RtspOutput(Sink):
         server.connect("client-connected", self._client)
         self._medias: dict = {}  # mount path -> its shared media's payloader, while prepared
         self.server = server
-        self.source_id = server.attach(self.context)
-        if self.source_id == 0:
+        try:
+            self.front = _Front(o["host"], o["port"], self._take)
+        except OSError as exc:
             raise OutputError(
-                f"rtsp:// output: cannot listen on {o['host']}:{o['port']} (in use, or not an "
-                "address of this machine)"
-            )
+                f"rtsp:// output: cannot listen on {show_host(o['host'], o['port'])} "
+                f"({exc.strerror or exc}: in use, or not an address of this machine)"
+            ) from None
+        warn_if_open("--output rtsp://", o["host"], self.front.port, o["user"] is not None)
         self.clients_served = 0
-        self.thread = threading.Thread(target=self.loop.run, name="rtsp-server", daemon=True)
-        self.thread.start()
         host = o["host"] if o["host"] not in ("0.0.0.0", "::") else "HOST"
         self.urls = [f"rtsp://{host}:{o['port']}{m.path}" for m in self.mounts]
         ctx.say(
@@ -197,6 +319,15 @@ class RtspOutput(Sink):
             + (", basic authentication" if o["user"] else "")
             + ")"
         )
+
+    def _take(self, conn, address, head: bytes) -> None:
+        """A connection whose first request came whole: the server handles it from here."""
+        from gi.repository import Gio
+
+        host, port = address[0], address[1]
+        gsock = Gio.Socket.new_from_fd(conn.detach())
+        if not self.server.transfer_connection(gsock, host, port, head.decode("latin-1")):
+            gsock.close()
 
     # the server's thread: a client, a media made for a mount (its first client), its end
     def _client(self, _server, client) -> None:
@@ -268,15 +399,35 @@ class RtspOutput(Sink):
     def close(self) -> None:
         if self.mosaic is not None:
             self.mosaic.target = _Forward(self)  # flush the last round here, not recursively
+        self.front.close()  # no new clients
         with self._lock:
             for m in self.mounts:
                 m.appsrc = None
+        self._end_clients()
+
+    def _end_clients(self) -> None:
+        """Every client ended the way a client that hangs up is: its socket shut down, so that
+        its own thread sees the end and closes it (removing a client from here while its thread
+        reads a request left GLib asserting on a freed stream, thousands of lines on stderr);
+        those still there after a moment are removed."""
+        import contextlib
+        import time
+
+        _, _, RS = _rtsp_server()
+
+        def shut(_server, client):
+            conn = client.get_connection()
+            with contextlib.suppress(Exception):  # noqa: BLE001 - one already gone
+                conn.get_read_socket().shutdown(True, True)
+            return RS.RTSPFilterResult.KEEP
+
+        self.server.client_filter(shut)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and self.server.client_filter(
+            lambda _s, _c: RS.RTSPFilterResult.REF
+        ):
+            time.sleep(0.05)
         self.server.client_filter(lambda _s, _c: self._remove())
-        self.loop.quit()
-        self.thread.join(timeout=5)
-        source = self.context.find_source_by_id(self.source_id)
-        if source is not None:
-            source.destroy()
 
     def _remove(self):
         _, _, RS = _rtsp_server()

@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 from edgert.apps.telemetry.http import Handler as _Handler
 from edgert.apps.telemetry.http import QuietServer as _QuietServer
 from edgert.apps.telemetry.http import send, send_file
-from edgert.apps.uris import show_host
+from edgert.apps.uris import show_host, warn_if_open
 from edgert.runtime.errors import OutputError
 
 from .base import Sink, SinkContext, grid_columns, stream_of
@@ -123,6 +123,7 @@ class HttpOutput(Sink):
             raise OutputError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
+        warn_if_open("--output http://", host, self.port)
         self.url = f"http://{show_host(host, self.port)}/"
         self.thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
         self.thread.start()

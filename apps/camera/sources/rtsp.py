@@ -8,13 +8,14 @@ import os
 import threading
 import time
 
-from edgert.apps.uris import check_stream_uri, redact
+from edgert.apps.uris import check_stream_uri, encoded, redact
 from edgert.runtime.errors import SourceError, StreamLost
 
 from .. import gstreamer
 from ..opencv_log import quiet_ffmpeg, quiet_opencv
 from .base import FrameSource, SourceOptions
 from .gst import choose_decoder
+from .rtsp_ask import UNAUTHORIZED
 
 log = logging.getLogger(__name__)
 
@@ -29,17 +30,19 @@ class _FfmpegConnection:
     def __init__(self, url: str, timeout_s: float, stall_s: float) -> None:
         import cv2
 
+        from .rtsp_ask import why_not
+
         params = [
             cv2.CAP_PROP_OPEN_TIMEOUT_MSEC,
             int(timeout_s * 1000),
             cv2.CAP_PROP_READ_TIMEOUT_MSEC,
             int(stall_s * 1000),
         ]
-        with quiet_opencv():
-            self.cap = cv2.VideoCapture(url, cv2.CAP_FFMPEG, params)
+        with quiet_opencv():  # FFmpeg parses URIs strictly: the credentials percent-encoded
+            self.cap = cv2.VideoCapture(encoded(url), cv2.CAP_FFMPEG, params)
         if not self.cap.isOpened():
             self.cap.release()
-            raise StreamLost("no answer")
+            raise StreamLost(why_not(url, timeout_s) or "no answer")
         self.stall_s = stall_s
         try:
             self.first = self.read(stall_s, None)
@@ -134,6 +137,8 @@ class StreamSource(FrameSource):
                 conn = self._attempt(min(o.io_timeout, left))
             except StreamLost as exc:
                 last = str(exc)
+                if "Unauthorized" in last:  # both decoders say it alike (GStreamer's own word)
+                    last = UNAUTHORIZED
             else:
                 self.conn, self._first = conn, conn.first
                 self.fps = conn.fps() or self.fps

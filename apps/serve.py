@@ -361,7 +361,7 @@ def serve(cfg: ServeConfig, say=print) -> None:
     from pytriton.triton import Triton, TritonConfig
 
     from edgert.apps.serve_swap import Recent, Served, ServeSwapper
-    from edgert.apps.swapping import Loaded, fingerprint, model_info
+    from edgert.apps.swapping import Loaded, catch_hangups, fingerprint, model_info
     from edgert.runtime.tasks import load_task_model
 
     if cfg.swap.endpoint and cfg.edgert_metrics_port is None:
@@ -391,7 +391,7 @@ def serve(cfg: ServeConfig, say=print) -> None:
     bindings = []
     served: dict[str, Served] = {}
     telemetry = swapper = None
-    hangup = lambda: None  # noqa: E731 - what puts SIGHUP's handler back
+    hangup = catch_hangups()  # SIGHUP re-reads every bundle path, whatever the phase
     try:
         if cfg.edgert_metrics_port is not None:  # /live and /ready from the start
             from edgert.apps.telemetry.serving import ServeTelemetry
@@ -476,7 +476,6 @@ def serve(cfg: ServeConfig, say=print) -> None:
                     ).start()
                     if telemetry is not None:
                         telemetry.swapper, swapper.on_swap = swapper, telemetry.loaded
-                    hangup = swapper.on_sighup()  # SIGHUP re-reads every bundle path
                     say(
                         f"ready: http://{cfg.host}:{cfg.http_port} grpc {cfg.host}:{cfg.grpc_port} "
                         f"metrics http://{cfg.host}:{cfg.metrics_port}/metrics (models: {', '.join(models)})"
@@ -489,8 +488,8 @@ def serve(cfg: ServeConfig, say=print) -> None:
                 finally:
                     if telemetry is not None:  # not ready from here on: balancers drain first
                         telemetry.phase = "stopping"
+                    hangup()
                     if swapper is not None:
-                        hangup()
                         swapper.close()  # a swap under way ends; Triton's stop unloads it
                     failure = _stop(triton, cfg, models, started, log_file, say)
         finally:

@@ -49,7 +49,6 @@ from edgert.apps.swapping import (
     first_run_fails,
     give_back_memory,
     judge,
-    model_info,
     refuse_to_compare,
 )
 from edgert.apps.uris import escape_controls
@@ -163,7 +162,7 @@ class ServeSwapper(SwapQueue):
     def _swap(self, path: str, why: str, force: bool) -> None:
         t0 = time.monotonic()
         try:
-            info = model_info(path)
+            real, info = self.candidate(path, why)
             name = info["name"]  # its manifest's (a file's stem): as serve names its models
         except EdgertError as exc:
             return self._refuse(path, why, str(exc), t0)
@@ -183,7 +182,8 @@ class ServeSwapper(SwapQueue):
         models: list = []
         try:
             for _ in range(self.instances):
-                models.append(self.load(path))
+                models.append(self.load(real))
+            self.unchanged(real, info, why)
         except (EdgertError, OSError) as exc:
             for m in models:
                 m.close()

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import itertools
 import json
 import os
+import signal
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -19,6 +22,25 @@ from edgert.apps.uris import escape_controls
 from edgert.runtime.errors import ModelError
 
 EVENTS = ("model_swap", "model_swap_refused", "model_rollback")
+POSTED = "POST /model"  # what a request by the endpoint is named by
+_hangups = [0]  # SIGHUPs counted by catch_hangups' handler (which does nothing else)
+
+
+def catch_hangups():
+    """From now on SIGHUP means "read the bundle path(s) again", whatever the run is doing (it
+    loads a model, measures clocks, streams): the handler only counts it (a handler that took a
+    lock the code it interrupted held deadlocked the main thread under a burst of SIGHUPs), and
+    the swap thread re-reads once for each burst when it runs. Returns what puts the handler
+    before back. Main thread only (elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGHUP"):
+        return lambda: None
+    _hangups[0] = 0
+
+    def counted(_signum, _frame) -> None:
+        _hangups[0] += 1
+
+    old = signal.signal(signal.SIGHUP, counted)
+    return lambda: signal.signal(signal.SIGHUP, old)
 
 
 @dataclass(frozen=True)
@@ -105,17 +127,36 @@ class SwapOptions:
         )
 
 
+MAX_MANIFEST_BYTES = 64 << 20  # as the bundle loader's bound
+
+
+def _open_regular(path: Path) -> int:
+    """``path`` opened for reading only if it is a regular file (a FIFO, a device or a folder
+    is refused at once, never read: a read of one could block or never end)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{path.name} is not a regular file")
+    return fd
+
+
 def _hash_file(digest, path: Path) -> None:
-    with open(path, "rb") as f:
+    with os.fdopen(_open_regular(path), "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
 
 
-def model_info(path: str | Path) -> dict:
+def _inside(real: str, roots) -> bool:
+    return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
+def model_info(path: str | Path, roots=None) -> dict:
     """What names a model: the bundle's name, its version (the manifest's ``version``, else when
-    it was exported) and a hash of what runs: its manifest and the network files it names (not
-    the plans cached beside them), so a bundle whose model was replaced under the same manifest
-    is another model; for a bare .onnx / .engine file, its name and contents' hash. ModelError
+    it was exported) and a hash of what runs: its manifest and every network file it names (not
+    the plans cached beside them), read where their links lead, so a bundle whose model was
+    replaced under the same manifest is another model; for a bare .onnx / .engine file, its name
+    and contents' hash. Only regular files are read, the manifest within its size bound. With
+    ``roots`` (``--allow-models``), a file whose link leads outside them is refused. ModelError
     when it cannot be read."""
     p = Path(path)
     try:
@@ -123,16 +164,27 @@ def model_info(path: str | Path) -> dict:
         if not p.is_dir():
             _hash_file(digest, p)
             return {"name": p.stem, "version": "", "hash": digest.hexdigest()[:12]}
-        raw = (p / "manifest.json").read_bytes()
+        with os.fdopen(_open_regular(p / "manifest.json"), "rb") as f:
+            raw = f.read(MAX_MANIFEST_BYTES + 1)
+        if len(raw) > MAX_MANIFEST_BYTES:
+            raise ValueError(f"its manifest.json is over {MAX_MANIFEST_BYTES >> 20} MiB")
         data = json.loads(raw)
         if not isinstance(data, dict):
             raise ValueError("its manifest.json is not a JSON object")
         digest.update(raw)
-        named = sorted(str(k) for k in (data.get("hashes") or {}) if k != "source")
-        for name in named or ["model.onnx"]:
-            if (p / name).is_file() and (p / name).resolve().parent == p.resolve():
-                digest.update(name.encode() + b"\0")
-                _hash_file(digest, p / name)
+        hashes = data.get("hashes") or {}
+        named = sorted(str(k) for k in (hashes if isinstance(hashes, dict) else {}))
+        for name in [n for n in named if n not in ("source", "weights")] or ["model.onnx"]:
+            if "/" in name or name.startswith("."):
+                raise ValueError(f"its manifest names {name[:60]!r}, not a file of the bundle")
+            file = p / name
+            if not os.path.lexists(file):
+                continue
+            real = os.path.realpath(file)
+            if roots is not None and not _inside(real, roots):
+                raise ValueError(f"its {name} leads outside the folders --allow-models names")
+            digest.update(name.encode() + b"\0")
+            _hash_file(digest, Path(real))
         return {
             "name": str(data.get("name") or p.stem),
             "version": str(data.get("version") or data.get("created") or ""),
@@ -140,7 +192,7 @@ def model_info(path: str | Path) -> dict:
         }
     except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ModelError(f"cannot read the bundle {path}: {why}") from None
+        raise ModelError(f"cannot read the bundle {escape_controls(str(path))}: {why}") from None
 
 
 def fingerprint(path: str) -> tuple:
@@ -261,19 +313,40 @@ class SwapQueue:
         self.last: dict | None = None  # the last swap, refusal or rollback
         self.busy = False
         self.roots = sorted({os.path.realpath(r) for r in roots})
+        self._numbers = itertools.count(1)
+        self._hangups = 0  # SIGHUPs since catch_hangups, even before this queue ran, count
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def request(self, path: str, why: str, force: bool = False) -> int:
-        """Queue a swap to ``path`` (done in order, each fully; safe from a signal handler);
-        its number."""
+        """Queue a swap to ``path`` (done in order, each fully); its number (never repeated)."""
+        n = next(self._numbers)
         self.requests.append((str(path), why, force))
         self.wake.set()
-        return self.swaps + self.refusals + len(self.requests)
+        return n
 
     def allowed(self, path: str) -> bool:
         """``path`` is inside a folder ``--allow-models`` names, links and ``..`` resolved."""
+        return _inside(os.path.realpath(path), self.roots)
+
+    def candidate(self, path: str, why: str) -> tuple[str, dict]:
+        """(where ``path`` leads now, what names the model there), read once in the swap thread:
+        what is loaded is that folder, never the path again (a link that moves meanwhile moves
+        nothing). A POST's bundle is checked against ``--allow-models`` here, at the swap, and
+        its files where their links lead. ModelError (one sentence) otherwise."""
         real = os.path.realpath(path)
-        return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in self.roots)
+        posted = why == POSTED
+        if posted and not self.allowed(real):
+            raise ModelError(
+                f"it now leads to {escape_controls(real)}, outside the folders --allow-models "
+                f"names ({', '.join(self.roots)})"
+            )
+        return real, model_info(real, self.roots if posted else None)
+
+    def unchanged(self, real: str, info: dict, why: str) -> None:
+        """ModelError when the bundle at ``real`` is not the one :meth:`candidate` named (it was
+        replaced while it loaded: the label would name another model than the one that runs)."""
+        if model_info(real, self.roots if why == POSTED else None) != info:
+            raise ModelError("the bundle changed while it was loaded; it is read again next time")
 
     def http_post(self, body: bytes) -> tuple[int, bytes, str]:
         """``POST /model`` with ``{"bundle": PATH, "force": false}``."""
@@ -283,19 +356,23 @@ class SwapQueue:
         try:
             data = json.loads(body or b"{}")
             path = data["bundle"]
-            force = bool(data.get("force", False))
+            force = data.get("force", False)
             if not isinstance(path, str) or not path:
                 raise TypeError
         except (ValueError, KeyError, TypeError, AttributeError):
             return json_answer(
                 400, {"error": 'the body is JSON naming a bundle: {"bundle": "/path"}'}
             )
+        if not isinstance(force, bool):  # "false" is a non-empty string: never a yes
+            return json_answer(400, {"error": '"force" is true or false (a JSON boolean)'})
+        if "\x00" in path:
+            return json_answer(400, {"error": "the bundle path holds a NUL character"})
         if not self.allowed(path):
             where = ", ".join(self.roots)
             return json_answer(
                 403, {"error": f"{path} is not in a folder --allow-models names ({where})"}
             )
-        n = self.request(path, "POST /model", force)
+        n = self.request(path, POSTED, force)
         return json_answer(202, {"accepted": True, "request": n, "bundle": path})
 
     def http_get(self, _body: bytes = b"") -> tuple[int, bytes, str]:
@@ -321,6 +398,9 @@ class SwapQueue:
             self.wake.clear()
             if self.stopped.is_set():
                 break
+            if _hangups[0] != self._hangups:  # SIGHUP (one re-read for a burst of them)
+                self._hangups = _hangups[0]
+                self.reread("SIGHUP")
             if self.o.watch and time.monotonic() - last_poll >= self.o.poll_s:
                 last_poll = time.monotonic()
                 self._poll()
@@ -349,18 +429,6 @@ class SwapQueue:
     def reread(self, why: str) -> None:
         """SIGHUP: the bundle path(s) read again (one that did not change: nothing to swap)."""
         raise NotImplementedError
-
-    def on_sighup(self):
-        """SIGHUP calls :meth:`reread` from now on (as daemons reload their configuration; the
-        handler only queues); returns what puts the handler before back. Main thread only."""
-        import signal
-
-        if threading.current_thread() is not threading.main_thread() or not hasattr(
-            signal, "SIGHUP"
-        ):
-            return lambda: None
-        old = signal.signal(signal.SIGHUP, lambda signum, frame: self.reread("SIGHUP"))
-        return lambda: signal.signal(signal.SIGHUP, old)
 
     def _poll(self) -> None:
         pass

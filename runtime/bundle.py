@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -262,8 +263,11 @@ def _check_sections(data: dict, where: str) -> None:
     for file, digest in (data.get("hashes") or {}).items():
         # keys name bundle files or the sources they came from; only bundle files are ever
         # opened, by their own (validated) names
-        if not isinstance(file, str) or len(file) > 256 or _UNSAFE_TEXT.search(file):
-            raise BundleError(f"{where}: the hashes name an invalid file {str(file)[:60]!r}")
+        if not isinstance(file, str) or not _SAFE_NAME.fullmatch(file):
+            raise BundleError(
+                f"{where}: the hashes name {str(file)[:60]!r}, not a file name of the bundle "
+                "(letters, digits, '_', '-', '.'; no folders, no '..')"
+            )
         if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
             raise BundleError(f"{where}: the hash of {file} is not a SHA-256 hex digest")
     for model, spec in (data.get("models") or {}).items():
@@ -306,8 +310,13 @@ class Bundle:
 
 
 def _read_manifest(path: Path) -> bytes:
-    """The manifest's bytes; BundleError for one over ``MAX_MANIFEST_BYTES`` (not a manifest)."""
-    with open(path, "rb") as fh:
+    """The manifest's bytes, read only from a regular file (a FIFO or a device would block or
+    never end) and at most ``MAX_MANIFEST_BYTES`` of it; BundleError for one over that (not a
+    manifest) or not a regular file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BundleError(f"{path} is not a regular file: not an edgert manifest")
         data = fh.read(MAX_MANIFEST_BYTES + 1)
     if len(data) > MAX_MANIFEST_BYTES:
         raise BundleError(f"{path} is over {MAX_MANIFEST_BYTES >> 20} MiB: not an edgert manifest")

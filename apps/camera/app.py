@@ -42,7 +42,7 @@ from .sinks import (
 )
 from .sources import SourceOptions, open_source, source_files
 from .steps import slot_steps, steps_for
-from .swap import Loaded, ModelSlot, SwapOptions, fingerprint, model_info
+from .swap import Loaded, ModelSlot, SwapOptions, catch_hangups, fingerprint, model_info
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +260,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
     geometries = _tracking_before_sources(cfg, bundle)
     gates = gates_for(cfg.gate, len(cfg.sources))  # its masks checked before anything opens
     with contextlib.ExitStack() as stack:
+        stack.callback(catch_hangups())  # SIGHUP re-reads the bundle path, from here on
         sources = open_sources(cfg.sources, cfg.source_options, stack)
         probes = CameraProbes(cfg.metrics, web, say)
         stack.callback(probes.close)
@@ -341,7 +342,6 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         handler.attach(sinks, pipeline)
         probes.attach(pipeline, power, analytics, sinks.all, slot)
         power.watch()
-        stack.callback(slot.on_sighup())  # SIGHUP re-reads the bundle path
         slot.start()
         # what start-up made (modules, the model, sources) out of the collector's sight: a full
         # collection, which a swap's allocations trigger, then scans only what came since

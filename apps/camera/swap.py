@@ -43,6 +43,7 @@ from edgert.apps.swapping import (
     SwapOptions,
     SwapQueue,
     agreement,
+    catch_hangups,
     fingerprint,
     first_run_fails,
     give_back_memory,
@@ -55,7 +56,15 @@ from edgert.runtime.tasks import task_spec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EVENTS", "Loaded", "ModelSlot", "SwapOptions", "fingerprint", "model_info"]
+__all__ = [
+    "EVENTS",
+    "Loaded",
+    "ModelSlot",
+    "SwapOptions",
+    "catch_hangups",
+    "fingerprint",
+    "model_info",
+]
 
 
 def _observed(task: str, results) -> list:
@@ -198,19 +207,24 @@ class ModelSlot(SwapQueue):
 
     def _swap(self, path: str, why: str, force: bool) -> None:
         t0 = time.monotonic()
-        try:
-            info = model_info(path)
-        except EdgertError as exc:
-            return self._refuse(path, why, str(exc), t0)
         if path == self.watch_path:  # what --watch-model compares with: the bundle now read
             self._seen = fingerprint(path)
+        try:
+            real, info = self.candidate(path, why)
+        except EdgertError as exc:
+            return self._refuse(path, why, str(exc), t0)
         if info == self.current.info:
             self.say(f"model: {path} is the model in use ({why}); nothing to swap")
             return None
         self._settle()  # a previous model still kept for rollback goes first: one spare at most
         try:
-            model = self.load(path)
+            model = self.load(real)
         except (EdgertError, OSError) as exc:
+            return self._refuse(path, why, str(exc), t0)
+        try:
+            self.unchanged(real, info, why)
+        except EdgertError as exc:
+            model.close()
             return self._refuse(path, why, str(exc), t0)
         candidate = Loaded(model, info, path)
         try:

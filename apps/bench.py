@@ -113,9 +113,15 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
         idle = power.measure_idle(cfg.idle_seconds)
         if cfg.target_fps is not None and not cfg.keep_settings:
             if power.meter is None or idle is None:
+                why = (
+                    "no power sensor to measure energy with"
+                    if power.meter is None
+                    else "the choice weighs the energy above idle, and --idle-seconds 0 measured "
+                    "no idle"
+                )
                 say(
-                    "--target-fps: no power sensor to measure energy with, so the settings given "
-                    "are paced to the rate (no operating point is chosen)"
+                    f"--target-fps: {why}, so the settings given are paced to the rate (no "
+                    "operating point is chosen)"
                 )
             else:
                 point = choose_operating_point(cfg, power.meter, idle, options, say)
@@ -517,6 +523,12 @@ def _validate(cfg: BenchConfig) -> None:
             raise ModelError(f"{name} must be a positive number, not {value}")
     if cfg.clocks is not None and cfg.target_fps is None:
         raise ModelError("--clocks auto chooses clocks for a rate: give --target-fps N as well")
+    if cfg.target_fps and cfg.duration and cfg.batch / cfg.target_fps > cfg.duration / 2:
+        raise ModelError(
+            f"--target-fps {cfg.target_fps:g} is fewer than two batches of {cfg.batch} in the "
+            f"run's {cfg.duration:g} s: give at least {2 * cfg.batch / cfg.duration:g}, or a "
+            "longer --duration"
+        )
     for name, value in (("--warmup", cfg.warmup), ("--idle-seconds", cfg.idle_seconds)):
         if not (math.isfinite(value) and value >= 0):
             raise ModelError(f"{name} must be zero or more seconds, not {value}")
@@ -577,8 +589,11 @@ def _timed_loop(engine, runner, feeds, cfg: BenchConfig, meter, say, hold=None) 
             raise
         interrupted = True
         say("interrupted: reporting the inferences measured so far")
-    # paced, the run lasts to the end of its last slot (its rate is slots per slot time)
+    # paced, the run lasts to the end of its last slot (its rate is slots per slot time), and
+    # never past its --duration (a slot that would end after it was not run)
     end = time.perf_counter() if period is None else max(time.perf_counter(), due)
+    if period is not None and deadline is not None:
+        end = max(time.perf_counter(), min(end, deadline))
     elapsed = end - t_start
     return _Run(latencies, split, elapsed, m_start, meter.now() if meter else None, interrupted)
 

@@ -118,24 +118,41 @@ class Domain:
         }
 
 
+MAX_HZ = 10_000_000_000  # no Jetson clock runs near 10 GHz (EMC: 3.2 GHz Orin, 4.3 GHz Thor)
+
+
+def _hz(text: str) -> int | None:
+    """A frequency a driver writes (Hz, an integer, maybe as a float), None for anything else:
+    not a number, not finite, or outside what a board's clock can be (0 or less: "no cap",
+    kept as the drivers mean it; over MAX_HZ: junk)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if value != value or abs(value) > MAX_HZ:  # NaN, inf, 1e17
+        return None
+    return int(value)
+
+
 def _read_int(path: Path) -> int:
     try:
         text = path.read_text().strip()
     except OSError as exc:
         raise ClockError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        return int(float(text.split()[0]))
-    except (ValueError, IndexError):
-        raise ClockError(f"{path} does not hold a frequency ({text[:40]!r})") from None
+    value = _hz(text.split()[0]) if text else None
+    if value is None:
+        raise ClockError(f"{path} does not hold a frequency ({text[:40]!r})")
+    return value
 
 
 def _table(path: Path) -> tuple:
-    """``available_frequencies``: one line of Hz values (sorted here: drivers list their own way)."""
+    """``available_frequencies``: one line of Hz values (sorted here: drivers list their own way;
+    what cannot be a clock's rate is left out)."""
     try:
-        values = {int(float(v)) for v in path.read_text().split()}
-    except (OSError, ValueError):
+        values = {_hz(v) for v in path.read_text().split()}
+    except OSError:
         return ()
-    return tuple(sorted(v for v in values if v > 0))
+    return tuple(sorted(v for v in values if v is not None and v > 0))
 
 
 @dataclass(frozen=True)
@@ -194,7 +211,7 @@ def _emc_rates(base: Path, cap: Path) -> tuple:
     rates = set()
     with contextlib.suppress(OSError):
         conf = (base / "etc/nvpmodel.conf").read_text(errors="replace")
-        rates.update(int(v) for v in _EMC_CONF.findall(conf) if int(v) > 0)
+        rates.update(int(v) for v in _EMC_CONF.findall(conf) if 0 < int(v) <= MAX_HZ)
     for path in (base / EMC_MAX_RATE, cap):
         with contextlib.suppress(ClockError):
             value = _read_int(path)
@@ -208,8 +225,22 @@ def state_path(root=None) -> Path:
 
 
 def _write(path: Path, value: str) -> None:
-    with open(path, "w") as fh:  # sysfs: in place, one write
+    """One write in place (sysfs), to a file that exists (never created) and is not a link."""
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "w") as fh:
         fh.write(value)
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
+def _clock_files(root=None) -> set:
+    """The files ``--clocks`` may write under ``root``, links resolved."""
+    return {os.path.realpath(f) for d in find(root).domains for f in d.files()}
 
 
 def restore_saved(root=None, say=lambda s: None) -> list:
@@ -227,6 +258,14 @@ def restore_saved(root=None, say=lambda s: None) -> list:
         raise ClockError(
             f"edgert process {pid} has the clocks set (recorded in {path}); stop it first, and it "
             "puts them back itself"
+        )
+    allowed = _clock_files(root)
+    stray = next((p for p, _ in saved if os.path.realpath(p) not in allowed), None)
+    if stray is not None or any(not v or _hz(v.split()[0]) is None for _, v in saved):
+        what = f"{stray}, not a clock file" if stray is not None else "a value that is not a clock"
+        raise ClockError(
+            f"{path} names {what} that --clocks sets under {sysfs_root(root)}: not a record "
+            "edgert wrote; nothing was written (remove it if it is stale)"
         )
     failed = _put_back(saved)
     if failed:
@@ -288,13 +327,19 @@ class ClockSession:
         """Check every file can be written, then record its value, before the first write."""
         files = [f for d in self.controls.domains for f in d.files()]
         denied = [f for f in files if not os.access(f, os.W_OK)]
+        if denied and _read_only(denied[0]):
+            raise ClockError(
+                f"--clocks cannot write {denied[0]}: it is on a read-only file system (a "
+                "container's /sys is mounted so unless it is given read-write); nothing was changed"
+            )
         if denied:
             raise ClockError(
                 f"--clocks cannot write {denied[0]} (permission denied): run as root or give the "
                 "user write access with a udev rule; nothing was changed"
             )
         path = state_path(self.root)
-        saved = [(str(f), f.read_text().strip()) for f in files]
+        # absolute: a restore from another folder (or the next run) writes this very tree
+        saved = [(os.path.abspath(f), f.read_text().strip()) for f in files]
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.{os.getpid()}")
@@ -306,7 +351,10 @@ class ClockSession:
                 f"({exc.strerror or exc}); nothing was changed"
             ) from None
         self._saved = [(Path(p), v) for p, v in saved]
-        if threading.current_thread() is threading.main_thread():
+        # a closed terminal ends the run as Ctrl-C does (clocks go back), unless the run gave
+        # SIGHUP a meaning of its own (the camera re-reads its bundle): one meaning in any phase
+        main = threading.current_thread() is threading.main_thread()
+        if main and signal.getsignal(signal.SIGHUP) in (signal.SIG_DFL, None):
             self._old_hup = signal.signal(signal.SIGHUP, _hangup)
 
     def set(self, gpu: int | None = None, emc: int | None = None) -> dict:

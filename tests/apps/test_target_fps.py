@@ -67,6 +67,25 @@ def test_a_bad_target_is_one_sentence(tmp_path):
     bundle = classifier_bundle(tmp_path / "m")
     assert_user_error(run_cli("bench", bundle, "--target-fps", "0"), "--target-fps")
     assert_user_error(run_cli("bench", bundle, "--target-fps", "fast"), "--target-fps")
+    # fewer than two slots in the run (the review's 1e-9 reported a run of 31 years)
+    proc = run_cli("bench", bundle, "--target-fps", "1e-9", "--duration", "2")
+    assert_user_error(proc, "fewer than two batches", "give at least 1")
+
+
+def test_a_slow_target_reports_no_more_time_than_the_run_took(tmp_path):
+    """At 1.5/s for 2 s the last slot would end after the run: the run is its 2 s."""
+    import json
+
+    from tests.tiny import classifier_bundle
+
+    bundle = classifier_bundle(tmp_path / "m")
+    proc = run_cli(
+        *("bench", bundle, "--target-fps", "1.5", "--duration", "2", "--idle-seconds", "0"),
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["iterations"] in (3, 4) and 1.9 <= r["seconds"] <= 2.5, r
 
 
 def test_a_short_paced_run_reports_the_rate_it_held(tmp_path):

@@ -190,3 +190,80 @@ def test_power_lists_the_tables_and_the_limits_in_force(tmp_path):
     assert emc["available_mhz"] == [665.6, 2133, 3199, 4266] and emc["writable"]
     text = run_cli("power", "--sysfs-root", tmp_path, "--no-nvml").stdout
     assert "gpu limit: min 675, max 1575 MHz of 675 825 975 1125 1275 1425 1575 MHz" in text
+
+
+def test_a_crafted_record_writes_nothing_outside_the_clock_files(tmp_path):
+    """The review's record: a dead pid's clocks.json naming a file outside the tree and one that
+    does not exist. Restore refuses it whole: the victim is unchanged, nothing is created."""
+    write_layout(tmp_path / "root", "orin-jp5")
+    victim, new = tmp_path / "victim.txt", tmp_path / "newfile.txt"
+    victim.write_text("victim original")
+    state = clocks.state_path(tmp_path / "root")
+    state.parent.mkdir(parents=True, exist_ok=True)
+    record = {"pid": 999999, "t": 0, "files": [[str(victim), "pwned"], [str(new), "created"]]}
+    state.write_text(json.dumps(record))
+    proc = run_cli("power", "--restore", "--sysfs-root", tmp_path / "root")
+    assert_user_error(proc, "not a clock file", "nothing was written")
+    assert victim.read_text() == "victim original" and not new.exists()
+    # nor a clock file of the tree given a value no clock has
+    gpu = clocks.find(tmp_path / "root").gpu
+    before = (gpu.node / "max_freq").read_text()
+    state.write_text(
+        json.dumps({"pid": 999999, "t": 0, "files": [[str(gpu.node / "max_freq"), "x; y"]]})
+    )
+    assert_user_error(
+        run_cli("power", "--restore", "--sysfs-root", tmp_path / "root"), "not a clock"
+    )
+    assert (gpu.node / "max_freq").read_text() == before
+
+
+def test_a_relative_root_is_recorded_absolute_and_restored_from_anywhere(tmp_path):
+    """Set with a relative --sysfs-root, killed, restored with the absolute root from another
+    folder holding a tree at the same relative path: the first tree is put back, not the other."""
+    for where in ("a", "b"):
+        write_layout(tmp_path / where / "tree", "orin-jp5")
+    code = (
+        "import os, sys\n"
+        "from edgert.runtime.power import clocks\n"
+        "s = clocks.ClockSession(clocks.find('tree'), 'tree')\n"
+        "s.set(gpu=s.candidates('gpu')[3])\n"
+        "print('set', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=tmp_path / "a",
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "set"
+    finally:
+        proc.kill()
+        proc.wait()
+    record = json.loads(clocks.state_path(tmp_path / "a" / "tree").read_text())
+    assert all(os.path.isabs(p) for p, _ in record["files"])
+    gpu_a = clocks.find(tmp_path / "a" / "tree").gpu.node / "max_freq"
+    gpu_b = clocks.find(tmp_path / "b" / "tree").gpu.node / "max_freq"
+    assert gpu_a.read_text() != gpu_b.read_text()
+    done = run_cli(
+        "power", "--restore", "--sysfs-root", tmp_path / "a" / "tree", cwd=tmp_path / "b"
+    )
+    assert done.returncode == 0, done.stderr
+    assert gpu_a.read_text().strip() == gpu_b.read_text().strip() == str(hz(918))
+
+
+def test_junk_frequencies_are_refused_or_left_out(tmp_path):
+    """A max_freq of inf (an internal OverflowError before) is one sentence; an EMC MAX_FREQ of
+    1e23 in nvpmodel.conf (chosen and written before) is no rate of the table."""
+    write_layout(tmp_path / "inf", "orin-jp5")
+    gpu = clocks.find(tmp_path / "inf").gpu
+    (gpu.node / "max_freq").write_text("inf\n")
+    with pytest.raises(clocks.ClockError, match="does not hold a frequency"):
+        gpu.limits()
+    write_layout(tmp_path / "emc", "orin-jp5")
+    conf = tmp_path / "emc" / "etc" / "nvpmodel.conf"
+    conf.write_text(conf.read_text() + "\nEMC MAX_FREQ 99999999999999999999999\n")
+    rates = clocks.find(tmp_path / "emc").emc.available
+    assert max(rates) == hz(3199), rates

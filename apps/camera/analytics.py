@@ -371,10 +371,12 @@ def _reach_s(counter, p, v) -> float:
     return best
 
 
-def check_task(task: str) -> None:
-    """--track needs boxes: a model whose task's results are boxes (detect, faces)."""
+def check_task(task: str, asked_by: str = "--track") -> None:
+    """Tracking needs boxes: a model whose task's results are boxes (detect, faces);
+    ``asked_by`` is what turned tracking on (--track, --line, --clips DIR, ...)."""
     if not task_spec(task).boxes:
         boxes = " or ".join(t.name for t in TASK_SPECS.values() if t.boxes)
         raise EdgertError(
-            f"--track follows detected objects, and this is a {task} model: use a {boxes} bundle"
+            f"{asked_by} follows detected objects (it tracks them), and this is a {task} model: "
+            f"use a {boxes} bundle"
         )

@@ -28,7 +28,7 @@ from edgert.runtime.power.session import PowerOptions, PowerSession
 
 from .analytics import Analytics, TrackingOptions, check_in_frame, check_task, parse_all
 from .delivery import FrameHandler, SinkSet
-from .gate import GateOptions, gates_for
+from .gate import GateOptions, check_masks_in_frame, gates_for
 from .pipeline import Pipeline
 from .sinks import (
     SinkContext,
@@ -36,6 +36,7 @@ from .sinks import (
     check_sink,
     open_sink,
     resolve,
+    scheme_of,
     shows_picture,
     sink_paths,
     tracks,
@@ -137,6 +138,17 @@ class CameraConfig:
     def tracks(self) -> bool:
         """Tracking is on: asked for, or implied by lines, zones or an events sink."""
         return self.tracking.enabled or any(tracks(u) for u in self.sinks)
+
+    def tracking_asked_by(self) -> str:
+        """What turned tracking on, as the user gave it (for a sentence)."""
+        t = self.tracking
+        if t.track or not (t.lines or t.zones or any(tracks(u) for u in self.sinks)):
+            return "--track"
+        if t.lines or t.zones:
+            return "--line" if t.lines else "--zone"
+        uri = next(u for u in self.sinks if tracks(u))
+        entry = scheme_of(uri)
+        return f"{entry.flag} {uri.split('://', 1)[-1]}" if entry.flag else f"--output {uri}"
 
     def sink_uris(self) -> list[str]:
         """The sinks, with a window when nothing shows the picture and a display is there."""
@@ -264,7 +276,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         sources = open_sources(cfg.sources, cfg.source_options, stack)
         probes = CameraProbes(cfg.metrics, web, say)
         stack.callback(probes.close)
-        _describe(sources, geometries, say)
+        _describe(sources, geometries, cfg.gate, say)
         power = stack.enter_context(PowerSession(cfg.power))
         # nothing busy-waits (ONNX Runtime's threads, CUDA's sync): a camera paces itself by its
         # frame rate, so spinning between frames buys nothing (MobileNetV2 at 30 fps: e2e p50
@@ -292,7 +304,7 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         batch = _batch(cfg, len(sources), model, say)
         analytics = None
         if cfg.tracks:
-            check_task(model.task)
+            check_task(model.task, cfg.tracking_asked_by())
             t = cfg.tracking
             analytics = Analytics(
                 len(sources), geometries, t.count_anchor, t.lost_seconds, t.tracker
@@ -418,7 +430,7 @@ def _gate_says(o: GateOptions, task: str, tracking: bool) -> str:
     return f"{o.mode}: inference on {which}; {between}"
 
 
-def _describe(sources: list, geometries: list, say) -> None:
+def _describe(sources: list, geometries: list, gate, say) -> None:
     for i, source in enumerate(sources):
         say(
             f"source: {source.description}"
@@ -429,6 +441,7 @@ def _describe(sources: list, geometries: list, say) -> None:
             say(f"note: {source.note}")
         if geometries:
             check_in_frame(geometries, i, source.size)
+        check_masks_in_frame(gate, i, source.size)
 
 
 def _batch(cfg: CameraConfig, streams: int, model, say) -> int:
@@ -516,7 +529,7 @@ def _tracking_before_sources(cfg: CameraConfig, bundle) -> list:
     if bundle is not None:
         task = cfg.model.task or bundle.manifest.task
         if task != "generic":
-            check_task(task)
+            check_task(task, cfg.tracking_asked_by())
     return geometries
 
 

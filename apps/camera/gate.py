@@ -66,7 +66,7 @@ class GateOptions:
         sensitivity: float = 0.5,
         target_fps: float | None = None,
     ):
-        text = (gate or "off").strip().lower()
+        text = ("off" if gate is None else gate).strip().lower()
         if text in ("off", "motion"):
             mode, n = text, 1
         else:
@@ -81,6 +81,25 @@ class GateOptions:
         if target_fps is not None and not (math.isfinite(target_fps) and target_fps > 0):
             raise SourceError(f"--target-fps must be a positive number, not {target_fps}")
         return cls(mode, n, keyframe_s, tuple(masks), sensitivity, target_fps)
+
+    @staticmethod
+    def check_given(mode: str, keyframe, masks, sensitivity) -> None:
+        """SourceError when motion options are given without ``--gate motion`` (they would do
+        nothing)."""
+        given = [
+            flag
+            for flag, value in (
+                ("--keyframe", keyframe),
+                ("--motion-mask", masks or None),
+                ("--motion-sensitivity", sensitivity),
+            )
+            if value is not None
+        ]
+        if given and mode != "motion":
+            raise SourceError(
+                f"{' and '.join(given)} apply to --gate motion, and the gate is "
+                f"{'off' if mode == 'off' else mode}: give --gate motion, or leave them out"
+            )
 
     @staticmethod
     def add_arguments(parser) -> None:
@@ -105,34 +124,37 @@ class GateOptions:
         g.add_argument(
             "--keyframe",
             type=positive_float,
-            default=2.0,
+            default=None,
             metavar="S",
-            help="with --gate: a frame is inferred at least every S seconds (default 2)",
+            help="with --gate motion: a frame is inferred at least every S seconds (default 2)",
         )
         g.add_argument(
             "--motion-mask",
             action="append",
             default=[],
             metavar="[STREAM:]x1,y1,x2,y2,x3,y3,...",
-            help="a polygon whose changes are not motion (a tree, a clock overlay); repeatable",
+            help="with --gate motion: a polygon whose changes are not motion (a tree, a clock "
+            "overlay), in pixels or fractions of the frame, inside it; repeatable",
         )
         g.add_argument(
             "--motion-sensitivity",
             type=fraction,
-            default=0.5,
+            default=None,
             metavar="0-1",
             help="higher finds smaller and fainter motion (default 0.5)",
         )
 
     @classmethod
     def from_args(cls, args) -> GateOptions:
-        return cls.parse(
+        options = cls.parse(
             args.gate,
-            args.keyframe,
+            2.0 if args.keyframe is None else args.keyframe,
             args.motion_mask,
-            args.motion_sensitivity,
+            0.5 if args.motion_sensitivity is None else args.motion_sensitivity,
             getattr(args, "target_fps", None),
         )
+        cls.check_given(options.mode, args.keyframe, args.motion_mask, args.motion_sensitivity)
+        return options
 
 
 def parse_mask(spec: str, streams: int) -> tuple[int | None, np.ndarray]:
@@ -149,7 +171,39 @@ def parse_mask(spec: str, streams: int) -> tuple[int | None, np.ndarray]:
     stream = int(m.group(1)) if m.group(1) is not None else None
     if stream is not None and stream >= streams:
         raise SourceError(f"--motion-mask {spec}: there is no stream {stream}")
-    return stream, np.array(values, np.float64).reshape(-1, 2)
+    if not all(math.isfinite(v) for v in values):
+        raise SourceError(f"--motion-mask {spec}: a coordinate is not a finite number")
+    points = np.array(values, np.float64).reshape(-1, 2)
+    from edgert.runtime.counting import first_self_crossing
+
+    crossing = first_self_crossing(tuple(map(tuple, points)))
+    if crossing is not None:
+        i, j = crossing
+        raise SourceError(
+            f"--motion-mask {spec}: its edges {i + 1} and {j + 1} cross (give the corners in "
+            "order around the polygon)"
+        )
+    return stream, points
+
+
+def check_masks_in_frame(options: GateOptions, stream: int, size: tuple | None) -> None:
+    """SourceError when a ``--motion-mask`` of stream ``stream`` has a point outside its frame
+    (pixels: 0..width, 0..height; fractions: 0..1), as lines and zones are refused."""
+    if size is None or options.mode != "motion":
+        return
+    w, h = size
+    for spec in options.masks:
+        which, pts = parse_mask(spec, stream + 1)
+        if which not in (None, stream):
+            continue
+        fractions = pts.max() <= 1.0
+        top = (1.0, 1.0) if fractions else (w, h)
+        for x, y in pts:
+            if not (0 <= x <= top[0] and 0 <= y <= top[1]):
+                raise SourceError(
+                    f"--motion-mask {spec} on stream {stream}: point ({x:g}, {y:g}) is outside "
+                    f"the {w}x{h} frame" + (" (as fractions, 0 to 1)" if fractions else "")
+                )
 
 
 class MotionDetector:
@@ -172,7 +226,10 @@ class MotionDetector:
         import cv2
 
         h, w = frame.shape[:2]
-        size = (WIDTH, max(1, round(h * WIDTH / w)))
+        # at most WIDTH x WIDTH whatever the frame's shape (a 2x4000 picture scaled to 320 wide
+        # was a 320x640000 background: gigabytes)
+        scale = min(WIDTH / w, WIDTH / h)
+        size = (max(1, round(w * scale)), max(1, round(h * scale)))
         grey = frame if frame.ndim == 2 else cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY)
         small = cv2.GaussianBlur(cv2.resize(grey, size, interpolation=cv2.INTER_AREA), (5, 5), 0)
         if size != self.size:
@@ -182,8 +239,9 @@ class MotionDetector:
             if self.masks:
                 self.mask = np.zeros((size[1], size[0]), np.uint8)
                 for pts in self.masks:
-                    scale = (size[0], size[1]) if pts.max() <= 1.0 else (size[0] / w, size[1] / h)
-                    poly = np.round(pts * np.array(scale)).astype(np.int32)
+                    fit = (size[0], size[1]) if pts.max() <= 1.0 else (size[0] / w, size[1] / h)
+                    poly = np.round(pts * np.array(fit))
+                    poly = np.clip(poly, -1, max(size) + 1).astype(np.int32)  # a run's frame
                     cv2.fillPoly(self.mask, [poly], 255)
         return small
 
@@ -225,12 +283,12 @@ class MotionDetector:
         changed = cv2.dilate(cv2.bitwise_and(changed, moved), None, iterations=3)
         contours, _ = cv2.findContours(changed, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
         area = changed.size * self.min_area
-        scale = frame.shape[1] / self.size[0]
+        sx, sy = frame.shape[1] / self.size[0], frame.shape[0] / self.size[1]
         out = []
         for c in contours:
             if cv2.contourArea(c) >= area:
                 x, y, w, h = cv2.boundingRect(c)
-                out.append((x * scale, y * scale, (x + w) * scale, (y + h) * scale))
+                out.append((x * sx, y * sy, (x + w) * sx, (y + h) * sy))
         return out
 
     def _rebase(self, small: np.ndarray, t: float) -> None:

@@ -335,3 +335,57 @@ def test_target_fps_infers_evenly_spaced_frames_and_keeps_the_counts(scene, tmp_
     assert_user_error(
         run_cli("camera", bundle, "--source", video, "--clocks", "auto"), "--target-fps"
     )
+
+
+def test_a_tall_thin_frame_gets_a_small_grey_copy(tmp_path):
+    """The grey copy fits in WIDTH x WIDTH whatever the frame's shape: a 2x4000 picture was a
+    320x640000 float background (2.5 GB); 1x12000 ran out of memory in OpenCV. A folder of
+    them runs through the real camera with the gate on."""
+    from edgert.apps.camera.gate import WIDTH
+
+    for w, h in ((2, 4000), (1, 12000), (4000, 2), (640, 480)):
+        detect = MotionDetector()
+        frame = np.zeros((h, w, 3), np.uint8)
+        detect(frame)
+        moved = frame.copy()
+        moved[: h // 2, : max(1, w // 2)] = 255
+        detect(moved)
+        small_h, small_w = detect.background.shape
+        assert small_w <= WIDTH and small_h <= WIDTH and detect.background.nbytes <= 4 * WIDTH**2
+    assert MotionDetector()._prepare(np.zeros((480, 640, 3), np.uint8)).shape == (240, 320)
+    thin = tmp_path / "thin"
+    thin.mkdir()
+    for i in range(6):
+        img = np.zeros((12000, 1, 3), np.uint8)
+        img[i * 1000 : i * 1000 + 2000] = 255
+        cv2.imwrite(str(thin / f"{i:02d}.png"), img)
+    bundle = blob_detector_bundle(tmp_path / "det")
+    proc = run_cli("camera", bundle, "--source", thin, "--headless", "--gate", "motion", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["frames_processed"] == 6
+
+
+def test_motion_masks_and_gate_options_are_refused_as_lines_and_zones_are(scene):
+    bundle, video = scene
+
+    def camera(*args):
+        return run_cli(
+            "camera", bundle, "--source", video, "--headless", "--max-frames", "3", *args
+        )
+
+    cases = [
+        (("--gate", "motion", "--motion-mask", "1e400,0,1e400,5,0,5"), "not a finite number"),
+        (("--gate", "motion", "--motion-mask", "0,0,100,100,100,0,0,100"), "cross"),
+        (("--gate", "motion", "--motion-mask", "5000,5000,6000,5000,6000,6000"), "outside the"),
+        (("--gate", "motion", "--motion-mask", "0,0,1,-0.2,1,1"), "as fractions"),
+        (("--gate", "off", "--keyframe", "5"), "--keyframe apply to --gate motion"),
+        (("--motion-mask", "0,0,10,0,10,10"), "--motion-mask apply to --gate motion"),
+        (("--gate", "interval:3", "--motion-sensitivity", "0.9"), "the gate is interval"),
+        (("--gate", ""), "give motion, interval:N"),
+    ]
+    for args, words in cases:
+        proc = camera(*args)
+        assert_user_error(proc, words)
+        assert "Warning" not in proc.stderr
+    ok = camera("--gate", "motion", "--motion-mask", "0,0,0.5,0,0.5,0.5", "--keyframe", "1")
+    assert ok.returncode == 0, ok.stderr

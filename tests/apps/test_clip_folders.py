@@ -657,3 +657,21 @@ def test_clip_and_snapshot_folders_say_what_is_wrong(scene, tmp_path):
     for args, words in cases:
         assert_user_error(run_cli("camera", bundle, "--source", video, *args), words)
     assert not (tmp_path / "q").exists()
+
+
+def test_a_folder_that_cannot_be_written_is_said_before_the_first_event(scene, tmp_path):
+    """An existing read-only clips folder failed at the first event with "Could not open file"
+    and no reason; now the run stops before it starts, saying why."""
+    from tests.conftest import unprivileged
+
+    bundle, video = scene
+    for flag in ("--clips", "--snapshots"):
+        folder = tmp_path / flag.strip("-")
+        folder.mkdir()
+        folder.chmod(0o555)
+        proc = run_cli(
+            *("camera", bundle, "--source", video, "--headless", *SCENE, flag, folder),
+            prefix=unprivileged(),
+        )
+        assert_user_error(proc, "permission denied")
+        assert "frames" not in proc.stdout

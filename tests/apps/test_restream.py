@@ -486,3 +486,35 @@ def test_a_password_with_hash_slash_and_at_from_the_environment_works_with_both_
             assert_user_error(said[decoder, "wrong#one"], "Unauthorized: the camera refused")
     finally:
         cam.stop()
+
+
+def test_listeners_on_one_port_and_an_open_model_endpoint_are_refused(bundle):
+    port = free_ports(1)[0]
+    both = run_cli(
+        *("camera", bundle, "--output", f"rtsp://127.0.0.1:{port}/live"),
+        *("--output", f"http://127.0.0.1:{port}", "--max-frames", "1", "--headless"),
+    )
+    assert_user_error(both, f"rtsp://127.0.0.1:{port}/live", "would both listen on port")
+    # checked before anything listens: 0.0.0.0 is never bound here
+    open_ = run_cli(
+        *("camera", bundle, "--metrics", f"0.0.0.0:{port}", "--model-endpoint"),
+        *("--max-frames", "1", "--headless"),
+    )
+    assert_user_error(open_, "--model-endpoint lets whoever reaches --metrics on 0.0.0.0")
+
+
+def test_every_listener_on_an_open_address_is_said_to_be_open(caplog):
+    """One rule for every listener (--metrics, the web viewer, the re-stream, serve): said for
+    an address other than loopback, with whether a password guards it."""
+    import logging
+
+    from edgert.apps.uris import warn_if_open
+
+    with caplog.at_level(logging.WARNING):
+        assert not warn_if_open("--output rtsp://", "127.0.0.1", 8554)
+        assert not warn_if_open("--output http://", "::1", 8080)
+        assert warn_if_open("--output rtsp://", "0.0.0.0", 8554, authenticated=True)
+        assert warn_if_open("--output http://", "192.0.2.7", 8080)
+    lines = caplog.text.splitlines()
+    assert len(lines) == 2 and "without authentication" not in lines[0], lines
+    assert "without authentication" in lines[1] and "192.0.2.7:8080" in lines[1], lines

@@ -102,3 +102,21 @@ def test_a_short_paced_run_reports_the_rate_it_held(tmp_path):
     assert proc.returncode == 0, proc.stderr
     t = json.loads(proc.stdout)["target_fps"]
     assert t["held"] and abs(t["delivered_ips"] - 50) <= 1.0, t
+
+
+def test_no_idle_measured_is_said_as_such_with_a_sensor(tmp_path):
+    """--idle-seconds 0 with a power sensor (an Orin's INA3221 tree): the sentence names the
+    missing idle, not a missing sensor (the review read "no power sensor" with one in use)."""
+    from tests.power_plant import write_tree
+    from tests.tiny import classifier_bundle
+
+    write_tree(tmp_path / "board", 4.5)
+    bundle = classifier_bundle(tmp_path / "m")
+    proc = run_cli(
+        *("bench", bundle, "--target-fps", "20", "--duration", "1", "--idle-seconds", "0"),
+        *("--sysfs-root", tmp_path / "board"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "--idle-seconds 0 measured no idle" in proc.stdout and "no power sensor" not in (
+        proc.stdout
+    ), proc.stdout

@@ -171,3 +171,28 @@ def test_a_sighup_before_the_model_is_loaded_does_not_end_the_run(bundles, tmp_p
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "is the model in use (SIGHUP); nothing to swap" in out, "".join(lines) + out
+
+
+def test_setting_clocks_keeps_the_meaning_the_run_gave_sighup(tmp_path):
+    """The camera's ~19 s clock measurement took SIGHUP for "stop" (ClockSession's own handler)
+    while the run had given it "read the bundle again": a run's handler now stays; a bench
+    (SIGHUP left at its default) still stops and puts the clocks back."""
+    from edgert.apps.swapping import catch_hangups
+    from edgert.runtime.power import clocks
+    from tests.clock_plant import write_layout
+
+    write_layout(tmp_path, "orin-jp5")
+    restore = catch_hangups()
+    try:
+        ours = signal.getsignal(signal.SIGHUP)
+        with clocks.ClockSession(clocks.find(tmp_path), tmp_path) as s:
+            s.set(gpu=s.candidates("gpu")[1])
+            assert signal.getsignal(signal.SIGHUP) is ours
+            os.kill(os.getpid(), signal.SIGHUP)  # counted, nothing raised
+            time.sleep(0.05)
+    finally:
+        restore()
+    assert signal.getsignal(signal.SIGHUP) in (signal.SIG_DFL, None)
+    with clocks.ClockSession(clocks.find(tmp_path), tmp_path) as s:
+        s.set(gpu=s.candidates("gpu")[1])
+        assert signal.getsignal(signal.SIGHUP) is clocks._hangup

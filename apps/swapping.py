@@ -175,7 +175,8 @@ def model_info(path: str | Path, roots=None) -> dict:
         hashes = data.get("hashes") or {}
         named = sorted(str(k) for k in (hashes if isinstance(hashes, dict) else {}))
         for name in [n for n in named if n not in ("source", "weights")] or ["model.onnx"]:
-            if "/" in name or name.startswith("."):
+            parts = name.split("/")
+            if name.startswith("/") or any(part in ("", ".", "..") for part in parts):
                 raise ValueError(f"its manifest names {name[:60]!r}, not a file of the bundle")
             file = p / name
             if not os.path.lexists(file):

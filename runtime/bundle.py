@@ -263,10 +263,14 @@ def _check_sections(data: dict, where: str) -> None:
     for file, digest in (data.get("hashes") or {}).items():
         # keys name bundle files or the sources they came from; only bundle files are ever
         # opened, by their own (validated) names
-        if not isinstance(file, str) or not _SAFE_NAME.fullmatch(file):
+        # keys name bundle files or the sources they came from (weights/pnet.pt): relative
+        # names of safe parts, never absolute, never a ".." out of the bundle
+        if not isinstance(file, str) or len(file) > 256 or _UNSAFE_TEXT.search(file):
+            raise BundleError(f"{where}: the hashes name an invalid file {str(file)[:60]!r}")
+        if not all(_SAFE_NAME.fullmatch(part) for part in file.split("/")):
             raise BundleError(
-                f"{where}: the hashes name {str(file)[:60]!r}, not a file name of the bundle "
-                "(letters, digits, '_', '-', '.'; no folders, no '..')"
+                f"{where}: the hashes name {file[:60]!r}, not a file name of the bundle "
+                "(parts of letters, digits, '_', '-', '.' joined by '/'; never absolute, never '..')"
             )
         if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
             raise BundleError(f"{where}: the hash of {file} is not a SHA-256 hex digest")

@@ -287,15 +287,17 @@ class Analytics:
     def _hints(self, s: _Stream, shape, t: float) -> dict:
         """What the stream's gate reads before its next frame: every live track's box and
         velocity (the filter's, at ``t``), whether it moves (its box centre faster than 2 % of the
-        frame's height a second), and the seconds its path needs to reach a line or a zone's
-        edge; and how many confirmed tracks the last inferred frame missed
+        frame's height a second), the seconds its path needs to reach a line or a zone's edge and
+        how far its counting point is from the nearest (pixels); and how many confirmed tracks the last inferred frame missed
         (looked for again before they are given up)."""
         hints = []
         counters = (*s.counters.lines, *s.counters.zones)
         for _track, box, velocity in s.tracker.live():
             p = anchor_point(box, self.anchor)
             reach_s = min((_reach_s(c, p, velocity) for c in counters), default=math.inf)
-            hints.append(Hint(box, velocity, math.hypot(*velocity) > 0.02 * shape[0], reach_s))
+            near = min((_distance(c, p) for c in counters), default=math.inf)
+            moving = math.hypot(*velocity) > 0.02 * shape[0]
+            hints.append(Hint(box, velocity, moving, reach_s, near))
         return {"t": t, "tracks": tuple(hints), "missing": s.tracker.missing()}
 
     def _records(
@@ -351,15 +353,29 @@ class Analytics:
         return [*s.counters.lines, *s.counters.zones], s.trails
 
 
+def _edges(counter) -> list:
+    pts = np.asarray(counter.points, np.float64)
+    return [(pts[0], pts[1])] if counter.kind == "line" else list(zip(pts, np.roll(pts, -1, 0)))
+
+
+def _distance(counter, p) -> float:
+    """Pixels from point ``p`` to the nearest point of a line (segment) or a zone's edge."""
+    p = np.asarray(p, np.float64)
+    best = math.inf
+    for a, b in _edges(counter):
+        d = b - a
+        u = float(np.clip(np.dot(p - a, d) / max(float(np.dot(d, d)), 1e-12), 0.0, 1.0))
+        best = min(best, float(np.hypot(*(a + u * d - p))))
+    return best
+
+
 def _reach_s(counter, p, v) -> float:
     """Seconds until point ``p`` moving at ``v`` (pixels a second) reaches a line (segment) or
     a zone's edge along its path, inf when its path meets none (the gate's hints are frames old,
     so the exact time, not a nearness, brackets the crossing)."""
-    pts = np.asarray(counter.points, np.float64)
-    edges = [(pts[0], pts[1])] if counter.kind == "line" else list(zip(pts, np.roll(pts, -1, 0)))
     p, v = np.asarray(p, np.float64), np.asarray(v, np.float64)
     best = math.inf
-    for a, b in edges:
+    for a, b in _edges(counter):
         d = b - a
         cross = v[0] * d[1] - v[1] * d[0]  # p + v*s = a + d*u: Cramer's rule
         if abs(cross) < 1e-9:

@@ -320,13 +320,21 @@ def explained(region, tracks, t: float, memory_s: float) -> bool:
 
 class Hint(NamedTuple):
     """What the gate knows of one live track: its box and velocity (pixels, pixels a second) at
-    the hints' time, whether it moves, and the seconds it needs at its speed to reach a line or
-    a zone's edge (inf: its path meets none, or it stands still)."""
+    the hints' time, whether it moves, the seconds it needs at its speed to reach a line or a
+    zone's edge (inf: its path meets none, or it stands still), and how far its counting point
+    is from the nearest one (pixels; inf without lines and zones)."""
 
     box: tuple
     velocity: tuple
     moving: bool
     reach_s: float = math.inf
+    near_px: float = math.inf
+
+
+def _reach_px(h: Hint, age: float) -> float:
+    """How near a line a moving track must be for its frames to be seen (see _motion_reason)."""
+    x1, y1, x2, y2 = h.box
+    return max(x2 - x1, y2 - y1) + math.hypot(*h.velocity) * (TRACK_CHECK_S + age)
 
 
 class StreamGate:
@@ -416,6 +424,14 @@ class StreamGate:
         frame_s = 0.1 if self._frame_s is None else self._frame_s
         crossing = (hints["t"] + h.reach_s for h in tracks if h.moving)
         if any(t - frame_s < c <= t + frame_s for c in crossing):
+            return "geometry"
+        # a moving track within reach of a line or a zone's edge, whatever its direction: every
+        # frame is seen while it is there. An object that turns between inferred frames leaves
+        # its predicted box (a new track, its crossing back never counted), and one that stops
+        # short of the line has predicted boxes that cross it (a crossing that never was);
+        # within reach: its box's size plus how far it goes in a track check and since the hints
+        age = max(0.0, t - hints["t"])
+        if any(h.moving and h.near_px <= _reach_px(h, age) for h in tracks):
             return "geometry"
         # moving tracks are re-inferred, and so are tracks the last inferred frame missed (a
         # detector's miss, an object that turned): found again before lost_seconds ends them

@@ -389,3 +389,74 @@ def test_motion_masks_and_gate_options_are_refused_as_lines_and_zones_are(scene)
         assert "Warning" not in proc.stderr
     ok = camera("--gate", "motion", "--motion-mask", "0,0,0.5,0,0.5,0.5", "--keyframe", "1")
     assert ok.returncode == 0, ok.stderr
+
+
+def _path(t, start, turn, speed, pause=0.0, back=True):
+    """x at ``t`` s of a walk from ``start`` to ``turn`` at ``speed`` px/s, a pause there, and
+    back to ``start`` (or on out of the frame)."""
+    go = abs(turn - start) / speed
+    sign = 1 if turn > start else -1
+    if t < 0:
+        return None
+    if t <= go:
+        return start + sign * speed * t
+    if t <= go + pause:
+        return turn
+    later = t - go - pause
+    if back:
+        return turn - sign * speed * later if later <= go else None
+    return turn + sign * speed * later
+
+
+def turning_scene(path, repeats=3, fps=10):
+    """Fast walkers (180-220 px/s, 18-22 px a frame) on three rows, the line at x=160: one
+    crosses 30 px and turns back at once (in, out), one stops 15 px short of it, waits and goes
+    back (nothing), one crosses straight (in). ``repeats`` times, 8 s apart. The rows sit on
+    the blob detector's cell grid (one box per square). Truth: in 2, out 1 per repeat."""
+    w, h = 320, 240
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
+    for i in range(int(8 * repeats * fps) + 10):
+        t = i / fps
+        img = np.zeros((h, w, 3), np.uint8)
+        k, tt = divmod(t, 8.0)
+        if k < repeats:
+            for x, y in (
+                (_path(tt, -40, 190, 200.0), 40),
+                (_path(tt - 0.5, 360, 175, 220.0, pause=0.6), 120),
+                (_path(tt - 1.0, -40, 200, 180.0, back=False), 200),
+            ):
+                if x is not None:  # the part of the 60 px square inside the frame
+                    x0, x1 = max(0, round(x) - 30), min(w, round(x) + 30)
+                    img[y - 30 : y + 30, x0 : max(x0, x1)] = 255
+        writer.write(img)
+    writer.release()
+    return path
+
+
+def test_line_counts_with_the_gate_equal_always_on_when_walkers_turn_or_stop_at_the_line(
+    scene, tmp_path
+):
+    """The review's F17, reproduced with fast walkers that turn just past the line or stop just
+    short of it: a turn between inferred frames switched the track's ID (its crossing back was
+    never counted) and a stop's predicted boxes crossed the line that the object never did.
+    With the gate inferring while a moving track is within reach of a line, the counts equal
+    always-on's, in every run and on every stream of a run of four."""
+    bundle, _ = scene
+    video = turning_scene(tmp_path / "turns.mp4")
+
+    def counts(*gate, streams=1):
+        proc = run_cli(
+            *("camera", bundle, *[a for _ in range(streams) for a in ("--source", video)]),
+            *("--headless", "--conf", "0.75", "--json", "--line", "door=160,0,160,240", *gate),
+        )
+        assert proc.returncode == 0, proc.stderr
+        return [
+            (s["counts"]["door"]["in"], s["counts"]["door"]["out"])
+            for s in json.loads(proc.stdout)["streams"]
+        ]
+
+    always = counts()
+    assert always == [(6, 3)], always  # the truth: 2 in and 1 out, three times
+    for _ in range(3):
+        assert counts("--gate", "motion") == always
+    assert counts("--gate", "motion", streams=4) == always * 4

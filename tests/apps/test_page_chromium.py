@@ -238,7 +238,9 @@ def test_page_lists_events_with_snapshots_and_clips_and_its_charts_move(tmp_path
         while len(lines(first)) < 5 and time.monotonic() < deadline:  # two readings of each
             time.sleep(1.0)  # (a chart needs two points; power and heat read after a moment)
             first = dump()
-        assert re.search(r'<img src="/media/[^"]+_track\d+_[0-9a-f]{8}(-\d+)?\.jpg"', first), first[-2000:]
+        assert re.search(r'<img src="/media/[^"]+_track\d+_[0-9a-f]{8}(-\d+)?\.jpg"', first), first[
+            -2000:
+        ]
         assert re.search(r"line_cross door (in|out) blob #\d+", first), first[-2000:]
         if _can_clip():
             assert re.search(r'<a href="/media/[^"]+\.mp4">clip</a>', first), first[-2000:]

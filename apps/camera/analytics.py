@@ -295,7 +295,7 @@ class Analytics:
         for _track, box, velocity in s.tracker.live():
             p = anchor_point(box, self.anchor)
             reach_s = min((_reach_s(c, p, velocity) for c in counters), default=math.inf)
-            near = min((_distance(c, p) for c in counters), default=math.inf)
+            near = min((_distance(c, p, shape) for c in counters), default=math.inf)
             moving = math.hypot(*velocity) > 0.02 * shape[0]
             hints.append(Hint(box, velocity, moving, reach_s, near))
         return {"t": t, "tracks": tuple(hints), "missing": s.tracker.missing()}
@@ -358,11 +358,18 @@ def _edges(counter) -> list:
     return [(pts[0], pts[1])] if counter.kind == "line" else list(zip(pts, np.roll(pts, -1, 0)))
 
 
-def _distance(counter, p) -> float:
-    """Pixels from point ``p`` to the nearest point of a line (segment) or a zone's edge."""
+def _distance(counter, p, shape) -> float:
+    """Pixels from point ``p`` to the nearest point of a line (segment) or a zone's edge; a
+    zone's edges along the frame's border are left out (an object leaves the frame there: its
+    track ends, and the zone counts the exit)."""
     p = np.asarray(p, np.float64)
+    h, w = shape[:2]
     best = math.inf
     for a, b in _edges(counter):
+        if counter.kind != "line" and any(
+            (a[k] == edge and b[k] == edge) for k, edge in ((0, 0), (0, w), (1, 0), (1, h))
+        ):
+            continue
         d = b - a
         u = float(np.clip(np.dot(p - a, d) / max(float(np.dot(d, d)), 1e-12), 0.0, 1.0))
         best = min(best, float(np.hypot(*(a + u * d - p))))

@@ -409,7 +409,8 @@ def _path(t, start, turn, speed, pause=0.0, back=True):
 
 
 def turning_scene(path, repeats=3, fps=10):
-    """Fast walkers (180-220 px/s, 18-22 px a frame) on three rows, the line at x=160: one
+    """Fast walkers (180-260 px/s, 18-26 px a frame: further than their 60 px box between two
+    track checks) on three rows, the line at x=160: one
     crosses 30 px and turns back at once (in, out), one stops 15 px short of it, waits and goes
     back (nothing), one crosses straight (in). ``repeats`` times, 8 s apart. The rows sit on
     the blob detector's cell grid (one box per square). Truth: in 2, out 1 per repeat."""
@@ -421,8 +422,8 @@ def turning_scene(path, repeats=3, fps=10):
         k, tt = divmod(t, 8.0)
         if k < repeats:
             for x, y in (
-                (_path(tt, -40, 190, 200.0), 40),
-                (_path(tt - 0.5, 360, 175, 220.0, pause=0.6), 120),
+                (_path(tt, -40, 190, 260.0), 40),
+                (_path(tt - 0.5, 360, 175, 240.0, pause=0.6), 120),
                 (_path(tt - 1.0, -40, 200, 180.0, back=False), 200),
             ):
                 if x is not None:  # the part of the 60 px square inside the frame

@@ -557,13 +557,15 @@ def _timed_loop(engine, runner, feeds, cfg: BenchConfig, meter, say, hold=None) 
     m_start = meter.now() if meter else None
     deadline = t_start + cfg.duration if cfg.duration is not None else None
     period = cfg.batch / cfg.target_fps if cfg.target_fps else None  # --target-fps: one slot
-    due = t_start
+    # slot k starts at base + k * period (counted, not summed: no drift over a long run)
+    base, slot = t_start, 0
     interrupted = False
     try:
         while True:
             if period is not None:  # each inference at its slot; a second behind: no catch-up
-                if deadline is not None and due >= deadline:
-                    break  # the next slot starts after the run's end
+                due = base + slot * period
+                if deadline is not None and due + period > deadline + 1e-6:
+                    break  # the next slot would end after the run's end: the run is whole slots
                 now = time.perf_counter()
                 wait = due - now
                 if wait > 0:
@@ -571,8 +573,8 @@ def _timed_loop(engine, runner, feeds, cfg: BenchConfig, meter, say, hold=None) 
                 elif hold is not None:
                     hold.late(now - t_start, -wait / period)
                 if wait < -1.0:
-                    due = time.perf_counter()
-                due += period
+                    base, slot = time.perf_counter(), 0
+                slot += 1
             t0 = time.perf_counter()
             runner.infer(feeds)
             if engine.last_split_ms:
@@ -589,11 +591,10 @@ def _timed_loop(engine, runner, feeds, cfg: BenchConfig, meter, say, hold=None) 
             raise
         interrupted = True
         say("interrupted: reporting the inferences measured so far")
-    # paced, the run lasts to the end of its last slot (its rate is slots per slot time), and
-    # never past its --duration (a slot that would end after it was not run)
-    end = time.perf_counter() if period is None else max(time.perf_counter(), due)
-    if period is not None and deadline is not None:
-        end = max(time.perf_counter(), min(end, deadline))
+    # paced, the run lasts to the end of its last slot (its rate is slots per slot time); with
+    # --duration only slots that end within it are run
+    now = time.perf_counter()
+    end = now if period is None else max(now, base + slot * period)
     elapsed = end - t_start
     return _Run(latencies, split, elapsed, m_start, meter.now() if meter else None, interrupted)
 

@@ -72,20 +72,28 @@ def test_a_bad_target_is_one_sentence(tmp_path):
     assert_user_error(proc, "fewer than two batches", "give at least 1")
 
 
-def test_a_slow_target_reports_no_more_time_than_the_run_took(tmp_path):
-    """At 1.5/s for 2 s the last slot would end after the run: the run is its 2 s."""
+@pytest.mark.parametrize(
+    ("rate", "seconds", "slots"), [(1.5, 2, 3), (1.4, 2, 2), (12, 3, 36), (7, 3, 21)]
+)
+def test_a_paced_run_is_whole_slots_within_its_duration(tmp_path, rate, seconds, slots):
+    """Only slots that end within --duration are run (at 1.4/s for 2 s a third would end at
+    2.14 s), counted from the start rather than summed (12/s for 3 s summed 1/12 s 36 times and
+    ran a 37th slot now and then: 12.3/s, "not held"): the run reports the rate asked for, held,
+    in no more time than it took."""
     import json
 
     from tests.tiny import classifier_bundle
 
     bundle = classifier_bundle(tmp_path / "m")
     proc = run_cli(
-        *("bench", bundle, "--target-fps", "1.5", "--duration", "2", "--idle-seconds", "0"),
-        "--json",
+        *("bench", bundle, "--target-fps", str(rate), "--duration", str(seconds)),
+        *("--idle-seconds", "0", "--json"),
     )
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
-    assert r["iterations"] in (3, 4) and 1.9 <= r["seconds"] <= 2.5, r
+    assert r["iterations"] == slots, r
+    assert abs(r["seconds"] - slots / rate) <= 0.05 and r["seconds"] <= seconds + 0.05, r
+    assert r["target_fps"]["held"], r["target_fps"]
 
 
 def test_a_short_paced_run_reports_the_rate_it_held(tmp_path):

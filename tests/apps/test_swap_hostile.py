@@ -176,23 +176,33 @@ def test_a_sighup_before_the_model_is_loaded_does_not_end_the_run(bundles, tmp_p
 def test_setting_clocks_keeps_the_meaning_the_run_gave_sighup(tmp_path):
     """The camera's ~19 s clock measurement took SIGHUP for "stop" (ClockSession's own handler)
     while the run had given it "read the bundle again": a run's handler now stays; a bench
-    (SIGHUP left at its default) still stops and puts the clocks back."""
+    (SIGHUP left at its default) still stops and puts the clocks back; under nohup (SIGHUP
+    ignored, as this suite may itself be run) it stays ignored."""
     from edgert.apps.swapping import catch_hangups
     from edgert.runtime.power import clocks
     from tests.clock_plant import write_layout
 
     write_layout(tmp_path, "orin-jp5")
-    restore = catch_hangups()
+    before = signal.signal(signal.SIGHUP, signal.SIG_DFL)
     try:
-        ours = signal.getsignal(signal.SIGHUP)
+        restore = catch_hangups()
+        try:
+            ours = signal.getsignal(signal.SIGHUP)
+            with clocks.ClockSession(clocks.find(tmp_path), tmp_path) as s:
+                s.set(gpu=s.candidates("gpu")[1])
+                assert signal.getsignal(signal.SIGHUP) is ours
+                os.kill(os.getpid(), signal.SIGHUP)  # counted, nothing raised
+                time.sleep(0.05)
+        finally:
+            restore()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
         with clocks.ClockSession(clocks.find(tmp_path), tmp_path) as s:
             s.set(gpu=s.candidates("gpu")[1])
-            assert signal.getsignal(signal.SIGHUP) is ours
-            os.kill(os.getpid(), signal.SIGHUP)  # counted, nothing raised
-            time.sleep(0.05)
+            assert signal.getsignal(signal.SIGHUP) is clocks._hangup
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        with clocks.ClockSession(clocks.find(tmp_path), tmp_path) as s:
+            s.set(gpu=s.candidates("gpu")[1])
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
-        restore()
-    assert signal.getsignal(signal.SIGHUP) in (signal.SIG_DFL, None)
-    with clocks.ClockSession(clocks.find(tmp_path), tmp_path) as s:
-        s.set(gpu=s.candidates("gpu")[1])
-        assert signal.getsignal(signal.SIGHUP) is clocks._hangup
+        signal.signal(signal.SIGHUP, before if before is not None else signal.SIG_DFL)

@@ -6,6 +6,7 @@ runtime, calibration and apps read it through :class:`Preprocessing`.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -17,8 +18,9 @@ MAX_SIZE = 8192  # model input side, pixels
 RESIZE_MODES = ("resize_crop", "stretch", "letterbox", "none")
 CHANNEL_ORDERS = ("RGB", "BGR", "GRAY")
 LAYOUTS = ("NCHW", "NHWC")
-# "linear" averages (area) when shrinking, like PIL's antialiased bilinear; "bilinear" is exact
-# bilinear sampling at pixel centres in float arithmetic, what the GPU kernel computes.
+# "linear" averages (area) when shrinking, like PIL's antialiased bilinear; "bilinear" is plain
+# bilinear sampling at pixel centres (OpenCV's fixed-point kernel on uint8 frames, within 0.6 of a
+# level of the float arithmetic the GPU kernel computes: docs/design.md, "Preprocessing").
 _INTERPOLATIONS = {
     "nearest": 6,
     "linear": 1,
@@ -120,24 +122,54 @@ class Preprocessing:
     def __call__(self, image: np.ndarray) -> tuple[np.ndarray, Transform]:
         return self.apply(image)
 
-    def apply(self, image: np.ndarray) -> tuple[np.ndarray, Transform]:
+    def output_shape(self, hw: tuple[int, int]) -> tuple[int, int, int]:
+        """The tensor shape (no batch axis) for an image of ``hw`` (height, width)."""
+        h, w = hw if self.resize == "none" else self.size
+        return (self.channels, h, w) if self.layout == "NCHW" else (h, w, self.channels)
+
+    def apply(
+        self, image: np.ndarray, out: np.ndarray | None = None
+    ) -> tuple[np.ndarray, Transform]:
         """One image (HxW or HxWxC, uint8 or float, in ``input_order``) -> (model tensor, transform).
 
-        The tensor has no batch axis: CHW for NCHW, HWC for NHWC.
+        The tensor has no batch axis: CHW for NCHW, HWC for NHWC. ``out`` (that shape and
+        ``dtype``, e.g. one slot of a batch) is written in place and returned.
+
+        The work is done at the resized size: the source is resized in its own dtype (uint8 from
+        a camera: OpenCV's fixed-point kernels), then channel order, grey, scale, mean, std,
+        layout and padding are written in one set of passes straight into the output.
         """
-        img = _to_channels(np.asarray(image), self.input_order, self.channel_order)
-        resized, transform = self._geometry(img)
-        out = resized.astype(np.float32) * np.float32(self.scale)
-        mean = np.asarray(self.mean, np.float32)
-        std = np.asarray(self.std, np.float32)
-        out = (out - mean) / std
-        if self.layout == "NCHW":
-            out = out.transpose(2, 0, 1)
-        return np.ascontiguousarray(out, dtype=self.dtype), transform
+        img = _as_hwc(np.asarray(image))
+        t = self.geometry(img.shape[:2])
+        shape = self.output_shape(img.shape[:2])
+        if out is None:
+            out = np.empty(shape, self.dtype)
+        elif out.shape != shape or out.dtype != np.dtype(self.dtype):
+            raise ShapeError(
+                f"the output buffer is {out.shape} {out.dtype}; this image needs {shape} "
+                f"{self.dtype}"
+            )
+        pixels, (top, left) = self._resized(img, t)
+        work = out if out.dtype == np.float32 else np.empty(shape, np.float32)
+        self._normalise(pixels, work, top, left)
+        if work is not out:
+            np.copyto(out, work, casting="unsafe")
+        return out, t
 
     def batch(self, images: list[np.ndarray]) -> tuple[np.ndarray, list[Transform]]:
-        tensors, transforms = zip(*(self.apply(im) for im in images))
-        return np.stack(tensors), list(transforms)
+        """Several images -> one batch tensor (written in place, no stacking) and transforms."""
+        arrays = [_as_hwc(np.asarray(im)) for im in images]
+        if not arrays:
+            raise ShapeError("a batch needs at least one image")
+        shapes = {self.output_shape(a.shape[:2]) for a in arrays}
+        if len(shapes) > 1:
+            raise ShapeError(
+                "images in one batch must give one tensor shape; with resize 'none' they give "
+                + ", ".join(sorted(map(str, shapes)))
+            )
+        out = np.empty((len(arrays), *shapes.pop()), self.dtype)
+        transforms = [self.apply(a, out=out[i])[1] for i, a in enumerate(arrays)]
+        return out, transforms
 
     def geometry(self, hw: tuple[int, int]) -> Transform:
         """The transform for an image of ``hw`` (height, width), without touching pixels.
@@ -163,30 +195,71 @@ class Preprocessing:
         nw, nh = round(w * s), round(h * s)
         return Transform(nw / w, nh / h, float((tw - nw) // 2), float((th - nh) // 2), (h, w))
 
-    def _geometry(self, img: np.ndarray) -> tuple[np.ndarray, Transform]:
+    def _resized(self, img: np.ndarray, t: Transform) -> tuple[np.ndarray, tuple[int, int]]:
+        """The source's pixels at model scale (its own channels, uint8 stays uint8) and where
+        their top-left corner goes in the model input (a letterbox's padding)."""
         import cv2
 
-        t = self.geometry(img.shape[:2])
         if self.resize == "none":
-            return img, t
-        interp = _INTERPOLATIONS[self.interpolation]
-        aa = self.interpolation == "linear"
-        if self.interpolation == "bilinear":
-            img = img.astype(np.float32)
+            return img, (0, 0)
         th, tw = self.size
         nw, nh = t.resized_wh
         if self.resize == "resize_crop" and nw * nh > max(4 * th * tw, img.shape[0] * img.shape[1]):
             # an extreme aspect ratio (1x40000): scaling the whole image first would take
             # gigabytes; sample only the crop window (same geometry, bounded by the output size)
-            return _sample_window(cv2, img, t, tw, th, self.interpolation), t
-        out = _resize(cv2, img, nw, nh, interp, aa)
+            return _sample_window(cv2, img, t, tw, th, self.interpolation), (0, 0)
+        interp = _INTERPOLATIONS[self.interpolation]
+        if (
+            self.channel_order == "GRAY"
+            and img.shape[2] > 1
+            and img.dtype == np.uint8
+            and self.interpolation not in ("nearest", "bilinear")
+        ):
+            # averaging and cubic kernels cost per source pixel and channel: one grey channel
+            # first (OpenCV's BT.601 weights, rounded to uint8); nearest and bilinear sample the
+            # few pixels they need and take grey from the resized colour pixels
+            img = cv2.cvtColor(img, _GRAY_CODES[self.input_order, img.shape[2]])[:, :, None]
+        out = _resize(cv2, img, nw, nh, interp, self.interpolation == "linear")
         if self.resize == "letterbox":
-            top, left = int(t.oy), int(t.ox)
-            canvas = np.full((th, tw, img.shape[2]), self.pad_value, dtype=out.dtype)
-            canvas[top : top + nh, left : left + nw] = out
-            return canvas, t
+            return out, (int(t.oy), int(t.ox))
         top, left = int(-t.oy), int(-t.ox)
-        return out[top : top + th, left : left + tw], t
+        return out[top : top + th, left : left + tw], (0, 0)
+
+    def _normalise(self, pixels: np.ndarray, out: np.ndarray, top: int, left: int) -> None:
+        """``(pixels * scale - mean) / std`` in float32 (the same operations, in the same order,
+        as a plain numpy expression), in the model's channel order and layout, into ``out``; a
+        letterbox's padding is ``pad_value`` normalised the same way."""
+        src = _channels(pixels, self.input_order, self.channel_order)
+        h, w = src.shape[:2]
+        chw = self.layout == "NCHW"
+        if chw:
+            src = src.transpose(2, 0, 1)
+            window = out[:, top : top + h, left : left + w]
+        else:
+            window = out[top : top + h, left : left + w]
+        mean = np.asarray(self.mean, np.float32)
+        std = np.asarray(self.std, np.float32)
+        np.multiply(src, np.float32(self.scale), out=window, dtype=np.float32)
+        per_channel = (-1, 1, 1) if chw else (-1,)
+        if mean.any():
+            np.subtract(window, mean.reshape(per_channel), out=window)
+        if (std != 1).any():
+            np.divide(window, std.reshape(per_channel), out=window)
+        oh, ow = out.shape[1:] if chw else out.shape[:2]
+        if (h, w) == (oh, ow):
+            return
+        pad = (np.float32(self.pad_value) * np.float32(self.scale) - mean) / std
+        pad = np.broadcast_to(pad, (self.channels,))
+        for rows, cols in (
+            (slice(0, top), slice(None)),
+            (slice(top + h, None), slice(None)),
+            (slice(top, top + h), slice(0, left)),
+            (slice(top, top + h), slice(left + w, None)),
+        ):
+            if chw:
+                out[:, rows, cols] = pad[:, None, None]
+            else:
+                out[rows, cols] = pad
 
 
 @dataclass(frozen=True)
@@ -222,24 +295,36 @@ def _int(value: object) -> int:
     return int(value)
 
 
-def _to_channels(img: np.ndarray, have: str, want: str) -> np.ndarray:
+def _as_hwc(img: np.ndarray) -> np.ndarray:
     if img.ndim == 2:
         img = img[:, :, None]
     if img.ndim != 3 or img.shape[2] not in (1, 3, 4):
         raise ShapeError(
             f"expected an image of HxW or HxWxC (C = 1, 3 or 4), got shape {img.shape}"
         )
-    if img.shape[2] == 4:
-        img = img[:, :, :3]
+    return img
+
+
+_GRAY_WEIGHTS = np.array([0.299, 0.587, 0.114], np.float32)  # ITU-R BT.601, R G B
+_GRAY_CODES = {  # cv2.COLOR_*2GRAY by (input order, channels)
+    ("BGR", 3): 6,  # COLOR_BGR2GRAY
+    ("RGB", 3): 7,  # COLOR_RGB2GRAY
+    ("BGR", 4): 10,  # COLOR_BGRA2GRAY
+    ("RGB", 4): 11,  # COLOR_RGBA2GRAY
+}
+
+
+def _channels(img: np.ndarray, have: str, want: str) -> np.ndarray:
+    """A view of ``img`` (HxWxC, C = 1, 3 or 4 in order ``have``) in order ``want``; grey is
+    computed (float32) from the resized pixels, alpha is dropped."""
     if want == "GRAY":
         if img.shape[2] == 1:
             return img
-        rgb = img[:, :, ::-1] if have == "BGR" else img
-        gray = rgb.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
-        return gray[:, :, None]
+        rgb = img[:, :, 2::-1] if have == "BGR" else img[:, :, :3]
+        return (rgb.astype(np.float32) @ _GRAY_WEIGHTS)[:, :, None]
     if img.shape[2] == 1:
-        return np.repeat(img, 3, axis=2)
-    return img[:, :, ::-1] if have != want else img
+        return np.broadcast_to(img, (*img.shape[:2], 3))
+    return img[:, :, 2::-1] if have != want else img[:, :, :3]
 
 
 def _sample_window(cv2, img: np.ndarray, t: Transform, tw: int, th: int, interp: str) -> np.ndarray:
@@ -288,11 +373,40 @@ def _resize(cv2, img: np.ndarray, w: int, h: int, interp: int, antialias: bool) 
     if interp == _INTERPOLATIONS["nearest"]:
         # OpenCV's INTER_NEAREST_EXACT differs between versions and fast paths (OpenCV 5 takes a
         # rational shortcut for some ratios); ours is one formula, shared with the GPU kernel
+        if _opencv_picks_ours(img.shape, img.dtype.str, w, h):
+            out = cv2.resize(img, (w, h), interpolation=cv2.INTER_NEAREST_EXACT)
+            return out[:, :, None] if out.ndim == 2 else out
         xi = nearest_index(np.arange(w), img.shape[1], w)
         yi = nearest_index(np.arange(h), img.shape[0], h)
-        return img[yi[:, None], xi[None, :]]
+        return np.take(np.take(img, yi, axis=0), xi, axis=1)
     if antialias and (w < img.shape[1] or h < img.shape[0]):
         interp = _INTERPOLATIONS["area"]  # antialias when shrinking, as PIL's bilinear does
     src = img if img.dtype in (np.uint8, np.float32) else img.astype(np.float32)
     out = cv2.resize(src, (w, h), interpolation=interp)
     return out[:, :, None] if out.ndim == 2 else out
+
+
+@functools.lru_cache(maxsize=64)
+def _opencv_picks_ours(shape: tuple, dtype: str, w: int, h: int) -> bool:
+    """Whether OpenCV's INTER_NEAREST_EXACT picks the pixels :func:`nearest_index` picks for this
+    frame size, type and output size (it is 4x faster than a numpy gather, but its formula differs
+    between versions and fast paths). Asked once per size: a frame of the same shape and type
+    whose pixels encode their own column (then row) index in base 256 is resized, the indices
+    read back and compared. Only for uint8 frames of 3 or 4 channels (two bytes for an index)."""
+    import cv2
+
+    if dtype != "|u1" or len(shape) != 3 or shape[2] not in (3, 4) or max(shape[:2]) > 65535:
+        return False
+    rows, cols = shape[:2]
+    want = {1: nearest_index(np.arange(w), cols, w), 0: nearest_index(np.arange(h), rows, h)}
+    for axis, n in ((1, cols), (0, rows)):
+        index = np.arange(n, dtype=np.uint16).reshape((1, n) if axis else (n, 1))
+        probe = np.zeros(shape, np.uint8)
+        probe[:, :, 0] = index & 255
+        probe[:, :, 1] = index >> 8
+        out = cv2.resize(probe, (w, h), interpolation=cv2.INTER_NEAREST_EXACT).astype(np.int64)
+        got = out[:, :, 0] + 256 * out[:, :, 1]
+        line = want[axis][None, :] if axis else want[axis][:, None]
+        if not np.array_equal(got, np.broadcast_to(line, got.shape)):
+            return False
+    return True

@@ -206,6 +206,8 @@ class EngineTask(TaskModel):
                 f"{len(tensors)} images in one batch; this model takes exactly {self.fixed_batch} "
                 "(export it with --dynamic-batch for more)"
             )
+        if len(tensors) == 1 and self.fixed_batch in (None, 1):
+            return np.expand_dims(tensors[0], 0)  # a view: one camera, no copy of its tensor
         batch = np.stack(tensors)
         if self.fixed_batch is not None and len(tensors) < self.fixed_batch:
             pad = np.zeros((self.fixed_batch - len(tensors), *batch.shape[1:]), batch.dtype)

@@ -3,8 +3,10 @@
 Bilinear (or nearest) resize at pixel centres, resize+centre-crop / letterbox / stretch geometry,
 channel swap, ``(x * scale - mean) / std`` and NCHW or NHWC layout, written straight into a device
 pointer (the engine's input buffer). The geometry comes from the CPU path's own :class:`Transform`,
-so both paths agree (within 1e-3, checked by a GPU test) for ``interpolation`` ``bilinear`` and
-``nearest``. The CPU path's ``linear`` averages when shrinking (antialiasing), which this kernel
+so both paths agree for ``interpolation`` ``bilinear`` and ``nearest``: the kernel computes
+bilinear in float (within 1e-3 of the float reference, checked by a GPU test); the CPU path
+resizes uint8 frames with OpenCV's fixed-point kernel, within one level (1/255 before
+normalisation) of it, and nearest is the same integer formula on both. The CPU path's ``linear`` averages when shrinking (antialiasing), which this kernel
 does not do: it refuses such a manifest rather than silently computing something else.
 """
 

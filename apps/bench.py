@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgert.apps import processes
 from edgert.runtime.errors import EdgertError, ModelError, ShapeError
 from edgert.runtime.latency import LatencyRecorder
 from edgert.runtime.precision import PRECISIONS, model_file
@@ -562,6 +563,7 @@ def _timed_loop(engine, runner, feeds, cfg: BenchConfig, meter, say, hold=None) 
     interrupted = False
     try:
         while True:
+            processes.raise_if_stop_asked()  # an interrupt some code swallowed (the CLI noted it)
             if period is not None:  # each inference at its slot; a second behind: no catch-up
                 due = base + slot * period
                 if deadline is not None and due + period > deadline + 1e-6:

@@ -12,13 +12,11 @@ import contextlib
 import importlib
 import logging
 import os
-import signal
 import sys
-import threading
 
 from edgert.apps.argtypes import Parser
 from edgert.runtime.device import edgert_version
-from edgert.runtime.errors import EdgertError, SignalStop
+from edgert.runtime.errors import EdgertError
 
 COMMANDS = (
     "export",
@@ -85,19 +83,13 @@ def _log_level(args) -> int:
     return logging.ERROR if getattr(args, "quiet", False) else logging.WARNING
 
 
-_stop_reason = ["interrupted"]
+def _stopped(command: str | None) -> int:
+    """What a command stopped by Ctrl-C or SIGTERM says, and its exit code (130 or 143)."""
+    from edgert.apps import processes
 
-
-def _sigterm_as_interrupt() -> None:
-    """SIGTERM (docker stop, systemd) ends long work the way Ctrl-C does: outputs are finished
-    (video files closed, summaries printed) and the exit code is 143."""
-
-    def handler(signum, frame):
-        _stop_reason[0] = "terminated"
-        raise SignalStop
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, handler)
+    reason = processes.stop_asked() or "interrupted"
+    print(f"edgert {command}: {reason}" if command else f"edgert: {reason}", file=sys.stderr)
+    return 143 if reason == "terminated" else 130
 
 
 class _Stdout:
@@ -201,14 +193,27 @@ class _OneLine(logging.Formatter):
 
 
 def _main(argv: list[str] | None = None) -> int:
+    from edgert.apps import processes
+
     _guard_standard_streams()
-    _sigterm_as_interrupt()  # first: a stop during start-up is handled too
+    # first: a stop during start-up is handled too. SIGTERM ends long work the way Ctrl-C does
+    # (video files closed, summaries printed); a stop that code turned into an error on its way
+    # (an import interrupted says ImportError) is still reported as the stop it was
+    restore = processes.stop_on_signals()
+    try:
+        return _command(argv)
+    finally:
+        restore()
+
+
+def _command(argv: list[str] | None) -> int:
+    from edgert.apps import processes
+
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
     except KeyboardInterrupt:
-        print(f"edgert: {_stop_reason[0]}", file=sys.stderr)
-        return 143 if _stop_reason[0] == "terminated" else 130
+        return _stopped(None)
     args.debug = getattr(args, "debug", False)
     logging.basicConfig(level=_log_level(args), format="edgert: %(levelname)s: %(message)s")
     for handler in logging.getLogger().handlers:  # a CR/LF in a name cannot forge a log line
@@ -219,6 +224,8 @@ def _main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except EdgertError as exc:
+        if processes.stop_asked():
+            return _stopped(args.command)
         if args.debug:
             raise
         from edgert.apps.uris import escape_controls
@@ -226,13 +233,14 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"edgert {args.command}: error: {escape_controls(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print(f"edgert {args.command}: {_stop_reason[0]}", file=sys.stderr)
-        return 143 if _stop_reason[0] == "terminated" else 130
+        return _stopped(args.command)
     except BrokenPipeError:  # `edgert run ... | head -1`: the reader left; end quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
         return 141  # as a process killed by SIGPIPE
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+        if processes.stop_asked():
+            return _stopped(args.command)
         if args.debug:
             raise
         print(

@@ -1,5 +1,6 @@
 """The processes a command starts and must leave nothing of (``edgert serve``'s tritonserver and
-its Python backend stubs), read from Linux's /proc, and signals held off while a shutdown runs."""
+its Python backend stubs), read from Linux's /proc; the signals that stop a command, noted, and held
+off while a shutdown runs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,11 @@ import contextlib
 import os
 import signal
 import threading
+
+from edgert.runtime.errors import SignalStop
+
+_REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+_asked: list[str] = []  # the stops asked for since stop_on_signals()
 
 
 def alive(pid: int) -> bool:
@@ -52,6 +58,56 @@ def descendants(pid: int) -> list[int]:
     return children
 
 
+def _note(signum: int) -> None:
+    _asked.append(_REASONS.get(signum, "interrupted"))
+
+
+def stop_on_signals():
+    """From now on Ctrl-C (SIGINT) and SIGTERM (docker stop, systemd) raise KeyboardInterrupt
+    (SIGTERM as ``SignalStop``) and are noted first, so that an interrupt that lands in code which
+    turns it into something else still ends the command as one: an extension's import says
+    ImportError ("onnxruntime is not installed"), a GLib callback or a finaliser swallows it.
+    Long loops call ``raise_if_stop_asked()``. SIGINT stays ignored where it was (a background job).
+    Returns what puts the handlers before back; main thread only."""
+    _asked.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_int(signum, frame):
+        _note(signum)
+        raise KeyboardInterrupt
+
+    def on_term(signum, frame):
+        _note(signum)
+        raise SignalStop
+
+    old = {signal.SIGTERM: signal.signal(signal.SIGTERM, on_term)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        old[signal.SIGINT] = signal.signal(signal.SIGINT, on_int)
+
+    def restore() -> None:
+        while old:
+            sig, handler = old.popitem()
+            signal.signal(sig, handler)
+
+    return restore
+
+
+def stop_asked() -> str | None:
+    """ "terminated" or "interrupted" once SIGTERM or Ctrl-C asked the command to stop (SIGTERM
+    wins), else None."""
+    if not _asked:
+        return None
+    return "terminated" if "terminated" in _asked else "interrupted"
+
+
+def raise_if_stop_asked() -> None:
+    """For a long loop: a stop was asked (maybe swallowed where it landed): stop here as Ctrl-C
+    would."""
+    if _asked:
+        raise SignalStop
+
+
 def defer_signals():
     """(pending, restore): from now on SIGINT and SIGTERM are noted in ``pending``, not acted on,
     until ``restore()`` (main thread only; restoring twice is harmless)."""
@@ -59,7 +115,7 @@ def defer_signals():
     if threading.current_thread() is not threading.main_thread():
         return pending, lambda: None
     old = {
-        s: signal.signal(s, lambda signum, frame: pending.append(signum))
+        s: signal.signal(s, lambda signum, frame: (pending.append(signum), _note(signum)))
         for s in (signal.SIGINT, signal.SIGTERM)
     }
 

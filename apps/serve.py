@@ -482,6 +482,7 @@ def serve(cfg: ServeConfig, say=print) -> None:
                     )
                     # not triton.serve(): it swallows KeyboardInterrupt and stops Triton at once
                     while triton.is_alive():
+                        processes.raise_if_stop_asked()  # an interrupt some code swallowed
                         time.sleep(0.5)
                 except KeyboardInterrupt:
                     interrupted = True

@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from edgert.apps import processes
 from edgert.runtime.latency import LatencyRecorder
 
 from .frame import Frame, Steps
@@ -389,10 +390,11 @@ class Pipeline:
             threading.Thread(target=self._finish, name="finish", daemon=True),
             threading.Thread(target=self._output, name="output", daemon=True),
         ]
-        for t in captures + workers:
-            t.start()
         try:
+            for t in captures + workers:
+                t.start()
             while any(t.is_alive() for t in workers):
+                processes.raise_if_stop_asked()  # an interrupt some code swallowed (the CLI noted it)
                 self.heartbeat = time.monotonic()
                 self._end_of_duration(captures)
                 workers[-1].join(0.1)
@@ -405,11 +407,13 @@ class Pipeline:
             # stages finish their frame and the output closes within a second; a capture thread
             # stuck in a native call (a stream that does not answer) is left behind (daemon)
             deadline = time.monotonic() + 1.0
-            for t in workers:
+            started = [t for t in workers if t.ident is not None]  # a stop while starting them
+            for t in started:
                 t.join(max(0.0, deadline - time.monotonic()))
             # the output thread (not stuck in native code) finishes its frame before the outputs
             # are closed and the trackers ended from this thread
-            workers[-1].join(10.0)
+            if workers[-1] in started:
+                workers[-1].join(10.0)
         self.finished = time.monotonic()
         if self.error is not None:
             raise self.error

@@ -187,6 +187,40 @@ def test_ctrl_c_while_rtsp_connects_ends_within_a_second(bundle):
     assert "retrying" not in stderr or "attempt 1/" in stderr
 
 
+def test_ctrl_c_at_any_moment_of_start_up_is_an_interrupt(bundle):
+    """A signal can land anywhere while the camera starts (a module being imported, a thread being
+    started, a GLib callback): whatever code it interrupts, the run ends at once as interrupted,
+    never as an error ("onnxruntime is not installed" when it hit the import), a retry, or a run
+    that goes on. Swept over the start-up in 10 ms steps."""
+    server = SilentServer()
+    seen = []
+    try:
+        for step in range(0, 25):
+            proc = _spawn(
+                "camera", bundle, "--source", f"rtsp://127.0.0.1:{server.port}/cam", "--headless"
+            )
+            _wait_for_line(proc, "source:")
+            time.sleep(step * 0.01)
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            stdout, stderr = proc.communicate(timeout=30)
+            elapsed = time.monotonic() - t0
+            said = stderr.strip().splitlines()
+            seen.append(proc.returncode)
+            assert elapsed < 5.0, (step, elapsed, stderr)
+            assert "Traceback" not in stderr and "retrying" not in stderr, (step, stderr)
+            if proc.returncode == 0:  # the pipeline ran: it finished and printed its summary
+                assert "processed" in stdout and not said, (step, stdout, stderr)
+            else:
+                # 130, or killed by SIGINT itself (what a shell expects of a Ctrl-C'd program:
+                # CPython does so when the interrupt left code it ran for an extension)
+                assert proc.returncode in (130, -signal.SIGINT), (step, proc.returncode, stderr)
+                assert said == ["edgert camera: interrupted"], (step, stderr)
+    finally:
+        server.close()
+    assert {130, -signal.SIGINT} & set(seen)  # the sweep reached the start-up
+
+
 def test_web_viewer_treats_resets_as_disconnects(capfd):
     out = HttpOutput("127.0.0.1", 0)
     try:

@@ -151,6 +151,8 @@ class StreamSource(FrameSource):
                     )
                 return
             self.last_error = last
+            if self._cancel.is_set():
+                break  # stopped during the attempt: no retry to announce
             no_time = deadline is not None and deadline - time.monotonic() <= delay
             if (not forever and attempt >= o.reconnect_tries) or no_time:
                 break  # the error below says it

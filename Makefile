@@ -17,7 +17,7 @@ DEVICE_TESTS := tests/runtime tests/apps/test_device_side.py tests/apps/test_gat
 # edgert serve: PyTriton needs numpy < 2, so its tests run in their own environment
 SERVE_VENV ?= .venv-serve
 
-.PHONY: demo test install gi-link lint clean test-oldest wheel-smoke test-serve ci
+.PHONY: demo test test-quick install gi-link lint clean test-oldest wheel-smoke test-serve ci
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -51,8 +51,14 @@ lint: install
 	$(VENV)/bin/hadolint Dockerfile.jetson
 	$(VENV)/bin/vermin -t=3.8- --no-tips --violations -q runtime apps export/triton.py tests/runtime/test_gpu*.py
 
+# everything, every real component; the 25 slowest tests are named at the end of the log
 test: lint
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=25
+
+# the in-process tests of what you touched (tests/quick.py says which and why), about a minute;
+# ARGS: files to map instead of git's changes, and pytest options (ARGS="runtime/engine.py -x")
+test-quick: install
+	$(PY) -m tests.quick $(ARGS)
 
 $(OLD_VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(OLD_VENV)

@@ -135,8 +135,8 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
             hold = RateHold(clocks, clock_choice.pop("key"), say)
         else:
             hold = None
-        with Engine.load(
-            cfg.model, backend=cfg.backend, precision=cfg.precision, **options
+        with processes.uninterrupted(
+            Engine.load, cfg.model, backend=cfg.backend, precision=cfg.precision, **options
         ) as engine:
             feeds = make_inputs(engine, cfg.batch)
             end_warm = time.perf_counter() + cfg.warmup
@@ -219,7 +219,9 @@ def operating_points(cfg: BenchConfig) -> list[dict]:
 
     from edgert.runtime.engine import Engine
 
-    with Engine.load(cfg.model, backend=cfg.backend, precision="fp32") as probe:
+    with processes.uninterrupted(
+        Engine.load, cfg.model, backend=cfg.backend, precision="fp32"
+    ) as probe:
         onnxruntime = probe.backend == "onnxruntime"
         dynamic = bool(probe.inputs) and probe.inputs[0].shape[0] < 0
         batches = sorted({cfg.batch, min(8, probe.max_batch or 8)} if dynamic else {cfg.batch})
@@ -342,7 +344,9 @@ def choose_clocks(cfg: BenchConfig, session, meter, options: dict, say) -> dict:
     slot_ms = 1e3 * cfg.batch / rate
     bound_ms = cfg.max_latency_ms or 2 * slot_ms  # a frame late by at most one frame interval
     measured: dict = {}
-    with Engine.load(cfg.model, backend=cfg.backend, precision=cfg.precision, **options) as engine:
+    with processes.uninterrupted(
+        Engine.load, cfg.model, backend=cfg.backend, precision=cfg.precision, **options
+    ) as engine:
         feeds = make_inputs(engine, cfg.batch)
         engine.infer(feeds)
 
@@ -492,8 +496,13 @@ def _probe(cfg: BenchConfig, setting: dict, meter, say, label: str):
 
     extra = {"intra_op_threads": setting["intra_op_threads"]} if setting["intra_op_threads"] else {}
     try:
-        with Engine.load(
-            cfg.model, backend=cfg.backend, precision=setting["precision"], spin=False, **extra
+        with processes.uninterrupted(
+            Engine.load,
+            cfg.model,
+            backend=cfg.backend,
+            precision=setting["precision"],
+            spin=False,
+            **extra,
         ) as engine:
             feeds = make_inputs(engine, setting["batch"])
             engine.infer(feeds)

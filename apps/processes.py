@@ -108,6 +108,26 @@ def raise_if_stop_asked() -> None:
         raise SignalStop
 
 
+def uninterrupted(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` with Ctrl-C and SIGTERM held until it returns, then acted on (what
+    it made is closed first). For loading a model: the first import of onnx runs its C++ module
+    set-up (nanobind), and an interrupt raised inside that aborts the process ("terminate called
+    after throwing an instance of 'nanobind::python_error'", measured at ~1 in 60 Ctrl-Cs in the
+    camera's start-up) where one after it is a clean stop. Nothing is lost by holding it: a long
+    native call (a TensorRT build) takes no interrupt before it returns anyway."""
+    pending, restore = defer_signals()
+    try:
+        got = fn(*args, **kwargs)
+    finally:
+        restore()
+    if pending:
+        close = getattr(got, "close", None)
+        if close is not None:
+            close()
+        raise SignalStop if signal.SIGTERM in pending else KeyboardInterrupt
+    return got
+
+
 def defer_signals():
     """(pending, restore): from now on SIGINT and SIGTERM are noted in ``pending``, not acted on,
     until ``restore()`` (main thread only; restoring twice is harmless)."""

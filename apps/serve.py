@@ -403,7 +403,9 @@ def serve(cfg: ServeConfig, say=print) -> None:
             # what names it and what --watch-model compares with, read before it loads (as the
             # camera does): a bundle replaced while it loads is then a change, not one missed
             info, seen = model_info(path), fingerprint(path)
-            probe = load_task_model(path, backend=cfg.backend, precision=cfg.precision)
+            probe = processes.uninterrupted(
+                load_task_model, path, backend=cfg.backend, precision=cfg.precision
+            )
             loaded.append(probe)
             image_models = [probe] + [
                 load_task_model(path, backend=cfg.backend, precision=cfg.precision)

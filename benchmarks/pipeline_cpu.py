@@ -11,8 +11,10 @@ run's CPU per frame against the decoder's floor.
    YOLO head, ~1 ms on ONNX Runtime), against the floor: ``cv2.VideoCapture`` (FFmpeg) read +
    ``cv2.resize`` to the model's input, one thread. Each command runs twice (N and N/6 frames) and
    the difference is reported, so start-up (imports, model load) is not counted. CPU seconds are
-   the child's user + system time. Goal: within 1.15x of the floor's CPU per frame with no
-   full-frame sink (1 and 4 streams). (The web-viewer rows come with the full-frame branch.)
+   the child's user + system time. Decoders: FFmpeg; GStreamer with full frames
+   (``--decoder-scale off``); GStreamer scaling to the model's input (the default when no sink
+   needs full frames). Goal: within 1.15x of the floor's CPU per frame with no full-frame sink
+   (1 and 4 streams). (The web-viewer rows come with the full-frame branch.)
 
     python benchmarks/pipeline_cpu.py [--json reports/pipeline_cpu.json] [--frames 600]
         [--only preprocess|camera] [--repeat 30]
@@ -202,6 +204,13 @@ while done < n:
 """
 
 
+DECODERS = {  # the row's name: the camera's flags
+    "ffmpeg": ["--decoder", "ffmpeg"],
+    "gst full": ["--decoder", "gstreamer", "--decoder-scale", "off"],
+    "gst scaled": ["--decoder", "gstreamer"],  # no sink needs full frames: scaled in GStreamer
+}
+
+
 def timed(cmd: list[str], env: dict) -> tuple[float, float]:
     """(wall seconds, child CPU seconds) of one command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -239,14 +248,14 @@ def bench_camera(frames: int, streams_list: list[int], work: Path) -> list[dict]
                 frames, env,
             )  # fmt: skip
             for streams in streams_list:
-                for decoder in ("ffmpeg", "gstreamer"):
+                for decoder, flags in DECODERS.items():
 
-                    def cmd(n, decoder=decoder, streams=streams, video=video, bundle=bundle):
+                    def cmd(n, flags=flags, streams=streams, video=video, bundle=bundle):
                         sources = []
                         for _ in range(streams):
                             sources += ["--source", str(video)]
                         return [*edgert, "camera", str(bundle), *sources, "--headless", "--loop",
-                                "--max-frames", str(n), "--decoder", decoder, "-q"]  # fmt: skip
+                                "--max-frames", str(n), *flags, "-q"]  # fmt: skip
 
                     try:
                         got = per_frame(cmd, frames, env)
@@ -294,11 +303,11 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             streams = [int(s) for s in args.streams.split(",")]
             rows = results["camera"] = bench_camera(args.frames, streams, Path(tmp))
-        print(f"\n{'video':6s} {'model':22s} {'str':>3s} {'decoder':9s} "
+        print(f"\n{'video':6s} {'model':22s} {'str':>3s} {'decoder':10s} "
               f"{'fps':>7s} {'CPU ms/f':>9s} {'floor fps':>9s} {'floor ms':>8s} {'ratio':>6s}")  # fmt: skip
         for r in rows:
             print(
-                f"{r['video']:6s} {r['model']:22s} {r['streams']:3d} {r['decoder']:9s} "
+                f"{r['video']:6s} {r['model']:22s} {r['streams']:3d} {r['decoder']:10s} "
                 f"{r['fps']:7.1f} "
                 f"{r['cpu_ms_per_frame']:9.2f} {r['floor_fps']:9.1f} "
                 f"{r['floor_cpu_ms_per_frame']:8.2f} {r['cpu_vs_floor']:5.2f}x"

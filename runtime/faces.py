@@ -248,8 +248,8 @@ class FaceTask(TaskModel):
         self.backend = f"mtcnn ({detector.engines['pnet'].backend})"
         self.backend_reason = detector.backend_reason
 
-    def preprocess(self, image: np.ndarray):
-        return image, None
+    def preprocess(self, image: np.ndarray, source_hw: tuple[int, int] | None = None):
+        return image, None  # its pyramid scales each frame itself (its bundle says resize none)
 
     def collate(self, tensors: list):
         return list(tensors)

@@ -127,20 +127,41 @@ class Preprocessing:
         h, w = hw if self.resize == "none" else self.size
         return (self.channels, h, w) if self.layout == "NCHW" else (h, w, self.channels)
 
+    def decode_size(self, hw: tuple[int, int]) -> tuple[int, int] | None:
+        """(width, height) that a source of ``hw`` (height, width) is resized to before a
+        letterbox's padding or a crop: what a decoder can scale frames to, so that :meth:`apply`
+        (given ``source_hw``) has nothing left to resize. None where that would not shrink the
+        frame (then the decoder gives full frames) or resize is 'none'."""
+        if self.resize == "none":
+            return None
+        h, w = hw
+        nw, nh = self.geometry(hw).resized_wh
+        if nw > w or nh > h or (nw, nh) == (w, h):
+            return None
+        return nw, nh
+
     def apply(
-        self, image: np.ndarray, out: np.ndarray | None = None
+        self,
+        image: np.ndarray,
+        out: np.ndarray | None = None,
+        source_hw: tuple[int, int] | None = None,
     ) -> tuple[np.ndarray, Transform]:
         """One image (HxW or HxWxC, uint8 or float, in ``input_order``) -> (model tensor, transform).
 
         The tensor has no batch axis: CHW for NCHW, HWC for NHWC. ``out`` (that shape and
-        ``dtype``, e.g. one slot of a batch) is written in place and returned.
+        ``dtype``, e.g. one slot of a batch) is written in place and returned. ``source_hw``:
+        the image is a frame of that size scaled already (by the decoder, to
+        :meth:`decode_size`); the transform maps to the source's pixels, and an image of another
+        size is resized as usual.
 
         The work is done at the resized size: the source is resized in its own dtype (uint8 from
         a camera: OpenCV's fixed-point kernels), then channel order, grey, scale, mean, std,
         layout and padding are written in one set of passes straight into the output.
         """
         img = _as_hwc(np.asarray(image))
-        t = self.geometry(img.shape[:2])
+        if self.resize == "none":
+            source_hw = None  # no geometry to keep: the model takes the image as it is
+        t = self.geometry(tuple(source_hw) if source_hw else img.shape[:2])
         shape = self.output_shape(img.shape[:2])
         if out is None:
             out = np.empty(shape, self.dtype)
@@ -204,7 +225,11 @@ class Preprocessing:
             return img, (0, 0)
         th, tw = self.size
         nw, nh = t.resized_wh
-        if self.resize == "resize_crop" and nw * nh > max(4 * th * tw, img.shape[0] * img.shape[1]):
+        if (
+            self.resize == "resize_crop"
+            and img.shape[:2] == tuple(t.source_hw)  # not scaled by a decoder already
+            and nw * nh > max(4 * th * tw, img.shape[0] * img.shape[1])
+        ):
             # an extreme aspect ratio (1x40000): scaling the whole image first would take
             # gigabytes; sample only the crop window (same geometry, bounded by the output size)
             return _sample_window(cv2, img, t, tw, th, self.interpolation), (0, 0)

@@ -17,7 +17,9 @@ class TaskModel:
     engine = None  # the one Engine behind it, whose tensors a server can expose (None: several)
     max_batch: int | None = None  # the most images one infer call takes (None: no limit known)
 
-    def preprocess(self, image: np.ndarray):
+    def preprocess(self, image: np.ndarray, source_hw: tuple[int, int] | None = None):
+        """(tensor, transform) of one image; ``source_hw``: the size of the frame ``image`` was
+        scaled from (by a decoder), which the transform maps back to."""
         raise NotImplementedError
 
     def collate(self, tensors: list):

@@ -197,8 +197,9 @@ class EngineTask(TaskModel):
         self.fixed_batch = first[0] if first and first[0] > 0 else None
         self.max_batch = self.fixed_batch or engine.max_batch
 
-    def preprocess(self, image: np.ndarray):
-        return self.engine.preprocessing.apply(image)
+    def preprocess(self, image: np.ndarray, source_hw: tuple[int, int] | None = None):
+        """(tensor, transform); ``source_hw``: the size of the frame ``image`` was scaled from."""
+        return self.engine.preprocessing.apply(image, source_hw=source_hw)
 
     def collate(self, tensors: list):
         if self.fixed_batch is not None and len(tensors) > self.fixed_batch:

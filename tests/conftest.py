@@ -10,6 +10,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# pytester: tests/test_markers.py runs inner sessions; tests.markers: the markers and their check
+pytest_plugins = ["pytester", "tests.markers"]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _cache_dir(tmp_path_factory):

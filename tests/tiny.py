@@ -119,15 +119,18 @@ def blob_detector(
     return Path(path)
 
 
-def blob_detector_bundle(folder: Path, height: int = 96, width: int = 128) -> Path:
-    """An edgert detect bundle of :func:`blob_detector` (frames resized to its input, 0..1)."""
+def blob_detector_bundle(
+    folder: Path, height: int = 96, width: int = 128, resize: str = "stretch"
+) -> Path:
+    """An edgert detect bundle of :func:`blob_detector` (frames resized to its input by
+    ``resize``, 0..1)."""
     from edgert.export import export_model
 
     folder.mkdir(parents=True, exist_ok=True)
     onnx_path = blob_detector(folder / "blobs.onnx", height, width)
     labels = folder / "labels.txt"
     labels.write_text("blob\n")
-    pre = {"resize": "stretch", "size": f"{height}x{width}", "scale": 1 / 255}
+    pre = {"resize": resize, "size": f"{height}x{width}", "scale": 1 / 255}
     return export_model(
         str(onnx_path), folder / "blobs.edgert", task="detect", labels=labels, preprocess=pre
     ).bundle

@@ -215,11 +215,11 @@ class Analytics:
         self.t0_wall = time.time() - time.monotonic()  # monotonic -> wall clock
         self.gates = None  # the streams' gates (event-gated inference): told what tracks do
 
-    def _resolve(self, s: _Stream, stream: int, image) -> None:
+    def _resolve(self, s: _Stream, stream: int, hw: tuple[int, int]) -> None:
         """The counters, for this frame's size. When a stream's frames change size (a folder of
         mixed images, a camera switching resolution), lines and zones given as fractions follow
         the frame; ones given in pixels stay where they were, said once."""
-        h, w = image.shape[:2]
+        h, w = hw
         if s.size is None:
             check_in_frame(s.geometries, stream, (w, h))
             for g in s.geometries:
@@ -249,8 +249,8 @@ class Analytics:
         """Track this frame's detections; sets ``track_id`` on each (None when no confirmed track
         holds it) and ``frame.tracks``; writes the events."""
         s = self.streams[frame.stream]
-        if s.size != frame.image.shape[1::-1]:
-            self._resolve(s, frame.stream, frame.image)
+        if s.size != frame.scene_hw[::-1]:
+            self._resolve(s, frame.stream, frame.scene_hw)
         if frame.inferred:
             results = frame.results if isinstance(frame.results, list) else []
             found = [r for r in results if isinstance(r, dict) and "box" in r]
@@ -264,7 +264,7 @@ class Analytics:
             frame.results = [dict(t.to_dict(), predicted=True) for t in tracks]
         frame.tracks = tracks
         if self.gates is not None:
-            self.gates[frame.stream].hints = self._hints(s, frame.image.shape, frame.t_scene)
+            self.gates[frame.stream].hints = self._hints(s, frame.scene_hw, frame.t_scene)
         events = [
             dict(event="track_start", track_id=t.track_id, label=t.label) for t in s.tracker.started
         ]

@@ -23,11 +23,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgert.apps import processes
 from edgert.runtime.errors import OutputError
 from edgert.runtime.power.session import PowerOptions, PowerSession
 
 from .analytics import Analytics, TrackingOptions, check_in_frame, check_task, parse_all
 from .delivery import FrameHandler, SinkSet
+from .fit import decoder_fit
+from .fit import describe as describe_fit
 from .gate import GateOptions, check_masks_in_frame, gates_for
 from .pipeline import Pipeline
 from .sinks import (
@@ -273,10 +276,14 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
     gates = gates_for(cfg.gate, len(cfg.sources))  # its masks checked before anything opens
     with contextlib.ExitStack() as stack:
         stack.callback(catch_hangups())  # SIGHUP re-reads the bundle path, from here on
-        sources = open_sources(cfg.sources, cfg.source_options, stack)
+        opts, why = decoder_fit(cfg.source_options, uris, cfg.gate, bundle)
+        sources = open_sources(cfg.sources, opts, stack)
         probes = CameraProbes(cfg.metrics, web, say)
         stack.callback(probes.close)
         _describe(sources, geometries, cfg.gate, say)
+        fitted = describe_fit(sources, opts, why)
+        if fitted:
+            say(f"decoder scale: {fitted}")
         power = stack.enter_context(PowerSession(cfg.power))
         # nothing busy-waits (ONNX Runtime's threads, CUDA's sync): a camera paces itself by its
         # frame rate, so spinning between frames buys nothing (MobileNetV2 at 30 fps: e2e p50
@@ -294,9 +301,10 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
         # what names the model and what --watch-model compares with, read before it loads: a
         # bundle replaced while it loads is then a change to swap to, not one missed
         info, seen = model_info(m.path), fingerprint(str(m.path))
-        model = load_task_model(
-            bundle or m.path, m.task, m.backend, m.precision, m.top_k, m.conf, m.iou, **spin
-        )
+        model = processes.uninterrupted(  # a Ctrl-C in onnx's first import would abort
+            load_task_model, bundle or m.path, m.task, m.backend, m.precision, m.top_k, m.conf,
+            m.iou, **spin,
+        )  # fmt: skip
         stack.callback(model.close)  # closing twice is harmless
         first = Loaded(model, info, str(m.path))
         probes.loaded(model, m.precision if m.precision != "auto" else None)

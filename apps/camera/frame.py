@@ -28,6 +28,14 @@ class Frame:
     inferred: bool = True  # False: the gate skipped it (its results are predicted or held)
     gate: str | None = None  # why the gate sent it to inference (gate.REASONS)
     model: object = None  # the swap.Loaded it was prepared for (a run that can swap its model)
+    # (height, width) of the camera's frame when ``image`` came smaller, scaled by the decoder
+    # to what the model resizes it to (no sink needs full frames); results are in these pixels
+    source_hw: tuple[int, int] | None = None
+
+    @property
+    def scene_hw(self) -> tuple[int, int]:
+        """(height, width) of the scene's pixels, which results, lines and zones are in."""
+        return self.source_hw or self.image.shape[:2]
 
     @property
     def t_scene(self) -> float:

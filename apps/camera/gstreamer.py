@@ -43,6 +43,7 @@ ELEMENTS = (
     "v4l2src",
     "jpegdec",
     "videoconvert",
+    "videoscale",
     "appsink",
     "appsrc",  # the rtsp:// output (sinks/rtsp.py): its encoders and payloader
     "nvv4l2h264enc",
@@ -51,6 +52,8 @@ ELEMENTS = (
     "rtph264pay",
 )
 BGR = "videoconvert ! capsfilter caps=video/x-raw,format=BGR"
+BGRX = "capsfilter caps=video/x-raw,format=BGRx"  # what nvvidconv writes (see _to_bgr)
+SINK_CAPS = "video/x-raw,format={ BGR, BGRx }"  # what the appsink takes; _frame gives BGR
 _state: dict = {}
 _init_lock = threading.Lock()
 
@@ -112,16 +115,51 @@ def hardware_decoder(have: set[str]) -> bool:
     return {"nvv4l2decoder", "nvvidconv"} <= have
 
 
-def _to_bgr(have: set[str]) -> str:
-    # nvvidconv takes NVMM (NVDEC's) and system memory alike, and converts on the VIC
-    return f"nvvidconv ! video/x-raw,format=BGRx ! {BGR}" if hardware_decoder(have) else BGR
+@dataclass(frozen=True)
+class Fit:
+    """Frames scaled in the decoder to the size the model's preprocessing resizes them to (a
+    camera run where no sink needs full frames): ``size(w, h)`` of a decoded frame -> (W, H), or
+    None to keep it (it would not shrink); ``interpolation``: the preprocessing's."""
+
+    size: object  # Callable[[int, int], tuple[int, int] | None]
+    interpolation: str = "bilinear"
 
 
-def decode_chain(codec: str, have: set[str], tap: bool = False) -> tuple[str, str]:
+# the preprocessing's interpolation -> the scaler's closest method (videoscale's GstVideoScale
+# method enum; nvvidconv's interpolation-method: 0 nearest, 1 bilinear, 2 5-tap, 4 smart)
+_VIDEOSCALE = {"nearest": 0, "bilinear": 1, "linear": 4, "area": 4, "cubic": 8}
+_NVVIDCONV = {"nearest": 0, "bilinear": 1, "linear": 4, "area": 4, "cubic": 2}
+
+
+def _to_bgr(have: set[str], fit: Fit | None = None) -> str:
+    """The end of a decode chain: BGR (or BGRx) frames, scaled when ``fit`` says so (the scaler
+    named ``scale``; its output caps, the capsfilter ``fit``, are set once the decoded size is
+    known: :meth:`GstConnection._fit_caps`)."""
+    # nvvidconv takes NVMM (NVDEC's) and system memory alike, and converts on the VIC; the VIC
+    # writes BGRx, not BGR: the appsink takes BGRx as it is, and the one copy out of GStreamer's
+    # memory drops the fourth byte (a CPU videoconvert after it was a second full-frame pass)
+    if hardware_decoder(have):
+        if fit is None:
+            return f"nvvidconv ! {BGRX}"
+        method = _NVVIDCONV.get(fit.interpolation, 1)
+        return (
+            f"nvvidconv name=scale interpolation-method={method} ! "
+            "capsfilter name=fit caps=video/x-raw,format=BGRx"
+        )
+    if fit is None or "videoscale" not in have:
+        return BGR
+    # scaled before the colour conversion: it then converts the model's pixels, not the camera's
+    method = _VIDEOSCALE.get(fit.interpolation, 1)
+    return f"videoscale name=scale method={method} ! capsfilter name=fit caps=video/x-raw ! {BGR}"
+
+
+def decode_chain(
+    codec: str, have: set[str], tap: bool = False, fit: Fit | None = None
+) -> tuple[str, str]:
     """(the description from ``codec``'s RTP packets to BGR frames, the decoder it uses).
     ``codec``: the RTP encoding name (H264, H265; anything else goes to decodebin). ``tap``: the
     parsed access units also go, before decoding, to an appsink named ``packets`` (clips keep
-    the camera's own video: :class:`PacketTap`)."""
+    the camera's own video: :class:`PacketTap`); ``fit``: frames scaled to the model's size."""
     codec = codec.lower()
     if codec in ("h264", "h265") and {f"rtp{codec}depay", f"{codec}parse"} <= have:
         head = f"rtp{codec}depay ! {codec}parse ! "
@@ -132,10 +170,13 @@ def decode_chain(codec: str, have: set[str], tap: bool = False) -> tuple[str, st
                 "queue ! appsink name=packets sync=false emit-signals=true t. ! queue ! "
             )
         if hardware_decoder(have):
-            return head + f"nvv4l2decoder ! {_to_bgr(have)}", "nvv4l2decoder"
+            return head + f"nvv4l2decoder ! {_to_bgr(have, fit)}", "nvv4l2decoder"
         if f"avdec_{codec}" in have:  # frame threading would hold frames back: slices only
-            return head + f"avdec_{codec} thread-type=slice ! {BGR}", f"avdec_{codec}"
-    return f"decodebin ! {_to_bgr(have)}", "decodebin"
+            return (
+                head + f"avdec_{codec} thread-type=slice ! {_to_bgr(have, fit)}",
+                f"avdec_{codec}",
+            )
+    return f"decodebin ! {_to_bgr(have, fit)}", "decodebin"
 
 
 def appsink(live: bool) -> str:
@@ -153,6 +194,18 @@ def _caps_size(caps) -> tuple | None:
     ok_w, w = s.get_int("width")
     ok_h, h = s.get_int("height")
     return (w, h) if ok_w and ok_h else None
+
+
+def bgr_copy(data, w: int, h: int, fmt: str) -> np.ndarray:
+    """A BGR frame (its own memory) from a mapped BGR or BGRx buffer of ``w`` x ``h``: rows are
+    padded (BGR to 4 bytes); BGRx loses its fourth byte in the same single copy."""
+    import cv2
+
+    stride = len(data) // h
+    rows = np.frombuffer(data, np.uint8, count=stride * h).reshape(h, stride)
+    if fmt == "BGRx":
+        return cv2.cvtColor(rows[:, : w * 4].reshape(h, w, 4), cv2.COLOR_BGRA2BGR)
+    return rows[:, : w * 3].reshape(h, w, 3).copy()
 
 
 class PacketTap:
@@ -239,11 +292,11 @@ def rtsp_source(url: str, latency_ms: int, transport: str, timeout_s: float) -> 
     return Launch("rtspsrc", tuple(props))
 
 
-def file_pipeline(path: str, have: set[str]) -> Launch:
+def file_pipeline(path: str, have: set[str], fit: Fit | None = None) -> Launch:
     return Launch(
         "filesrc",
         (("location", path),),
-        f"decodebin name=head ! {_to_bgr(have)} ! {appsink(False)}",
+        f"decodebin name=head ! {_to_bgr(have, fit)} ! {appsink(False)}",
     )
 
 
@@ -253,7 +306,7 @@ def csi_pipeline(sensor: int, width: int, height: int, fps: int) -> Launch:
         (("sensor-id", int(sensor)),),
         f'capsfilter name=head caps="video/x-raw(memory:NVMM),width={int(width)},'
         f'height={int(height)},framerate={int(fps)}/1" ! nvvidconv ! '
-        f"video/x-raw,format=BGRx ! {BGR} ! {appsink(True)}",
+        f"{BGRX} ! {appsink(True)}",
     )
 
 
@@ -302,9 +355,13 @@ class GstConnection:
         timeout_s: float,
         cancel: threading.Event,
         tap: PacketTap | None = None,
+        fit: Fit | None = None,
     ) -> None:
         Gst = gst()
-        self.Gst, self.live, self.have, self.tap = Gst, live, have, tap
+        self.Gst, self.live, self.have, self.tap, self.fit = Gst, live, have, tap, fit
+        self._probe: tuple | None = None  # (the scaler's sink pad, the probe that fits it)
+        self._scaled_from: dict = {}  # (W, H) the decoder scaled to -> (h, w) of the frame
+        self.scaled_from: tuple | None = None  # the last frame's, None: it came unscaled
         self.decoder: str | None = None
         self.pipeline = None
         self._src = None
@@ -365,11 +422,12 @@ class GstConnection:
                 )
             self.sink = self.pipeline.get_by_name("sink")
             self.decoder = "decodebin" if "decodebin" in launch.rest else launch.element
+            self._watch_fit(self.pipeline)
         else:  # RTSP: the chain is chosen by the stream's codec
             self.sink = Gst.parse_launch(appsink(self.live))
             self.pipeline.add(self.sink)
             self._handler = src.connect("pad-added", self._pad_added)
-        self.sink.set_property("caps", Gst.Caps.from_string("video/x-raw,format=BGR"))
+        self.sink.set_property("caps", Gst.Caps.from_string(SINK_CAPS))
 
     def _pad_added(self, _src, pad) -> None:
         Gst = self.Gst
@@ -386,7 +444,7 @@ class GstConnection:
             pad.link(sink.get_static_pad("sink"))
             return
         codec = s.get_string("encoding-name") if s.has_field("encoding-name") else ""
-        chain, self.decoder = decode_chain(codec or "", self.have, self.tap is not None)
+        chain, self.decoder = decode_chain(codec or "", self.have, self.tap is not None, self.fit)
         log.debug("RTSP %s stream: %s", codec, chain)
         try:
             bin_ = Gst.parse_bin_from_description(chain, True)
@@ -400,11 +458,47 @@ class GstConnection:
             self._connection = self.tap.connection
             self._tap_size = None
             self._tapped = (packets, packets.connect("new-sample", self._packet))
+        self._watch_fit(bin_)
         pipeline.add(bin_)
         bin_.link(self.sink)
         bin_.sync_state_with_parent()
         pad.link(bin_.get_static_pad("sink"))
         self._linked = True
+
+    def _watch_fit(self, where) -> None:
+        """With a ``fit``: when the decoded size is known (a CAPS event reaching the scaler) the
+        capsfilter ``fit`` after it is given the model's size for it, before the scaler asks what
+        it may output; again when a camera changes resolution."""
+        if self.fit is None:
+            return
+        scale, fit = where.get_by_name("scale"), where.get_by_name("fit")
+        if scale is None or fit is None:
+            return
+        Gst = self.Gst
+        base = fit.get_property("caps").to_string()  # video/x-raw[,format=BGRx]
+        pad = scale.get_static_pad("sink")
+
+        def on_event(_pad, info):
+            event = info.get_event()
+            if event is not None and event.type == Gst.EventType.CAPS:
+                self._fit_caps(event.parse_caps(), fit, base)
+            return Gst.PadProbeReturn.OK
+
+        self._probe = (pad, pad.add_probe(Gst.PadProbeType.EVENT_DOWNSTREAM, on_event))
+
+    def _fit_caps(self, caps, fit, base: str) -> None:
+        s = caps.get_structure(0)
+        ok_w, w = s.get_int("width")
+        ok_h, h = s.get_int("height")
+        if not (ok_w and ok_h):
+            return
+        target = self.fit.size(w, h)
+        text = base
+        if target is not None:
+            self._scaled_from[tuple(target)] = (h, w)
+            text = f"{base},width={target[0]},height={target[1]},pixel-aspect-ratio=1/1"
+        log.debug("decoded %dx%d: scaled to %s", w, h, text)
+        fit.set_property("caps", self.Gst.Caps.from_string(text))
 
     def _packet(self, sink):
         """One access unit for the tap (GStreamer's streaming thread)."""
@@ -491,11 +585,10 @@ class GstConnection:
         if not ok:
             raise StreamLost("a frame could not be read from GStreamer's memory")
         try:
-            stride = len(info.data) // h  # rows are padded to 4 bytes
-            frame = np.frombuffer(info.data, np.uint8, count=stride * h).reshape(h, stride)
-            frame = frame[:, : w * 3].reshape(h, w, 3).copy()
+            frame = bgr_copy(info.data, w, h, s.get_value("format"))
         finally:
             buf.unmap(info)
+        self.scaled_from = self._scaled_from.get((w, h))
         if not self.live:
             if buf.pts != Gst.CLOCK_TIME_NONE:
                 self.media_time = buf.pts / 1e9
@@ -527,6 +620,9 @@ class GstConnection:
         if self._tapped is not None:
             self._tapped[0].disconnect(self._tapped[1])
             self._tapped = None
+        if self._probe is not None:  # its closure holds this object
+            self._probe[0].remove_probe(self._probe[1])
+            self._probe = None
         pipeline.set_state(self.Gst.State.NULL)
         pipeline.get_state(self.Gst.CLOCK_TIME_NONE)  # the state change done (threads joined)
         self._src = self.sink = self.bus = None

@@ -186,7 +186,14 @@ class Pipeline:
                     break
                 image, t = got
                 s.raw.put(
-                    Frame(i, t, image, s.index, t_media=getattr(s.source, "media_time", None))
+                    Frame(
+                        i,
+                        t,
+                        image,
+                        s.index,
+                        t_media=getattr(s.source, "media_time", None),
+                        source_hw=getattr(s.source, "scaled_from", None),
+                    )
                 )
                 i += 1
                 s.captured = i

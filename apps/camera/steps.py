@@ -13,7 +13,7 @@ def steps_for(model, runner=None) -> Steps:
     infer = (runner or model).infer
 
     def prepare(f: Frame) -> None:
-        f.tensor, f.transform = model.preprocess(f.image)
+        f.tensor, f.transform = model.preprocess(f.image, f.source_hw)
 
     def run(frames: list) -> object:
         return infer(model.collate([f.tensor for f in frames]))
@@ -33,7 +33,7 @@ def slot_steps(slot) -> Steps:
 
     def prepare(f: Frame) -> None:
         f.model = slot.take()
-        f.tensor, f.transform = f.model.model.preprocess(f.image)
+        f.tensor, f.transform = f.model.model.preprocess(f.image, f.source_hw)
 
     def run(frames: list) -> list:
         groups: dict = {}

@@ -118,7 +118,9 @@ class ModelSlot(SwapQueue):
         self.infer_lock = threading.Lock()  # the live batches and the shadow check, one at a time
         self.rollbacks = 0
         self.last_image = None
-        self.samples: collections.deque | None = None  # (image, results) while a check runs
+        self.samples: collections.deque | None = (
+            None  # (image, results, source_hw) while a check runs
+        )
         self._sampled_at = 0.0
         # the path as it was before the model in use was read from it (else as it is now)
         self._seen = seen if seen is not None else fingerprint(self.watch_path)
@@ -158,7 +160,7 @@ class ModelSlot(SwapQueue):
                 if self.samples is not None and now - self._sampled_at >= self.SAMPLE_GAP_S:
                     f = frames[-1]
                     if f.model is self.current:
-                        self.samples.append((f.image, f.results))
+                        self.samples.append((f.image, f.results, f.source_hw))
                         self._sampled_at = now
 
     def label_of(self, frame) -> str:
@@ -289,11 +291,11 @@ class ModelSlot(SwapQueue):
             return f"only {len(samples)} live frames came within 30 s to check the candidate", {}
         m = candidate.model
         got = []
-        for image, _ in samples:
-            tensor, transform = m.preprocess(image)
+        for image, _, source_hw in samples:  # source_hw: the decoder scaled it (see Frame)
+            tensor, transform = m.preprocess(image, source_hw)
             got.append(m.postprocess(self.infer(candidate, m.collate([tensor])), [transform])[0])
             time.sleep(0.001)  # the live batches first
-        measures = agreement(m.task, [r for _, r in samples], got)
+        measures = agreement(m.task, [r for _, r, _ in samples], got)
         return judge(m.task, measures, self.o, "live frames"), measures
 
     def _watch_rollback(self) -> None:

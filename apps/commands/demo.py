@@ -92,13 +92,14 @@ def run(args) -> int:
 
 
 def _classify(bundle: Path, args) -> str:
+    from edgert.apps import processes
     from edgert.runtime.engine import Engine
     from edgert.runtime.postprocess import classify
     from edgert.runtime.sample_data import PHOTOS, load_photo
 
     # "auto": TensorRT runs the best plan the bundle has; ONNX Runtime on a CPU runs whichever gated model was
     # fastest when built (TensorRT's Q/DQ form can be slower than FP32 there), and says so
-    engine = Engine.load(bundle, backend=args.backend, precision="auto")
+    engine = processes.uninterrupted(Engine.load, bundle, backend=args.backend, precision="auto")
     precision = "auto"
     with engine:
         print(f"backend: {engine.backend_reason}")

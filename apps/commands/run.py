@@ -56,13 +56,15 @@ def _images(paths: list[str]) -> list[str]:
 def run(args) -> int:
     """Every image in turn; one that cannot be read or preprocessed is reported (named) and the
     rest go on; the exit code is 1 when any failed."""
+    from edgert.apps import processes
     from edgert.runtime.images import read_image
     from edgert.runtime.tasks import load_task_model
 
     images = _images(args.images)
-    model = load_task_model(
-        args.model, None, args.backend, args.precision, args.top_k, args.conf, args.iou
-    )
+    model = processes.uninterrupted(  # a Ctrl-C in onnx's first import would abort
+        load_task_model, args.model, None, args.backend, args.precision, args.top_k, args.conf,
+        args.iou,
+    )  # fmt: skip
     failed: list[str] = []
     with model:
         if not args.json:

@@ -59,6 +59,7 @@ def test_export_model_takes_a_module(tmp_path):
     assert result.manifest["name"] == "sequential"
 
 
+@pytest.mark.subprocess
 def test_console_script_finds_a_package_in_the_current_folder(tmp_path):
     pytest.importorskip("torch")
     pkg = tmp_path / "mypkg"
@@ -78,6 +79,7 @@ def test_console_script_finds_a_package_in_the_current_folder(tmp_path):
     assert (tmp_path / "models.edgert" / "manifest.json").is_file()
 
 
+@pytest.mark.subprocess
 def test_a_closed_pipe_ends_quietly(bundle):
     photos = " ".join(str(photo_path(p)) for p in ("chelsea", "coffee", "rocket") * 20)
     cmd = f"{console_script()} run {bundle} {photos} --json | head -1"
@@ -86,6 +88,7 @@ def test_a_closed_pipe_ends_quietly(bundle):
     assert proc.stderr == "", proc.stderr
 
 
+@pytest.mark.subprocess
 def test_json_everywhere(bundle, tmp_path):
     bench = run_cli("bench", bundle, "--iterations", "5", "--warmup", "0", "--json")
     data = json.loads(bench.stdout)  # stdout is JSON only; progress went to stderr
@@ -98,6 +101,7 @@ def test_json_everywhere(bundle, tmp_path):
     assert "config.pbtxt" in triton["files"] and triton["model"] == "tiny"
 
 
+@pytest.mark.subprocess
 def test_verbosity_after_the_subcommand(bundle):
     quiet = run_cli("run", bundle, photo_path("chelsea"), "-q")
     assert quiet.returncode == 0 and quiet.stderr == ""
@@ -107,6 +111,7 @@ def test_verbosity_after_the_subcommand(bundle):
     assert run_cli("--debug", "run", bundle, photo_path("chelsea")).returncode == 0
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("command", ["run", "demo", "bench", "camera"])
 def test_backend_and_precision_are_choices(bundle, command):
     args = [command, bundle, photo_path("chelsea")] if command == "run" else [command]
@@ -195,6 +200,7 @@ def test_one_nms_keeps_the_same_boxes_as_the_textbook_rule():
     assert nms(np.zeros((0, 4)), np.zeros(0), 0.5).size == 0
 
 
+@pytest.mark.subprocess
 def test_wrong_camera_uri_is_reported_before_the_model_loads(tmp_path):
     proc = run_cli("camera", tmp_path / "no-such-model.edgert", "--source", tmp_path / "none.mp4")
     assert_user_error(proc, "none.mp4 does not exist")
@@ -212,6 +218,7 @@ def test_task_models_share_one_interface(bundle):
         load_task_model(bundle, task="faces")
 
 
+@pytest.mark.subprocess
 def test_auto_precision_runs_the_fastest_gated_model_on_a_cpu(tmp_path):
     """edgert build records batch-1 ONNX Runtime CPU latencies; "auto" runs the fastest."""
     from edgert.runtime import Engine

@@ -14,6 +14,8 @@ from onnx import TensorProto, helper
 from tests.conftest import assert_user_error, run_cli
 from tests.tiny import classifier_bundle, image_classifier, matmul_model
 
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):

@@ -37,6 +37,7 @@ REQUIRED = {
 }
 
 
+@pytest.mark.subprocess
 def test_bench_json_and_plot_without_power(bundle, tmp_path):
     empty = tmp_path / "sys-root"
     empty.mkdir()
@@ -69,6 +70,7 @@ def test_bench_json_and_plot_without_power(bundle, tmp_path):
     assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.subprocess
 def test_bench_energy_per_inference_from_a_sensor(bundle, tmp_path):
     root = orin_sysfs(tmp_path / "root")
     proc = run_cli(
@@ -94,6 +96,7 @@ def test_bench_energy_per_inference_from_a_sensor(bundle, tmp_path):
     assert "mJ/inference" in proc.stdout
 
 
+@pytest.mark.subprocess
 def test_power_cap_below_idle_is_refused(bundle, tmp_path):
     root = orin_sysfs(tmp_path / "root")
     proc = run_cli(
@@ -115,6 +118,7 @@ def test_power_cap_below_idle_is_refused(bundle, tmp_path):
     assert_user_error(proc, "--power-cap needs a power sensor")
 
 
+@pytest.mark.subprocess
 def test_sweep_table_pareto_and_bad_values(bundle, tmp_path):
     root = orin_sysfs(tmp_path / "root")
     proc = run_cli(
@@ -150,6 +154,7 @@ def test_sweep_table_pareto_and_bad_values(bundle, tmp_path):
     assert_user_error(run_cli("bench", bundle, "--sweep", "colour=red"), "must be KEY=V1,V2")
 
 
+@pytest.mark.subprocess
 def test_power_command(tmp_path):
     root = orin_sysfs(tmp_path / "root", ma=1600)
     proc = run_cli("power", "--json", "--sysfs-root", root, "--no-nvml")

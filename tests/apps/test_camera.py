@@ -120,6 +120,7 @@ def test_drop_oldest_keeps_latency_bounded_under_a_slow_stage():
     assert e2e["p99"] < 80  # bounded by about two model periods, not growing with the backlog
 
 
+@pytest.mark.subprocess
 def test_end_to_end_video_says_egyptian_cat(mobilenet, tmp_path):
     video = cat_video(tmp_path / "cat.mp4")
     jsonl = tmp_path / "out.jsonl"
@@ -145,6 +146,7 @@ def test_end_to_end_video_says_egyptian_cat(mobilenet, tmp_path):
     assert cap.isOpened() and cap.read()[0]
 
 
+@pytest.mark.subprocess
 def test_task_mismatch_and_bad_output(mobilenet, tmp_path):
     assert_user_error(
         run_cli("camera", mobilenet, "--task", "detect", "--max-frames", "1", "--headless"),

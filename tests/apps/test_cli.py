@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from edgert.runtime.sample_data import photo_path
 from tests.conftest import assert_user_error, run_cli
+
+pytestmark = pytest.mark.subprocess
 
 
 def test_help_lists_subcommands_with_examples():

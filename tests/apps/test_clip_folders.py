@@ -33,6 +33,7 @@ def scene(tmp_path_factory):
     return blob_detector_bundle(folder / "det"), quiet_scene(folder / "scene.mp4")
 
 
+@pytest.mark.subprocess
 def test_each_track_leaves_its_best_picture_and_its_end_event_says_where(scene, tmp_path):
     """--snapshots DIR: one picture per track when it ends (the frame where the detector was
     surest, its box drawn), the track_end event naming the file; with ?crop=1 the crop too."""
@@ -120,6 +121,7 @@ needs_clips = pytest.mark.skipif(
 )
 
 
+@pytest.mark.subprocess
 @needs_clips
 def test_clips_start_on_a_key_frame_with_the_pre_roll_and_merge_events(scene, tmp_path):
     """--clips DIR?pre=2&post=2: the two crossings of the scene (each a track start, then a line
@@ -162,6 +164,7 @@ def test_clips_start_on_a_key_frame_with_the_pre_roll_and_merge_events(scene, tm
     assert len(left) == 1 and int(left[0].name.split("_")[2]) >= 16000, left  # the newest
 
 
+@pytest.mark.subprocess
 @needs_clips
 def test_a_clip_being_written_when_the_process_is_killed_still_plays(scene, tmp_path):
     bundle, video = scene
@@ -206,6 +209,7 @@ def _limited(limit: int):
     return apply
 
 
+@pytest.mark.subprocess
 @needs_clips
 @pytest.mark.parametrize("policy", ["stop", "continue"])
 def test_a_disk_that_fills_during_a_clip(scene, tmp_path, policy):
@@ -235,6 +239,7 @@ def test_a_disk_that_fills_during_a_clip(scene, tmp_path, policy):
     assert list(clips.glob("*.mp4*")) == []
 
 
+@pytest.mark.subprocess
 def test_retention_flags_say_what_they_need(scene, tmp_path):
     bundle, video = scene
     proc = run_cli("camera", bundle, "--source", video, "--headless", "--pre-roll", "3")
@@ -247,6 +252,7 @@ def test_retention_flags_say_what_they_need(scene, tmp_path):
     assert_user_error(proc, "above 0")
 
 
+@pytest.mark.subprocess
 @needs_clips
 def test_memory_stays_flat_over_a_run_that_writes_a_clip_every_second_or_so(scene, tmp_path):
     """The scene looped (a crossing every few seconds of scene time, read faster than real time):
@@ -371,6 +377,7 @@ os._exit(9)
 """
 
 
+@pytest.mark.subprocess
 def test_a_live_runs_clip_counts_against_the_budget_and_a_dead_runs_is_finished(tmp_path):
     folder = tmp_path / "clips"
     folder.mkdir()
@@ -409,6 +416,7 @@ def test_a_live_runs_clip_counts_against_the_budget_and_a_dead_runs_is_finished(
         assert complete_mp4_length(f.fileno(), len(whole)) == len(whole)
 
 
+@pytest.mark.subprocess
 def test_two_runs_sharing_a_snapshots_folder_keep_every_picture(scene, tmp_path):
     """Two camera processes started together on one --snapshots folder (the review's case: both
     named their first track's picture alike and one overwrote the other)."""
@@ -438,6 +446,7 @@ def test_two_runs_sharing_a_snapshots_folder_keep_every_picture(scene, tmp_path)
     assert sorted(map(str, files)) == sorted(named)
 
 
+@pytest.mark.subprocess
 def test_user_files_in_the_clips_and_snapshots_folders_survive_retention(scene, tmp_path):
     """The review's repro: a user's videos, a hidden one, a link and a folder named dir.mp4 in
     the clips folder under a tiny --clips-max-gb; a user's old photos under --keep-days."""
@@ -466,6 +475,7 @@ def test_user_files_in_the_clips_and_snapshots_folders_survive_retention(scene, 
     assert len([p for p in folder.glob("*_s0_*.mp4")]) == 1
 
 
+@pytest.mark.subprocess
 @needs_clips
 def test_a_clip_a_killed_run_left_is_finished_by_the_next_run(scene, tmp_path):
     bundle, video = scene
@@ -510,6 +520,7 @@ def test_a_clip_a_killed_run_left_is_finished_by_the_next_run(scene, tmp_path):
     assert not Path(finished).exists()
 
 
+@pytest.mark.subprocess
 @needs_clips
 def test_a_busy_scene_is_split_into_clips_that_keep_to_the_budget(scene, tmp_path):
     """Events all the time (the synthetic scene at a low threshold): the clip is split at
@@ -570,6 +581,7 @@ def _h264(frames: int, gop: int) -> list:
     return out
 
 
+@pytest.mark.subprocess
 @needs_clips
 def test_the_ring_of_a_camera_with_rare_key_frames_stays_bounded(tmp_path, monkeypatch):
     """One key frame, then only delta frames for 40 s (a smart codec's GOP, real x264 packets):
@@ -607,6 +619,7 @@ def test_the_ring_of_a_camera_with_rare_key_frames_stays_bounded(tmp_path, monke
     assert p["key_first"] and p["frames"] == 30, p
 
 
+@pytest.mark.subprocess
 @needs_clips
 def test_a_stream_that_changes_size_without_reconnecting_gives_one_size_per_clip(tmp_path):
     from tests.apps.test_rtsp_real import Server
@@ -641,6 +654,7 @@ def test_a_stream_that_changes_size_without_reconnecting_gives_one_size_per_clip
     assert {"320,240", "640,480"} <= set().union(*sizes.values()), sizes
 
 
+@pytest.mark.subprocess
 def test_clip_and_snapshot_folders_say_what_is_wrong(scene, tmp_path):
     bundle, video = scene
     (tmp_path / "afile").write_text("x")
@@ -659,6 +673,7 @@ def test_clip_and_snapshot_folders_say_what_is_wrong(scene, tmp_path):
     assert not (tmp_path / "q").exists()
 
 
+@pytest.mark.subprocess
 def test_a_folder_that_cannot_be_written_is_said_before_the_first_event(scene, tmp_path):
     """An existing read-only clips folder failed at the first event with "Could not open file"
     and no reason; now the run stops before it starts, saying why."""

@@ -30,6 +30,7 @@ def _steps(table_mhz: list, a: float, b: float) -> int:
     return abs(table_mhz.index(a) - table_mhz.index(b))
 
 
+@pytest.mark.subprocess
 def test_the_chosen_clocks_are_the_plants_optimum_and_hold_the_rate(mobilenet, tmp_path):
     base = free(mobilenet, tmp_path / "free", seconds=3.0)
     rate = round(0.25 * base["throughput_ips"], 1)
@@ -116,6 +117,7 @@ def _restored(root: Path) -> None:
     assert not state_path(root).exists()
 
 
+@pytest.mark.subprocess
 def test_sigterm_mid_run_puts_every_clock_back(mobilenet, tmp_path):
     root = tmp_path / "thor"
     r, rc, err = clocked(
@@ -135,6 +137,7 @@ def test_sigterm_mid_run_puts_every_clock_back(mobilenet, tmp_path):
     _restored(root)
 
 
+@pytest.mark.subprocess
 def test_a_sweep_over_the_clocks_marks_the_least_energy_at_the_rate(mobilenet, tmp_path):
     root = tmp_path / "jp6"
     r, rc, err = clocked(
@@ -163,6 +166,7 @@ def test_a_sweep_over_the_clocks_marks_the_least_energy_at_the_rate(mobilenet, t
     _restored(root)
 
 
+@pytest.mark.subprocess
 def test_camera_holds_its_frame_rate_at_the_clocks_it_measured_best(mobilenet, tmp_path):
     """`edgert camera --target-fps N --clocks auto`: the clock points measured on the model
     before the stream starts, N evenly spaced frames a second inferred, the clocks put back."""

@@ -113,6 +113,7 @@ def test_a_zone_exit_at_the_end_of_the_run_says_the_run_ended():
     assert len(exits) == 1 and exits[0].get("run_ended") is True and "track_lost" not in exits[0]
 
 
+@pytest.mark.subprocess
 def test_events_and_jsonl_are_appended_to_across_restarts(tmp_path):
     bundle = blob_detector_bundle(tmp_path / "det")
     video = scene_video(tmp_path / "scene.mp4")
@@ -147,6 +148,7 @@ def test_events_and_jsonl_are_appended_to_across_restarts(tmp_path):
     assert len(rows) == 2 * n_frames and sum('"run_start"' in r for r in rows) == 2
 
 
+@pytest.mark.subprocess
 def test_a_folder_whose_images_change_size_counts_the_real_middle(tmp_path):
     """The review's folder: 10 images at 320x240, then the same scene at 1280x960 with a square
     crossing the middle; a line at half the width counts it (it counted 0)."""
@@ -176,6 +178,7 @@ def test_a_folder_whose_images_change_size_counts_the_real_middle(tmp_path):
     assert door["in"] + door["out"] == 1, door
 
 
+@pytest.mark.subprocess
 def test_a_geometry_error_on_the_command_line_is_still_one_sentence(tmp_path):
     bundle = blob_detector_bundle(tmp_path / "det")
     proc = run_cli("camera", bundle, "--line", "door①=0.5,0,0.5,1")

@@ -14,6 +14,8 @@ from tests.conftest import run_cli
 from tests.runtime.test_power_sensors import ina238_hwmon, ina3221_hwmon, write
 from tests.tiny import classifier_bundle
 
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):

@@ -57,6 +57,7 @@ def test_dockerfile_structure():
     )  # TensorRT from the base image, not pip
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(
     shutil.which("hadolint") is None and not (ROOT / ".venv/bin/hadolint").exists(),
     reason="hadolint not installed",
@@ -81,6 +82,7 @@ def parse(path):
     return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
 
 
+@pytest.mark.subprocess
 def test_onnx_repository_matches_the_bundle(bundle, tmp_path):
     proc = run_cli("export-triton", bundle, "--repo", tmp_path / "models", "--instances", "2")
     assert proc.returncode == 0, proc.stderr
@@ -106,6 +108,7 @@ def test_onnx_repository_matches_the_bundle(bundle, tmp_path):
     assert (folder / "1" / "model.onnx").read_bytes() == (bundle / "model.onnx").read_bytes()
 
 
+@pytest.mark.subprocess
 def test_plan_repository_and_fixed_batch(bundle, tmp_path):
     key = PlanKey("fp16", "10.3.0.26", "Orin", "8.7", onnx_sha256="a" * 64)
     plan, _ = PlanCache(bundle / "engines").get_or_build(key, lambda: b"PLAN")
@@ -129,6 +132,7 @@ def test_plan_repository_and_fixed_batch(bundle, tmp_path):
     )
 
 
+@pytest.mark.subprocess
 def test_triton_bad_input(bundle, tmp_path):
     assert_user_error(
         run_cli("export-triton", bundle, "--repo", tmp_path, "--max-batch", "64"),

@@ -5,9 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 
 
+@pytest.mark.subprocess
 def test_cli_reference_is_current():
     proc = subprocess.run(
         [sys.executable, "-m", "edgert.apps.docgen", "--check", str(ROOT / "docs" / "cli.md")],

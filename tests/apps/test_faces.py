@@ -28,6 +28,7 @@ def test_bundle_holds_three_networks_checked_against_pytorch(mtcnn):
         )
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(("photo", "faces"), [("astronaut", 1), ("coffee", 0), ("chelsea", 0)])
 def test_faces_through_the_camera_app(mtcnn, tmp_path, photo, faces):
     jsonl = tmp_path / "f.jsonl"
@@ -44,6 +45,7 @@ def test_faces_through_the_camera_app(mtcnn, tmp_path, photo, faces):
         assert found[0]["label"] == "face" and found[0]["score"] > 0.9
 
 
+@pytest.mark.subprocess
 def test_faces_task_needs_a_face_bundle(tmp_path):
     bundle = export_model("zoo:digits_cnn", tmp_path / "d.edgert").bundle
     assert_user_error(
@@ -52,6 +54,7 @@ def test_faces_task_needs_a_face_bundle(tmp_path):
     )
 
 
+@pytest.mark.subprocess
 def test_demo_faces(tmp_path):
     proc = run_cli("demo", "--faces", "--workdir", tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -62,6 +65,7 @@ def test_demo_faces(tmp_path):
     assert (tmp_path / "faces_report.json").is_file()
 
 
+@pytest.mark.subprocess
 def test_int8_face_detector_is_gated_end_to_end_and_runs(tmp_path):
     """`edgert build --precision int8` on the MTCNN bundle: each network calibrated on what the FP32
     detector gives it, the INT8 detector gated against FP32 on hold-out images (face box F1), three
@@ -96,6 +100,7 @@ def test_int8_face_detector_is_gated_end_to_end_and_runs(tmp_path):
     )
 
 
+@pytest.mark.subprocess
 def test_face_detector_calibration_needs_whole_images(mtcnn, tmp_path):
     import numpy as np
 
@@ -105,6 +110,7 @@ def test_face_detector_calibration_needs_whole_images(mtcnn, tmp_path):
     assert not (mtcnn.bundle / "model.int8.onnx").exists()
 
 
+@pytest.mark.subprocess
 def test_int8_face_detector_gives_nodes_back_when_the_gate_asks_more(tmp_path):
     """A stricter cosine than P-Net's INT8 reaches (0.9956 here): P-Net, the network furthest from
     FP32, keeps its most sensitive convolutions in FP32 until the detector passes."""
@@ -128,12 +134,14 @@ def test_int8_face_detector_gives_nodes_back_when_the_gate_asks_more(tmp_path):
     assert "pnet gives nodes back to FP32" in proc.stdout + proc.stderr
 
 
+@pytest.mark.subprocess
 def test_face_detector_calibration_from_a_damaged_npz(mtcnn, tmp_path):
     (tmp_path / "x.npz").write_bytes(b"not a zip file")
     proc = run_cli("build", mtcnn.bundle, "--precision", "int8", "--calib", tmp_path / "x.npz")
     assert_user_error(proc, "not a readable .npz")
 
 
+@pytest.mark.subprocess
 def test_a_face_bundle_without_all_three_networks_is_refused(mtcnn, tmp_path):
     """A manifest from elsewhere that names only some of P-Net, R-Net and O-Net: one sentence
     (for running it and for quantizing it), not a KeyError."""

@@ -225,6 +225,7 @@ def _run(bundle, video, out, *gate):
     return json.loads(proc.stdout)
 
 
+@pytest.mark.subprocess
 def test_counts_are_exact_with_the_gate_and_skipped_frames_say_they_are_predicted(scene, tmp_path):
     bundle, video = scene
     (tmp_path / "on").mkdir()
@@ -251,6 +252,7 @@ def test_counts_are_exact_with_the_gate_and_skipped_frames_say_they_are_predicte
     assert kinds(tmp_path / "on") == kinds(tmp_path / "off")
 
 
+@pytest.mark.subprocess
 def test_a_bad_gate_is_one_sentence(scene):
     bundle, video = scene
     assert_user_error(run_cli("camera", bundle, "--source", video, "--gate", "often"), "--gate")
@@ -260,6 +262,7 @@ def test_a_bad_gate_is_one_sentence(scene):
     )
 
 
+@pytest.mark.subprocess
 def test_joules_per_camera_hour_with_a_power_sensor(scene, tmp_path):
     """A recreated Orin NX board (INA3221 VDD_IN at 7.5 W: tests/power_plant.py) and two streams
     of the 20 s scene: each covered 20 s of camera time, and the run's energy is given per
@@ -301,6 +304,7 @@ def test_a_crossing_is_timed_exactly_even_a_few_pixels_before_the_line():
     assert _reach_s(line, (250.0, 200.0), (0.0, 30.0)) == float("inf")  # along it
 
 
+@pytest.mark.subprocess
 def test_target_fps_infers_evenly_spaced_frames_and_keeps_the_counts(scene, tmp_path):
     """A 10 fps scene held to 5 inferred frames a second: every other frame, evenly; the frames
     between are predicted and the line and zone counts are those of every frame."""
@@ -337,6 +341,7 @@ def test_target_fps_infers_evenly_spaced_frames_and_keeps_the_counts(scene, tmp_
     )
 
 
+@pytest.mark.subprocess
 def test_a_tall_thin_frame_gets_a_small_grey_copy(tmp_path):
     """The grey copy fits in WIDTH x WIDTH whatever the frame's shape: a 2x4000 picture was a
     320x640000 float background (2.5 GB); 1x12000 ran out of memory in OpenCV. A folder of
@@ -365,6 +370,7 @@ def test_a_tall_thin_frame_gets_a_small_grey_copy(tmp_path):
     assert json.loads(proc.stdout)["frames_processed"] == 6
 
 
+@pytest.mark.subprocess
 def test_motion_masks_and_gate_options_are_refused_as_lines_and_zones_are(scene):
     bundle, video = scene
 
@@ -434,6 +440,7 @@ def turning_scene(path, repeats=3, fps=10):
     return path
 
 
+@pytest.mark.subprocess
 def test_line_counts_with_the_gate_equal_always_on_when_walkers_turn_or_stop_at_the_line(
     scene, tmp_path
 ):

@@ -93,6 +93,7 @@ def test_the_descriptions_shown_quote_what_they_hold():
 
 
 # -- E16 and a URI that cannot be one ------------------------------------------------------------
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     "uri, fragment",
     [
@@ -136,6 +137,7 @@ def test_failed_gstreamer_attempts_leave_no_descriptor_behind():
     assert _fds() - before <= 1, (before, _fds())
 
 
+@pytest.mark.subprocess
 @needs_server
 def test_real_reconnects_leave_no_descriptor_behind():
     """The server killed and started again three times under --reconnect forever: the stream
@@ -171,6 +173,7 @@ def test_real_reconnects_leave_no_descriptor_behind():
 
 
 # -- E6: --duration ends a run whose stream is down -------------------------------------------------
+@pytest.mark.subprocess
 @pytest.mark.parametrize("decoder", ["ffmpeg", pytest.param("gstreamer", marks=needs_gst)])
 def test_duration_ends_the_run_while_a_stream_reconnects_forever(tiny, decoder):
     port = free_ports(1)[0]
@@ -219,6 +222,7 @@ def test_redact_hides_the_forms_cameras_use():
         assert not any(f"Secret{n}" in redact(uri) for n in range(12)) and "S3c" not in redact(uri)
 
 
+@pytest.mark.subprocess
 @needs_server
 def test_a_password_holding_a_hash_is_hidden_everywhere(tiny, tmp_path):
     """GStreamer connects with it (the server asks for none) and the password appears in no
@@ -245,6 +249,7 @@ def test_a_password_holding_a_hash_is_hidden_everywhere(tiny, tmp_path):
     assert "S3c" not in everything and "admin:***@127.0.0.1" in proc.stdout
 
 
+@pytest.mark.subprocess
 def test_credentials_come_from_the_environment_not_the_command_line(tiny, tmp_path):
     clip = _clip(tmp_path / "clip.mp4")
     env = dict(os.environ, EDGERT_CLIP_FOLDER=str(tmp_path))
@@ -281,11 +286,13 @@ def test_expand_and_check_as_functions(monkeypatch):
 
 
 # -- E13 ---------------------------------------------------------------------------------------
+@pytest.mark.subprocess
 def test_a_stall_timeout_opencv_cannot_take_is_refused(tiny):
     proc = run_cli("camera", tiny, "--source", "rtsp://127.0.0.1:1/cam", "--stall-timeout", "1e7")
     assert_user_error(proc, "--stall-timeout", "must be at most 86400 s")
 
 
+@pytest.mark.subprocess
 def test_a_file_name_cannot_forge_a_log_line(tiny, tmp_path):
     """The sibling of E16 in the logs: an unreadable image whose name holds a newline and what
     looks like edgert's own warning is skipped with its name escaped, on one line."""

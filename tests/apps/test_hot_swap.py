@@ -129,6 +129,7 @@ def bundles(tmp_path_factory):
     return classifier_bundle(root / "a", name="a"), classifier_bundle(root / "b", "b", size=24)
 
 
+@pytest.mark.subprocess
 def test_a_hundred_swaps_lose_no_frame_and_label_every_result(bundles, tmp_path):
     a, b = bundles
     frames = tmp_path / "frames.jsonl"
@@ -176,6 +177,7 @@ def _other_classes(folder: Path) -> Path:
     ).bundle
 
 
+@pytest.mark.subprocess
 def test_a_model_of_other_classes_and_input_size_takes_over(bundles, tmp_path):
     a, _ = bundles
     c = _other_classes(tmp_path / "c")
@@ -214,6 +216,7 @@ def scene(tmp_path_factory):
     return blob_detector_bundle(folder / "det"), quiet_scene(folder / "scene.mp4")
 
 
+@pytest.mark.subprocess
 def test_a_detector_swap_keeps_tracks_and_counts(scene, tmp_path):
     """The scene's two crossings with a swap to a retrained detector (the same class; here the
     same network exported again, so the run without a swap is known: one in, one out) while the
@@ -269,6 +272,7 @@ def _shuffled(a: Path, folder: Path) -> Path:
     ).bundle
 
 
+@pytest.mark.subprocess
 def test_bad_candidates_are_refused_and_the_old_model_serves(bundles, scene, tmp_path):
     a, b = bundles
     corrupt = tmp_path / "corrupt.edgert"
@@ -309,6 +313,7 @@ def test_bad_candidates_are_refused_and_the_old_model_serves(bundles, scene, tmp
     cam.stop()
 
 
+@pytest.mark.subprocess
 def test_a_collapsed_model_is_rolled_back(scene, tmp_path):
     det, video = scene
     blind = _detector(tmp_path / "blind", 96, 128, scale=1 / 2550)  # sees nothing
@@ -340,6 +345,7 @@ def test_a_collapsed_model_is_rolled_back(scene, tmp_path):
     assert summary["model"]["rollbacks"] == 1
 
 
+@pytest.mark.subprocess
 def test_two_requests_at_once_and_a_sighup_during_a_swap_are_done_in_order(bundles, tmp_path):
     a, b = bundles
     c = _other_classes(tmp_path / "c")
@@ -363,6 +369,7 @@ def test_two_requests_at_once_and_a_sighup_during_a_swap_are_done_in_order(bundl
     cam.stop()
 
 
+@pytest.mark.subprocess
 def test_watch_model_swaps_when_the_path_changes(bundles, tmp_path):
     a, b = bundles
     current = tmp_path / "current"
@@ -411,6 +418,7 @@ def test_a_bundle_replaced_while_the_first_model_loads_is_swapped_to(bundles, tm
         slot.current.close()
 
 
+@pytest.mark.subprocess
 def test_the_endpoint_is_off_unless_asked_for_and_keeps_to_its_folders(bundles, tmp_path):
     a, b = bundles
     cam = Camera(a, endpoint=False)

@@ -25,6 +25,8 @@ from tests.ports import free_ports
 from tests.procs import SCENE, edgert, rss_mb
 from tests.tiny import blob_detector_bundle
 
+pytestmark = pytest.mark.subprocess
+
 
 def _ask(port: int, path: str, method: str = "GET", headers: dict | None = None):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)

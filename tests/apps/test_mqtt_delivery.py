@@ -45,6 +45,7 @@ def _publisher(broker, prefix: str, **kw) -> MqttPublisher:
 
 
 # -- E7: back-pressure, not loss, while connected -------------------------------------------------
+@pytest.mark.subprocess
 @needs["mosquitto"]
 @pytest.mark.parametrize("buffer", [10, 1000])
 def test_a_burst_while_connected_loses_nothing(broker, buffer):
@@ -68,6 +69,7 @@ def test_a_burst_while_connected_loses_nothing(broker, buffer):
 
 
 # -- E8: a refused publish is not delivered; $ prefixes refused ----------------------------------
+@pytest.mark.subprocess
 @needs["mosquitto"]
 def test_a_publish_the_broker_refuses_is_counted_as_refused(tmp_path, caplog):
     port = free_ports(1)[0]
@@ -111,6 +113,7 @@ def test_prefixes_and_uris_the_broker_would_not_take_are_refused():
 
 
 # -- E4: TLS options need a TLS broker ---------------------------------------------------------------
+@pytest.mark.subprocess
 def test_tls_options_with_a_plain_uri_are_refused(scene, tmp_path):
     bundle, video = scene
     ca = tmp_path / "ca.pem"
@@ -144,6 +147,7 @@ def test_tls_options_with_a_plain_uri_are_refused(scene, tmp_path):
 
 
 # -- E12: lost events make the exit non-zero, and the reasons are named ---------------------------
+@pytest.mark.subprocess
 @needs["mosquitto"]
 def test_a_run_whose_events_never_arrive_exits_non_zero(scene):
     bundle, video = scene
@@ -165,6 +169,7 @@ def test_a_run_whose_events_never_arrive_exits_non_zero(scene):
     assert "dropped from the full buffer while the broker was away" in proc.stdout
 
 
+@pytest.mark.subprocess
 @needs["mosquitto"]
 def test_plain_mqtt_to_a_tls_port_and_a_refused_certificate_are_named(scene, tmp_path):
     broker, port, _ = tls_broker(tmp_path)
@@ -200,6 +205,7 @@ def test_plain_mqtt_to_a_tls_port_and_a_refused_certificate_are_named(scene, tmp
 
 
 # -- E14: client ids -------------------------------------------------------------------------------
+@pytest.mark.subprocess
 @needs["mosquitto"]
 def test_default_client_ids_differ_and_a_take_over_says_why(broker, caplog):
     a = _publisher(broker, "ids/a")
@@ -220,6 +226,7 @@ def test_default_client_ids_differ_and_a_take_over_says_why(broker, caplog):
 
 
 # -- E18 and E19 -----------------------------------------------------------------------------------
+@pytest.mark.subprocess
 def test_heartbeat_floor_and_empty_file_names(scene):
     bundle, video = scene
     proc = run_cli(

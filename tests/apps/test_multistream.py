@@ -56,6 +56,7 @@ def photo_video(path, photo: str, frames: int, size=(320, 240)):
     return path
 
 
+@pytest.mark.subprocess
 def test_file_streams_every_frame_processed_each_with_its_own_labels(mobilenet, tmp_path):
     lengths = {"chelsea": 9, "coffee": 14, "rocket": 6}
     videos = {p: photo_video(tmp_path / f"{p}.mp4", p, n) for p, n in lengths.items()}
@@ -244,6 +245,7 @@ def test_batch_size_follows_streams_within_the_model(tmp_path):
     assert choose_batch(2, 8, Dynamic()) == (2, None)
 
 
+@pytest.mark.subprocess
 def test_fixed_batch_model_runs_several_streams_one_by_one(tmp_path):
     bundle = export_model("zoo:digits_cnn", tmp_path / "d.edgert").bundle
     proc = run_cli(
@@ -262,6 +264,7 @@ def test_fixed_batch_model_runs_several_streams_one_by_one(tmp_path):
     assert "[0]" in proc.stdout and "[1]" in proc.stdout
 
 
+@pytest.mark.subprocess
 def test_faces_batched_across_streams_equal_frame_by_frame(tmp_path):
     from edgert.runtime.faces import MtcnnDetector
 
@@ -352,6 +355,7 @@ def test_web_viewer_serves_every_stream(tmp_path):
         out.close()
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signals_end_cleanly_with_per_stream_summaries(mobilenet, tmp_path, sig):
     out = tmp_path / "o.mp4"

@@ -48,6 +48,7 @@ def _frames(path) -> int:
 
 
 # -- 3: an output that is the input -------------------------------------------------------------
+@pytest.mark.subprocess
 @pytest.mark.parametrize("how", ["output", "jsonl", "symlink", "folder image"])
 def test_an_output_that_is_a_source_is_refused_and_the_source_survives(tmp_path, tiny, how):
     clip = _video(tmp_path / "clip.mp4")
@@ -72,6 +73,7 @@ def test_an_output_that_is_a_source_is_refused_and_the_source_survives(tmp_path,
         assert cv2.imread(str(tmp_path / "imgs" / "a.png")) is not None
 
 
+@pytest.mark.subprocess
 def test_two_outputs_on_one_file_are_refused(tmp_path, tiny):
     clip = _video(tmp_path / "clip.mp4")
     out = tmp_path / "out.mp4"
@@ -95,6 +97,7 @@ def test_redact_hides_passwords_only():
     )
 
 
+@pytest.mark.subprocess
 def test_rtsp_password_never_printed_served_or_logged(tmp_path, tiny):
     """A stream that refuses, beside a video: the password appears in no line of stderr or stdout,
     the JSONL header, the summary or the web viewer's statistics."""
@@ -154,6 +157,7 @@ def _limited(limit: int):
     return apply
 
 
+@pytest.mark.subprocess
 def test_a_disk_that_fills_ends_the_video_with_a_sentence(tmp_path, tiny):
     """The file-size limit makes writes fail mid-run, as a full disk does: before, exit 0 and an
     unplayable MP4."""
@@ -190,6 +194,7 @@ def test_a_disk_that_fills_ends_the_video_with_a_sentence(tmp_path, tiny):
     assert "frames" in proc.stdout  # the summary was printed
 
 
+@pytest.mark.subprocess
 def test_jsonl_on_a_full_disk_is_one_sentence_and_the_summary_stays(tmp_path, tiny):
     clip = _video(tmp_path / "clip.mp4", frames=30)
     os.symlink("/dev/full", tmp_path / "full.jsonl")  # full from the first line: before the run
@@ -240,6 +245,7 @@ def test_jsonl_close_error_does_not_mask_the_first(tmp_path):
 
 
 # -- 12: one bad image --------------------------------------------------------------------------
+@pytest.mark.subprocess
 def test_one_bad_image_is_reported_and_the_rest_run(tmp_path, tiny):
     folder = tmp_path / "imgs"
     folder.mkdir()
@@ -276,12 +282,14 @@ def test_a_looping_folder_whose_images_all_fail_ends_with_a_sentence(tmp_path):
         src.read()
 
 
+@pytest.mark.subprocess
 def test_help_to_a_full_stdout_is_one_sentence():
     with open("/dev/full", "w") as full:
         proc = _cli("--help", stdout=full)
     assert_user_error(proc, "cannot write to standard output")
 
 
+@pytest.mark.subprocess
 def test_huge_video_frames_are_refused(tmp_path, tiny):
     clip = _video(tmp_path / "clip.mp4", size=(64, 48))
     proc = run_cli(
@@ -338,6 +346,7 @@ def test_web_viewer_limits_clients_and_closes_idle_ones(monkeypatch):
         out.close()
 
 
+@pytest.mark.subprocess
 def test_pip_wheel_leaves_the_source_tree_clean(tmp_path):
     """15: building a wheel from the checkout leaves no build/ or *.egg-info behind."""
     if not (ROOT / ".git").exists():
@@ -376,6 +385,7 @@ def _cli(*args, **popen):
     )
 
 
+@pytest.mark.subprocess
 def test_a_full_or_closed_stdout_is_one_sentence(tmp_path, tiny):
     img = tmp_path / "a.png"
     cv2.imwrite(str(img), np.zeros((20, 20, 3), np.uint8))
@@ -386,6 +396,7 @@ def test_a_full_or_closed_stdout_is_one_sentence(tmp_path, tiny):
     assert_user_error(proc, "cannot write to standard output: it is closed")
 
 
+@pytest.mark.subprocess
 def test_bench_never_writes_over_the_model(tmp_path, tiny):
     onnx = tiny / "model.onnx"
     before = onnx.read_bytes()

@@ -14,6 +14,8 @@ import pytest
 
 from tests.conftest import ROOT
 
+pytestmark = [pytest.mark.subprocess, pytest.mark.browser]
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
     "--headless",

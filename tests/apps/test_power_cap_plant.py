@@ -9,6 +9,8 @@ import pytest
 from edgert.export import export_model
 from tests.power_plant import bench_in_the_loop, settled_mean
 
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.fixture(scope="module")
 def mobilenet(tmp_path_factory):

@@ -134,6 +134,7 @@ def test_the_overflow_lane_answers_probes_and_refuses_the_rest(monkeypatch):
         out.close()
 
 
+@pytest.mark.subprocess
 def test_a_port_clash_with_metrics_blames_both_flags(tmp_path):
     bundle = classifier_bundle(tmp_path / "m")
     port = free_ports(1)[0]

@@ -150,6 +150,7 @@ def _stalled_client(port: int, path: str) -> socket.socket:
     return s  # never read again: the server's sends back up
 
 
+@pytest.mark.subprocess
 @needs_server
 def test_two_clients_decode_the_frames_edgert_processed_while_a_third_stalls(bundle):
     src_port, out_port = free_ports(2)
@@ -176,6 +177,7 @@ def test_two_clients_decode_the_frames_edgert_processed_while_a_third_stalls(bun
     assert "Traceback" not in err, err
 
 
+@pytest.mark.subprocess
 @needs_server
 def test_authentication_is_refused_without_the_password(bundle):
     src_port, out_port = free_ports(2)
@@ -226,6 +228,7 @@ def test_the_encoder_chosen_for_a_jetson_with_and_without_nvenc(tmp_path):
     assert "key-int-max=25" in restream.encode_chain("x264enc", 2000, 25)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("uri", "words"),
     [
@@ -255,6 +258,7 @@ def _keys(path) -> tuple[list, int]:
     return [i for i, flags in enumerate(out) if flags.startswith("K")], len(out)
 
 
+@pytest.mark.subprocess
 @needs_server
 @pytest.mark.parametrize("codec", ["h264", "h265", "reencode"])
 def test_an_rtsp_cameras_clips_hold_its_own_packets(tmp_path, codec):
@@ -322,6 +326,7 @@ def test_an_rtsp_cameras_clips_hold_its_own_packets(tmp_path, codec):
         assert indices == list(range(indices[0], indices[0] + len(indices))), indices
 
 
+@pytest.mark.subprocess
 @needs_server
 def test_a_camera_that_reboots_mid_clip_ends_that_clip_and_the_run_goes_on(tmp_path):
     """A clip of the camera's own packets is being written (a long post-roll) when the camera
@@ -409,6 +414,7 @@ def _flood(port: int, first: bytes, megabytes: int, results: list) -> None:
         results.append(type(exc).__name__)
 
 
+@pytest.mark.subprocess
 @needs_server
 def test_request_headers_are_bounded_and_viewers_still_get_in(bundle):
     """Six clients sending 12 MB of request headers each (the review kept a viewer out for 15 s
@@ -447,6 +453,7 @@ def test_request_headers_are_bounded_and_viewers_still_get_in(bundle):
     assert rc in (0, 143) and "CRITICAL" not in err and len(err) < 2000, err[-2000:]
 
 
+@pytest.mark.subprocess
 @needs_server
 def test_a_password_with_hash_slash_and_at_from_the_environment_works_with_both_decoders(bundle):
     """The README's form, ``${EDGERT_...}``, with a password holding "#", "/", "?" and "@": the
@@ -488,6 +495,7 @@ def test_a_password_with_hash_slash_and_at_from_the_environment_works_with_both_
         cam.stop()
 
 
+@pytest.mark.subprocess
 def test_listeners_on_one_port_and_an_open_model_endpoint_are_refused(bundle):
     port = free_ports(1)[0]
     both = run_cli(

@@ -112,6 +112,7 @@ def _read(source, n: int) -> list:
     return [source.read() for _ in range(n)]
 
 
+@pytest.mark.subprocess
 @needs_server
 @pytest.mark.parametrize(
     "decoder, codec, slices",
@@ -146,6 +147,7 @@ def test_both_decoders_receive_the_served_frames(decoder, codec, slices):
     assert all(now - 30 < t <= now for _, t in got)  # capture times on our monotonic clock
 
 
+@pytest.mark.subprocess
 @needs_server
 @pytest.mark.parametrize("decoder", ["gstreamer", "ffmpeg"])
 def test_a_server_restarted_mid_run_comes_back_and_the_other_stream_never_waits(decoder, tmp_path):
@@ -204,6 +206,7 @@ def test_a_server_restarted_mid_run_comes_back_and_the_other_stream_never_waits(
     assert synthetic["frames_processed"] >= 0.8 * 20 * 13.0, synthetic  # never waited for it
 
 
+@pytest.mark.subprocess
 @needs_server
 @pytest.mark.parametrize("decoder", ["gstreamer", "ffmpeg"])
 def test_a_stalled_server_is_detected_within_the_stall_timeout_and_reconnected(decoder):
@@ -267,6 +270,29 @@ def test_both_paths_give_the_same_frames_of_a_file(tmp_path):
         assert ta == pytest.approx(tb, abs=1e-3) == pytest.approx(i / FPS, abs=1e-3)
 
 
+@pytest.mark.skipif(not IN_CI and not _gst_has("videotestsrc"), reason="GStreamer (.ci/run)")
+@pytest.mark.parametrize("width", [30, 64])  # 30: BGR rows padded to 92 bytes
+def test_bgrx_as_a_jetsons_vic_writes_it_gives_the_same_bgr_frames(width):
+    """The Jetson chain hands nvvidconv's BGRx to the appsink; the copy out of GStreamer's memory
+    drops the fourth byte. Run for real with videotestsrc writing BGRx and BGR."""
+    frames = {}
+    for fmt in ("BGRx", "BGR"):
+        launch = gstreamer.Launch(
+            "videotestsrc",
+            (("num-buffers", 2), ("pattern", "smpte")),
+            f"videoconvert name=head ! capsfilter caps=video/x-raw,format={fmt},width={width},"
+            f"height=24 ! {gstreamer.appsink(False)}",
+        )
+        conn = gstreamer.GstConnection(launch, False, gstreamer.elements(), 5.0, threading.Event())
+        try:
+            frames[fmt] = conn.first[0]
+        finally:
+            conn.close()
+    a, b = frames["BGRx"], frames["BGR"]
+    assert a.shape == b.shape == (24, width, 3) and a.flags.c_contiguous and a.flags.owndata
+    assert np.array_equal(a, b) and a.std() > 20  # the same colour bars, not a blank frame
+
+
 def test_the_pipeline_chosen_for_a_jetson_and_for_a_pc():
     """The descriptions are pure functions of the elements present: on a Jetson (JetPack's
     nvv4l2decoder and nvvidconv) NVDEC decodes and the VIC converts; elsewhere avdec."""
@@ -285,10 +311,12 @@ def test_the_pipeline_chosen_for_a_jetson_and_for_a_pc():
     jetson = pc - {"avdec_h264", "avdec_h265"} | {"nvv4l2decoder", "nvvidconv", "nvarguscamerasrc"}
     chain, dec = gstreamer.decode_chain("H264", jetson)
     assert dec == "nvv4l2decoder"
-    assert chain.startswith(
+    # the VIC's BGRx goes to the appsink as it is: no CPU videoconvert at full resolution
+    assert chain == (
         "rtph264depay ! h264parse ! nvv4l2decoder ! nvvidconv ! "
-        "video/x-raw,format=BGRx ! videoconvert"
+        "capsfilter caps=video/x-raw,format=BGRx"
     )
+    assert "videoconvert" not in gstreamer.csi_pipeline(0, 1920, 1080, 30).text()
     assert gstreamer.decode_chain("H265", jetson)[0].startswith(
         "rtph265depay ! h265parse ! nvv4l2decoder"
     )
@@ -305,6 +333,7 @@ def test_the_pipeline_chosen_for_a_jetson_and_for_a_pc():
     assert gstreamer.hardware_decoder(jetson) and not gstreamer.hardware_decoder(pc)
 
 
+@pytest.mark.subprocess
 def test_pytorch_still_throws_and_catches_after_gstreamer_started():
     """libgstreamer brings libunwind in with global symbols; without libgcc's unwinder loaded
     first, PyTorch's JIT tracer aborted the process in torch.onnx.export (the test suite's own
@@ -331,6 +360,7 @@ def _without_gi(*args: str):
     )
 
 
+@pytest.mark.subprocess
 def test_without_gstreamer_auto_falls_back_with_a_note_and_gstreamer_says_what_to_install(
     tmp_path,
 ):
@@ -349,6 +379,7 @@ def test_without_gstreamer_auto_falls_back_with_a_note_and_gstreamer_says_what_t
     )
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(
     not IN_CI and not gstreamer.available()[0],
     reason="GStreamer's Python bindings (.ci/run installs them)",
@@ -366,6 +397,7 @@ def test_info_says_which_decoders_exist_and_which_would_be_used():
     assert "rtsp:// decoder" in text and "rtspsrc" in text
 
 
+@pytest.mark.subprocess
 def test_bad_reconnect_and_decoder_options_are_sentences(tmp_path):
     bundle = classifier_bundle(tmp_path / "m")
     proc = run_cli("camera", bundle, "--reconnect", "sometimes")

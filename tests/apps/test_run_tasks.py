@@ -10,6 +10,8 @@ import pytest
 
 from tests.conftest import ROOT, assert_user_error, run_cli
 
+pytestmark = pytest.mark.subprocess
+
 MODELS_PY = ROOT / "tests" / "export" / "models.py"
 
 

@@ -19,6 +19,8 @@ import urllib.request
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.subprocess
+
 pytest.importorskip(
     "pytriton", reason="PyTriton is not installed here: `make test-serve` runs these"
 )

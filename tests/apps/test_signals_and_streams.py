@@ -51,6 +51,7 @@ def bundle(tmp_path_factory):
     return classifier_bundle(tmp_path_factory.mktemp("sig"))
 
 
+@pytest.mark.subprocess
 def test_sigterm_finishes_the_video_and_prints_the_summary(bundle, tmp_path):
     out = tmp_path / "out.mp4"
     proc = _spawn("camera", bundle, "--source", "synthetic://", "--output", out, "--headless")
@@ -68,6 +69,7 @@ def test_sigterm_finishes_the_video_and_prints_the_summary(bundle, tmp_path):
     assert ok and frames > 10  # a finished, readable MP4 (it has its moov atom)
 
 
+@pytest.mark.subprocess
 def test_sigterm_during_bench_reports_what_was_measured(tmp_path):
     model = matmul_model(tmp_path / "m.onnx")
     report = tmp_path / "bench.json"
@@ -92,6 +94,7 @@ def _wait_for_sigterm_handler(pid: int, timeout: float = 60) -> None:
     raise AssertionError("the process never installed its SIGTERM handler")
 
 
+@pytest.mark.subprocess
 def test_sigterm_elsewhere_exits_143_with_one_sentence(tmp_path):
     proc = _spawn("export", "zoo:mobilenet_v2", "-o", tmp_path / "m.edgert")
     _wait_for_sigterm_handler(proc.pid)
@@ -106,6 +109,7 @@ def test_sigterm_elsewhere_exits_143_with_one_sentence(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == []  # no half-written bundle
 
 
+@pytest.mark.subprocess
 def test_sigterm_inside_embedded_python_still_exits_143(tmp_path):
     """CPython ends a `python -m` process with SIGINT (-2, not our 143) when a KeyboardInterrupt
     ever left code run through PyRun_String (what pybind11's py::exec and other C extensions call),
@@ -168,6 +172,7 @@ def test_rtsp_that_never_answers_fails_within_the_deadline():
         server.close()
 
 
+@pytest.mark.subprocess
 def test_ctrl_c_while_rtsp_connects_ends_within_a_second(bundle):
     server = SilentServer()
     try:
@@ -187,6 +192,7 @@ def test_ctrl_c_while_rtsp_connects_ends_within_a_second(bundle):
     assert "retrying" not in stderr or "attempt 1/" in stderr
 
 
+@pytest.mark.subprocess
 def test_ctrl_c_at_any_moment_of_start_up_is_an_interrupt(bundle):
     """A signal can land anywhere while the camera starts (a module being imported, a thread being
     started, a GLib callback): whatever code it interrupts, the run ends at once as interrupted,

@@ -127,6 +127,7 @@ def test_allow_models_is_checked_where_the_path_leads_at_the_swap(bundles, tmp_p
         link.unlink()
 
 
+@pytest.mark.subprocess
 def test_a_burst_of_sighups_leaves_the_camera_healthy_and_stoppable(bundles):
     """1000 SIGHUPs in a burst (the review's run deadlocked the main thread: /live failed,
     SIGTERM was ignored); then the camera answers /live, re-read the bundle, and stops on
@@ -146,6 +147,7 @@ def test_a_burst_of_sighups_leaves_the_camera_healthy_and_stoppable(bundles):
     assert summary["frames_processed"] > 0
 
 
+@pytest.mark.subprocess
 def test_a_sighup_before_the_model_is_loaded_does_not_end_the_run(bundles, tmp_path):
     """SIGHUP has one meaning whatever the phase: sent while the camera is still starting (its
     sources open, the model not loaded yet), the run goes on and re-reads the bundle."""

@@ -39,6 +39,7 @@ def mobilenet(tmp_path_factory):
     return export_model("zoo:mobilenet_v2", tmp_path_factory.mktemp("tfps") / "mv2.edgert").bundle
 
 
+@pytest.mark.subprocess
 def test_target_fps_holds_the_rate_on_the_point_it_measured_best(mobilenet, tmp_path):
     free = bench_in_the_loop(mobilenet, tmp_path / "free", seconds=4.0)
     rate = round(0.25 * free["throughput_ips"], 1)  # a quarter of what it can do
@@ -61,6 +62,7 @@ def test_target_fps_holds_the_rate_on_the_point_it_measured_best(mobilenet, tmp_
     assert paced["power_w"]["avg"] < free["power_w"]["avg"], (paced["power_w"], free["power_w"])
 
 
+@pytest.mark.subprocess
 def test_a_bad_target_is_one_sentence(tmp_path):
     from tests.tiny import classifier_bundle
 
@@ -72,6 +74,7 @@ def test_a_bad_target_is_one_sentence(tmp_path):
     assert_user_error(proc, "fewer than two batches", "give at least 1")
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("rate", "seconds", "slots"), [(1.5, 2, 3), (1.4, 2, 2), (12, 3, 36), (7, 3, 21)]
 )
@@ -96,6 +99,7 @@ def test_a_paced_run_is_whole_slots_within_its_duration(tmp_path, rate, seconds,
     assert r["target_fps"]["held"], r["target_fps"]
 
 
+@pytest.mark.subprocess
 def test_a_short_paced_run_reports_the_rate_it_held(tmp_path):
     """20 slots at 50/s last 0.4 s: the rate is slots over slot time (not over the time to the
     last inference's end, which would read 20/0.38 s = 52.6/s)."""
@@ -112,6 +116,7 @@ def test_a_short_paced_run_reports_the_rate_it_held(tmp_path):
     assert t["held"] and abs(t["delivered_ips"] - 50) <= 1.0, t
 
 
+@pytest.mark.subprocess
 def test_no_idle_measured_is_said_as_such_with_a_sensor(tmp_path):
     """--idle-seconds 0 with a power sensor (an Orin's INA3221 tree): the sentence names the
     missing idle, not a missing sensor (the review read "no power sensor" with one in use)."""

@@ -25,6 +25,8 @@ from tests.ports import free_ports
 from tests.power_plant import write_tree
 from tests.tiny import blob_detector_bundle, classifier_bundle
 
+pytestmark = pytest.mark.subprocess
+
 if os.environ.get("CI"):  # the Makefile installs edgert[telemetry]: there, missing is a failure
     import paho.mqtt.client as mqtt
     import prometheus_client.parser as prom_parser

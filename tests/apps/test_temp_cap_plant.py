@@ -9,6 +9,8 @@ import pytest
 
 from tests.thermal_plant import bench_in_the_loop
 
+pytestmark = pytest.mark.subprocess
+
 
 def _settled(series, start_s: float) -> list[float]:
     return [temp for t, temp in series if t >= start_s]

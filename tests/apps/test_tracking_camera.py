@@ -12,6 +12,8 @@ import pytest
 from tests.conftest import assert_user_error, run_cli
 from tests.tiny import blob_detector_bundle, classifier_bundle
 
+pytestmark = pytest.mark.subprocess
+
 W, H, FPS, FRAMES = 320, 240, 10, 110
 
 

@@ -14,11 +14,13 @@ from tests.export import models
 MODELS_PY = ROOT / "tests" / "export" / "models.py"
 
 
+@pytest.mark.subprocess
 def test_missing_path(tmp_path):
     proc = run_cli("export", tmp_path / "nope.pt", "-o", tmp_path / "o.edgert")
     assert_user_error(proc, "does not exist")
 
 
+@pytest.mark.subprocess
 def test_file_that_is_not_a_model(tmp_path):
     (tmp_path / "notes.pt").write_text("these are not weights\n")
     assert_user_error(run_cli("export", tmp_path / "notes.pt"), "not a model file")
@@ -27,22 +29,26 @@ def test_file_that_is_not_a_model(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.subprocess
 def test_state_dict_alone_is_explained(tmp_path):
     torch.save(models.SmallConv().state_dict(), tmp_path / "w.pt")
     assert_user_error(run_cli("export", tmp_path / "w.pt"), "state_dict", "--weights")
 
 
+@pytest.mark.subprocess
 def test_factory_not_returning_a_module(tmp_path):
     proc = run_cli("export", f"{MODELS_PY}:build_not_a_module", "--input-shape", "1x3x8x8")
     assert_user_error(proc, "returned dict", "torch.nn.Module")
 
 
+@pytest.mark.subprocess
 def test_factory_function_missing():
     assert_user_error(
         run_cli("export", f"{MODELS_PY}:no_such_function"), "has no function named no_such_function"
     )
 
 
+@pytest.mark.subprocess
 def test_input_shape_rejected(tmp_path):
     proc = run_cli(
         "export", f"{MODELS_PY}:build", "--input-shape", "1x5x8x8", "-o", tmp_path / "x.edgert"
@@ -51,6 +57,7 @@ def test_input_shape_rejected(tmp_path):
     assert not (tmp_path / "x.edgert").exists()
 
 
+@pytest.mark.subprocess
 def test_input_shape_required_and_parsed(tmp_path):
     assert_user_error(run_cli("export", f"{MODELS_PY}:build"), "--input-shape is required")
     assert_user_error(
@@ -58,6 +65,7 @@ def test_input_shape_required_and_parsed(tmp_path):
     )
 
 
+@pytest.mark.subprocess
 def test_operator_needing_a_newer_opset(tmp_path):
     proc = run_cli(
         "export",
@@ -73,11 +81,13 @@ def test_operator_needing_a_newer_opset(tmp_path):
     assert not (tmp_path / "g").exists()
 
 
+@pytest.mark.subprocess
 def test_operator_without_onnx_equivalent():
     proc = run_cli("export", f"{MODELS_PY}:build_eigh", "--input-shape", "1x3x3")
     assert_user_error(proc, "aten::linalg_eigh", "no ONNX equivalent")
 
 
+@pytest.mark.subprocess
 def test_weights_not_matching_architecture(tmp_path):
     state = models.SmallConv().state_dict()
     state["fc.weight"] = torch.zeros(7, 8)
@@ -96,6 +106,7 @@ def test_weights_not_matching_architecture(tmp_path):
     )
 
 
+@pytest.mark.subprocess
 def test_unwritable_output(tmp_path):
     (tmp_path / "a_file").write_text("x")
     proc = run_cli(
@@ -116,6 +127,7 @@ def test_unwritable_output(tmp_path):
     assert (tmp_path / "keep" / "precious.txt").read_text() == "mine"
 
 
+@pytest.mark.subprocess
 def test_missing_torch_prints_install_line(tmp_path):
     blocker = tmp_path / "block"
     blocker.mkdir()
@@ -186,6 +198,7 @@ def branchy_py(tmp_path):
     return path
 
 
+@pytest.mark.subprocess
 def test_data_dependent_control_flow_is_refused(tmp_path, branchy_py):
     """`y if y.sum() > 0 else -y`: the trace keeps one branch. Refused with the tracer's words and
     the model's line; with --allow-trace-warnings the parity on negated inputs sees the other
@@ -213,6 +226,7 @@ def test_dict_outputs_keep_their_names(tmp_path, branchy_py):
     assert [o["name"] for o in result.manifest["outputs"]] == ["logits", "features"]
 
 
+@pytest.mark.subprocess
 def test_a_wide_output_exports_and_a_big_manifest_is_a_bundle(tmp_path, branchy_py):
     """An output of 1,080,000 values (over the 2**20 the manifest used to allow), and a manifest
     over 1 MiB (50,000 labels) that build and export-triton still take for a bundle."""
@@ -232,6 +246,7 @@ def test_a_wide_output_exports_and_a_big_manifest_is_a_bundle(tmp_path, branchy_
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.subprocess
 def test_nan_from_pytorch_itself_is_blamed_on_the_model(tmp_path, branchy_py):
     proc = run_cli("export", f"{branchy_py}:log", "--input-shape", "1x8", "-o", tmp_path / "l")
     assert_user_error(proc, "the model's own output", "before any onnx")

@@ -32,6 +32,7 @@ def manifest(bundle) -> dict:
     return json.loads((bundle / "manifest.json").read_text())
 
 
+@pytest.mark.subprocess
 def test_factory_file_with_weights_cli(tmp_path):
     torch.manual_seed(123)
     trained = models.SmallConv().eval()
@@ -69,6 +70,7 @@ def test_factory_module_api(tmp_path, monkeypatch):
     assert result.parity.passed and result.parity.cases[0].batch == 2
 
 
+@pytest.mark.subprocess
 def test_factory_module_cli(tmp_path):
     out = tmp_path / "m.edgert"
     proc = run_cli(
@@ -85,6 +87,7 @@ def test_factory_module_cli(tmp_path):
     assert Bundle(out).manifest.inputs[0].shape == (1, 3, 8, 8)
 
 
+@pytest.mark.subprocess
 def test_torchscript_cli(tmp_path):
     module = models.build()
     scripted = torch.jit.trace(module, torch.randn(1, 3, 12, 12))
@@ -99,6 +102,7 @@ def test_torchscript_cli(tmp_path):
     assert manifest(out)["source"]["kind"] == "torchscript"
 
 
+@pytest.mark.subprocess
 def test_exported_program_cli(tmp_path):
     module = models.build()
     ep = torch.export.export(module, (torch.randn(2, 3, 10, 10),))
@@ -113,6 +117,7 @@ def test_exported_program_cli(tmp_path):
     np.testing.assert_allclose(onnx_out(out, x), torch_out(module, x), atol=1e-5)
 
 
+@pytest.mark.subprocess
 def test_pickle_needs_trust(tmp_path):
     module = models.build()
     torch.save(module, tmp_path / "whole.pt")
@@ -136,6 +141,7 @@ def test_pickle_needs_trust(tmp_path):
     assert manifest(tmp_path / "p.edgert")["source"]["kind"] == "pickle"
 
 
+@pytest.mark.subprocess
 def test_onnx_file_is_wrapped(tmp_path):
     module = models.build()
     torch.onnx.export(
@@ -171,6 +177,7 @@ def test_zoo_digits_cnn_api(tmp_path):
     assert any(c.label.startswith("real images") for c in result.parity.cases)
 
 
+@pytest.mark.subprocess
 def test_zoo_unknown_name():
     proc = run_cli("export", "zoo:resnet9000")
     from tests.conftest import assert_user_error

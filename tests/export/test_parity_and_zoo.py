@@ -26,6 +26,7 @@ def mobilenet(tmp_path_factory):
     return out, proc.stdout
 
 
+@pytest.mark.subprocess
 def test_mobilenet_bundle_parity_and_manifest(mobilenet):
     out, stdout = mobilenet
     m = json.loads((out / "manifest.json").read_text())
@@ -63,6 +64,7 @@ def test_mobilenet_bundle_parity_and_manifest(mobilenet):
     assert "max_abs" in stdout and "cosine" in stdout
 
 
+@pytest.mark.subprocess
 def test_mobilenet_classifies_real_photos(mobilenet):
     out, _ = mobilenet
     with Engine.load(out, backend="onnxruntime") as engine:
@@ -73,6 +75,7 @@ def test_mobilenet_classifies_real_photos(mobilenet):
     assert top[1][0].label == "espresso" and top[1][0].score > 0.9
 
 
+@pytest.mark.subprocess
 def test_dynamic_batch_equals_per_sample(mobilenet):
     out, _ = mobilenet
     x = np.random.default_rng(0).standard_normal((5, 3, 224, 224)).astype(np.float32)
@@ -82,6 +85,7 @@ def test_dynamic_batch_equals_per_sample(mobilenet):
     np.testing.assert_allclose(together, alone, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.subprocess
 def test_parity_failure_from_tolerance_leaves_nothing(tmp_path):
     proc = run_cli(
         "export",

@@ -11,6 +11,7 @@ from edgert.export import export_model
 from tests.conftest import assert_user_error, run_cli
 
 
+@pytest.mark.subprocess
 def test_fp16_model_and_its_error(tmp_path):
     bundle = export_model("zoo:digits_cnn", tmp_path / "d.edgert").bundle
     proc = run_cli("build", bundle, "--precision", "fp16", "--json")
@@ -27,6 +28,7 @@ def test_fp16_model_and_its_error(tmp_path):
     assert report["engine"]["built"] is False
 
 
+@pytest.mark.subprocess
 def test_build_wraps_an_onnx_file(tmp_path):
     bundle = export_model("zoo:digits_cnn", tmp_path / "d.edgert").bundle
     onnx_file = tmp_path / "plain.onnx"
@@ -47,6 +49,7 @@ def test_build_wraps_an_onnx_file(tmp_path):
     assert (tmp_path / "plain.edgert" / "model.int8.onnx").is_file()
 
 
+@pytest.mark.subprocess
 def test_build_bad_arguments(tmp_path):
     bundle = export_model("zoo:digits_cnn", tmp_path / "d.edgert").bundle
     assert_user_error(

@@ -191,6 +191,7 @@ def test_sensitive_layer_passes_only_after_fallback(tmp_path):
     assert q["holdout"]["cosine"] >= 0.99 and q["passed"]
 
 
+@pytest.mark.subprocess
 def test_forced_gate_failure_writes_nothing(tmp_path):
     bundle = export_model("zoo:digits_cnn", tmp_path / "d.edgert").bundle
     proc = run_cli(
@@ -216,6 +217,7 @@ def test_gate_rules_parse():
         gate_mod.parse_gate("cosine=0.9")
 
 
+@pytest.mark.subprocess
 def test_calibration_images_of_several_sizes_for_an_any_size_model(tmp_path):
     """A bundle whose model takes images of any size (preprocessing size -1, resize none: a fully
     convolutional net) gets each image as it is; images of two sizes cannot be stacked into one

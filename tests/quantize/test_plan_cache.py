@@ -68,6 +68,7 @@ BUILDER = textwrap.dedent(
 )
 
 
+@pytest.mark.subprocess
 def test_two_processes_one_key_build_once(tmp_path):
     from tests.conftest import ROOT
 
@@ -97,6 +98,7 @@ def test_two_processes_one_key_build_once(tmp_path):
     assert select_plan(engines, "int8", "10.3.0.26", "NVIDIA H200", "9.0")[0] is None
 
 
+@pytest.mark.subprocess
 def test_cache_list_and_clear_cli(tmp_path):
     from edgert.export import export_model
 
@@ -123,6 +125,7 @@ def test_bundle_shapes_from_the_recorded_batch_range(tmp_path):
     json.dumps(shapes)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [

@@ -81,6 +81,7 @@ def test_a_meter_keeps_the_old_exact_trapezoid_while_short():
     assert meter.energy_j(a, b, counter=False) == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.subprocess
 def test_extreme_aspect_ratio_image_stays_within_memory(tmp_path):
     """A 1x40000 PNG (25 KB) took 7.9 GB: the crop is now taken before scaling. The child
     process runs under a 1.5 GB address-space limit."""

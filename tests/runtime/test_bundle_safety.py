@@ -35,6 +35,7 @@ def _edit_manifest(bundle: Path, **changes) -> None:
     path.write_text(json.dumps(data))
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("name", ["../victim", "/tmp/abs", ".", "..", "a/b", "", ".hidden"])
 def test_export_triton_refuses_names_that_are_paths(tmp_path, tiny, name):
     repo = tmp_path / "repo"
@@ -49,6 +50,7 @@ def test_export_triton_refuses_names_that_are_paths(tmp_path, tiny, name):
     assert (repo / "other").is_dir() and sorted(p.name for p in repo.iterdir()) == ["other"]
 
 
+@pytest.mark.subprocess
 def test_hostile_manifest_fields_are_refused(tmp_path, tiny):
     cases = [
         ({"labels": ["a\nb", "c", "d"]}, "one line"),
@@ -84,6 +86,7 @@ def test_a_source_record_that_is_not_an_object_reads_as_none(tmp_path, tiny):
     assert Bundle(tiny).manifest.source.zoo == "mobilenet_v2"
 
 
+@pytest.mark.subprocess
 def test_export_never_replaces_a_folder_with_a_foreign_manifest(tmp_path):
     webapp = tmp_path / "site"
     webapp.mkdir()
@@ -96,6 +99,7 @@ def test_export_never_replaces_a_folder_with_a_foreign_manifest(tmp_path):
     assert (webapp / "index.html").is_file()
 
 
+@pytest.mark.subprocess
 def test_changed_weights_are_refused_on_onnx_runtime(tmp_path, tiny):
     with Engine.load(tiny) as engine:  # loads and remembers the hash
         engine.infer(np.zeros((1, 3, 16, 16), np.float32))
@@ -172,6 +176,7 @@ def _start(target: Path, mode: str, crash_at: int = 0):
     return subprocess.Popen([sys.executable, "-c", code, str(target), mode, str(crash_at)])
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("mode", ["exchange", "fallback"])
 def test_replacing_survives_a_crash_between_any_two_steps(tmp_path, mode):
     target = tmp_path / "m.edgert"
@@ -189,6 +194,7 @@ def test_replacing_survives_a_crash_between_any_two_steps(tmp_path, mode):
     assert leftovers == []
 
 
+@pytest.mark.subprocess
 def test_replacing_survives_sigkill_at_random_moments(tmp_path):
     target = tmp_path / "m.edgert"
     assert _start(target, "exchange").wait() == 0
@@ -204,6 +210,7 @@ def test_replacing_survives_sigkill_at_random_moments(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["m.edgert"]
 
 
+@pytest.mark.subprocess
 def test_stale_leftovers_of_a_dead_writer_are_cleaned_but_live_ones_kept(tmp_path):
     target = tmp_path / "m.edgert"
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -217,6 +224,7 @@ def test_stale_leftovers_of_a_dead_writer_are_cleaned_but_live_ones_kept(tmp_pat
     assert not stale.exists() and live.exists()
 
 
+@pytest.mark.subprocess
 def test_a_bundle_missing_after_a_crash_is_put_back_on_open(tmp_path, tiny):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -235,6 +243,7 @@ def test_staged_directory_refuses_when_told_not_to_replace(tmp_path):
         (stage / "f").write_text("x")
 
 
+@pytest.mark.subprocess
 def test_export_triton_writes_only_what_is_ours(tmp_path, tiny):
     """Issue 28.2: other versions and the user's files in REPO/NAME survive; a file in the way that
     we did not write is refused unless --force; our own earlier files are replaced."""
@@ -266,6 +275,7 @@ def test_export_triton_writes_only_what_is_ours(tmp_path, tiny):
     assert not leftovers(model) or leftovers(model) == [".edgert-export.json"]
 
 
+@pytest.mark.subprocess
 def test_export_through_a_symlinked_bundle_keeps_the_link(tmp_path):
     """14: `export -o LINK` replaced the link with a folder and left a `.partial` link forever."""
     from tests.tiny import image_classifier
@@ -281,6 +291,7 @@ def test_export_through_a_symlinked_bundle_keeps_the_link(tmp_path):
     assert leftovers(tmp_path) == [] and leftovers(first.parent) == []
 
 
+@pytest.mark.subprocess
 def test_small_sentences(tmp_path, tiny):
     """14: `cache clear --key ""`, a BOM in a labels file, a missing EDGERT_SYSFS_ROOT, task
     segment on a classifier."""

@@ -94,6 +94,7 @@ def test_every_file_is_recorded_before_the_first_write_and_put_back(tmp_path, la
     assert not state.exists()
 
 
+@pytest.mark.subprocess
 def test_a_killed_runs_record_is_put_back_and_a_live_one_is_refused(tmp_path):
     tree = write_layout(tmp_path, "orin-jp5")
     # a process that sets the clocks and is killed before it can put them back
@@ -128,6 +129,7 @@ def test_a_killed_runs_record_is_put_back_and_a_live_one_is_refused(tmp_path):
     assert again.returncode == 0 and "nothing to put back" in again.stdout
 
 
+@pytest.mark.subprocess
 def test_a_read_only_tree_is_one_sentence_and_no_change(tmp_path):
     from tests.tiny import classifier_bundle
 
@@ -155,6 +157,7 @@ def test_a_read_only_tree_is_one_sentence_and_no_change(tmp_path):
     assert not clocks.state_path(tmp_path / "root").exists()
 
 
+@pytest.mark.subprocess
 def test_clocks_need_a_rate_and_a_board_that_has_them(tmp_path):
     from tests.power_plant import write_tree
     from tests.tiny import classifier_bundle
@@ -180,6 +183,7 @@ def test_clocks_need_a_rate_and_a_board_that_has_them(tmp_path):
     assert_user_error(proc, "gpu_clock", "MHz")
 
 
+@pytest.mark.subprocess
 def test_power_lists_the_tables_and_the_limits_in_force(tmp_path):
     write_layout(tmp_path, "thor")
     proc = run_cli("power", "--sysfs-root", tmp_path, "--no-nvml", "--json")
@@ -192,6 +196,7 @@ def test_power_lists_the_tables_and_the_limits_in_force(tmp_path):
     assert "gpu limit: min 675, max 1575 MHz of 675 825 975 1125 1275 1425 1575 MHz" in text
 
 
+@pytest.mark.subprocess
 def test_a_crafted_record_writes_nothing_outside_the_clock_files(tmp_path):
     """The review's record: a dead pid's clocks.json naming a file outside the tree and one that
     does not exist. Restore refuses it whole: the victim is unchanged, nothing is created."""
@@ -217,6 +222,7 @@ def test_a_crafted_record_writes_nothing_outside_the_clock_files(tmp_path):
     assert (gpu.node / "max_freq").read_text() == before
 
 
+@pytest.mark.subprocess
 def test_a_relative_root_is_recorded_absolute_and_restored_from_anywhere(tmp_path):
     """Set with a relative --sysfs-root, killed, restored with the absolute root from another
     folder holding a tree at the same relative path: the first tree is put back, not the other."""

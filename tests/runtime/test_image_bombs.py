@@ -233,6 +233,7 @@ def _real_bomb(kind: str) -> bytes:
     return jpeg[:2] + b"\xff\xe9" + struct.pack(">H", 65533) + bytes(65531) + jpeg[2:]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("kind", ["webp", "jpeg"])
 def test_a_real_bomb_is_refused_without_allocating_it(tmp_path, kind):
     """A real image of 16 megapixels in a fresh process with the limit at 1 megapixel: refusing it

@@ -1,6 +1,10 @@
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.subprocess
+
 
 def test_runtime_import_pulls_in_nothing_heavy():
     code = (

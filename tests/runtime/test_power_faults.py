@@ -20,6 +20,7 @@ from tests.runtime.test_power_sensors import ina3221_hwmon, write
 from tests.tiny import matmul_model
 
 
+@pytest.mark.subprocess
 def test_non_utf8_bytes_in_a_sysfs_file_are_a_reason_not_a_crash(tmp_path):
     hw = ina3221_hwmon(tmp_path, "1-0040", 1, [("VDD_IN", 5000, 1000)])
     (hw / "in1_input").write_bytes(b"\xff\xfe\x80garbage")
@@ -40,6 +41,7 @@ def test_non_finite_readings_are_refused(tmp_path, value):
     assert d.sensor is None and "finite" in d.reason
 
 
+@pytest.mark.subprocess
 def test_junk_rapl_range_means_power_unavailable(tmp_path):
     rapl = tmp_path / "sys/class/powercap/intel-rapl:0"
     write(rapl / "energy_uj", 1000)
@@ -109,6 +111,7 @@ def test_no_idle_samples_and_bad_caps_are_sentences():
         PowerGovernor(10.0, math.nan)
 
 
+@pytest.mark.subprocess
 def test_bench_power_cap_nan_and_negative_idle_are_refused(tmp_path):
     model = matmul_model(tmp_path / "m.onnx")
     hw_root = tmp_path / "sys-root"

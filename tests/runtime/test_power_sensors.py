@@ -116,6 +116,7 @@ def test_labelled_ina238_microwatts(tmp_path):
     assert s.total_w == pytest.approx(41.5)
 
 
+@pytest.mark.subprocess
 def test_permission_denied_rail_says_what_to_do(tmp_path):
     hw = ina3221_hwmon(tmp_path, "1-0040", 1, [("VDD_IN", 5000, 1000)])
     os.chmod(hw / "curr1_input", 0)

@@ -169,3 +169,50 @@ def test_nearest_takes_opencv_only_where_it_picks_the_same_pixels():
         want, _ = reference_apply(pre, frame)
         np.testing.assert_array_equal(got, want)
     print("OpenCV's nearest used for", sum(taken), "of", len(taken), "sizes")  # OpenCV 5.1: 3
+
+
+@pytest.mark.parametrize(
+    ("resize", "size", "source", "want"),
+    [
+        ("letterbox", (640, 640), (1080, 1920), (640, 360)),
+        ("letterbox", (640, 640), (1920, 1080), (360, 640)),  # a portrait camera
+        ("stretch", (224, 224), (720, 1280), (224, 224)),
+        ("resize_crop", (224, 224), (720, 1280), (455, 256)),  # the shorter side to 256
+        ("letterbox", (640, 640), (480, 640), None),  # already that size: nothing to scale
+        ("letterbox", (640, 640), (240, 320), None),  # would grow: full frames
+        ("none", (-1, -1), (720, 1280), None),
+    ],
+)
+def test_decode_size_is_what_apply_resizes_to(resize, size, source, want):
+    pre = Preprocessing(
+        size=size, resize=resize, resize_short=256 if resize == "resize_crop" else None
+    )
+    assert pre.decode_size(source) == want
+    if want is not None:
+        assert pre.geometry(source).resized_wh == want
+
+
+@pytest.mark.parametrize("resize", ["letterbox", "stretch", "resize_crop"])
+@pytest.mark.parametrize("interpolation", ["bilinear", "area"])
+def test_a_frame_scaled_by_the_decoder_gives_the_source_transform(resize, interpolation):
+    """A decoder that scaled the frame to decode_size (here OpenCV, standing in for videoscale):
+    apply(..., source_hw) has nothing left to resize, maps to the camera's pixels exactly as for
+    the full frame, and its tensor is the full frame's within the resize's rounding."""
+    photo = cv2.resize(load_photo("astronaut")[:, :, ::-1], (1280, 720))
+    pre = Preprocessing(size=(320, 320), resize=resize, interpolation=interpolation)
+    w, h = pre.decode_size(photo.shape[:2])
+    small = cv2.resize(
+        photo, (w, h), interpolation=cv2.INTER_AREA if interpolation == "area" else cv2.INTER_LINEAR
+    )
+    full_tensor, full_t = pre.apply(photo)
+    tensor, t = pre.apply(small, source_hw=photo.shape[:2])
+    assert t == full_t and t.source_hw == (720, 1280)
+    boxes = np.array([[100.0, 50.0, 200.0, 150.0]])
+    assert np.array_equal(t.to_source(boxes), full_t.to_source(boxes))
+    if interpolation == "area" or resize == "stretch":  # the same OpenCV call on the same pixels
+        np.testing.assert_array_equal(tensor, full_tensor)
+    else:
+        assert np.abs(tensor - full_tensor).max() * 255 <= 1.0
+    # a frame of another size (a model swapped in) is resized as usual, to the source's geometry
+    other, t2 = pre.apply(cv2.resize(photo, (640, 360)), source_hw=photo.shape[:2])
+    assert t2 == full_t and other.shape == full_tensor.shape

@@ -20,6 +20,7 @@ def test_every_task_a_manifest_may_name_has_one_spec():
         task_spec("pose")
 
 
+@pytest.mark.subprocess
 def test_the_cli_offers_what_the_specs_say():
     camera = run_cli("camera", "--help").stdout
     export = run_cli("export", "--help").stdout

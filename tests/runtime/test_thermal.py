@@ -265,6 +265,7 @@ def test_thor_gpu_is_its_gpc_devfreq_node(tmp_path):
     assert clocks["gpu"].cur_hz == 1575000000 and clocks["emc"].max_hz == 4266000000
 
 
+@pytest.mark.subprocess
 def test_junk_and_permission_errors_are_reasons_not_failures(tmp_path):
     orin_nx_jp6(tmp_path)
     write(tmp_path / "sys/class/thermal/thermal_zone1/temp", "garbage")
@@ -283,6 +284,7 @@ def test_junk_and_permission_errors_are_reasons_not_failures(tmp_path):
     assert [c.name for c in read_conditions(tmp_path).clocks] == ["cpu (policy0)", "cpu (policy4)"]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("board", ["orin_nx_jp6", "nano"])
 def test_power_json_shows_heat_clocks_and_the_suggested_cap(tmp_path, board):
     BOARDS[board](tmp_path)
@@ -295,6 +297,7 @@ def test_power_json_shows_heat_clocks_and_the_suggested_cap(tmp_path, board):
     assert "suggested --temp-cap" in text and "clock gpu" in text
 
 
+@pytest.mark.subprocess
 def test_a_bench_whose_gpu_clock_drops_reports_the_throttling_and_when(tmp_path):
     """The tree's GPU clock is rewritten mid-run (918 -> 510 MHz from about 1.5 s to 3 s): the
     report's conditions say throttled, by the GPU, in that interval; the text says so too."""

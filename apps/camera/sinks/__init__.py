@@ -40,7 +40,9 @@ class Scheme:
     ``check(uri, options)`` (run before any source opens) and ``paths(uri, streams, mosaic) ->
     [(what, Path)]`` (the files it writes); ``flag``: the option that is its short form;
     ``tracks``: a sink whose whole purpose is events turns tracking on; ``picture``: it shows
-    the annotated frames (without one, a run with a display opens a window)."""
+    the annotated frames (without one, a run with a display opens a window); ``frames``: it
+    shows or keeps the camera's pixels, so the decoder gives full frames while it is open (else
+    GStreamer scales them to the model's input: ``--decoder-scale``)."""
 
     form: str
     module: str
@@ -50,12 +52,25 @@ class Scheme:
     flag: str | None = None
     tracks: bool = False
     picture: bool = False
+    frames: bool = False
 
 
 SCHEMES: dict[str, Scheme] = {
-    "display": Scheme("display://0", "edgert.apps.camera.sinks.display", picture=True),
-    "http": Scheme("http://HOST:PORT", "edgert.apps.camera.sinks.web", check="check", picture=True),
-    "file": Scheme("file://out.mp4", "edgert.apps.camera.sinks.video", paths="paths", picture=True),
+    "display": Scheme("display://0", "edgert.apps.camera.sinks.display", picture=True, frames=True),
+    "http": Scheme(
+        "http://HOST:PORT",
+        "edgert.apps.camera.sinks.web",
+        check="check",
+        picture=True,
+        frames=True,
+    ),
+    "file": Scheme(
+        "file://out.mp4",
+        "edgert.apps.camera.sinks.video",
+        paths="paths",
+        picture=True,
+        frames=True,
+    ),
     "jsonl": Scheme(
         "jsonl://FILE", "edgert.apps.camera.sinks.jsonl", paths="paths", flag="--jsonl"
     ),
@@ -79,6 +94,7 @@ SCHEMES: dict[str, Scheme] = {
         paths="paths",
         flag="--snapshots",
         tracks=True,
+        frames=True,
     ),
     "clips": Scheme(
         "clips://DIR",
@@ -88,12 +104,14 @@ SCHEMES: dict[str, Scheme] = {
         flag="--clips",
         tracks=True,
         picture=True,
+        frames=True,
     ),
     "rtsp": Scheme(
         "rtsp://[USER:PASS@]HOST:PORT/PATH",
         "edgert.apps.camera.sinks.rtsp",
         check="check",
         picture=True,
+        frames=True,
     ),
 }
 
@@ -285,6 +303,11 @@ def shows_picture(uri: str) -> bool:
     return scheme_of(uri).picture
 
 
+def needs_frames(uri: str) -> bool:
+    """Whether the sink ``uri`` shows or keeps the camera's own pixels (full frames)."""
+    return scheme_of(uri).frames
+
+
 _CLASSES = {
     "VideoFileOutput": "video",
     "StreamFilesOutput": "video",
@@ -314,6 +337,7 @@ __all__ = [
     "open_sink",
     "resolve",
     "shows_picture",
+    "needs_frames",
     "sink_paths",
     "tracks",
     *_CLASSES,

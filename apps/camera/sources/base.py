@@ -32,6 +32,8 @@ class SourceOptions:
     decoder: str = "auto"  # auto | gstreamer | ffmpeg (network streams and video files)
     rtsp_latency_ms: int = 100  # GStreamer's jitter buffer
     rtsp_transport: str = "auto"  # tcp | udp | auto
+    decoder_scale: str = "auto"  # auto: GStreamer scales to the model when no sink needs frames
+    fit: object = None  # gstreamer.Fit: set by the camera run where decoder_scale allows it
 
     def __post_init__(self) -> None:
         for name in ("width", "height"):
@@ -54,6 +56,7 @@ class SourceOptions:
         for name, allowed in (
             ("decoder", ("auto", "gstreamer", "ffmpeg")),
             ("rtsp_transport", ("auto", "tcp", "udp")),
+            ("decoder_scale", ("auto", "off")),
         ):
             if getattr(self, name) not in allowed:
                 raise SourceError(
@@ -77,6 +80,13 @@ class SourceOptions:
             default="auto",
             help="auto (default): GStreamer for streams when PyGObject is there (NVDEC on a "
             "Jetson), and for files when there is a hardware decoder; else OpenCV's FFmpeg",
+        )
+        n.add_argument(
+            "--decoder-scale",
+            choices=["auto", "off"],
+            default="auto",
+            help="auto (default): GStreamer scales frames to the model's input (videoscale; "
+            "nvvidconv on a Jetson) when no output needs full frames; off: full frames always",
         )
         n.add_argument(
             "--reconnect",
@@ -116,6 +126,7 @@ class SourceOptions:
             codec=args.codec,
             loop=args.loop,
             decoder=args.decoder,
+            decoder_scale=args.decoder_scale,
             reconnect_tries=args.reconnect,
             stall_timeout=args.stall_timeout,
             rtsp_latency_ms=args.rtsp_latency,
@@ -148,6 +159,8 @@ class FrameSource:
     live = True  # a camera or stream: when inference is slower, old frames are dropped
     size: tuple[int, int] | None = None  # (width, height) when known before the first frame
     note: str | None = None  # said once when it opens (a decoder fallback)
+    # (height, width) of the camera's frame when the last frame read came scaled by the decoder
+    scaled_from: tuple[int, int] | None = None
 
     def read(self) -> tuple[np.ndarray, float] | None:
         """The next frame and its capture time, or None at the end of a finite source."""

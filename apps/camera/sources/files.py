@@ -33,7 +33,7 @@ def open_uri(uri: str, opts: SourceOptions) -> FrameSource:
     if not path.exists():
         raise NoSuchPath(f"{path} does not exist")
     if choose_decoder(opts.decoder, "file")[0] == "gstreamer":
-        return GstFileSource(str(path), opts.loop)
+        return GstFileSource(str(path), opts.loop, opts.fit)
     return CaptureSource(str(path), f"video {path}", loop=opts.loop)
 
 

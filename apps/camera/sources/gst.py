@@ -49,14 +49,14 @@ class GstFileSource(FrameSource):
 
     live = False
 
-    def __init__(self, path: str, loop: bool = False) -> None:
+    def __init__(self, path: str, loop: bool = False, fit=None) -> None:
         self.description = f"video {path} (GStreamer)"
         self.loop = loop
         self._cancel = threading.Event()
         have = gstreamer.elements()
         try:
             self.conn = gstreamer.GstConnection(
-                gstreamer.file_pipeline(path, have), False, have, 30.0, self._cancel
+                gstreamer.file_pipeline(path, have, fit), False, have, 30.0, self._cancel, fit=fit
             )
         except StreamLost as exc:
             raise SourceError(f"cannot decode {path} with GStreamer: {exc}") from None
@@ -65,7 +65,7 @@ class GstFileSource(FrameSource):
         if self._first is None:
             self.conn.close()
             raise SourceError(f"{path} holds no video frames")
-        h, w = self._first[0].shape[:2]
+        h, w = self.conn.scaled_from or self._first[0].shape[:2]
         check_pixels(w, h, self.description)
         self.size, self.fps = (w, h), self.conn.fps()
         self.media_time = None
@@ -86,6 +86,10 @@ class GstFileSource(FrameSource):
         if self.conn.media_time is not None:
             self.media_time = self._offset + self.conn.media_time
         return got
+
+    @property
+    def scaled_from(self):
+        return self.conn.scaled_from
 
     def cancel(self) -> None:
         self._cancel.set()

@@ -116,7 +116,7 @@ class StreamSource(FrameSource):
         o = self.opts
         launch = gstreamer.rtsp_source(self.url, o.rtsp_latency_ms, o.rtsp_transport, timeout_s)
         return gstreamer.GstConnection(
-            launch, True, self._have, timeout_s, self._cancel, self.packet_tap
+            launch, True, self._have, timeout_s, self._cancel, self.packet_tap, o.fit
         )
 
     def _connect(self) -> None:
@@ -193,6 +193,11 @@ class StreamSource(FrameSource):
                     self._connect()
             got, self._first = self._first, None
             return got
+
+    @property
+    def scaled_from(self):
+        """(height, width) of the camera's frame when the last frame came scaled (GStreamer)."""
+        return getattr(self.conn, "scaled_from", None)
 
     def stats(self) -> dict:
         """The decoder, the connection's state, reconnects, stalls and time without frames."""

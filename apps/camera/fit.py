@@ -1,0 +1,72 @@
+"""Whether a camera run's frames are scaled in the decoder (``--decoder-scale``): when no sink
+shows or keeps the camera's pixels, GStreamer scales each frame to the size the model's
+preprocessing resizes it to (``videoscale`` before the colour conversion; ``nvvidconv`` on a
+Jetson's VIC), so the CPU converts and copies the model's pixels, not the camera's. A frame then
+carries the size it came from (``Frame.source_hw``): the preprocessing's transform, and so every
+box, line and zone, stays in the camera's pixels. FFmpeg (OpenCV) gives full frames, which the
+preprocessing resizes as before."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import gstreamer
+from .sinks import needs_frames
+
+
+def decoder_fit(opts, uris: list, gate, bundle) -> tuple[object, str | None]:
+    """(the source options, with ``fit`` set where the decoder may scale, and a sentence on the
+    choice or None when there is nothing to choose). ``uris``: the run's sinks; ``gate``: its
+    GateOptions (the motion gate compares full frames and its masks are in their pixels);
+    ``bundle``: the model's (None for a bare .onnx), whose preprocessing says the size."""
+    pre = bundle.manifest.preprocessing if bundle is not None else None
+    if opts.decoder_scale == "off" or pre is None or pre.resize == "none":
+        return opts, None
+    full = [u for u in uris if needs_frames(u)]
+    if full:
+        return opts, f"full frames: {full[0].split('://')[0]}:// shows or keeps them"
+    if gate.mode == "motion":
+        return opts, "full frames: the motion gate compares them"
+    fit = gstreamer.Fit(lambda w, h: pre.decode_size((h, w)), pre.interpolation)
+    return dataclasses.replace(opts, fit=fit), None
+
+
+def describe(sources: list, opts, why: str | None) -> str | None:
+    """Which sources' frames are scaled in the decoder and which come whole, for the start-up
+    lines; None when no source decodes video (images, synthetic frames)."""
+    kinds = [_decodes(s) for s in sources]
+    many = len(sources) > 1
+    if not any(kinds):
+        return None
+    if opts.fit is None:
+        return why if "gstreamer" in kinds else None
+    said = []
+    if "gstreamer" in kinds:
+        scaler = "nvvidconv" if gstreamer.hardware_decoder(gstreamer.elements()) else "videoscale"
+        which = _which(kinds, "gstreamer") if many else ""
+        said.append(f"GStreamer scales{which} frames to the model's input ({scaler})")
+    if "ffmpeg" in kinds:
+        which = _which(kinds, "ffmpeg") if many else ""
+        said.append(
+            f"FFmpeg gives{which} full frames, resized by edgert (--decoder gstreamer scales "
+            "them in the decoder)"
+        )
+    return "; ".join(said)
+
+
+def _which(kinds: list, kind: str) -> str:
+    picked = [str(i) for i, k in enumerate(kinds) if k == kind]
+    return f" source {', '.join(picked)}'s" if len(picked) < len(kinds) else ""
+
+
+def _decodes(source) -> str | None:
+    """gstreamer or ffmpeg: who decodes the source's video (None: images, synthetic frames)."""
+    from .sources.gst import GstFileSource
+    from .sources.opencv import CaptureSource
+    from .sources.rtsp import StreamSource
+
+    if isinstance(source, GstFileSource):
+        return "gstreamer"
+    if isinstance(source, StreamSource):
+        return source.decoder
+    return "ffmpeg" if isinstance(source, CaptureSource) else None

@@ -494,8 +494,10 @@ class GstConnection:
             return
         target = self.fit.size(w, h)
         text = base
+        # only the current size's: a camera that switches to a mode of the model's size sends
+        # its frames unscaled, and they must not read as scaled from the mode before
+        self._scaled_from = {} if target is None else {tuple(target): (h, w)}
         if target is not None:
-            self._scaled_from[tuple(target)] = (h, w)
             text = f"{base},width={target[0]},height={target[1]},pixel-aspect-ratio=1/1"
         log.debug("decoded %dx%d: scaled to %s", w, h, text)
         fit.set_property("caps", self.Gst.Caps.from_string(text))

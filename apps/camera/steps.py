@@ -7,13 +7,21 @@ from __future__ import annotations
 from .frame import Frame, Steps
 
 
+def _preprocess(model, f: Frame):
+    """(tensor, transform); the frame's source size only when the decoder scaled it (a library
+    caller's own task model may take the image alone)."""
+    if f.source_hw is None:
+        return model.preprocess(f.image)
+    return model.preprocess(f.image, f.source_hw)
+
+
 def steps_for(model, runner=None) -> Steps:
     """The :class:`Steps` for a :class:`edgert.runtime.tasks.TaskModel`. ``runner`` (a
     power-capped runner around the model) replaces ``model.infer`` when given."""
     infer = (runner or model).infer
 
     def prepare(f: Frame) -> None:
-        f.tensor, f.transform = model.preprocess(f.image, f.source_hw)
+        f.tensor, f.transform = _preprocess(model, f)
 
     def run(frames: list) -> object:
         return infer(model.collate([f.tensor for f in frames]))
@@ -33,7 +41,7 @@ def slot_steps(slot) -> Steps:
 
     def prepare(f: Frame) -> None:
         f.model = slot.take()
-        f.tensor, f.transform = f.model.model.preprocess(f.image, f.source_hw)
+        f.tensor, f.transform = _preprocess(f.model.model, f)
 
     def run(frames: list) -> list:
         groups: dict = {}

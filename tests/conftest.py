@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # pytester: tests/test_markers.py runs inner sessions; tests.markers: the markers and their check
 pytest_plugins = ["pytester", "tests.markers"]
+
+
+# A suite started as a background job (`make test &` in a script, some CI runners) has SIGINT
+# ignored, and every process a test starts inherits that: the tests that press Ctrl-C on a
+# camera (a terminal's SIGINT) then wait for a process that cannot hear it (seen: three failures
+# and a camera left running at 126 % CPU, which failed timing tests after it). A Python handler
+# is not inherited: children start with SIGINT at its default, as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -10,6 +10,9 @@ session-scoped ones included, even when an earlier test set them up) and its cal
 not counted (a session fixture's finaliser runs in whichever test happens to be last).
 ``browser``: the test starts Chromium (it is marked ``subprocess`` too).
 
+A process a test started and left running (it failed before its ``kill``) is killed when the test
+ends (``_no_process_outlives_its_test``), so it cannot load the machine for the tests after it.
+
 Processes started outside Python (a C library's own fork/exec, GStreamer's plugin scanner) raise
 no audit event and are not seen. Only the standard library and pytest are imported here: the
 oldest-dependency venv (``make test-oldest``) runs it as well.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import threading
 
@@ -208,3 +212,32 @@ def pytest_unconfigure(config) -> None:
     tracker = config.stash.get(_KEY, None)
     if tracker is not None and tracker in _trackers:
         _trackers.remove(tracker)
+
+
+def _children() -> set[int]:
+    """This process's live children (Linux /proc; empty elsewhere)."""
+    found: set[int] = set()
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                found.update(int(pid) for pid in f.read().split())
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test():
+    """A process a test started and did not stop (a failed assertion, a timeout before its
+    ``kill``) is killed when the test ends, so it cannot load the machine for the tests after it.
+    Servers of module- and session-scoped fixtures start before this and are left alone."""
+    before = _children()
+    yield
+    for pid in _children() - before:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, os.WNOHANG)

@@ -131,3 +131,28 @@ def test_both():
     )
     assert "pytest.mark.subprocess" not in text
     assert out["test_both"][0] == "call passed", out
+
+
+@pytest.mark.subprocess
+def test_a_process_left_running_by_its_test_is_killed_when_the_test_ends(pytester, tmp_path):
+    """A test that fails before it stops its process (here: a `sleep 60` it never waits for)
+    does not leave it running to load the machine for the tests after it."""
+    pid_file = tmp_path / "pid"
+    out = _run(
+        pytester,
+        f"""
+@pytest.mark.subprocess
+def test_leaves_one():
+    proc = subprocess.Popen(["sleep", "60"])
+    open({str(pid_file)!r}, "w").write(str(proc.pid))
+    assert False, "failed before its kill"
+""",
+    )
+    assert out["test_leaves_one"][0] == "call failed", out
+    pid = int(pid_file.read_text())
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        state = "gone"
+    assert state in ("Z", "X", "gone"), state  # killed (a zombie until its Popen is collected)

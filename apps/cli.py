@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 
+from edgert.apps import processes
 from edgert.apps.argtypes import Parser
 from edgert.runtime.device import edgert_version
 from edgert.runtime.errors import EdgertError
@@ -85,8 +86,6 @@ def _log_level(args) -> int:
 
 def _stopped(command: str | None) -> int:
     """What a command stopped by Ctrl-C or SIGTERM says, and its exit code (130 or 143)."""
-    from edgert.apps import processes
-
     reason = processes.stop_asked() or "interrupted"
     print(f"edgert {command}: {reason}" if command else f"edgert: {reason}", file=sys.stderr)
     return 143 if reason == "terminated" else 130
@@ -193,8 +192,6 @@ class _OneLine(logging.Formatter):
 
 
 def _main(argv: list[str] | None = None) -> int:
-    from edgert.apps import processes
-
     _guard_standard_streams()
     # first: a stop during start-up is handled too. SIGTERM ends long work the way Ctrl-C does
     # (video files closed, summaries printed); a stop that code turned into an error on its way
@@ -207,8 +204,6 @@ def _main(argv: list[str] | None = None) -> int:
 
 
 def _command(argv: list[str] | None) -> int:
-    from edgert.apps import processes
-
     try:
         parser = build_parser()
         args = parser.parse_args(argv)

@@ -35,7 +35,6 @@ def describe(sources: list, opts, why: str | None) -> str | None:
     """Which sources' frames are scaled in the decoder and which come whole, for the start-up
     lines; None when no source decodes video (images, synthetic frames)."""
     kinds = [_decodes(s) for s in sources]
-    many = len(sources) > 1
     if not any(kinds):
         return None
     if opts.fit is None:
@@ -43,18 +42,20 @@ def describe(sources: list, opts, why: str | None) -> str | None:
     said = []
     if "gstreamer" in kinds:
         scaler = "nvvidconv" if gstreamer.hardware_decoder(gstreamer.elements()) else "videoscale"
-        which = _which(kinds, "gstreamer") if many else ""
-        said.append(f"GStreamer scales{which} frames to the model's input ({scaler})")
-    if "ffmpeg" in kinds:
-        which = _which(kinds, "ffmpeg") if many else ""
         said.append(
-            f"FFmpeg gives{which} full frames, resized by edgert (--decoder gstreamer scales "
-            "them in the decoder)"
+            f"GStreamer scales{_which(kinds, 'gstreamer')} frames to the model's input ({scaler})"
+        )
+    if "ffmpeg" in kinds:
+        said.append(
+            f"FFmpeg gives{_which(kinds, 'ffmpeg')} full frames, resized by edgert "
+            "(--decoder gstreamer scales them in the decoder)"
         )
     return "; ".join(said)
 
 
 def _which(kinds: list, kind: str) -> str:
+    """The words naming the sources of ``kind`` (" source 1, 2's") when only some are of it;
+    nothing when all are (one source, too)."""
     picked = [str(i) for i, k in enumerate(kinds) if k == kind]
     return f" source {', '.join(picked)}'s" if len(picked) < len(kinds) else ""
 

@@ -360,7 +360,7 @@ class GstConnection:
         Gst = gst()
         self.Gst, self.live, self.have, self.tap, self.fit = Gst, live, have, tap, fit
         self._probe: tuple | None = None  # (the scaler's sink pad, the probe that fits it)
-        self._scaled_from: dict = {}  # (W, H) the decoder scaled to -> (h, w) of the frame
+        self._fitted: tuple | None = None  # ((W, H) the decoder scales to, (h, w) it came from)
         self.scaled_from: tuple | None = None  # the last frame's, None: it came unscaled
         self.decoder: str | None = None
         self.pipeline = None
@@ -487,16 +487,15 @@ class GstConnection:
         self._probe = (pad, pad.add_probe(Gst.PadProbeType.EVENT_DOWNSTREAM, on_event))
 
     def _fit_caps(self, caps, fit, base: str) -> None:
-        s = caps.get_structure(0)
-        ok_w, w = s.get_int("width")
-        ok_h, h = s.get_int("height")
-        if not (ok_w and ok_h):
+        size = _caps_size(caps)
+        if size is None:
             return
+        w, h = size
         target = self.fit.size(w, h)
         text = base
         # only the current size's: a camera that switches to a mode of the model's size sends
         # its frames unscaled, and they must not read as scaled from the mode before
-        self._scaled_from = {} if target is None else {tuple(target): (h, w)}
+        self._fitted = None if target is None else (tuple(target), (h, w))
         if target is not None:
             text = f"{base},width={target[0]},height={target[1]},pixel-aspect-ratio=1/1"
         log.debug("decoded %dx%d: scaled to %s", w, h, text)
@@ -590,7 +589,8 @@ class GstConnection:
             frame = bgr_copy(info.data, w, h, s.get_value("format"))
         finally:
             buf.unmap(info)
-        self.scaled_from = self._scaled_from.get((w, h))
+        fitted = self._fitted
+        self.scaled_from = fitted[1] if fitted is not None and fitted[0] == (w, h) else None
         if not self.live:
             if buf.pts != Gst.CLOCK_TIME_NONE:
                 self.media_time = buf.pts / 1e9

@@ -6,8 +6,9 @@ pointer (the engine's input buffer). The geometry comes from the CPU path's own 
 so both paths agree for ``interpolation`` ``bilinear`` and ``nearest``: the kernel computes
 bilinear in float (within 1e-3 of the float reference, checked by a GPU test); the CPU path
 resizes uint8 frames with OpenCV's fixed-point kernel, within one level (1/255 before
-normalisation) of it, and nearest is the same integer formula on both. The CPU path's ``linear`` averages when shrinking (antialiasing), which this kernel
-does not do: it refuses such a manifest rather than silently computing something else.
+normalisation) of it, and nearest is the same integer formula on both. The CPU path's
+``linear`` averages when shrinking (antialiasing), which this kernel does not do: it refuses
+such a manifest rather than silently computing something else.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import itertools
 import math
 import platform
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -139,9 +139,7 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
             Engine.load, cfg.model, backend=cfg.backend, precision=cfg.precision, **options
         ) as engine:
             feeds = make_inputs(engine, cfg.batch)
-            end_warm = time.perf_counter() + cfg.warmup
-            while time.perf_counter() < end_warm:
-                engine.infer(feeds)
+            _warm(engine, feeds, cfg, cfg.warmup)
             runner = power.cap(engine)
             power.watch()
             try:
@@ -354,7 +352,7 @@ def choose_clocks(cfg: BenchConfig, session, meter, options: dict, say) -> dict:
             if (g, e) in measured:
                 return measured[(g, e)]
             session.set(gpu=g, emc=e)
-            time.sleep(cfg.clock_settle)
+            _warm(engine, feeds, probe_cfg, cfg.clock_settle)  # at the rate, at the new clocks
             run = _timed_loop(engine, engine, feeds, probe_cfg, meter, lambda s: None)
             if run.interrupted:
                 raise KeyboardInterrupt  # Ctrl-C or SIGTERM while choosing: stop, clocks go back
@@ -555,6 +553,19 @@ class _Run:
 
     def split_ms(self) -> dict | None:
         return {k: v / self.latencies.count for k, v in self.split.items()} if self.split else None
+
+
+def _warm(engine, feeds, cfg: BenchConfig, seconds: float) -> None:
+    """Inferences for ``seconds`` that nothing measures: as fast as they go, or with --target-fps
+    at its rate, so that a measured window opens on the power of the rate it measures. A burst at
+    full speed before it (or a pause) leaks into its first samples: an INA3221 averages over its
+    conversion window, the rails and the clock governors lag; measured on tests/clock_plant.py, an
+    unpaced second before a paced 3 s point moved its energy per inference by up to 10 %."""
+    if seconds <= 0:
+        return
+    warm = replace(cfg, duration=seconds, iterations=None)
+    if _timed_loop(engine, engine, feeds, warm, None, lambda s: None).interrupted:
+        raise KeyboardInterrupt  # Ctrl-C or SIGTERM before the run: nothing measured yet
 
 
 def _timed_loop(engine, runner, feeds, cfg: BenchConfig, meter, say, hold=None) -> _Run:

@@ -302,6 +302,23 @@ def tail_busy(root: Path, f: int, e: int, last: float = 0.5) -> float:
     return sum(row[3] for row in tail) / len(tail)
 
 
+def segment_busy(root: Path, f: int, e: int, last: float = 0.4, min_s: float = 2.0) -> float:
+    """The median cores busy over the last ``last`` of the first stretch of the plant's series
+    spent at (f, e) for at least ``min_s`` seconds: the work one point of a sweep did in its
+    measured window (each point sets its clocks, measures idle, loads, warms up, then runs; the
+    clocks are put back between points)."""
+    series = json.loads((Path(root) / "plant.json").read_text())["series"]
+    stretches: list = []
+    for row in series:
+        if stretches and stretches[-1][0] == (row[1], row[2]):
+            stretches[-1][1].append(row)
+        else:
+            stretches.append(((row[1], row[2]), [row]))
+    rows = next(r for k, r in stretches if k == (f, e) and r[-1][0] - r[0][0] >= min_s)
+    tail = sorted(row[3] for row in rows[int(len(rows) * (1 - last)) :])
+    return tail[len(tail) // 2]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -24,9 +24,18 @@ ORDERS = ("RGB", "BGR", "GRAY")
 
 
 def _tolerance(pre: Preprocessing, image: np.ndarray) -> float:
-    """Levels the new path may differ by (0: the same float32 operations on the same pixels)."""
+    """Levels the new path may differ by (0: the same operations on the same arrays)."""
     resized = pre.resize != "none"
-    colour_in = image.ndim == 3 and image.shape[2] > 1 and image.dtype == np.uint8
+    colour_in = image.ndim == 3 and image.shape[2] > 1
+    if (
+        pre.channel_order == "GRAY"
+        and colour_in
+        and (not resized or pre.interpolation == "nearest")
+    ):
+        # the same float32 grey sum (numpy's matmul) over another array (the resized pixels,
+        # not the whole frame): BLAS's kernels differ by CPU and array size, so a float32 ulp
+        # (CI measured 1.5e-5 levels; here 0)
+        return 1e-4
     if not resized or pre.interpolation == "nearest":
         return 0.0
     if image.dtype != np.uint8:  # float frames: OpenCV's float kernels on a reordered copy
@@ -35,7 +44,14 @@ def _tolerance(pre: Preprocessing, image: np.ndarray) -> float:
         # bilinear: grey from the resized colour pixels (one rounding); the others: OpenCV's
         # uint8 grey first, then the resize (two roundings), measured 1.2 at most
         return 1.0 if pre.interpolation == "bilinear" else 1.5
-    return 1.0 if pre.interpolation == "bilinear" else 0.0  # measured 0.81 at most
+    if pre.interpolation == "bilinear":
+        return 1.0  # measured 0.81 at most
+    if image.ndim == 2 or image.shape[2] != 3:
+        # the new path resizes the frame's own 1 or 4 channels, the reference 3: a uint8 row of
+        # another length splits otherwise between OpenCV's SIMD body and its scalar tail, which
+        # round the cubic (and area) sums apart by a level on some CPUs (CI's: 1 level; here 0)
+        return 1.0
+    return 0.0  # the same uint8 kernel on the same 3-channel frame
 
 
 def _inputs():
@@ -72,7 +88,8 @@ def _compare(pre: Preprocessing, image: np.ndarray) -> None:
         ref = np.clip(ref, lo.min(), hi.max())
     ftol = 2e-3 if pre.dtype == "float16" else 0.0  # float16's own rounding near 1
     diff = np.abs(got.astype(np.float64) - ref) / levels
-    assert diff.max() <= tol + ftol / levels, (diff.max(), tol)
+    # 1e-4: two float32 normalisations of pixels a whole number of levels apart
+    assert diff.max() <= tol + 1e-4 + ftol / levels, (diff.max(), tol)
 
 
 @pytest.mark.parametrize(

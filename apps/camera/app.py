@@ -346,7 +346,12 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             sources,
             cfg.sink_options,
             stack,
-            SinkContext(say=say, probes=probes.probes, live=handler.numbers),
+            SinkContext(
+                say=say,
+                probes=probes.probes,
+                live=handler.numbers,
+                demand=opts.fit.demand if opts.fit is not None else None,
+            ),
         )
         pipeline = Pipeline(
             sources,

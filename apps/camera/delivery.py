@@ -41,8 +41,9 @@ class SinkSet:
 
     @property
     def draws(self) -> bool:
-        """Whether any sink takes the picture with the overlay drawn."""
-        return any(s.takes_frames and s.draws for s in self.all)
+        """Whether any sink takes the picture with the overlay drawn now (the web viewer only
+        while it is watched)."""
+        return any(s.takes_frames and s.draws for s in self.live)
 
     def frame(self, frame, drawn, clean, record: dict) -> None:
         for s in list(self.live):
@@ -104,7 +105,7 @@ class FrameHandler:
         self._stats: dict = {}
         self._records: dict = {}
         self._last_results: dict = {}  # stream -> its last inferred results (for skipped frames)
-        self._draws = self._stats_due = False
+        self._stats_due = False
         self._many = len(sources) > 1
         self.on_result = on_result  # a library caller's own callback, after the sinks
         self.slot = None  # swap.ModelSlot: results and events say which model made them
@@ -134,7 +135,6 @@ class FrameHandler:
     def attach(self, sinks: SinkSet, pipeline) -> None:
         """The run's sinks and pipeline, once they exist (a failing sink can stop the run)."""
         self.sinks, self.pipeline = sinks, pipeline
-        self._draws = sinks.draws
         self._stats_due = sinks.draws or sinks.wants_stats  # the overlay shows them too
         sinks.on_stop = pipeline.stop
 
@@ -181,7 +181,8 @@ class FrameHandler:
             self._last_stats, self._stats = now, self.live()
             self.sinks.stats(self._stats)
         drawn = frame.image
-        if self._draws:
+        # not on a frame the decoder gave at the model's size: no sink shows one
+        if frame.source_hw is None and self.sinks.draws:
             scene = self.analytics.overlay(frame.stream) if self.analytics is not None else None
             lines = stat_lines(self._stats, frame.stream, self.sources, self._many)
             drawn = draw(frame.image, frame.results, lines, scene)

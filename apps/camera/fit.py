@@ -1,7 +1,9 @@
 """Whether a camera run's frames are scaled in the decoder (``--decoder-scale``): when no sink
 shows or keeps the camera's pixels, GStreamer scales each frame to the size the model's
 preprocessing resizes it to (``videoscale`` before the colour conversion; ``nvvidconv`` on a
-Jetson's VIC), so the CPU converts and copies the model's pixels, not the camera's. A frame then
+Jetson's VIC), so the CPU converts and copies the model's pixels, not the camera's. The web viewer
+needs full frames only while one of its video streams is watched: then the decoder's caps are
+opened to the camera's size until the last viewer leaves (:class:`gstreamer.Demand`). A frame then
 carries the size it came from (``Frame.source_hw``): the preprocessing's transform, and so every
 box, line and zone, stays in the camera's pixels. FFmpeg (OpenCV) gives full frames, which the
 preprocessing resizes as before."""
@@ -11,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from . import gstreamer
-from .sinks import needs_frames
+from .sinks import frames_on_demand, needs_frames
 
 
 def decoder_fit(opts, uris: list, gate, bundle) -> tuple[object, str | None]:
@@ -22,12 +24,14 @@ def decoder_fit(opts, uris: list, gate, bundle) -> tuple[object, str | None]:
     pre = bundle.manifest.preprocessing if bundle is not None else None
     if opts.decoder_scale == "off" or pre is None or pre.resize == "none":
         return opts, None
-    full = [u for u in uris if needs_frames(u)]
+    full = [u for u in uris if needs_frames(u) and not frames_on_demand(u)]
     if full:
         return opts, f"full frames: {full[0].split('://')[0]}:// shows or keeps them"
     if gate.mode == "motion":
         return opts, "full frames: the motion gate compares them"
-    fit = gstreamer.Fit(lambda w, h: pre.decode_size((h, w)), pre.interpolation)
+    # the web viewer: full frames while one of its video streams is watched
+    demand = gstreamer.Demand() if any(needs_frames(u) for u in uris) else None
+    fit = gstreamer.Fit(lambda w, h: pre.decode_size((h, w)), pre.interpolation, demand)
     return dataclasses.replace(opts, fit=fit), None
 
 
@@ -44,6 +48,7 @@ def describe(sources: list, opts, why: str | None) -> str | None:
         scaler = "nvvidconv" if gstreamer.hardware_decoder(gstreamer.elements()) else "videoscale"
         said.append(
             f"GStreamer scales{_which(kinds, 'gstreamer')} frames to the model's input ({scaler})"
+            + (", full frames while the web viewer is watched" if opts.fit.demand else "")
         )
     if "ffmpeg" in kinds:
         said.append(

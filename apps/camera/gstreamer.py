@@ -115,14 +115,38 @@ def hardware_decoder(have: set[str]) -> bool:
     return {"nvv4l2decoder", "nvvidconv"} <= have
 
 
+class Demand:
+    """Full frames on demand: a sink that shows the camera's pixels only while someone watches
+    (the web viewer's video streams) holds it up while one does; the decoder gives full frames
+    while it is up and frames at the model's size otherwise. Any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+
+    @property
+    def wanted(self) -> bool:
+        return self._holders > 0
+
+    def hold(self) -> None:
+        with self._lock:
+            self._holders += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._holders = max(0, self._holders - 1)
+
+
 @dataclass(frozen=True)
 class Fit:
     """Frames scaled in the decoder to the size the model's preprocessing resizes them to (a
     camera run where no sink needs full frames): ``size(w, h)`` of a decoded frame -> (W, H), or
-    None to keep it (it would not shrink); ``interpolation``: the preprocessing's."""
+    None to keep it (it would not shrink); ``interpolation``: the preprocessing's; ``demand``: a
+    :class:`Demand` whose holders get full frames while they hold it (None: never)."""
 
     size: object  # Callable[[int, int], tuple[int, int] | None]
     interpolation: str = "bilinear"
+    demand: Demand | None = None
 
 
 # the preprocessing's interpolation -> the scaler's closest method (videoscale's GstVideoScale
@@ -361,6 +385,9 @@ class GstConnection:
         self.Gst, self.live, self.have, self.tap, self.fit = Gst, live, have, tap, fit
         self._probe: tuple | None = None  # (the scaler's sink pad, the probe that fits it)
         self._fitted: tuple | None = None  # ((W, H) the decoder scales to, (h, w) it came from)
+        self._fit_el: tuple | None = None  # (the capsfilter "fit", its caps without a size)
+        self._full = False  # the capsfilter lets full frames through (a Demand held)
+        self._fit_lock = threading.Lock()  # the streaming thread fits, the reader re-fits
         self.scaled_from: tuple | None = None  # the last frame's, None: it came unscaled
         self.decoder: str | None = None
         self.pipeline = None
@@ -492,14 +519,35 @@ class GstConnection:
             return
         w, h = size
         target = self.fit.size(w, h)
+        with self._fit_lock:
+            # only the current size's: a camera that switches to a mode of the model's size sends
+            # its frames unscaled, and they must not read as scaled from the mode before. Kept
+            # while full frames are let through: a frame is scaled when it has the model's size
+            self._fitted = None if target is None else (tuple(target), (h, w))
+            self._fit_el = (fit, base)
+            self._set_fit()
+
+    def _set_fit(self) -> None:
+        """The capsfilter's caps: the model's size, or none (full frames) while the demand is
+        held; videoscale and nvvidconv renegotiate with the next frame (under ``_fit_lock``)."""
+        fit, base = self._fit_el
         text = base
-        # only the current size's: a camera that switches to a mode of the model's size sends
-        # its frames unscaled, and they must not read as scaled from the mode before
-        self._fitted = None if target is None else (tuple(target), (h, w))
-        if target is not None:
-            text = f"{base},width={target[0]},height={target[1]},pixel-aspect-ratio=1/1"
-        log.debug("decoded %dx%d: scaled to %s", w, h, text)
+        if self._fitted is not None and not self._full:
+            (tw, th), _ = self._fitted
+            text = f"{base},width={tw},height={th},pixel-aspect-ratio=1/1"
+        log.debug("decoder scale: %s", text)
         fit.set_property("caps", self.Gst.Caps.from_string(text))
+
+    def _follow_demand(self) -> None:
+        """Full frames while the fit's demand is held, the model's size again when it is not:
+        checked with every frame read (the change reaches the appsink a few frames later)."""
+        demand = self.fit.demand if self.fit is not None else None
+        if demand is None or demand.wanted == self._full:
+            return
+        with self._fit_lock:
+            self._full = demand.wanted
+            if self._fit_el is not None:
+                self._set_fit()
 
     def _packet(self, sink):
         """One access unit for the tap (GStreamer's streaming thread)."""
@@ -591,6 +639,7 @@ class GstConnection:
             buf.unmap(info)
         fitted = self._fitted
         self.scaled_from = fitted[1] if fitted is not None and fitted[0] == (w, h) else None
+        self._follow_demand()
         if not self.live:
             if buf.pts != Gst.CLOCK_TIME_NONE:
                 self.media_time = buf.pts / 1e9
@@ -625,6 +674,7 @@ class GstConnection:
         if self._probe is not None:  # its closure holds this object
             self._probe[0].remove_probe(self._probe[1])
             self._probe = None
+        self._fit_el = None
         pipeline.set_state(self.Gst.State.NULL)
         pipeline.get_state(self.Gst.CLOCK_TIME_NONE)  # the state change done (threads joined)
         self._src = self.sink = self.bus = None

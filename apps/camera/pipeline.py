@@ -53,6 +53,7 @@ class Stream:
             max(queue_size, depth) if lossless else queue_size, lossless, cond, discard
         )
         self.captured = 0
+        self.scaled = 0  # frames the decoder gave at the model's size (--decoder-scale)
         self.processed = 0
         self.ended = False  # the batcher saw its end marker
         self.error: BaseException | None = None
@@ -185,18 +186,12 @@ class Pipeline:
                 if got is None:
                     break
                 image, t = got
-                s.raw.put(
-                    Frame(
-                        i,
-                        t,
-                        image,
-                        s.index,
-                        t_media=getattr(s.source, "media_time", None),
-                        source_hw=getattr(s.source, "scaled_from", None),
-                    )
-                )
+                scaled = getattr(s.source, "scaled_from", None)
+                media = getattr(s.source, "media_time", None)
+                s.raw.put(Frame(i, t, image, s.index, t_media=media, source_hw=scaled))
                 i += 1
                 s.captured = i
+                s.scaled += scaled is not None
         except BaseException as exc:  # noqa: BLE001 - this stream ends; the others go on
             if not self.interrupted and not s.cut:
                 s.error = exc
@@ -496,6 +491,7 @@ class Pipeline:
                     "frames_dropped": s.dropped,
                     "fps": processed / elapsed,
                     "camera_s": s.camera_seconds(),
+                    **({"frames_scaled": s.scaled} if s.scaled else {}),
                     "latency_ms": _percentiles(timings, recent),
                     **stats_of(s.source),
                     **self._now(s, recent),

@@ -67,7 +67,8 @@ def bundles(tmp_path_factory):
     ("sinks", "gate", "scale", "why"),
     [
         (["jsonl://a.jsonl", "mqtt://broker/cams"], "off", "auto", None),
-        (["jsonl://a.jsonl", "http://127.0.0.1:8080"], "off", "auto", "http:// shows or keeps"),
+        (["jsonl://a.jsonl", "http://127.0.0.1:8080"], "off", "auto", None),  # on demand
+        (["http://127.0.0.1:8080", "file://out.mp4"], "off", "auto", "file:// shows or keeps"),
         (["snapshots://shots"], "off", "auto", "snapshots:// shows or keeps"),
         (["events://e.jsonl"], "motion", "auto", "the motion gate compares them"),
         (["jsonl://a.jsonl"], "off", "off", None),
@@ -84,6 +85,8 @@ def test_a_run_scales_only_where_no_sink_needs_the_cameras_pixels(bundles, sinks
     assert (said is None) == (why is None) and (why or "") in (said or "")
     if opts.fit is not None:
         assert opts.fit.size(1280, 720) == (640, 360) and opts.fit.size(640, 360) is None
+        # the web viewer: full frames while one of its streams is watched, and only then
+        assert (opts.fit.demand is not None) == any(u.startswith("http") for u in sinks)
     # a bare model (no bundle) or a model that takes frames as they are: nothing to scale to
     assert decoder_fit(SourceOptions(), sinks, GateOptions(), None)[0].fit is None
 
@@ -188,3 +191,92 @@ def test_boxes_land_on_the_same_camera_pixels_with_and_without_scaling(bundles, 
         assert score > 0.8 and full_score > 0.8
     # the scaled run saw other pixels (videoscale's, not OpenCV's), not the same frames again
     assert [s for _, s in got["auto"]] != [s for _, s in got["off"]]
+
+
+def _watch(url: str, got: list, stop: threading.Event) -> None:
+    """Pictures of an MJPEG stream, decoded into ``got``, until ``stop``; then the connection
+    closes."""
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=30) as r:
+        buf = b""
+        while not stop.is_set():
+            buf += r.read1(65536)
+            while b"\r\n\r\n" in buf:
+                head, rest = buf.split(b"\r\n\r\n", 1)
+                size = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+                if len(rest) < size:
+                    break
+                got.append(cv2.imdecode(np.frombuffer(rest[:size], np.uint8), cv2.IMREAD_COLOR))
+                buf = rest[size:]
+
+
+@needs_gst
+@pytest.mark.subprocess
+def test_the_web_viewer_gets_full_frames_only_while_it_is_watched(bundles, tmp_path):
+    """The decoder scales to the model's size while nobody watches the web viewer; a viewer
+    that connects gets the camera's full frames (boxes drawn in its pixels); once it leaves,
+    frames come at the model's size again. Counted by the run's own statistics."""
+    import re
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    video = _scene(tmp_path / "scene.mp4", 30)
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "edgert.apps", "camera", str(bundles["stretch"]),
+            "--source", str(video), "--decoder", "gstreamer", "--loop", "--duration", "60",
+            "--output", "http://127.0.0.1:0", "--headless",
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        lines = []
+        url = None
+        while url is None:
+            line = proc.stdout.readline()
+            assert line, (lines, proc.stderr.read())
+            lines.append(line)
+            found = re.search(r"web viewer: (http://\S+/)", line)
+            url = found.group(1) if found else None
+        said = "".join(lines)
+
+        def stream() -> dict:
+            with urllib.request.urlopen(url + "stats.json", timeout=10) as r:
+                return (json.loads(r.read()).get("streams") or [{}])[0]  # {}: not running yet
+
+        def after(more: int) -> dict:
+            first = stream()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                now = stream()
+                if now.get("frames_captured", 0) >= first.get("frames_captured", 0) + more:
+                    return now
+                time.sleep(0.1)
+            raise AssertionError("the run stopped taking frames")
+
+        s0 = after(20)
+        assert s0["frames_scaled"] == s0["frames_captured"], s0  # nobody watches: all scaled
+        pictures: list = []
+        stop = threading.Event()
+        viewer = threading.Thread(target=_watch, args=(url + "stream.mjpg", pictures, stop))
+        viewer.start()
+        try:
+            s1 = after(40)  # the statistics the page shows are refreshed twice a second
+        finally:
+            stop.set()
+            viewer.join(timeout=30)
+        assert len(pictures) >= 5, len(pictures)
+        assert all(p.shape == (720, 1280, 3) for p in pictures), [p.shape for p in pictures]
+        full = s1["frames_captured"] - s1["frames_scaled"]
+        assert full >= 20, s1  # full frames while watched
+        time.sleep(1.0)
+        s2 = after(40)  # gone: the model's size again
+        assert s2["frames_captured"] - s2["frames_scaled"] <= full + 40, (s1, s2)
+        assert s2["frames_scaled"] - s1["frames_scaled"] >= 30, (s1, s2)
+        assert "full frames while the web viewer is watched" in said, said
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)

@@ -338,7 +338,18 @@ def test_web_viewer_serves_every_stream(tmp_path):
         page = urllib.request.urlopen(out.url, timeout=5).read().decode()
         assert all(f'src="/stream/{i}.mjpg"' in page for i in range(3))
         for i in range(3):
-            out.write(F(i), np.full((60, 80, 3), 80 * i, np.uint8), {})
+            out.write(F(i), np.full((60, 80, 3), 80 * i, np.uint8), {})  # nobody watches yet
+        assert out._jpeg == [None] * 3  # so no JPEG was encoded
+
+        stop = threading.Event()
+
+        def camera():  # frames keep coming, as in a run
+            while not stop.wait(0.02):
+                for i in range(3):
+                    out.write(F(i), np.full((60, 80, 3), 80 * i, np.uint8), {})
+
+        frames = threading.Thread(target=camera)
+        frames.start()
         for i in range(3):
             with urllib.request.urlopen(f"{out.url}stream/{i}.mjpg", timeout=5) as r:
                 data = b""
@@ -349,9 +360,12 @@ def test_web_viewer_serves_every_stream(tmp_path):
                     jpeg += r.read1(65536)
             img = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
             assert abs(float(img.mean()) - 80 * i) < 6  # stream i's own picture
+        stop.set()
+        frames.join()
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(f"{out.url}stream/3.mjpg", timeout=5)
     finally:
+        stop.set()
         out.close()
 
 

@@ -42,7 +42,8 @@ class Scheme:
     ``tracks``: a sink whose whole purpose is events turns tracking on; ``picture``: it shows
     the annotated frames (without one, a run with a display opens a window); ``frames``: it
     shows or keeps the camera's pixels, so the decoder gives full frames while it is open (else
-    GStreamer scales them to the model's input: ``--decoder-scale``)."""
+    GStreamer scales them to the model's input: ``--decoder-scale``); ``on_demand``: only while
+    someone watches it (the web viewer's video streams hold ``SinkContext.demand``)."""
 
     form: str
     module: str
@@ -53,6 +54,7 @@ class Scheme:
     tracks: bool = False
     picture: bool = False
     frames: bool = False
+    on_demand: bool = False
 
 
 SCHEMES: dict[str, Scheme] = {
@@ -63,6 +65,7 @@ SCHEMES: dict[str, Scheme] = {
         check="check",
         picture=True,
         frames=True,
+        on_demand=True,
     ),
     "file": Scheme(
         "file://out.mp4",
@@ -308,6 +311,11 @@ def needs_frames(uri: str) -> bool:
     return scheme_of(uri).frames
 
 
+def frames_on_demand(uri: str) -> bool:
+    """Whether the sink ``uri`` needs full frames only while someone watches it."""
+    return scheme_of(uri).on_demand
+
+
 _CLASSES = {
     "VideoFileOutput": "video",
     "StreamFilesOutput": "video",
@@ -338,6 +346,7 @@ __all__ = [
     "resolve",
     "shows_picture",
     "needs_frames",
+    "frames_on_demand",
     "sink_paths",
     "tracks",
     *_CLASSES,

@@ -24,7 +24,13 @@ class MosaicOutput(Sink):
         self.fresh: set[int] = set()
         self.tile_size: tuple[int, int] | None = None
 
+    @property
+    def takes_frames(self) -> bool:
+        return self.target.takes_frames  # the web viewer: only while it is watched
+
     def write(self, frame, overlay_image, record: dict) -> None:
+        if getattr(frame, "source_hw", None) is not None:
+            return  # at the model's size (the decoder opening to full frames): the last tile stays
         i = stream_of(frame)
         if i in self.fresh:
             self._emit()

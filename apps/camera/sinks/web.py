@@ -14,6 +14,7 @@ stalls it: each client is sent the newest frame when it is ready for one and ski
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import functools
 import json
@@ -97,11 +98,14 @@ class HttpOutput(Sink):
         quality: int = 80,
         streams: int = 1,
         probes=None,
+        demand=None,
     ) -> None:
         self.quality = quality
         self.streams = max(1, streams)
         self._jpeg: list[bytes | None] = [None] * self.streams
         self._seq = [0] * self.streams
+        self._watching = [0] * self.streams  # video streams open, per camera stream
+        self.demand = demand  # gstreamer.Demand: held while any is open (full frames then)
         self._cond = threading.Condition()
         self.live_stats: dict = {}
         self.history = [collections.deque(maxlen=HISTORY_S) for _ in range(self.streams)]
@@ -128,9 +132,35 @@ class HttpOutput(Sink):
         self.thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
         self.thread.start()
 
+    @property
+    def takes_frames(self) -> bool:
+        """Only while a video stream is watched: no overlay drawn, no JPEG encoded for nobody."""
+        return any(self._watching)
+
+    @contextlib.contextmanager
+    def _watched(self, i: int):
+        with self._cond:
+            self._watching[i] += 1
+        if self.demand is not None:
+            self.demand.hold()
+        try:
+            yield
+        finally:
+            if self.demand is not None:
+                self.demand.release()
+            with self._cond:
+                self._watching[i] -= 1
+                if not self._watching[i]:
+                    self._jpeg[i] = None  # the next viewer waits for a frame of its own time
+
     def write(self, frame, overlay_image, record: dict) -> None:
         import cv2
 
+        if getattr(frame, "source_hw", None) is not None or not self._watching[stream_of(frame)]:
+            # a frame the decoder gave at the model's size (the first few after a viewer came,
+            # before the decoder opens to the camera's): not the camera's pixels; the viewer
+            # keeps the last full one
+            return
         ok, buf = cv2.imencode(".jpg", overlay_image, [cv2.IMWRITE_JPEG_QUALITY, self.quality])
         if ok:
             i = stream_of(frame)
@@ -288,20 +318,24 @@ class HttpOutput(Sink):
                 self.end_headers()
                 seq = -1
                 try:
-                    while not output._closed:
-                        seq, jpeg = output._next_frame(i, seq)
-                        if jpeg is None:
-                            continue
-                        self.wfile.write(
-                            b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: "
-                            + str(len(jpeg)).encode()
-                            + b"\r\n\r\n"
-                            + jpeg
-                            + b"\r\n"
-                        )
+                    with output._watched(i):
+                        self._frames_to(i, seq)
                 except (BrokenPipeError, ConnectionResetError, TimeoutError, socket.timeout):
                     pass
                 self.close_connection = True
+
+            def _frames_to(self, i: int, seq: int) -> None:
+                while not output._closed:
+                    seq, jpeg = output._next_frame(i, seq)
+                    if jpeg is None:
+                        continue
+                    self.wfile.write(
+                        b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: "
+                        + str(len(jpeg)).encode()
+                        + b"\r\n\r\n"
+                        + jpeg
+                        + b"\r\n"
+                    )
 
         return Handler
 
@@ -334,6 +368,6 @@ def check(uri: str, options) -> None:
 
 
 def open_uri(uri: str, ctx: SinkContext) -> HttpOutput:
-    out = HttpOutput(*address(uri), streams=len(ctx.streams), probes=ctx.probes)
+    out = HttpOutput(*address(uri), streams=len(ctx.streams), probes=ctx.probes, demand=ctx.demand)
     ctx.say(f"web viewer: {out.url}")
     return out

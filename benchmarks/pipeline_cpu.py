@@ -13,11 +13,16 @@ run's CPU per frame against the decoder's floor.
    the difference is reported, so start-up (imports, model load) is not counted. CPU seconds are
    the child's user + system time. Decoders: FFmpeg; GStreamer with full frames
    (``--decoder-scale off``); GStreamer scaling to the model's input (the default when no sink
-   needs full frames). Goal: within 1.15x of the floor's CPU per frame with no full-frame sink
-   (1 and 4 streams). (The web-viewer rows come with the full-frame branch.)
+   needs full frames). A second floor adds the model as a plain script runs it (letterbox with
+   ``copyMakeBorder``, ``cv2.dnn.blobFromImage``, ONNX Runtime's ``session.run`` without spinning,
+   as the camera, and for the detector the scores thresholded and ``cv2.dnn.NMSBoxes``): the
+   detector's rows are judged against it; the web viewer on, nobody watching (scaled, no JPEG) and watched by a
+   client in this process (full frames, the overlay drawn and JPEG-encoded for it). Goals: within
+   1.15x of the floor's CPU per frame with no full-frame sink (1 and 4 streams); watched, 1.5x.
 
     python benchmarks/pipeline_cpu.py [--json reports/pipeline_cpu.json] [--frames 600]
-        [--only preprocess|camera] [--repeat 30]
+        [--only preprocess|camera] [--repeat 30] [--streams 1,4] [--videos 1080p,720p]
+        [--models digits,det640]
 """
 
 from __future__ import annotations
@@ -204,61 +209,157 @@ while done < n:
 """
 
 
-DECODERS = {  # the row's name: the camera's flags
-    "ffmpeg": ["--decoder", "ffmpeg"],
-    "gst full": ["--decoder", "gstreamer", "--decoder-scale", "off"],
-    "gst scaled": ["--decoder", "gstreamer"],  # no sink needs full frames: scaled in GStreamer
+WEB = "http://127.0.0.1:{port}"  # the web viewer on a free port; "watched": a client reads it
+FLOOR_MODEL = """
+import sys, cv2, numpy as np, onnxruntime as ort
+cv2.setNumThreads(1)
+path, n, w, h, model = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+opts = ort.SessionOptions()
+opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+inp = sess.get_inputs()[0]
+grey = inp.shape[1] == 1
+cap = cv2.VideoCapture(path)
+done = 0
+while done < n:
+    ok, frame = cap.read()
+    if not ok:
+        cap.release(); cap = cv2.VideoCapture(path); continue
+    if grey:  # digits: grey first, stretched with area averaging
+        img = cv2.resize(cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY), (w, h),
+                         interpolation=cv2.INTER_AREA)
+    else:  # the detector: a letterbox
+        s = min(w / frame.shape[1], h / frame.shape[0])
+        nw, nh = round(frame.shape[1] * s), round(frame.shape[0] * s)
+        img = cv2.resize(frame, (nw, nh), interpolation=cv2.INTER_LINEAR)
+        top, left = (h - nh) // 2, (w - nw) // 2
+        img = cv2.copyMakeBorder(img, top, h - nh - top, left, w - nw - left,
+                                 cv2.BORDER_CONSTANT, value=114)
+    blob = cv2.dnn.blobFromImage(img, 1 / 255.0, swapRB=not grey)
+    out = sess.run(None, {inp.name: blob})[0]
+    if not grey:  # a YOLO head [1, 4 + classes, anchors]: what a plain script does with it
+        pred = out[0].T
+        scores = pred[:, 4:].max(axis=1)
+        keep = scores > 0.25
+        xywh = pred[keep, :4]
+        boxes = np.column_stack([xywh[:, :2] - xywh[:, 2:] / 2, xywh[:, 2:]])
+        cv2.dnn.NMSBoxes(boxes.tolist(), scores[keep].tolist(), 0.25, 0.45)
+    done += 1
+"""
+
+DECODERS = {  # the row's name: (the camera's flags, a web viewer on, a client watching it)
+    "ffmpeg": (["--decoder", "ffmpeg"], False, False),
+    "gst full": (["--decoder", "gstreamer", "--decoder-scale", "off"], False, False),
+    "gst scaled": (["--decoder", "gstreamer"], False, False),  # scaled in GStreamer
+    "gst + web, unwatched": (["--decoder", "gstreamer"], True, False),
+    "gst + web, watched": (["--decoder", "gstreamer"], True, True),
+    "ffmpeg + web, watched": (["--decoder", "ffmpeg"], True, True),
 }
 
 
-def timed(cmd: list[str], env: dict) -> tuple[float, float]:
-    """(wall seconds, child CPU seconds) of one command."""
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def watch(port: int, done) -> None:
+    """A web viewer's client: reads the MJPEG stream (connecting as soon as the run listens)
+    until the run ends. Runs in this process, so its CPU is not the child's."""
+    import urllib.request
+
+    while not done.is_set():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/stream.mjpg", timeout=5) as r:
+                while r.read1(1 << 16):
+                    pass
+        except OSError:
+            time.sleep(0.02)
+
+
+def timed(cmd: list[str], env: dict, watch_port: int | None = None) -> tuple[float, float]:
+    """(wall seconds, child CPU seconds) of one command; a client watches the web viewer on
+    ``watch_port`` while it runs."""
+    import threading
+
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = threading.Event()
+    viewer = None
+    if watch_port is not None:
+        viewer = threading.Thread(target=watch, args=(watch_port, done), daemon=True)
+        viewer.start()
     t0 = time.monotonic()
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    finally:
+        done.set()
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if viewer is not None:
+        viewer.join(timeout=10)
     return wall, cpu
 
 
-def per_frame(make_cmd, frames: int, env: dict) -> dict:
-    """Per-frame wall and CPU of a command run for ``frames`` and ``frames // 6`` frames."""
+def per_frame(make_cmd, frames: int, env: dict, watched: bool = False) -> dict:
+    """Per-frame wall and CPU of a command run for ``frames`` and ``frames // 6`` frames
+    (``make_cmd(n, port)``; ``watched``: a client reads the web viewer on ``port``)."""
     few = max(1, frames // 6)
-    w1, c1 = timed(make_cmd(few), env)
-    w2, c2 = timed(make_cmd(frames), env)
+    runs = []
+    for n in (few, frames):
+        port = free_port()
+        runs.append(timed(make_cmd(n, port), env, port if watched else None))
+    (w1, c1), (w2, c2) = runs
     n = frames - few
     return {"fps": n / max(w2 - w1, 1e-9), "cpu_ms_per_frame": (c2 - c1) / n * 1e3}
 
 
-def bench_camera(frames: int, streams_list: list[int], work: Path) -> list[dict]:
+def bench_camera(
+    frames: int, streams_list: list[int], work: Path, videos: list[str], models_wanted: list[str]
+) -> list[dict]:
     edgert = [sys.executable, "-m", "edgert.apps.cli"]
     env = dict(os.environ)
     digits = work / "digits.edgert"
     subprocess.run(
         [*edgert, "export", "zoo:digits_cnn", "-o", str(digits), "-q"], check=True, env=env
     )
-    models = {"digits_cnn (8x8 grey)": (digits, (8, 8)), "det640 (letterbox)": (detector_bundle(work), (640, 640))}  # fmt: skip
+    models = {}
+    if "digits" in models_wanted:
+        models["digits_cnn (8x8 grey)"] = (digits, (8, 8))
+    if "det640" in models_wanted:
+        models["det640 (letterbox)"] = (detector_bundle(work), (640, 640))
+    sizes = {"1080p": (1920, 1080), "720p": (1280, 720)}
     rows = []
-    for label, (w, h) in {"1080p": (1920, 1080), "720p": (1280, 720)}.items():
+    for label, (w, h) in ((v, sizes[v]) for v in videos):
         video = render(work / f"{label}.mp4", w, h, 300)
         for model, (bundle, (mh, mw)) in models.items():
             floor = per_frame(
-                lambda n, v=video, w=mw, h=mh: [sys.executable, "-c", FLOOR, str(v), str(n), str(w), str(h)],
+                lambda n, _port, v=video, w=mw, h=mh: [sys.executable, "-c", FLOOR, str(v), str(n), str(w), str(h)],
+                frames, env,
+            )  # fmt: skip
+            # the floor with the model run as a plain script would: blobFromImage, session.run
+            onnx = str(Path(bundle) / "model.onnx")
+            with_model = per_frame(
+                lambda n, _port, v=video, w=mw, h=mh, m=onnx: [sys.executable, "-c", FLOOR_MODEL, str(v), str(n), str(w), str(h), m],
                 frames, env,
             )  # fmt: skip
             for streams in streams_list:
-                for decoder, flags in DECODERS.items():
+                for decoder, (flags, web, watched) in DECODERS.items():
 
-                    def cmd(n, flags=flags, streams=streams, video=video, bundle=bundle):
+                    def cmd(
+                        n, port, flags=flags, streams=streams, video=video, bundle=bundle, web=web
+                    ):
                         sources = []
                         for _ in range(streams):
                             sources += ["--source", str(video)]
+                        out = ["--output", WEB.format(port=port)] if web else []
                         return [*edgert, "camera", str(bundle), *sources, "--headless", "--loop",
-                                "--max-frames", str(n), *flags, "-q"]  # fmt: skip
+                                "--max-frames", str(n), *flags, *out, "-q"]  # fmt: skip
 
                     try:
-                        got = per_frame(cmd, frames, env)
+                        got = per_frame(cmd, frames, env, watched)
                     except subprocess.CalledProcessError as exc:
                         print(f"  {label} {model} {decoder}: {exc.stderr.decode()[-300:]}")
                         continue
@@ -274,6 +375,8 @@ def bench_camera(frames: int, streams_list: list[int], work: Path) -> list[dict]
                             "floor_fps": floor["fps"],
                             "floor_cpu_ms_per_frame": floor["cpu_ms_per_frame"],
                             "cpu_vs_floor": cpu_frame / floor["cpu_ms_per_frame"],
+                            "floor_model_cpu_ms_per_frame": with_model["cpu_ms_per_frame"],
+                            "cpu_vs_floor_model": cpu_frame / with_model["cpu_ms_per_frame"],
                         }
                     )
     return rows
@@ -288,6 +391,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--streams", default="1,4")
     ap.add_argument("--only", choices=["preprocess", "camera"])
+    ap.add_argument("--videos", default="1080p,720p", help="of 1080p, 720p")
+    ap.add_argument("--models", default="digits,det640", help="of digits, det640")
     args = ap.parse_args()
     results: dict = {"cpu_count": os.cpu_count()}
     if args.only in (None, "preprocess"):
@@ -302,15 +407,19 @@ def main() -> None:
     if args.only in (None, "camera"):
         with tempfile.TemporaryDirectory() as tmp:
             streams = [int(s) for s in args.streams.split(",")]
-            rows = results["camera"] = bench_camera(args.frames, streams, Path(tmp))
-        print(f"\n{'video':6s} {'model':22s} {'str':>3s} {'decoder':10s} "
-              f"{'fps':>7s} {'CPU ms/f':>9s} {'floor fps':>9s} {'floor ms':>8s} {'ratio':>6s}")  # fmt: skip
+            rows = results["camera"] = bench_camera(
+                args.frames, streams, Path(tmp), args.videos.split(","), args.models.split(",")
+            )
+        print(f"\n{'video':6s} {'model':22s} {'str':>3s} {'decoder':22s} "
+              f"{'fps':>7s} {'CPU ms/f':>9s} {'floor fps':>9s} {'floor ms':>8s} {'ratio':>6s} "
+              f"{'+model ms':>9s} {'ratio':>6s}")  # fmt: skip
         for r in rows:
             print(
-                f"{r['video']:6s} {r['model']:22s} {r['streams']:3d} {r['decoder']:10s} "
+                f"{r['video']:6s} {r['model']:22s} {r['streams']:3d} {r['decoder']:22s} "
                 f"{r['fps']:7.1f} "
                 f"{r['cpu_ms_per_frame']:9.2f} {r['floor_fps']:9.1f} "
-                f"{r['floor_cpu_ms_per_frame']:8.2f} {r['cpu_vs_floor']:5.2f}x"
+                f"{r['floor_cpu_ms_per_frame']:8.2f} {r['cpu_vs_floor']:5.2f}x "
+                f"{r['floor_model_cpu_ms_per_frame']:9.2f} {r['cpu_vs_floor_model']:5.2f}x"
             )
     write_json(args.json, results)
 

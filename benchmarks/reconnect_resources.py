@@ -141,9 +141,9 @@ def main() -> int:
 
     logging.basicConfig(level=logging.ERROR)  # each failed attempt is a warning: not the table
     import edgert.apps
-    from edgert.apps.camera import gstreamer
+    from edgert.apps.camera import media
 
-    decoders = ["gstreamer", "ffmpeg"] if gstreamer.available()[0] else ["ffmpeg"]
+    decoders = ["gstreamer", "ffmpeg"] if media.available()[0] else ["ffmpeg"]
     result = {
         "code": str(Path(edgert.apps.__file__).resolve().parent.parent),
         "cameras": args.cameras,

@@ -105,14 +105,14 @@ def cpu_over(pid: int, seconds: float) -> float:
 def encoder_cores(width: int, height: int, frames: int = 250, fps: int = 25) -> float:
     """Cores the rtsp:// output's software chain (BGR -> I420 -> x264, as sinks/rtsp.py builds
     it) takes for one stream at ``fps``: its CPU time for ``frames`` frames over their duration."""
-    from edgert.apps.camera import gstreamer
+    from edgert.apps.camera import media
     from tests.rtsp_server import pattern_frame
 
-    Gst = gstreamer.gst()
-    name, _ = gstreamer.choose_encoder(gstreamer.elements())
+    Gst = media.gst()
+    name, _ = media.choose_encoder(media.elements())
     caps = f"video/x-raw,format=BGR,width={width},height={height},framerate={fps}/1"
     pipe = Gst.parse_launch(
-        f"appsrc name=src format=time caps={caps} ! {gstreamer.encode_chain(name, 4000, fps)} "
+        f"appsrc name=src format=time caps={caps} ! {media.encode_chain(name, 4000, fps)} "
         "! fakesink sync=false"
     )
     src = pipe.get_by_name("src")

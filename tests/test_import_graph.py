@@ -226,3 +226,18 @@ def test_the_plugin_tables_name_their_modules():
     g = graph()
     assert {e.module for e in SOURCES.values()} <= g["edgert.apps.camera.sources"]
     assert {e.module for e in SINKS.values()} <= g["edgert.apps.camera.sinks"]
+
+
+def test_the_media_package_imports_nothing_of_the_camera_app():
+    """apps/camera/media (GStreamer, encoders, OpenCV's log) sits under sources and sinks: it
+    imports only itself within the camera package, so no plug-in's import comes back around."""
+    g = graph()
+    assert any(v.startswith("edgert.apps.camera.media.") for v in g), "no media package"
+    wrong = sorted(
+        f"{v} -> {w}"
+        for v, ws in g.items()
+        if _under(v, "edgert.apps.camera.media")
+        for w in ws
+        if _under(w, "edgert.apps.camera") and not _under(w, "edgert.apps.camera.media")
+    )
+    assert wrong == []

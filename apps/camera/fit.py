@@ -3,7 +3,7 @@ shows or keeps the camera's pixels, GStreamer scales each frame to the size the 
 preprocessing resizes it to (``videoscale`` before the colour conversion; ``nvvidconv`` on a
 Jetson's VIC), so the CPU converts and copies the model's pixels, not the camera's. The web viewer
 needs full frames only while one of its video streams is watched: then the decoder's caps are
-opened to the camera's size until the last viewer leaves (:class:`gstreamer.Demand`). A frame then
+opened to the camera's size until the last viewer leaves (:class:`media.Demand`). A frame then
 carries the size it came from (``Frame.source_hw``): the preprocessing's transform, and so every
 box, line and zone, stays in the camera's pixels. FFmpeg (OpenCV) gives full frames, which the
 preprocessing resizes as before."""
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import gstreamer
+from . import media
 from .sinks import frames_on_demand, needs_frames
 
 
@@ -30,8 +30,8 @@ def decoder_fit(opts, uris: list, gate, bundle) -> tuple[object, str | None]:
     if gate.mode == "motion":
         return opts, "full frames: the motion gate compares them"
     # the web viewer: full frames while one of its video streams is watched
-    demand = gstreamer.Demand() if any(needs_frames(u) for u in uris) else None
-    fit = gstreamer.Fit(lambda w, h: pre.decode_size((h, w)), pre.interpolation, demand)
+    demand = media.Demand() if any(needs_frames(u) for u in uris) else None
+    fit = media.Fit(lambda w, h: pre.decode_size((h, w)), pre.interpolation, demand)
     return dataclasses.replace(opts, fit=fit), None
 
 
@@ -45,7 +45,7 @@ def describe(sources: list, opts, why: str | None) -> str | None:
         return why if "gstreamer" in kinds else None
     said = []
     if "gstreamer" in kinds:
-        scaler = "nvvidconv" if gstreamer.hardware_decoder(gstreamer.elements()) else "videoscale"
+        scaler = "nvvidconv" if media.hardware_decoder(media.elements()) else "videoscale"
         said.append(
             f"GStreamer scales{_which(kinds, 'gstreamer')} frames to the model's input ({scaler})"
             + (", full frames while the web viewer is watched" if opts.fit.demand else "")

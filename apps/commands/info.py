@@ -21,7 +21,7 @@ def _line(label: str, value: str) -> str:
 
 
 def run(args) -> int:
-    from edgert.apps.camera.gstreamer import decoders
+    from edgert.apps.camera.media import decoders
     from edgert.runtime.device import edgert_version, machine_summary
 
     facts = machine_summary()

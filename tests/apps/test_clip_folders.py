@@ -106,11 +106,11 @@ def _probe(path) -> dict:
 
 
 def _can_clip() -> bool:
-    from edgert.apps.camera import gstreamer
+    from edgert.apps.camera import media
 
-    if shutil.which("ffprobe") is None or not gstreamer.available()[0]:
+    if shutil.which("ffprobe") is None or not media.available()[0]:
         return False
-    Gst = gstreamer.gst()
+    Gst = media.gst()
     return all(Gst.ElementFactory.find(e) is not None for e in ("x264enc", "mp4mux", "appsrc"))
 
 
@@ -558,9 +558,9 @@ def _h264(frames: int, gop: int) -> list:
     """``frames`` of noise encoded by x264 with a key frame every ``gop``: (key, bytes) each."""
     import numpy as np
 
-    from edgert.apps.camera import gstreamer
+    from edgert.apps.camera import media
 
-    Gst = gstreamer.gst()
+    Gst = media.gst()
     pipe = Gst.parse_launch(
         "appsrc name=src format=time caps=video/x-raw,format=BGR,width=320,height=240,"
         "framerate=25/1 ! videoconvert ! x264enc tune=zerolatency speed-preset=ultrafast "

@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 import pytest
 
-from edgert.apps.camera import gstreamer
+from edgert.apps.camera import media
 from edgert.apps.camera.fit import decoder_fit, describe
 from edgert.apps.camera.gate import GateOptions
 from edgert.apps.camera.sources import CaptureSource, GstFileSource, SourceOptions
@@ -28,18 +28,18 @@ JETSON = PC - {"avdec_h264"} | {"nvv4l2decoder", "nvvidconv"}
 LETTERBOX = Preprocessing(size=(640, 640), resize="letterbox", interpolation="bilinear")
 
 
-def _fit(pre: Preprocessing = LETTERBOX) -> gstreamer.Fit:
-    return gstreamer.Fit(lambda w, h: pre.decode_size((h, w)), pre.interpolation)
+def _fit(pre: Preprocessing = LETTERBOX) -> media.Fit:
+    return media.Fit(lambda w, h: pre.decode_size((h, w)), pre.interpolation)
 
 
 def test_the_chains_that_scale_for_a_jetson_and_for_a_pc():
-    chain, _ = gstreamer.decode_chain("H264", JETSON, fit=_fit())
+    chain, _ = media.decode_chain("H264", JETSON, fit=_fit())
     # the VIC scales and converts in one pass; its caps get the size once the decoder says its own
     assert chain == (
         "rtph264depay ! h264parse ! nvv4l2decoder ! nvvidconv name=scale "
         "interpolation-method=1 ! capsfilter name=fit caps=video/x-raw,format=BGRx"
     )
-    chain, _ = gstreamer.decode_chain("H264", PC, fit=_fit())
+    chain, _ = media.decode_chain("H264", PC, fit=_fit())
     # scaled before the colour conversion: videoconvert converts the model's pixels
     assert chain == (
         "rtph264depay ! h264parse ! avdec_h264 thread-type=slice ! videoscale name=scale "
@@ -47,11 +47,11 @@ def test_the_chains_that_scale_for_a_jetson_and_for_a_pc():
         "capsfilter caps=video/x-raw,format=BGR"
     )
     area = Preprocessing(size=(224, 224), resize="stretch", interpolation="area")
-    assert "method=4" in gstreamer.file_pipeline("a.mp4", PC, _fit(area)).rest
-    assert "interpolation-method=4" in gstreamer.file_pipeline("a.mp4", JETSON, _fit(area)).rest
+    assert "method=4" in media.file_pipeline("a.mp4", PC, _fit(area)).rest
+    assert "interpolation-method=4" in media.file_pipeline("a.mp4", JETSON, _fit(area)).rest
     # no fit, or no videoscale on the machine: the chains as before
-    assert "scale" not in gstreamer.decode_chain("H264", PC)[0]
-    assert "scale" not in gstreamer.decode_chain("H264", PC - {"videoscale"}, fit=_fit())[0]
+    assert "scale" not in media.decode_chain("H264", PC)[0]
+    assert "scale" not in media.decode_chain("H264", PC - {"videoscale"}, fit=_fit())[0]
 
 
 @pytest.fixture(scope="module")
@@ -105,9 +105,9 @@ def _scene(path, frames: int = 24):
 
 
 def _gst_ready() -> bool:
-    if not gstreamer.available()[0]:
+    if not media.available()[0]:
         return False
-    Gst = gstreamer.gst()
+    Gst = media.gst()
     return all(Gst.ElementFactory.find(n) for n in ("avdec_mpeg4", "qtdemux", "videoscale"))
 
 
@@ -140,11 +140,11 @@ def test_a_gstreamer_file_source_gives_model_sized_frames_that_know_their_size(t
     finally:
         whole.close()
     # a fit that keeps the size (the frame is the model's size already): frames unscaled
-    keep = gstreamer.Fit(lambda w, h: None)
-    conn = gstreamer.GstConnection(
-        gstreamer.file_pipeline(str(video), gstreamer.elements(), keep),
+    keep = media.Fit(lambda w, h: None)
+    conn = media.GstConnection(
+        media.file_pipeline(str(video), media.elements(), keep),
         False,
-        gstreamer.elements(),
+        media.elements(),
         30.0,
         threading.Event(),
         fit=keep,

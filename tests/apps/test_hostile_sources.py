@@ -17,7 +17,7 @@ import cv2
 import numpy as np
 import pytest
 
-from edgert.apps.camera import gstreamer
+from edgert.apps.camera import media
 from edgert.apps.camera.sources import SourceOptions, StreamSource, open_source
 from edgert.apps.uris import check_stream_uri, expand, redact
 from edgert.runtime.errors import SourceError, StreamLost
@@ -27,7 +27,7 @@ from tests.ports import free_ports
 from tests.tiny import classifier_bundle
 
 needs_gst = pytest.mark.skipif(
-    not IN_CI and not gstreamer.available()[0],
+    not IN_CI and not media.available()[0],
     reason="GStreamer's Python bindings (.ci/run installs them)",
 )
 
@@ -60,10 +60,10 @@ def test_a_quote_in_a_uri_adds_no_element_to_the_pipeline(tmp_path):
         f'rtsp://127.0.0.1:{port}/cam" zz. ! rtph264depay ! h264parse ! filesink '
         f'location={target} rtspsrc name=zz location="rtsp://127.0.0.1:{port}/cam'
     )
-    launch = gstreamer.rtsp_source(hostile, 100, "tcp", 1.0)
+    launch = media.rtsp_source(hostile, 100, "tcp", 1.0)
     assert dict(launch.props)["location"] == hostile and launch.rest == ""
     with pytest.raises(StreamLost):
-        gstreamer.GstConnection(launch, True, gstreamer.elements(), 1.0, threading.Event())
+        media.GstConnection(launch, True, media.elements(), 1.0, threading.Event())
     assert not target.exists()
     # and edgert refuses it before any connection: a URI holds no spaces
     with pytest.raises(SourceError, match="is not a URI: it holds ' '"):
@@ -87,9 +87,9 @@ def test_every_file_name_decodes_with_gstreamer(tmp_path, name):
 
 
 def test_the_descriptions_shown_quote_what_they_hold():
-    text = gstreamer.rtsp_source('rtsp://h/a"b', 100, "auto", 5.0).text()
+    text = media.rtsp_source('rtsp://h/a"b', 100, "auto", 5.0).text()
     assert text.startswith('rtspsrc location="rtsp://h/a\\"b" latency=100')
-    assert "filesrc location=" in gstreamer.file_pipeline("x y.mp4", set()).text()
+    assert "filesrc location=" in media.file_pipeline("x y.mp4", set()).text()
 
 
 # -- E16 and a URI that cannot be one ------------------------------------------------------------
@@ -117,13 +117,13 @@ def test_failed_gstreamer_attempts_leave_no_descriptor_behind():
     """Each attempt to a dead camera used to leave its pipeline (two descriptors, its threads)
     to the pad-added handler's reference cycle: 76 -> 364 descriptors in 3 minutes with 8."""
     port = free_ports(1)[0]
-    have = gstreamer.elements()
+    have = media.elements()
     cancel = threading.Event()
 
     def attempt() -> None:
         with pytest.raises(StreamLost):
-            gstreamer.GstConnection(
-                gstreamer.rtsp_source(f"rtsp://127.0.0.1:{port}/cam", 100, "tcp", 1.0),
+            media.GstConnection(
+                media.rtsp_source(f"rtsp://127.0.0.1:{port}/cam", 100, "tcp", 1.0),
                 True,
                 have,
                 1.0,

@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 import pytest
 
-from edgert.apps.camera import gstreamer as restream
+from edgert.apps.camera import media as restream
 from edgert.apps.camera.sources import SourceOptions, open_source
 from tests.apps.test_rtsp_real import FPS, Server, needs_server
 from tests.conftest import ROOT, assert_user_error, run_cli

@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 import pytest
 
-from edgert.apps.camera import gstreamer
+from edgert.apps.camera import media
 from edgert.apps.camera.app import run_streams
 from edgert.apps.camera.sources import (
     CaptureSource,
@@ -34,9 +34,9 @@ from tests.tiny import classifier_bundle
 
 
 def _gst_has(*names: str) -> bool:
-    if not gstreamer.available()[0]:
+    if not media.available()[0]:
         return False
-    Gst = gstreamer.gst()
+    Gst = media.gst()
     return all(Gst.ElementFactory.find(n) is not None for n in names)
 
 
@@ -277,13 +277,13 @@ def test_bgrx_as_a_jetsons_vic_writes_it_gives_the_same_bgr_frames(width):
     drops the fourth byte. Run for real with videotestsrc writing BGRx and BGR."""
     frames = {}
     for fmt in ("BGRx", "BGR"):
-        launch = gstreamer.Launch(
+        launch = media.Launch(
             "videotestsrc",
             (("num-buffers", 2), ("pattern", "smpte")),
             f"videoconvert name=head ! capsfilter caps=video/x-raw,format={fmt},width={width},"
-            f"height=24 ! {gstreamer.appsink(False)}",
+            f"height=24 ! {media.appsink(False)}",
         )
-        conn = gstreamer.GstConnection(launch, False, gstreamer.elements(), 5.0, threading.Event())
+        conn = media.GstConnection(launch, False, media.elements(), 5.0, threading.Event())
         try:
             frames[fmt] = conn.first[0]
         finally:
@@ -309,28 +309,28 @@ def test_the_pipeline_chosen_for_a_jetson_and_for_a_pc():
         "decodebin",
     }
     jetson = pc - {"avdec_h264", "avdec_h265"} | {"nvv4l2decoder", "nvvidconv", "nvarguscamerasrc"}
-    chain, dec = gstreamer.decode_chain("H264", jetson)
+    chain, dec = media.decode_chain("H264", jetson)
     assert dec == "nvv4l2decoder"
     # the VIC's BGRx goes to the appsink as it is: no CPU videoconvert at full resolution
     assert chain == (
         "rtph264depay ! h264parse ! nvv4l2decoder ! nvvidconv ! "
         "capsfilter caps=video/x-raw,format=BGRx"
     )
-    assert "videoconvert" not in gstreamer.csi_pipeline(0, 1920, 1080, 30).text()
-    assert gstreamer.decode_chain("H265", jetson)[0].startswith(
+    assert "videoconvert" not in media.csi_pipeline(0, 1920, 1080, 30).text()
+    assert media.decode_chain("H265", jetson)[0].startswith(
         "rtph265depay ! h265parse ! nvv4l2decoder"
     )
-    assert gstreamer.decode_chain("H264", pc) == (
+    assert media.decode_chain("H264", pc) == (
         "rtph264depay ! h264parse ! avdec_h264 thread-type=slice ! videoconvert ! capsfilter caps=video/x-raw,format=BGR",
         "avdec_h264",
     )
-    assert gstreamer.decode_chain("MP4V-ES", pc)[1] == "decodebin"
-    assert "nvvidconv" in gstreamer.file_pipeline("a.mp4", jetson).text()
-    assert "nvvidconv" not in gstreamer.file_pipeline("a.mp4", pc).text()
-    src = gstreamer.rtsp_source("rtsp://cam/live", 100, "tcp", 5.0).text()
+    assert media.decode_chain("MP4V-ES", pc)[1] == "decodebin"
+    assert "nvvidconv" in media.file_pipeline("a.mp4", jetson).text()
+    assert "nvvidconv" not in media.file_pipeline("a.mp4", pc).text()
+    src = media.rtsp_source("rtsp://cam/live", 100, "tcp", 5.0).text()
     assert "latency=100 protocols=tcp" in src and "tcp-timeout=5000000" in src
-    assert "protocols" not in gstreamer.rtsp_source("rtsp://cam/live", 100, "auto", 5.0).text()
-    assert gstreamer.hardware_decoder(jetson) and not gstreamer.hardware_decoder(pc)
+    assert "protocols" not in media.rtsp_source("rtsp://cam/live", 100, "auto", 5.0).text()
+    assert media.hardware_decoder(jetson) and not media.hardware_decoder(pc)
 
 
 @pytest.mark.subprocess
@@ -339,10 +339,10 @@ def test_pytorch_still_throws_and_catches_after_gstreamer_started():
     first, PyTorch's JIT tracer aborted the process in torch.onnx.export (the test suite's own
     process, which runs both)."""
     pytest.importorskip("torch")
-    if not IN_CI and not gstreamer.available()[0]:
+    if not IN_CI and not media.available()[0]:
         pytest.skip("GStreamer's Python bindings (.ci/run installs them)")
     code = (
-        "from edgert.apps.camera import gstreamer; gstreamer.gst(); import io, torch; "
+        "from edgert.apps.camera import media; media.gst(); import io, torch; "
         "net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval(); "
         "torch.onnx.export(net, torch.zeros(1, 3, 16, 16), io.BytesIO(), dynamo=False); print('ok')"
     )
@@ -381,7 +381,7 @@ def test_without_gstreamer_auto_falls_back_with_a_note_and_gstreamer_says_what_t
 
 @pytest.mark.subprocess
 @pytest.mark.skipif(
-    not IN_CI and not gstreamer.available()[0],
+    not IN_CI and not media.available()[0],
     reason="GStreamer's Python bindings (.ci/run installs them)",
 )
 def test_info_says_which_decoders_exist_and_which_would_be_used():

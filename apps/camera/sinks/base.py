@@ -66,7 +66,7 @@ class SinkContext:
     probes: object = None
     live: Callable[[], dict] | None = None
     sources: list = field(default_factory=list)  # the streams' sources (clips tap RTSP's packets)
-    demand: object = None  # gstreamer.Demand: held while a viewer watches (full frames then)
+    demand: object = None  # media.Demand: held while a viewer watches (full frames then)
 
 
 def folder_and_query(uri: str, what: str, known: tuple) -> tuple[str, dict]:

@@ -4,7 +4,7 @@ recordings and DeepStream's Smart Record keep them.
 Per stream, a ring of *encoded* samples covering the last ``pre`` seconds from a key frame (never
 raw frames: about a megabyte a second at 720p). An RTSP camera read through GStreamer gives its own
 H.264 or H.265 packets, taken after the depayloader and parser and before the decoder
-(``gstreamer.PacketTap``): its clips hold the camera's video as it sent it (its key frames, its
+(``media.PacketTap``): its clips hold the camera's video as it sent it (its key frames, its
 quality; clean, no boxes), never decoded and encoded again, as NVRs record. Other sources (and
 ``reencode=1``) have their frames (annotated, or ``clean=1``) encoded once to H.264 (the rtsp://
 output's encoder choice, a key frame every second). On an
@@ -108,7 +108,7 @@ class _Stream:
 
     def __init__(self, out: ClipsOutput, stream: int, tap=None) -> None:
         self.out, self.stream = out, stream
-        self.tap = tap  # an RTSP camera's own packets (gstreamer.PacketTap), or None: encode
+        self.tap = tap  # an RTSP camera's own packets (media.PacketTap), or None: encode
         self._connection = 0  # the tap's segment the ring holds (a connection, a picture size)
         self.codec = "h264"
         self.encoder = None  # (pipeline, appsrc, appsink) once the first frame gives the size
@@ -121,7 +121,7 @@ class _Stream:
         self.clip = None  # the clip being written (ClipsOutput.start_clip's dict)
 
     def _open(self, width: int, height: int) -> None:
-        from edgert.apps.camera.gstreamer import encode_chain
+        from edgert.apps.camera.media import encode_chain
 
         Gst = self.out.Gst
         caps = f"video/x-raw,format=BGR,width={width},height={height},framerate={self.out.fps_frac}"
@@ -331,7 +331,7 @@ class ClipsOutput(Sink):
     BUDGET_EVERY_S = 1.0  # the size budget checked this often while a clip is written
 
     def __init__(self, uri: str, ctx: SinkContext) -> None:
-        from edgert.apps.camera.gstreamer import (
+        from edgert.apps.camera.media import (
             INSTALL,
             INSTALL_ENCODER,
             choose_encoder,

@@ -25,7 +25,7 @@ import re
 import threading
 from urllib.parse import parse_qs
 
-from edgert.apps.camera.gstreamer import INSTALL_ENCODER, choose_encoder, elements, encode_chain
+from edgert.apps.camera.media import INSTALL_ENCODER, choose_encoder, elements, encode_chain
 from edgert.apps.uris import credentials, redact, show_host, split, warn_if_open
 from edgert.runtime.errors import OutputError
 
@@ -95,7 +95,7 @@ def options(uri: str) -> dict:
 
 
 def _rtsp_server():
-    from edgert.apps.camera.gstreamer import gst
+    from edgert.apps.camera.media import gst
 
     try:
         Gst = gst()

@@ -11,7 +11,7 @@ from pathlib import Path
 from edgert.runtime import atomic
 from edgert.runtime.errors import OutputError
 
-from ..opencv_log import quiet_opencv
+from ..media.opencv_log import quiet_opencv
 from .base import Sink, SinkContext, stream_of
 from .mosaic import MosaicOutput, letterbox
 

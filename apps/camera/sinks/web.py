@@ -105,7 +105,7 @@ class HttpOutput(Sink):
         self._jpeg: list[bytes | None] = [None] * self.streams
         self._seq = [0] * self.streams
         self._watching = [0] * self.streams  # video streams open, per camera stream
-        self.demand = demand  # gstreamer.Demand: held while any is open (full frames then)
+        self.demand = demand  # media.Demand: held while any is open (full frames then)
         self._cond = threading.Condition()
         self.live_stats: dict = {}
         self.history = [collections.deque(maxlen=HISTORY_S) for _ in range(self.streams)]

@@ -33,7 +33,7 @@ class SourceOptions:
     rtsp_latency_ms: int = 100  # GStreamer's jitter buffer
     rtsp_transport: str = "auto"  # tcp | udp | auto
     decoder_scale: str = "auto"  # auto: GStreamer scales to the model when no sink needs frames
-    fit: object = None  # gstreamer.Fit: set by the camera run where decoder_scale allows it
+    fit: object = None  # media.Fit: set by the camera run where decoder_scale allows it
 
     def __post_init__(self) -> None:
         for name in ("width", "height"):
@@ -177,7 +177,7 @@ class FrameSource:
         return {}
 
     def tap_packets(self):
-        """A :class:`~edgert.apps.camera.gstreamer.PacketTap` that will hold the source's encoded
+        """A :class:`~edgert.apps.camera.media.PacketTap` that will hold the source's encoded
         video as it arrives, for a sink that keeps it (clips), asked before the first read;
         None where the source has no encoded video to give (the default)."""
         return None

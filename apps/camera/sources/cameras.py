@@ -7,7 +7,7 @@ from pathlib import Path
 
 from edgert.runtime.errors import SourceError
 
-from .. import gstreamer
+from .. import media
 from .base import FrameSource, SourceOptions
 from .gst import GstCameraSource, choose_decoder
 from .opencv import LiveCapture, opencv_has_gstreamer
@@ -19,16 +19,16 @@ def open_csi(uri: str, opts: SourceOptions) -> FrameSource:
     index = uri[len("csi://") :] or "0"
     if not index.isdigit():
         raise SourceError(f"{uri}: a CSI camera is csi://N with N a sensor number")
-    pygobject = gstreamer.available()[0]
+    pygobject = media.available()[0]
     if not pygobject and not opencv_has_gstreamer():
         raise SourceError(
             "csi:// needs GStreamer: PyGObject (python3-gi) or OpenCV built with GStreamer "
             "(pip's opencv-python-headless has neither; use JetPack's python3-opencv)"
         )
     w, h, fps = opts.width or 1280, opts.height or 720, int(opts.fps or 30)
-    launch = gstreamer.csi_pipeline(int(index), w, h, fps)
+    launch = media.csi_pipeline(int(index), w, h, fps)
     if opts.decoder != "ffmpeg" and pygobject:
-        if "nvarguscamerasrc" not in gstreamer.elements():
+        if "nvarguscamerasrc" not in media.elements():
             raise SourceError(
                 "csi:// needs JetPack's nvarguscamerasrc (a Jetson with a CSI camera); this "
                 "machine's GStreamer has none"
@@ -48,7 +48,7 @@ def open_v4l2(uri: str, opts: SourceOptions) -> FrameSource:
         )
     if opts.decoder == "gstreamer":  # asked for: OpenCV's V4L2 back end is the default
         choose_decoder("gstreamer", "v4l2")  # a sentence when GStreamer is absent
-        launch = gstreamer.v4l2_pipeline(device, opts.width, opts.height, opts.fps, opts.codec)
+        launch = media.v4l2_pipeline(device, opts.width, opts.height, opts.fps, opts.codec)
         return GstCameraSource(f"camera {device}", launch, opts.io_timeout)
     try:
         return LiveCapture(device, f"camera {device}", api=cv2.CAP_V4L2, opts=opts)

@@ -8,7 +8,7 @@ import threading
 from edgert.runtime.errors import SourceError, StreamLost
 from edgert.runtime.images import check_pixels
 
-from .. import gstreamer
+from .. import media
 from .base import FrameSource
 
 
@@ -19,7 +19,7 @@ class GstCameraSource(FrameSource):
         self.description = description
         self._cancel = threading.Event()
         try:
-            self.conn = gstreamer.GstConnection(pipeline, True, set(), timeout_s, self._cancel)
+            self.conn = media.GstConnection(pipeline, True, set(), timeout_s, self._cancel)
         except StreamLost as exc:
             raise SourceError(f"cannot open {description}: {exc}") from None
         self.decoder = "gstreamer"
@@ -53,10 +53,10 @@ class GstFileSource(FrameSource):
         self.description = f"video {path} (GStreamer)"
         self.loop = loop
         self._cancel = threading.Event()
-        have = gstreamer.elements()
+        have = media.elements()
         try:
-            self.conn = gstreamer.GstConnection(
-                gstreamer.file_pipeline(path, have, fit), False, have, 30.0, self._cancel, fit=fit
+            self.conn = media.GstConnection(
+                media.file_pipeline(path, have, fit), False, have, 30.0, self._cancel, fit=fit
             )
         except StreamLost as exc:
             raise SourceError(f"cannot decode {path} with GStreamer: {exc}") from None
@@ -105,18 +105,16 @@ def choose_decoder(requested: str, kind: str) -> tuple[str, str | None]:
     decode with FFmpeg's own decoders, and OpenCV's is the proven path)."""
     if requested == "ffmpeg":
         return "ffmpeg", None
-    ok, why = gstreamer.available()
+    ok, why = media.available()
     if requested == "gstreamer":
         if not ok:
-            raise SourceError(f"--decoder gstreamer: {why}; {gstreamer.INSTALL}")
+            raise SourceError(f"--decoder gstreamer: {why}; {media.INSTALL}")
         return "gstreamer", None
     if kind == "file":
-        return (
-            "gstreamer" if ok and gstreamer.hardware_decoder(gstreamer.elements()) else "ffmpeg"
-        ), None
+        return ("gstreamer" if ok and media.hardware_decoder(media.elements()) else "ffmpeg"), None
     if ok:
         return "gstreamer", None
     return "ffmpeg", (
         f"{why}: RTSP is decoded by OpenCV's FFmpeg on the CPU; for hardware "
-        f"decode and low latency {gstreamer.INSTALL}"
+        f"decode and low latency {media.INSTALL}"
     )

@@ -8,7 +8,7 @@ import time
 from edgert.runtime.errors import SourceError
 from edgert.runtime.images import check_pixels
 
-from ..opencv_log import quiet_opencv
+from ..media.opencv_log import quiet_opencv
 from .base import FrameSource, SourceOptions
 
 

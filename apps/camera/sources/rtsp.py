@@ -11,8 +11,8 @@ import time
 from edgert.apps.uris import check_stream_uri, encoded, redact
 from edgert.runtime.errors import SourceError, StreamLost
 
-from .. import gstreamer
-from ..opencv_log import quiet_ffmpeg, quiet_opencv
+from .. import media
+from ..media.opencv_log import quiet_ffmpeg, quiet_opencv
 from .base import FrameSource, SourceOptions
 from .gst import choose_decoder
 from .rtsp_ask import UNAUTHORIZED
@@ -102,7 +102,7 @@ class StreamSource(FrameSource):
         if self.decoder != "gstreamer":
             return None
         if self.packet_tap is None:
-            self.packet_tap = gstreamer.PacketTap()
+            self.packet_tap = media.PacketTap()
         return self.packet_tap
 
     def cancel(self) -> None:
@@ -112,10 +112,10 @@ class StreamSource(FrameSource):
         if self.decoder == "ffmpeg":
             return _FfmpegConnection(self.url, timeout_s, self.opts.stall_timeout)
         if self._have is None:
-            self._have = gstreamer.elements()
+            self._have = media.elements()
         o = self.opts
-        launch = gstreamer.rtsp_source(self.url, o.rtsp_latency_ms, o.rtsp_transport, timeout_s)
-        return gstreamer.GstConnection(
+        launch = media.rtsp_source(self.url, o.rtsp_latency_ms, o.rtsp_transport, timeout_s)
+        return media.GstConnection(
             launch, True, self._have, timeout_s, self._cancel, self.packet_tap, o.fit
         )
 

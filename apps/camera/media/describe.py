@@ -1,0 +1,197 @@
+"""Pipeline descriptions: pure functions of the elements a machine has (:func:`.load.elements`),
+so a Jetson's (NVDEC, the VIC's ``nvvidconv``) are tested on any machine. Where the camera's URI,
+path or device goes, it is a property value of the first element (:class:`Launch`), never
+pipeline syntax."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from .load import hardware_decoder
+
+BGR = "videoconvert ! capsfilter caps=video/x-raw,format=BGR"
+BGRX = "capsfilter caps=video/x-raw,format=BGRx"  # what nvvidconv writes (see _to_bgr)
+SINK_CAPS = "video/x-raw,format={ BGR, BGRx }"  # what the appsink takes; _frame gives BGR
+
+
+class Demand:
+    """Full frames on demand: a sink that shows the camera's pixels only while someone watches
+    (the web viewer's video streams) holds it up while one does; the decoder gives full frames
+    while it is up and frames at the model's size otherwise. Any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+
+    @property
+    def wanted(self) -> bool:
+        return self._holders > 0
+
+    def hold(self) -> None:
+        with self._lock:
+            self._holders += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._holders = max(0, self._holders - 1)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Frames scaled in the decoder to the size the model's preprocessing resizes them to (a
+    camera run where no sink needs full frames): ``size(w, h)`` of a decoded frame -> (W, H), or
+    None to keep it (it would not shrink); ``interpolation``: the preprocessing's; ``demand``: a
+    :class:`Demand` whose holders get full frames while they hold it (None: never)."""
+
+    size: object  # Callable[[int, int], tuple[int, int] | None]
+    interpolation: str = "bilinear"
+    demand: Demand | None = None
+
+
+# the preprocessing's interpolation -> the scaler's closest method (videoscale's GstVideoScale
+# method enum; nvvidconv's interpolation-method: 0 nearest, 1 bilinear, 2 5-tap, 4 smart)
+_VIDEOSCALE = {"nearest": 0, "bilinear": 1, "linear": 4, "area": 4, "cubic": 8}
+_NVVIDCONV = {"nearest": 0, "bilinear": 1, "linear": 4, "area": 4, "cubic": 2}
+
+
+def _to_bgr(have: set[str], fit: Fit | None = None) -> str:
+    """The end of a decode chain: BGR (or BGRx) frames, scaled when ``fit`` says so (the scaler
+    named ``scale``; its output caps, the capsfilter ``fit``, are set once the decoded size is
+    known: :meth:`GstConnection._fit_caps`)."""
+    # nvvidconv takes NVMM (NVDEC's) and system memory alike, and converts on the VIC; the VIC
+    # writes BGRx, not BGR: the appsink takes BGRx as it is, and the one copy out of GStreamer's
+    # memory drops the fourth byte (a CPU videoconvert after it was a second full-frame pass)
+    if hardware_decoder(have):
+        if fit is None:
+            return f"nvvidconv ! {BGRX}"
+        method = _NVVIDCONV.get(fit.interpolation, 1)
+        return (
+            f"nvvidconv name=scale interpolation-method={method} ! "
+            "capsfilter name=fit caps=video/x-raw,format=BGRx"
+        )
+    if fit is None or "videoscale" not in have:
+        return BGR
+    # scaled before the colour conversion: it then converts the model's pixels, not the camera's
+    method = _VIDEOSCALE.get(fit.interpolation, 1)
+    return f"videoscale name=scale method={method} ! capsfilter name=fit caps=video/x-raw ! {BGR}"
+
+
+def decode_chain(
+    codec: str, have: set[str], tap: bool = False, fit: Fit | None = None
+) -> tuple[str, str]:
+    """(the description from ``codec``'s RTP packets to BGR frames, the decoder it uses).
+    ``codec``: the RTP encoding name (H264, H265; anything else goes to decodebin). ``tap``: the
+    parsed access units also go, before decoding, to an appsink named ``packets`` (clips keep
+    the camera's own video: :class:`PacketTap`); ``fit``: frames scaled to the model's size."""
+    codec = codec.lower()
+    if codec in ("h264", "h265") and {f"rtp{codec}depay", f"{codec}parse"} <= have:
+        head = f"rtp{codec}depay ! {codec}parse ! "
+        if tap:  # SPS/PPS (VPS) before every key frame: a clip may start at any of them
+            head = (
+                f"rtp{codec}depay ! {codec}parse config-interval=-1 ! "
+                f"video/x-{codec},stream-format=byte-stream,alignment=au ! tee name=t ! "
+                "queue ! appsink name=packets sync=false emit-signals=true t. ! queue ! "
+            )
+        if hardware_decoder(have):
+            return head + f"nvv4l2decoder ! {_to_bgr(have, fit)}", "nvv4l2decoder"
+        if f"avdec_{codec}" in have:  # frame threading would hold frames back: slices only
+            return (
+                head + f"avdec_{codec} thread-type=slice ! {_to_bgr(have, fit)}",
+                f"avdec_{codec}",
+            )
+    return f"decodebin ! {_to_bgr(have, fit)}", "decodebin"
+
+
+def appsink(live: bool) -> str:
+    """A live source keeps only the newest frame (older ones are stale); a file loses none."""
+    if live:
+        return "appsink name=sink sync=false max-buffers=1 drop=true"
+    return "appsink name=sink sync=false max-buffers=4 drop=false"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A pipeline to run: its first element, made by name with its properties set as values (a
+    URI, a path or a device a user gave is a property value, never pipeline syntax: a quote in
+    it cannot add elements), then ``rest``, a description edgert writes itself from fixed
+    strings and numbers ("" for ``rtspsrc``, whose decode chain follows its stream's codec)."""
+
+    element: str
+    props: tuple = ()  # ((name, value), ...)
+    rest: str = ""
+
+    def text(self) -> str:
+        """As ``gst-launch-1.0`` would write it (``edgert info``, logs); never parsed."""
+        props = "".join(f" {k}={'***' if k == 'user-pw' else _shown(v)}" for k, v in self.props)
+        return f"{self.element}{props}" + (f" ! {self.rest}" if self.rest else "")
+
+
+def _shown(value) -> str:
+    if isinstance(value, str) and not value.replace("-", "").replace("_", "").isalnum():
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(value)
+
+
+def rtsp_source(url: str, latency_ms: int, transport: str, timeout_s: float) -> Launch:
+    """``rtspsrc`` for ``url``: ``latency_ms`` of jitter buffer (GStreamer's default is 2000),
+    ``transport`` tcp, udp or auto (UDP, then TCP)."""
+    from edgert.apps.uris import without_credentials
+
+    us = int(timeout_s * 1e6)
+    try:  # decoded: "#", "/" or "@" as they are
+        location, user, password = without_credentials(url)
+    except ValueError:  # not a URI (open_source refuses those first): a location as given
+        location, user, password = url, None, None
+    props = [("location", location), ("latency", int(latency_ms))]
+    if user is not None:
+        props += [("user-id", user), ("user-pw", password or "")]
+    if transport in ("tcp", "udp"):
+        props.append(("protocols", transport))
+    props += [("tcp-timeout", us), ("timeout", us)]
+    return Launch("rtspsrc", tuple(props))
+
+
+def file_pipeline(path: str, have: set[str], fit: Fit | None = None) -> Launch:
+    return Launch(
+        "filesrc",
+        (("location", path),),
+        f"decodebin name=head ! {_to_bgr(have, fit)} ! {appsink(False)}",
+    )
+
+
+def csi_pipeline(sensor: int, width: int, height: int, fps: int) -> Launch:
+    return Launch(
+        "nvarguscamerasrc",
+        (("sensor-id", int(sensor)),),
+        f'capsfilter name=head caps="video/x-raw(memory:NVMM),width={int(width)},'
+        f'height={int(height)},framerate={int(fps)}/1" ! nvvidconv ! '
+        f"{BGRX} ! {appsink(True)}",
+    )
+
+
+def v4l2_pipeline(device: str, width, height, fps, codec) -> Launch:
+    caps = ",".join(
+        [f"width={int(width)}"] * bool(width)
+        + [f"height={int(height)}"] * bool(height)
+        + [f"framerate={int(fps)}/1"] * bool(fps)
+    )
+    if codec == "mjpeg":
+        head = "capsfilter name=head caps=image/jpeg" + ("," + caps if caps else "") + " ! jpegdec"
+    else:
+        head = (
+            "capsfilter name=head caps=video/x-raw"
+            + (",format=YUY2" if codec == "yuyv" else "")
+            + ("," + caps if caps else "")
+        )
+    return Launch("v4l2src", (("device", device),), f"{head} ! {BGR} ! {appsink(True)}")
+
+
+def describe(kind: str, have: set[str], latency_ms: int = 100, transport: str = "auto") -> str:
+    """The pipeline edgert would run here for ``kind`` (rtsp-h264, rtsp-h265, file), for
+    ``edgert info``."""
+    if kind.startswith("rtsp"):
+        chain, _ = decode_chain(kind.split("-")[1], have)
+        head = rtsp_source("rtsp://…", latency_ms, transport, 5.0).text()
+        return f"{head} ! {chain} ! {appsink(True)}"
+    return file_pipeline("…", have).text()

@@ -52,7 +52,10 @@ lint: install
 	$(VENV)/bin/vermin -t=3.8- --no-tips --violations -q runtime apps export/triton.py tests/runtime/test_gpu*.py
 
 # everything, every real component; the 25 slowest tests are named at the end of the log
+# TensorRT's binding wheels (tests/trt_api.py: the real API of 8.6, 10.3, 10.13 and 11.4 against
+# stub libraries), downloaded once into ~/.cache/edgert-trt-bindings
 test: lint
+	$(PY) -m tests.trt_api prepare
 	$(VENV)/bin/pytest -q --durations=25
 
 # the in-process tests of what you touched (tests/quick.py says which and why), about a minute;

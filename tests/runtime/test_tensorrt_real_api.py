@@ -1,0 +1,265 @@
+"""edgert's TensorRT code against the API each TensorRT really has (issue 51): the binding wheels
+of 8.6 (JetPack 5's 8.x API), 10.3 (JetPack 6), 10.13 (JetPack 7, Thor) and 11.4, imported
+against stub libraries (tests/trt_api.py), each in its own process.
+
+What this proves: every name edgert's build and load paths touch on ``trt`` (classes, enum
+members, the compat layer's flag names), every method and property they use on TensorRT's
+objects, and every call's keywords and argument count, exist in that version as its pybind11
+signatures say, or are guarded where they do not (``hasattr``, a feature of
+``tensorrt_compat``); and edgert's trampolines (the logger, the progress bar, the calibrator)
+subclass the real classes. What only a GPU proves: that the calls do what we expect.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgert.runtime.backends import tensorrt_compat as compat
+from edgert.runtime.precision import PRECISIONS
+from tests import trt_api
+
+pytestmark = pytest.mark.subprocess
+if not hasattr(ast, "unparse"):  # Python 3.8 (make test-oldest); the API is the same for any
+    pytest.skip("the real-API checks run on Python 3.9+", allow_module_level=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = [
+    ROOT / "runtime/backends" / f for f in ("tensorrt.py", "tensorrt_plan.py", "tensorrt_logger.py")
+]
+# the names edgert's TensorRT code gives TensorRT's objects -> their classes in the bindings
+OBJECTS = {
+    "builder": "Builder",
+    "config": "IBuilderConfig",
+    "network": "INetworkDefinition",
+    "parser": "OnnxParser",
+    "profile": "IOptimizationProfile",
+    "tensor": "ITensor",
+    "err": "ParserError",
+    "engine": "ICudaEngine",
+    "self.engine": "ICudaEngine",
+    "self.context": "IExecutionContext",
+    "context": "IExecutionContext",
+    "self.runtime": "Runtime",
+}
+# names used only where a feature of tensorrt_compat says the version has them
+GUARDED = {
+    "IProgressMonitor": "progress_monitor",
+    "IInt8EntropyCalibrator2": "implicit_int8_calibration",
+    "BuilderFlag.INT8": "implicit_int8_calibration",  # DLA's calibration cache (Q/DQ: compat)
+    "IBuilderConfig.int8_calibrator": "implicit_int8_calibration",
+    "IBuilderConfig.progress_monitor": "progress_monitor",
+}
+
+
+@pytest.fixture(scope="module")
+def apis():
+    got = trt_api.prepare()
+    missing = {v: why for v, why in got.items() if why}
+    if len(missing) == len(trt_api.WHEELS):
+        pytest.skip("no TensorRT binding wheel could be had: " + "; ".join(missing.values()))
+    return {v: trt_api.api(v) for v in trt_api.WHEELS if not got[v]}
+
+
+def _members(api: dict, cls: str) -> set:
+    entry = api["names"].get(cls) or {}
+    return set(entry.get("members", [])) | set(entry.get("attributes", []))
+
+
+def _uses() -> list[tuple]:
+    """(module:line, owner, attribute, call) for every ``trt.X[.Y]`` and ``obj.attr`` in edgert's
+    TensorRT modules, with whether a ``hasattr(obj, "attr")`` in the same function guards it;
+    ``call``: the ast.Call when the attribute is called."""
+    out = []
+    for path in MODULES:
+        tree = ast.parse(path.read_text())
+        parents = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute):
+                continue
+            owner = ast.unparse(node.value)
+            where = f"{path.name}:{node.lineno}"
+            call = parents.get(node) if isinstance(parents.get(node), ast.Call) else None
+            if call is not None and call.func is not node:
+                call = None
+            ours = owner in OBJECTS or owner == "trt"
+            if ours or (owner.startswith("trt.") and owner.count(".") == 1):
+                out.append((where, owner, node.attr, call, _guarded(node, parents)))
+    return out
+
+
+def _guarded(node, parents) -> bool:
+    """Whether the function around ``node`` asks ``hasattr(<its owner>, "<its name>")``."""
+    fn = node
+    while fn in parents and not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        fn = parents[fn]
+    owner = ast.unparse(node.value)
+    for n in ast.walk(fn):
+        if (
+            isinstance(n, ast.Call)
+            and ast.unparse(n.func) == "hasattr"
+            and len(n.args) == 2
+            and ast.unparse(n.args[0]) == owner
+            and isinstance(n.args[1], ast.Constant)
+            and n.args[1].value == node.attr
+        ):
+            return True
+    return False
+
+
+def _params(signature: str) -> list[str]:
+    """Parameter names of one pybind11 signature line, ``self`` dropped."""
+    inner = signature[signature.index("(") + 1 : signature.rindex(")")]
+    depth, cur, parts = 0, "", []
+    for ch in inner:
+        depth += ch in "[("
+        depth -= ch in "])"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    names = [p.split(":")[0].split("=")[0].strip() for p in parts if p.strip()]
+    return [n for n in names if n and n != "self"]
+
+
+def _call_fits(call: ast.Call, signatures: list[str]) -> bool:
+    keywords = {k.arg for k in call.keywords if k.arg}
+    for sig in signatures:
+        names = _params(sig)
+        if len(call.args) <= len(names) and keywords <= set(names[len(call.args) :]):
+            return True
+    return False
+
+
+def _feature(version: tuple, name: str) -> bool:
+    return getattr(compat.features(version), name)
+
+
+def test_the_compat_layer_names_only_what_each_version_has(apis):
+    for v, api in apis.items():
+        version = trt_api.VERSIONS[v]
+        f = compat.features(version)
+        flags, ndcf = _members(api, "BuilderFlag"), _members(api, "NetworkDefinitionCreationFlag")
+        for precision, qdq, typed in itertools.product(PRECISIONS, (True, False), (True, False)):
+            assert set(compat.builder_flag_names(version, precision, qdq)) <= flags, (v, precision)
+            assert set(compat.cleared_builder_flag_names(version, precision)) <= flags, v
+            assert set(compat.network_flag_names(version, typed)) <= ndcf, (v, typed)
+        assert f.weak_typing == ("FP16" in flags), v  # 11.4: no FP16 / INT8 / FP8 builder flags
+        assert f.strongly_typed_flag == ("STRONGLY_TYPED" in ndcf) or not f.weak_typing, v
+        assert f.progress_monitor == ("IProgressMonitor" in api["names"]), v
+        assert f.implicit_int8_calibration == ("IInt8EntropyCalibrator2" in api["names"]), v
+        assert f.device_memory_attr in _members(api, "ICudaEngine"), v
+        real = set(api["names"]["DataType"]["members"])
+        assert set(compat.data_types(version)) == real, (v, sorted(real))
+
+
+def test_every_name_edgert_touches_exists_or_is_guarded(apis):
+    uses = _uses()
+    assert len(uses) > 60, len(uses)  # the scan sees the build and load paths
+    wrong = []
+    for v, api in apis.items():
+        version = trt_api.VERSIONS[v]
+        for where, owner, attr, call, guarded in uses:
+            if owner == "trt":
+                cls, have = attr, set(api["names"])
+                key = attr
+            elif owner.startswith("trt."):
+                cls = owner.split(".")[1]
+                have, key = _members(api, cls), f"{cls}.{attr}"
+            else:
+                cls = OBJECTS[owner]
+                have, key = _members(api, cls), f"{cls}.{attr}"
+            if attr.startswith("__"):
+                continue
+            feature = GUARDED.get(key)
+            if feature is not None:
+                # a guard that the version needs: present where the feature says so, else absent
+                if _feature(version, feature) != (attr in have):
+                    wrong.append(
+                        f"{v} {where}: {key} present={attr in have}, {feature} says otherwise"
+                    )
+                continue
+            if attr not in have:
+                if not guarded:
+                    wrong.append(f"{v} {where}: TensorRT {v} has no {key}")
+                continue
+            if call is not None:
+                sigs = api["names"].get(cls, {}).get("signatures", {}).get(attr, [])
+                if sigs and not _call_fits(call, sigs):
+                    wrong.append(f"{v} {where}: {ast.unparse(call)} does not fit {sigs}")
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_a_wrong_call_is_caught_with_the_version_and_the_real_signature(apis):
+    """The checks above can fail: a removed member, a misspelt keyword."""
+    v = max(apis, key=lambda k: trt_api.VERSIONS[k])
+    api = apis[v]
+    assert "INT8" not in _members(api, "BuilderFlag") or v != "11.4"
+    call = ast.parse("config.set_timing_cache(cache, ignore_mismatches=False)").body[0].value
+    sigs = api["names"]["IBuilderConfig"]["signatures"]["set_timing_cache"]
+    assert not _call_fits(call, sigs) and "ignore_mismatch" in sigs[0]
+    good = ast.parse("config.set_timing_cache(cache, ignore_mismatch=False)").body[0].value
+    assert _call_fits(good, sigs)
+
+
+TRAMPOLINES = r"""
+import json, sys
+from tests import trt_api
+trt = trt_api.activate()
+from edgert.runtime.backends import tensorrt_compat as compat
+from edgert.runtime.backends import tensorrt_logger, tensorrt_plan
+out = {}
+logger = tensorrt_logger.process_logger()
+out["logger_is_ilogger"] = isinstance(logger, trt.ILogger)
+mark = logger.mark()
+logger.log(trt.ILogger.Severity.ERROR, "a message from TensorRT")
+out["logged"] = logger.since(mark)
+f = compat.features(compat.parse_version(trt.__version__))
+if f.progress_monitor:
+    bar = tensorrt_plan._progress_monitor(trt)
+    bar.phase_start("Building", None, 4)
+    out["monitor"] = [isinstance(bar, trt.IProgressMonitor), bar.step_complete("Building", 1)]
+if f.implicit_int8_calibration:
+    cal = tensorrt_plan._calibrator(trt, b"TRT-8600-EntropyCalibration2\n")
+    out["calibrator"] = [isinstance(cal, trt.IInt8EntropyCalibrator2),
+                         cal.read_calibration_cache().decode(), cal.get_batch_size()]
+try:
+    trt.Builder(logger)
+except Exception as exc:  # the stub libraries return no builder
+    out["builder"] = type(exc).__name__
+json.dump(out, sys.stdout)
+"""
+
+
+def test_edgerts_trampolines_subclass_the_real_classes(apis):
+    for v in apis:
+        got = subprocess.run(
+            [sys.executable, "-c", TRAMPOLINES],
+            capture_output=True,
+            text=True,
+            env=trt_api.env(v),
+            cwd=ROOT,
+            timeout=120,
+        )
+        assert got.returncode == 0, (v, got.stderr[-1500:])
+        out = json.loads(got.stdout.strip().splitlines()[-1])
+        assert out["logger_is_ilogger"], (v, out)
+        assert any("a message from TensorRT" in m for m in out["logged"]), (v, out)
+        major = trt_api.VERSIONS[v][0]
+        assert ("monitor" in out) == (major >= 10), (v, out)
+        if "monitor" in out:
+            assert out["monitor"] == [True, True], (v, out)
+        assert ("calibrator" in out) == (major < 11), (v, out)
+        if "calibrator" in out:
+            assert out["calibrator"][0] and "EntropyCalibration2" in out["calibrator"][1], out
+        assert out.get("builder"), (v, out)  # nothing here pretends to build
+        assert re.match(r"\d+\.\d+", v)

@@ -263,3 +263,210 @@ def test_edgerts_trampolines_subclass_the_real_classes(apis):
             assert out["calibrator"][0] and "EntropyCalibration2" in out["calibrator"][1], out
         assert out.get("builder"), (v, out)  # nothing here pretends to build
         assert re.match(r"\d+\.\d+", v)
+
+
+BUILD = r"""
+import json, sys
+from pathlib import Path
+from tests import trt_api, trt_fake
+trt = trt_api.activate()
+import onnx
+from edgert.runtime.backends.tensorrt_plan import BuildOptions, _build_plan
+from edgert.runtime.errors import EdgertError
+
+def run(s):
+    model = onnx.load(s["onnx"])
+    inputs = [(i.name, [d.dim_value if d.HasField("dim_value") else -1
+                        for d in i.type.tensor_type.shape.dim]) for i in model.graph.input]
+    calls, state = [], {"data": 0}
+    A = {}
+    def obj(cls, answers=A):
+        return trt_fake.Stand(trt, cls, answers, calls)
+    def tensor(i):
+        name, shape = inputs[i]
+        return obj("ITensor", {"ITensor.name": name, "ITensor.shape": shape})
+    def created(data):
+        state["data"] = len(data)
+        return None if s.get("cache") == "corrupt" and data else obj("ITimingCache")
+    error = obj("ParserError", {"ParserError.desc": lambda: "no importer for op Foo",
+                                "ParserError.node": lambda: 3,
+                                "ParserError.node_name": lambda: "Foo_3",
+                                "ParserError.node_operator": lambda: "Foo"})
+    A.update({
+        "Builder.create_network": lambda flags: obj("INetworkDefinition"),
+        "Builder.create_builder_config": lambda: obj("IBuilderConfig"),
+        "Builder.create_optimization_profile": lambda: obj("IOptimizationProfile"),
+        "Builder.build_serialized_network": lambda network, config: b"PLAN",
+        "Builder.num_DLA_cores": 2,
+        "OnnxParser.parse_from_file": lambda path: not s.get("broken"),
+        "OnnxParser.num_errors": 1,
+        "OnnxParser.get_error": lambda i: error,
+        "INetworkDefinition.num_inputs": len(inputs),
+        "INetworkDefinition.get_input": tensor,
+        "IBuilderConfig.create_timing_cache": created,
+        "IBuilderConfig.set_timing_cache": lambda c, ignore_mismatch: not (
+            s.get("cache") == "foreign" and state["data"]),
+        "IBuilderConfig.get_timing_cache": lambda: obj(
+            "ITimingCache", {"ITimingCache.serialize": lambda: b"CACHE"}),
+    })
+    trt_fake.install(trt, A, calls)
+    cache = Path(s["cache_path"]) if s.get("cache_path") else None
+    options = BuildOptions(
+        precision=s["precision"], opt_level=s.get("opt_level"), dla_core=s.get("dla"),
+        shapes={k: tuple(map(tuple, v)) for k, v in s.get("shapes", {}).items()},
+        timing_cache=cache, workspace_bytes=s.get("workspace"),
+        calibration_cache=s["calibration"].encode() if s.get("calibration") else None)
+    out = {"calls": calls}
+    try:
+        out["plan"] = _build_plan(Path(s["onnx"]), options).decode()
+    except (EdgertError, trt_fake.Mismatch, AttributeError, TypeError) as exc:
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    out["cache_written"] = cache.read_bytes().decode() if cache and cache.exists() else None
+    return out
+
+json.dump([run(s) for s in json.loads(sys.stdin.read())], sys.stdout)
+"""
+
+
+def _onnx(path: Path, dynamic: bool) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    dims = ["N", 3, 8, 8] if dynamic else [1, 3, 8, 8]
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def _calls(run: dict, key: str) -> list:
+    return [c for c in run["calls"] if c[0] == key]
+
+
+def test_the_build_path_runs_on_each_versions_real_api(apis, tmp_path):
+    """``_build_plan`` itself, on stand-ins derived from each version's real classes: every
+    precision, DLA, a fresh, foreign and corrupt timing cache, an optimisation level, dynamic
+    shapes with and without a profile, a model the parser refuses; the flags it sets are the
+    compat layer's, every call fits the real signatures."""
+    static, dynamic = _onnx(tmp_path / "s.onnx", False), _onnx(tmp_path / "d.onnx", True)
+    scenarios = [{"precision": p, "onnx": str(static)} for p in PRECISIONS]
+    scenarios += [
+        {"precision": "int8", "onnx": str(static), "dla": 0, "calibration": "TRT-8600-Entropy\n"},
+        {"precision": "fp16", "onnx": str(static), "cache": "foreign", "opt_level": 3},
+        {"precision": "fp16", "onnx": str(static), "cache": "corrupt", "workspace": 1 << 30},
+        {
+            "precision": "fp16",
+            "onnx": str(dynamic),
+            "shapes": {"x": [[1, 3, 8, 8]] * 2 + [[4, 3, 8, 8]]},
+        },
+        {"precision": "fp16", "onnx": str(dynamic)},
+        {"precision": "fp16", "onnx": str(static), "broken": True},
+    ]
+    for v in apis:
+        version = trt_api.VERSIONS[v]
+        for i, s in enumerate(scenarios):
+            path = tmp_path / f"{v}-{i}.cache"
+            if s.get("cache"):
+                path.write_bytes(b"a cache from elsewhere")
+            s["cache_path"] = str(path)
+        got = subprocess.run(
+            [sys.executable, "-c", BUILD],
+            input=json.dumps(scenarios),
+            capture_output=True,
+            text=True,
+            env=trt_api.env(v),
+            cwd=ROOT,
+            timeout=300,
+        )
+        assert got.returncode == 0, (v, got.stderr[-2000:])
+        runs = json.loads(got.stdout)
+        f = compat.features(version)
+        for i, s in enumerate(scenarios[: len(PRECISIONS)]):
+            r = runs[i]
+            p = s["precision"]
+            assert "error" not in r, (v, p, r.get("error"))
+            assert r["plan"] == "PLAN" and r["cache_written"] == "CACHE", (v, p)
+            flags = [c[1][0] for c in _calls(r, "IBuilderConfig.set_flag")]
+            want = compat.builder_flag_names(version, p, qdq_model=p == "int8")
+            assert flags == [f"BuilderFlag.{n}" for n in want], (v, p, flags)
+            cleared = [c[1][0] for c in _calls(r, "IBuilderConfig.clear_flag")]
+            assert cleared == [
+                f"BuilderFlag.{n}" for n in compat.cleared_builder_flag_names(version, p)
+            ]
+            (net,) = _calls(r, "Builder.create_network")
+            names = compat.network_flag_names(version, strongly_typed=not f.weak_typing)
+            assert (net[1][0] != 0) == bool(names), (v, net, names)
+            assert bool(_calls(r, "IBuilderConfig.progress_monitor")) == f.progress_monitor, v
+        dla, foreign, corrupt, profiled, unprofiled, broken = runs[len(PRECISIONS) :]
+        if f.implicit_int8_calibration:
+            assert "error" not in dla, (v, dla.get("error"))
+            sets = {c[0]: c[2] for c in dla["calls"] if c[1] == "set"}
+            assert sets["IBuilderConfig.default_device_type"] == "DeviceType.DLA", sets
+            assert sets["IBuilderConfig.DLA_core"] == 0 and "IBuilderConfig.int8_calibrator" in sets
+            flags = [c[1][0] for c in _calls(dla, "IBuilderConfig.set_flag")]
+            assert "BuilderFlag.INT8" in flags and "BuilderFlag.GPU_FALLBACK" in flags, flags
+        else:
+            assert "no implicit INT8 calibration" in dla["error"], (v, dla)
+        for r in (foreign, corrupt):  # refused or unreadable: a fresh cache, the build goes on
+            assert "error" not in r and r["plan"] == "PLAN", (v, r.get("error"))
+            assert len(_calls(r, "IBuilderConfig.create_timing_cache")) == 2, v
+        levels = [
+            c for c in foreign["calls"] if c[0] == "IBuilderConfig.builder_optimization_level"
+        ]
+        assert ["IBuilderConfig.builder_optimization_level", "set", 3] in levels, (v, levels)
+        pool = ["IBuilderConfig.set_memory_pool_limit", ["MemoryPoolType.WORKSPACE", 1 << 30], {}]
+        assert pool in corrupt["calls"], v
+        assert _calls(profiled, "IOptimizationProfile.set_shape") == [
+            ["IOptimizationProfile.set_shape", ["x", [1, 3, 8, 8], [1, 3, 8, 8], [4, 3, 8, 8]], {}]
+        ], v
+        assert "error" not in profiled and "--shapes" in unprofiled["error"], (v, unprofiled)
+        assert (
+            "cannot parse the model" in broken["error"]
+            and "no importer for op Foo" in broken["error"]
+        )
+        has_name = "node_name" in apis[v]["names"]["ParserError"]["attributes"]
+        assert ("node Foo_3 (Foo)" in broken["error"]) == has_name, (v, broken["error"])
+
+
+def test_a_stand_in_refuses_what_the_real_class_would(apis):
+    """The stand-ins can fail: a name the real class lacks, a property it cannot set, a keyword
+    it does not take, an int where it wants one of its enums."""
+    for v in apis:
+        script = r"""
+from tests import trt_api, trt_fake
+trt = trt_api.activate()
+calls = []
+config = trt_fake.Stand(trt, "IBuilderConfig", {}, calls)
+said = []
+for attempt in (
+    lambda: config.no_such_method(),
+    lambda: setattr(config, "no_such_property", 1),
+    lambda: config.set_flag(3),
+    lambda: config.set_memory_pool_limit(pool=trt.MemoryPoolType.WORKSPACE, size=1),
+    lambda: config.set_flag(trt.BuilderFlag.TF32, True),
+):
+    try:
+        attempt()
+        said.append("taken")
+    except (AttributeError, trt_fake.Mismatch) as exc:
+        said.append(str(exc))
+config.set_flag(trt.BuilderFlag.TF32)
+print(repr(said))
+"""
+        got = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            env=trt_api.env(v),
+            cwd=ROOT,
+            timeout=120,
+        )
+        assert got.returncode == 0, (v, got.stderr[-1500:])
+        said = ast.literal_eval(got.stdout.strip().splitlines()[-1])
+        assert all(s != "taken" for s in said), (v, said)
+        assert f"TensorRT {trt_api.WHEELS[v].split('==')[1]}" in said[0], said
+        assert "fits no signature" in said[2] and "set_flag" in said[2], said

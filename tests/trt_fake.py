@@ -13,7 +13,6 @@ from __future__ import annotations
 import inspect
 import re
 
-
 _REAL: dict = {}  # the real classes install() stood in for
 
 

@@ -470,3 +470,79 @@ print(repr(said))
         assert all(s != "taken" for s in said), (v, said)
         assert f"TensorRT {trt_api.WHEELS[v].split('==')[1]}" in said[0], said
         assert "fits no signature" in said[2] and "set_flag" in said[2], said
+
+
+LOAD = r"""
+import json
+import numpy as np
+from tests import trt_api, trt_fake
+trt = trt_api.activate()
+from edgert.runtime.backends.tensorrt import TensorRTBackend
+from edgert.runtime.errors import ShapeError
+
+calls = []
+names = ["images", "scores"]
+shapes = {"images": (-1, 3, 8, 8), "scores": (-1, 10)}
+now = {"batch": 4}
+modes = {"images": trt.TensorIOMode.INPUT, "scores": trt.TensorIOMode.OUTPUT}
+engine = trt_fake.Stand(trt, "ICudaEngine", {
+    "ICudaEngine.num_io_tensors": 2,
+    "ICudaEngine.get_tensor_name": lambda i: names[i],
+    "ICudaEngine.get_tensor_mode": lambda n: modes[n],
+    "ICudaEngine.get_tensor_dtype": lambda n: trt.DataType.FLOAT,
+    "ICudaEngine.get_tensor_shape": lambda n: shapes[n],
+    "ICudaEngine.get_tensor_profile_shape": lambda n, p: [(1, 3, 8, 8), (2, 3, 8, 8), (4, 3, 8, 8)],
+    "ICudaEngine.is_shape_inference_io": lambda n: False,
+}, calls)
+
+def set_shape(name, shape):
+    now["batch"] = shape[0]
+    return True
+
+context = trt_fake.Stand(trt, "IExecutionContext", {
+    "IExecutionContext.set_input_shape": set_shape,
+    "IExecutionContext.get_tensor_shape": lambda n: (now["batch"], 10),
+    "IExecutionContext.infer_shapes": lambda: [],
+}, calls)
+backend = TensorRTBackend.__new__(TensorRTBackend)
+backend.trt, backend.cuda_engine, backend.context = trt, engine, context
+io = backend._describe_io()
+backend.io, backend._current_shapes = io, {}
+changed = backend._apply_shapes({"images": np.zeros((2, 3, 8, 8), np.float32)})
+try:
+    backend._apply_shapes({"images": np.zeros((5, 3, 8, 8), np.float32)})
+    outside = None
+except ShapeError as exc:
+    outside = str(exc)
+print(json.dumps({
+    "io": [[t.name, t.is_input, t.dtype, list(t.shape), t.min_shape and list(t.min_shape),
+            list(t.max_shape)] for t in io],
+    "changed": changed, "outside": outside, "calls": calls,
+}))
+"""
+
+
+def test_the_load_paths_io_description_runs_on_each_versions_real_api(apis):
+    """``TensorRTBackend._describe_io`` and ``_apply_shapes`` on stand-ins of the real
+    ``ICudaEngine`` and ``IExecutionContext`` (the CUDA parts are not touched): the real enums'
+    names (``TensorIOMode``, ``DataType`` as ``str()`` gives them) read as edgert expects, the
+    profile is taken, output capacity sized at the profile's maximum, a shape outside refused."""
+    for v in apis:
+        got = subprocess.run(
+            [sys.executable, "-c", LOAD],
+            capture_output=True,
+            text=True,
+            env=trt_api.env(v),
+            cwd=ROOT,
+            timeout=120,
+        )
+        assert got.returncode == 0, (v, got.stderr[-2000:])
+        out = json.loads(got.stdout.strip().splitlines()[-1])
+        assert out["io"] == [
+            ["images", True, "float32", [-1, 3, 8, 8], [1, 3, 8, 8], [4, 3, 8, 8]],
+            ["scores", False, "float32", [-1, 10], None, [4, 10]],
+        ], (v, out["io"])
+        assert out["changed"] is True, v
+        assert "outside the engine's profile 1x3x8x8 .. 4x3x8x8" in out["outside"], (v, out)
+        used = {c[0] for c in out["calls"]}
+        assert {"ICudaEngine.get_tensor_profile_shape", "IExecutionContext.infer_shapes"} <= used

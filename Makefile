@@ -53,9 +53,11 @@ lint: install
 
 # everything, every real component; the 25 slowest tests are named at the end of the log
 # TensorRT's binding wheels (tests/trt_api.py: the real API of 8.6, 10.3, 10.13 and 11.4 against
-# stub libraries), downloaded once into ~/.cache/edgert-trt-bindings
+# stub libraries), downloaded once into ~/.cache/edgert-trt-bindings; PyCUDA built against this
+# machine's CUDA headers and a stub driver (tests/pycuda_api.py, ~2 min once)
 test: lint
 	$(PY) -m tests.trt_api prepare
+	$(PY) -m tests.pycuda_api prepare
 	$(VENV)/bin/pytest -q --durations=25
 
 # the in-process tests of what you touched (tests/quick.py says which and why), about a minute;

@@ -24,7 +24,7 @@ import pytest
 
 from edgert.runtime.backends import tensorrt_compat as compat
 from edgert.runtime.precision import PRECISIONS
-from tests import trt_api
+from tests import trt_api, trt_fake
 
 pytestmark = pytest.mark.subprocess
 if not hasattr(ast, "unparse"):  # Python 3.8 (make test-oldest); the API is the same for any
@@ -116,19 +116,7 @@ def _guarded(node, parents) -> bool:
 
 def _params(signature: str) -> list[str]:
     """Parameter names of one pybind11 signature line, ``self`` dropped."""
-    inner = signature[signature.index("(") + 1 : signature.rindex(")")]
-    depth, cur, parts = 0, "", []
-    for ch in inner:
-        depth += ch in "[("
-        depth -= ch in "])"
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    parts.append(cur)
-    names = [p.split(":")[0].split("=")[0].strip() for p in parts if p.strip()]
-    return [n for n in names if n and n != "self"]
+    return [name for name, _type in trt_fake._params(signature)]
 
 
 def _call_fits(call: ast.Call, signatures: list[str]) -> bool:
@@ -213,7 +201,7 @@ def test_a_wrong_call_is_caught_with_the_version_and_the_real_signature(apis):
 
 TRAMPOLINES = r"""
 import json, sys
-from tests import trt_api
+from tests import trt_api, trt_fake
 trt = trt_api.activate()
 from edgert.runtime.backends import tensorrt_compat as compat
 from edgert.runtime.backends import tensorrt_logger, tensorrt_plan

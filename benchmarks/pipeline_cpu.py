@@ -194,37 +194,31 @@ def detector_bundle(folder: Path) -> Path:
     ).bundle
 
 
+WEB = "http://127.0.0.1:{port}"  # the web viewer on a free port; "watched": a client reads it
+# the floor: decode + resize to the model's input, one thread; given a model (argv[5]), the
+# floor with the model as a plain script runs it
 FLOOR = """
-import sys, cv2
+import sys, cv2, numpy as np
 cv2.setNumThreads(1)
 path, n, w, h = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+model = sys.argv[5] if len(sys.argv) > 5 else None
+if model is not None:
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0]
+    grey = inp.shape[1] == 1
 cap = cv2.VideoCapture(path)
 done = 0
 while done < n:
     ok, frame = cap.read()
     if not ok:
         cap.release(); cap = cv2.VideoCapture(path); continue
-    cv2.resize(frame, (w, h), interpolation=cv2.INTER_LINEAR)
-    done += 1
-"""
-
-
-WEB = "http://127.0.0.1:{port}"  # the web viewer on a free port; "watched": a client reads it
-FLOOR_MODEL = """
-import sys, cv2, numpy as np, onnxruntime as ort
-cv2.setNumThreads(1)
-path, n, w, h, model = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-opts = ort.SessionOptions()
-opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
-inp = sess.get_inputs()[0]
-grey = inp.shape[1] == 1
-cap = cv2.VideoCapture(path)
-done = 0
-while done < n:
-    ok, frame = cap.read()
-    if not ok:
-        cap.release(); cap = cv2.VideoCapture(path); continue
+    if model is None:
+        cv2.resize(frame, (w, h), interpolation=cv2.INTER_LINEAR)
+        done += 1
+        continue
     if grey:  # digits: grey first, stretched with area averaging
         img = cv2.resize(cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY), (w, h),
                          interpolation=cv2.INTER_AREA)
@@ -342,7 +336,7 @@ def bench_camera(
             # the floor with the model run as a plain script would: blobFromImage, session.run
             onnx = str(Path(bundle) / "model.onnx")
             with_model = per_frame(
-                lambda n, _port, v=video, w=mw, h=mh, m=onnx: [sys.executable, "-c", FLOOR_MODEL, str(v), str(n), str(w), str(h), m],
+                lambda n, _port, v=video, w=mw, h=mh, m=onnx: [sys.executable, "-c", FLOOR, str(v), str(n), str(w), str(h), m],
                 frames, env,
             )  # fmt: skip
             for streams in streams_list:

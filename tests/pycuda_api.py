@@ -22,6 +22,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+from tests.trt_api import stub_env, stub_library
+
 SPEC = "pycuda==2026.1"
 DEFAULT_DIR = Path(os.environ.get("EDGERT_PYCUDA_API", Path.home() / ".cache/edgert-pycuda-api"))
 
@@ -62,15 +64,10 @@ OWN = {
 
 def _stub(names: list[str], out: Path) -> None:
     """A libcuda.so.1 whose every function in ``names`` answers CUDA_ERROR_NO_DEVICE (100)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    source = out.parent / "cuda_stub.c"
-    source.write_text(
-        "".join(OWN.get(n, f"int {n}(void) {{ return 100; }}") + "\n" for n in sorted(set(names)))
+    source = "".join(
+        OWN.get(n, f"int {n}(void) {{ return 100; }}") + "\n" for n in sorted(set(names))
     )
-    subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-o", str(out), str(source), "-Wl,-soname,libcuda.so.1"],
-        check=True,
-    )
+    stub_library(out, source)
     link = out.parent / "libcuda.so"
     if not link.exists():
         link.symlink_to(out.name)
@@ -146,15 +143,7 @@ def _prepare(root: Path) -> str | None:
 def env(root: Path = DEFAULT_DIR) -> dict:
     """A subprocess's environment where ``import pycuda.driver`` is the build above."""
     where = folder(root)
-    e = dict(os.environ)
-    e["LD_LIBRARY_PATH"] = os.pathsep.join(
-        [str(where / "stubs"), *filter(None, [e.get("LD_LIBRARY_PATH")])]
-    )
-    e["PYTHONPATH"] = os.pathsep.join(
-        [str(where / "site"), str(Path(__file__).resolve().parent.parent)]
-        + list(filter(None, [e.get("PYTHONPATH")]))
-    )
-    return e
+    return stub_env(where / "stubs", [where / "site"])
 
 
 def main() -> None:

@@ -103,36 +103,40 @@ def _stubs(where: Path) -> None:
     sonames = re.findall(r"\[(libnv[a-z_]+\.so\.\d+)\]", needed)
     stubs = where / "stubs"
     stubs.mkdir(exist_ok=True)
-    source = stubs / "stub.c"
-    source.write_text("".join(f"void *{s}(void) {{ return 0; }}\n" for s in symbols))
+    source = "".join(f"void *{s}(void) {{ return 0; }}\n" for s in symbols)
     for soname in sonames:
-        subprocess.run(
-            [
-                "gcc",
-                "-shared",
-                "-fPIC",
-                "-o",
-                str(stubs / soname),
-                str(source),
-                f"-Wl,-soname,{soname}",
-            ],
-            check=True,
-        )
+        stub_library(stubs / soname, source)
+
+
+def stub_library(path: Path, source: str) -> None:
+    """``source`` (C) built with gcc into the shared library ``path``, its soname its file name
+    (what the loader matches a module's NEEDED entry against); the source kept beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    c = path.with_name(path.name + ".c")
+    c.write_text(source)
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(path), str(c), f"-Wl,-soname,{path.name}"],
+        check=True,
+    )
+
+
+def stub_env(stubs: Path, paths: list, **extra: str) -> dict:
+    """This process's environment with ``stubs`` first on the loader's path and ``paths`` (and
+    this checkout) first on Python's, plus ``extra`` variables."""
+    e = dict(os.environ, **extra)
+    e["LD_LIBRARY_PATH"] = os.pathsep.join([str(stubs), *filter(None, [e.get("LD_LIBRARY_PATH")])])
+    here = Path(__file__).resolve().parent.parent
+    e["PYTHONPATH"] = os.pathsep.join(
+        [*map(str, paths), str(here), *filter(None, [e.get("PYTHONPATH")])]
+    )
+    return e
 
 
 def env(version: str, root: Path = DEFAULT_DIR) -> dict:
     """The environment a subprocess imports ``version``'s bindings in (as ``tensorrt``, through
     :func:`activate`)."""
     where = folder(version, root)
-    e = dict(os.environ)
-    e["LD_LIBRARY_PATH"] = os.pathsep.join(
-        [str(where / "stubs"), *filter(None, [e.get("LD_LIBRARY_PATH")])]
-    )
-    e["EDGERT_TRT_API"] = str(where)
-    e["PYTHONPATH"] = os.pathsep.join(
-        [str(Path(__file__).resolve().parent.parent), *filter(None, [e.get("PYTHONPATH")])]
-    )
-    return e
+    return stub_env(where / "stubs", [], EDGERT_TRT_API=str(where))
 
 
 def activate():

@@ -102,6 +102,12 @@ def _params(signature: str) -> list[tuple[str, str]]:
     return [(n, t) for n, t in out if n != "self"]
 
 
+def takes(params: list, positional: int, keywords: set) -> bool:
+    """Whether a signature of ``params`` ((name, type) each) takes ``positional`` arguments and
+    then ``keywords``: as many positional ones at most, keywords it names after them."""
+    return positional <= len(params) and keywords <= {n for n, _ in params[positional:]}
+
+
 def check_call(trt, key: str, signatures: list[str], args: tuple, kwargs: dict) -> None:
     """Mismatch unless one overload takes ``args`` and ``kwargs``: as many positional arguments
     at most, keywords it names, and a TensorRT enum where it wants one."""
@@ -109,7 +115,7 @@ def check_call(trt, key: str, signatures: list[str], args: tuple, kwargs: dict) 
         return  # no signature in the docstring: nothing to hold the call to
     for sig in signatures:
         params = _params(sig)
-        if len(args) > len(params) or not set(kwargs) <= {n for n, _ in params[len(args) :]}:
+        if not takes(params, len(args), set(kwargs)):
             continue
         bound = {params[i][0]: a for i, a in enumerate(args)}  # len(args) <= len(params)
         bound.update(kwargs)

@@ -114,18 +114,24 @@ def _guarded(node, parents) -> bool:
     return False
 
 
-def _params(signature: str) -> list[str]:
-    """Parameter names of one pybind11 signature line, ``self`` dropped."""
-    return [name for name, _type in trt_fake._params(signature)]
-
-
 def _call_fits(call: ast.Call, signatures: list[str]) -> bool:
     keywords = {k.arg for k in call.keywords if k.arg}
-    for sig in signatures:
-        names = _params(sig)
-        if len(call.args) <= len(names) and keywords <= set(names[len(call.args) :]):
-            return True
-    return False
+    return any(trt_fake.takes(trt_fake._params(s), len(call.args), keywords) for s in signatures)
+
+
+def _run(version: str, script: str, stdin: str | None = None, timeout: float = 120) -> str:
+    """``script`` run by Python with ``version``'s real bindings importable; its stdout."""
+    got = subprocess.run(
+        [sys.executable, "-c", script],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=trt_api.env(version),
+        cwd=ROOT,
+        timeout=timeout,
+    )
+    assert got.returncode == 0, (version, got.stderr[-2000:])
+    return got.stdout
 
 
 def _feature(version: tuple, name: str) -> bool:
@@ -230,16 +236,8 @@ json.dump(out, sys.stdout)
 
 def test_edgerts_trampolines_subclass_the_real_classes(apis):
     for v in apis:
-        got = subprocess.run(
-            [sys.executable, "-c", TRAMPOLINES],
-            capture_output=True,
-            text=True,
-            env=trt_api.env(v),
-            cwd=ROOT,
-            timeout=120,
-        )
-        assert got.returncode == 0, (v, got.stderr[-1500:])
-        out = json.loads(got.stdout.strip().splitlines()[-1])
+        stdout = _run(v, TRAMPOLINES)
+        out = json.loads(stdout.strip().splitlines()[-1])
         assert out["logger_is_ilogger"], (v, out)
         assert any("a message from TensorRT" in m for m in out["logged"]), (v, out)
         major = trt_api.VERSIONS[v][0]
@@ -361,17 +359,8 @@ def test_the_build_path_runs_on_each_versions_real_api(apis, tmp_path):
             if s.get("cache"):
                 path.write_bytes(b"a cache from elsewhere")
             s["cache_path"] = str(path)
-        got = subprocess.run(
-            [sys.executable, "-c", BUILD],
-            input=json.dumps(scenarios),
-            capture_output=True,
-            text=True,
-            env=trt_api.env(v),
-            cwd=ROOT,
-            timeout=300,
-        )
-        assert got.returncode == 0, (v, got.stderr[-2000:])
-        runs = json.loads(got.stdout)
+        stdout = _run(v, BUILD, json.dumps(scenarios), timeout=300)
+        runs = json.loads(stdout)
         f = compat.features(version)
         for i, s in enumerate(scenarios[: len(PRECISIONS)]):
             r = runs[i]
@@ -445,16 +434,8 @@ for attempt in (
 config.set_flag(trt.BuilderFlag.TF32)
 print(repr(said))
 """
-        got = subprocess.run(
-            [sys.executable, "-c", script],
-            capture_output=True,
-            text=True,
-            env=trt_api.env(v),
-            cwd=ROOT,
-            timeout=120,
-        )
-        assert got.returncode == 0, (v, got.stderr[-1500:])
-        said = ast.literal_eval(got.stdout.strip().splitlines()[-1])
+        stdout = _run(v, script)
+        said = ast.literal_eval(stdout.strip().splitlines()[-1])
         assert all(s != "taken" for s in said), (v, said)
         assert f"TensorRT {trt_api.WHEELS[v].split('==')[1]}" in said[0], said
         assert "fits no signature" in said[2] and "set_flag" in said[2], said
@@ -516,16 +497,8 @@ def test_the_load_paths_io_description_runs_on_each_versions_real_api(apis):
     names (``TensorIOMode``, ``DataType`` as ``str()`` gives them) read as edgert expects, the
     profile is taken, output capacity sized at the profile's maximum, a shape outside refused."""
     for v in apis:
-        got = subprocess.run(
-            [sys.executable, "-c", LOAD],
-            capture_output=True,
-            text=True,
-            env=trt_api.env(v),
-            cwd=ROOT,
-            timeout=120,
-        )
-        assert got.returncode == 0, (v, got.stderr[-2000:])
-        out = json.loads(got.stdout.strip().splitlines()[-1])
+        stdout = _run(v, LOAD)
+        out = json.loads(stdout.strip().splitlines()[-1])
         assert out["io"] == [
             ["images", True, "float32", [-1, 3, 8, 8], [1, 3, 8, 8], [4, 3, 8, 8]],
             ["scores", False, "float32", [-1, 10], None, [4, 10]],

@@ -35,6 +35,7 @@ from edgert.apps import processes
 from edgert.apps.swapping import SwapOptions
 from edgert.apps.uris import is_loopback, warn_if_open
 from edgert.runtime.errors import MissingDependency, OutputError
+from edgert.runtime.results import records
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +224,7 @@ class _ImageModel:
                 {"error": failed[i]}
                 if i in failed
                 else {
-                    "results": results[i],
+                    "results": records(results[i]),
                     "model": self.label,
                     **({"raw_outputs": False} if i in no_raw else {}),
                 }

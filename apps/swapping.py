@@ -20,6 +20,7 @@ from pathlib import Path
 
 from edgert.apps.uris import escape_controls
 from edgert.runtime.errors import ModelError
+from edgert.runtime.tasks import task_spec
 
 EVENTS = ("model_swap", "model_swap_refused", "model_rollback")
 POSTED = "POST /model"  # what a request by the endpoint is named by
@@ -231,34 +232,10 @@ class Loaded:
 
 def agreement(task: str, ref: list, got: list) -> dict:
     """How a candidate's results ``got`` agree with the model in use's ``ref`` on the same frames
-    (lists of per-frame results): top-1 agreement (classifiers) or box F1 (detectors), and per
-    label the ratio of the candidate's detections to the current model's."""
-    from edgert.runtime.detection import matched_boxes
-
-    out: dict = {"frames": len(ref)}
-    if task == "classify":
-        same = [
-            bool(r) and bool(g) and r[0].get("label") == g[0].get("label") for r, g in zip(ref, got)
-        ]
-        out["agreement"] = sum(same) / max(1, len(same))
-        return out
-    matched = total_ref = total_got = 0
-    per = collections.defaultdict(lambda: [0, 0])
-    for r, g in zip(ref, got):
-        r = [d for d in r or [] if "box" in d]
-        g = [d for d in g or [] if "box" in d]
-        total_ref, total_got = total_ref + len(r), total_got + len(g)
-        for d in r:
-            per[str(d.get("label"))][0] += 1
-        for d in g:
-            per[str(d.get("label"))][1] += 1
-        boxes_r, boxes_g = [d["box"] for d in r], [d["box"] for d in g]
-        labels_r, labels_g = [d.get("label") for d in r], [d.get("label") for d in g]
-        matched += matched_boxes(boxes_r, labels_r, boxes_g, labels_g)
-    out["box_f1"] = 2 * matched / (total_ref + total_got) if total_ref + total_got else 1.0
-    out["boxes_per_frame"] = total_ref / max(1, len(ref))
-    out["rate_ratio"] = {k: round(n[1] / n[0], 3) for k, n in per.items() if n[0] >= 3}
-    return out
+    (per-frame :class:`~edgert.runtime.results.Result` lists), by the task's own ``compare``
+    hook: top-1 agreement (classifiers), box F1 and per label the ratio of the candidate's
+    objects to the current model's (detectors)."""
+    return task_spec(task).compare(ref, got)
 
 
 def refuse_to_compare(current, candidate) -> str | None:
@@ -266,6 +243,9 @@ def refuse_to_compare(current, candidate) -> str | None:
     common), or None."""
     if candidate.task != current.task:
         return f"a {candidate.task} model cannot be checked against a {current.task} one"
+    no_measure = task_spec(current.task).no_measure()
+    if no_measure is not None:
+        return no_measure
     mine, theirs = getattr(current, "labels", None), getattr(candidate, "labels", None)
     if mine and theirs and not set(mine) & set(theirs):
         return "the candidate's classes are none of the model in use's: nothing to compare"
@@ -274,25 +254,8 @@ def refuse_to_compare(current, candidate) -> str | None:
 
 def judge(task: str, measures: dict, o: SwapOptions, what: str) -> str | None:
     """Why :func:`agreement`'s ``measures`` on ``what`` (live frames, requests' images) refuse a
-    candidate under the bounds of ``o``, or None."""
-    n = measures["frames"]
-    if task == "classify":
-        if measures["agreement"] < o.min_agreement:
-            return (
-                f"the candidate agrees with the model in use on {measures['agreement']:.0%} of "
-                f"{n} {what} (top-1), under {o.min_agreement:.0%}"
-            )
-    elif measures["box_f1"] < o.min_box_f1:
-        return (
-            f"the candidate's boxes match the model in use's with F1 {measures['box_f1']:.2f} "
-            f"on {n} {what}, under {o.min_box_f1:.2f}"
-        )
-    else:
-        off = {k: r for k, r in measures.get("rate_ratio", {}).items() if not 0.5 <= r <= 2}
-        if off:
-            label, r = next(iter(off.items()))
-            return f"the candidate detects {label} {r:.2f} times as often as the model in use"
-    return None
+    candidate under the bounds of ``o`` (the task's ``judge`` hook), or None."""
+    return task_spec(task).judge(measures, o, what)
 
 
 class SwapQueue:

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgert.runtime.compare import cosine_rows  # also gate.cosine_rows for the recipes
-from edgert.runtime.detection import matched_boxes  # also the camera's model-swap check
 from edgert.runtime.postprocess import looks_like_probabilities, softmax
+from edgert.runtime.results import Result
+from edgert.runtime.tasks import TASK_SPECS, detect
 
 DEFAULT_GATE = {
     "cosine": 0.99,
@@ -118,9 +119,10 @@ def evaluate(
         "max_abs": float(max(v["max_abs"] for v in per_output.values())),
     }
     first = next(iter(ref))
-    if task == "classify":
+    spec = TASK_SPECS.get(task)
+    if spec is not None and spec.class_scores:
         metrics.update(_classification(ref[first], got[first], labels))
-    elif task == "detect":
+    elif spec is not None and spec.boxes and spec.model is None:  # one engine's boxes
         metrics.update(_box_agreement(list(ref.values()), list(got.values()), num_classes))
     return Evaluation(metrics, per_output)
 
@@ -148,18 +150,15 @@ def _classification(
 
 
 def box_agreement(ref: list[list], got: list[list]) -> dict[str, float]:
-    """``box_f1`` of the detections ``got`` against ``ref`` (per sample, matched by
-    :func:`matched_boxes`), and ``boxes_fp32``: ``ref``'s boxes per sample (0: the F1 of 1.0
-    judged nothing)."""
-    matched = total_ref = total_got = 0
-    for r, g in zip(ref, got, strict=True):
-        total_ref += len(r)
-        total_got += len(g)
-        matched += matched_boxes(
-            [d.box for d in r], [d.class_id for d in r], [d.box for d in g], [d.class_id for d in g]
-        )
-    f1 = 2 * matched / (total_ref + total_got) if total_ref + total_got else 1.0
-    return {"box_f1": f1, "boxes_fp32": total_ref / max(1, len(ref))}
+    """``box_f1`` of the detections ``got`` against ``ref`` (per sample; the detect task's own
+    ``compare``, which the camera's swap check uses too, matching by class id here), and
+    ``boxes_fp32``: ``ref``'s boxes per sample (0: the F1 of 1.0 judged nothing)."""
+    if len(ref) != len(got):
+        raise ValueError(f"{len(ref)} reference samples against {len(got)} compared ones")
+    m = detect.compare(
+        [Result.of_objects(r) for r in ref], [Result.of_objects(g) for g in got], by="class_id"
+    )
+    return {"box_f1": m["box_f1"], "boxes_fp32": m["boxes_per_frame"]}
 
 
 def _box_agreement(

@@ -22,6 +22,7 @@ from .errors import (
     SourceError,
 )
 from .preprocess import Preprocessing, Transform
+from .results import ClassScore, Result, SemanticMask
 from .tasks import TASK_SPECS, TaskModel, TaskSpec, load_task_model
 from .tracking import Track, Tracker
 
@@ -30,6 +31,7 @@ __all__ = [
     "BackendUnavailable",
     "Bundle",
     "BundleError",
+    "ClassScore",
     "Detection",
     "EdgertError",
     "Engine",
@@ -42,6 +44,8 @@ __all__ = [
     "OutputError",
     "ParityError",
     "Preprocessing",
+    "Result",
+    "SemanticMask",
     "SensorError",
     "ShapeError",
     "SourceError",

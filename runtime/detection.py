@@ -4,28 +4,12 @@ mapped back to source-image pixels."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import ShapeError
 from .preprocess import Transform
-
-
-@dataclass(frozen=True)
-class Detection:
-    box: tuple[float, float, float, float]  # x1, y1, x2, y2 in source-image pixels
-    score: float
-    class_id: int
-    label: str
-
-    def to_dict(self) -> dict:
-        return {
-            "box": [round(v, 2) for v in self.box],
-            "label": self.label,
-            "score": round(self.score, 5),
-            "class_id": self.class_id,
-        }
+from .results import Detection  # also detection.Detection, where it was first
 
 
 def xywh_to_xyxy(b: np.ndarray) -> np.ndarray:

@@ -10,6 +10,7 @@ import numpy as np
 from .bundle import Bundle, verify_hash
 from .detection import Detection, nms
 from .errors import BundleError, ModelError
+from .results import Result
 from .task_model import TaskModel
 
 NETWORKS = ("pnet", "rnet", "onet")  # the cascade, in the order it runs
@@ -258,7 +259,7 @@ class FaceTask(TaskModel):
         return {"faces": self.detector.detect_batch(list(frames))}
 
     def postprocess(self, outputs: dict, transforms: list) -> list:
-        return [[d.to_dict() for d in found] for found in outputs["faces"]]
+        return [Result.of_objects(found, self.task) for found in outputs["faces"]]
 
     def close(self) -> None:
         self.detector.close()

@@ -30,6 +30,7 @@ class TaskModel:
         raise NotImplementedError
 
     def postprocess(self, outputs, transforms: list) -> list:
+        """One :class:`~edgert.runtime.results.Result` per transform (image)."""
         raise NotImplementedError
 
     def __call__(self, image: np.ndarray):

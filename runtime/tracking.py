@@ -65,6 +65,18 @@ class Track:
         """Seconds from the first detection to the last match."""
         return self.last_seen - self.first_seen
 
+    def as_object(self) -> Detection:
+        """This track as one of a frame's objects (its filtered box, its ``age_s`` an extra):
+        what a frame the gate skipped carries."""
+        return Detection(
+            self.box,
+            self.score,
+            self.class_id,
+            self.label,
+            self.track_id,
+            {"age_s": round(self.age, 3)},
+        )
+
     def to_dict(self) -> dict:
         return {
             "track_id": self.track_id,
@@ -168,7 +180,7 @@ class Tracker(ObjectTracker):
         """Associate this frame's detections (runtime ``Detection`` objects, or dicts with box,
         score, class_id, label) taken at ``timestamp`` (seconds, monotonic); return the confirmed
         tracks matched in this frame."""
-        dets = [d if isinstance(d, Detection) else as_detection(d) for d in detections]
+        dets = [d if isinstance(d, Detection) else Detection.from_record(d) for d in detections]
         dt = 0.0 if self._last_t is None else max(0.0, timestamp - self._last_t)
         self._last_t = self._matched_t = timestamp
         self._updates += 1
@@ -333,14 +345,3 @@ class Tracker(ObjectTracker):
         if not t.confirmed and t.hits >= self.min_hits:
             t.confirmed = True
             self.started.append(t)
-
-
-def as_detection(d: dict) -> Detection:
-    """A result dict (``box``, ``score``, ``class_id``, ``label``: what the task models give) as a
-    runtime ``Detection``."""
-    return Detection(
-        tuple(float(v) for v in d["box"]),
-        float(d.get("score", 1.0)),
-        int(d.get("class_id", 0)),
-        str(d.get("label", d.get("class_id", 0))),
-    )

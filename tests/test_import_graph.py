@@ -164,6 +164,57 @@ def test_only_the_face_task_asks_whether_a_model_is_the_face_detector():
     assert asking == []
 
 
+def _under_registry(name: str) -> bool:
+    return name == "edgert.runtime.tasks" or name.startswith("edgert.runtime.tasks.")
+
+
+def test_only_the_task_registry_and_the_tasks_own_modules_ask_which_task_it_is():
+    """What a task's results mean (compare, judge, draw, describe, observed) is its TaskSpec's
+    hooks: no code outside the registry (runtime/tasks/) and a task's own modules compares a task
+    name (``task == "classify"``, ``task in ("detect", "faces")``); a new task is its module and
+    one row, not a hunt through the consumers."""
+    from edgert.runtime.bundle import TASKS
+
+    asking = []
+    for name, path in modules().items():
+        if _under_registry(name) or name in FACE_TASK:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and _compared_strings(node) & set(TASKS):
+                asking.append(f"{name}:{node.lineno}")
+    assert asking == []
+
+
+def test_results_are_read_by_their_fields_not_by_their_keys():
+    """Consumers read the typed results (``result.objects``, ``o.box``): none asks whether a
+    result dict has a box (``"box" in r``) or reads one (``r["box"]``), the duck-typing that let a
+    boxless task pass a check by default."""
+    reads_records = {
+        "edgert.runtime.results",  # Detection.from_record: a written record read back
+        "edgert.apps.commands.demo",  # prints the JSONL the demo's camera run wrote
+    }
+    looking = []
+    for name, path in modules().items():
+        if name in reads_records:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            asks = (
+                isinstance(node, ast.Compare)
+                and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
+                and "box" in _compared_strings(node)
+            )
+            reads = (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.slice, ast.Constant)
+                and node.slice.value == "box"
+            )
+            if asks or reads:
+                looking.append(f"{name}:{node.lineno}")
+    assert looking == []
+
+
 def test_the_task_registry_and_the_zoo_name_their_modules():
     g = graph()
     assert "edgert.runtime.faces" in g["edgert.runtime.tasks"]

@@ -7,7 +7,7 @@ the same). The ``edgert camera`` command is a thin layer over these.
 
     with load_task_model("det.edgert") as model:
         summary = run_streams(model, ["rtsp://cam1/live", "clip.mp4"],
-                              on_result=lambda f: print(f.stream, f.index, f.results))
+                              on_result=lambda f: print(f.stream, f.index, f.results.to_records()))
 
 Every name below is also importable from here when its module moves.
 """

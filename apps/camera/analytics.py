@@ -14,14 +14,15 @@ import logging
 import math
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from edgert.runtime.counting import Counters, LineCounter, ZoneCounter, anchor_point
 from edgert.runtime.errors import EdgertError, GeometryError
+from edgert.runtime.results import Result
 from edgert.runtime.tasks import TASK_SPECS, task_spec
-from edgert.runtime.tracking import TRACKERS, ObjectTracker, as_detection, make_tracker
+from edgert.runtime.tracking import TRACKERS, ObjectTracker, make_tracker
 
 from .gate import Hint
 
@@ -189,6 +190,7 @@ class _Stream:
     size: tuple[int, int] | None = None  # the frame size the counters are resolved for
     warned: bool = False  # that pixel geometry stays put when the size changes
     trails: dict = field(default_factory=dict)
+    task: str = ""  # the task of its last inferred results (a skipped frame's are the same)
 
 
 class Analytics:
@@ -252,16 +254,18 @@ class Analytics:
         if s.size != frame.scene_hw[::-1]:
             self._resolve(s, frame.stream, frame.scene_hw)
         if frame.inferred:
-            results = frame.results if isinstance(frame.results, list) else []
-            found = [r for r in results if isinstance(r, dict) and "box" in r]
-            tracks = s.tracker.update([as_detection(r) for r in found], frame.t_scene)
-            for r in found:
-                r["track_id"] = None  # no confirmed track holds it (yet)
+            found = frame.results.objects if frame.results is not None else []
+            tracks = s.tracker.update(found, frame.t_scene)
+            ids = [None] * len(found)  # no confirmed track holds it (yet)
             for t in tracks:
-                found[t.detection_index]["track_id"] = t.track_id
+                ids[t.detection_index] = t.track_id
+            objects = [replace(d, track_id=i) for d, i in zip(found, ids)]
+            s.task = frame.results.task if frame.results is not None else s.task
+            frame.results = Result.of_objects(objects, s.task, tracked=True)
         else:  # the gate skipped it: the tracks predicted to its time are its results
             tracks = s.tracker.coast(frame.t_scene)
-            frame.results = [dict(t.to_dict(), predicted=True) for t in tracks]
+            objects = [t.as_object() for t in tracks]
+            frame.results = Result.of_objects(objects, s.task, tracked=True, predicted=True)
         frame.tracks = tracks
         if self.gates is not None:
             self.gates[frame.stream].hints = self._hints(s, frame.scene_hw, frame.t_scene)

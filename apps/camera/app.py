@@ -26,6 +26,7 @@ from pathlib import Path
 from edgert.apps import processes
 from edgert.runtime.errors import OutputError
 from edgert.runtime.power.session import PowerOptions, PowerSession
+from edgert.runtime.tasks import task_spec
 
 from .analytics import Analytics, TrackingOptions, check_in_frame, check_task, parse_all
 from .delivery import FrameHandler, SinkSet
@@ -210,7 +211,7 @@ def run_streams(
 
         with load_task_model("det.edgert") as model:
             summary = run_streams(model, ["rtsp://cam1/live", "rtsp://cam2/live"],
-                                  on_result=lambda f: print(f.stream, f.index, f.results),
+                                  on_result=lambda f: print(f.stream, f.index, f.results.to_records()),
                                   sinks=["http://127.0.0.1:8080", "jsonl://frames.jsonl"])
 
     ``sources``: URIs (opened and closed here) or FrameSource objects. ``on_result(frame)`` is
@@ -541,7 +542,7 @@ def _tracking_before_sources(cfg: CameraConfig, bundle) -> list:
     geometries = parse_all(list(t.lines), list(t.zones), len(cfg.sources))
     if bundle is not None:
         task = cfg.model.task or bundle.manifest.task
-        if task != "generic":
+        if not task_spec(task).takes_any:  # a generic bundle: checked once --task loads it
             check_task(task, cfg.tracking_asked_by())
     return geometries
 

@@ -161,11 +161,13 @@ class FrameHandler:
 
     def __call__(self, frame) -> None:
         if not frame.inferred and self.analytics is None:  # skipped by the gate, no tracker:
-            frame.results = _held(self._last_results.get(frame.stream))  # the last results, marked
+            held = self._last_results.get(frame.stream)  # the last results, marked predicted
+            frame.results = held.held() if held is not None else None
         elif frame.inferred:
             self._last_results[frame.stream] = frame.results
-            if isinstance(frame.results, list) and frame.results:
-                self.labels_seen[frame.results[0]["label"]] += 1
+            top = frame.results.top() if frame.results is not None else None
+            if top is not None:
+                self.labels_seen[top[0]] += 1
         if self.analytics is not None:
             self.analytics.update(frame)  # track IDs into the results, events onto the frame
         if self._posted:
@@ -189,11 +191,3 @@ class FrameHandler:
         self.sinks.frame(frame, drawn, frame.image, record)
         if self.on_result is not None:
             self.on_result(frame)
-
-
-def _held(results):
-    """A skipped frame's results without a tracker: the stream's last inferred ones, each result
-    marked ``predicted`` (they were not computed on this frame)."""
-    if isinstance(results, list):
-        return [dict(r, predicted=True) if isinstance(r, dict) else r for r in results]
-    return results

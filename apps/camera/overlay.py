@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def _color(track_id) -> tuple[int, int, int]:
-    """A steady colour per track (green for boxes without one)."""
-    if track_id is None:
-        return (0, 220, 0)
-    hue = (track_id * 47) % 180
-    import cv2
-
-    bgr = cv2.cvtColor(np.uint8([[[hue, 200, 255]]]), cv2.COLOR_HSV2BGR)[0, 0]
-    return tuple(int(v) for v in bgr)
+from edgert.runtime.tasks import spec_of
+from edgert.runtime.tasks.detect import track_color
 
 
 def draw_scene(out: np.ndarray, scene) -> None:
@@ -38,7 +30,7 @@ def draw_scene(out: np.ndarray, scene) -> None:
     for track_id, trail in trails.items():
         if len(trail) > 1:
             pts = np.array(trail, dtype=np.int32).reshape(-1, 1, 2)
-            cv2.polylines(out, [pts], False, _color(track_id), 2, cv2.LINE_AA)
+            cv2.polylines(out, [pts], False, track_color(track_id), 2, cv2.LINE_AA)
 
 
 def _label(out: np.ndarray, text: str, org: tuple[int, int]) -> None:
@@ -58,25 +50,9 @@ def draw(image: np.ndarray, results, lines: list[str], scene=None) -> np.ndarray
     out = image.copy()
     if scene is not None:
         draw_scene(out, scene)
-    if isinstance(results, list):
-        for i, r in enumerate(results):
-            if "box" in r:
-                x1, y1, x2, y2 = (int(round(v)) for v in r["box"])
-                color = _color(r.get("track_id"))
-                cv2.rectangle(out, (x1, y1), (x2, y2), color, 2)
-                tag = f"#{r['track_id']} " if r.get("track_id") is not None else ""
-                cv2.putText(
-                    out,
-                    f"{tag}{r['label']} {r['score']:.2f}",
-                    (x1, max(12, y1 - 4)),
-                    cv2.FONT_HERSHEY_SIMPLEX,
-                    0.5,
-                    color,
-                    1,
-                    cv2.LINE_AA,
-                )
-            else:
-                lines = [*lines, f"{r['label']} {r['score']:.2f}"] if i < 3 else lines
+    spec = spec_of(results)
+    if spec is not None and spec.draw is not None:
+        lines = [*lines, *spec.draw(out, results)]  # the task's own: boxes, a classifier's top 3
     y = 18
     for (
         text

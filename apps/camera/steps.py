@@ -1,6 +1,6 @@
 """The pipeline's steps for any task model (classify, detect, segment, faces): preprocess each
 frame in its stream's thread, infer a batch of frames of several streams in one call (what a power
-cap paces), postprocess the batch into plain results."""
+cap paces), postprocess the batch into typed results (one runtime.results.Result a frame)."""
 
 from __future__ import annotations
 

@@ -67,12 +67,10 @@ __all__ = [
 ]
 
 
-def _observed(task: str, results) -> list:
-    """(label, score) pairs a frame's results count for: a classifier's top-1, each detection."""
-    if not isinstance(results, list):
-        return []
-    pairs = [(str(r.get("label")), float(r.get("score", 0.0))) for r in results if "label" in r]
-    return pairs[:1] if task == "classify" else pairs
+def _observed(task: str, result) -> list:
+    """(label, score) pairs a frame's results count for (the task's ``observed`` hook: a
+    classifier's top-1, each detection)."""
+    return task_spec(task).pairs(result) if result is not None else []
 
 
 def _rates(recent: list, since: float, until: float) -> tuple[int, dict]:

@@ -110,12 +110,14 @@ def run(args) -> int:
 
 
 def _print(args, path: str, result, timing: dict) -> None:
+    from edgert.runtime.tasks import task_spec
+
     if args.json:
         print(
             json.dumps(
                 {
                     "image": str(path),
-                    "results": result,
+                    "results": result.to_records(),
                     **{k: round(v, 3) for k, v in timing.items()},
                 }
             )
@@ -125,11 +127,5 @@ def _print(args, path: str, result, timing: dict) -> None:
         f"{path}  (preprocess {timing['preprocess_ms']:.1f} ms, infer {timing['infer_ms']:.1f} ms, "
         f"postprocess {timing['postprocess_ms']:.1f} ms)"
     )
-    if isinstance(result, list):
-        for r in result:
-            if "box" in r:
-                print(f"  {r['score']:7.4f}  {r['label']:<20} {r['box']}")
-            else:
-                print(f"  {r['score']:7.4f}  {r['label']}")
-    else:
-        print(f"  {json.dumps(result)}")
+    for line in task_spec(result.task).lines(result):
+        print(line)

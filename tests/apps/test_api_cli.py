@@ -212,7 +212,9 @@ def test_task_models_share_one_interface(bundle):
 
     with load_task_model(bundle, top_k=2) as model:
         assert model.task == "classify"
-        top = model(load_photo("chelsea"))
+        result = model(load_photo("chelsea"))
+        top = result.to_records()  # the typed result, and the JSON edgert writes of it
+        assert len(result.classes) == 2 and result.classes[0].label == top[0]["label"]
         assert len(top) == 2 and {"label", "index", "score"} <= set(top[0])
     with pytest.raises(Exception, match="face-detection bundle"):
         load_task_model(bundle, task="faces")

@@ -18,6 +18,7 @@ from edgert.apps.camera.analytics import Analytics, parse_all, parse_geometry
 from edgert.apps.camera.pipeline import Frame
 from edgert.runtime import counting
 from edgert.runtime.errors import GeometryError
+from edgert.runtime.results import Detection, Result
 from tests.apps.test_tracking_camera import scene_video, square_at
 from tests.conftest import assert_user_error, run_cli
 from tests.tiny import blob_detector_bundle
@@ -25,7 +26,8 @@ from tests.tiny import blob_detector_bundle
 
 def _frame(i: int, size: tuple[int, int], box=None) -> Frame:
     w, h = size
-    results = [{"box": list(box), "score": 0.9, "label": "blob", "class_id": 0}] if box else []
+    objects = [Detection(tuple(box), 0.9, 0, "blob")] if box else []
+    results = Result.of_objects(objects, "detect")
     return Frame(i, i * 0.1, np.zeros((h, w, 3), np.uint8), 0, results=results)
 
 

@@ -61,7 +61,7 @@ def test_file_streams_every_frame_processed_each_with_its_own_labels(mobilenet, 
     lengths = {"chelsea": 9, "coffee": 14, "rocket": 6}
     videos = {p: photo_video(tmp_path / f"{p}.mp4", p, n) for p, n in lengths.items()}
     with load_task_model(mobilenet) as model:  # each frame's label, to this model, alone
-        expected = {p: [model(f)[0]["label"] for f in video_frames(v)] for p, v in videos.items()}
+        expected = {p: [model(f).classes[0].label for f in video_frames(v)] for p, v in videos.items()}
     assert expected["chelsea"].count("Egyptian cat") >= 7 and "espresso" in expected["coffee"]
     assert not set(expected["rocket"]) & set(expected["chelsea"] + expected["coffee"])
     jsonl = tmp_path / "out.jsonl"
@@ -109,9 +109,9 @@ def test_batched_results_equal_one_image_at_a_time(mobilenet, tmp_path):
         assert len(got) == 10 and summary["batch"]["mean"] > 1
         for image, results in got.values():
             alone = model(image)
-            assert [r["label"] for r in results] == [r["label"] for r in alone]
-            assert [r["score"] for r in results] == pytest.approx(
-                [r["score"] for r in alone], abs=1e-4
+            assert [c.label for c in results.classes] == [c.label for c in alone.classes]
+            assert [c.score for c in results.classes] == pytest.approx(
+                [c.score for c in alone.classes], abs=1e-4
             )
 
 

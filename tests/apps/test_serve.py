@@ -147,7 +147,7 @@ def test_a_jpeg_comes_back_with_the_label(server):
     with load_task_model(server["bundle"], top_k=5) as model:
         import cv2
 
-        expected = model(cv2.imread(str(photo_path("chelsea"))))[0]["label"]
+        expected = model(cv2.imread(str(photo_path("chelsea")))).classes[0].label
     h = httpclient.InferenceServerClient(f"127.0.0.1:{server['http']}")
     inp = httpclient.InferInput("image", [1, 1], "BYTES")
     inp.set_data_from_numpy(np.array([[jpeg]], dtype=np.object_))
@@ -173,7 +173,7 @@ def test_images_of_different_sizes_share_one_batch(server):
     inp.set_data_from_numpy(np.array([[b] for b in blobs], dtype=np.object_))
     out = h.infer("tiny_image", [inp])
     with load_task_model(server["bundle"], top_k=5) as model:
-        expected = [model(photos[0][:200, :300])[0]["label"], model(photos[1])[0]["label"]]
+        expected = [model(photos[0][:200, :300]).classes[0].label, model(photos[1]).classes[0].label]
     got = [json.loads(r[0])["results"][0]["label"] for r in out.as_numpy("result")]
     assert got == expected and out.as_numpy("logits").shape == (2, 3)
 

@@ -7,6 +7,7 @@ import json
 import numpy as np
 
 from edgert.quantize import gate
+from edgert.runtime.detection import matched_boxes
 
 
 def test_matched_boxes_pairs_by_class_and_overlap_once_each():
@@ -14,10 +15,10 @@ def test_matched_boxes_pairs_by_class_and_overlap_once_each():
     b = [[1, 1, 10, 10], [20, 20, 30, 30], [50, 50, 52, 52]]
     # box 0 and box 2 of a both overlap b's box 0 (IoU 0.81): it is used once; the class-1 box
     # pairs only with the class-1 box; a's last box overlaps b's last by 0.04 only
-    assert gate.matched_boxes(a, [0, 1, 0, 2], b, [0, 1, 2]) == 2
-    assert gate.matched_boxes(a, [0, 1, 0, 2], b, [1, 0, 2]) == 0  # right places, wrong classes
-    assert gate.matched_boxes([], [], b, [0, 1, 2]) == 0
-    assert gate.matched_boxes(a[:1], [0], b[:1], [0], min_iou=0.9) == 0
+    assert matched_boxes(a, [0, 1, 0, 2], b, [0, 1, 2]) == 2
+    assert matched_boxes(a, [0, 1, 0, 2], b, [1, 0, 2]) == 0  # right places, wrong classes
+    assert matched_boxes([], [], b, [0, 1, 2]) == 0
+    assert matched_boxes(a[:1], [0], b[:1], [0], min_iou=0.9) == 0
 
 
 def _yolo_v8(boxes, scores) -> np.ndarray:

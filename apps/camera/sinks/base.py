@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from edgert.runtime.errors import OutputError
+from edgert.runtime.results import records
 
 
 class Sink:
@@ -126,7 +127,7 @@ def frame_record(frame, t0: float) -> dict:
         "stream": frame.stream,
         "frame": frame.index,
         "t": round(frame.t_capture - t0, 4),
-        "results": frame.results,
+        "results": records(frame.results),
         "latency_ms": {k: round(v, 3) for k, v in frame.timings.items()},
     }
     if frame.gate is not None or not frame.inferred:

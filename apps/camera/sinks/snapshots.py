@@ -59,23 +59,22 @@ class SnapshotsOutput(Sink):
         self.keep_days, self._retained, self.deleted = keep_days, float("-inf"), 0
 
     def write(self, frame, image, record: dict) -> None:
-        if not frame.inferred or not isinstance(frame.results, list):
+        if not frame.inferred or frame.results is None:
             return  # a predicted box is not a picture of the object
-        for r in frame.results:
-            tid = r.get("track_id")
-            if tid is None or "box" not in r:
+        for o in frame.results.objects:
+            if o.track_id is None:
                 continue
-            key = (frame.stream, tid)
-            score = float(r.get("score", 0.0))
+            key = (frame.stream, o.track_id)
+            score = float(o.score)
             if key in self.best and self.best[key][0] >= score:
                 continue
-            self.best[key] = (score, r.get("label"), *self._pictures(image, r))
+            self.best[key] = (score, o.label, *self._pictures(image, o))
 
-    def _pictures(self, image, r: dict) -> tuple:
+    def _pictures(self, image, o) -> tuple:
         import cv2
 
         h, w = image.shape[:2]
-        x1, y1, x2, y2 = (int(round(v)) for v in r["box"])
+        x1, y1, x2, y2 = (int(round(v)) for v in o.box)
         x1, y1 = max(0, min(w - 1, x1)), max(0, min(h - 1, y1))
         x2, y2 = max(x1 + 1, min(w, x2)), max(y1 + 1, min(h, y2))
         crop = cv2.imencode(".jpg", image[y1:y2, x1:x2])[1].tobytes() if self.crop else None
@@ -83,7 +82,7 @@ class SnapshotsOutput(Sink):
         if not self.clean:
             picture = image.copy()
             cv2.rectangle(picture, (x1, y1), (x2 - 1, y2 - 1), (0, 255, 0), 2)
-            text = f"{r.get('label', '')} {float(r.get('score', 0.0)):.2f}"
+            text = f"{o.label} {float(o.score):.2f}"
             cv2.putText(picture, text, (x1, max(12, y1 - 4)), 0, 0.5, (0, 255, 0), 1)
         return cv2.imencode(".jpg", picture)[1].tobytes(), crop
 

@@ -2,7 +2,8 @@
 results.
 
     with load_task_model("mobilenet_v2.edgert") as model:       # classify, detect, segment, faces
-        results = model(bgr_image)                               # list of dicts (or a dict)
+        result = model(bgr_image)                                # a results.Result
+        result.classes, result.objects, result.to_records()      # typed; the JSON edgert writes
 
 Pipelines split a call into its three steps, and may batch the middle one:
 
@@ -12,65 +13,42 @@ Pipelines split a call into its three steps, and may batch the middle one:
     results = model.postprocess(outputs, [transform, ...])       # one entry per image
 
 Each task is one :class:`TaskSpec` in :data:`TASK_SPECS`: what its results are, what export,
-the camera, the server and edgert build do with it, and its task model (the decoder of one
-engine's outputs, or a module of its own for a bundle of several networks: the MTCNN face
-detector, :mod:`faces`). Code elsewhere asks the spec (``boxes``, ``images``, ...), never which
-task it is. The one part that cannot live here, a several-network task's own build recipes (host
+the camera, the server and edgert build do with it, its task model (the decoder of one engine's
+outputs, or a module of its own for a bundle of several networks: the MTCNN face detector,
+:mod:`faces`) and its hooks, in the task's own module here (``classify``, ``detect``,
+``segment``): decode, compare and judge (a swap check, the INT8 gate), draw (the overlay),
+describe (``edgert run``) and observed (the rollback watch). Code elsewhere asks the spec
+(``boxes``, ``images``, its hooks), never which task it is; a new task is its module and one
+row. The one part that cannot live here, a several-network task's own build recipes (host
 code, above the runtime), is one table in ``quantize/builder.py``: ``TASK_RECIPES``.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .bundle import TASKS, Bundle
-from .errors import ModelError
-from .task_model import TaskModel
+from ..bundle import TASKS, Bundle
+from ..errors import ModelError
+from ..results import Result
+from ..task_model import TaskModel
+from . import classify, detect, segment
 
-__all__ = ["TASK_SPECS", "EngineTask", "TaskModel", "TaskSpec", "load_task_model", "task_spec"]
-
-
-def _classify(model: EngineTask, values: list, transforms: list) -> list:
-    from .postprocess import classify
-
-    return [
-        [{"label": c.label, "index": c.index, "score": round(c.score, 6)} for c in row]
-        for row in classify(values[0], model.labels, model.top_k)
-    ]
-
-
-def _detect(model: EngineTask, values: list, transforms: list) -> list:
-    from .detection import decode_detections
-
-    dets = decode_detections(
-        values,
-        model.conf,
-        model.iou,
-        transforms=transforms,
-        labels=model.labels,
-        input_size=model.engine.preprocessing.size,
-    )
-    return [[d.to_dict() for d in per_image] for per_image in dets]
-
-
-def _segment(model: EngineTask, values: list, transforms: list) -> list:
-    from .postprocess import segment
-
-    out = []
-    for mask in segment(values[0]):
-        classes, counts = np.unique(mask, return_counts=True)
-        out.append(
-            {
-                "mask_shape": list(mask.shape),
-                "classes": {int(c): int(n) for c, n in zip(classes, counts)},
-            }
-        )
-    return out
+__all__ = [
+    "TASK_SPECS",
+    "EngineTask",
+    "Result",
+    "TaskModel",
+    "TaskSpec",
+    "load_task_model",
+    "spec_of",
+    "task_spec",
+]
 
 
 @dataclass(frozen=True)
@@ -89,13 +67,47 @@ class TaskSpec:
     export_option: bool = True  # `edgert export --task NAME` makes one (else: made_by)
     camera: bool = True  # `edgert camera --task NAME` is offered
     made_by: str | None = None  # how a bundle of this task is made (None: export with --task)
-    # one engine's outputs -> results (None: the raw outputs' names, shapes and dtypes)
+    # the hooks, each in the task's own module (tasks/classify.py, tasks/detect.py, ...):
+    # one engine's outputs -> a Result per image (None: the raw outputs' names, shapes, dtypes)
     decode: Callable[[EngineTask, list, list], list] | None = None
+    # (ref, got) Results per image -> measures (None: no measure: a check refuses to judge)
+    compare: Callable[[list, list], dict] | None = None
+    # (measures, bounds, what) -> why a candidate is refused, or None (--swap-check, serve)
+    judge: Callable[[dict, object, str], str | None] | None = None
+    draw: Callable[[np.ndarray, Result], list] | None = None  # onto the overlay; corner lines
+    describe: Callable[[Result], list] | None = None  # edgert run's lines (None: the JSON)
+    observed: Callable[[Result], list] | None = None  # (label, score)s the rollback watch counts
     model: str | None = None  # a module whose load_task() loads a bundle of several networks
     plan: str | None = None  # why edgert builds no TensorRT plan for it (None: it does)
+    takes_any: bool = False  # a model of this task may run as any task (--task says which)
 
     def how_made(self) -> str:
         return self.made_by or f"edgert export MODEL --task {self.name}"
+
+    def no_measure(self) -> str | None:
+        """Why two models of this task cannot be compared (no ``compare`` hook), or None: such a
+        check refuses to judge, never passes by default."""
+        if self.compare is None or self.judge is None:
+            return f"edgert has no measure to compare two {self.name} models' results by"
+        return None
+
+    def lines(self, result: Result) -> list:
+        """``edgert run``'s lines for one image's results (the JSON where it has no hook)."""
+        if self.describe is not None:
+            return self.describe(result)
+        return [f"  {json.dumps(result.to_records())}"]
+
+    def pairs(self, result: Result) -> list:
+        """The (label, score)s of one image the rollback watch counts ([] with no hook)."""
+        return self.observed(result) if self.observed is not None else []
+
+
+HOOKS = ("decode", "compare", "judge", "draw", "describe", "observed")
+
+
+def _hooks(module, **overrides) -> dict:
+    """A task module's hooks by name (what it lacks stays None)."""
+    return {**{h: getattr(module, h, None) for h in HOOKS}, **overrides}
 
 
 _NO_FACE_PLAN = (
@@ -111,7 +123,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
             "class scores: the top-k labels per image",
             class_scores=True,
             first_output=(2, None, "class scores [N, C]"),
-            decode=_classify,
+            **_hooks(classify),
         ),
         TaskSpec(
             "detect",
@@ -119,7 +131,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
             "boxes with labels and scores (SSD pair or YOLO head)",
             boxes=True,
             letterbox=True,
-            decode=_detect,
+            **_hooks(detect),
         ),
         TaskSpec(
             "segment",
@@ -127,7 +139,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
             "per-pixel classes: a mask per image",
             first_output=(4, 4, "per-pixel class scores [N, C, H, W]"),
             camera=False,
-            decode=_segment,
+            **_hooks(segment),
         ),
         TaskSpec(
             "faces",
@@ -138,6 +150,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
             made_by="edgert export zoo:mtcnn",
             model="edgert.runtime.faces",
             plan=_NO_FACE_PLAN,
+            **_hooks(detect, decode=None),  # boxes like a detector's: its compare, draw, ...
         ),
         TaskSpec(
             "generic",
@@ -146,6 +159,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
             images=False,
             camera=False,
             made_by="edgert export MODEL",
+            takes_any=True,
         ),
     )
 }
@@ -158,6 +172,11 @@ def task_spec(name: str) -> TaskSpec:
         return TASK_SPECS[name]
     except KeyError:
         raise ModelError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}") from None
+
+
+def spec_of(result) -> TaskSpec | None:
+    """The spec of the task whose model gave ``result`` (None: not a Result of a known task)."""
+    return TASK_SPECS.get(getattr(result, "task", None) or "")
 
 
 def check_task_outputs(task: str, outputs) -> None:
@@ -226,10 +245,14 @@ class EngineTask(TaskModel):
             return self.decode(self, values, transforms)
         n = len(values[0]) if values else 0
         return [
-            {
-                name: {"shape": list(v[i].shape), "dtype": v.dtype.name}
-                for name, v in outputs.items()
-            }
+            Result(
+                "raw",
+                self.task,
+                raw={
+                    name: {"shape": list(v[i].shape), "dtype": v.dtype.name}
+                    for name, v in outputs.items()
+                },
+            )
             for i in range(n)
         ]
 
@@ -264,13 +287,14 @@ def load_task_model(
         raise ModelError(
             f"--task {task} needs a {asked.kind} bundle ({asked.how_made()}), not {path}"
         )
-    from .engine import Engine
+    from ..engine import Engine
 
     engine = Engine.load(bundle or path, backend=backend, precision=precision, **options)
     try:
         model_task = engine.manifest.task if engine.manifest else "generic"
         chosen = task or model_task
-        if model_task not in (chosen, "generic"):
+        own_spec = TASK_SPECS.get(model_task)
+        if model_task != chosen and not (own_spec is not None and own_spec.takes_any):
             raise ModelError(
                 f"the model's task is {model_task}, not {chosen} (export it with --task {chosen}, "
                 f"or pick --task {model_task})"

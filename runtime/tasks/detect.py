@@ -1,0 +1,113 @@
+"""The detect task: a detector's outputs -> objects in source pixels, and what objects mean to
+the rest of edgert (the hooks every task whose results are boxes shares: faces uses them too)."""
+
+from __future__ import annotations
+
+import collections
+
+from ..results import Result
+
+
+def decode(model, values: list, transforms: list) -> list:
+    from ..detection import decode_detections
+
+    dets = decode_detections(
+        values,
+        model.conf,
+        model.iou,
+        transforms=transforms,
+        labels=model.labels,
+        input_size=model.engine.preprocessing.size,
+    )
+    return [Result.of_objects(per_image, model.task) for per_image in dets]
+
+
+def compare(ref: list, got: list, by: str = "label") -> dict:
+    """How the objects of ``got`` match ``ref``'s (per image :class:`Result` lists): box F1 (IoU
+    >= 0.5, the same ``by``: label or class_id), ``ref``'s boxes per image (0: the F1 of 1.0
+    judged nothing) and per label the ratio of ``got``'s objects to ``ref``'s."""
+    from ..detection import matched_boxes
+
+    matched = total_ref = total_got = 0
+    per = collections.defaultdict(lambda: [0, 0])
+    for r, g in zip(ref, got):
+        r, g = r.objects, g.objects
+        total_ref, total_got = total_ref + len(r), total_got + len(g)
+        for d in r:
+            per[str(d.label)][0] += 1
+        for d in g:
+            per[str(d.label)][1] += 1
+        matched += matched_boxes(
+            [d.box for d in r],
+            [getattr(d, by) for d in r],
+            [d.box for d in g],
+            [getattr(d, by) for d in g],
+        )
+    return {
+        "frames": len(ref),
+        "box_f1": 2 * matched / (total_ref + total_got) if total_ref + total_got else 1.0,
+        "boxes_per_frame": total_ref / max(1, len(ref)),
+        "rate_ratio": {k: round(n[1] / n[0], 3) for k, n in per.items() if n[0] >= 3},
+    }
+
+
+def judge(measures: dict, bounds, what: str):
+    """Why ``measures`` refuse a candidate under ``bounds.min_box_f1`` (or a label detected at
+    under half or over twice the rate), or None."""
+    if measures["box_f1"] < bounds.min_box_f1:
+        return (
+            f"the candidate's boxes match the model in use's with F1 {measures['box_f1']:.2f} "
+            f"on {measures['frames']} {what}, under {bounds.min_box_f1:.2f}"
+        )
+    off = {k: r for k, r in measures.get("rate_ratio", {}).items() if not 0.5 <= r <= 2}
+    if off:
+        label, r = next(iter(off.items()))
+        return f"the candidate detects {label} {r:.2f} times as often as the model in use"
+    return None
+
+
+def observed(result: Result) -> list:
+    """What a frame counts for in the rollback watch: each object's (label, score)."""
+    return [(str(o.label), float(o.score)) for o in result.objects]
+
+
+def track_color(track_id) -> tuple:
+    """A steady colour per track (green for boxes without one): the overlay's boxes and trails."""
+    if track_id is None:
+        return (0, 220, 0)
+    import cv2
+    import numpy as np
+
+    hue = (int(track_id) * 47) % 180
+    bgr = cv2.cvtColor(np.uint8([[[hue, 200, 255]]]), cv2.COLOR_HSV2BGR)[0, 0]
+    return tuple(int(v) for v in bgr)
+
+
+def draw(out, result: Result) -> list:
+    """Each object's box, track ID, label and score onto ``out``; no corner lines."""
+    import cv2
+
+    for o in result.objects:
+        x1, y1, x2, y2 = (int(round(v)) for v in o.box)
+        color = track_color(o.track_id)
+        cv2.rectangle(out, (x1, y1), (x2, y2), color, 2)
+        tag = f"#{o.track_id} " if o.track_id is not None else ""
+        cv2.putText(
+            out,
+            f"{tag}{o.label} {o.score:.2f}",
+            (x1, max(12, y1 - 4)),
+            cv2.FONT_HERSHEY_SIMPLEX,
+            0.5,
+            color,
+            1,
+            cv2.LINE_AA,
+        )
+    return []
+
+
+def describe(result: Result) -> list:
+    """``edgert run``'s lines: score, label and box of each object."""
+    return [
+        f"  {o.score:7.4f}  {o.label:<20} {[round(float(v), 2) for v in o.box]}"
+        for o in result.objects
+    ]

@@ -108,7 +108,7 @@ def run_bench(cfg: BenchConfig, say=lambda s: None) -> dict:
     options["spin"] = cfg.spin == "on" or (cfg.spin == "auto" and not paced)
     point = clock_choice = None
     # on every path: no sampling thread or open sensor left behind, no clock left changed
-    with PowerSession(power_options, say) as power, _clock_session(cfg, say) as clocks:
+    with PowerSession(power_options, say) as power, clock_session(cfg, say) as clocks:
         if clocks is not None and cfg.clocks is None:
             clocks.set(**_fixed_clocks(cfg, clocks))  # a sweep's point: before idle is measured
         idle = power.measure_idle(cfg.idle_seconds)
@@ -274,7 +274,7 @@ def choose_operating_point(cfg: BenchConfig, meter, idle: float, options: dict, 
     return {"chosen": best.label, "why": why, "candidates": candidates}
 
 
-def _clock_session(cfg: BenchConfig, say):
+def clock_session(cfg: BenchConfig, say):
     """A :class:`~edgert.runtime.power.clocks.ClockSession` when the run sets clocks (``--clocks
     auto``, a sweep's clock axis), else a context of None. Nothing is written until it sets."""
     if cfg.clocks is None and cfg.gpu_clock is None and cfg.emc_clock is None:

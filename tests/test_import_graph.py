@@ -292,3 +292,37 @@ def test_the_media_package_imports_nothing_of_the_camera_app():
         if _under(w, "edgert.apps.camera") and not _under(w, "edgert.apps.camera.media")
     )
     assert wrong == []
+
+
+def test_the_telemetry_library_imports_no_app_module():
+    """apps/telemetry/ (HTTP probes, MQTT, Prometheus) is a library the camera and the server
+    use: it imports no module of theirs, only the URI helpers (apps/uris.py, which import nothing
+    of edgert's apps); the server's /model answers came from apps.swapping before."""
+    g = graph()
+    leaks = [
+        f"{v} -> {w}"
+        for v, ws in g.items()
+        if _under(v, "edgert.apps.telemetry")
+        for w in ws
+        if _under(w, "edgert.apps")
+        and not _under(w, "edgert.apps.telemetry")
+        and w != "edgert.apps.uris"
+    ]
+    assert leaks == []
+    assert not {w for w in g["edgert.apps.uris"] if _under(w, "edgert.apps")}
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A name starting with one underscore is its module's own: another module that needs it
+    gets it public, where it belongs (equalize's graph helpers became quantize/onnx_graph.py;
+    bench's clock session became public for the camera's --clocks auto)."""
+    taken = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                taken += [
+                    f"{name}:{node.lineno} {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+    assert taken == []

@@ -275,17 +275,13 @@ class CameraProbes:
         if self.metrics is not None:
             self.metrics.attach(info=build_labels(model, precision))
 
-    def attach(self, pipeline, power, analytics, sinks: list, slot=None) -> None:
+    def attach(self, pipeline, **parts) -> None:
+        """The pipeline, and the run's parts the registry reads (``CameraMetrics.attach``'s
+        arguments: each camera feature's ``metrics()``, the sinks)."""
         self.pipeline = pipeline
         if self.metrics is not None:
             pipeline.observers.append(self.metrics.observe)
-            self.metrics.attach(
-                pipeline=pipeline,
-                power=PowerGauges(power.meter, power.runner),
-                analytics=analytics,
-                sinks=sinks,
-                slot=slot,
-            )
+            self.metrics.attach(pipeline=pipeline, **parts)
 
     def live(self) -> tuple[bool, dict]:
         p = self.pipeline

@@ -61,7 +61,9 @@ def test_file_streams_every_frame_processed_each_with_its_own_labels(mobilenet, 
     lengths = {"chelsea": 9, "coffee": 14, "rocket": 6}
     videos = {p: photo_video(tmp_path / f"{p}.mp4", p, n) for p, n in lengths.items()}
     with load_task_model(mobilenet) as model:  # each frame's label, to this model, alone
-        expected = {p: [model(f).classes[0].label for f in video_frames(v)] for p, v in videos.items()}
+        expected = {
+            p: [model(f).classes[0].label for f in video_frames(v)] for p, v in videos.items()
+        }
     assert expected["chelsea"].count("Egyptian cat") >= 7 and "espresso" in expected["coffee"]
     assert not set(expected["rocket"]) & set(expected["chelsea"] + expected["coffee"])
     jsonl = tmp_path / "out.jsonl"

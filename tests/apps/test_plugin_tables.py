@@ -172,3 +172,46 @@ def test_an_unknown_scheme_names_every_form_the_tables_hold():
         check_outputs_apart(cfg)
     for scheme in SINKS.values():
         assert scheme.form in str(info.value)
+
+
+def test_a_toy_feature_runs_through_the_feature_table_alone(toy, monkeypatch):
+    """A camera feature that is neither a source nor a sink (issue 52) is one class and one row
+    of ``features.FEATURES``: its steps are called in their order, around a real run, with what
+    the run made by then (the sources, the model, the pipeline), and its part of the summary
+    is there; close comes in the table's reverse order, so it closes before the others."""
+    from edgert.apps.camera import features
+
+    seen = []
+
+    class Tally(features.Feature):
+        def check(self, run):
+            seen.append(("check", run.stack is None))  # nothing has opened yet
+
+        def open(self, run):
+            seen.append(("open", len(run.sources), run.model is None))
+
+        def loaded(self, run):
+            seen.append(("loaded", run.model.task, run.slot is not None))
+
+        def attach(self, run):
+            seen.append(("attach", run.pipeline is not None))
+
+        def close(self, run):
+            seen.append(("close", run.slot.stopped.is_set()))
+
+        def report(self, run, summary):
+            summary["tally"] = {"frames": summary["frames_processed"]}
+
+    monkeypatch.setattr(features, "FEATURES", (*features.FEATURES, Tally))
+    cfg = CameraConfig(
+        ModelOptions(str(toy)),
+        sources=["ramp://3"],
+        sink_options=SinkOptions(headless=True),
+        run=RunOptions(max_frames=3),
+    )
+    summary = run_camera(cfg)
+    assert [s[0] for s in seen] == ["check", "open", "loaded", "attach", "close"]
+    assert seen[1][1:] == (1, True)  # the sources open, the model not yet loaded
+    assert seen[2][1:] == ("classify", True)  # after the swap's slot, the last row before it
+    assert seen[4] == ("close", False)  # before the swap's close (the row above it) stops it
+    assert summary["tally"] == {"frames": 3} and summary["frames_processed"] == 3

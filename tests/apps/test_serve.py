@@ -173,7 +173,10 @@ def test_images_of_different_sizes_share_one_batch(server):
     inp.set_data_from_numpy(np.array([[b] for b in blobs], dtype=np.object_))
     out = h.infer("tiny_image", [inp])
     with load_task_model(server["bundle"], top_k=5) as model:
-        expected = [model(photos[0][:200, :300]).classes[0].label, model(photos[1]).classes[0].label]
+        expected = [
+            model(photos[0][:200, :300]).classes[0].label,
+            model(photos[1]).classes[0].label,
+        ]
     got = [json.loads(r[0])["results"][0]["label"] for r in out.as_numpy("result")]
     assert got == expected and out.as_numpy("logits").shape == (2, 3)
 

@@ -1,0 +1,131 @@
+"""The camera run's configuration: a few sections, each owned by the component that reads it and
+declaring its own flags: the model (:class:`ModelOptions`), the sources (:class:`SourceOptions`),
+the sinks (:class:`SinkOptions`), tracking (:class:`TrackingOptions`), power
+(:class:`PowerOptions`), the run (:class:`RunOptions`), the gate, the swap; :class:`CameraConfig`
+holds one of each."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from edgert.runtime.power.session import PowerOptions
+
+from .analytics import TrackingOptions
+from .gate import GateOptions
+from .sinks import SinkOptions, scheme_of, shows_picture, tracks
+from .sources import SourceOptions
+from .swap import SwapOptions
+
+__all__ = ["CameraConfig", "ModelOptions", "RunOptions"]
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """The model and how it is loaded and read: its bundle (or .onnx / .engine), the task,
+    backend and precision, and the results' thresholds."""
+
+    path: str
+    task: str | None = None  # default: the bundle's
+    backend: str = "auto"
+    precision: str = "auto"
+    top_k: int = 3
+    conf: float = 0.25
+    iou: float = 0.45
+
+    @staticmethod
+    def add_arguments(parser, tasks: list[str]) -> None:
+        from edgert.apps.argtypes import BACKENDS, PRECISIONS, fraction, positive_int
+
+        parser.add_argument("model", metavar="MODEL")
+        parser.add_argument("--task", choices=tasks, help="default: the bundle's task")
+        parser.add_argument("--backend", default="auto", choices=BACKENDS)
+        parser.add_argument("--precision", default="auto", choices=PRECISIONS)
+        parser.add_argument("--top-k", type=positive_int, default=3)
+        parser.add_argument("--conf", type=fraction, default=0.25)
+        parser.add_argument("--iou", type=fraction, default=0.45)
+
+    @classmethod
+    def from_args(cls, args) -> ModelOptions:
+        return cls(
+            args.model, args.task, args.backend, args.precision, args.top_k, args.conf, args.iou
+        )
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How long and how the pipeline runs: its duration, frames per stream, the batch and its
+    deadline, and the streams' queue size."""
+
+    duration: float | None = None  # seconds
+    max_frames: int | None = None  # per stream
+    batch: int | None = None  # frames per inference; default one per stream, up to the model max
+    batch_timeout_ms: float = 20.0
+    queue_size: int = 1
+
+    @staticmethod
+    def add_arguments(parser) -> None:
+        from edgert.apps.argtypes import nonneg_float, positive_float, positive_int
+
+        parser.add_argument("--duration", type=positive_float, metavar="S")
+        parser.add_argument("--max-frames", type=positive_int, metavar="N", help="per stream")
+        parser.add_argument(
+            "--batch",
+            type=positive_int,
+            metavar="N",
+            help="frames per inference (default: the number of streams, within the model's "
+            "largest batch)",
+        )
+        parser.add_argument(
+            "--batch-timeout-ms",
+            type=nonneg_float,
+            default=20.0,
+            metavar="MS",
+            help="how long a batch waits for the other streams once it has a frame (default 20)",
+        )
+
+    @classmethod
+    def from_args(cls, args) -> RunOptions:
+        return cls(args.duration, args.max_frames, args.batch, args.batch_timeout_ms)
+
+
+@dataclass
+class CameraConfig:
+    """One camera run: the model, source URIs, sink URIs and each component's options."""
+
+    model: ModelOptions
+    sources: list = field(default_factory=lambda: ["synthetic://"])  # URIs or FrameSource objects
+    sinks: list[str] = field(default_factory=list)  # display://, http://, file://, jsonl://, ...
+    source_options: SourceOptions = field(default_factory=SourceOptions)
+    sink_options: SinkOptions = field(default_factory=SinkOptions)
+    tracking: TrackingOptions = field(default_factory=TrackingOptions)
+    power: PowerOptions = field(default_factory=PowerOptions)
+    run: RunOptions = field(default_factory=RunOptions)
+    gate: GateOptions = field(default_factory=GateOptions)
+    metrics: str | None = None  # [HOST:]PORT of /metrics, /live, /ready
+    clocks: str | None = None  # "auto" (with gate.target_fps): GPU / EMC limits for the rate
+    swap: SwapOptions = field(default_factory=SwapOptions)  # taking a new model while it runs
+
+    @property
+    def tracks(self) -> bool:
+        """Tracking is on: asked for, or implied by lines, zones or an events sink."""
+        return self.tracking.enabled or any(tracks(u) for u in self.sinks)
+
+    def tracking_asked_by(self) -> str:
+        """What turned tracking on, as the user gave it (for a sentence)."""
+        t = self.tracking
+        if t.track or not (t.lines or t.zones or any(tracks(u) for u in self.sinks)):
+            return "--track"
+        if t.lines or t.zones:
+            return "--line" if t.lines else "--zone"
+        uri = next(u for u in self.sinks if tracks(u))
+        entry = scheme_of(uri)
+        return f"{entry.flag} {uri.split('://', 1)[-1]}" if entry.flag else f"--output {uri}"
+
+    def sink_uris(self) -> list[str]:
+        """The sinks, with a window when nothing shows the picture and a display is there."""
+        uris = list(self.sinks)
+        has_display = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+        if not self.sink_options.headless and has_display and not any(map(shows_picture, uris)):
+            uris.append("display://0")
+        return uris

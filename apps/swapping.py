@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgert.apps.telemetry.http import json_answer
 from edgert.apps.uris import escape_controls
 from edgert.runtime.errors import ModelError
 from edgert.runtime.tasks import task_spec
@@ -456,7 +457,3 @@ def give_back_memory() -> None:
         return
     if trim is not None:
         trim(0)
-
-
-def json_answer(code: int, data: dict) -> tuple[int, bytes, str]:
-    return code, json.dumps(data, default=str).encode() + b"\n", "application/json"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .equalize import _attr, _Graph
+from .onnx_graph import Graph, attr
 
 ZETA, GAMMA = 1.1, -0.1  # the rectified sigmoid's stretch
 
@@ -40,18 +40,18 @@ class Settings:
 def _layers(model) -> list[tuple]:
     """(node, activation after it: None | "relu" | ceiling, output tensor to match) for every
     Conv2d / Gemm with a constant weight used by it alone."""
-    gr = _Graph(model)
+    gr = Graph(model)
     out = []
     for n in model.graph.node:
         if n.op_type not in ("Conv", "Gemm") or not gr.owned(n, 1) or n.input[0] in gr.inits:
             continue
         w = gr.inits[n.input[1]]
         if n.op_type == "Conv" and (
-            len(w.dims) != 4 or _attr(n, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")
+            len(w.dims) != 4 or attr(n, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")
         ):
             continue
         if n.op_type == "Gemm" and (
-            _attr(n, "transA", 0) or not _attr(n, "transB", 0) or _attr(n, "alpha", 1.0) != 1.0
+            attr(n, "transA", 0) or not attr(n, "transB", 0) or attr(n, "alpha", 1.0) != 1.0
         ):
             continue  # per-channel scales are per row of a transB weight
         act, ceiling = gr.activation(n)
@@ -96,7 +96,7 @@ def adaround(
     sub = data[: cfg.samples]
     tensors = sorted({n.input[0] for n, _, _ in layers} | {t for _, _, t in layers})
     acts = _capture(out, sub, tensors)
-    gr = _Graph(out)
+    gr = Graph(out)
     torch.manual_seed(cfg.seed)
     report = {
         "layers": len(layers),
@@ -131,8 +131,8 @@ def _layer_fn(node, act):
     import torch.nn.functional as F
 
     if node.op_type == "Gemm":
-        trans_b = _attr(node, "transB", 0)
-        beta = _attr(node, "beta", 1.0)
+        trans_b = attr(node, "transB", 0)
+        beta = attr(node, "beta", 1.0)
 
         def linear(x, w, b):
             y = x.reshape(len(x), -1) @ (w.t() if trans_b else w)
@@ -140,10 +140,10 @@ def _layer_fn(node, act):
 
         core = linear
     else:
-        strides = tuple(_attr(node, "strides", [1, 1]))
-        dil = tuple(_attr(node, "dilations", [1, 1]))
-        pads = list(_attr(node, "pads", [0, 0, 0, 0]))
-        group = _attr(node, "group", 1)
+        strides = tuple(attr(node, "strides", [1, 1]))
+        dil = tuple(attr(node, "dilations", [1, 1]))
+        pads = list(attr(node, "pads", [0, 0, 0, 0]))
+        group = attr(node, "group", 1)
 
         def conv(x, w, b):
             if pads[0] != pads[2] or pads[1] != pads[3]:

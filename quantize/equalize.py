@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .onnx_graph import Graph, attr
+
 MAX_GAIN = 32.0  # a channel's activation is multiplied by at most this (dead channels stay put)
 
 
@@ -43,77 +45,11 @@ def channel_stats(model, data: np.ndarray, tensors: list[str], batch: int = 16) 
     return {t: (absmax[t], (total[t] / max(1, count[t])).astype(np.float32)) for t in tensors}
 
 
-class _Graph:
-    """Lookups over a ModelProto's graph: producers, consumers, initializers by name."""
-
-    def __init__(self, model) -> None:
-        from onnx import numpy_helper
-
-        self.g = model.graph
-        self.inits = {i.name: i for i in self.g.initializer}
-        self.producer = {o: n for n in self.g.node for o in n.output}
-        self.consumers: dict[str, list] = {}
-        for n in self.g.node:
-            for t in n.input:
-                self.consumers.setdefault(t, []).append(n)
-        self.array = lambda name: numpy_helper.to_array(self.inits[name]).copy()
-        self.outputs = {o.name for o in self.g.output}
-
-    def set(self, name: str, value: np.ndarray) -> None:
-        from onnx import numpy_helper
-
-        self.inits[name].CopyFrom(numpy_helper.from_array(value.astype(np.float32), name))
-
-    def const(self, node_input: str) -> float | None:
-        """The scalar value of a Constant node's output or an initializer, else None."""
-        from onnx import numpy_helper
-
-        if node_input in self.inits:
-            v = numpy_helper.to_array(self.inits[node_input])
-        else:
-            p = self.producer.get(node_input)
-            if p is None or p.op_type != "Constant" or not p.attribute:
-                return None
-            v = numpy_helper.to_array(p.attribute[0].t)
-        return float(v) if v.size == 1 else None
-
-    def only_consumer(self, tensor: str):
-        users = self.consumers.get(tensor, [])
-        return users[0] if len(users) == 1 and tensor not in self.outputs else None
-
-    def owned(self, node, k: int) -> bool:
-        """Whether input ``k`` of ``node`` is an initializer read by that node alone (so changing
-        it changes nothing else)."""
-        name = node.input[k] if len(node.input) > k else ""
-        return name in self.inits and len(self.consumers.get(name, [])) == 1
-
-    def activation(self, node) -> tuple[object, float | None]:
-        """(the ReLU or ReLU6 that alone reads ``node``'s output, its ceiling: None for ReLU);
-        (None, None) when there is none. ReLU6 is ``Clip(x, 0, c)`` with constant bounds."""
-        act = self.only_consumer(node.output[0])
-        if act is None or act.op_type not in ("Relu", "Clip"):
-            return None, None
-        if act.op_type == "Relu":
-            return act, None
-        lo = self.const(act.input[1]) if len(act.input) > 1 and act.input[1] else None
-        hi = self.const(act.input[2]) if len(act.input) > 2 and act.input[2] else None
-        return (act, hi) if lo == 0.0 and hi is not None else (None, None)
-
-
-def _attr(node, name: str, default):
-    from onnx import helper
-
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
-
 def depthwise_pairs(model, any_consumer: bool = False) -> list[tuple]:
     """(producer Conv, activation node or None, ReLU6 ceiling or None, consumer Conv) for every
     ``Conv -> [Relu | Clip(0, c)] -> depthwise Conv`` whose weights belong to them alone
     (``any_consumer``: any Conv consumer, e.g. a depthwise conv's pointwise projection)."""
-    gr = _Graph(model)
+    gr = Graph(model)
     pairs = []
     for conv in gr.g.node:
         if conv.op_type != "Conv" or len(conv.input) < 2:
@@ -126,8 +62,8 @@ def depthwise_pairs(model, any_consumer: bool = False) -> list[tuple]:
             continue
         w2 = gr.inits[dw.input[1]]
         channels = gr.inits[conv.input[1]].dims[0]
-        depthwise = _attr(dw, "group", 1) == channels and w2.dims[0] == channels and w2.dims[1] == 1
-        regular = any_consumer and _attr(dw, "group", 1) == 1 and w2.dims[1] == channels
+        depthwise = attr(dw, "group", 1) == channels and w2.dims[0] == channels and w2.dims[1] == 1
+        regular = any_consumer and attr(dw, "group", 1) == 1 and w2.dims[1] == channels
         if not (depthwise or regular):
             continue
         pairs.append((conv, act, ceiling, dw))
@@ -147,7 +83,7 @@ def equalize(
     if not pairs:
         return out, {"pairs": 0}
     stats = channel_stats(out, data, [dw.input[0] for _, _, _, dw in pairs])
-    gr = _Graph(out)
+    gr = Graph(out)
     report = {"pairs": len(pairs), "gain_median": [], "gain_max": []}
     new_nodes: dict[str, list] = {}
     for conv, act, ceiling, dw in pairs:
@@ -161,7 +97,7 @@ def equalize(
         if len(conv.input) > 2:
             gr.set(conv.input[2], gr.array(conv.input[2]) * gain)
         w2 = gr.array(dw.input[1])
-        if _attr(dw, "group", 1) == 1:  # a regular conv: its input channels
+        if attr(dw, "group", 1) == 1:  # a regular conv: its input channels
             gr.set(dw.input[1], w2 / gain.reshape(1, -1, *[1] * (w2.ndim - 2)))
         else:  # depthwise: channel i's filter
             gr.set(dw.input[1], w2 / gain.reshape(-1, 1, *[1] * (w2.ndim - 2)))
@@ -203,7 +139,7 @@ def correct_bias(
     out = onnx.ModelProto()
     out.CopyFrom(model)
     qw = quantize_weight or fake_quantize_per_channel
-    gr = _Graph(out)
+    gr = Graph(out)
     layers = []
     for n in out.graph.node:
         if n.op_type not in ("Conv", "Gemm") or n.name in skip or not gr.owned(n, 1):
@@ -211,7 +147,7 @@ def correct_bias(
         if n.input[0] in gr.inits or (len(n.input) > 2 and n.input[2] and not gr.owned(n, 2)):
             continue
         if n.op_type == "Gemm" and (
-            _attr(n, "transA", 0) or _attr(n, "alpha", 1.0) != 1.0 or _attr(n, "beta", 1.0) != 1.0
+            attr(n, "transA", 0) or attr(n, "alpha", 1.0) != 1.0 or attr(n, "beta", 1.0) != 1.0
         ):
             continue
         layers.append(n)
@@ -223,10 +159,10 @@ def correct_bias(
         mean = stats[n.input[0]][1].astype(np.float64)
         w = gr.array(n.input[1])
         if n.op_type == "Gemm":
-            w_oi = w if _attr(n, "transB", 0) else w.T  # [out, in]
+            w_oi = w if attr(n, "transB", 0) else w.T  # [out, in]
             delta = (qw(w_oi) - w_oi).astype(np.float64) @ mean
         else:
-            groups = _attr(n, "group", 1)
+            groups = attr(n, "group", 1)
             dw = (qw(w) - w).astype(np.float64).sum(axis=tuple(range(2, w.ndim)))  # [out, in/g]
             per_group = w.shape[0] // groups
             delta = np.empty(w.shape[0])

@@ -19,7 +19,7 @@ import numpy as np
 
 from edgert.runtime.errors import ModelError, first_line
 
-from .equalize import _attr
+from .onnx_graph import attr
 from .ranges import at_least_opset
 
 FP32_OPS = [
@@ -95,7 +95,7 @@ def qdq_to_fp16(model):
             # constant INT8 / FP8 weights: re-quantized on the FP16 scales where those moved (FP16
             # rounds scales, and raises those below 6e-8, typically dead channels', to 6e-8), so
             # the dequantized weights stay the nearest to the calibrated ones
-            _requantize(weights, f, h, _attr(n, "axis", 1))
+            _requantize(weights, f, h, attr(n, "axis", 1))
         elif not np.all(np.abs(h - f) <= 0.01 * np.abs(f)):
             # an activation's scale: its calibrated range would not be the one quantized
             raise ModelError(

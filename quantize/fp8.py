@@ -52,14 +52,14 @@ def round_weights(w: np.ndarray) -> np.ndarray:
 
 def _weight_axis(node, weight: np.ndarray) -> int:
     """The output-channel axis of a weighted node's weight."""
-    from .equalize import _attr
+    from .onnx_graph import attr
 
     if node.op_type == "Gemm":
-        return 0 if _attr(node, "transB", 0) else 1
+        return 0 if attr(node, "transB", 0) else 1
     if node.op_type == "MatMul":
         return weight.ndim - 1
     if node.op_type == "ConvTranspose":
-        return 1 if _attr(node, "group", 1) == 1 else 0
+        return 1 if attr(node, "group", 1) == 1 else 0
     return 0
 
 

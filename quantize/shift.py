@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .equalize import _attr, _Graph
+from .onnx_graph import Graph, attr
 from .ranges import ActivationStats, quantizable_nodes
 
 _PASS_THROUGH = {
@@ -53,7 +53,7 @@ def pinned(stats: ActivationStats, pins: dict[str, float]) -> ActivationStats:
     return Pinned(stats.absmax, stats.hist, stats.samples, dict(pins)) if pins else stats
 
 
-def nonnegative(gr: _Graph, tensor: str, depth: int = 0) -> bool:
+def nonnegative(gr: Graph, tensor: str, depth: int = 0) -> bool:
     """Whether ``tensor`` can never be negative, by what makes it: ReLU, ``Clip(0, c)``, the
     ``Min(ReLU(x), cap)`` equalisation writes, or pooling / reshaping of such a tensor."""
     p = gr.producer.get(tensor)
@@ -87,9 +87,9 @@ def _border_terms(node, w: np.ndarray, c: float, in_hw: tuple[int, int]):
     whose taps read inside the input — what the shifted input's zero padding leaves out. Three
     small constants instead of an [out, H', W'] map (ONNX Runtime and TensorRT fold them)."""
     (h, wd), (kh, kw) = in_hw, w.shape[2:]
-    sh, sw = _attr(node, "strides", [1, 1])
-    dh, dw = _attr(node, "dilations", [1, 1])
-    pt, pl, pb, pr = _attr(node, "pads", [0, 0, 0, 0])
+    sh, sw = attr(node, "strides", [1, 1])
+    dh, dw = attr(node, "dilations", [1, 1])
+    pt, pl, pb, pr = attr(node, "pads", [0, 0, 0, 0])
     out_h = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
     out_w = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
     u = _in_bounds(h, out_h, kh, sh, pt, dh)
@@ -109,7 +109,7 @@ def shift_activations(model, thresholds: dict[str, float], sample: np.ndarray):
 
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    gr = _Graph(out)
+    gr = Graph(out)
     candidates = []
     for n in quantizable_nodes(out):
         t = n.input[0]
@@ -118,15 +118,15 @@ def shift_activations(model, thresholds: dict[str, float], sample: np.ndarray):
         if not gr.owned(n, 1) or (len(n.input) > 2 and n.input[2] and not gr.owned(n, 2)):
             continue
         if n.op_type == "Gemm" and (
-            _attr(n, "transA", 0) or _attr(n, "alpha", 1.0) != 1.0 or _attr(n, "beta", 1.0) != 1.0
+            attr(n, "transA", 0) or attr(n, "alpha", 1.0) != 1.0 or attr(n, "beta", 1.0) != 1.0
         ):
             continue
         if n.op_type not in ("Conv", "Gemm"):
             continue
-        padded = n.op_type == "Conv" and any(_attr(n, "pads", [0]))
+        padded = n.op_type == "Conv" and any(attr(n, "pads", [0]))
         if padded and (
             len(gr.inits[n.input[1]].dims) != 4
-            or _attr(n, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")
+            or attr(n, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")
         ):
             continue
         candidates.append((n, padded))
@@ -147,7 +147,7 @@ def shift_activations(model, thresholds: dict[str, float], sample: np.ndarray):
         if n.op_type == "Conv":
             total = w.sum(axis=tuple(range(1, w.ndim)))
         else:
-            total = w.sum(axis=1) if _attr(n, "transB", 0) else w.sum(axis=0)
+            total = w.sum(axis=1) if attr(n, "transB", 0) else w.sum(axis=0)
         if padded:
             if t not in shapes:  # the model takes any image size: no border terms fit all
                 report["skipped_dynamic_size"] += 1

@@ -30,8 +30,8 @@ examples:
 def add_parser(sub) -> None:
     from edgert.apps.argtypes import add_power_arguments
     from edgert.apps.camera.analytics import TrackingOptions
-    from edgert.apps.camera.options import ModelOptions, RunOptions
     from edgert.apps.camera.gate import GateOptions
+    from edgert.apps.camera.options import ModelOptions, RunOptions
     from edgert.apps.camera.sinks import MqttOptions, SinkOptions
     from edgert.apps.camera.sources import SourceOptions
     from edgert.apps.swapping import SwapOptions
@@ -83,8 +83,8 @@ def config(args):
     ``--jsonl``, ``--events`` and ``--mqtt`` become sinks of the table (``jsonl://FILE``,
     ``events://FILE``, the broker's URI)."""
     from edgert.apps.camera.analytics import TrackingOptions
-    from edgert.apps.camera.options import CameraConfig, ModelOptions, RunOptions
     from edgert.apps.camera.gate import GateOptions
+    from edgert.apps.camera.options import CameraConfig, ModelOptions, RunOptions
     from edgert.apps.camera.sinks import SinkOptions, from_flag, with_folder_flags
     from edgert.apps.camera.sources import SourceOptions
     from edgert.apps.swapping import SwapOptions

@@ -418,3 +418,8 @@ def parse_address(text: str, option: str = "--metrics") -> tuple[str, int]:
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise OutputError(f"{option} {text!r}: give PORT or HOST:PORT with a port from 0 to 65535")
     return host, int(port)
+
+
+def json_answer(code: int, data: dict) -> tuple[int, bytes, str]:
+    """A route's answer of JSON: (status, body, content type)."""
+    return code, json.dumps(data, default=str).encode() + b"\n", "application/json"

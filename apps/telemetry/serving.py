@@ -67,16 +67,17 @@ class ServeTelemetry:
             Probes(self.exposition, self.live, self.ready),
             "--edgert-metrics-port",
         )
-        self.server.probes.routes[("GET", "/model")] = lambda body: self._model("http_get", body)
-        self.server.probes.routes[("POST", "/model")] = lambda body: self._model("http_post", body)
+        self.server.probes.routes[("GET", "/model")] = lambda body: self._model(body, post=False)
+        self.server.probes.routes[("POST", "/model")] = lambda body: self._model(body, post=True)
         say(f"edgert metrics: {self.server.url}/metrics, readiness {self.server.url}/ready")
 
-    def _model(self, what: str, body: bytes) -> tuple[int, bytes, str]:
-        from edgert.apps.swapping import json_answer
+    def _model(self, body: bytes, post: bool) -> tuple[int, bytes, str]:
+        from .http import json_answer
 
-        if self.swapper is None:
+        swapper = self.swapper
+        if swapper is None:
             return json_answer(503, {"error": f"not serving yet ({self.phase})"})
-        return getattr(self.swapper, what)(body)
+        return swapper.http_post(body) if post else swapper.http_get(body)
 
     def start_power(self) -> None:
         """The board's power in /metrics, from a power session (no caps: Triton paces itself)."""

@@ -16,13 +16,24 @@ import numpy as np
 
 from ..bundle import TensorSpec
 from ..device import cc_string
-from ..errors import BackendUnavailable, EngineMismatch, ModelError, ShapeError, first_line
+from ..errors import (
+    BackendUnavailable,
+    CudaError,
+    EngineMismatch,
+    ModelError,
+    ShapeError,
+    first_line,
+)
 from ..precision import PRECISIONS
 from . import tensorrt_compat as compat
 from .base import Backend, Target
 from .tensorrt_logger import import_tensorrt, init_plugins, process_logger
 
 log = logging.getLogger(__name__)
+
+
+# explain_deserialize_failure's kinds: a plan to rebuild here, no room on the GPU, else ModelError
+_REFUSALS = {"version": EngineMismatch, "device": EngineMismatch, "memory": CudaError}
 
 
 class _IO:
@@ -159,6 +170,8 @@ class TensorRTBackend(Backend):
             data = plan.read_bytes()
         except OSError as exc:
             raise ModelError(f"cannot read {plan}: {exc.strerror}") from exc
+        # an Ultralytics .engine export: its metadata before the plan, read as Ultralytics does
+        self.plan_metadata, data = compat.split_plan_header(data)
         with self.ctx.active():
             init_plugins()
             mark = self.logger.mark()
@@ -170,7 +183,7 @@ class TensorRTBackend(Backend):
             if self.cuda_engine is None:
                 errors = self.logger.since(mark)
                 kind, sentence = compat.explain_deserialize_failure(errors, plan)
-                raise (EngineMismatch if kind in ("version", "device") else ModelError)(sentence)
+                raise _REFUSALS.get(kind, ModelError)(sentence)
             if compat.foreign_device_warning(self.logger.warnings_since(mark)):
                 raise EngineMismatch(
                     f"{plan} was built on another model of {self.ctx.name} (TensorRT warns it "
@@ -198,6 +211,7 @@ class TensorRTBackend(Backend):
         self.description = (
             f"TensorRT {trt.__version__} on {self.ctx.name}, {'zero-copy mapped memory' if zero else 'pinned copies'}"
             + (", CUDA graph" if use_graph else "")
+            + (", Ultralytics' metadata header skipped" if self.plan_metadata else "")
         )
         self._current_shapes: dict[str, tuple[int, ...]] = {}
 

@@ -355,10 +355,20 @@ def select_plan(
     return None, f"the bundle has no {kind}TensorRT plan{on} yet"
 
 
+# What TensorRT logs when deserialize_cuda_engine returns None (its wording in 8.5, 8.6 and 10.x,
+# collected from users' reports; tests/runtime/test_tensorrt_backend_api.py holds each with its
+# source): the first pattern found decides the kind and the sentence.
+_GOT = r"expecting library version (\d[\d.]*\d) got (\d[\d.]*\d)"
+_TAGS = r"Current Version: (\d+), Serialized Engine Version: (\d+)"
+_PLUGIN = r"(?:could not find plugin:?|Cannot find plugin:)\s*([\w.-]+),? version:? ?([\w.]*)"
+
+
 def explain_deserialize_failure(messages: list[str], path: Path) -> tuple[str, str]:
     """Classify TensorRT's logged errors after deserialize_cuda_engine returned None.
 
-    Returns (kind, sentence) with kind in {"version", "device", "corrupt"}.
+    Returns (kind, sentence) with kind in {"version", "device", "plugin", "memory", "corrupt"}:
+    the first two mean the plan must be rebuilt here, "plugin" that this process lacks a plugin
+    the plan uses, "memory" that the GPU had no room, "corrupt" that it is not a readable plan.
     """
     text = " ".join(messages)
     rebuild = (
@@ -368,18 +378,73 @@ def explain_deserialize_failure(messages: list[str], path: Path) -> tuple[str, s
     if m or "incompatible device" in text:
         detail = f" (built for compute {m.group(2)}, this GPU is compute {m.group(1)})" if m else ""
         return "device", f"{path} was built for another GPU{detail}; {rebuild}"
-    m = re.search(r"expecting library version ([\d.]+) got ([\d.]+)", text)
+    if "Platform specific tag mismatch" in text:
+        return "device", f"{path} was built on another platform (OS or CPU); {rebuild}"
+    if (
+        "Unexpected call to stub" in text
+    ):  # the lean runtime meets a plan that is not version-compatible
+        return "version", (
+            f"{path} needs TensorRT's full runtime (this is the lean runtime, which loads only "
+            f"plans built version-compatible); {rebuild}"
+        )
+    m, tags = re.search(_GOT, text), re.search(_TAGS, text)
     if (
         m
-        or "not compatible with this version of TensorRT" in text
-        or "Version tag does not match" in text
+        or tags
+        or re.search(
+            r"not compatible with this version of TensorRT|Version tag does not match|incompatible serialization version",
+            text,
+        )
     ):
         detail = f" (built by TensorRT {m.group(2)}, this is {m.group(1)})" if m else ""
+        if "incompatible serialization version" in text:  # 10.x's magic-tag check says no more
+            detail = " (or a plan for the safety runtime, or no plan at all)"
+        if "safeVersionRead" in text:  # the plan is for TensorRT's safety runtime
+            detail = " (a plan for TensorRT's safety runtime)"
+        elif tags and not m:
+            detail = (
+                f" (its serialization version {tags.group(2)}, this TensorRT reads {tags.group(1)})"
+            )
         return "version", f"{path} was built by another TensorRT version{detail}; {rebuild}"
+    m = re.search(_PLUGIN, text)
+    if m or "IPluginCreator not found" in text:
+        name = f" {m.group(1)}" + (f" (version {m.group(2)})" if m.group(2) else "") if m else ""
+        return "plugin", (
+            f"{path} uses the TensorRT plugin{name or 's'} that this process has not registered: "
+            "load the library that provides it before edgert (or rebuild the model without it)"
+        )
+    if re.search(r"out of memory|OutOfMemory", text, re.IGNORECASE):
+        return (
+            "memory",
+            f"the GPU has no room to load {path}: free GPU memory or use a smaller plan",
+        )
+    if "does not match archive size" in text:
+        return (
+            "corrupt",
+            f"{path} is truncated or damaged (its size differs from what its header says); copy it again or {rebuild}",
+        )
+    first = next((m for m in messages if "Engine deserialization failed" not in m), text)
     return (
         "corrupt",
-        f"{path} is not a TensorRT plan TensorRT can read (corrupt or not a plan): {text[:200] or 'no detail'}",
+        f"{path} is not a TensorRT plan TensorRT can read (corrupt or not a plan): {first[:200] or 'no detail'}",
     )
+
+
+def split_plan_header(data: bytes) -> tuple[dict | None, bytes]:
+    """A plan file as Ultralytics writes its ``.engine`` exports: a 4-byte little-endian length
+    and that much JSON metadata (task, names, imgsz, ...) before the plan, which TensorRT alone
+    refuses ("magic tag does not match"). Returns (the metadata, the plan) for such a file,
+    (None, data) for any other (a TensorRT plan starts with its magic tag, never with JSON)."""
+    if len(data) < 6:
+        return None, data
+    size = int.from_bytes(data[:4], "little")
+    if not 2 <= size <= len(data) - 4 or data[4:5] != b"{":
+        return None, data
+    try:
+        meta = json.loads(data[4 : 4 + size].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None, data
+    return (meta, data[4 + size :]) if isinstance(meta, dict) else (None, data)
 
 
 # TensorRT's DataType members by version (python/src/infer/pyFoundationalTypes.cpp of

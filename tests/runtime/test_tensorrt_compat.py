@@ -150,6 +150,22 @@ def test_deserialize_failures_are_explained(messages, kind, fragment):
         assert "edgert build" in sentence
 
 
+def test_an_ultralytics_engine_header_is_split_from_the_plan():
+    """Ultralytics' .engine: a little-endian int32 length and JSON metadata before the plan
+    (ultralytics/engine/exporter.py); a TensorRT plan (magic "ftrt") or anything else is kept."""
+    meta = b'{"task": "pose", "kpt_shape": [17, 3]}'
+    got, plan = compat.split_plan_header(len(meta).to_bytes(4, "little") + meta + b"ftrtPLAN")
+    assert got == {"task": "pose", "kpt_shape": [17, 3]} and plan == b"ftrtPLAN"
+    for data in (
+        b"ftrt" + bytes(64),  # a plan
+        (500).to_bytes(4, "little") + b"{short",  # a length past the end
+        (6).to_bytes(4, "little") + b"{nope}rest",  # not JSON
+        (2).to_bytes(4, "little") + b"[]rest",  # JSON, not metadata
+        b"",
+    ):
+        assert compat.split_plan_header(data) == (None, data), data
+
+
 def test_numpy_dtypes():
     assert compat.numpy_dtype("DataType.FLOAT") == "float32"
     assert compat.numpy_dtype("HALF") == "float16"

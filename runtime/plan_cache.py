@@ -1,6 +1,5 @@
 """The plan cache: ``engines/<key>.engine`` plus a ``<key>.json`` sidecar in the bundle, both
-from one record (:class:`PlanKey`, in ``backends/tensorrt_compat.py`` beside the other version
-decisions).
+from one record (:class:`PlanKey`, in ``backends/plan_key.py`` with the plan selection).
 
 The key hashes everything a plan depends on — ONNX bytes, precision, calibration, TensorRT
 version, GPU name and compute capability, DLA core, shapes and builder options — so a plan is
@@ -17,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import atomic
-from .backends.tensorrt_compat import PlanKey
+from .backends.plan_key import PlanKey
 from .bundle import MODEL
 from .errors import BundleError, EdgertError
 from .locks import file_lock
@@ -107,6 +106,7 @@ def ensure_plan(
             f"the plan's options are for {options.precision}, not {precision}: the "
             "cache key and the build would disagree"
         )
+    from .backends import plan_key
     from .backends import tensorrt_compat as compat
     from .backends.tensorrt_logger import import_tensorrt
     from .backends.tensorrt_plan import BuildOptions, build_plan
@@ -179,7 +179,7 @@ def ensure_plan(
         multiprocessors=dev.multiprocessors,
     )
     if options.timing_cache is None:
-        timing = compat.timing_cache_name(key.tensorrt, key.compute_capability, dev.name)
+        timing = plan_key.timing_cache_name(key.tensorrt, key.compute_capability, dev.name)
         options = replace(options, timing_cache=bundle.engines_dir / timing)
     path, built = PlanCache(bundle.engines_dir).get_or_build(
         key, lambda: build_plan(onnx_file, options, device), extra

@@ -25,8 +25,10 @@ from ..errors import (
     first_line,
 )
 from ..precision import PRECISIONS
+from . import plan_key
 from . import tensorrt_compat as compat
 from .base import Backend, Target
+from .tensorrt_io import TensorIO, check_capacity, check_profile, describe_io
 from .tensorrt_logger import import_tensorrt, init_plugins, process_logger
 
 log = logging.getLogger(__name__)
@@ -34,19 +36,6 @@ log = logging.getLogger(__name__)
 
 # explain_deserialize_failure's kinds: a plan to rebuild here, no room on the GPU, else ModelError
 _REFUSALS = {"version": EngineMismatch, "device": EngineMismatch, "memory": CudaError}
-
-
-class _IO:
-    """One I/O tensor: spec, profile bounds (inputs), buffers."""
-
-    def __init__(self, name: str, is_input: bool, dtype: str, shape: tuple[int, ...]) -> None:
-        self.name = name
-        self.is_input = is_input
-        self.dtype = dtype
-        self.shape = shape
-        self.min_shape: tuple[int, ...] | None = None
-        self.max_shape: tuple[int, ...] = shape
-        self.buffers = None
 
 
 class TensorRTBackend(Backend):
@@ -93,7 +82,7 @@ class TensorRTBackend(Backend):
                 for p in PRECISIONS
             }
 
-        return compat.select_plan(
+        return plan_key.select_plan(
             target.bundle_dir / "engines",
             precision,
             trt.__version__,
@@ -158,38 +147,15 @@ class TensorRTBackend(Backend):
         self.last_split_ms: dict[str, float] | None = None
         self._events = None
         self.logger = process_logger()  # one per process: the plugin library keeps its pointer
-        info = compat.PlanKey.read(plan)
-        if info is not None:
-            cc = cc_string(self.ctx.compute_capability)
-            why = compat.plan_mismatch(info, trt.__version__, self.ctx.name, cc)
-            if why:
-                raise EngineMismatch(
-                    f"{plan} cannot run here: {why}; rebuild it with: edgert build BUNDLE --precision {info.precision}"
-                )
+        info = self._sidecar(plan)
         try:
             data = plan.read_bytes()
         except OSError as exc:
             raise ModelError(f"cannot read {plan}: {exc.strerror}") from exc
         # an Ultralytics .engine export: its metadata before the plan, read as Ultralytics does
-        self.plan_metadata, data = compat.split_plan_header(data)
+        self.plan_metadata, data = plan_key.split_plan_header(data)
         with self.ctx.active():
-            init_plugins()
-            mark = self.logger.mark()
-            self.runtime = trt.Runtime(self.logger)
-            dla_core = compat.runtime_dla_core(info)
-            if dla_core is not None:  # before deserialising: else the plan runs on core 0
-                self.runtime.DLA_core = dla_core
-            self.cuda_engine = self.runtime.deserialize_cuda_engine(data)
-            if self.cuda_engine is None:
-                errors = self.logger.since(mark)
-                kind, sentence = compat.explain_deserialize_failure(errors, plan)
-                raise _REFUSALS.get(kind, ModelError)(sentence)
-            if compat.foreign_device_warning(self.logger.warnings_since(mark)):
-                raise EngineMismatch(
-                    f"{plan} was built on another model of {self.ctx.name} (TensorRT warns it "
-                    "is likely to affect performance or even cause errors); rebuild it here: "
-                    f"edgert build BUNDLE --precision {info.precision if info else 'P'}"
-                )
+            self.cuda_engine = self._deserialize(plan, info, data)
             self.context = self.cuda_engine.create_execution_context()
             if self.context is None:
                 raise ModelError(
@@ -216,37 +182,43 @@ class TensorRTBackend(Backend):
         self._current_shapes: dict[str, tuple[int, ...]] = {}
 
     # -- set-up -------------------------------------------------------------------------------
-    def _describe_io(self) -> list[_IO]:
-        trt, engine = self.trt, self.cuda_engine  # TensorRT's ICudaEngine
-        tensors = []
-        for i in range(engine.num_io_tensors):
-            name = engine.get_tensor_name(i)
-            is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
-            if is_input and getattr(engine, "is_shape_inference_io", lambda n: False)(name):
-                raise ModelError(
-                    f"input {name} is a shape tensor (its values set output shapes), which must "
-                    "live in host memory; edgert's TensorRT backend does not support such engines"
+    def _sidecar(self, plan: Path) -> plan_key.PlanKey | None:
+        """The plan's record, when it has one; EngineMismatch when it says another TensorRT or
+        GPU built it (before TensorRT is asked to read it)."""
+        info = plan_key.PlanKey.read(plan)
+        if info is not None:
+            cc = cc_string(self.ctx.compute_capability)
+            why = plan_key.plan_mismatch(info, self.trt.__version__, self.ctx.name, cc)
+            if why:
+                raise EngineMismatch(
+                    f"{plan} cannot run here: {why}; rebuild it with: edgert build BUNDLE --precision {info.precision}"
                 )
-            dtype = compat.numpy_dtype(str(engine.get_tensor_dtype(name)), name)
-            shape = tuple(int(d) for d in engine.get_tensor_shape(name))
-            io = _IO(name, is_input, dtype, shape)
-            if is_input and any(d < 0 for d in shape):
-                lo, _opt, hi = engine.get_tensor_profile_shape(name, 0)
-                io.min_shape = tuple(int(d) for d in lo)
-                io.max_shape = tuple(int(d) for d in hi)
-            tensors.append(io)
-        # output capacity: set every input to its profile maximum and ask for output shapes
-        for t in tensors:
-            if t.is_input:
-                self._set_input_shape(t.name, t.max_shape)
-        for t in tensors:
-            if not t.is_input:
-                t.max_shape = tuple(int(d) for d in self.context.get_tensor_shape(t.name))
-                if any(d < 0 for d in t.max_shape):
-                    raise ModelError(
-                        f"output {t.name} has a data-dependent shape, which edgert's TensorRT backend does not support"
-                    )
-        return tensors
+        return info
+
+    def _deserialize(self, plan: Path, info: plan_key.PlanKey | None, data: bytes):
+        """TensorRT's ICudaEngine of ``data`` (the context current), on the DLA core the plan
+        was built for; a refusal as one sentence of what TensorRT logged."""
+        init_plugins()
+        mark = self.logger.mark()
+        self.runtime = self.trt.Runtime(self.logger)
+        dla_core = plan_key.runtime_dla_core(info)
+        if dla_core is not None:  # before deserialising: else the plan runs on core 0
+            self.runtime.DLA_core = dla_core
+        engine = self.runtime.deserialize_cuda_engine(data)
+        if engine is None:
+            errors = self.logger.since(mark)
+            kind, sentence = plan_key.explain_deserialize_failure(errors, plan)
+            raise _REFUSALS.get(kind, ModelError)(sentence)
+        if plan_key.foreign_device_warning(self.logger.warnings_since(mark)):
+            raise EngineMismatch(
+                f"{plan} was built on another model of {self.ctx.name} (TensorRT warns it "
+                "is likely to affect performance or even cause errors); rebuild it here: "
+                f"edgert build BUNDLE --precision {info.precision if info else 'P'}"
+            )
+        return engine
+
+    def _describe_io(self) -> list[TensorIO]:
+        return describe_io(self.trt, self.cuda_engine, self.context, self._set_input_shape)
 
     def _allocate(self) -> None:
         from ..cuda.memory import TensorBuffers
@@ -265,16 +237,6 @@ class TensorRTBackend(Backend):
             )
 
     # -- inference ----------------------------------------------------------------------------
-    def _check_profile(self, t: _IO, shape: tuple[int, ...]) -> None:
-        if t.min_shape is None:
-            return
-        if any(s < lo or s > hi for s, lo, hi in zip(shape, t.min_shape, t.max_shape)):
-            lo = "x".join(map(str, t.min_shape))
-            hi = "x".join(map(str, t.max_shape))
-            raise ShapeError(
-                f"input {t.name} shape {'x'.join(map(str, shape))} is outside the engine's profile {lo} .. {hi}"
-            )
-
     def _apply_shapes(self, feeds: dict[str, np.ndarray]) -> bool:
         """Set input shapes when they changed; returns True if they did. Every input's profile
         is checked before any shape is set, and until all are set and the output shapes inferred
@@ -285,7 +247,7 @@ class TensorRTBackend(Backend):
             return False
         inputs = [t for t in self.io if t.is_input]
         for t in inputs:
-            self._check_profile(t, shapes[t.name])
+            check_profile(t, shapes[t.name])
         self._current_shapes = {}  # unknown until the whole change succeeded
         for t in inputs:
             self._set_input_shape(t.name, shapes[t.name])
@@ -299,20 +261,9 @@ class TensorRTBackend(Backend):
             raise ShapeError(f"TensorRT could not infer shapes for {', '.join(missing)}")
         for t in self.io:
             if not t.is_input:
-                self._check_capacity(
-                    t, tuple(int(d) for d in self.context.get_tensor_shape(t.name))
-                )
+                check_capacity(t, tuple(int(d) for d in self.context.get_tensor_shape(t.name)))
         self._current_shapes = shapes
         return True
-
-    def _check_capacity(self, t: _IO, shape: tuple[int, ...]) -> None:
-        """An output larger than its buffer (sized at the profile's maximum inputs; a model whose
-        outputs do not grow with its inputs) would be written past the buffer: refused."""
-        if any(d < 0 for d in shape) or int(np.prod(shape)) > int(np.prod(t.max_shape)):
-            raise ShapeError(
-                f"output {t.name} would be {'x'.join(map(str, shape))}, larger than the "
-                f"{'x'.join(map(str, t.max_shape))} it was sized for at the profile's maximum"
-            )
 
     def _enqueue(self, feeds: dict[str, np.ndarray]) -> None:
         self._upload(feeds)

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from edgert.runtime.backends.tensorrt_compat import select_plan
+from edgert.runtime.backends.plan_key import select_plan
 from edgert.runtime.plan_cache import PlanCache, PlanKey, bundle_shapes
 from tests.conftest import run_cli
 

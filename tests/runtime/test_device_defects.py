@@ -11,7 +11,7 @@ import weakref
 import numpy as np
 import pytest
 
-from edgert.runtime.backends import tensorrt_compat as compat
+from edgert.runtime.backends import plan_key
 from edgert.runtime.errors import ShapeError
 from edgert.runtime.power.sensors import discover, nvml_handle
 from tests.runtime.test_power_sensors import ina238_hwmon, ina3221_hwmon
@@ -59,22 +59,16 @@ def test_several_unlabelled_ina238_are_named_by_address(tmp_path):
 
 
 def test_dla_core_is_set_before_deserialising():
-
-    info = compat.PlanKey("int8", "10.3.0", "Orin", "8.7", dla_core=1)
-    assert compat.runtime_dla_core(info) == 1
-    gpu = compat.PlanKey("fp16", "10.3.0", "Orin", "8.7")
-    assert compat.runtime_dla_core(gpu) is None and compat.runtime_dla_core(None) is None
-    import inspect
-
-    from edgert.runtime.backends import tensorrt
-
-    source = inspect.getsource(tensorrt.TensorRTBackend.__init__)
-    assert source.index("runtime.DLA_core = dla_core") < source.index("deserialize_cuda_engine")
+    info = plan_key.PlanKey("int8", "10.3.0", "Orin", "8.7", dla_core=1)
+    assert plan_key.runtime_dla_core(info) == 1
+    gpu = plan_key.PlanKey("fp16", "10.3.0", "Orin", "8.7")
+    assert plan_key.runtime_dla_core(gpu) is None and plan_key.runtime_dla_core(None) is None
+    # the order on TensorRT's real API: test_tensorrt_backend_api.py's DLA plan (calls recorded)
 
 
 def test_timing_cache_is_keyed_on_the_gpu_too():
-    a = compat.timing_cache_name("10.3.0", "8.9", "NVIDIA GeForce RTX 4090")
-    b = compat.timing_cache_name("10.3.0", "8.9", "NVIDIA L4")
+    a = plan_key.timing_cache_name("10.3.0", "8.9", "NVIDIA GeForce RTX 4090")
+    b = plan_key.timing_cache_name("10.3.0", "8.9", "NVIDIA L4")
     assert a != b and a.startswith("timing-10.3.0-sm89-") and "/" not in a + b
 
 
@@ -141,7 +135,8 @@ def test_process_wide_tensorrt_logger(monkeypatch):
 
 
 def test_infer_shapes_error_code_becomes_a_shape_error():
-    from edgert.runtime.backends.tensorrt import _IO, TensorRTBackend
+    from edgert.runtime.backends.tensorrt import TensorRTBackend
+    from edgert.runtime.backends.tensorrt_io import TensorIO
 
     class Context:  # TensorRT's IExecutionContext, for the two calls in question
         def set_input_shape(self, name, shape):
@@ -151,7 +146,7 @@ def test_infer_shapes_error_code_becomes_a_shape_error():
             raise RuntimeError("IExecutionContext::inferShapes: Error Code 7: internal error")
 
     backend = object.__new__(TensorRTBackend)
-    backend.io = [_IO("x", True, "float32", (-1, 3))]
+    backend.io = [TensorIO("x", True, "float32", (-1, 3))]
     backend.context = Context()
     backend._current_shapes = {}
     with pytest.raises(ShapeError, match="could not infer the output shapes"):

@@ -19,6 +19,7 @@ import types
 import numpy as np
 import pytest
 
+from edgert.runtime.backends import plan_key
 from edgert.runtime.backends import tensorrt_compat as compat
 from edgert.runtime.errors import EngineMismatch, ModelError, ShapeError
 
@@ -61,7 +62,7 @@ def test_finding_1_dla_and_gpu_plans_of_one_precision_side_by_side(tmp_path):
     gpu = _sidecar(engines, "z-gpu", "int8", "q")
 
     def select(**kw):
-        return compat.select_plan(
+        return plan_key.select_plan(
             engines,
             "int8",
             "10.3.0",
@@ -190,12 +191,13 @@ class _Buffers:
 
 
 def _backend(use_graph=False, profile=False):
-    from edgert.runtime.backends.tensorrt import _IO, TensorRTBackend
+    from edgert.runtime.backends.tensorrt import TensorRTBackend
+    from edgert.runtime.backends.tensorrt_io import TensorIO
 
     b = TensorRTBackend.__new__(TensorRTBackend)
     io = []
     for name, is_input in (("a", True), ("b", True), ("y", False)):
-        t = _IO(name, is_input, "float32", (-1, 4))
+        t = TensorIO(name, is_input, "float32", (-1, 4))
         t.min_shape, t.max_shape = ((1, 4), (4, 4)) if is_input else (None, (4, 4))
         t.buffers = _Buffers(t.max_shape)
         io.append(t)
@@ -298,16 +300,16 @@ def test_finding_8_the_module_comes_from_the_device_tree(tmp_path, compatible, m
 def test_finding_8_a_plan_from_another_module_of_the_family_is_not_selected(tmp_path):
     engines = tmp_path / "engines"
     plan = _sidecar(engines, "k", "fp16", "h", module="nvidia,p3701-0000", sms=16)
-    key = compat.PlanKey.read(plan)
+    key = plan_key.PlanKey.read(plan)
     assert (key.module, key.multiprocessors) == ("nvidia,p3701-0000", 16)
     here = {"module": "nvidia,p3767-0000", "multiprocessors": 8}
-    got, why = compat.select_plan(engines, "fp16", "10.3.0", "Orin", "8.7", **here)
+    got, why = plan_key.select_plan(engines, "fp16", "10.3.0", "Orin", "8.7", **here)
     assert got is None and "built on the module nvidia,p3701-0000" in why
-    got, why = compat.select_plan(engines, "fp16", "10.3.0", "Orin", "8.7", multiprocessors=8)
+    got, why = plan_key.select_plan(engines, "fp16", "10.3.0", "Orin", "8.7", multiprocessors=8)
     assert got is None and "16 SMs" in why
-    assert compat.select_plan(engines, "fp16", "10.3.0", "Orin", "8.7", multiprocessors=16)[0]
+    assert plan_key.select_plan(engines, "fp16", "10.3.0", "Orin", "8.7", multiprocessors=16)[0]
     warned = ["Using an engine plan file across different models of devices is not recommended"]
-    assert compat.foreign_device_warning(warned) and compat.foreign_device_warning([]) is None
+    assert plan_key.foreign_device_warning(warned) and plan_key.foreign_device_warning([]) is None
 
 
 def test_finding_8_tensorrt_warnings_that_matter_are_said():

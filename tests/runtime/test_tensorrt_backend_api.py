@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from tests import cuda_fake, trt_api, trt_fake
 trt = trt_api.activate()
-from edgert.runtime.backends import tensorrt_compat as compat
+from edgert.runtime.backends import plan_key
 from edgert.runtime.backends.tensorrt import TensorRTBackend
 from edgert.runtime.backends.tensorrt_logger import process_logger
 from edgert.runtime.errors import EdgertError
@@ -114,7 +114,7 @@ def run(s, folder):
         meta = json.dumps({"task": "detect", "names": {"0": "person"}, "imgsz": [8, 8]}).encode()
         header = len(meta).to_bytes(4, "little", signed=True) + meta
     plan.write_bytes(header + b"PLAN")
-    key = compat.PlanKey("fp16", s.get("built_by", trt.__version__), "Orin", "8.7",
+    key = plan_key.PlanKey("fp16", s.get("built_by", trt.__version__), "Orin", "8.7",
                          dla_core=s.get("dla"))
     plan.with_suffix(".json").write_text(json.dumps(key.sidecar(4)))
     out = {"calls": calls}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from edgert.runtime.backends import plan_key
 from edgert.runtime.backends import tensorrt_compat as compat
 from edgert.runtime.errors import ModelError
 
@@ -87,25 +88,25 @@ def test_select_plan_never_picks_another_gpu_or_version(tmp_path):
     write_plan(engines, "a", "fp16", "10.3.0.26", "Orin", "8.7")
     write_plan(engines, "b", "fp16", "8.5.2.2", "Xavier", "7.2")
     int8 = write_plan(engines, "c", "int8", "10.3.0.26", "NVIDIA H200", "9.0", onnx="h1")
-    plan, why = compat.select_plan(
+    plan, why = plan_key.select_plan(
         engines, "auto", "10.3.0.26", "NVIDIA H200", "9.0", {"int8": "h1"}
     )
     assert plan == int8 and "int8" in why
-    plan, why = compat.select_plan(engines, "fp16", "10.3.0.26", "NVIDIA H200", "9.0")
+    plan, why = plan_key.select_plan(engines, "fp16", "10.3.0.26", "NVIDIA H200", "9.0")
     assert plan is None and "built for Orin (compute 8.7)" in why and "TensorRT 8.5.2.2" in why
-    plan, why = compat.select_plan(
+    plan, why = plan_key.select_plan(
         engines, "int8", "10.3.0.26", "NVIDIA H200", "9.0", {"int8": "h2"}
     )
     assert plan is None and "older version of the model" in why
-    plan, why = compat.select_plan(tmp_path / "none", "fp16", "10.3", "x", "9.0")
+    plan, why = plan_key.select_plan(tmp_path / "none", "fp16", "10.3", "x", "9.0")
     assert plan is None and "no engines/" in why
 
 
 def test_plan_mismatch_sentences():
-    info = compat.PlanKey("fp16", "8.5.2.2", "Orin", "8.7")
-    assert compat.plan_mismatch(info, "8.5.2.2", "Orin", "8.7") is None
-    assert "TensorRT 8.5.2.2" in compat.plan_mismatch(info, "10.3.0", "Orin", "8.7")
-    assert "this GPU is Xavier (compute 7.2)" in compat.plan_mismatch(
+    info = plan_key.PlanKey("fp16", "8.5.2.2", "Orin", "8.7")
+    assert plan_key.plan_mismatch(info, "8.5.2.2", "Orin", "8.7") is None
+    assert "TensorRT 8.5.2.2" in plan_key.plan_mismatch(info, "10.3.0", "Orin", "8.7")
+    assert "this GPU is Xavier (compute 7.2)" in plan_key.plan_mismatch(
         info, "8.5.2.2", "Xavier", "7.2"
     )
 
@@ -144,7 +145,7 @@ def test_plan_mismatch_sentences():
     ],
 )
 def test_deserialize_failures_are_explained(messages, kind, fragment):
-    got_kind, sentence = compat.explain_deserialize_failure(messages, Path("m.engine"))
+    got_kind, sentence = plan_key.explain_deserialize_failure(messages, Path("m.engine"))
     assert got_kind == kind and fragment in sentence
     if kind != "corrupt":
         assert "edgert build" in sentence
@@ -154,7 +155,7 @@ def test_an_ultralytics_engine_header_is_split_from_the_plan():
     """Ultralytics' .engine: a little-endian int32 length and JSON metadata before the plan
     (ultralytics/engine/exporter.py); a TensorRT plan (magic "ftrt") or anything else is kept."""
     meta = b'{"task": "pose", "kpt_shape": [17, 3]}'
-    got, plan = compat.split_plan_header(len(meta).to_bytes(4, "little") + meta + b"ftrtPLAN")
+    got, plan = plan_key.split_plan_header(len(meta).to_bytes(4, "little") + meta + b"ftrtPLAN")
     assert got == {"task": "pose", "kpt_shape": [17, 3]} and plan == b"ftrtPLAN"
     for data in (
         b"ftrt" + bytes(64),  # a plan
@@ -163,7 +164,7 @@ def test_an_ultralytics_engine_header_is_split_from_the_plan():
         (2).to_bytes(4, "little") + b"[]rest",  # JSON, not metadata
         b"",
     ):
-        assert compat.split_plan_header(data) == (None, data), data
+        assert plan_key.split_plan_header(data) == (None, data), data
 
 
 def test_numpy_dtypes():

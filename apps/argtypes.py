@@ -57,10 +57,12 @@ def fraction(text: str) -> float:
 
 
 def port(text: str) -> int:
-    value = _number(text, int)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535, not {text}")
-    return value
+    from edgert.apps.uris import port_number
+
+    try:
+        return port_number(text, free=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 class Parser(argparse.ArgumentParser):

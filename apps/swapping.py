@@ -2,7 +2,7 @@
 options (``--watch-model``, ``--model-endpoint``, ``--allow-models``, ``--swap-check``), what
 names a model (:func:`model_info`: name, version, a hash of what runs), the shadow check's
 measures (:func:`agreement`, :func:`judge`: those of the INT8 gate) and giving memory back after
-a model is closed. The camera's swap is ``camera/swap.py``; Triton's is ``serve_swap.py``."""
+a model is closed. The camera's swap is ``camera/swap.py``; Triton's is ``serve/swap.py``."""
 
 from __future__ import annotations
 
@@ -262,7 +262,7 @@ def judge(task: str, measures: dict, o: SwapOptions, what: str) -> str | None:
 class SwapQueue:
     """Requests for a new model and the one thread that carries them out, in order: what
     ``edgert camera``'s :class:`~edgert.apps.camera.swap.ModelSlot` and ``edgert serve``'s
-    :class:`~edgert.apps.serve_swap.ServeSwapper` share. A subclass calls :meth:`_queue` in its
+    :class:`~edgert.apps.serve.swap.ServeSwapper` share. A subclass calls :meth:`_queue` in its
     ``__init__`` and gives ``_swap(path, why, force)``, ``_refuse(path, why, reason, t0)``,
     ``report()``, and may give ``_poll()`` (``--watch-model``, every ``poll_s``) and ``_tick()``
     (every wake, at least four times a second)."""

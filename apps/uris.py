@@ -83,10 +83,10 @@ class Parts:
     path: str  # from the first "/" or "?" after the host, "" for none
 
 
-def split(uri: str, need_host: bool = True) -> Parts:
+def split(uri: str, need_host: bool = True, free: bool = False) -> Parts:
     """``uri``'s parts; ValueError (one sentence, secrets hidden) when it cannot be a URI: a
     control character or a space (a CR/LF would add a header to a request), no host (unless
-    ``need_host`` is false), or a port outside 1..65535."""
+    ``need_host`` is false), or a port outside 1..65535 (0 too where ``free``: a listener's)."""
     shown = redact(uri)
     bad = next((c for c in uri if not c.isprintable() or c.isspace()), None)
     if bad is not None:
@@ -100,7 +100,7 @@ def split(uri: str, need_host: bool = True) -> Parts:
     rest = uri[scheme.end() :]
     at, end = rest.rfind("@"), _authority_end(rest)
     try:
-        host, port = host_port(rest[at + 1 : end])
+        host, port = host_port(rest[at + 1 : end], free=free)
     except ValueError as exc:
         raise ValueError(f"'{shown}': {exc}") from None
     if not host and need_host:
@@ -161,9 +161,21 @@ def _authority_end(rest: str) -> int:
     return min(ends) if ends else len(rest)
 
 
-def host_port(text: str, default: int | None = None) -> tuple[str, int | None]:
+def port_number(text: str, free: bool = False) -> int:
+    """A port as written: a number from 1 to 65535, or 0 where ``free`` (a listener's: the system
+    picks a free one); ValueError (one sentence) otherwise. The one port rule of every option and
+    URI edgert takes."""
+    low = 0 if free else 1
+    text = text.strip()
+    if not text.isdigit() or not low <= int(text) <= 65535:
+        picks = " (0 picks a free one)" if free else ""
+        raise ValueError(f"the port must be a number from {low} to 65535{picks}, not {text!r}")
+    return int(text)
+
+
+def host_port(text: str, default: int | None = None, free: bool = False) -> tuple[str, int | None]:
     """``host``, ``host:port``, ``[v6]`` or ``[v6]:port`` -> (host, port or ``default``);
-    ValueError for a port that is not a number from 1 to 65535 or a bracket left open."""
+    ValueError for a port that is not one (:func:`port_number`) or a bracket left open."""
     if text.startswith("["):
         end = text.find("]")
         if end < 0:
@@ -180,9 +192,7 @@ def host_port(text: str, default: int | None = None) -> tuple[str, int | None]:
         host, port_text = text, ""
     if port_text == "":
         return host, default
-    if not port_text.isdigit() or not 0 < int(port_text) <= 65535:
-        raise ValueError(f"the port must be a number from 1 to 65535, not {port_text!r}")
-    return host, int(port_text)
+    return host, port_number(port_text, free)
 
 
 def show_host(host: str, port: int | None = None) -> str:

@@ -4,6 +4,7 @@ point one way: apps -> quantize -> export -> runtime."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -326,3 +327,65 @@ def test_no_module_imports_another_modules_private_names():
                     if a.name.startswith("_") and not a.name.startswith("__")
                 ]
     assert taken == []
+
+
+def test_only_the_pytriton_adapter_touches_pytritons_private_parts():
+    """edgert serve reaches into PyTriton 0.7 (its server process, model manager, workspace and
+    context): every such name lives in apps/serve/pytriton_compat.py, as TensorRT's version
+    differences live in tensorrt_compat (there were 15 such touches in serve and its swap)."""
+    from edgert.apps.serve import pytriton_compat
+
+    adapter = "edgert.apps.serve.pytriton_compat"
+    touched, seen = [], set()
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in pytriton_compat.PRIVATE:
+                seen.add(node.attr)
+                if name != adapter:
+                    touched.append(f"{name}:{node.lineno} .{node.attr}")
+    assert touched == []
+    assert seen == set(pytriton_compat.PRIVATE)  # each name listed is one the adapter uses
+
+
+def test_one_rule_says_what_a_port_is():
+    """Every option and URI that takes a port goes through apps/uris.port_number (five
+    validators with two ranges before: argtypes, telemetry's address, uris, the web and RTSP
+    sinks)."""
+    holders = sorted(
+        name
+        for name, path in modules().items()
+        if name.startswith("edgert.apps") and re.search(r"\b65535\b", path.read_text("utf-8"))
+    )
+    assert holders == ["edgert.apps.uris"], holders
+
+
+def test_a_subpackage_takes_only_leaf_modules_of_its_parents():
+    """Package-level loops (runtime ⇄ runtime.backends, export ⇄ export.zoo, ...) are of one kind
+    only: a subpackage importing a module of a parent package (errors, bundle, source_model) that
+    imports nothing of that subpackage, directly or through others. A parent module that composes
+    its children (engine.py of the backends) is never imported back by them."""
+    g, mods = graph(), modules()
+    package = {m: m if p.name == "__init__.py" else m.rpartition(".")[0] for m, p in mods.items()}
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for w in g.get(todo.pop(), ()):
+                if w not in seen:
+                    seen.add(w)
+                    todo.append(w)
+        return seen
+
+    back, checked = [], 0
+    for m, targets in g.items():
+        inside = package[m]
+        for w in targets:
+            parent = package[w]
+            if inside == parent or not inside.startswith(parent + ".") or w == parent:
+                continue
+            checked += 1
+            loop = sorted(x for x in reach(w) if x == inside or x.startswith(inside + "."))
+            if loop:
+                back.append(f"{m} imports {w}, which imports {', '.join(loop[:3])}")
+    assert checked > 50, checked  # the rule sees the subpackages' imports of their parents
+    assert back == [], "\n".join(back)

@@ -252,15 +252,7 @@ class Gate(Feature):
 
 def gate_says(o: GateOptions, task: str, tracking: bool) -> str:
     """What the gate does for this run, in a sentence."""
-    if o.mode == "off":
-        which = f"{o.target_fps:g} evenly spaced frames a second (--target-fps)"
-    elif o.mode == "interval":
-        which = f"one frame in {o.interval}"
-    else:
-        which = (
-            f"frames with motion, moving tracks or tracks at a line or zone, and one every "
-            f"{o.keyframe_s:g} s"
-        )
+    which = o.policy.says(o)
     if o.mode != "off" and o.target_fps is not None:
         which += f", at most {o.target_fps:g} a second"
     between = (

@@ -27,7 +27,7 @@ def decoder_fit(opts, uris: list, gate, bundle) -> tuple[object, str | None]:
     full = [u for u in uris if needs_frames(u) and not frames_on_demand(u)]
     if full:
         return opts, f"full frames: {full[0].split('://')[0]}:// shows or keeps them"
-    if gate.mode == "motion":
+    if gate.policy.motion:
         return opts, "full frames: the motion gate compares them"
     # the web viewer: full frames while one of its video streams is watched
     demand = media.Demand() if any(needs_frames(u) for u in uris) else None

@@ -42,6 +42,68 @@ LOOKBACK_S = 0.3  # motion: changed against the background and against the pictu
 TRACK_CHECK_S = 0.3  # tracked objects moving steadily: re-inferred this often (predicted between)
 
 
+class Policy:
+    """One ``--gate`` mode: how it is written, whether it looks for motion (the motion detector
+    and its options), whether a stream's first frames are inferred first, and for each frame
+    the reason it is inferred, or None (it is skipped). A new mode is a class and a row of
+    ``POLICIES``."""
+
+    form = ""  # as --gate takes it
+    motion = False  # needs the motion detector (and --keyframe, --motion-mask, ...)
+    starts = True  # a stream's first START_FRAMES frames (and after a gap) are inferred
+
+    def parse(self, text: str) -> int | None:
+        """This mode's interval when ``text`` names it (1 where it takes none), else None."""
+        return 1 if text == self.form else None
+
+    def decide(self, gate: StreamGate, t: float, regions: list) -> str | None:
+        raise NotImplementedError
+
+    def says(self, o: GateOptions) -> str:
+        """Which frames it infers, for the start-up line."""
+        raise NotImplementedError
+
+
+class EveryFrame(Policy):
+    form, starts = "off", False
+
+    def decide(self, gate: StreamGate, t: float, regions: list) -> str | None:
+        return "rate" if gate.options.target_fps is not None else "always"
+
+    def says(self, o: GateOptions) -> str:
+        return f"{o.target_fps:g} evenly spaced frames a second (--target-fps)"
+
+
+class Interval(Policy):
+    form = "interval:N"
+
+    def parse(self, text: str) -> int | None:
+        m = re.fullmatch(r"interval:(\d+)", text)
+        return int(m.group(1)) if m and int(m.group(1)) >= 1 else None
+
+    def decide(self, gate: StreamGate, t: float, regions: list) -> str | None:
+        return "interval" if (gate.count - 1) % gate.options.interval == 0 else None
+
+    def says(self, o: GateOptions) -> str:
+        return f"one frame in {o.interval}"
+
+
+class Motion(Policy):
+    form, motion = "motion", True
+
+    def decide(self, gate: StreamGate, t: float, regions: list) -> str | None:
+        return gate.motion_reason(t, regions)
+
+    def says(self, o: GateOptions) -> str:
+        return (
+            "frames with motion, moving tracks or tracks at a line or zone, and one every "
+            f"{o.keyframe_s:g} s"
+        )
+
+
+POLICIES = {"motion": Motion(), "interval": Interval(), "off": EveryFrame()}
+
+
 @dataclass(frozen=True)
 class GateOptions:
     """``--gate motion|interval:N|off``, ``--keyframe S``, ``--motion-mask``, ``--motion-sensitivity``."""
@@ -57,6 +119,10 @@ class GateOptions:
     def on(self) -> bool:
         return self.mode != "off" or self.target_fps is not None
 
+    @property
+    def policy(self) -> Policy:
+        return POLICIES[self.mode]
+
     @classmethod
     def parse(
         cls,
@@ -67,13 +133,11 @@ class GateOptions:
         target_fps: float | None = None,
     ):
         text = ("off" if gate is None else gate).strip().lower()
-        if text in ("off", "motion"):
-            mode, n = text, 1
-        else:
-            m = re.fullmatch(r"interval:(\d+)", text)
-            if not m or int(m.group(1)) < 1:
-                raise SourceError(f"--gate {gate!r}: give motion, interval:N (N >= 1) or off")
-            mode, n = "interval", int(m.group(1))
+        taken = ((name, p.parse(text)) for name, p in POLICIES.items())
+        mode, n = next(((name, n) for name, n in taken if n is not None), (None, None))
+        if mode is None:
+            forms = ", ".join(p.form for p in POLICIES.values())
+            raise SourceError(f"--gate {gate!r}: give one of {forms}")
         if not (math.isfinite(keyframe_s) and keyframe_s > 0):
             raise SourceError(f"--keyframe must be a positive number of seconds, not {keyframe_s}")
         if not 0 <= sensitivity <= 1:
@@ -95,7 +159,7 @@ class GateOptions:
             )
             if value is not None
         ]
-        if given and mode != "motion":
+        if given and not POLICIES[mode].motion:
             raise SourceError(
                 f"{' and '.join(given)} apply to --gate motion, and the gate is "
                 f"{'off' if mode == 'off' else mode}: give --gate motion, or leave them out"
@@ -189,7 +253,7 @@ def parse_mask(spec: str, streams: int) -> tuple[int | None, np.ndarray]:
 def check_masks_in_frame(options: GateOptions, stream: int, size: tuple | None) -> None:
     """SourceError when a ``--motion-mask`` of stream ``stream`` has a point outside its frame
     (pixels: 0..width, 0..height; fractions: 0..1), as lines and zones are refused."""
-    if size is None or options.mode != "motion":
+    if size is None or not options.policy.motion:
         return
     w, h = size
     for spec in options.masks:
@@ -220,7 +284,7 @@ class MotionDetector:
         self.size = None
         self.light_changes = 0
         self._recent: collections.deque = collections.deque()  # (t, grey copy) of late frames
-        self._n = 0
+        self.count = 0  # frames seen
 
     def _prepare(self, frame: np.ndarray):
         import cv2
@@ -257,8 +321,8 @@ class MotionDetector:
         import cv2
 
         small = self._prepare(frame)
-        t = float(self._n) / 10.0 if t is None else t  # frames 0.1 s apart when no time is given
-        self._n += 1
+        t = float(self.count) / 10.0 if t is None else t  # frames 0.1 s apart when no time is given
+        self.count += 1
         if self.background is None:
             self._rebase(small, t)
             return []
@@ -341,7 +405,7 @@ def _outruns(h: Hint) -> bool:
 
 
 def _reach_px(h: Hint, age: float) -> float:
-    """How near a line a moving track must be for its frames to be seen (see _motion_reason):
+    """How near a line a moving track must be for its frames to be seen (see motion_reason):
     as far as it goes before the next track check and since the hints were made, and a quarter
     of its box (the detector's and the counter's margins)."""
     x1, y1, x2, y2 = h.box
@@ -360,16 +424,14 @@ class StreamGate:
 
     def __init__(self, options: GateOptions, masks: list | None = None) -> None:
         self.options = options
-        self.motion = (
-            MotionDetector(options.sensitivity, masks) if options.mode == "motion" else None
-        )
+        self.motion = MotionDetector(options.sensitivity, masks) if options.policy.motion else None
         self.counts: collections.Counter = collections.Counter()
         self.skipped = 0
         self.rate_skipped = 0  # frames the gate would infer that --target-fps left out
         self._last_t: float | None = None
         self._last_inferred: float | None = None
         self._start_left = START_FRAMES
-        self._n = 0
+        self.count = 0  # frames seen
         self._frame_s: float | None = None  # the stream's frame interval (smoothed)
         self.hints: dict = {"t": 0.0, "tracks": ()}
         self._due: float | None = None  # --target-fps: the next frame time a slot opens
@@ -386,17 +448,13 @@ class StreamGate:
                 dt if self._frame_s is None else self._frame_s + 0.1 * (dt - self._frame_s)
             )
         self._last_t = t
-        self._n += 1
+        self.count += 1
         regions = self.motion.regions(frame.image, frame.t_scene) if self.motion is not None else []
-        if o.mode == "off":
-            reason = "rate" if o.target_fps is not None else "always"
-        elif self._start_left > 0:
+        if o.policy.starts and self._start_left > 0:
             self._start_left -= 1
             reason = "start"
-        elif o.mode == "interval":
-            reason = "interval" if (self._n - 1) % o.interval == 0 else None
         else:
-            reason = self._motion_reason(t, regions)
+            reason = o.policy.decide(self, t, regions)
         if reason is not None and o.target_fps is not None and not self._slot(t):
             reason = None
             self.rate_skipped += 1
@@ -421,7 +479,8 @@ class StreamGate:
         self._due += period
         return True
 
-    def _motion_reason(self, t: float, regions: list) -> str | None:
+    def motion_reason(self, t: float, regions: list) -> str | None:
+        """``--gate motion``'s reason for the frame at ``t`` (``regions``: where it changed)."""
         hints = self.hints
         tracks = hints["tracks"]
         # (a millisecond's slack: 10 fps frames 0.3 s apart are 0.29999... apart in floats)

@@ -33,8 +33,8 @@ from edgert.apps import processes
 from edgert.runtime.latency import LatencyRecorder
 
 from .frame import Frame, Steps
+from .pipeline_stats import describe, report
 from .queues import END, DropOldestQueue
-from .sources.base import stats_of
 
 log = logging.getLogger(__name__)
 STALLED_S = 1.0  # a stream silent this long is not waited for (it is still polled)
@@ -196,7 +196,7 @@ class Pipeline:
             if not self.interrupted and not s.cut:
                 s.error = exc
                 if len(self.streams) > 1:
-                    log.warning("stream %d (%s) stopped: %s", s.index, _describe(s.source), exc)
+                    log.warning("stream %d (%s) stopped: %s", s.index, describe(s.source), exc)
         finally:
             s.raw.put(END)
 
@@ -447,69 +447,17 @@ class Pipeline:
             n = sum(1 for t, k in self._outputs_at if t >= since and stream in (None, k))
         return n / seconds
 
-    def _now(self, s: Stream, recent: bool) -> dict:
-        """For the live statistics: whether the stream delivers now, its rate over 5 s."""
-        if not recent:
-            return {}
-        return {
-            "delivering": s.delivering(time.monotonic()),
-            "fps_recent": self.recent_fps(5.0, s.index),
-        }
+    def snapshot(self) -> tuple[dict, dict, list]:
+        """The latency recorders, batch sizes and (stream, its recorders, frames processed) of
+        each stream, taken together under the lock (for :mod:`.pipeline_stats`)."""
+        with self._lock:
+            return (
+                dict(self.timings),
+                dict(self.batch_sizes),
+                [(s, dict(s.timings), s.processed) for s in self.streams],
+            )
 
     def stats(self, recent: bool = False) -> dict:
         """Counts and latency percentiles of the whole run (or of the recent window), overall and
-        per stream, and the batch sizes run; the cost does not grow with the run's length."""
-        elapsed = max(1e-9, (self.finished or time.monotonic()) - self.started)
-        with self._lock:
-            recorders = dict(self.timings)
-            sizes = dict(self.batch_sizes)
-            per_stream = [(s, dict(s.timings), s.processed) for s in self.streams]
-        batches = sum(sizes.values())
-        stopped = {"stopped": "interrupted (Ctrl-C or SIGTERM)"} if self.interrupted else {}
-        return {
-            **stopped,
-            "frames_captured": self.captured,
-            "frames_processed": self.processed,
-            "frames_dropped": self.dropped,
-            "seconds": elapsed,
-            "fps": self.processed / elapsed,
-            "latency_ms": _percentiles(recorders, recent),
-            "batch": {
-                "max": self.batch,
-                "timeout_ms": round(self.batch_timeout * 1e3, 3),
-                "batches": batches,
-                "mean": sum(k * v for k, v in sizes.items()) / batches if batches else 0.0,
-                "histogram": {str(k): sizes[k] for k in sorted(sizes)},
-            },
-            "streams": [
-                {
-                    "stream": s.index,
-                    "source": _describe(s.source),
-                    "status": s.status,
-                    "frames_captured": s.captured,
-                    "frames_processed": processed,
-                    "frames_dropped": s.dropped,
-                    "fps": processed / elapsed,
-                    "camera_s": s.camera_seconds(),
-                    **({"frames_scaled": s.scaled} if s.scaled else {}),
-                    "latency_ms": _percentiles(timings, recent),
-                    **stats_of(s.source),
-                    **self._now(s, recent),
-                    **({"gate": self.gates[s.index].report()} if self.gates is not None else {}),
-                }
-                for s, timings, processed in per_stream
-            ],
-        }
-
-
-def _percentiles(recorders: dict, recent: bool) -> dict:
-    out = {}
-    for name, rec in recorders.items():
-        summary = rec.summary(recent)
-        if summary:
-            out[name] = {k: summary[k] for k in ("p50", "p90", "p99", "max", "mean")}
-    return out
-
-
-def _describe(source) -> str:
-    return getattr(source, "description", type(source).__name__)
+        per stream, and the batch sizes run (:func:`.pipeline_stats.report`)."""
+        return report(self, recent)

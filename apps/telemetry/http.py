@@ -412,12 +412,18 @@ class ProbeServer:
 def parse_address(text: str, option: str = "--metrics") -> tuple[str, int]:
     """``PORT``, ``HOST:PORT`` or ``[V6]:PORT`` -> (host, port); 127.0.0.1 when no host is
     given. OutputError (one sentence) otherwise."""
+    from edgert.apps.uris import host_port, port_number
+
     text = text.strip()
-    host, _, port = text.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise OutputError(f"{option} {text!r}: give PORT or HOST:PORT with a port from 0 to 65535")
-    return host, int(port)
+    try:
+        if text.isdigit():
+            return "127.0.0.1", port_number(text, free=True)
+        host, port = host_port(text, free=True)
+    except ValueError as exc:
+        raise OutputError(f"{option} {text!r}: give PORT or HOST:PORT; {exc}") from None
+    if port is None:
+        raise OutputError(f"{option} {text!r}: give PORT or HOST:PORT; no port is given")
+    return host or "127.0.0.1", port
 
 
 def json_answer(code: int, data: dict) -> tuple[int, bytes, str]:

@@ -128,6 +128,37 @@ def test_gate_options_say_what_is_wrong():
     assert gates_for(GateOptions(), 2) is None
 
 
+def test_a_gate_policy_is_a_class_and_a_row_of_the_table(monkeypatch):
+    """A new --gate mode through POLICIES alone: parsed, deciding, said at start-up, counted."""
+    from edgert.apps.camera import gate as gates
+    from edgert.apps.camera.features import gate_says
+
+    class Bright(gates.Policy):  # infer a frame only when it is bright
+        form = "bright"
+
+        def decide(self, gate, t, regions):
+            return "keyframe" if gate.frame_mean > 100 else None
+
+        def says(self, o):
+            return "bright frames"
+
+    monkeypatch.setitem(gates.POLICIES, "bright", Bright())
+    o = GateOptions.parse("bright")
+    assert (
+        o.mode == "bright"
+        and o.on
+        and "bright" in str(pytest.raises(SourceError, GateOptions.parse, "dim").value)
+    )
+    g = StreamGate(o)
+    got = []
+    for i, level in enumerate((0, 0, 0, 200, 50, 250)):
+        g.frame_mean = level  # what this toy policy reads
+        got.append(g.decide(_frame(i, i * 0.1, np.full((48, 64, 3), level, np.uint8))))
+    assert got == ["start"] * 3 + ["keyframe", None, "keyframe"]
+    assert g.report()["reasons"] == {"start": 3, "keyframe": 2} and g.report()["skipped"] == 1
+    assert gate_says(o, "detect", True).startswith("bright: inference on bright frames")
+
+
 class Still(FrameSource):
     """A file-like stream (lossless): ``n`` frames at 10 fps, the same picture, or a square
     moving right when ``moving``."""

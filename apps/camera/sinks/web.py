@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 from edgert.apps.telemetry.http import Handler as _Handler
 from edgert.apps.telemetry.http import QuietServer as _QuietServer
 from edgert.apps.telemetry.http import send, send_file
-from edgert.apps.uris import show_host, warn_if_open
+from edgert.apps.uris import show_host, split, warn_if_open
 from edgert.runtime.errors import OutputError
 
 from .base import Sink, SinkContext, grid_columns, stream_of
@@ -353,14 +353,11 @@ _STREAM_PATH = re.compile(r"/stream/(\d{1,4})\.mjpg")
 def address(uri: str) -> tuple[str, int]:
     """(host, port) of ``http://[HOST][:PORT]``: 127.0.0.1 and 8080 unless given, 0 for a free
     port; OutputError in one sentence for a port that is not one."""
-    parsed = urlparse(uri)
     try:
-        port = parsed.port
-    except ValueError:
-        port = -1
-    if port is not None and not 0 <= port <= 65535:
-        raise OutputError(f"{uri}: the port must be a number from 0 to 65535 (0 picks a free one)")
-    return parsed.hostname or "127.0.0.1", 8080 if port is None else port
+        parts = split(uri, need_host=False, free=True)
+    except ValueError as exc:
+        raise OutputError(str(exc)) from None
+    return parts.host or "127.0.0.1", 8080 if parts.port is None else parts.port
 
 
 def check(uri: str, options) -> None:

@@ -28,7 +28,6 @@ says what runs, ``edgert_model_info`` and the swap counters are on edgert's /met
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import re
 import shutil
@@ -53,6 +52,8 @@ from edgert.apps.swapping import (
 )
 from edgert.apps.uris import escape_controls
 from edgert.runtime.errors import EdgertError
+
+from . import pytriton_compat as compat
 
 
 class Recent:
@@ -179,15 +180,10 @@ class ServeSwapper(SwapQueue):
                 escape_controls(f"model: {path} is the {name} in use ({why}); nothing to swap")
             )
             return None
-        models: list = []
         try:
-            for _ in range(self.instances):
-                models.append(self.load(real))
-            self.unchanged(real, info, why)
-        except (EdgertError, OSError) as exc:
-            for m in models:
-                m.close()
-            return self._refuse(path, why, str(exc), t0)
+            models = self._instances(real, info, why)
+        except _Refused as refused:
+            return self._refuse(path, why, refused.why, t0)
         candidate = Loaded(models[0], info, path)
         try:
             problem = _fails_once(models[0], cur.recent)
@@ -217,21 +213,37 @@ class ServeSwapper(SwapQueue):
             "requested_by": why,
             "s": round(time.monotonic() - t0, 3),
             "forced": bool(force and problem),
+            **({"check": check} if check is not None else {}),
         }
-        if check is not None:
-            event["check"] = check
-        with self.lock:
-            self.swaps += 1
-        self.on_swap(name, candidate.model)
-        self._said(
-            event,
-            f"model: {name} is now {candidate.label}, Triton version {version} (was {was}; {why})",
-        )
+        self._announce(event, candidate)
         entries, task_models, recent = old
         with recent.lock:
             recent.items.clear()
         self._release(entries, task_models, f"{name} version {was_version}")
         return None
+
+    def _instances(self, real: str, info: dict, why: str) -> list:
+        """One task model of the candidate per instance (all closed and _Refused on a failure)."""
+        models: list = []
+        try:
+            for _ in range(self.instances):
+                models.append(self.load(real))
+            self.unchanged(real, info, why)
+        except (EdgertError, OSError) as exc:
+            for m in models:
+                m.close()
+            raise _Refused(str(exc)) from exc
+        return models
+
+    def _announce(self, event: dict, candidate: Loaded) -> None:
+        with self.lock:
+            self.swaps += 1
+        self.on_swap(event["model"], candidate.model)
+        self._said(
+            event,
+            f"model: {event['model']} is now {candidate.label}, Triton version "
+            f"{event['triton_version']} (was {event['from']}; {event['requested_by']})",
+        )
 
     def _check(self, cur: Served, candidate: Loaded) -> tuple[str | None, dict]:
         """``--swap-check`` on the images of the last requests: (why it fails, the measures)."""
@@ -303,26 +315,13 @@ class ServeSwapper(SwapQueue):
         return f"; {', '.join(names)} back on the model in use as version {version}", False
 
     def _load_version(self, binding: dict, version: int):
-        """One served name at ``version``: PyTriton's Model on its own workspace folder (its
-        sockets are named after the model, not the version), loaded over gRPC, then set up."""
+        """One served name at ``version``: PyTriton's Model on its own workspace folder, loaded
+        over gRPC, then set up and registered (so that ``is_alive()`` asks it, once set up: the
+        serving loop ends when one is not alive, and the stop cleans and unloads it)."""
         import tritonclient.grpc as grpcclient
-        from pytriton.models.model import Model
-        from pytriton.utils.workspace import Workspace
 
         t = self.triton
-        folder = Path(t._workspace.path) / f"{binding['model_name']}-v{version}"
-        model = Model(
-            model_name=binding["model_name"],
-            model_version=version,
-            inference_fn=binding["infer_func"],
-            inputs=binding["inputs"],
-            outputs=binding["outputs"],
-            config=binding["config"],
-            workspace=Workspace(folder),
-            triton_context=t._triton_context,
-            strict=True,
-        )
-        model.on_model_event(t._on_model_event)
+        model, folder = compat.model_version(t, binding, version)
         client = grpcclient.InferenceServerClient(self.grpc_url)
         try:
             client.load_model(
@@ -337,26 +336,13 @@ class ServeSwapper(SwapQueue):
         finally:
             client.close()
         model.setup()
-        # PyTriton 0.7's ModelManager keeps models by (name, version): Triton.is_alive() asks each
-        # (so only once it is set up: the serving loop ends when one is not alive), and its
-        # clean() at the stop cleans and unloads every one still there
-        t._model_manager._models[(model.model_name.lower(), version)] = model
+        compat.register(t, model)
         return model, folder
 
     def _forget(self, model, folder: Path | None = None) -> None:
-        key = (model.model_name.lower(), model.model_version)
-        self.triton._model_manager._models.pop(key, None)
+        compat.unregister(self.triton, model)
         model.clean()  # out of the registry first: a cleaned model is not alive
-        # PyTriton's context keeps each inference function's config, and its ModelConfigDict
-        # keeps every function ever set in a list its __delitem__ leaves alone: the functions
-        # hold the task models and the recent images (measured: +10 MB a swap without this)
-        configs = self.triton._triton_context.model_configs
-        for fn in model.infer_functions:
-            with contextlib.suppress(KeyError):
-                del configs[fn]
-            keys = getattr(configs, "_keys", None)
-            if isinstance(keys, list):
-                keys[:] = [k for k in keys if k is not fn]
+        compat.forget_functions(self.triton, model.infer_functions)
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -366,7 +352,7 @@ class ServeSwapper(SwapQueue):
         workspace folder) and ``task_models`` closed, without failing a request."""
         if not entries:
             return
-        server = self.triton._triton_server._tritonserver_running_cmd.pid
+        server = compat.server_pid(self.triton)
         pairs = [(m.model_name, m.model_version) for m, _ in entries]
         t0 = time.monotonic()
         deadline = t0 + self.drain_s + 30.0

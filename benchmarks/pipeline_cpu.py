@@ -79,7 +79,7 @@ def opencv_floor(pre, frame: np.ndarray):
     """The plain OpenCV equivalent of ``pre`` on a uint8 BGR frame (its fastest form)."""
     import cv2
 
-    from edgert.runtime.preprocess import _INTERPOLATIONS
+    from edgert.runtime.resize import INTERPOLATIONS as _INTERPOLATIONS
 
     interp = {"nearest": cv2.INTER_NEAREST_EXACT}.get(
         pre.interpolation, _INTERPOLATIONS[pre.interpolation]

@@ -37,7 +37,8 @@ def add_parser(sub) -> None:
 def snapshot(root=None, nvml: bool = True, device: int = 0) -> dict:
     from edgert.runtime.errors import SensorError
     from edgert.runtime.power import nvpmodel
-    from edgert.runtime.power.sensors import discover, sysfs_root
+    from edgert.runtime.power.discovery import discover
+    from edgert.runtime.power.sensors import sysfs_root
 
     found = discover(root, nvml=nvml, device=device)
     facts: dict = {

@@ -176,10 +176,8 @@ class ServeSwapper(SwapQueue):
         if path == cur.path:  # what --watch-model compares with: the bundle now read
             cur.seen = fingerprint(path)
         if info == cur.loaded.info:
-            self.say(
-                escape_controls(f"model: {path} is the {name} in use ({why}); nothing to swap")
-            )
-            return None
+            msg = f"model: {path} is the {name} in use ({why}); nothing to swap"
+            return self.say(escape_controls(msg))
         try:
             models = self._instances(real, info, why)
         except _Refused as refused:

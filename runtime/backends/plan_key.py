@@ -221,25 +221,9 @@ def explain_deserialize_failure(messages: list[str], path: Path) -> tuple[str, s
             f"{path} needs TensorRT's full runtime (this is the lean runtime, which loads only "
             f"plans built version-compatible); {rebuild}"
         )
-    m, tags = re.search(_GOT, text), re.search(_TAGS, text)
-    if (
-        m
-        or tags
-        or re.search(
-            r"not compatible with this version of TensorRT|Version tag does not match|incompatible serialization version",
-            text,
-        )
-    ):
-        detail = f" (built by TensorRT {m.group(2)}, this is {m.group(1)})" if m else ""
-        if "incompatible serialization version" in text:  # 10.x's magic-tag check says no more
-            detail = " (or a plan for the safety runtime, or no plan at all)"
-        if "safeVersionRead" in text:  # the plan is for TensorRT's safety runtime
-            detail = " (a plan for TensorRT's safety runtime)"
-        elif tags and not m:
-            detail = (
-                f" (its serialization version {tags.group(2)}, this TensorRT reads {tags.group(1)})"
-            )
-        return "version", f"{path} was built by another TensorRT version{detail}; {rebuild}"
+    version = _another_version(text)
+    if version is not None:
+        return "version", f"{path} was built by another TensorRT version{version}; {rebuild}"
     m = re.search(_PLUGIN, text)
     if m or "IPluginCreator not found" in text:
         name = f" {m.group(1)}" + (f" (version {m.group(2)})" if m.group(2) else "") if m else ""
@@ -262,6 +246,28 @@ def explain_deserialize_failure(messages: list[str], path: Path) -> tuple[str, s
         "corrupt",
         f"{path} is not a TensorRT plan TensorRT can read (corrupt or not a plan): {first[:200] or 'no detail'}",
     )
+
+
+def _another_version(text: str) -> str | None:
+    """When TensorRT's messages say the plan comes from another TensorRT: what they tell of
+    which (" (built by TensorRT X, this is Y)", or "" when they name none); else None."""
+    m, tags = re.search(_GOT, text), re.search(_TAGS, text)
+    said = re.search(
+        r"not compatible with this version of TensorRT|Version tag does not match|"
+        r"incompatible serialization version",
+        text,
+    )
+    if not (m or tags or said):
+        return None
+    if "safeVersionRead" in text:  # the plan is for TensorRT's safety runtime
+        return " (a plan for TensorRT's safety runtime)"
+    if m:
+        return f" (built by TensorRT {m.group(2)}, this is {m.group(1)})"
+    if "incompatible serialization version" in text:  # 10.x's magic-tag check says no more
+        return " (or a plan for the safety runtime, or no plan at all)"
+    if tags:
+        return f" (its serialization version {tags.group(2)}, this TensorRT reads {tags.group(1)})"
+    return ""
 
 
 def split_plan_header(data: bytes) -> tuple[dict | None, bytes]:

@@ -35,8 +35,8 @@ class PowerSession:
     """The sensor, meter, caps and conditions monitor of one run (see the module's text)."""
 
     def __init__(self, options: PowerOptions | None = None, say=lambda s: None) -> None:
+        from .discovery import discover
         from .meter import PowerMeter
-        from .sensors import discover
         from .thermal import HottestZone
 
         self.options = o = options or PowerOptions()

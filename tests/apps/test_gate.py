@@ -377,7 +377,7 @@ def test_a_tall_thin_frame_gets_a_small_grey_copy(tmp_path):
     """The grey copy fits in WIDTH x WIDTH whatever the frame's shape: a 2x4000 picture was a
     320x640000 float background (2.5 GB); 1x12000 ran out of memory in OpenCV. A folder of
     them runs through the real camera with the gate on."""
-    from edgert.apps.camera.gate import WIDTH
+    from edgert.apps.camera.motion import WIDTH
 
     for w, h in ((2, 4000), (1, 12000), (4000, 2), (640, 480)):
         detect = MotionDetector()

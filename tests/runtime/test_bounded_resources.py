@@ -17,7 +17,8 @@ from edgert.runtime.images import read_image
 from edgert.runtime.latency import LatencyRecorder
 from edgert.runtime.power.meter import PowerMeter
 from edgert.runtime.power.sensors import PowerSample, PowerSensor
-from edgert.runtime.preprocess import Preprocessing, nearest_index
+from edgert.runtime.preprocess import Preprocessing
+from edgert.runtime.resize import nearest_index
 from tests.conftest import ROOT
 
 
@@ -94,7 +95,8 @@ def test_extreme_aspect_ratio_image_stays_within_memory(tmp_path):
         sys.path.insert(0, {str(ROOT)!r})
         import numpy as np
         from edgert.runtime.images import read_image
-        from edgert.runtime.preprocess import Preprocessing, nearest_index
+        from edgert.runtime.preprocess import Preprocessing
+        from edgert.runtime.resize import nearest_index
         img = read_image({str(path)!r})
         resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
         for interp in ("linear", "bilinear", "nearest", "cubic"):

@@ -13,7 +13,8 @@ import pytest
 
 from edgert.runtime.backends import plan_key
 from edgert.runtime.errors import ShapeError
-from edgert.runtime.power.sensors import discover, nvml_handle
+from edgert.runtime.power.discovery import discover
+from edgert.runtime.power.sensors import nvml_handle
 from tests.runtime.test_power_sensors import ina238_hwmon, ina3221_hwmon
 
 

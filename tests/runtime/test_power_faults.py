@@ -12,9 +12,10 @@ import pytest
 
 from edgert.runtime.engine import Engine
 from edgert.runtime.errors import SensorError
+from edgert.runtime.power.discovery import discover
 from edgert.runtime.power.governor import CappedRunner, PowerGovernor
 from edgert.runtime.power.meter import PowerMeter
-from edgert.runtime.power.sensors import PowerSample, PowerSensor, discover
+from edgert.runtime.power.sensors import PowerSample, PowerSensor
 from tests.conftest import assert_user_error, run_cli
 from tests.runtime.test_power_sensors import ina3221_hwmon, write
 from tests.tiny import matmul_model

@@ -13,8 +13,9 @@ import pytest
 
 from edgert.runtime.errors import SensorError
 from edgert.runtime.power import nvpmodel
+from edgert.runtime.power.discovery import discover
 from edgert.runtime.power.meter import PowerMeter
-from edgert.runtime.power.sensors import counter_delta, discover, rapl
+from edgert.runtime.power.sensors import counter_delta, rapl
 from tests.conftest import run_cli, unprivileged
 
 

@@ -168,7 +168,7 @@ def test_batch_is_written_in_place_and_matches_one_by_one():
 def test_nearest_takes_opencv_only_where_it_picks_the_same_pixels():
     """OpenCV's INTER_NEAREST_EXACT is used for a frame size only after it was seen to pick the
     pixels of our formula (shared with the GPU kernel); both paths give the gather's result."""
-    from edgert.runtime.preprocess import _opencv_picks_ours
+    from edgert.runtime.resize import opencv_picks_ours as _opencv_picks_ours
 
     rng = np.random.default_rng(3)
     taken = []

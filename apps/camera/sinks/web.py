@@ -242,102 +242,7 @@ class HttpOutput(Sink):
         return self.probes.answer(path) if self.probes is not None else None
 
     def _handler(self):
-        output = self
-
-        class Handler(_Handler):
-            def _send(self, code: int, body: bytes, ctype: str) -> None:
-                send(self, code, body, ctype)
-
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                path = urlparse(self.path).path
-                stream = _STREAM_PATH.fullmatch(path)
-                if path == "/":
-                    self._send(200, page(output.streams).encode(), "text/html; charset=utf-8")
-                elif path == "/stats.json":
-                    with output._cond:
-                        body = json.dumps(output.live_stats, default=str).encode()
-                    self._send(200, body, "application/json")
-                elif path == "/history.json":
-                    with output._cond:
-                        body = json.dumps([list(h) for h in output.history]).encode()
-                    self._send(200, body, "application/json")
-                elif path == "/events.json":
-                    with output._cond:
-                        body = json.dumps(list(output.recent_events), default=str).encode()
-                    self._send(200, body, "application/json")
-                elif path.startswith("/media/"):
-                    self._media(path[len("/media/") :])
-                elif path == "/stream.mjpg":
-                    self._stream(0)
-                elif stream and int(stream.group(1)) < output.streams:
-                    self._stream(int(stream.group(1)))
-                elif output.probes is not None and (got := output.probes.answer(path)):
-                    self._send(*got)  # /metrics, /live, /ready
-                else:
-                    self._send(404, b"not found\n", "text/plain")
-
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                self.post_to(output.probes)  # the run's routes (POST /model)
-
-            def _media(self, name: str) -> None:
-                if not output.downloads.acquire(blocking=False):
-                    self.close_connection = True
-                    self._send(503, b"too many downloads at once; try again\n", "text/plain")
-                    return
-                try:
-                    got = output._media_file(name)
-                    if isinstance(got, tuple):
-                        self._send(*got)
-                        return
-                    with os.fdopen(got.fd, "rb") as fh:
-                        send_file(self, fh, got.size, got.ctype)
-                finally:
-                    output.downloads.release()
-
-            def _stream(self, i: int) -> None:
-                if self.head_only:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
-                    self.send_header("Cache-Control", "no-store")
-                    self.end_headers()
-                    return
-                if not self.server.streams.acquire(blocking=False):  # threads left for the rest
-                    self.close_connection = True  # and this one's slot freed at once
-                    self._send(503, b"too many viewers\n", "text/plain")
-                    return
-                try:
-                    self._stream_to(i)
-                finally:
-                    self.server.streams.release()
-
-            def _stream_to(self, i: int) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
-                self.send_header("Cache-Control", "no-store")
-                self.send_header("Connection", "close")
-                self.end_headers()
-                seq = -1
-                try:
-                    with output._watched(i):
-                        self._frames_to(i, seq)
-                except (BrokenPipeError, ConnectionResetError, TimeoutError, socket.timeout):
-                    pass
-                self.close_connection = True
-
-            def _frames_to(self, i: int, seq: int) -> None:
-                while not output._closed:
-                    seq, jpeg = output._next_frame(i, seq)
-                    if jpeg is None:
-                        continue
-                    self.wfile.write(
-                        b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: "
-                        + str(len(jpeg)).encode()
-                        + b"\r\n\r\n"
-                        + jpeg
-                        + b"\r\n"
-                    )
-
-        return Handler
+        return type("Handler", (_ViewerHandler,), {"output": self})
 
     def close(self) -> None:
         with self._cond:
@@ -345,6 +250,105 @@ class HttpOutput(Sink):
             self._cond.notify_all()
         self.server.shutdown()
         self.server.server_close()
+
+
+class _ViewerHandler(_Handler):
+    """The viewer's HTTP handler; ``output``: the HttpOutput it serves (set per server by
+    :meth:`HttpOutput._handler`)."""
+
+    output: HttpOutput
+
+    def _send(self, code: int, body: bytes, ctype: str) -> None:
+        send(self, code, body, ctype)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        path = urlparse(self.path).path
+        stream = _STREAM_PATH.fullmatch(path)
+        if path == "/":
+            self._send(200, page(self.output.streams).encode(), "text/html; charset=utf-8")
+        elif path == "/stats.json":
+            with self.output._cond:
+                body = json.dumps(self.output.live_stats, default=str).encode()
+            self._send(200, body, "application/json")
+        elif path == "/history.json":
+            with self.output._cond:
+                body = json.dumps([list(h) for h in self.output.history]).encode()
+            self._send(200, body, "application/json")
+        elif path == "/events.json":
+            with self.output._cond:
+                body = json.dumps(list(self.output.recent_events), default=str).encode()
+            self._send(200, body, "application/json")
+        elif path.startswith("/media/"):
+            self._media(path[len("/media/") :])
+        elif path == "/stream.mjpg":
+            self._stream(0)
+        elif stream and int(stream.group(1)) < self.output.streams:
+            self._stream(int(stream.group(1)))
+        elif self.output.probes is not None and (got := self.output.probes.answer(path)):
+            self._send(*got)  # /metrics, /live, /ready
+        else:
+            self._send(404, b"not found\n", "text/plain")
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.post_to(self.output.probes)  # the run's routes (POST /model)
+
+    def _media(self, name: str) -> None:
+        if not self.output.downloads.acquire(blocking=False):
+            self.close_connection = True
+            self._send(503, b"too many downloads at once; try again\n", "text/plain")
+            return
+        try:
+            got = self.output._media_file(name)
+            if isinstance(got, tuple):
+                self._send(*got)
+                return
+            with os.fdopen(got.fd, "rb") as fh:
+                send_file(self, fh, got.size, got.ctype)
+        finally:
+            self.output.downloads.release()
+
+    def _stream(self, i: int) -> None:
+        if self.head_only:
+            self.send_response(200)
+            self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            return
+        if not self.server.streams.acquire(blocking=False):  # threads left for the rest
+            self.close_connection = True  # and this one's slot freed at once
+            self._send(503, b"too many viewers\n", "text/plain")
+            return
+        try:
+            self._stream_to(i)
+        finally:
+            self.server.streams.release()
+
+    def _stream_to(self, i: int) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        seq = -1
+        try:
+            with self.output._watched(i):
+                self._frames_to(i, seq)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError, socket.timeout):
+            pass
+        self.close_connection = True
+
+    def _frames_to(self, i: int, seq: int) -> None:
+        while not self.output._closed:
+            seq, jpeg = self.output._next_frame(i, seq)
+            if jpeg is None:
+                continue
+            self.wfile.write(
+                b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: "
+                + str(len(jpeg)).encode()
+                + b"\r\n\r\n"
+                + jpeg
+                + b"\r\n"
+            )
 
 
 _STREAM_PATH = re.compile(r"/stream/(\d{1,4})\.mjpg")

@@ -12,7 +12,15 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .errors import BundleError, ShapeError
-from .resize import GRAY_CODES, INTERPOLATIONS, as_hwc, channels, resize, sample_window
+from .resize import (
+    GRAY_CODES,
+    INTERPOLATIONS,
+    Transform,
+    as_hwc,
+    channels,
+    resize,
+    sample_window,
+)
 
 MAX_SIZE = 8192  # model input side, pixels
 RESIZE_MODES = ("resize_crop", "stretch", "letterbox", "none")
@@ -275,33 +283,6 @@ class Preprocessing:
                 out[:, rows, cols] = pad[:, None, None]
             else:
                 out[rows, cols] = pad
-
-
-@dataclass(frozen=True)
-class Transform:
-    """Maps source pixels to model-input pixels: ``x_model = x_src * sx + ox`` (same for y)."""
-
-    sx: float
-    sy: float
-    ox: float
-    oy: float
-    source_hw: tuple[int, int]
-
-    @property
-    def resized_wh(self) -> tuple[int, int]:
-        """(width, height) of the source after scaling, before crop or padding."""
-        h, w = self.source_hw
-        return round(w * self.sx), round(h * self.sy)
-
-    def to_source(self, boxes: np.ndarray) -> np.ndarray:
-        """Boxes [..., 4] (x1, y1, x2, y2) in model pixels -> source pixels, clipped to the image."""
-        b = np.asarray(boxes, dtype=np.float32).copy()
-        b[..., [0, 2]] = (b[..., [0, 2]] - self.ox) / self.sx
-        b[..., [1, 3]] = (b[..., [1, 3]] - self.oy) / self.sy
-        h, w = self.source_hw
-        b[..., [0, 2]] = b[..., [0, 2]].clip(0, w)
-        b[..., [1, 3]] = b[..., [1, 3]].clip(0, h)
-        return b
 
 
 def _int(value: object) -> int:

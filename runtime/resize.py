@@ -6,14 +6,11 @@ them; the GPU kernel computes the same formulas (``nearest_index`` is shared by 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import ShapeError
-
-if TYPE_CHECKING:
-    from .preprocess import Transform
 
 # "linear" averages (area) when shrinking, like PIL's antialiased bilinear; "bilinear" is plain
 # bilinear sampling at pixel centres (OpenCV's fixed-point kernel on uint8 frames, within one
@@ -26,6 +23,33 @@ INTERPOLATIONS = {
     "area": 3,
     "bilinear": 1,
 }  # 6: INTER_NEAREST_EXACT (pixel centres)
+
+
+@dataclass(frozen=True)
+class Transform:
+    """Maps source pixels to model-input pixels: ``x_model = x_src * sx + ox`` (same for y)."""
+
+    sx: float
+    sy: float
+    ox: float
+    oy: float
+    source_hw: tuple[int, int]
+
+    @property
+    def resized_wh(self) -> tuple[int, int]:
+        """(width, height) of the source after scaling, before crop or padding."""
+        h, w = self.source_hw
+        return round(w * self.sx), round(h * self.sy)
+
+    def to_source(self, boxes: np.ndarray) -> np.ndarray:
+        """Boxes [..., 4] (x1, y1, x2, y2) in model pixels -> source pixels, clipped to the image."""
+        b = np.asarray(boxes, dtype=np.float32).copy()
+        b[..., [0, 2]] = (b[..., [0, 2]] - self.ox) / self.sx
+        b[..., [1, 3]] = (b[..., [1, 3]] - self.oy) / self.sy
+        h, w = self.source_hw
+        b[..., [0, 2]] = b[..., [0, 2]].clip(0, w)
+        b[..., [1, 3]] = b[..., [1, 3]].clip(0, h)
+        return b
 
 
 def as_hwc(img: np.ndarray) -> np.ndarray:

@@ -214,9 +214,8 @@ def explain_deserialize_failure(messages: list[str], path: Path) -> tuple[str, s
         return "device", f"{path} was built for another GPU{detail}; {rebuild}"
     if "Platform specific tag mismatch" in text:
         return "device", f"{path} was built on another platform (OS or CPU); {rebuild}"
-    if (
-        "Unexpected call to stub" in text
-    ):  # the lean runtime meets a plan that is not version-compatible
+    # the lean runtime meets a plan that was not built version-compatible
+    if "Unexpected call to stub" in text:
         return "version", (
             f"{path} needs TensorRT's full runtime (this is the lean runtime, which loads only "
             f"plans built version-compatible); {rebuild}"

@@ -2,10 +2,6 @@
 GPU's devfreq node and its table, the memory controller's (EMC) cap and its rates
 (:func:`find`). Setting them and putting them back is :mod:`.clocks`.
 
-Clock operating points on Jetson (opt-in: ``--clocks auto`` or a sweep's clock axis): the GPU's
-devfreq limits and the memory controller's (EMC) cap, set inside the current power mode's
-envelope and put back afterwards.
-
 Where each board exposes them (the GPU node is found through ``/sys/class/devfreq`` by its known
 names, as :func:`.thermal.gpu_clock` does):
 

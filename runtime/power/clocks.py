@@ -2,27 +2,7 @@
 devfreq limits and the memory controller's (EMC) cap, set inside the current power mode's
 envelope and put back afterwards.
 
-Where each board exposes them (the GPU node is found through ``/sys/class/devfreq`` by its known
-names, as :func:`.thermal.gpu_clock` does):
-
-==================  =============================================  ==========================================
-board / release     GPU (devfreq, Hz)                              EMC cap (Hz)
-==================  =============================================  ==========================================
-Orin, JetPack 5     ``17000000.ga10b``: min_freq, max_freq,        ``/sys/kernel/nvpmodel_emc_cap/emc_iso_cap``
-                    available_frequencies                          (``drivers/nvpmodel/nvpmodel_emc_cap.c``)
-Orin, JetPack 6     ``17000000.gpu`` (the nvpmodel confs' path     ``/sys/kernel/nvpmodel_clk_cap/emc``
-                    ``.../17000000.gpu/devfreq_dev/``)             (``nvpmodel-clk-cap.c``: a write is rounded
-                                                                   to a rate the clock has; reading gives it)
-Thor, JetPack 7     ``gpu-gpc-0``                                  devfreq ``bwmgr``: max_freq,
-                                                                   available_frequencies
-==================  =============================================  ==========================================
-
-The GPU's candidates are its ``available_frequencies`` at or under the ``max_freq`` in force (and
-at or over ``min_freq`` unless jetson_clocks pinned min = max, in which case the minimum follows
-the maximum: the clock is pinned at each candidate, as NVIDIA's MLPerf "MaxQ" confs do). The EMC's
-candidates under a cap file are the rates NVIDIA's own nvpmodel modes cap it at (``EMC MAX_FREQ``
-in ``/etc/nvpmodel.conf``, which are rates of the memory's table) and its maximum (BPMP's
-``max_rate`` in debugfs), at or under the cap in force; on Thor the devfreq table.
+Where each board exposes them, and which rates are the candidates: :mod:`.clock_domains`.
 
 Every file that may be written is read and recorded in a state file *before* the first write
 (``ROOT/run/edgert/clocks.json``: ``/run`` is emptied at boot, when the board's clocks are reset

@@ -8,7 +8,9 @@ one without the marker would make the quick run slow and its selection a lie: an
 marked fails with a sentence naming the marker. It counts the test's setup (its fixtures,
 session-scoped ones included, even when an earlier test set them up) and its call; teardown is
 not counted (a session fixture's finaliser runs in whichever test happens to be last).
-``browser``: the test starts Chromium (it is marked ``subprocess`` too).
+``browser``: the test starts Chromium (it is marked ``subprocess`` too). ``gst`` and ``plant``
+name what a module needs (GStreamer) or does (a closed loop against a simulated board), checked
+from the modules' text by tests/test_markers.py.
 
 A process a test started and left running (it failed before its ``kill``) is killed when the test
 ends (``_no_process_outlives_its_test``), so it cannot load the machine for the tests after it.
@@ -32,6 +34,10 @@ MARKERS = {
     "subprocess": "starts another process: the edgert CLI, a broker, a browser, ffmpeg, a plant "
     "(left out of `make test-quick`; tests/markers.py fails a test that does so unmarked)",
     "browser": "starts Chromium (marked subprocess too)",
+    "gst": "uses GStreamer (python3-gi's Gst: the gstreamer decoder, the RTSP server, the "
+    're-stream): -m "not gst" where it is not installed (tests/test_markers.py keeps it true)',
+    "plant": "runs a closed loop against a simulated board (tests/*_plant.py's "
+    "bench_in_the_loop): the slow power, temperature and clock tests",
 }
 
 # Python's audit events for starting a process (https://docs.python.org/3/library/audit_events.html);

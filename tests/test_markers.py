@@ -4,6 +4,9 @@ passes. Inner pytest sessions (pytester) load only the plugin, not this suite's 
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 # an audit event exactly as subprocess.Popen raises it, without starting anything
@@ -156,3 +159,28 @@ def test_leaves_one():
     except FileNotFoundError:
         state = "gone"
     assert state in ("Z", "X", "gone"), state  # killed (a zombie until its Popen is collected)
+
+
+# what makes a test module need GStreamer, and what makes it a closed loop with a plant
+GST_SIGNS = re.compile(
+    r"media\.gst\(\)|GstFileSource|GstConnection|tests\.rtsp_server|needs_server"
+    r"|decoder=\"gstreamer\"|\"--decoder\", \"gstreamer\""
+)
+PLANT_SIGNS = re.compile(r"bench_in_the_loop")
+
+
+@pytest.mark.parametrize(("mark", "signs"), [("gst", GST_SIGNS), ("plant", PLANT_SIGNS)])
+def test_modules_that_need_gstreamer_or_run_a_plant_say_so(mark, signs):
+    """``-m "not gst"`` and ``-m "not plant"`` leave out what they say: every test module whose
+    text uses GStreamer (its decoder, the RTSP server of tests/rtsp_server.py) or a plant's
+    closed loop carries the marker, and no module carries it without a reason."""
+    tests = Path(__file__).resolve().parent
+    wrong = []
+    for path in sorted(tests.rglob("test_*.py")):
+        if path.name == "test_markers.py":
+            continue
+        text = path.read_text()
+        uses, marked = bool(signs.search(text)), f"pytest.mark.{mark}" in text
+        if uses != marked:
+            wrong.append(f"{path.relative_to(tests)} ({'unmarked' if uses else 'marked, no use'})")
+    assert not wrong, f"pytest.mark.{mark}: {', '.join(wrong)}"

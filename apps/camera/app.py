@@ -13,7 +13,9 @@
 The configuration (options.py) is a few sections, each owned by the component that reads it and
 declaring its own flags; the pre-flight checks are preflight.py's; the features that are neither
 sources nor sinks have one life cycle (features.py: check, open, loaded, attach, close, report,
-metrics) and ``run_camera`` is a loop over them."""
+metrics) and ``run_camera`` is a loop over them; ``run_streams``, the library entry, is the same
+composition (``_execute``) with the features a library caller asks for by its options and the
+caller's model."""
 
 from __future__ import annotations
 
@@ -24,17 +26,19 @@ import logging
 from edgert.apps import processes
 
 from . import features
+from .analytics import TrackingOptions
 from .delivery import FrameHandler, SinkSet
 from .features import Run
 from .fit import decoder_fit
 from .fit import describe as describe_fit
+from .gate import GateOptions
 from .options import CameraConfig, ModelOptions, RunOptions
 from .pipeline import Pipeline
-from .preflight import check_outputs_apart, files_apart
+from .preflight import check_outputs_apart
 from .sinks import SinkContext, SinkOptions, open_sink
 from .sources import SourceOptions, open_source
 from .steps import slot_steps, steps_for
-from .swap import Loaded, catch_hangups, fingerprint, model_info
+from .swap import Loaded, fingerprint, model_info
 
 __all__ = [
     "CameraConfig",
@@ -91,6 +95,8 @@ def run_streams(
     source_options: SourceOptions | None = None,
     sinks: list[str] | None = None,
     sink_options: SinkOptions | None = None,
+    tracking: TrackingOptions | None = None,
+    gate: GateOptions | None = None,
 ) -> dict:
     """The camera pipeline without the command line: frames of every source batched through one
     task model (see :func:`edgert.runtime.tasks.load_task_model`).
@@ -103,60 +109,53 @@ def run_streams(
     ``sources``: URIs (opened and closed here) or FrameSource objects. ``on_result(frame)`` is
     called from the output thread for every processed frame (``frame.stream``, ``frame.index``,
     ``frame.image``, ``frame.results``). ``sinks``: URIs of the sinks' table (opened, checked
-    apart from the sources' files and closed here). Returns the statistics, overall and per
-    stream (with ``outputs`` and ``output_errors`` when there are sinks); Ctrl-C ends the run
-    cleanly. A processing error, or every stream failing, raises.
+    apart from the sources' files and closed here). ``tracking`` (TrackingOptions: a tracker,
+    lines, zones; on by itself for a sink of events) and ``gate`` (GateOptions: which frames are
+    inferred) are the camera's features of the same name. Returns the statistics, overall and
+    per stream, with ``outputs`` (and ``output_errors``); Ctrl-C ends the run cleanly. A
+    processing error, or every stream failing, raises.
+
+    It is ``run_camera``'s composition (:func:`_execute`) with the features a library caller
+    can ask for (:data:`features.LIBRARY_FEATURES`); the command line's own (the metrics port,
+    clocks, the power session, the model slot) are left out and the model is the caller's.
     """
     if isinstance(sources, str) or not isinstance(sources, (list, tuple)):
         sources = [sources]  # one source given alone
-    sink_options = sink_options or SinkOptions()
-    uris = [s for s in sources if isinstance(s, str)]
-    files_apart(uris, list(sinks or []), len(sources), sink_options)
-    with contextlib.ExitStack() as stack:
-        opts = source_options or SourceOptions()
-        opened = open_sources(sources, opts, stack)
-        size, note = choose_batch(batch, len(opened), model)
-        if note:
-            log.warning(note)
-        handler = FrameHandler(opened, on_result=on_result)
-        shown = [s if isinstance(s, str) else s.description for s in sources]
-        sinkset = _open_sinks(
-            list(sinks or []), shown, opened, sink_options, stack, SinkContext(live=handler.numbers)
-        )
-        pipeline = Pipeline(
-            opened,
-            steps_for(model),
-            handler,
-            size,
-            batch_timeout_ms / 1e3,
-            duration=duration,
-            max_frames=max_frames,
-        )
-        handler.attach(sinkset, pipeline)
-        pipeline.run()
-        sinkset.close()
-        summary = pipeline.stats()
-        if sinks:
-            summary["outputs"] = sinkset.reports()
-            if sinkset.errors:
-                summary["output_errors"] = sinkset.errors
-        return summary
+    cfg = CameraConfig(
+        ModelOptions(str(getattr(model, "path", "") or "")),
+        list(sources),
+        list(sinks or []),
+        source_options or SourceOptions(),
+        sink_options or SinkOptions(),
+        tracking=tracking or TrackingOptions(),
+        run=RunOptions(duration, max_frames, batch, batch_timeout_ms),
+        gate=gate or GateOptions(),
+    )
+    run = Run(cfg, _logged, cfg.sinks, model=model, on_result=on_result)
+    run.features = [feature() for feature in features.LIBRARY_FEATURES]
+    return _execute(run)
 
 
 def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
     """Check, open, run and close as the module's text says; return the summary. A sink that
     fails (a full disk) is in the summary's ``output_errors``: the run stopped there, or with
     ``on_error="continue"`` went on without it."""
-    uris = cfg.sink_uris()
-    check_outputs_apart(cfg, uris)
-    run = Run(cfg, say, uris, _bundle(cfg.model.path))  # the manifest, read once for the run
+    run = Run(cfg, say, cfg.sink_uris(), _bundle(cfg.model.path))  # the manifest, read once
     run.features = [feature() for feature in features.FEATURES]  # the table, read now
-    for f in run.features:
-        f.check(run)
+    return _execute(run)
+
+
+def _execute(run: Run) -> dict:
+    """The composition of both entries: checks, sources, each feature's steps in the table's
+    order, the model (loaded here unless the caller gave one), sinks, the pipeline; everything
+    closed on every path."""
+    cfg, say = run.cfg, run.say
+    check_outputs_apart(cfg, run.uris)
     with contextlib.ExitStack() as stack:
         run.stack = stack
-        stack.callback(catch_hangups())  # the swap's: SIGHUP re-reads the bundle path from here
-        opts, why = decoder_fit(cfg.source_options, uris, cfg.gate, run.bundle)
+        for f in run.features:
+            f.check(run)  # before anything opens
+        opts, why = decoder_fit(cfg.source_options, run.uris, cfg.gate, run.bundle)
         run.sources = sources = open_sources(cfg.sources, opts, stack)
         _describe(sources, say)
         fitted = describe_fit(sources, opts, why)
@@ -164,12 +163,14 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
             say(f"decoder scale: {fitted}")
         for f in run.features:
             f.open(run)
-        _load(run)
-        run.handler = handler = FrameHandler(sources, run.power)
+        if run.model is None:
+            _load(run)
+        run.batch = _batch(cfg, len(sources), run.model, say)
+        run.handler = handler = FrameHandler(sources, run.power, on_result=run.on_result)
         for f in run.features:
             f.loaded(run)
         run.sinks = sinks = _open_sinks(
-            uris,
+            run.uris,
             [u if isinstance(u, str) else u.description for u in cfg.sources],
             sources,
             cfg.sink_options,
@@ -181,9 +182,10 @@ def run_camera(cfg: CameraConfig, say=lambda s: None) -> dict:
                 demand=opts.fit.demand if opts.fit is not None else None,
             ),
         )
+        steps = slot_steps(run.slot) if run.slot is not None else steps_for(run.model, run.runner)
         run.pipeline = pipeline = Pipeline(
             sources,
-            slot_steps(run.slot),
+            steps,
             handler,
             run.batch,
             cfg.run.batch_timeout_ms / 1e3,
@@ -240,7 +242,11 @@ def _load(run: Run) -> None:
     run.stack.callback(model.close)  # closing twice is harmless
     run.model, run.load, run.first = model, load, Loaded(model, info, str(m.path))
     say(f"backend: {model.backend_reason}")
-    run.batch = _batch(run.cfg, len(run.sources), model, say)
+
+
+def _logged(line: str) -> None:
+    """What a library run says goes to the log (a note, on a choice not the one asked, warns)."""
+    (log.warning if line.startswith("note:") else log.info)(line)
 
 
 def _describe(sources: list, say) -> None:

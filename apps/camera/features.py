@@ -1,8 +1,10 @@
 """The camera run's features that are neither sources nor sinks, with one life cycle, the way
 sinks have one. Each is a :class:`Feature` in :data:`FEATURES`; ``run_camera`` calls every
-feature's step in the table's order (``close`` in the reverse order):
+feature's step in the table's order (``close`` in the reverse order), and ``run_streams`` (the
+library entry) does the same with :data:`LIBRARY_FEATURES`:
 
-    check(run)      before anything opens: bad options are one sentence
+    check(run)      before anything opens: bad options are one sentence (``run.stack`` exists
+                    for what must be undone at the end)
     open(run)       the sources are open, the model not yet loaded
     loaded(run)     the model is loaded
     attach(run)     the pipeline exists (start threads, watch)
@@ -28,7 +30,7 @@ from .analytics import Analytics, check_in_frame, check_task, parse_all
 from .gate import GateOptions, check_masks_in_frame, gates_for
 from .options import CameraConfig
 from .sinks import resolve
-from .swap import ModelSlot
+from .swap import ModelSlot, catch_hangups
 
 
 @dataclass
@@ -60,6 +62,7 @@ class Run:
     pipeline: Any = None
     conditions: dict | None = None  # throttling seen by the power session, at the end
     features: list = field(default_factory=list)
+    on_result: Callable | None = None  # a library caller's callback for every frame
 
     @property
     def web(self) -> bool:
@@ -273,6 +276,9 @@ class Swap(Feature):
                 "--model-endpoint answers on the --metrics port or the web viewer's: give one "
                 "of them"
             )
+        # from now on SIGHUP re-reads the bundle path, whatever the run is doing (opening the
+        # sources, loading the model, measuring clocks); the handler before is put back at its end
+        run.stack.callback(catch_hangups())
 
     def loaded(self, run: Run) -> None:
         runner = run.runner if run.runner is not None else run.model
@@ -311,3 +317,6 @@ class Swap(Feature):
 # the order of every phase (close: the reverse); what a feature reads of another comes first:
 # the clocks are set before the cap measures idle power, the swap infers through the cap
 FEATURES: tuple = (Probes, Tracking, Clocks, Power, Gate, Swap)
+# ``run_streams``: the features a library caller asks for by its options; the command line's own
+# (the metrics port, clocks, the power session, the model slot with its signals) are left out
+LIBRARY_FEATURES: tuple = (Tracking, Gate)

@@ -26,6 +26,8 @@ from tests.conftest import ROOT, assert_user_error, run_cli
 from tests.procs import SCENE, edgert, rss_mb
 from tests.tiny import blob_detector_bundle
 
+pytestmark = pytest.mark.gst
+
 
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory):

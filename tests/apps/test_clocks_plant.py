@@ -17,6 +17,8 @@ from tests.clock_plant import LAYOUTS, hz, power_w, segment_busy, tail_busy, tru
 from tests.clock_plant import bench_in_the_loop as clocked
 from tests.power_plant import bench_in_the_loop as free
 
+pytestmark = pytest.mark.plant
+
 
 @pytest.fixture(scope="module")
 def mobilenet(tmp_path_factory):

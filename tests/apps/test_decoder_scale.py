@@ -22,6 +22,8 @@ from edgert.runtime.preprocess import Preprocessing
 from tests.conftest import run_cli
 from tests.tiny import blob_detector_bundle
 
+pytestmark = pytest.mark.gst
+
 IN_CI = bool(os.environ.get("CI"))
 PC = {"rtph264depay", "h264parse", "avdec_h264", "videoconvert", "videoscale", "appsink"}
 JETSON = PC - {"avdec_h264"} | {"nvv4l2decoder", "nvvidconv"}

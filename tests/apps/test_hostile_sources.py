@@ -26,6 +26,8 @@ from tests.conftest import assert_user_error, run_cli
 from tests.ports import free_ports
 from tests.tiny import classifier_bundle
 
+pytestmark = pytest.mark.gst
+
 needs_gst = pytest.mark.skipif(
     not IN_CI and not media.available()[0],
     reason="GStreamer's Python bindings (.ci/run installs them)",

@@ -185,7 +185,7 @@ def test_a_toy_feature_runs_through_the_feature_table_alone(toy, monkeypatch):
 
     class Tally(features.Feature):
         def check(self, run):
-            seen.append(("check", run.stack is None))  # nothing has opened yet
+            seen.append(("check", run.sources == [] and run.model is None))  # nothing open yet
 
         def open(self, run):
             seen.append(("open", len(run.sources), run.model is None))
@@ -210,8 +210,40 @@ def test_a_toy_feature_runs_through_the_feature_table_alone(toy, monkeypatch):
         run=RunOptions(max_frames=3),
     )
     summary = run_camera(cfg)
+    assert seen[0] == ("check", True)
     assert [s[0] for s in seen] == ["check", "open", "loaded", "attach", "close"]
     assert seen[1][1:] == (1, True)  # the sources open, the model not yet loaded
     assert seen[2][1:] == ("classify", True)  # after the swap's slot, the last row before it
     assert seen[4] == ("close", False)  # before the swap's close (the row above it) stops it
     assert summary["tally"] == {"frames": 3} and summary["frames_processed"] == 3
+
+
+def test_the_library_entry_is_the_same_composition_with_its_own_features(toy, monkeypatch):
+    """``run_streams`` goes through the camera's feature table too (issue 52): a feature in
+    ``LIBRARY_FEATURES`` has its steps called around a library run with the caller's model, and
+    the command line's own features (the metrics port, clocks, power, the model slot) are not
+    there: no slot, no power session, the model's own steps."""
+    from edgert.apps.camera import features
+
+    seen = []
+
+    class Tally(features.Feature):
+        def open(self, run):
+            seen.append(("open", len(run.sources), run.model is not None))
+
+        def loaded(self, run):
+            seen.append(("loaded", run.slot, run.power, run.probes))
+
+        def close(self, run):
+            seen.append(("close", run.pipeline is not None))
+
+        def report(self, run, summary):
+            summary["tally"] = [type(f).__name__ for f in run.features]
+
+    monkeypatch.setattr(features, "LIBRARY_FEATURES", (*features.LIBRARY_FEATURES, Tally))
+    with load_task_model(toy) as model:
+        summary = run_streams(model, ["ramp://4", "ramp://2"])
+    assert seen == [("open", 2, True), ("loaded", None, None, None), ("close", True)]
+    assert summary["tally"] == ["Tracking", "Gate", "Tally"]
+    assert summary["frames_processed"] == 6 and summary["task"] == "classify"
+    assert summary["outputs"] == []

@@ -9,7 +9,7 @@ import pytest
 from edgert.export import export_model
 from tests.power_plant import bench_in_the_loop, settled_mean
 
-pytestmark = pytest.mark.subprocess
+pytestmark = [pytest.mark.subprocess, pytest.mark.plant]
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,8 @@ from tests.procs import SCENE, edgert
 from tests.rtsp_server import frame_index, pattern_frame
 from tests.tiny import classifier_bundle
 
+pytestmark = pytest.mark.gst
+
 
 class Camera:
     """`edgert camera` in its own process, reading ``source`` and re-serving it at ``out``."""

@@ -32,6 +32,8 @@ from tests.ports import free_ports
 from tests.rtsp_server import frame_index, pattern_frame
 from tests.tiny import classifier_bundle
 
+pytestmark = pytest.mark.gst
+
 
 def _gst_has(*names: str) -> bool:
     if not media.available()[0]:

@@ -40,6 +40,7 @@ def mobilenet(tmp_path_factory):
 
 
 @pytest.mark.subprocess
+@pytest.mark.plant
 def test_target_fps_holds_the_rate_on_the_point_it_measured_best(mobilenet, tmp_path):
     free = bench_in_the_loop(mobilenet, tmp_path / "free", seconds=4.0)
     rate = round(0.25 * free["throughput_ips"], 1)  # a quarter of what it can do

@@ -9,7 +9,7 @@ import pytest
 
 from tests.thermal_plant import bench_in_the_loop
 
-pytestmark = pytest.mark.subprocess
+pytestmark = [pytest.mark.subprocess, pytest.mark.plant]
 
 
 def _settled(series, start_s: float) -> list[float]:

@@ -135,3 +135,28 @@ def test_each_stream_has_its_own_ids_and_bound_lines(scene, tmp_path):
     starts = [(e["stream"], e["track_id"]) for e in lines if e["event"] == "track_start"]
     assert sorted(starts) == [(0, 1), (0, 2), (1, 1), (1, 2)]  # IDs per stream, from 1
     assert {e["stream"] for e in lines if e["event"] == "line_cross"} == {1}
+
+
+def test_the_library_entry_tracks_and_counts_as_the_cli_does(scene):
+    """``run_streams`` with TrackingOptions (issue 52: the library entry is the camera's
+    composition with its tracking feature): the same door and pen counts as the command line's
+    run above, from the caller's own model."""
+    from edgert.apps.camera import run_streams
+    from edgert.apps.camera.analytics import TrackingOptions
+    from edgert.runtime.tasks import load_task_model
+
+    bundle, video = scene
+    seen_ids = set()
+
+    def on_result(frame):
+        seen_ids.update(o.track_id for o in frame.results.objects if o.track_id is not None)
+
+    tracking = TrackingOptions(
+        lines=("door=160,0,160,240",), zones=("pen=200,0,320,0,320,120,200,120",)
+    )
+    with load_task_model(bundle, conf=0.75) as model:
+        summary = run_streams(model, [str(video)], on_result=on_result, tracking=tracking)
+    counts = summary["streams"][0]["counts"]
+    assert (counts["door"]["in"], counts["door"]["out"]) == (1, 1)
+    assert counts["pen"]["entries"] == 1 and counts["pen"]["occupancy"] == 0
+    assert len(seen_ids) == 2

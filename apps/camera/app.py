@@ -169,31 +169,8 @@ def _execute(run: Run) -> dict:
         run.handler = handler = FrameHandler(sources, run.power, on_result=run.on_result)
         for f in run.features:
             f.loaded(run)
-        run.sinks = sinks = _open_sinks(
-            run.uris,
-            [u if isinstance(u, str) else u.description for u in cfg.sources],
-            sources,
-            cfg.sink_options,
-            stack,
-            SinkContext(
-                say=say,
-                probes=run.probes.probes if run.probes is not None else None,
-                live=handler.numbers,
-                demand=opts.fit.demand if opts.fit is not None else None,
-            ),
-        )
-        steps = slot_steps(run.slot) if run.slot is not None else steps_for(run.model, run.runner)
-        run.pipeline = pipeline = Pipeline(
-            sources,
-            steps,
-            handler,
-            run.batch,
-            cfg.run.batch_timeout_ms / 1e3,
-            cfg.run.queue_size,
-            cfg.run.duration,
-            cfg.run.max_frames,
-            run.gates,
-        )
+        run.sinks = sinks = _sinks(run, opts)
+        run.pipeline = pipeline = _pipeline(run)
         handler.attach(sinks, pipeline)
         for f in run.features:
             f.attach(run)
@@ -242,6 +219,43 @@ def _load(run: Run) -> None:
     run.stack.callback(model.close)  # closing twice is harmless
     run.model, run.load, run.first = model, load, Loaded(model, info, str(m.path))
     say(f"backend: {model.backend_reason}")
+
+
+def _sinks(run: Run, opts) -> SinkSet:
+    """The run's sinks, with what they may ask of the run (probes' routes, live numbers, the
+    decoder's full-frame demand)."""
+    cfg = run.cfg
+    return _open_sinks(
+        run.uris,
+        [u if isinstance(u, str) else u.description for u in cfg.sources],
+        run.sources,
+        cfg.sink_options,
+        run.stack,
+        SinkContext(
+            say=run.say,
+            probes=run.probes.probes if run.probes is not None else None,
+            live=run.handler.numbers,
+            demand=opts.fit.demand if opts.fit is not None else None,
+        ),
+    )
+
+
+def _pipeline(run: Run) -> Pipeline:
+    """The pipeline: the model slot's steps where there is one (a swap may replace the model),
+    else the model's own (through its power cap where there is one)."""
+    r = run.cfg.run
+    steps = slot_steps(run.slot) if run.slot is not None else steps_for(run.model, run.runner)
+    return Pipeline(
+        run.sources,
+        steps,
+        run.handler,
+        run.batch,
+        r.batch_timeout_ms / 1e3,
+        r.queue_size,
+        r.duration,
+        r.max_frames,
+        run.gates,
+    )
 
 
 def _logged(line: str) -> None:

@@ -59,6 +59,7 @@ class SwapOptions:
     rollback_s: float = 30.0  # 0: no watch after a swap
     rollback_below: float = 0.5
     poll_s: float = 2.0
+    against: str | None = None  # --check-against: start on this bundle, ready once MODEL passed
 
     @staticmethod
     def add_arguments(
@@ -97,6 +98,14 @@ class SwapOptions:
         if not rollback:
             return
         g.add_argument(
+            "--check-against",
+            metavar="BUNDLE",
+            help="a rollout's canary: start on BUNDLE (the model this one replaces), check the "
+            "model against it on live frames as --swap-check does, and take it only when they "
+            "agree; /ready says 503 until then, and stays 503 with the reason if it is refused "
+            "(the run goes on with BUNDLE)",
+        )
+        g.add_argument(
             "--rollback-window",
             type=float,
             default=30.0,
@@ -123,9 +132,10 @@ class SwapOptions:
             watch=args.watch_model,
             endpoint=args.model_endpoint,
             allow=tuple(args.allow_models),
-            check=args.swap_check,
+            check=args.swap_check or bool(getattr(args, "check_against", None)),
             rollback_s=window,
             rollback_below=below,
+            against=getattr(args, "check_against", None),
         )
 
 

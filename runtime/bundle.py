@@ -307,7 +307,13 @@ class Bundle:
 
     @property
     def engines_dir(self) -> Path:
-        return self.path / ENGINES
+        """Where this bundle's TensorRT plans are cached: its ``engines/`` folder, or, with
+        ``EDGERT_PLAN_DIR`` set (a read-only bundle in a container, plans on the node's disk),
+        that folder's subfolder named as the bundle. Two bundles of one name, two JetPack
+        releases or two modules share no plan even there: a plan's file name is the digest of
+        everything it depends on (the ONNX file, TensorRT, the GPU, the module; plan_key.py)."""
+        shared = os.environ.get("EDGERT_PLAN_DIR")
+        return Path(shared) / self.path.resolve().name if shared else self.path / ENGINES
 
     def __repr__(self) -> str:
         return f"Bundle({str(self.path)!r}, task={self.manifest.task!r})"

@@ -30,7 +30,7 @@ from .analytics import Analytics, check_in_frame, check_task, parse_all
 from .gate import GateOptions, check_masks_in_frame, gates_for
 from .options import CameraConfig
 from .sinks import resolve
-from .swap import ModelSlot, catch_hangups
+from .swap import Canary, ModelSlot, catch_hangups
 
 
 @dataclass
@@ -63,6 +63,7 @@ class Run:
     conditions: dict | None = None  # throttling seen by the power session, at the end
     features: list = field(default_factory=list)
     on_result: Callable | None = None  # a library caller's callback for every frame
+    start_from: str | None = None  # the bundle the run starts on when not its own (a canary)
 
     @property
     def web(self) -> bool:
@@ -268,14 +269,26 @@ def gate_says(o: GateOptions, task: str, tracking: bool) -> str:
 
 class Swap(Feature):
     """The model slot: SIGHUP, ``--watch-model``, ``--model-endpoint`` (GET and POST /model)
-    replace the model while the run goes on (``--swap-check``, rollback)."""
+    replace the model while the run goes on (``--swap-check``, rollback); ``--check-against``
+    starts on the model this one replaces and takes this one through the check (a canary:
+    /ready waits for it)."""
+
+    canary: Canary | None = None
 
     def check(self, run: Run) -> None:
-        if run.cfg.swap.endpoint and not (run.cfg.metrics or run.web):
+        o = run.cfg.swap
+        if o.endpoint and not (run.cfg.metrics or run.web):
             raise OutputError(
                 "--model-endpoint answers on the --metrics port or the web viewer's: give one "
                 "of them"
             )
+        if o.against:
+            if not (run.cfg.metrics or run.web):
+                raise OutputError(
+                    "--check-against gives its verdict on /ready: give --metrics [HOST:]PORT "
+                    "(or a web viewer)"
+                )
+            run.start_from = o.against
         # from now on SIGHUP re-reads the bundle path, whatever the run is doing (opening the
         # sources, loading the model, measuring clocks); the handler before is put back at its end
         run.stack.callback(catch_hangups())
@@ -299,9 +312,16 @@ class Swap(Feature):
         if run.probes is not None:
             run.probes.probes.routes[("GET", "/model")] = slot.http_get
             run.probes.probes.routes[("POST", "/model")] = slot.http_post
+        if run.start_from:
+            self.canary = Canary(slot, str(run.cfg.model.path))
+            run.probes.conditions.append(self.canary)
+            run.say(f"canary: started on {run.start_from}; ready once {self.canary.target} "
+                    "passes the check on live frames")  # fmt: skip
 
     def attach(self, run: Run) -> None:
         run.slot.start()
+        if self.canary is not None:
+            self.canary.start()
 
     def close(self, run: Run) -> None:
         run.slot.close()  # no swap after the pipeline ended; its events still go to the sinks

@@ -252,6 +252,9 @@ class CameraProbes:
         self.metrics = None
         self.server = None
         self.model_loaded = False
+        # more conditions of readiness, each () -> None (no objection) or (False, why): the
+        # swap's canary check (--check-against)
+        self.conditions: list = []
         self.pipeline = None
         where = parse_address(address) if address else None
         if where is not None or web:
@@ -303,6 +306,10 @@ class CameraProbes:
                 "reason": "no stream has delivered a frame in the last 5 s",
                 "streams": len(p.streams),
             }
+        for condition in self.conditions:
+            objection = condition()
+            if objection is not None:
+                return objection
         return True, {"streams": len(p.streams), "delivering": delivering}
 
     def close(self) -> None:

@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "EVENTS",
+    "Canary",
     "Loaded",
     "ModelSlot",
     "SwapOptions",
@@ -351,3 +352,32 @@ class ModelSlot(SwapQueue):
     def _kept(self) -> tuple[dict, str]:
         label = self.current.label
         return {"kept": label}, f"{label} goes on"
+
+
+class Canary:
+    """``--check-against PREVIOUS``: a rollout's canary. The run starts on PREVIOUS (the model the
+    new one replaces) and asks its slot for the run's own bundle, which goes through the swap's
+    check on live frames; called by /ready, it objects until that model serves: "checking"
+    while the swap runs, the refusal's (or a later rollback's) reason after, with the model that
+    goes on serving the cameras meanwhile. A pod with no previous model is not given one: it is
+    judged as every run is, ready once its model has answered."""
+
+    def __init__(self, slot: ModelSlot, target: str) -> None:
+        self.slot, self.target = slot, target
+        self.info = model_info(target)  # the new model as the slot will name it
+
+    def start(self) -> None:
+        self.slot.request(self.target, "--check-against")
+
+    def __call__(self) -> tuple[bool, dict] | None:
+        slot = self.slot
+        with slot.lock:
+            current, last = slot.current, slot.last
+        if current.path == self.target or current.info == self.info:
+            return None
+        if slot.busy or slot.requests or last is None:
+            why = f"checking {self.target} against {current.label} on live frames"
+            return False, {"reason": why, "serving": current.label}
+        said = last.get("reason") or last.get("event")
+        why = f"{self.target} was not taken ({said}); {current.label} serves the cameras"
+        return False, {"reason": why, "serving": current.label, "last": last}

@@ -436,3 +436,58 @@ def test_the_endpoint_is_off_unless_asked_for_and_keeps_to_its_folders(bundles, 
     cam.stop()
     proc = run_cli("camera", a, "--headless", "--model-endpoint", "--max-frames", "5")
     assert_user_error(proc, "--model-endpoint answers on the --metrics port")
+
+
+def _ready(port: int) -> tuple[int, dict]:
+    return _http("GET", f"http://127.0.0.1:{port}/ready")
+
+
+def _until_ready_changes(cam: Camera, timeout: float = 60) -> list:
+    """/ready's answers, polled until it stops saying "checking" (the canary's verdict)."""
+    seen, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code, body = _ready(cam.port)
+        seen.append((code, body))
+        if code == 200 or "was not taken" in body.get("reason", ""):
+            return seen
+        time.sleep(0.05)
+    raise AssertionError(f"/ready never gave a verdict: {seen[-3:]}")
+
+
+@pytest.mark.subprocess
+def test_a_canary_is_ready_only_once_its_model_passed_the_check(bundles, tmp_path):
+    """``--check-against PREVIOUS`` (issue 54: what gates a DaemonSet's rollout): the run starts
+    on PREVIOUS and /ready says 503 "checking" while the new model runs beside it on live frames;
+    a new version that agrees is taken and /ready says 200; one that disagrees is refused, /ready
+    stays 503 with the check's reason, and the cameras go on with PREVIOUS."""
+    a, _ = bundles
+    newer = tmp_path / "a-v2.edgert"
+    shutil.copytree(a, newer)  # the same network, another release of it
+    manifest = json.loads((newer / "manifest.json").read_text())
+    (newer / "manifest.json").write_text(json.dumps({**manifest, "version": "2"}))
+    cam = Camera(newer, "--check-against", a, endpoint=False)
+    seen = _until_ready_changes(cam)
+    assert seen[0][0] == 503 and "checking" in seen[0][1]["reason"], seen[0]
+    assert seen[0][1]["serving"].startswith("a@")
+    assert seen[-1][0] == 200, seen[-1]
+    m = cam.model()
+    assert m["model"]["version"] == "2" and m["swaps"] == 1, m
+    assert m["last"]["check"]["agreement"] == 1
+    assert cam.stop()["frames_processed"] > 0
+
+    shuffled = _shuffled(a, tmp_path / "shuffled")
+    cam = Camera(shuffled, "--check-against", a, endpoint=False)
+    code, body = _until_ready_changes(cam)[-1]
+    assert code == 503 and "agrees with the model in use on" in body["reason"], body
+    assert body["serving"].startswith("a@") and cam.model()["model"]["name"] == "a"
+    time.sleep(1.0)  # it goes on serving with the model it started on, and stays not ready
+    assert _ready(cam.port)[0] == 503
+    summary = cam.stop()
+    assert summary["frames_processed"] > 0 and summary["model"]["refusals"] == 1
+
+
+@pytest.mark.subprocess
+def test_a_canary_without_a_port_to_say_it_on_is_one_sentence(bundles):
+    a, b = bundles
+    proc = run_cli("camera", b, "--headless", "--max-frames", "2", "--check-against", a)
+    assert_user_error(proc, "--check-against gives its verdict on /ready")

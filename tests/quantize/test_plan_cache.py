@@ -251,3 +251,30 @@ def test_a_plan_built_on_first_use_is_checked_as_edgert_build_checks_it(tmp_path
     monkeypatch.setattr(plan_check, "run_stored_samples", lambda b, p: (ref, ref, 4))
     got, why = engine._build_on_first_use(target, "fp16", 0, "no plan for this GPU")
     assert got == plan and plan.exists() and "cosine 1.00000 vs FP32 on 4 stored samples" in why
+
+
+@pytest.mark.subprocess
+def test_plans_go_to_the_node_s_folder_and_leave_the_bundle_alone(tmp_path, monkeypatch):
+    """EDGERT_PLAN_DIR (the Helm chart's hostPath, issue 54): a bundle mounted read-only keeps
+    its plans in that folder's subfolder named as the bundle (the bundle's files are not
+    touched), `edgert cache` reads them there, and plans of another JetPack's TensorRT or
+    another module sit beside them, never in their place (their names digest different keys)."""
+    from edgert.export import export_model
+    from edgert.runtime import Bundle
+
+    bundle = export_model("zoo:digits_cnn", tmp_path / "d.edgert").bundle
+    before = sorted(p.relative_to(bundle) for p in bundle.rglob("*"))
+    plans = tmp_path / "node" / "plans"
+    monkeypatch.setenv("EDGERT_PLAN_DIR", str(plans))
+    where = Bundle(bundle).engines_dir
+    assert where == plans / "d.edgert"
+    jp6 = PlanCache(where).get_or_build(KEY, lambda: b"x" * 2048)[0]
+    jp5 = dataclasses.replace(KEY, tensorrt="8.5.2.2")
+    other = dataclasses.replace(KEY, module="nvidia,p3767-0005")
+    names = {PlanCache(where).get_or_build(k, lambda: b"y" * 1024)[0].name for k in (jp5, other)}
+    assert len(names | {jp6.name}) == 3 and jp6.read_bytes() == b"x" * 2048
+    listed = run_cli("cache", "list", bundle)
+    assert listed.returncode == 0 and listed.stdout.count("Orin (8.7)") == 3, listed.stdout
+    assert sorted(p.relative_to(bundle) for p in bundle.rglob("*")) == before
+    monkeypatch.delenv("EDGERT_PLAN_DIR")
+    assert "no TensorRT plans" in run_cli("cache", "list", bundle).stdout

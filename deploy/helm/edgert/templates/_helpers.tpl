@@ -1,0 +1,129 @@
+{{/* The release's resource names and labels. */}}
+{{- define "edgert.name" -}}
+{{- printf "%s-edgert" .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "edgert.labels" -}}
+app.kubernetes.io/name: edgert
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "edgert.image" -}}
+{{ printf "%s:%s" .Values.image.repository .Values.image.tag }}
+{{- end -}}
+
+{{/* The Secret that holds camera and broker credentials (ours, or the user's own). */}}
+{{- define "edgert.secretName" -}}
+{{- .Values.camera.existingSecret | default (printf "%s-credentials" (include "edgert.name" .)) -}}
+{{- end -}}
+
+{{- define "edgert.hasCredentials" -}}
+{{- $any := .Values.camera.existingSecret -}}
+{{- range .Values.camera.cameras -}}{{- if or .username .password -}}{{- $any = "yes" -}}{{- end -}}{{- end -}}
+{{- if or .Values.camera.mqtt.username .Values.camera.mqtt.password -}}{{- $any = "yes" -}}{{- end -}}
+{{- if $any -}}yes{{- end -}}
+{{- end -}}
+
+{{/* A URI with the credentials as edgert's ${EDGERT_...} references (expanded by edgert, not
+     by Kubernetes, which expands $(NAME) only): the value never reaches an argument. */}}
+{{- define "edgert.withCredentials" -}}
+{{- $parts := splitList "://" .uri -}}
+{{- if or .username .password .secret -}}
+{{- $user := ternary (printf "${%s_USER}" .prefix) "" (or (not (empty .username)) (not (empty .secret))) -}}
+{{- $pass := ternary (printf ":${%s_PASSWORD}" .prefix) "" (or (not (empty .password)) (not (empty .secret))) -}}
+{{- printf "%s://%s%s@%s" (first $parts) $user $pass (join "://" (rest $parts)) -}}
+{{- else -}}
+{{- .uri -}}
+{{- end -}}
+{{- end -}}
+
+{{/* `edgert camera`'s arguments, one per line of a YAML list. */}}
+{{- define "edgert.cameraArgs" -}}
+{{- $c := .Values.camera -}}
+- camera
+- {{ printf "/models/%s" $c.model.bundle | quote }}
+{{- range $i, $cam := $c.cameras }}
+- --source
+- {{ include "edgert.withCredentials" (dict "uri" $cam.uri "username" $cam.username "password" $cam.password "secret" $c.existingSecret "prefix" (printf "EDGERT_CAM%d" $i)) | quote }}
+{{- range $cam.lines }}
+- --line
+- {{ printf "%d:%s" $i . | quote }}
+{{- end }}
+{{- range $cam.zones }}
+- --zone
+- {{ printf "%d:%s" $i . | quote }}
+{{- end }}
+{{- end }}
+- --headless
+- --json
+- --metrics
+- {{ printf "0.0.0.0:%d" (int $c.metricsPort) | quote }}
+{{- with $c.model.task }}
+- --task
+- {{ . }}
+{{- end }}
+- --backend
+- {{ $c.model.backend }}
+- --precision
+- {{ $c.model.precision }}
+- --conf
+- {{ $c.model.conf | quote }}
+{{- if $c.track }}
+- --track
+{{- end }}
+{{- if $c.events }}
+- --events
+- /data/events.jsonl
+{{- end }}
+{{- if $c.jsonl }}
+- --jsonl
+- /data/frames.jsonl
+{{- end }}
+{{- range $c.outputs }}
+- --output
+- {{ . | quote }}
+{{- end }}
+{{- with $c.mqtt.uri }}
+- --mqtt
+- {{ include "edgert.withCredentials" (dict "uri" . "username" $c.mqtt.username "password" $c.mqtt.password "secret" $c.existingSecret "prefix" "EDGERT_MQTT") | quote }}
+{{- end }}
+{{- with $c.gate }}
+- --gate
+- {{ . | quote }}
+{{- end }}
+{{- if $c.targetFps }}
+- --target-fps
+- {{ $c.targetFps | quote }}
+{{- end }}
+{{- if $c.powerCap }}
+- --power-cap
+- {{ $c.powerCap | quote }}
+{{- end }}
+{{- if $c.tempCap }}
+- --temp-cap
+- {{ $c.tempCap | quote }}
+{{- end }}
+{{- if $c.swapCheck }}
+- --swap-check
+{{- end }}
+{{- with $c.model.previous }}
+- --check-against
+- {{ printf "/models/%s" . | quote }}
+{{- end }}
+{{- range $c.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* A container's resources, with the GPU from the device plugin when asked for. */}}
+{{- define "edgert.resources" -}}
+{{- $r := deepCopy .resources -}}
+{{- if .gpu -}}
+{{- $limits := merge (dict "nvidia.com/gpu" 1) (default (dict) $r.limits) -}}
+{{- $_ := set $r "limits" $limits -}}
+{{- end -}}
+{{- toYaml $r -}}
+{{- end -}}

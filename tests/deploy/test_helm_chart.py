@@ -355,3 +355,14 @@ def test_a_line_outside_the_frame_fails_the_pod_start_in_one_sentence(node, tmp_
         edgert(*argv), cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True
     )
     assert_user_error(proc, "door")
+
+
+@needs_helm
+def test_helm_lint_is_clean_for_every_values_file():
+    for values in VALUES:
+        cmd = [HELM, "lint", "--strict", str(CHART)]
+        cmd += ["-f", str(values)] if values is not None else []
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and "0 chart(s) failed" in proc.stdout, (
+            proc.stdout + proc.stderr
+        )

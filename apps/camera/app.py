@@ -177,11 +177,16 @@ def _execute(run: Run) -> dict:
         # what start-up made (modules, the model, sources) out of the collector's sight: a full
         # collection, which a swap's allocations trigger, then scans only what came since
         # (measured: ~30 ms with the GIL held before, under 1 ms after; a frame is 33 ms)
-        gc.freeze()
+        # (only where nothing is frozen yet: a library caller's own freeze, a pre-fork one or a
+        # concurrent run's, is not undone at the end)
+        freeze = gc.get_freeze_count() == 0
+        if freeze:
+            gc.freeze()
         try:
             pipeline.run()
         finally:
-            gc.unfreeze()  # a library caller's objects are collectable again
+            if freeze:
+                gc.unfreeze()  # the objects of the caller's process are collectable again
         for f in reversed(run.features):
             f.close(run)
         sinks.close()

@@ -123,6 +123,7 @@ class ModelSlot(SwapQueue):
         self._sampled_at = 0.0
         # the path as it was before the model in use was read from it (else as it is now)
         self._seen = seen if seen is not None else fingerprint(self.watch_path)
+        self.on_tick = None  # called from the swap thread between requests (the canary's retry)
         roots = options.allow or (str(Path(current.path).parent),)
         self._queue(options, roots, say, post_event, "model-swap")
 
@@ -205,6 +206,8 @@ class ModelSlot(SwapQueue):
 
     def _tick(self) -> None:
         self._watch_rollback()
+        if self.on_tick is not None:
+            self.on_tick()
 
     def _swap(self, path: str, why: str, force: bool) -> None:
         t0 = time.monotonic()
@@ -287,7 +290,9 @@ class ModelSlot(SwapQueue):
         with self.lock:
             samples, self.samples = list(self.samples), None
         if len(samples) < min(5, self.o.check_frames):
-            return f"only {len(samples)} live frames came within 30 s to check the candidate", {}
+            # not a verdict on the candidate (a camera still connecting, a quiet gated scene)
+            why = f"only {len(samples)} live frames came within 30 s to check the candidate"
+            return why, {"frames": len(samples), "judged": False}
         m = candidate.model
         got = []
         for image, _, source_hw in samples:  # source_hw: the decoder scaled it (see Frame)
@@ -358,26 +363,68 @@ class Canary:
     """``--check-against PREVIOUS``: a rollout's canary. The run starts on PREVIOUS (the model the
     new one replaces) and asks its slot for the run's own bundle, which goes through the swap's
     check on live frames; called by /ready, it objects until that model serves: "checking"
-    while the swap runs, the refusal's (or a later rollback's) reason after, with the model that
-    goes on serving the cameras meanwhile. A pod with no previous model is not given one: it is
-    judged as every run is, ready once its model has answered."""
+    while the swap runs, the refusal's reason after, with the model that goes on serving the
+    cameras meanwhile. A check that could not judge (too few live frames: a camera still
+    connecting, a quiet gated scene) is tried again every ``RETRY_S``; a disagreement is final.
+    Once the model served, only its rollback objects (a later swap to a third model is not the
+    canary's business). A pod with no previous model is not given one: it is judged as every run
+    is, ready once its model has answered."""
+
+    RETRY_S = 10.0
 
     def __init__(self, slot: ModelSlot, target: str) -> None:
         self.slot, self.target = slot, target
         self.info = model_info(target)  # the new model as the slot will name it
+        self.served: str | None = None  # its label, once it served
+        self.attempts = 0
 
     def start(self) -> None:
-        self.slot.request(self.target, "--check-against")
+        self.slot.on_tick = self._tick
+        self._ask()
+
+    def _ask(self) -> None:
+        self.attempts += 1
+        why = (
+            "--check-against" if self.attempts == 1 else f"--check-against, attempt {self.attempts}"
+        )
+        self.slot.request(self.target, why)
+
+    def _is_target(self, loaded: Loaded) -> bool:
+        return loaded.path == self.target or loaded.info == self.info
+
+    def _tick(self) -> None:
+        """The swap thread, between requests: ask again after a check that could not judge."""
+        slot = self.slot
+        last = slot.last
+        if self.served or slot.requests or last is None or _judged(last):
+            return
+        if time.time() - last.get("time", 0.0) >= self.RETRY_S:
+            self._ask()
 
     def __call__(self) -> tuple[bool, dict] | None:
         slot = self.slot
         with slot.lock:
             current, last = slot.current, slot.last
-        if current.path == self.target or current.info == self.info:
+        if self._is_target(current):
+            self.served = current.label
             return None
-        if slot.busy or slot.requests or last is None:
+        if self.served is not None:  # it served: only its own rollback objects
+            if last and last.get("event") == "model_rollback" and last.get("from") == self.served:
+                why = (
+                    f"{self.served} was rolled back ({last.get('reason')}); {current.label} serves"
+                )
+                return False, {"reason": why, "serving": current.label, "last": last}
+            return None
+        if slot.busy or slot.requests or last is None or not _judged(last):
             why = f"checking {self.target} against {current.label} on live frames"
+            if last is not None and not _judged(last):
+                why += f" (attempt {self.attempts}; before: {last.get('reason')})"
             return False, {"reason": why, "serving": current.label}
         said = last.get("reason") or last.get("event")
         why = f"{self.target} was not taken ({said}); {current.label} serves the cameras"
         return False, {"reason": why, "serving": current.label, "last": last}
+
+
+def _judged(event: dict) -> bool:
+    """Whether a swap event is a verdict (not a check that had too few frames to judge)."""
+    return (event.get("check") or {}).get("judged", True)

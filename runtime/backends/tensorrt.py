@@ -83,7 +83,7 @@ class TensorRTBackend(Backend):
             }
 
         return plan_key.select_plan(
-            target.bundle_dir / "engines",
+            target.engines_dir,
             precision,
             trt.__version__,
             dev.name,

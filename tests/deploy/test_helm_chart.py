@@ -40,7 +40,10 @@ needs_helm = pytest.mark.skipif(
 )
 CHART = ROOT / "deploy" / "helm" / "edgert"
 EXAMPLES = sorted((ROOT / "deploy" / "helm" / "examples").glob("*.yaml"))
-VALUES = [None, *EXAMPLES]  # None: the chart's own defaults
+# each case: the values files given in order (none: the chart's own defaults); the canary is an
+# overlay on the fleet's values, as docs/fleet.md upgrades with it, and alone on the defaults
+_FLEET, _CANARY = (ROOT / "deploy" / "helm" / "examples" / f"{n}.yaml" for n in ("fleet", "canary"))
+VALUES = [(), *((p,) for p in EXAMPLES), (_FLEET, _CANARY)]
 K8S = "1.31.0"  # k3s v1.31: the release line k3s ships for a JetPack 6 (Ubuntu 22.04, arm64) node
 W, H = 1280, 720
 
@@ -81,16 +84,15 @@ SERVICE_MONITOR = {
 }
 
 
-def helm_template(values: Path | None, *sets: str) -> subprocess.CompletedProcess:
+def helm_template(values: tuple = ()) -> subprocess.CompletedProcess:
     cmd = [HELM, "template", "t", str(CHART)]
-    cmd += ["-f", str(values)] if values is not None else []
-    for s in sets:
-        cmd += ["--set", s]
+    for v in values:
+        cmd += ["-f", str(v)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
-def render(values: Path | None, *sets: str) -> list[dict]:
-    proc = helm_template(values, *sets)
+def render(values: tuple = ()) -> list[dict]:
+    proc = helm_template(values)
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
@@ -101,8 +103,8 @@ def one(docs: list[dict], kind: str) -> dict:
     return found[0]
 
 
-def _name(values: Path | None) -> str:
-    return "defaults" if values is None else values.stem
+def _name(values: tuple) -> str:
+    return "+".join(v.stem for v in values) or "defaults"
 
 
 @needs_helm
@@ -149,7 +151,7 @@ def test_a_camera_password_reaches_no_argument():
     edgert then opens has them."""
     from edgert.apps.uris import expand
 
-    docs = render(EXAMPLES[[p.stem for p in EXAMPLES].index("fleet")])
+    docs = render((_FLEET,))
     secret = one(docs, "Secret")["stringData"]
     passwords = {"change-me", "change-me-too", "broker-secret"}
     assert passwords <= set(secret.values())
@@ -184,6 +186,32 @@ def _camera(**fields) -> dict:
 
 
 @needs_helm
+def test_credentials_from_a_secret_of_your_own(tmp_path):
+    """``camera.existingSecret``: no Secret of ours; the cameras marked ``auth`` (and the broker)
+    read their EDGERT_* keys from it, a camera without ``auth`` has no credentials in its URI."""
+    values = {
+        "camera": {
+            "existingSecret": "site-cams",
+            "cameras": [
+                {"name": "a", "uri": "rtsp://10.0.0.1/live", "auth": True},
+                {"name": "b", "uri": "rtsp://10.0.0.2/live"},
+            ],
+            "mqtt": {"uri": "mqtt://broker:1883/site", "auth": True},
+        }
+    }
+    docs = render((_values(tmp_path, values),))
+    assert "Secret" not in [d["kind"] for d in docs]
+    main = one(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+    assert main["envFrom"] == [{"secretRef": {"name": "site-cams"}}]
+    args = main["args"]
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--source"] == [
+        "rtsp://${EDGERT_CAM0_USER}:${EDGERT_CAM0_PASSWORD}@10.0.0.1/live",
+        "rtsp://10.0.0.2/live",
+    ]
+    assert args[args.index("--mqtt") + 1].startswith("mqtt://${EDGERT_MQTT_USER}:")
+
+
+@needs_helm
 @pytest.mark.parametrize(
     ("values", "named"),
     [
@@ -198,7 +226,7 @@ def _camera(**fields) -> dict:
 def test_a_bad_value_fails_the_render_naming_it(values, named, tmp_path):
     """A port out of range, credentials inside a URI, a gate or a line edgert does not take, a
     misspelt key: Helm refuses to render, and its message names the value."""
-    proc = helm_template(_values(tmp_path, values))
+    proc = helm_template((_values(tmp_path, values),))
     assert proc.returncode != 0
     assert named in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) <= 4, proc.stderr
@@ -276,7 +304,7 @@ def _probe(port: int, path: str) -> tuple[int, dict]:
 
 
 @needs_helm
-@pytest.mark.parametrize("values", [v for v in VALUES if v is None or v.stem != "serve"], ids=_name)
+@pytest.mark.parametrize("values", [v for v in VALUES if "serve" not in _name(v)], ids=_name)
 def test_the_rendered_camera_runs_here_and_its_probes_answer(values, node, tmp_path):
     """The DaemonSet's container command line, as rendered, on this machine: /ready says 503
     until the model answers (a canary: until the new model passed its check against the
@@ -348,7 +376,7 @@ def test_a_line_outside_the_frame_fails_the_pod_start_in_one_sentence(node, tmp_
     """What only the camera can know (its frame size) fails the pod's start: one sentence in its
     log and a non-zero exit (the pod restarts, its events say so)."""
     models, video = node
-    docs = render(_values(tmp_path, _camera(lines=["door=5000,0,5000,720"])))
+    docs = render((_values(tmp_path, _camera(lines=["door=5000,0,5000,720"])),))
     container = one(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
     argv, env, _ = _local(container, {}, models, video, tmp_path)
     proc = subprocess.run(
@@ -361,7 +389,8 @@ def test_a_line_outside_the_frame_fails_the_pod_start_in_one_sentence(node, tmp_
 def test_helm_lint_is_clean_for_every_values_file():
     for values in VALUES:
         cmd = [HELM, "lint", "--strict", str(CHART)]
-        cmd += ["-f", str(values)] if values is not None else []
+        for v in values:
+            cmd += ["-f", str(v)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0 and "0 chart(s) failed" in proc.stdout, (
             proc.stdout + proc.stderr

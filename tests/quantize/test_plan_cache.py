@@ -278,3 +278,33 @@ def test_plans_go_to_the_node_s_folder_and_leave_the_bundle_alone(tmp_path, monk
     assert sorted(p.relative_to(bundle) for p in bundle.rglob("*")) == before
     monkeypatch.delenv("EDGERT_PLAN_DIR")
     assert "no TensorRT plans" in run_cli("cache", "list", bundle).stdout
+
+
+def test_the_tensorrt_backend_looks_for_plans_where_the_cache_puts_them(tmp_path, monkeypatch):
+    """With EDGERT_PLAN_DIR, `Engine.load`'s plan selection reads the same folder the cache and
+    `edgert build` write (it read the bundle's engines/ before: a cached plan was never found
+    and every start built one again). TensorRT and CUDA are stand-ins here: the question is
+    only which folder ``select`` reads."""
+    from types import SimpleNamespace
+
+    from edgert.export import export_model
+    from edgert.runtime import device, engine
+    from edgert.runtime.backends import plan_key, tensorrt
+
+    bundle = export_model("zoo:digits_cnn", tmp_path / "d.edgert").bundle
+    monkeypatch.setenv("EDGERT_PLAN_DIR", str(tmp_path / "plans"))
+    target = engine._resolve(bundle)[0]
+    assert target.engines_dir == tmp_path / "plans" / "d.edgert"
+    gpu = SimpleNamespace(name="Orin", cc=(8, 7), multiprocessors=8)
+    monkeypatch.setattr(tensorrt, "import_tensorrt", lambda: SimpleNamespace(__version__="10.3.0"))
+    monkeypatch.setattr(device, "probe_cuda", lambda: SimpleNamespace(devices=[gpu]))
+    monkeypatch.setattr(device, "jetson_module", lambda: None)
+    read = []
+    monkeypatch.setattr(
+        plan_key, "select_plan", lambda folder, *a, **k: (read.append(folder), (None, "none"))[1]
+    )
+    tensorrt.TensorRTBackend.select(target, "fp16", 0)
+    assert read == [tmp_path / "plans" / "d.edgert"]
+    monkeypatch.delenv("EDGERT_PLAN_DIR")
+    tensorrt.TensorRTBackend.select(engine._resolve(bundle)[0], "fp16", 0)
+    assert read[-1] == bundle / "engines"

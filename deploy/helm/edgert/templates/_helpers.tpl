@@ -21,9 +21,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "edgert.hasCredentials" -}}
-{{- $any := .Values.camera.existingSecret -}}
-{{- range .Values.camera.cameras -}}{{- if or .username .password -}}{{- $any = "yes" -}}{{- end -}}{{- end -}}
-{{- if or .Values.camera.mqtt.username .Values.camera.mqtt.password -}}{{- $any = "yes" -}}{{- end -}}
+{{- $any := "" -}}
+{{- $own := .Values.camera.existingSecret -}}
+{{- range .Values.camera.cameras -}}{{- if or .username .password (and .auth $own) -}}{{- $any = "yes" -}}{{- end -}}{{- end -}}
+{{- $m := .Values.camera.mqtt -}}
+{{- if or $m.username $m.password (and $m.auth $own) -}}{{- $any = "yes" -}}{{- end -}}
 {{- if $any -}}yes{{- end -}}
 {{- end -}}
 
@@ -31,9 +33,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
      by Kubernetes, which expands $(NAME) only): the value never reaches an argument. */}}
 {{- define "edgert.withCredentials" -}}
 {{- $parts := splitList "://" .uri -}}
-{{- if or .username .password .secret -}}
-{{- $user := ternary (printf "${%s_USER}" .prefix) "" (or (not (empty .username)) (not (empty .secret))) -}}
-{{- $pass := ternary (printf ":${%s_PASSWORD}" .prefix) "" (or (not (empty .password)) (not (empty .secret))) -}}
+{{- if or .username .password .auth -}}
+{{- $user := ternary (printf "${%s_USER}" .prefix) "" (or (not (empty .username)) (not (empty .auth))) -}}
+{{- $pass := ternary (printf ":${%s_PASSWORD}" .prefix) "" (or (not (empty .password)) (not (empty .auth))) -}}
 {{- printf "%s://%s%s@%s" (first $parts) $user $pass (join "://" (rest $parts)) -}}
 {{- else -}}
 {{- .uri -}}
@@ -47,7 +49,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - {{ printf "/models/%s" $c.model.bundle | quote }}
 {{- range $i, $cam := $c.cameras }}
 - --source
-- {{ include "edgert.withCredentials" (dict "uri" $cam.uri "username" $cam.username "password" $cam.password "secret" $c.existingSecret "prefix" (printf "EDGERT_CAM%d" $i)) | quote }}
+- {{ include "edgert.withCredentials" (dict "uri" $cam.uri "username" $cam.username "password" $cam.password "auth" (and $cam.auth $c.existingSecret) "prefix" (printf "EDGERT_CAM%d" $i)) | quote }}
 {{- range $cam.lines }}
 - --line
 - {{ printf "%d:%s" $i . | quote }}
@@ -88,7 +90,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end }}
 {{- with $c.mqtt.uri }}
 - --mqtt
-- {{ include "edgert.withCredentials" (dict "uri" . "username" $c.mqtt.username "password" $c.mqtt.password "secret" $c.existingSecret "prefix" "EDGERT_MQTT") | quote }}
+- {{ include "edgert.withCredentials" (dict "uri" . "username" $c.mqtt.username "password" $c.mqtt.password "auth" (and $c.mqtt.auth $c.existingSecret) "prefix" "EDGERT_MQTT") | quote }}
 {{- end }}
 {{- with $c.gate }}
 - --gate

@@ -28,7 +28,7 @@ class Target:
     dla_core: int | None = (
         None  # a DLA core's plans asked for (Engine.load(dla=N)); None: GPU first
     )
-    plans_dir: Path | None = None  # where its plans are cached (Bundle.engines_dir: EDGERT_PLAN_DIR)
+    plans_dir: Path | None = None  # its plan cache (Bundle.engines_dir: EDGERT_PLAN_DIR)
 
     @property
     def engines_dir(self) -> Path | None:

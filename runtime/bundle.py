@@ -307,16 +307,22 @@ class Bundle:
 
     @property
     def engines_dir(self) -> Path:
-        """Where this bundle's TensorRT plans are cached: its ``engines/`` folder, or, with
-        ``EDGERT_PLAN_DIR`` set (a read-only bundle in a container, plans on the node's disk),
-        that folder's subfolder named as the bundle. Two bundles of one name, two JetPack
-        releases or two modules share no plan even there: a plan's file name is the digest of
-        everything it depends on (the ONNX file, TensorRT, the GPU, the module; plan_key.py)."""
-        shared = os.environ.get("EDGERT_PLAN_DIR")
-        return Path(shared) / self.path.resolve().name if shared else self.path / ENGINES
+        return engines_dir(self.path)
 
     def __repr__(self) -> str:
         return f"Bundle({str(self.path)!r}, task={self.manifest.task!r})"
+
+
+def engines_dir(bundle_path: Path) -> Path:
+    """Where the TensorRT plans of the bundle at ``bundle_path`` are cached: its ``engines/``
+    folder, or, with ``EDGERT_PLAN_DIR`` set (a read-only bundle in a container, plans on the
+    node's disk), that folder's subfolder named as the bundle. Two bundles of one name, two
+    JetPack releases or two modules share no plan even there: a plan's file name is the digest
+    of everything it depends on (the ONNX file, TensorRT, the GPU, the module; plan_key.py)."""
+    shared = os.environ.get("EDGERT_PLAN_DIR")
+    return (
+        Path(shared) / Path(bundle_path).resolve().name if shared else Path(bundle_path) / ENGINES
+    )
 
 
 def _read_manifest(path: Path) -> bytes:

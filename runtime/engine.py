@@ -339,12 +339,7 @@ def _resolve(
         m = bundle.manifest
         speeds = {p: q.cpu_ms for p, q in m.quantization.items() if q.cpu_ms is not None}
         target = Target(
-            path,
-            bundle_dir=path,
-            onnx=bundle.onnx_path,
-            onnx_hashes=m.hashes,
-            cpu_speeds=speeds,
-            plans_dir=bundle.engines_dir,
+            path, bundle_dir=path, onnx=bundle.onnx_path, onnx_hashes=m.hashes, cpu_speeds=speeds
         )
         return target, m, m.max_batch
     suffix = path.suffix.lower()

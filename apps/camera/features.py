@@ -24,6 +24,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from edgert.apps.uris import escape_controls
 from edgert.runtime.errors import OutputError, SourceError
 
 from .analytics import Analytics, check_in_frame, check_task, parse_all
@@ -315,8 +316,10 @@ class Swap(Feature):
         if run.start_from:
             self.canary = Canary(slot, str(run.cfg.model.path))
             run.probes.conditions.append(self.canary)
-            run.say(f"canary: started on {run.start_from}; ready once {self.canary.target} "
-                    "passes the check on live frames")  # fmt: skip
+            run.say(escape_controls(  # paths as given: a CR/LF in one cannot forge a line
+                f"canary: started on {run.start_from}; ready once {self.canary.target} passes "
+                "the check on live frames"
+            ))  # fmt: skip
 
     def attach(self, run: Run) -> None:
         run.slot.start()

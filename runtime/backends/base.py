@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..bundle import TensorSpec
+from ..bundle import TensorSpec, engines_dir
 
 
 @dataclass(frozen=True)
@@ -28,14 +28,11 @@ class Target:
     dla_core: int | None = (
         None  # a DLA core's plans asked for (Engine.load(dla=N)); None: GPU first
     )
-    plans_dir: Path | None = None  # its plan cache (Bundle.engines_dir: EDGERT_PLAN_DIR)
 
     @property
     def engines_dir(self) -> Path | None:
-        """The plan cache's folder: the bundle's own, or where ``EDGERT_PLAN_DIR`` puts it."""
-        if self.plans_dir is not None:
-            return self.plans_dir
-        return self.bundle_dir / "engines" if self.bundle_dir is not None else None
+        """The plan cache's folder, by the bundle's rule (``EDGERT_PLAN_DIR`` included)."""
+        return engines_dir(self.bundle_dir) if self.bundle_dir is not None else None
 
 
 class Backend(ABC):

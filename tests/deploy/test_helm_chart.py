@@ -283,8 +283,8 @@ def _local(container: dict, secret: dict, models: Path, video: Path, folder: Pat
             a = f"127.0.0.1:{port}"
         elif prev == "--mqtt" and broker is not None:
             scheme, rest = a.split("://", 1)
-            userinfo, _, path = rest.rpartition("@")[0], "", rest.split("/", 1)[1]
-            a = f"{scheme}://{userinfo}@127.0.0.1:{broker.port}/{path}"
+            userinfo, _, where = rest.rpartition("@")
+            a = f"{scheme}://{userinfo}@127.0.0.1:{broker.port}/{where.split('/', 1)[1]}"
         a = a.replace("/models/", f"{models}/").replace("/data/", f"{folder}/data/")
         mapped.append(a)
     (folder / "data").mkdir(parents=True, exist_ok=True)

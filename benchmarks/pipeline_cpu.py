@@ -4,8 +4,8 @@ run's CPU per frame against the decoder's floor.
 1. ``preprocess``: one 1080p BGR frame through each mode of ``Preprocessing.apply`` (now), the
    implementation before issue 47 (``tests/runtime/preprocess_reference.py``) and the plain
    OpenCV equivalent (uint8 ``cv2.resize`` with the same kernel, crop or ``copyMakeBorder``, then
-   the faster of ``cv2.dnn.blobFromImage`` and one numpy pass per normalisation step). Goal: now
-   within 1.2x of the floor for every mode.
+   the faster of ``cv2.dnn.blobFromImage`` and one numpy pass per normalisation step, ending in
+   the contiguous tensor a model takes). Goal: now within 1.2x of the floor for every mode.
 2. ``camera``: ``edgert camera --headless`` on rendered H.264 files (1080p, 720p) with a trivial
    model (``zoo:digits_cnn``) and a 640x640 letterbox detector whose graph is tiny (the I/O of a
    YOLO head, ~1 ms on ONNX Runtime), against the floor: ``cv2.VideoCapture`` (FFmpeg) read +
@@ -133,7 +133,9 @@ def opencv_floor(pre, frame: np.ndarray):
             out -= mean.reshape(shape)
         if (std != 1).any():
             out /= std.reshape(shape)
-        return out.astype(pre.dtype, copy=False)
+        # numpy keeps the transposed input's memory order (a strided view of HWC): the model
+        # takes a contiguous tensor, which blobFromImage and Preprocessing.apply write directly
+        return np.ascontiguousarray(out.astype(pre.dtype, copy=False))
 
     return with_blob, with_numpy
 

@@ -95,14 +95,15 @@ def _finish(
     boxes, scores, classes = boxes[keep], scores[keep], classes[keep]
     if transform is not None:
         boxes = transform.to_source(boxes)
+    # Python numbers for all of them at once (tolist), not a numpy scalar per field and object
+    names = list(labels or ())
     return [
-        Detection(
-            tuple(float(v) for v in b),
-            float(s),
-            int(c),
-            labels[int(c)] if labels and int(c) < len(labels) else str(int(c)),
+        Detection(tuple(b), s, c, names[c] if c < len(names) else str(c))
+        for b, s, c in zip(
+            boxes.tolist(),
+            np.asarray(scores, np.float64).tolist(),
+            np.asarray(classes).astype(np.int64).tolist(),
         )
-        for b, s, c in zip(boxes, scores, classes)
     ]
 
 

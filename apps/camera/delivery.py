@@ -41,14 +41,21 @@ class SinkSet:
 
     @property
     def draws(self) -> bool:
-        """Whether any sink takes the picture with the overlay drawn now (the web viewer only
-        while it is watched)."""
+        """Whether any sink may take pictures with the overlay drawn (the web viewer only while
+        it is watched)."""
         return any(s.takes_frames and s.draws for s in self.live)
 
-    def frame(self, frame, drawn, clean, record: dict) -> None:
+    def draws_on(self, frame) -> bool:
+        """Whether a sink takes this frame's picture with the overlay drawn (the web viewer only
+        while watched, at its own rate, and on a frame that brings the camera's pixels)."""
+        return any(s.takes_frames and s.draws and s.wants(frame) for s in self.live)
+
+    def frame(self, frame, drawn, clean, record) -> None:
+        """The frame to every sink that wants it; ``record()`` makes its JSON record, once and
+        only when one does."""
         for s in list(self.live):
-            if s.takes_frames:
-                self._guarded(s, s.write, frame, drawn if s.draws else clean, record)
+            if s.takes_frames and s.wants(frame):
+                self._guarded(s, s.write, frame, drawn if s.draws else clean, record())
             if s.takes_events and frame.events and s in self.live:
                 self._guarded(s, s.events, frame.events)
 
@@ -154,10 +161,18 @@ class FrameHandler:
         keeps (called on it): what the web page and the overlay show."""
         s = self.numbers() or {}
         for st in s.get("streams", []):
-            st["last"] = self._records.get(st["stream"])
+            last = self._records.get(st["stream"])
+            st["last"] = last() if last is not None else None
             if self.analytics is not None:
                 st["counts"] = self.analytics.counts(st["stream"])
         return s
+
+    def _record(self, frame, now: float) -> dict:
+        record = frame_record(frame, self.t0)
+        record["latency_ms"]["end_to_end"] = round((now - frame.t_capture) * 1e3, 3)
+        if self.slot is not None:
+            record["model"] = self.slot.label_of(frame)
+        return record
 
     def __call__(self, frame) -> None:
         if not frame.inferred and self.analytics is None:  # skipped by the gate, no tracker:
@@ -173,21 +188,30 @@ class FrameHandler:
         if self._posted:
             self.flush_events()
         now = time.monotonic()
-        record = frame_record(frame, self.t0)
-        record["latency_ms"]["end_to_end"] = round((now - frame.t_capture) * 1e3, 3)
         if self.slot is not None:
-            record["model"] = self.slot.label_of(frame)
             self.labelled(frame.events, frame)
+        # the frame's JSON record (results, latencies) is made once, and only if read: by a sink
+        # that takes the frame, or the live statistics' last record of its stream
+        made: list = []
+
+        def record() -> dict:
+            if not made:
+                made.append(self._record(frame, now))
+            return made[0]
+
         self._records[frame.stream] = record
         if self._stats_due and now - self._last_stats > self.STATS_EVERY_S:
             self._last_stats, self._stats = now, self.live()
             self.sinks.stats(self._stats)
-        drawn = frame.image
-        # not on a frame the decoder gave at the model's size: no sink shows one
-        if frame.source_hw is None and self.sinks.draws:
+        # the camera's pixels: the frame itself, or the full picture the decoder gave beside a
+        # frame it scaled to the model's size (None: no sink shows this frame)
+        picture = frame.picture
+        clean = frame.image if picture is None else picture
+        drawn = clean
+        if picture is not None and self.sinks.draws_on(frame):
             scene = self.analytics.overlay(frame.stream) if self.analytics is not None else None
             lines = stat_lines(self._stats, frame.stream, self.sources, self._many)
-            drawn = draw(frame.image, frame.results, lines, scene)
-        self.sinks.frame(frame, drawn, frame.image, record)
+            drawn = draw(picture, frame.results, lines, scene)
+        self.sinks.frame(frame, drawn, clean, record)
         if self.on_result is not None:
             self.on_result(frame)

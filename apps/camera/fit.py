@@ -1,12 +1,14 @@
 """Whether a camera run's frames are scaled in the decoder (``--decoder-scale``): when no sink
 shows or keeps the camera's pixels, GStreamer scales each frame to the size the model's
 preprocessing resizes it to (``videoscale`` before the colour conversion; ``nvvidconv`` on a
-Jetson's VIC), so the CPU converts and copies the model's pixels, not the camera's. The web viewer
-needs full frames only while one of its video streams is watched: then the decoder's caps are
-opened to the camera's size until the last viewer leaves (:class:`media.Demand`). A frame then
+Jetson's VIC), so the CPU converts and copies the model's pixels, not the camera's. A frame then
 carries the size it came from (``Frame.source_hw``): the preprocessing's transform, and so every
-box, line and zone, stays in the camera's pixels. FFmpeg (OpenCV) gives full frames, which the
-preprocessing resizes as before."""
+box, line and zone, stays in the camera's pixels. The web viewer needs the camera's pictures only
+while one of its video streams is watched, and at its own rate: the decoded frames are split
+(a ``tee``), and the full-picture branch, closed until someone watches (:class:`media.Demand`),
+converts frames at up to the viewer's rate (``?fps=N``) and hands each with the scaled frame of
+the same time (``Frame.view``); the model's frames are scaled whether watched or not. FFmpeg
+(OpenCV) gives full frames, which the preprocessing resizes as before."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import dataclasses
 
 from . import media
 from .sinks import frames_on_demand, needs_frames
+from .sinks.web import view_fps
 
 
 def decoder_fit(opts, uris: list, gate, bundle) -> tuple[object, str | None]:
@@ -29,8 +32,12 @@ def decoder_fit(opts, uris: list, gate, bundle) -> tuple[object, str | None]:
         return opts, f"full frames: {full[0].split('://')[0]}:// shows or keeps them"
     if gate.policy.motion:
         return opts, "full frames: the motion gate compares them"
-    # the web viewer: full frames while one of its video streams is watched
-    demand = media.Demand() if any(needs_frames(u) for u in uris) else None
+    # the web viewer: its pictures, at its rate, while one of its video streams is watched
+    viewers = [u for u in uris if needs_frames(u)]
+    have = media.elements() if viewers else set()  # none without GStreamer (FFmpeg runs)
+    if have and not media.VIEW_ELEMENTS.issubset(have):
+        return opts, "full frames: this GStreamer lacks the web viewer's branch (tee, videorate)"
+    demand = media.Demand(max(view_fps(u) for u in viewers)) if viewers else None
     fit = media.Fit(lambda w, h: pre.decode_size((h, w)), pre.interpolation, demand)
     return dataclasses.replace(opts, fit=fit), None
 
@@ -48,7 +55,12 @@ def describe(sources: list, opts, why: str | None) -> str | None:
         scaler = "nvvidconv" if media.hardware_decoder(media.elements()) else "videoscale"
         said.append(
             f"GStreamer scales{_which(kinds, 'gstreamer')} frames to the model's input ({scaler})"
-            + (", full frames while the web viewer is watched" if opts.fit.demand else "")
+            + (
+                f", the camera's pictures at up to {opts.fit.demand.fps} fps while the web viewer "
+                "is watched"
+                if opts.fit.demand
+                else ""
+            )
         )
     if "ffmpeg" in kinds:
         said.append(
@@ -67,11 +79,11 @@ def _which(kinds: list, kind: str) -> str:
 
 def _decodes(source) -> str | None:
     """gstreamer or ffmpeg: who decodes the source's video (None: images, synthetic frames)."""
-    from .sources.gst import GstFileSource
+    from .sources.gst import GstCameraSource, GstFileSource
     from .sources.opencv import CaptureSource
     from .sources.rtsp import StreamSource
 
-    if isinstance(source, GstFileSource):
+    if isinstance(source, (GstFileSource, GstCameraSource)):
         return "gstreamer"
     if isinstance(source, StreamSource):
         return source.decoder

@@ -31,11 +31,20 @@ class Frame:
     # (height, width) of the camera's frame when ``image`` came smaller, scaled by the decoder
     # to what the model resizes it to (no sink needs full frames); results are in these pixels
     source_hw: tuple[int, int] | None = None
+    # the camera's full frame beside a scaled ``image``, from the decoder's full-picture branch
+    # while a viewer watches, at the viewer's rate (None on the other frames)
+    view: np.ndarray | None = None
 
     @property
     def scene_hw(self) -> tuple[int, int]:
         """(height, width) of the scene's pixels, which results, lines and zones are in."""
         return self.source_hw or self.image.shape[:2]
+
+    @property
+    def picture(self) -> np.ndarray | None:
+        """The camera's pixels of this frame: the frame itself, or the full picture the decoder
+        gave beside a frame it scaled; None when it gave only the model's size."""
+        return self.image if self.source_hw is None else self.view
 
     @property
     def t_scene(self) -> float:

@@ -54,6 +54,7 @@ class Stream:
         )
         self.captured = 0
         self.scaled = 0  # frames the decoder gave at the model's size (--decoder-scale)
+        self.viewed = 0  # of those, frames that came with the full picture for a viewer
         self.processed = 0
         self.ended = False  # the batcher saw its end marker
         self.error: BaseException | None = None
@@ -188,10 +189,12 @@ class Pipeline:
                 image, t = got
                 scaled = getattr(s.source, "scaled_from", None)
                 media = getattr(s.source, "media_time", None)
-                s.raw.put(Frame(i, t, image, s.index, t_media=media, source_hw=scaled))
+                view = getattr(s.source, "view", None) if scaled is not None else None
+                s.raw.put(Frame(i, t, image, s.index, t_media=media, source_hw=scaled, view=view))
                 i += 1
                 s.captured = i
                 s.scaled += scaled is not None
+                s.viewed += view is not None
         except BaseException as exc:  # noqa: BLE001 - this stream ends; the others go on
             if not self.interrupted and not s.cut:
                 s.error = exc

@@ -42,6 +42,7 @@ def report(pipeline, recent: bool = False) -> dict:
                 "fps": processed / elapsed,
                 "camera_s": s.camera_seconds(),
                 **({"frames_scaled": s.scaled} if s.scaled else {}),
+                **({"frames_viewed": s.viewed} if s.viewed else {}),
                 "latency_ms": _percentiles(timings, recent),
                 **stats_of(s.source),
                 **_now(pipeline, s, recent),

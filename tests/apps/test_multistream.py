@@ -21,7 +21,7 @@ from edgert.apps.camera.app import choose_batch, run_streams
 from edgert.apps.camera.pipeline import Pipeline, Steps
 from edgert.apps.camera.sources import LiveCapture, SourceOptions, SyntheticSource, open_source
 from edgert.export import export_model
-from edgert.runtime.errors import SourceError
+from edgert.runtime.errors import OutputError, SourceError
 from edgert.runtime.sample_data import load_photo
 from edgert.runtime.tasks import load_task_model
 from tests.apps.test_signals_and_streams import SilentServer, _spawn, _wait_for_line
@@ -397,3 +397,43 @@ def test_signals_end_cleanly_with_per_stream_summaries(mobilenet, tmp_path, sig)
     for i in range(2):
         cap = cv2.VideoCapture(str(tmp_path / f"o_{i}.mp4"))
         assert cap.isOpened() and cap.read()[0]  # finished, playable files
+
+
+def test_the_web_viewer_draws_and_encodes_at_its_own_rate():
+    """Watched, the viewer takes full frames at its ``?fps`` on a grid of the scene's time: a
+    30 fps stream at fps=5 gives one picture in six, a camera's jitter of a few milliseconds
+    does not lower that, a looped file (time jumps back) gets a picture at once, and a frame the
+    decoder scaled is taken only with its full picture. Unwatched, none."""
+    from edgert.apps.camera.frame import Frame
+    from edgert.apps.camera.sinks.web import view_fps
+
+    assert view_fps("http://127.0.0.1:0?fps=5") == 5 and view_fps("http://127.0.0.1:8080") == 10
+    for bad in ("http://127.0.0.1:0?fps=0", "http://127.0.0.1:0?fps=2.5", "http://h:1?rate=3"):
+        with pytest.raises(OutputError) as err:
+            view_fps(bad)
+        assert "\n" not in str(err.value) and ("fps" in str(err.value)), str(err.value)
+    out = HttpOutput("127.0.0.1", 0, fps=5)
+    img = np.full((60, 80, 3), 50, np.uint8)
+    rng = np.random.default_rng(0)
+
+    def frames(times, **kw):
+        return [Frame(i, 0.0, img, t_media=float(t), **kw) for i, t in enumerate(times)]
+
+    try:
+        assert not any(out.wants(f) for f in frames([0.0, 1.0]))  # nobody watches
+        with urllib.request.urlopen(f"{out.url}stream.mjpg", timeout=5):
+            deadline = time.monotonic() + 5
+            while not out.takes_frames and time.monotonic() < deadline:
+                time.sleep(0.01)
+            jittered = np.arange(60) / 30 + rng.uniform(-0.004, 0.004, 60)
+            for times, want in ((np.arange(60) / 30, 10), (jittered, 10), ([0.0], 1)):
+                before = out._seq[0]
+                for f in frames(times):
+                    if out.wants(f):
+                        out.write(f, img, {})
+                assert out._seq[0] - before == want, (out._seq[0] - before, want)
+            scaled = frames([5.0, 6.0], source_hw=(720, 1280))
+            scaled[1].view = np.zeros((720, 1280, 3), np.uint8)
+            assert [out.wants(f) for f in scaled] == [False, True]
+    finally:
+        out.close()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -74,9 +75,14 @@ class GstConnection:
         self._probe: tuple | None = None  # (the scaler's sink pad, the probe that fits it)
         self._fitted: tuple | None = None  # ((W, H) the decoder scales to, (h, w) it came from)
         self._fit_el: tuple | None = None  # (the capsfilter "fit", its caps without a size)
-        self._full = False  # the capsfilter lets full frames through (a Demand held)
-        self._fit_lock = threading.Lock()  # the streaming thread fits, the reader re-fits
+        self._fit_lock = threading.Lock()  # the streaming thread fits and keeps full pictures
         self.scaled_from: tuple | None = None  # the last frame's, None: it came unscaled
+        # the full-picture branch (a Demand): its valve, its appsink and new-sample handler,
+        # the recent full pictures by PTS, and the one that came with the last frame read
+        self._view: tuple | None = None
+        self._views: collections.deque = collections.deque(maxlen=4)
+        self._open = False
+        self.view = None
         self.decoder: str | None = None
         self.pipeline = None
         self._src = None
@@ -183,9 +189,13 @@ class GstConnection:
     def _watch_fit(self, where) -> None:
         """With a ``fit``: when the decoded size is known (a CAPS event reaching the scaler) the
         capsfilter ``fit`` after it is given the model's size for it, before the scaler asks what
-        it may output; again when a camera changes resolution."""
+        it may output; again when a camera changes resolution. The full-picture branch's
+        appsink (a demand) keeps what it is given."""
         if self.fit is None:
             return
+        valve, full = where.get_by_name("view"), where.get_by_name("full")
+        if valve is not None and full is not None:
+            self._view = (valve, full, full.connect("new-sample", self._viewed))
         scale, fit = where.get_by_name("scale"), where.get_by_name("fit")
         if scale is None or fit is None:
             return
@@ -213,29 +223,51 @@ class GstConnection:
             # while full frames are let through: a frame is scaled when it has the model's size
             self._fitted = None if target is None else (tuple(target), (h, w))
             self._fit_el = (fit, base)
-            self._set_fit()
+            text = base
+            if target is not None:
+                text = f"{base},width={target[0]},height={target[1]},pixel-aspect-ratio=1/1"
+            log.debug("decoder scale: %s", text)
+            fit.set_property("caps", self.Gst.Caps.from_string(text))
 
-    def _set_fit(self) -> None:
-        """The capsfilter's caps: the model's size, or none (full frames) while the demand is
-        held; videoscale and nvvidconv renegotiate with the next frame (under ``_fit_lock``)."""
-        fit, base = self._fit_el
-        text = base
-        if self._fitted is not None and not self._full:
-            (tw, th), _ = self._fitted
-            text = f"{base},width={tw},height={th},pixel-aspect-ratio=1/1"
-        log.debug("decoder scale: %s", text)
-        fit.set_property("caps", self.Gst.Caps.from_string(text))
+    def _viewed(self, sink):
+        """A full picture from the branch (its streaming thread, at the demand's rate): copied
+        out of GStreamer's memory and kept by its PTS for the frame of the same PTS."""
+        Gst = self.Gst
+        sample = sink.emit("pull-sample")
+        if sample is not None:
+            buf = sample.get_buffer()
+            s = sample.get_caps().get_structure(0)
+            ok, info = buf.map(Gst.MapFlags.READ)
+            if ok:
+                try:
+                    picture = bgr_copy(
+                        info.data, s.get_value("width"), s.get_value("height"),
+                        s.get_value("format"),
+                    )  # fmt: skip
+                finally:
+                    buf.unmap(info)
+                with self._fit_lock:
+                    self._views.append((buf.pts, picture))
+        return Gst.FlowReturn.OK
 
-    def _follow_demand(self) -> None:
-        """Full frames while the fit's demand is held, the model's size again when it is not:
-        checked with every frame read (the change reaches the appsink a few frames later)."""
-        demand = self.fit.demand if self.fit is not None else None
-        if demand is None or demand.wanted == self._full:
+    def _follow_demand(self, pts: int) -> None:
+        """The valve opened while the demand is held and closed when it is not (checked with
+        every frame read); ``view``: the full picture of the frame of ``pts``, if the branch
+        gave one (older ones are let go)."""
+        self.view = None
+        if self._view is None:
             return
+        wanted = self.fit.demand.wanted
+        if wanted != self._open:
+            self._open = wanted
+            self._view[0].set_property("drop", not wanted)
         with self._fit_lock:
-            self._full = demand.wanted
-            if self._fit_el is not None:
-                self._set_fit()
+            while self._views and self._views[0][0] <= pts:
+                got_pts, picture = self._views.popleft()
+                if got_pts == pts and wanted:
+                    self.view = picture
+            if not wanted:
+                self._views.clear()
 
     def _packet(self, sink):
         """One access unit for the tap (GStreamer's streaming thread)."""
@@ -327,7 +359,7 @@ class GstConnection:
             buf.unmap(info)
         fitted = self._fitted
         self.scaled_from = fitted[1] if fitted is not None and fitted[0] == (w, h) else None
-        self._follow_demand()
+        self._follow_demand(buf.pts)
         if not self.live:
             if buf.pts != Gst.CLOCK_TIME_NONE:
                 self.media_time = buf.pts / 1e9
@@ -362,6 +394,11 @@ class GstConnection:
         if self._probe is not None:  # its closure holds this object
             self._probe[0].remove_probe(self._probe[1])
             self._probe = None
+        if self._view is not None:  # its handler holds this object
+            self._view[1].disconnect(self._view[2])
+            self._view = None
+        self._views.clear()
+        self.view = None
         self._fit_el = None
         pipeline.set_state(self.Gst.State.NULL)
         pipeline.get_state(self.Gst.CLOCK_TIME_NONE)  # the state change done (threads joined)

@@ -16,11 +16,13 @@ SINK_CAPS = "video/x-raw,format={ BGR, BGRx }"  # what the appsink takes; _frame
 
 
 class Demand:
-    """Full frames on demand: a sink that shows the camera's pixels only while someone watches
-    (the web viewer's video streams) holds it up while one does; the decoder gives full frames
-    while it is up and frames at the model's size otherwise. Any thread."""
+    """Full pictures on demand: a sink that shows the camera's pixels only while someone watches
+    (the web viewer's video streams) holds it up while one does; while it is up the decoder's
+    full-picture branch gives the camera's frames at up to ``fps`` a second beside the frames
+    at the model's size, and none while it is down. Any thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, fps: int = 10) -> None:
+        self.fps = fps
         self._lock = threading.Lock()
         self._holders = 0
 
@@ -55,10 +57,41 @@ _VIDEOSCALE = {"nearest": 0, "bilinear": 1, "linear": 4, "area": 4, "cubic": 8}
 _NVVIDCONV = {"nearest": 0, "bilinear": 1, "linear": 4, "area": 4, "cubic": 2}
 
 
+VIEW_ELEMENTS = {"tee", "queue", "valve", "videorate"}  # the full-picture branch's
+
+
 def _to_bgr(have: set[str], fit: Fit | None = None) -> str:
     """The end of a decode chain: BGR (or BGRx) frames, scaled when ``fit`` says so (the scaler
     named ``scale``; its output caps, the capsfilter ``fit``, are set once the decoded size is
-    known: :meth:`GstConnection._fit_caps`)."""
+    known: :meth:`GstConnection._fit_caps`). With a demand, the decoded frames are split first
+    and the full-picture branch (:func:`_view`) goes after the description's end."""
+    split = "tee name=split ! queue max-size-buffers=2 ! " if _view(have, fit) else ""
+    return split + _scaled(have, fit)
+
+
+def _view(have: set[str], fit: Fit | None) -> str:
+    """The full-picture branch from the ``split`` tee, for a :class:`Demand`: a valve named
+    ``view`` (closed until someone watches: then nothing of it converts a frame), ``videorate``
+    down to the demand's rate, the conversion to BGR (BGRx from the VIC), an appsink named
+    ``full`` that never holds the decoder back (leaky queue, one buffer, no preroll). "" when
+    there is no demand or no scaler (the frames come whole then)."""
+    if fit is None or fit.demand is None or not VIEW_ELEMENTS.issubset(have):
+        return ""
+    if hardware_decoder(have):
+        convert = f"nvvidconv ! {BGRX}"
+    elif "videoscale" in have:
+        convert = BGR
+    else:
+        return ""
+    rate = max(1, round(fit.demand.fps))  # videorate's max-rate: whole frames a second
+    return (
+        " split. ! queue leaky=downstream max-size-buffers=1 ! valve name=view drop=true ! "
+        f"videorate max-rate={rate} drop-only=true ! {convert} ! appsink name=full "
+        "sync=false async=false max-buffers=1 drop=true emit-signals=true"
+    )
+
+
+def _scaled(have: set[str], fit: Fit | None) -> str:
     # nvvidconv takes NVMM (NVDEC's) and system memory alike, and converts on the VIC; the VIC
     # writes BGRx, not BGR: the appsink takes BGRx as it is, and the one copy out of GStreamer's
     # memory drops the fourth byte (a CPU videoconvert after it was a second full-frame pass)
@@ -94,13 +127,13 @@ def decode_chain(
                 "queue ! appsink name=packets sync=false emit-signals=true t. ! queue ! "
             )
         if hardware_decoder(have):
-            return head + f"nvv4l2decoder ! {_to_bgr(have, fit)}", "nvv4l2decoder"
+            return head + f"nvv4l2decoder ! {_to_bgr(have, fit)}{_view(have, fit)}", "nvv4l2decoder"
         if f"avdec_{codec}" in have:  # frame threading would hold frames back: slices only
             return (
-                head + f"avdec_{codec} thread-type=slice ! {_to_bgr(have, fit)}",
+                head + f"avdec_{codec} thread-type=slice ! {_to_bgr(have, fit)}{_view(have, fit)}",
                 f"avdec_{codec}",
             )
-    return f"decodebin ! {_to_bgr(have, fit)}", "decodebin"
+    return f"decodebin ! {_to_bgr(have, fit)}{_view(have, fit)}", "decodebin"
 
 
 def appsink(live: bool) -> str:
@@ -156,21 +189,32 @@ def file_pipeline(path: str, have: set[str], fit: Fit | None = None) -> Launch:
     return Launch(
         "filesrc",
         (("location", path),),
-        f"decodebin name=head ! {_to_bgr(have, fit)} ! {appsink(False)}",
+        f"decodebin name=head ! {_to_bgr(have, fit)} ! {appsink(False)}{_view(have, fit)}",
     )
 
 
-def csi_pipeline(sensor: int, width: int, height: int, fps: int) -> Launch:
+def csi_pipeline(
+    sensor: int, width: int, height: int, fps: int, fit: Fit | None = None, have: set = frozenset()
+) -> Launch:
+    """A Jetson CSI sensor: its NVMM frames through the VIC (``nvvidconv``), which also scales
+    them to the model's size when ``fit`` says so."""
+    vic = {"nvv4l2decoder", "nvvidconv"} | set(have)  # a CSI sensor implies JetPack's elements
     return Launch(
         "nvarguscamerasrc",
         (("sensor-id", int(sensor)),),
         f'capsfilter name=head caps="video/x-raw(memory:NVMM),width={int(width)},'
-        f'height={int(height)},framerate={int(fps)}/1" ! nvvidconv ! '
-        f"{BGRX} ! {appsink(True)}",
+        f'height={int(height)},framerate={int(fps)}/1" ! '
+        f"{_to_bgr(vic, fit) if fit else 'nvvidconv ! ' + BGRX} ! {appsink(True)}"
+        f"{_view(vic, fit)}",
     )
 
 
-def v4l2_pipeline(device: str, width, height, fps, codec) -> Launch:
+def v4l2_pipeline(
+    device: str, width, height, fps, codec, fit: Fit | None = None, have: set = frozenset()
+) -> Launch:
+    """A V4L2 (USB) camera: raw (YUY2) or MJPEG frames converted to BGR, and scaled to the
+    model's size when ``fit`` says so (``videoscale`` before the conversion; ``nvvidconv`` on a
+    Jetson)."""
     caps = ",".join(
         [f"width={int(width)}"] * bool(width)
         + [f"height={int(height)}"] * bool(height)
@@ -184,7 +228,11 @@ def v4l2_pipeline(device: str, width, height, fps, codec) -> Launch:
             + (",format=YUY2" if codec == "yuyv" else "")
             + ("," + caps if caps else "")
         )
-    return Launch("v4l2src", (("device", device),), f"{head} ! {BGR} ! {appsink(True)}")
+    return Launch(
+        "v4l2src",
+        (("device", device),),
+        f"{head} ! {_to_bgr(set(have), fit)} ! {appsink(True)}{_view(set(have), fit)}",
+    )
 
 
 def describe(kind: str, have: set[str], latency_ms: int = 100, transport: str = "auto") -> str:

@@ -135,7 +135,8 @@ class SinkOptions:
             action="append",
             default=[],
             metavar="URI",
-            help="display://0, http://HOST:PORT, file://out.mp4, jsonl://FILE, events://FILE, "
+            help="display://0, http://HOST:PORT (the web viewer; ?fps=N its pictures a second "
+            "while watched, 10 by default), file://out.mp4, jsonl://FILE, events://FILE, "
             "mqtt[s]://HOST/PREFIX, rtsp://[USER:PASS@]HOST:PORT/PATH (a re-stream), "
             "snapshots://DIR, clips://DIR; repeat for several",
         )

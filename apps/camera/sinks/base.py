@@ -14,9 +14,11 @@ from edgert.runtime.results import records
 class Sink:
     """Where a camera run's results go. What a sink takes is declared, never probed:
 
-    - ``takes_frames``: ``write(frame, image, record)`` for every processed frame; ``image`` is the
-      frame with the overlay drawn when ``draws`` (the overlay is drawn only if a sink draws),
-      else the clean frame; ``record`` its JSON record (:func:`frame_record`);
+    - ``takes_frames``: ``write(frame, image, record)`` for every processed frame it ``wants``
+      (all by default; the web viewer: while watched, at its own rate, frames with the camera's
+      pixels); ``image`` is the frame with the overlay drawn when ``draws`` (the overlay is
+      drawn only if a sink draws), else the clean frame; ``record`` its JSON record
+      (:func:`frame_record`);
     - ``takes_events``: ``events(list)`` with each frame's track and counting events, and the
       events of the run's end (tracks still live when it stops);
     - ``takes_stats``: ``stats(dict)`` with the live statistics, about twice a second.
@@ -31,8 +33,12 @@ class Sink:
     takes_events = False
     takes_stats = False
 
+    def wants(self, frame) -> bool:
+        """Whether this sink takes ``frame`` (asked only when ``takes_frames``)."""
+        return True
+
     def write(self, frame, image, record: dict) -> None:
-        """One processed frame (only when ``takes_frames``)."""
+        """One processed frame (only when ``takes_frames`` and it ``wants`` it)."""
 
     def events(self, events: list) -> None:
         """Events (only when ``takes_events``)."""

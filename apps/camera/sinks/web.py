@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 from edgert.apps.telemetry.http import Handler as _Handler
 from edgert.apps.telemetry.http import QuietServer as _QuietServer
 from edgert.apps.telemetry.http import send, send_file
-from edgert.apps.uris import show_host, split, warn_if_open
+from edgert.apps.uris import redact, show_host, split, warn_if_open
 from edgert.runtime.errors import OutputError
 
 from .base import Sink, SinkContext, grid_columns, stream_of
@@ -57,6 +57,7 @@ def page(streams: int) -> str:
     return template % {"cols": grid_columns(streams), "tiles": tiles}
 
 
+DEFAULT_FPS = 10  # a monitoring view's rate (?fps=N): each picture costs an overlay and a JPEG
 HISTORY_S = 300  # the charts' span: five minutes, a sample a second
 EVENTS_KEPT = 40
 MEDIA_KEPT = 400  # the files events named that /media serves (the newest)
@@ -99,11 +100,14 @@ class HttpOutput(Sink):
         streams: int = 1,
         probes=None,
         demand=None,
+        fps: int = DEFAULT_FPS,
     ) -> None:
         self.quality = quality
         self.streams = max(1, streams)
+        self.fps = fps  # pictures a second per stream, at most: the viewer's own rate
         self._jpeg: list[bytes | None] = [None] * self.streams
         self._seq = [0] * self.streams
+        self._due: list[float | None] = [None] * self.streams  # the next picture's scene time
         self._watching = [0] * self.streams  # video streams open, per camera stream
         self.demand = demand  # media.Demand: held while any is open (full frames then)
         self._cond = threading.Condition()
@@ -153,17 +157,30 @@ class HttpOutput(Sink):
                 if not self._watching[i]:
                     self._jpeg[i] = None  # the next viewer waits for a frame of its own time
 
+    def wants(self, frame) -> bool:
+        """Frames of a watched stream, at the viewer's own rate: a frame the decoder scaled only
+        when it brought the full picture (its branch keeps the rate); a full frame when the
+        stream's next picture is due (by the scene's time, on a grid of 1/fps: a camera's
+        jitter does not lower the rate); a jump back (a looped file) starts the grid again."""
+        i = stream_of(frame)
+        if not self._watching[i]:
+            return False
+        if getattr(frame, "source_hw", None) is not None:
+            return getattr(frame, "view", None) is not None
+        due, t = self._due[i], _scene_time(frame)
+        return due is None or t >= due - 1e-3 or t < due - 2.0 / self.fps
+
     def write(self, frame, overlay_image, record: dict) -> None:
         import cv2
 
-        if getattr(frame, "source_hw", None) is not None or not self._watching[stream_of(frame)]:
-            # a frame the decoder gave at the model's size (the first few after a viewer came,
-            # before the decoder opens to the camera's): not the camera's pixels; the viewer
-            # keeps the last full one
+        if not self.wants(frame):  # not watched, not due, or not the camera's pixels
             return
+        i = stream_of(frame)
+        t, due, period = _scene_time(frame), self._due[i], 1.0 / self.fps
+        on_grid = due is not None and due - 1e-3 <= t <= due + period
+        self._due[i] = due + period if on_grid else t + period
         ok, buf = cv2.imencode(".jpg", overlay_image, [cv2.IMWRITE_JPEG_QUALITY, self.quality])
         if ok:
-            i = stream_of(frame)
             with self._cond:
                 self._jpeg[i] = buf.tobytes()
                 self._seq[i] += 1
@@ -351,7 +368,36 @@ class _ViewerHandler(_Handler):
             )
 
 
+def _scene_time(frame) -> float:
+    """A frame's time in its scene (its video's, or its capture's); now for a bare picture."""
+    t = getattr(frame, "t_scene", None)
+    return time.monotonic() if t is None else t
+
+
 _STREAM_PATH = re.compile(r"/stream/(\d{1,4})\.mjpg")
+
+
+def view_fps(uri: str) -> int:
+    """The viewer's own rate from ``http://HOST:PORT?fps=N`` (pictures a second per stream, 1 to
+    60; DEFAULT_FPS unless given); OutputError in one sentence for another option or value."""
+    from urllib.parse import parse_qs
+
+    try:
+        query = split(uri, need_host=False, free=True).path.partition("?")[2]
+        options = {k: v[-1] for k, v in parse_qs(query, True, True).items()}
+    except ValueError as exc:
+        raise OutputError(str(exc)) from None
+    unknown = sorted(set(options) - {"fps"})
+    if unknown:
+        raise OutputError(
+            f"{redact(uri)}: unknown option {unknown[0]!r} (the web viewer takes fps)"
+        )
+    value = options.get("fps", str(DEFAULT_FPS))
+    if not value.isdigit() or not 1 <= int(value) <= 60:
+        raise OutputError(
+            f"{redact(uri)}: fps is the viewer's pictures a second, a whole number from 1 to 60"
+        )
+    return int(value)
 
 
 def address(uri: str) -> tuple[str, int]:
@@ -366,9 +412,13 @@ def address(uri: str) -> tuple[str, int]:
 
 def check(uri: str, options) -> None:
     address(uri)
+    view_fps(uri)
 
 
 def open_uri(uri: str, ctx: SinkContext) -> HttpOutput:
-    out = HttpOutput(*address(uri), streams=len(ctx.streams), probes=ctx.probes, demand=ctx.demand)
-    ctx.say(f"web viewer: {out.url}")
+    fps = view_fps(uri)
+    out = HttpOutput(
+        *address(uri), streams=len(ctx.streams), probes=ctx.probes, demand=ctx.demand, fps=fps
+    )
+    ctx.say(f"web viewer: {out.url} (pictures at up to {fps} fps while watched)")
     return out

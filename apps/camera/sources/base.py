@@ -161,6 +161,8 @@ class FrameSource:
     note: str | None = None  # said once when it opens (a decoder fallback)
     # (height, width) of the camera's frame when the last frame read came scaled by the decoder
     scaled_from: tuple[int, int] | None = None
+    # the camera's full picture of the last frame read, when it came scaled and a viewer watches
+    view = None
 
     def read(self) -> tuple[np.ndarray, float] | None:
         """The next frame and its capture time, or None at the end of a finite source."""

@@ -26,15 +26,17 @@ def open_csi(uri: str, opts: SourceOptions) -> FrameSource:
             "(pip's opencv-python-headless has neither; use JetPack's python3-opencv)"
         )
     w, h, fps = opts.width or 1280, opts.height or 720, int(opts.fps or 30)
-    launch = media.csi_pipeline(int(index), w, h, fps)
     if opts.decoder != "ffmpeg" and pygobject:
-        if "nvarguscamerasrc" not in media.elements():
+        have = media.elements()
+        if "nvarguscamerasrc" not in have:
             raise SourceError(
                 "csi:// needs JetPack's nvarguscamerasrc (a Jetson with a CSI camera); this "
                 "machine's GStreamer has none"
             )
-        return GstCameraSource(f"CSI camera {index}", launch, opts.io_timeout)
-    # OpenCV's GStreamer back end parses the text; it holds numbers and fixed names only
+        launch = media.csi_pipeline(int(index), w, h, fps, opts.fit, have)
+        return GstCameraSource(f"CSI camera {index}", launch, opts.io_timeout, opts.fit)
+    # OpenCV's GStreamer back end parses the text (numbers and fixed names only): full frames
+    launch = media.csi_pipeline(int(index), w, h, fps)
     return LiveCapture(launch.text(), f"CSI camera {index}", api=cv2.CAP_GSTREAMER)
 
 
@@ -48,8 +50,10 @@ def open_v4l2(uri: str, opts: SourceOptions) -> FrameSource:
         )
     if opts.decoder == "gstreamer":  # asked for: OpenCV's V4L2 back end is the default
         choose_decoder("gstreamer", "v4l2")  # a sentence when GStreamer is absent
-        launch = media.v4l2_pipeline(device, opts.width, opts.height, opts.fps, opts.codec)
-        return GstCameraSource(f"camera {device}", launch, opts.io_timeout)
+        launch = media.v4l2_pipeline(
+            device, opts.width, opts.height, opts.fps, opts.codec, opts.fit, media.elements()
+        )
+        return GstCameraSource(f"camera {device}", launch, opts.io_timeout, opts.fit)
     try:
         return LiveCapture(device, f"camera {device}", api=cv2.CAP_V4L2, opts=opts)
     except SourceError:

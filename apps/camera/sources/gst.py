@@ -13,19 +13,30 @@ from .base import FrameSource
 
 
 class GstCameraSource(FrameSource):
-    """A CSI or V4L2 camera through a GStreamer pipeline ending in an appsink."""
+    """A CSI or V4L2 camera through a GStreamer pipeline ending in an appsink; its frames scaled
+    to the model's size on the way when ``fit`` says so (then ``size`` is the camera's)."""
 
-    def __init__(self, description: str, pipeline: str, timeout_s: float) -> None:
+    def __init__(self, description: str, pipeline, timeout_s: float, fit=None) -> None:
         self.description = description
         self._cancel = threading.Event()
         try:
-            self.conn = media.GstConnection(pipeline, True, set(), timeout_s, self._cancel)
+            self.conn = media.GstConnection(
+                pipeline, True, media.elements(), timeout_s, self._cancel, fit=fit
+            )
         except StreamLost as exc:
             raise SourceError(f"cannot open {description}: {exc}") from None
         self.decoder = "gstreamer"
         self._first = self.conn.first
-        h, w = self._first[0].shape[:2]
+        h, w = self.conn.scaled_from or self._first[0].shape[:2]
         self.size, self.fps = (w, h), self.conn.fps()
+
+    @property
+    def scaled_from(self):
+        return self.conn.scaled_from
+
+    @property
+    def view(self):
+        return self.conn.view
 
     def read(self):
         got, self._first = self._first, None
@@ -90,6 +101,10 @@ class GstFileSource(FrameSource):
     @property
     def scaled_from(self):
         return self.conn.scaled_from
+
+    @property
+    def view(self):
+        return self.conn.view
 
     def cancel(self) -> None:
         self._cancel.set()

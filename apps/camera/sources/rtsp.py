@@ -199,6 +199,11 @@ class StreamSource(FrameSource):
         """(height, width) of the camera's frame when the last frame came scaled (GStreamer)."""
         return getattr(self.conn, "scaled_from", None)
 
+    @property
+    def view(self):
+        """The camera's full picture of the last frame, while a viewer watches (GStreamer)."""
+        return getattr(self.conn, "view", None)
+
     def stats(self) -> dict:
         """The decoder, the connection's state, reconnects, stalls and time without frames."""
         down = self.downtime_s

@@ -98,7 +98,7 @@ def _finish(
     # Python numbers for all of them at once (tolist), not a numpy scalar per field and object
     names = list(labels or ())
     return [
-        Detection(tuple(b), s, c, names[c] if c < len(names) else str(c))
+        Detection(tuple(b), s, c, names[c] if 0 <= c < len(names) else str(c))
         for b, s, c in zip(
             boxes.tolist(),
             np.asarray(scores, np.float64).tolist(),

@@ -20,6 +20,7 @@ caller's model."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import logging
 
@@ -74,11 +75,13 @@ def open_sources(uris: list[str], opts: SourceOptions, stack: contextlib.ExitSta
     """Every source, each closed by ``stack``; a wrong URI fails before any model loads. A
     :class:`FrameSource` object given instead of a URI is taken as it is (its caller closes it)."""
     sources = []
-    for uri in uris:
+    for i, uri in enumerate(uris):
         if not isinstance(uri, str):
             sources.append(uri)
             continue
-        source = open_source(uri, opts)
+        # each stream's decoder follows its own stream's viewers
+        fit = dataclasses.replace(opts.fit, stream=i) if opts.fit is not None else None
+        source = open_source(uri, dataclasses.replace(opts, fit=fit))
         stack.callback(source.close)
         sources.append(source)
     return sources

@@ -13,6 +13,7 @@ import collections
 import contextlib
 import logging
 import time
+import types
 
 from edgert.runtime.errors import EdgertError, OutputError
 
@@ -171,7 +172,7 @@ class FrameHandler:
         record = frame_record(frame, self.t0)
         record["latency_ms"]["end_to_end"] = round((now - frame.t_capture) * 1e3, 3)
         if self.slot is not None:
-            record["model"] = self.slot.label_of(frame)
+            record["model"] = frame.model_label
         return record
 
     def __call__(self, frame) -> None:
@@ -191,12 +192,19 @@ class FrameHandler:
         if self.slot is not None:
             self.labelled(frame.events, frame)
         # the frame's JSON record (results, latencies) is made once, and only if read: by a sink
-        # that takes the frame, or the live statistics' last record of its stream
+        # that takes the frame, or the live statistics' last record of its stream; from what
+        # the record says as it is now (not the frame: its pictures and tensor are let go)
         made: list = []
+        said = types.SimpleNamespace(
+            stream=frame.stream, index=frame.index, t_capture=frame.t_capture,
+            results=frame.results, timings=dict(frame.timings), gate=frame.gate,
+            inferred=frame.inferred,
+            model_label=self.slot.label_of(frame) if self.slot is not None else None,
+        )  # fmt: skip
 
         def record() -> dict:
             if not made:
-                made.append(self._record(frame, now))
+                made.append(self._record(said, now))
             return made[0]
 
         self._records[frame.stream] = record

@@ -32,8 +32,9 @@ class Frame:
     # to what the model resizes it to (no sink needs full frames); results are in these pixels
     source_hw: tuple[int, int] | None = None
     # the camera's full frame beside a scaled ``image``, from the decoder's full-picture branch
-    # while a viewer watches, at the viewer's rate (None on the other frames)
-    view: np.ndarray | None = None
+    # while a viewer watches, at the viewer's rate: the picture, or a claim on it
+    # (``media.ViewOf``) that :attr:`picture` resolves on the output thread; None: none
+    view: object = None
 
     @property
     def scene_hw(self) -> tuple[int, int]:
@@ -43,8 +44,13 @@ class Frame:
     @property
     def picture(self) -> np.ndarray | None:
         """The camera's pixels of this frame: the frame itself, or the full picture the decoder
-        gave beside a frame it scaled; None when it gave only the model's size."""
-        return self.image if self.source_hw is None else self.view
+        gave beside a frame it scaled (a claim is taken once, where the overlay is drawn); None
+        when it gave only the model's size."""
+        if self.source_hw is None:
+            return self.image
+        if self.view is not None and not isinstance(self.view, np.ndarray):
+            self.view = self.view.take()
+        return self.view
 
     @property
     def t_scene(self) -> float:

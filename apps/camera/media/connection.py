@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
@@ -12,7 +11,7 @@ import numpy as np
 
 from edgert.runtime.errors import StreamLost
 
-from .describe import SINK_CAPS, Fit, Launch, appsink, decode_chain
+from .describe import SINK_CAPS, Fit, Launch, ViewOf, Views, appsink, decode_chain
 from .load import gst
 from .tap import PacketTap
 
@@ -78,11 +77,11 @@ class GstConnection:
         self._fit_lock = threading.Lock()  # the streaming thread fits and keeps full pictures
         self.scaled_from: tuple | None = None  # the last frame's, None: it came unscaled
         # the full-picture branch (a Demand): its valve, its appsink and new-sample handler,
-        # the recent full pictures by PTS, and the one that came with the last frame read
+        # whether the valve is open, the pictures it gave, the last frame's claim on its own
         self._view: tuple | None = None
-        self._views: collections.deque = collections.deque(maxlen=4)
         self._open = False
-        self.view = None
+        self.views = Views()
+        self.view: ViewOf | None = None
         self.decoder: str | None = None
         self.pipeline = None
         self._src = None
@@ -246,28 +245,25 @@ class GstConnection:
                     )  # fmt: skip
                 finally:
                     buf.unmap(info)
-                with self._fit_lock:
-                    self._views.append((buf.pts, picture))
+                if buf.pts != Gst.CLOCK_TIME_NONE:
+                    self.views.put(buf.pts, picture)
         return Gst.FlowReturn.OK
 
-    def _follow_demand(self, pts: int) -> None:
-        """The valve opened while the demand is held and closed when it is not (checked with
-        every frame read); ``view``: the full picture of the frame of ``pts``, if the branch
-        gave one (older ones are let go)."""
+    def _follow_demand(self, pts: int, scaled: bool) -> None:
+        """The valve open while this stream's demand is held and the frames come scaled (else
+        the frames are the pictures), closed otherwise (checked with every frame read);
+        ``view``: the frame's claim on its full picture while it is open."""
         self.view = None
         if self._view is None:
             return
-        wanted = self.fit.demand.wanted
+        wanted = scaled and self.fit.demand.wanted(self.fit.stream)
         if wanted != self._open:
             self._open = wanted
             self._view[0].set_property("drop", not wanted)
-        with self._fit_lock:
-            while self._views and self._views[0][0] <= pts:
-                got_pts, picture = self._views.popleft()
-                if got_pts == pts and wanted:
-                    self.view = picture
             if not wanted:
-                self._views.clear()
+                self.views.clear()
+        if wanted and pts != self.Gst.CLOCK_TIME_NONE:
+            self.view = ViewOf(self.views, pts, self.views.epoch)
 
     def _packet(self, sink):
         """One access unit for the tap (GStreamer's streaming thread)."""
@@ -359,7 +355,7 @@ class GstConnection:
             buf.unmap(info)
         fitted = self._fitted
         self.scaled_from = fitted[1] if fitted is not None and fitted[0] == (w, h) else None
-        self._follow_demand(buf.pts)
+        self._follow_demand(buf.pts, self.scaled_from is not None)
         if not self.live:
             if buf.pts != Gst.CLOCK_TIME_NONE:
                 self.media_time = buf.pts / 1e9
@@ -375,10 +371,22 @@ class GstConnection:
         return num / den if ok and num > 0 and den > 0 else None
 
     def rewind(self) -> bool:
+        """Back to the start (a looped file). The branch's valve lets the seek's flush through
+        (a closed valve drops events too: its appsink would stay at the end of the stream and
+        refuse the next loop's pictures, holding the decoder back once it opens); pictures of
+        the loop before are let go."""
         Gst = self.Gst
-        return self.pipeline.seek_simple(
-            Gst.Format.TIME, Gst.SeekFlags.FLUSH | Gst.SeekFlags.KEY_UNIT, 0
-        )
+        valve = self._view[0] if self._view is not None else None
+        if valve is not None:
+            valve.set_property("drop", False)
+        try:
+            return self.pipeline.seek_simple(
+                Gst.Format.TIME, Gst.SeekFlags.FLUSH | Gst.SeekFlags.KEY_UNIT, 0
+            )
+        finally:
+            if valve is not None:
+                valve.set_property("drop", not self._open)
+            self.views.clear()
 
     def close(self) -> None:
         """NULL, then every reference dropped: the pipeline, its bus, sockets and threads go."""
@@ -397,7 +405,7 @@ class GstConnection:
         if self._view is not None:  # its handler holds this object
             self._view[1].disconnect(self._view[2])
             self._view = None
-        self._views.clear()
+        self.views.clear()
         self.view = None
         self._fit_el = None
         pipeline.set_state(self.Gst.State.NULL)

@@ -5,6 +5,7 @@ pipeline syntax."""
 
 from __future__ import annotations
 
+import collections
 import threading
 from dataclasses import dataclass
 
@@ -16,27 +17,70 @@ SINK_CAPS = "video/x-raw,format={ BGR, BGRx }"  # what the appsink takes; _frame
 
 
 class Demand:
-    """Full pictures on demand: a sink that shows the camera's pixels only while someone watches
-    (the web viewer's video streams) holds it up while one does; while it is up the decoder's
-    full-picture branch gives the camera's frames at up to ``fps`` a second beside the frames
-    at the model's size, and none while it is down. Any thread."""
+    """Full pictures on demand, per stream: a sink that shows the camera's pixels only while
+    someone watches (the web viewer's video streams) holds a stream's demand while one does;
+    while it is held, that stream's full-picture branch gives the camera's frames at up to
+    ``fps`` a second beside the frames at the model's size, and none while it is not. Any
+    thread."""
 
     def __init__(self, fps: int = 10) -> None:
         self.fps = fps
         self._lock = threading.Lock()
-        self._holders = 0
+        self._holders: dict[int, int] = {}
 
-    @property
-    def wanted(self) -> bool:
-        return self._holders > 0
+    def wanted(self, stream: int = 0) -> bool:
+        return self._holders.get(stream, 0) > 0
 
-    def hold(self) -> None:
+    def hold(self, stream: int = 0) -> None:
         with self._lock:
-            self._holders += 1
+            self._holders[stream] = self._holders.get(stream, 0) + 1
 
-    def release(self) -> None:
+    def release(self, stream: int = 0) -> None:
         with self._lock:
-            self._holders = max(0, self._holders - 1)
+            self._holders[stream] = max(0, self._holders.get(stream, 0) - 1)
+
+
+class Views:
+    """The full pictures a stream's branch gave, by PTS, until the frames of their time take
+    them (the branch's streaming thread puts, the run's output thread takes)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: collections.deque = collections.deque(maxlen=8)
+        self.epoch = 0  # a rewind starts another: claims of the frames before it find nothing
+
+    def put(self, pts: int, picture) -> None:
+        with self._lock:
+            self._kept.append((pts, picture))
+
+    def take(self, pts: int, epoch: int):
+        """The newest picture of ``pts`` or before, older ones let go: the frame's own when it
+        arrived in time, else one a frame or two older (its frame went by first; pictures are
+        never lost to a race with the model's faster branch). None when there is none, or the
+        claim is from before a rewind."""
+        got = None
+        with self._lock:
+            while epoch == self.epoch and self._kept and self._kept[0][0] <= pts:
+                got = self._kept.popleft()[1]
+        return got
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+            self.epoch += 1
+
+
+@dataclass(frozen=True)
+class ViewOf:
+    """A frame's claim on its full picture, resolved where the picture is drawn
+    (:attr:`Frame.picture`, on the output thread: by then the branch has given it)."""
+
+    views: Views
+    pts: int
+    epoch: int
+
+    def take(self):
+        return self.views.take(self.pts, self.epoch)
 
 
 @dataclass(frozen=True)
@@ -44,11 +88,13 @@ class Fit:
     """Frames scaled in the decoder to the size the model's preprocessing resizes them to (a
     camera run where no sink needs full frames): ``size(w, h)`` of a decoded frame -> (W, H), or
     None to keep it (it would not shrink); ``interpolation``: the preprocessing's; ``demand``: a
-    :class:`Demand` whose holders get full frames while they hold it (None: never)."""
+    :class:`Demand` whose holders get the full pictures of stream ``stream`` while they hold it
+    (None: never)."""
 
     size: object  # Callable[[int, int], tuple[int, int] | None]
     interpolation: str = "bilinear"
     demand: Demand | None = None
+    stream: int = 0  # the stream whose demand this source follows
 
 
 # the preprocessing's interpolation -> the scaler's closest method (videoscale's GstVideoScale

@@ -146,29 +146,28 @@ class HttpOutput(Sink):
         with self._cond:
             self._watching[i] += 1
         if self.demand is not None:
-            self.demand.hold()
+            self.demand.hold(i)
         try:
             yield
         finally:
             if self.demand is not None:
-                self.demand.release()
+                self.demand.release(i)
             with self._cond:
                 self._watching[i] -= 1
                 if not self._watching[i]:
                     self._jpeg[i] = None  # the next viewer waits for a frame of its own time
 
     def wants(self, frame) -> bool:
-        """Frames of a watched stream, at the viewer's own rate: a frame the decoder scaled only
-        when it brought the full picture (its branch keeps the rate); a full frame when the
-        stream's next picture is due (by the scene's time, on a grid of 1/fps: a camera's
-        jitter does not lower the rate); a jump back (a looped file) starts the grid again."""
+        """Frames of a watched stream that bring the camera's pixels (a frame the decoder scaled:
+        with its full picture), when the stream's next picture is due: by the scene's time, on a
+        grid of 1/fps, a quarter period early allowed (a camera's jitter, or a branch's frames
+        of a 25 fps camera at 10 fps, 0.08 and 0.12 s apart, do not lower the rate; a jump back
+        starts the grid again)."""
         i = stream_of(frame)
-        if not self._watching[i]:
+        if not self._watching[i] or getattr(frame, "picture", True) is None:
             return False
-        if getattr(frame, "source_hw", None) is not None:
-            return getattr(frame, "view", None) is not None
-        due, t = self._due[i], _scene_time(frame)
-        return due is None or t >= due - 1e-3 or t < due - 2.0 / self.fps
+        due, t, period = self._due[i], _scene_time(frame), 1.0 / self.fps
+        return due is None or t >= due - period / 4 or t < due - 2 * period
 
     def write(self, frame, overlay_image, record: dict) -> None:
         import cv2
@@ -177,7 +176,7 @@ class HttpOutput(Sink):
             return
         i = stream_of(frame)
         t, due, period = _scene_time(frame), self._due[i], 1.0 / self.fps
-        on_grid = due is not None and due - 1e-3 <= t <= due + period
+        on_grid = due is not None and due - period / 4 <= t <= due + period
         self._due[i] = due + period if on_grid else t + period
         ok, buf = cv2.imencode(".jpg", overlay_image, [cv2.IMWRITE_JPEG_QUALITY, self.quality])
         if ok:
@@ -393,7 +392,7 @@ def view_fps(uri: str) -> int:
             f"{redact(uri)}: unknown option {unknown[0]!r} (the web viewer takes fps)"
         )
     value = options.get("fps", str(DEFAULT_FPS))
-    if not value.isdigit() or not 1 <= int(value) <= 60:
+    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= 60:
         raise OutputError(
             f"{redact(uri)}: fps is the viewer's pictures a second, a whole number from 1 to 60"
         )

@@ -353,3 +353,62 @@ def test_the_web_viewer_gets_full_pictures_only_while_watched_and_at_its_rate(bu
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+
+
+@needs_gst
+def test_a_looped_file_keeps_every_frame_when_a_viewer_leaves_at_its_end_and_comes_back(tmp_path):
+    """A viewer watching as a looped file ends (the picture branch's appsink got the end of the
+    stream) leaves during the last buffered frames (the valve closes), and comes back in the
+    next loop: that loop still gives every frame to the model (a closed valve dropped the
+    rewind's flush, and the branch's appsink, still at its end, then stopped the decoder), its
+    pictures reach the frames again, and the end-of-stream the bus said before the rewind does
+    not end the next loop."""
+    import time
+
+    video = _scene(tmp_path / "loop.mp4", 30)
+    demand = media.Demand(10)
+    demand.hold(0)
+    fit = media.Fit(lambda w, h: (320, 180), "bilinear", demand)
+    source = GstFileSource(str(video), loop=True, fit=fit)
+    loops: list[list] = [[]]
+    last = None
+    try:
+        while len(loops) < 3 and sum(map(len, loops)) < 200:
+            got = source.read()
+            assert got is not None, [len(x) for x in loops]
+            t = source.conn.media_time
+            if last is not None and t < last:
+                loops.append([])
+            last = t
+            view = source.view.take() if source.view is not None else None
+            loops[-1].append(view is not None)
+            if len(loops) == 1 and len(loops[0]) == 26 and demand.wanted(0):
+                time.sleep(0.5)  # the decoder reaches the end; so does the picture branch
+                demand.release(0)  # the viewer leaves: the valve closes with the next frames
+            if len(loops) == 2 and len(loops[1]) == 5:
+                demand.hold(0)  # and comes back
+    finally:
+        source.close()
+    assert [len(x) for x in loops[:2]] == [30, 30], [len(x) for x in loops]
+    assert sum(loops[1]) >= 1 and any(loops[0][:26]), loops  # pictures before and after
+
+
+@needs_gst
+def test_the_end_a_file_said_before_its_rewind_does_not_end_the_next_loop(tmp_path):
+    """At a file's end the bus says end-of-stream and the connection keeps it; after a rewind
+    that end is over (kept, the next loop ended at its first frame slower than 100 ms)."""
+    video = _scene(tmp_path / "end.mp4", 12)
+    have = media.elements()
+    conn = media.GstConnection(
+        media.file_pipeline(str(video), have), False, have, 30.0, threading.Event()
+    )
+    try:
+        n = 1
+        while conn.read(30.0, threading.Event()) is not None:
+            n += 1
+        assert n == 12
+        assert conn.rewind()
+        assert conn._bus_problem() is None
+        assert conn.read(30.0, threading.Event()) is not None
+    finally:
+        conn.close()

@@ -374,8 +374,12 @@ class GstConnection:
         """Back to the start (a looped file). The branch's valve lets the seek's flush through
         (a closed valve drops events too: its appsink would stay at the end of the stream and
         refuse the next loop's pictures, holding the decoder back once it opens); pictures of
-        the loop before are let go."""
+        the loop before are let go, and so is the end of the stream the bus said (kept, it
+        would end the next loop at its first pull slower than 100 ms)."""
         Gst = self.Gst
+        self._bus_problem()  # what the bus said before the rewind: its end is no longer one
+        if self._problem is not None and str(self._problem).endswith("(end of stream)"):
+            self._problem = None
         valve = self._view[0] if self._view is not None else None
         if valve is not None:
             valve.set_property("drop", False)

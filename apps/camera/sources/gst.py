@@ -12,7 +12,28 @@ from .. import media
 from .base import FrameSource
 
 
-class GstCameraSource(FrameSource):
+class _GstSource(FrameSource):
+    """What a source that reads a :class:`media.GstConnection` (``conn``) forwards from it."""
+
+    conn = None
+    _cancel: threading.Event
+
+    @property
+    def scaled_from(self):
+        return self.conn.scaled_from
+
+    @property
+    def view(self):
+        return self.conn.view
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class GstCameraSource(_GstSource):
     """A CSI or V4L2 camera through a GStreamer pipeline ending in an appsink; its frames scaled
     to the model's size on the way when ``fit`` says so (then ``size`` is the camera's)."""
 
@@ -30,14 +51,6 @@ class GstCameraSource(FrameSource):
         h, w = self.conn.scaled_from or self._first[0].shape[:2]
         self.size, self.fps = (w, h), self.conn.fps()
 
-    @property
-    def scaled_from(self):
-        return self.conn.scaled_from
-
-    @property
-    def view(self):
-        return self.conn.view
-
     def read(self):
         got, self._first = self._first, None
         if got is not None:
@@ -47,14 +60,8 @@ class GstCameraSource(FrameSource):
         except StreamLost as exc:
             raise SourceError(f"{self.description} stopped delivering frames ({exc})") from None
 
-    def cancel(self) -> None:
-        self._cancel.set()
 
-    def close(self) -> None:
-        self.conn.close()
-
-
-class GstFileSource(FrameSource):
+class GstFileSource(_GstSource):
     """A video file decoded by GStreamer (NVDEC on a Jetson): every frame, its media time from
     the buffer's PTS; the first frame is decoded on opening, so the size is known."""
 
@@ -97,20 +104,6 @@ class GstFileSource(FrameSource):
         if self.conn.media_time is not None:
             self.media_time = self._offset + self.conn.media_time
         return got
-
-    @property
-    def scaled_from(self):
-        return self.conn.scaled_from
-
-    @property
-    def view(self):
-        return self.conn.view
-
-    def cancel(self) -> None:
-        self._cancel.set()
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 def choose_decoder(requested: str, kind: str) -> tuple[str, str | None]:

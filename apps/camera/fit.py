@@ -36,7 +36,7 @@ def decoder_fit(opts, uris: list, gate, bundle) -> tuple[object, str | None]:
     viewers = [u for u in uris if needs_frames(u)]
     have = media.elements() if viewers else set()  # none without GStreamer (FFmpeg runs)
     if have and not media.VIEW_ELEMENTS.issubset(have):
-        return opts, "full frames: this GStreamer lacks the web viewer's branch (tee, videorate)"
+        return opts, "full frames: this GStreamer lacks the web viewer's branch (tee, queue)"
     demand = media.Demand(max(view_fps(u) for u in viewers)) if viewers else None
     fit = media.Fit(lambda w, h: pre.decode_size((h, w)), pre.interpolation, demand)
     return dataclasses.replace(opts, fit=fit), None

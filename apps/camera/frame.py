@@ -32,9 +32,8 @@ class Frame:
     # to what the model resizes it to (no sink needs full frames); results are in these pixels
     source_hw: tuple[int, int] | None = None
     # the camera's full frame beside a scaled ``image``, from the decoder's full-picture branch
-    # while a viewer watches, at the viewer's rate: the picture, or a claim on it
-    # (``media.ViewOf``) that :attr:`picture` resolves on the output thread; None: none
-    view: object = None
+    # while a viewer watches, at the viewer's rate (None on the other frames)
+    view: np.ndarray | None = None
 
     @property
     def scene_hw(self) -> tuple[int, int]:
@@ -44,13 +43,12 @@ class Frame:
     @property
     def picture(self) -> np.ndarray | None:
         """The camera's pixels of this frame: the frame itself, or the full picture the decoder
-        gave beside a frame it scaled (a claim is taken once, where the overlay is drawn); None
+        gave beside a frame it scaled (of the camera's size: results are in its pixels); None
         when it gave only the model's size."""
         if self.source_hw is None:
             return self.image
-        if self.view is not None and not isinstance(self.view, np.ndarray):
-            self.view = self.view.take()
-        return self.view
+        view = self.view
+        return view if view is not None and view.shape[:2] == tuple(self.source_hw) else None
 
     @property
     def t_scene(self) -> float:

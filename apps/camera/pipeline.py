@@ -54,7 +54,7 @@ class Stream:
         )
         self.captured = 0
         self.scaled = 0  # frames the decoder gave at the model's size (--decoder-scale)
-        self.viewed = 0  # of those, frames that brought the full picture for a viewer
+        self.viewed = 0  # of those, frames that came with the full picture for a viewer
         self.processed = 0
         self.ended = False  # the batcher saw its end marker
         self.error: BaseException | None = None
@@ -194,6 +194,7 @@ class Pipeline:
                 i += 1
                 s.captured = i
                 s.scaled += scaled is not None
+                s.viewed += view is not None
         except BaseException as exc:  # noqa: BLE001 - this stream ends; the others go on
             if not self.interrupted and not s.cut:
                 s.error = exc
@@ -364,7 +365,6 @@ class Pipeline:
                     for name, rec in s.timings.items():
                         rec.add(frame.timings[name])
                     s.processed += 1
-                    s.viewed += hasattr(frame.view, "shape")  # a picture: a claim the sinks took
                     self.processed += 1
                     s.last_output = now
                     self._outputs_at.append((now, frame.stream))

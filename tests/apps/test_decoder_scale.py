@@ -56,30 +56,29 @@ def test_the_chains_that_scale_for_a_jetson_and_for_a_pc():
     assert "scale" not in media.decode_chain("H264", PC - {"videoscale"}, fit=_fit())[0]
 
 
-VIEW = {"tee", "queue", "valve", "videorate"}
+VIEW = {"tee", "queue"}
 
 
 def test_the_web_viewers_branch_for_a_jetson_and_for_a_pc():
     """With a demand (the web viewer), the decoded frames are split: the model's branch scaled
-    as without one, and the full-picture branch closed by a valve until someone watches, thinned
-    to the viewer's rate before anything converts a frame, into an appsink that never holds the
-    decoder back (leaky queue, one buffer, no preroll)."""
+    as without one, and the full-picture branch (a queue named ``view`` whose input the
+    connection thins by PTS) converted into an appsink that never holds the decoder back
+    (leaky queue, one buffer, no preroll)."""
     fit = media.Fit(_fit().size, "bilinear", media.Demand(5))
     chain, _ = media.decode_chain("H264", JETSON | VIEW, fit=fit)
     assert chain == (
         "rtph264depay ! h264parse ! nvv4l2decoder ! tee name=split ! queue max-size-buffers=2 ! "
         "nvvidconv name=scale interpolation-method=1 ! capsfilter name=fit "
-        "caps=video/x-raw,format=BGRx split. ! queue leaky=downstream max-size-buffers=1 ! "
-        "valve name=view drop=true ! videorate max-rate=5 drop-only=true ! nvvidconv ! "
-        "capsfilter caps=video/x-raw,format=BGRx ! appsink name=full sync=false async=false "
-        "max-buffers=1 drop=true emit-signals=true"
+        "caps=video/x-raw,format=BGRx split. ! queue name=view leaky=downstream "
+        "max-size-buffers=1 ! nvvidconv ! capsfilter caps=video/x-raw,format=BGRx ! "
+        "appsink name=full sync=false async=false max-buffers=1 drop=true emit-signals=true"
     )
     chain, _ = media.decode_chain("H264", PC | VIEW, fit=fit)
     assert chain.startswith(
         "rtph264depay ! h264parse ! avdec_h264 thread-type=slice ! tee name=split ! "
         "queue max-size-buffers=2 ! videoscale name=scale"
     )
-    assert "videorate max-rate=5 drop-only=true ! videoconvert ! " in chain
+    assert "max-size-buffers=1 ! videoconvert ! " in chain
     # a file: the appsink of the model's frames ends the first branch, the viewer's follows
     rest = media.file_pipeline("a.mp4", PC | VIEW, fit).rest
     main, view = rest.split(" split. ! ")
@@ -380,8 +379,7 @@ def test_a_looped_file_keeps_every_frame_when_a_viewer_leaves_at_its_end_and_com
             if last is not None and t < last:
                 loops.append([])
             last = t
-            view = source.view.take() if source.view is not None else None
-            loops[-1].append(view is not None)
+            loops[-1].append(source.view is not None)
             if len(loops) == 1 and len(loops[0]) == 26 and demand.wanted(0):
                 time.sleep(0.5)  # the decoder reaches the end; so does the picture branch
                 demand.release(0)  # the viewer leaves: the valve closes with the next frames
@@ -412,3 +410,32 @@ def test_the_end_a_file_said_before_its_rewind_does_not_end_the_next_loop(tmp_pa
         assert conn.read(30.0, threading.Event()) is not None
     finally:
         conn.close()
+
+
+@needs_gst
+def test_the_picture_branch_keeps_the_viewers_rate_when_a_viewer_comes_back_later(tmp_path):
+    """The branch gives a picture each 1/fps of the stream's time from the moment a viewer
+    comes: at fps=5 on a 30 fps file, about one frame in six, whether it is the first viewer
+    or one that comes back two seconds later (videorate counted from the stream's start, and
+    let every frame through until it caught up with the time the viewer came)."""
+    video = _scene(tmp_path / "long.mp4", 120)
+    demand = media.Demand(5)
+    fit = media.Fit(lambda w, h: (320, 180), "bilinear", demand)
+    source = GstFileSource(str(video), fit=fit)
+    got: list = []
+    try:
+        while True:
+            n = len(got)
+            if n in (0, 75):
+                demand.hold(0)
+            if n in (30, 105):
+                demand.release(0)
+            if source.read() is None:
+                break
+            got.append(source.view is not None)
+    finally:
+        source.close()
+    assert len(got) == 120
+    first, back = sum(got[:30]), sum(got[75:105])
+    assert 3 <= first <= 7 and 3 <= back <= 7, (first, back, got)
+    assert not any(got[40:75]) and not any(got[110:]), got  # nobody watching: no picture

@@ -439,17 +439,19 @@ def test_the_web_viewer_draws_and_encodes_at_its_own_rate():
             scaled = frames([5.0, 6.0], source_hw=(720, 1280))
             scaled[1].view = np.zeros((720, 1280, 3), np.uint8)
             assert [out.wants(f) for f in scaled] == [False, True]
-            # a frame the decoder scaled: its claim on the branch's picture, taken once
+            # the branch's pictures: the frame of a PTS takes the newest of it or before (one
+            # that came after its own frame went by goes to the next), older ones let go
             views = media.Views()
-            views.put(10, np.ones((720, 1280, 3), np.uint8))
-            claimed = frames([7.0, 8.0], source_hw=(720, 1280))
-            for f in claimed:
-                f.view = media.ViewOf(views, 12, views.epoch)  # 10's came after its own frame
-            assert out.wants(claimed[0]) and claimed[0].picture.shape == (720, 1280, 3)
-            assert not out.wants(claimed[1])  # taken already
-            views.put(20, np.ones((720, 1280, 3), np.uint8))
-            stale = media.ViewOf(views, 30, views.epoch)
-            views.clear()  # a rewind: the claims before it find nothing
-            assert stale.take() is None
+            for pts in (10, 11, 13):
+                views.put(pts, np.full((2, 2, 3), pts, np.uint8))
+            assert views.take(9) is None and int(views.take(12)[0, 0, 0]) == 11
+            assert views.take(12) is None and int(views.take(14)[0, 0, 0]) == 13
+            views.put(20, np.zeros((2, 2, 3), np.uint8))
+            views.clear()  # a rewind, or the branch opened or closed: none reaches a later frame
+            assert views.take(30) is None
+            # a picture of another size than the frame's camera (a resolution change): not shown
+            odd = frames([9.0], source_hw=(720, 1280))[0]
+            odd.view = np.zeros((1080, 1920, 3), np.uint8)
+            assert odd.picture is None and not out.wants(odd)
     finally:
         out.close()

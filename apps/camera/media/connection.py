@@ -11,7 +11,7 @@ import numpy as np
 
 from edgert.runtime.errors import StreamLost
 
-from .describe import SINK_CAPS, Fit, Launch, ViewOf, Views, appsink, decode_chain
+from .describe import SINK_CAPS, Fit, Launch, Views, appsink, decode_chain
 from .load import gst
 from .tap import PacketTap
 
@@ -76,12 +76,14 @@ class GstConnection:
         self._fit_el: tuple | None = None  # (the capsfilter "fit", its caps without a size)
         self._fit_lock = threading.Lock()  # the streaming thread fits and keeps full pictures
         self.scaled_from: tuple | None = None  # the last frame's, None: it came unscaled
-        # the full-picture branch (a Demand): its valve, its appsink and new-sample handler,
-        # whether the valve is open, the pictures it gave, the last frame's claim on its own
+        # the full-picture branch (a Demand): (its queue's sink pad, the probe that thins it,
+        # its appsink, the appsink's new-sample handler); whether it is open and the next
+        # picture's PTS on its grid; the pictures it gave; the last frame's own
         self._view: tuple | None = None
         self._open = False
+        self._due: int | None = None
         self.views = Views()
-        self.view: ViewOf | None = None
+        self.view = None
         self.decoder: str | None = None
         self.pipeline = None
         self._src = None
@@ -192,13 +194,19 @@ class GstConnection:
         appsink (a demand) keeps what it is given."""
         if self.fit is None:
             return
-        valve, full = where.get_by_name("view"), where.get_by_name("full")
-        if valve is not None and full is not None:
-            self._view = (valve, full, full.connect("new-sample", self._viewed))
+        Gst = self.Gst
+        queue, full = where.get_by_name("view"), where.get_by_name("full")
+        if queue is not None and full is not None:
+            into = queue.get_static_pad("sink")
+            self._view = (
+                into,
+                into.add_probe(Gst.PadProbeType.BUFFER, self._thin),
+                full,
+                full.connect("new-sample", self._viewed),
+            )
         scale, fit = where.get_by_name("scale"), where.get_by_name("fit")
         if scale is None or fit is None:
             return
-        Gst = self.Gst
         base = fit.get_property("caps").to_string()  # video/x-raw[,format=BGRx]
         pad = scale.get_static_pad("sink")
 
@@ -228,6 +236,23 @@ class GstConnection:
             log.debug("decoder scale: %s", text)
             fit.set_property("caps", self.Gst.Caps.from_string(text))
 
+    def _thin(self, _pad, info):
+        """The branch's input (the decoder's thread): every buffer dropped while it is closed;
+        open, one kept each 1/fps of PTS on a grid (a quarter period early allowed, so a 25 fps
+        camera's 0.08/0.12 s spacing keeps 10 fps), restarted when it opens or time jumps back
+        (a rewind). Events pass: a flush or the end of the stream reaches the appsink."""
+        Gst = self.Gst
+        buf = info.get_buffer()
+        if not self._open or buf is None or buf.pts == Gst.CLOCK_TIME_NONE:
+            return Gst.PadProbeReturn.DROP
+        period = Gst.SECOND // max(1, self.fit.demand.fps)
+        pts, due = buf.pts, self._due
+        if due is not None and due - period // 4 > pts >= due - 2 * period:
+            return Gst.PadProbeReturn.DROP
+        on_grid = due is not None and due - period // 4 <= pts < due + 3 * period // 4
+        self._due = due + period if on_grid else pts + period
+        return Gst.PadProbeReturn.OK
+
     def _viewed(self, sink):
         """A full picture from the branch (its streaming thread, at the demand's rate): copied
         out of GStreamer's memory and kept by its PTS for the frame of the same PTS."""
@@ -250,20 +275,20 @@ class GstConnection:
         return Gst.FlowReturn.OK
 
     def _follow_demand(self, pts: int, scaled: bool) -> None:
-        """The valve open while this stream's demand is held and the frames come scaled (else
-        the frames are the pictures), closed otherwise (checked with every frame read);
-        ``view``: the frame's claim on its full picture while it is open."""
+        """The branch open while this stream's demand is held and the frames come scaled (else
+        the frames are the pictures), closed otherwise (checked with every frame read; each
+        change lets go of the pictures kept, so none from before reaches a frame after);
+        ``view``: the full picture this frame takes (its own, or one whose frame went by)."""
         self.view = None
         if self._view is None:
             return
         wanted = scaled and self.fit.demand.wanted(self.fit.stream)
         if wanted != self._open:
+            self._due = None
             self._open = wanted
-            self._view[0].set_property("drop", not wanted)
-            if not wanted:
-                self.views.clear()
+            self.views.clear()
         if wanted and pts != self.Gst.CLOCK_TIME_NONE:
-            self.view = ViewOf(self.views, pts, self.views.epoch)
+            self.view = self.views.take(pts)
 
     def _packet(self, sink):
         """One access unit for the tap (GStreamer's streaming thread)."""
@@ -328,8 +353,11 @@ class GstConnection:
             problem = self._bus_problem()
             if problem is not None:
                 if not self.live and str(problem).endswith("(end of stream)"):
-                    return None
-                raise problem
+                    if self.sink.is_eos():
+                        return None
+                    self._problem = None  # an end said before a rewind: not this loop's
+                else:
+                    raise problem
             if self.sink.is_eos():
                 if not self.live:
                     return None
@@ -371,25 +399,20 @@ class GstConnection:
         return num / den if ok and num > 0 and den > 0 else None
 
     def rewind(self) -> bool:
-        """Back to the start (a looped file). The branch's valve lets the seek's flush through
-        (a closed valve drops events too: its appsink would stay at the end of the stream and
-        refuse the next loop's pictures, holding the decoder back once it opens); pictures of
-        the loop before are let go, and so is the end of the stream the bus said (kept, it
-        would end the next loop at its first pull slower than 100 ms)."""
+        """Back to the start (a looped file): pictures of the loop before are let go, and so is
+        the end of the stream the bus said (kept, it would end the next loop at its first pull
+        slower than 100 ms). The picture branch drops buffers only, so the seek's flush reaches
+        its appsink (a closed valve dropped it: the appsink stayed at its end and, once open,
+        stopped the decoder)."""
         Gst = self.Gst
         self._bus_problem()  # what the bus said before the rewind: its end is no longer one
         if self._problem is not None and str(self._problem).endswith("(end of stream)"):
             self._problem = None
-        valve = self._view[0] if self._view is not None else None
-        if valve is not None:
-            valve.set_property("drop", False)
         try:
             return self.pipeline.seek_simple(
                 Gst.Format.TIME, Gst.SeekFlags.FLUSH | Gst.SeekFlags.KEY_UNIT, 0
             )
         finally:
-            if valve is not None:
-                valve.set_property("drop", not self._open)
             self.views.clear()
 
     def close(self) -> None:
@@ -406,8 +429,9 @@ class GstConnection:
         if self._probe is not None:  # its closure holds this object
             self._probe[0].remove_probe(self._probe[1])
             self._probe = None
-        if self._view is not None:  # its handler holds this object
-            self._view[1].disconnect(self._view[2])
+        if self._view is not None:  # its probe and handler hold this object
+            self._view[0].remove_probe(self._view[1])
+            self._view[2].disconnect(self._view[3])
             self._view = None
         self.views.clear()
         self.view = None

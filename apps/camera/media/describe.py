@@ -41,46 +41,31 @@ class Demand:
 
 
 class Views:
-    """The full pictures a stream's branch gave, by PTS, until the frames of their time take
-    them (the branch's streaming thread puts, the run's output thread takes)."""
+    """The full pictures a stream's branch gave, by PTS, until the next frame read takes them
+    (the branch's streaming thread puts, the reader takes): only pictures ahead of the reader
+    are kept, so GStreamer's own buffering bounds them."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._kept: collections.deque = collections.deque(maxlen=8)
-        self.epoch = 0  # a rewind starts another: claims of the frames before it find nothing
+        self._kept: collections.deque = collections.deque(maxlen=16)
 
     def put(self, pts: int, picture) -> None:
         with self._lock:
             self._kept.append((pts, picture))
 
-    def take(self, pts: int, epoch: int):
+    def take(self, pts: int):
         """The newest picture of ``pts`` or before, older ones let go: the frame's own when it
-        arrived in time, else one a frame or two older (its frame went by first; pictures are
-        never lost to a race with the model's faster branch). None when there is none, or the
-        claim is from before a rewind."""
+        came in time, else the one whose frame went by first (the model's branch is faster);
+        None when there is none."""
         got = None
         with self._lock:
-            while epoch == self.epoch and self._kept and self._kept[0][0] <= pts:
+            while self._kept and self._kept[0][0] <= pts:
                 got = self._kept.popleft()[1]
         return got
 
     def clear(self) -> None:
         with self._lock:
             self._kept.clear()
-            self.epoch += 1
-
-
-@dataclass(frozen=True)
-class ViewOf:
-    """A frame's claim on its full picture, resolved where the picture is drawn
-    (:attr:`Frame.picture`, on the output thread: by then the branch has given it)."""
-
-    views: Views
-    pts: int
-    epoch: int
-
-    def take(self):
-        return self.views.take(self.pts, self.epoch)
 
 
 @dataclass(frozen=True)
@@ -103,7 +88,7 @@ _VIDEOSCALE = {"nearest": 0, "bilinear": 1, "linear": 4, "area": 4, "cubic": 8}
 _NVVIDCONV = {"nearest": 0, "bilinear": 1, "linear": 4, "area": 4, "cubic": 2}
 
 
-VIEW_ELEMENTS = {"tee", "queue", "valve", "videorate"}  # the full-picture branch's
+VIEW_ELEMENTS = {"tee", "queue"}  # the full-picture branch's
 
 
 def _to_bgr(have: set[str], fit: Fit | None = None) -> str:
@@ -116,11 +101,12 @@ def _to_bgr(have: set[str], fit: Fit | None = None) -> str:
 
 
 def _view(have: set[str], fit: Fit | None) -> str:
-    """The full-picture branch from the ``split`` tee, for a :class:`Demand`: a valve named
-    ``view`` (closed until someone watches: then nothing of it converts a frame), ``videorate``
-    down to the demand's rate, the conversion to BGR (BGRx from the VIC), an appsink named
-    ``full`` that never holds the decoder back (leaky queue, one buffer, no preroll). "" when
-    there is no demand or no scaler (the frames come whole then)."""
+    """The full-picture branch from the ``split`` tee, for a :class:`Demand`: a queue named
+    ``view`` whose input a probe thins to the viewer's rate by PTS, and drops whole while
+    nobody watches (:meth:`GstConnection._thin`: nothing of the branch converts a frame then),
+    the conversion to BGR (BGRx from the VIC), an appsink named ``full`` that never holds the
+    decoder back (leaky queue, one buffer, no preroll). "" when there is no demand or no scaler
+    (the frames come whole then)."""
     if fit is None or fit.demand is None or not VIEW_ELEMENTS.issubset(have):
         return ""
     if hardware_decoder(have):
@@ -129,11 +115,9 @@ def _view(have: set[str], fit: Fit | None) -> str:
         convert = BGR
     else:
         return ""
-    rate = max(1, round(fit.demand.fps))  # videorate's max-rate: whole frames a second
     return (
-        " split. ! queue leaky=downstream max-size-buffers=1 ! valve name=view drop=true ! "
-        f"videorate max-rate={rate} drop-only=true ! {convert} ! appsink name=full "
-        "sync=false async=false max-buffers=1 drop=true emit-signals=true"
+        f" split. ! queue name=view leaky=downstream max-size-buffers=1 ! {convert} ! "
+        "appsink name=full sync=false async=false max-buffers=1 drop=true emit-signals=true"
     )
 
 

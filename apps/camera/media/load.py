@@ -28,10 +28,8 @@ ELEMENTS = (
     "jpegdec",
     "videoconvert",
     "videoscale",
-    "tee",  # tee, queue, valve, videorate: the web viewer's full-picture branch (describe._view)
+    "tee",  # tee and queue: the web viewer's full-picture branch (describe._view)
     "queue",
-    "valve",
-    "videorate",
     "appsink",
     "appsrc",  # the rtsp:// output (sinks/rtsp.py): its encoders and payloader
     "nvv4l2h264enc",

@@ -176,7 +176,7 @@ class HttpOutput(Sink):
             return
         i = stream_of(frame)
         t, due, period = _scene_time(frame), self._due[i], 1.0 / self.fps
-        on_grid = due is not None and due - period / 4 <= t <= due + period
+        on_grid = due is not None and due - period / 4 <= t < due + 3 * period / 4
         self._due[i] = due + period if on_grid else t + period
         ok, buf = cv2.imencode(".jpg", overlay_image, [cv2.IMWRITE_JPEG_QUALITY, self.quality])
         if ok:

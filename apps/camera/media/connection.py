@@ -74,7 +74,7 @@ class GstConnection:
         self._probe: tuple | None = None  # (the scaler's sink pad, the probe that fits it)
         self._fitted: tuple | None = None  # ((W, H) the decoder scales to, (h, w) it came from)
         self._fit_el: tuple | None = None  # (the capsfilter "fit", its caps without a size)
-        self._fit_lock = threading.Lock()  # the streaming thread fits and keeps full pictures
+        self._fit_lock = threading.Lock()  # the streaming thread fits, the reader reads the fit
         self.scaled_from: tuple | None = None  # the last frame's, None: it came unscaled
         # the full-picture branch (a Demand): (its queue's sink pad, the probe that thins it,
         # its appsink, the appsink's new-sample handler); whether it is open and the next

@@ -30,6 +30,7 @@ from .describe import (
     decode_chain,
     describe,
     file_pipeline,
+    paced,
     rtsp_source,
     v4l2_pipeline,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "file_pipeline",
     "gst",
     "hardware_decoder",
+    "paced",
     "rtsp_source",
     "v4l2_pipeline",
 ]

@@ -11,7 +11,7 @@ import numpy as np
 
 from edgert.runtime.errors import StreamLost
 
-from .describe import SINK_CAPS, Fit, Launch, Views, appsink, decode_chain
+from .describe import SINK_CAPS, Fit, Launch, Views, appsink, decode_chain, paced
 from .load import gst
 from .tap import PacketTap
 
@@ -81,7 +81,7 @@ class GstConnection:
         # picture's PTS on its grid; the pictures it gave; the last frame's own
         self._view: tuple | None = None
         self._open = False
-        self._due: int | None = None
+        self._due: float | None = None  # seconds of PTS
         self.views = Views()
         self.view = None
         self.decoder: str | None = None
@@ -238,20 +238,14 @@ class GstConnection:
 
     def _thin(self, _pad, info):
         """The branch's input (the decoder's thread): every buffer dropped while it is closed;
-        open, one kept each 1/fps of PTS on a grid (a quarter period early allowed, so a 25 fps
-        camera's 0.08/0.12 s spacing keeps 10 fps), restarted when it opens or time jumps back
-        (a rewind). Events pass: a flush or the end of the stream reaches the appsink."""
+        open, one kept each 1/fps of PTS on a grid (:func:`paced`), started again when it opens.
+        Events pass: a flush or the end of the stream reaches the appsink."""
         Gst = self.Gst
         buf = info.get_buffer()
         if not self._open or buf is None or buf.pts == Gst.CLOCK_TIME_NONE:
             return Gst.PadProbeReturn.DROP
-        period = Gst.SECOND // max(1, self.fit.demand.fps)
-        pts, due = buf.pts, self._due
-        if due is not None and due - period // 4 > pts >= due - 2 * period:
-            return Gst.PadProbeReturn.DROP
-        on_grid = due is not None and due - period // 4 <= pts < due + 3 * period // 4
-        self._due = due + period if on_grid else pts + period
-        return Gst.PadProbeReturn.OK
+        taken, self._due = paced(self._due, buf.pts / Gst.SECOND, 1.0 / self.fit.demand.fps)
+        return Gst.PadProbeReturn.OK if taken else Gst.PadProbeReturn.DROP
 
     def _viewed(self, sink):
         """A full picture from the branch (its streaming thread, at the demand's rate): copied

@@ -68,6 +68,18 @@ class Views:
             self._kept.clear()
 
 
+def paced(due: float | None, t: float, period: float) -> tuple[bool, float | None]:
+    """One step of a rate grid (the picture branch's, the web viewer's): (whether the frame of
+    time ``t`` is taken, the next due time). Taken when nothing is due yet, from a quarter
+    period before ``due`` (a camera's jitter, or a 25 fps camera's 0.08/0.12 s spacing at 10
+    fps, does not lower the rate), or when time jumped back (a rewind); the grid then advances
+    by one period, or starts again at ``t`` when ``t`` is off it (a late frame, a gap)."""
+    if due is not None and due - period / 4 > t >= due - 2 * period:
+        return False, due
+    on_grid = due is not None and due - period / 4 <= t < due + 3 * period / 4
+    return True, (due + period if on_grid else t + period)
+
+
 @dataclass(frozen=True)
 class Fit:
     """Frames scaled in the decoder to the size the model's preprocessing resizes them to (a
@@ -91,13 +103,15 @@ _NVVIDCONV = {"nearest": 0, "bilinear": 1, "linear": 4, "area": 4, "cubic": 2}
 VIEW_ELEMENTS = {"tee", "queue"}  # the full-picture branch's
 
 
-def _to_bgr(have: set[str], fit: Fit | None = None) -> str:
-    """The end of a decode chain: BGR (or BGRx) frames, scaled when ``fit`` says so (the scaler
+def _to_bgr(have: set[str], fit: Fit | None = None) -> tuple[str, str]:
+    """(the end of a decode chain, the full-picture branch to write after the description's
+    last element, or ""). The end: BGR (or BGRx) frames, scaled when ``fit`` says so (the scaler
     named ``scale``; its output caps, the capsfilter ``fit``, are set once the decoded size is
-    known: :meth:`GstConnection._fit_caps`). With a demand, the decoded frames are split first
-    and the full-picture branch (:func:`_view`) goes after the description's end."""
-    split = "tee name=split ! queue max-size-buffers=2 ! " if _view(have, fit) else ""
-    return split + _scaled(have, fit)
+    known: :meth:`GstConnection._fit_caps`); with a demand, the decoded frames are split first
+    and the branch (:func:`_view`) takes the other side."""
+    branch = _view(have, fit)
+    split = "tee name=split ! queue max-size-buffers=2 ! " if branch else ""
+    return split + _scaled(have, fit), branch
 
 
 def _view(have: set[str], fit: Fit | None) -> str:
@@ -148,6 +162,7 @@ def decode_chain(
     parsed access units also go, before decoding, to an appsink named ``packets`` (clips keep
     the camera's own video: :class:`PacketTap`); ``fit``: frames scaled to the model's size."""
     codec = codec.lower()
+    end = "".join(_to_bgr(have, fit))  # the bin's last element feeds the appsink outside it
     if codec in ("h264", "h265") and {f"rtp{codec}depay", f"{codec}parse"} <= have:
         head = f"rtp{codec}depay ! {codec}parse ! "
         if tap:  # SPS/PPS (VPS) before every key frame: a clip may start at any of them
@@ -157,13 +172,10 @@ def decode_chain(
                 "queue ! appsink name=packets sync=false emit-signals=true t. ! queue ! "
             )
         if hardware_decoder(have):
-            return head + f"nvv4l2decoder ! {_to_bgr(have, fit)}{_view(have, fit)}", "nvv4l2decoder"
+            return head + f"nvv4l2decoder ! {end}", "nvv4l2decoder"
         if f"avdec_{codec}" in have:  # frame threading would hold frames back: slices only
-            return (
-                head + f"avdec_{codec} thread-type=slice ! {_to_bgr(have, fit)}{_view(have, fit)}",
-                f"avdec_{codec}",
-            )
-    return f"decodebin ! {_to_bgr(have, fit)}{_view(have, fit)}", "decodebin"
+            return head + f"avdec_{codec} thread-type=slice ! {end}", f"avdec_{codec}"
+    return f"decodebin ! {end}", "decodebin"
 
 
 def appsink(live: bool) -> str:
@@ -216,10 +228,11 @@ def rtsp_source(url: str, latency_ms: int, transport: str, timeout_s: float) -> 
 
 
 def file_pipeline(path: str, have: set[str], fit: Fit | None = None) -> Launch:
+    end, branch = _to_bgr(have, fit)
     return Launch(
         "filesrc",
         (("location", path),),
-        f"decodebin name=head ! {_to_bgr(have, fit)} ! {appsink(False)}{_view(have, fit)}",
+        f"decodebin name=head ! {end} ! {appsink(False)}{branch}",
     )
 
 
@@ -229,13 +242,13 @@ def csi_pipeline(
     """A Jetson CSI sensor: its NVMM frames through the VIC (``nvvidconv``), which also scales
     them to the model's size when ``fit`` says so."""
     vic = {"nvv4l2decoder", "nvvidconv"} | set(have)  # a CSI sensor implies JetPack's elements
+    end, branch = _to_bgr(vic, fit)
     return Launch(
         "nvarguscamerasrc",
         (("sensor-id", int(sensor)),),
         f'capsfilter name=head caps="video/x-raw(memory:NVMM),width={int(width)},'
         f'height={int(height)},framerate={int(fps)}/1" ! '
-        f"{_to_bgr(vic, fit) if fit else 'nvvidconv ! ' + BGRX} ! {appsink(True)}"
-        f"{_view(vic, fit)}",
+        f"{end} ! {appsink(True)}{branch}",
     )
 
 
@@ -258,11 +271,8 @@ def v4l2_pipeline(
             + (",format=YUY2" if codec == "yuyv" else "")
             + ("," + caps if caps else "")
         )
-    return Launch(
-        "v4l2src",
-        (("device", device),),
-        f"{head} ! {_to_bgr(set(have), fit)} ! {appsink(True)}{_view(set(have), fit)}",
-    )
+    end, branch = _to_bgr(set(have), fit)
+    return Launch("v4l2src", (("device", device),), f"{head} ! {end} ! {appsink(True)}{branch}")
 
 
 def describe(kind: str, have: set[str], latency_ms: int = 100, transport: str = "auto") -> str:

@@ -34,6 +34,7 @@ from edgert.apps.telemetry.http import send, send_file
 from edgert.apps.uris import redact, show_host, split, warn_if_open
 from edgert.runtime.errors import OutputError
 
+from ..media import paced
 from .base import Sink, SinkContext, grid_columns, stream_of
 from .retention import recorded
 
@@ -159,15 +160,12 @@ class HttpOutput(Sink):
 
     def wants(self, frame) -> bool:
         """Frames of a watched stream that bring the camera's pixels (a frame the decoder scaled:
-        with its full picture), when the stream's next picture is due: by the scene's time, on a
-        grid of 1/fps, a quarter period early allowed (a camera's jitter, or a branch's frames
-        of a 25 fps camera at 10 fps, 0.08 and 0.12 s apart, do not lower the rate; a jump back
-        starts the grid again)."""
+        with its full picture), when the stream's next picture is due: by the scene's time, on
+        a grid of 1/fps (:func:`media.paced`, the picture branch's own rule)."""
         i = stream_of(frame)
         if not self._watching[i] or getattr(frame, "picture", True) is None:
             return False
-        due, t, period = self._due[i], _scene_time(frame), 1.0 / self.fps
-        return due is None or t >= due - period / 4 or t < due - 2 * period
+        return paced(self._due[i], _scene_time(frame), 1.0 / self.fps)[0]
 
     def write(self, frame, overlay_image, record: dict) -> None:
         import cv2
@@ -175,9 +173,7 @@ class HttpOutput(Sink):
         if not self.wants(frame):  # not watched, not due, or not the camera's pixels
             return
         i = stream_of(frame)
-        t, due, period = _scene_time(frame), self._due[i], 1.0 / self.fps
-        on_grid = due is not None and due - period / 4 <= t < due + 3 * period / 4
-        self._due[i] = due + period if on_grid else t + period
+        _, self._due[i] = paced(self._due[i], _scene_time(frame), 1.0 / self.fps)
         ok, buf = cv2.imencode(".jpg", overlay_image, [cv2.IMWRITE_JPEG_QUALITY, self.quality])
         if ok:
             with self._cond:

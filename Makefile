@@ -17,7 +17,13 @@ DEVICE_TESTS := tests/runtime tests/apps/test_device_side.py tests/apps/test_gat
 # edgert serve: PyTriton needs numpy < 2, so its tests run in their own environment
 SERVE_VENV ?= .venv-serve
 
-.PHONY: demo test test-quick install gi-link lint clean test-oldest wheel-smoke test-serve ci
+# Ultralytics' exports against its own predictor: Ultralytics needs torchvision, which does not
+# install beside the project's torch 2.13 (torch 2.14.1 and torchvision 0.29.1 here, ~6 GB)
+ULTRA_VENV ?= .venv-ultra
+ULTRA := torch==2.14.1 torchvision==0.29.1 ultralytics==8.4.0 onnx onnxruntime onnxslim pytest
+
+.PHONY: demo test test-quick install gi-link lint clean test-oldest wheel-smoke test-serve \
+	test-ultralytics ci
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -88,11 +94,23 @@ test-serve: $(SERVE_VENV)/.installed
 	$(SERVE_VENV)/bin/python -m pip install -q --no-deps --force-reinstall .
 	$(SERVE_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/apps/test_serve.py
 
+$(ULTRA_VENV)/.installed: pyproject.toml Makefile
+	python3 -m venv $(ULTRA_VENV)
+	$(ULTRA_VENV)/bin/python -m pip install -q $(ULTRA)
+	touch $@
+
+# each Ultralytics model (YOLO11 detect/seg/pose/obb/cls, YOLOv10, YOLO26, RT-DETR) exported by
+# Ultralytics, made a bundle with no flags, run by edgert and by Ultralytics' predictor
+test-ultralytics: $(ULTRA_VENV)/.installed
+	$(ULTRA_VENV)/bin/python -m pip install -q --no-deps --force-reinstall .
+	cd /tmp && YOLO_OFFLINE=1 $(abspath $(ULTRA_VENV))/bin/python -m pytest -q -p no:cacheprovider \
+		$(abspath tests/ultralytics)
+
 # the built wheel in a fresh environment, commands run from another folder
 wheel-smoke:
 	PYTHON=$(abspath $(PY)) bash scripts/wheel-smoke.sh
 
-ci: test test-oldest test-serve wheel-smoke
+ci: test test-oldest test-serve test-ultralytics wheel-smoke
 
 clean:
-	rm -rf $(VENV) $(OLD_VENV) $(SERVE_VENV) edgert-demo .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(OLD_VENV) $(SERVE_VENV) $(ULTRA_VENV) edgert-demo .pytest_cache .ruff_cache

@@ -106,12 +106,30 @@ def describe(
     task: str | None = None,
     labels: str | Path | None = None,
     preprocess: dict | None = None,
-) -> None:
-    """Apply the user's task / labels / preprocessing options to ``src`` (in place)."""
+    outputs: list[TensorSpec] | None = None,
+    keypoints: str | None = None,
+) -> list:
+    """Apply the user's task / labels / preprocessing / keypoint options to ``src`` (in place);
+    where they differ from what the model's own metadata said, they win: the sentences saying so
+    are returned."""
+    notes = []
     if task is not None:
-        src.task = task_spec(task).name
+        chosen = task_spec(task).name
+        if src.read_from and chosen != src.task:
+            notes.append(f"--task {chosen} given: the model's metadata says {src.task}")
+        src.task = chosen
     if labels is not None:
         src.labels = read_labels(labels)
+        if src.read_from:
+            notes.append(
+                f"--labels {labels} given: {len(src.labels)} labels instead of the metadata's"
+            )
+    if src.read_from and any(v is not None for v in (preprocess or {}).values()):
+        given = ", ".join(
+            f"--{k.replace('_', '-')}" for k, v in preprocess.items() if v is not None
+        )
+        notes.append(f"{given} given: instead of the preprocessing the metadata implies")
+    _describe_head(src, outputs or [], keypoints, notes)
     overrides = {k: v for k, v in (preprocess or {}).items() if v is not None}
     unknown = set(overrides) - set(PREPROCESS_KEYS)
     if unknown:
@@ -141,6 +159,50 @@ def describe(
             src.preprocessing = replace(src.preprocessing, **fields)
         except (TypeError, ValueError) as exc:
             raise ModelError(f"invalid preprocessing option: {exc}") from exc
+    return notes
+
+
+def parse_keypoints(text: str) -> tuple:
+    """ "17x3" -> (17, 3): K keypoints of D values (2: x, y; 3: with visibility)."""
+    try:
+        k, d = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise ModelError(f"--keypoints {text!r} is not of the form KxD, e.g. 17x3") from None
+    if k < 1 or d not in (2, 3):
+        raise ModelError(
+            f"--keypoints {text}: K must be at least 1 and D 2 (x, y) or 3 (x, y, visibility)"
+        )
+    return k, d
+
+
+def _describe_head(src: SourceModel, outputs: list, keypoints: str | None, notes: list) -> None:
+    """The head of a detector-family model: the metadata's, else read from the first output's
+    shape (a [B, K, 6 + extras] output is end-to-end), with ``--keypoints`` for pose."""
+    from edgert.runtime.heads import Head
+
+    spec = TASK_SPECS[src.task]
+    if not spec.boxes or src.task == "faces":
+        src.head = None
+        return
+    head = src.head or Head(source="the output shapes")
+    kpt = head.kpt_shape
+    if keypoints is not None:
+        kpt = parse_keypoints(keypoints)
+        if head.kpt_shape is not None and kpt != head.kpt_shape:
+            notes.append(
+                f"--keypoints {keypoints} given: the model's metadata says {head.kpt_shape[0]}x{head.kpt_shape[1]}"
+            )
+    if src.task == "pose" and kpt is None:
+        raise ModelError("a pose model needs its keypoint shape: give --keypoints KxD (e.g. 17x3)")
+    form = head.form
+    first = outputs[0].shape if outputs else ()
+    if src.head is None and len(first) == 3 and first[-1] > 0 and first[1] > 0:
+        extra = {"pose": kpt[0] * kpt[1] if kpt else 0, "obb": 1}.get(src.task, 0)
+        if src.task == "segment-instances" and len(outputs) == 2 and len(outputs[1].shape) == 4:
+            extra = outputs[1].shape[1]
+        if first[-1] == 6 + extra and first[1] > first[-1]:
+            form = "end2end"
+    src.head = Head(form, kpt if src.task == "pose" else None, head.source)
 
 
 def _normalise(overrides: dict) -> dict:

@@ -20,7 +20,7 @@ from edgert.runtime.errors import (
     first_line,
     require,
 )
-from edgert.runtime.tasks import check_task_outputs
+from edgert.runtime.tasks import TASK_SPECS, check_task_outputs
 
 from . import onnx_export
 from .describe import check_labels, describe
@@ -80,12 +80,14 @@ def export_model(
     labels: str | Path | None = None,
     preprocess: dict | None = None,
     allow_trace_warnings: bool = False,
+    keypoints: str | None = None,
 ) -> ExportResult:
     """Export MODEL to a bundle folder and return its path with the parity report.
 
     Nothing is written unless every step (export, checks, parity) succeeds. ``task``, ``labels``
-    (a file) and ``preprocess`` (preprocessing fields, see docs/bundle.md) describe models that
-    do not bring their own description. A model whose tracing fixes data-dependent control flow
+    (a file), ``preprocess`` (preprocessing fields, see docs/bundle.md) and ``keypoints`` (a pose
+    model's "KxD") describe models that do not bring their own description (an Ultralytics ONNX
+    brings its own: the options win over it, each difference said in ``export.described``). A model whose tracing fixes data-dependent control flow
     (the tracer's warnings) is refused unless ``allow_trace_warnings``.
     """
     start = time.perf_counter()
@@ -143,10 +145,17 @@ def export_model(
             report=parity,
         )
     export_info["seconds"] = round(time.perf_counter() - start, 3)
-    describe(
-        src, onnx_export.tensor_specs(onnx_model.graph.input, onnx_model), task, labels, preprocess
-    )
     output_specs = onnx_export.tensor_specs(onnx_model.graph.output, onnx_model)
+    notes = describe(
+        src,
+        onnx_export.tensor_specs(onnx_model.graph.input, onnx_model),
+        task,
+        labels,
+        preprocess,
+        outputs=output_specs,
+        keypoints=keypoints,
+    )
+    export_info["described"] = [src.read_from, *notes] if src.read_from else notes
     check_labels(src.task, src.labels, output_specs)
     check_task_outputs(src.task, output_specs)
     manifest = _manifest(src, name, onnx_model, parity, export_info)
@@ -274,6 +283,7 @@ def _manifest(src: SourceModel, name: str, model, parity: ParityReport, export_i
         "outputs": [s.to_dict() for s in onnx_export.tensor_specs(model.graph.output, model)],
         "preprocessing": src.preprocessing.to_dict() if src.preprocessing else None,
         "labels": list(labels) if labels else None,
+        **({"head": src.head.to_dict()} if src.head is not None and TASK_SPECS[task].boxes else {}),
         "source": {"kind": src.kind, "spec": src.spec},
         "hashes": dict(src.hashes),
         "export": export_info,
@@ -291,6 +301,7 @@ def _set_metadata(model, manifest: dict) -> None:
         "edgert.task": manifest["task"],
         "edgert.preprocessing": json.dumps(manifest["preprocessing"]),
         "edgert.labels": json.dumps(manifest["labels"]),
+        "edgert.head": json.dumps(manifest.get("head")),
         "edgert.source": json.dumps(manifest["source"]),
     }
     keep = [p for p in model.metadata_props if not p.key.startswith("edgert.")]

@@ -264,6 +264,19 @@ def _load_onnx(path: Path) -> SourceModel:
         raise ModelError(f"{path} is not a valid ONNX model: its graph has no nodes")
     src = SourceModel(_name_of(path), "onnx", str(path), onnx_path=path)
     _read_edgert_metadata(model, src)
+    props = {p.key: p.value for p in model.metadata_props}
+    if "edgert.format" not in props:
+        from . import ultralytics
+
+        if ultralytics.is_ultralytics(props):
+            outputs = [
+                [
+                    d.dim_value if d.HasField("dim_value") else -1
+                    for d in o.type.tensor_type.shape.dim
+                ]
+                for o in model.graph.output
+            ]
+            ultralytics.read(props, outputs, src)
     return src
 
 
@@ -272,6 +285,7 @@ def _read_edgert_metadata(model, src: SourceModel) -> None:
     import json
 
     from edgert.runtime.errors import BundleError
+    from edgert.runtime.heads import Head
 
     props = {p.key: p.value for p in model.metadata_props}
     if "edgert.format" not in props:
@@ -281,6 +295,8 @@ def _read_edgert_metadata(model, src: SourceModel) -> None:
         pre = json.loads(props.get("edgert.preprocessing", "null"))
         src.preprocessing = Preprocessing.from_dict(pre) if pre else None
         src.labels = json.loads(props.get("edgert.labels", "null"))
+        head = json.loads(props.get("edgert.head", "null"))
+        src.head = Head.from_dict(head) if head else None
     except (ValueError, BundleError):
         src.preprocessing = src.labels = (
             None  # unreadable metadata: describe it with options instead

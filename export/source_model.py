@@ -32,6 +32,8 @@ class SourceModel:
     preprocessing: Preprocessing | None = None
     labels: list[str] | None = None
     samples: np.ndarray | None = None  # real, preprocessed inputs (N, ...) for parity
+    head: Any = None  # runtime.heads.Head of a detector-family model (its form, keypoints)
+    read_from: str | None = None  # what was read from the model's own metadata, in a sentence
     hashes: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
 

@@ -26,7 +26,7 @@ MODEL = "model.onnx"
 MAX_MANIFEST_BYTES = 64 << 20  # 50,000 labels make a manifest of about 1.2 MB
 MAX_DIM = 2**31 - 1  # TensorRT's dimensions are 32-bit
 ENGINES = "engines"
-TASKS = ("classify", "detect", "segment", "faces", "generic")
+TASKS = ("classify", "detect", "pose", "segment-instances", "obb", "segment", "faces", "generic")
 DTYPES = ("float32", "float16", "float64", "int8", "uint8", "int16", "int32", "int64", "bool")
 MAX_BATCH_LIMIT = 4096
 MAX_LABELS = 100_000
@@ -180,6 +180,14 @@ class Manifest:
         return Source(_text(found.get("kind")), _text(found.get("spec")))
 
     @property
+    def head(self):
+        """How a detector-family model's output is laid out (:class:`~.heads.Head`; checked on
+        load): its form (YOLO, end-to-end, DETR) and a pose model's keypoint shape."""
+        from .heads import Head
+
+        return Head.from_dict(self.raw.get("head"))
+
+    @property
     def detector(self) -> dict:
         """The detector's settings a multi-network task records (thresholds, pyramid)."""
         return dict(self.raw.get("detector") or {})
@@ -251,6 +259,10 @@ def _check_sections(data: dict, where: str) -> None:
     for section in ("export", "hashes", "models", "quantization", "detector"):
         if data.get(section) is not None and not isinstance(data[section], dict):
             raise BundleError(f"{where}: {section} must be an object")
+    if data.get("head") is not None:
+        from .heads import Head
+
+        Head.from_dict(data["head"], where)
     batch = (data.get("export") or {}).get("batch")
     valid = isinstance(batch, dict) and all(
         type(batch.get(k, 1)) is int and 1 <= batch.get(k, 1) <= MAX_BATCH_LIMIT

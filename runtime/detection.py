@@ -47,7 +47,9 @@ def nms(
     if overlap == "iou":
         import cv2
 
-        xywh = np.column_stack([boxes[:, :2], boxes[:, 2:] - boxes[:, :2]])
+        # a box whose corners cross (a random or untrained head's) overlaps nothing, as in
+        # torchvision's and Ultralytics' NMS: width and height 0, not OpenCV's reading of them
+        xywh = np.column_stack([boxes[:, :2], np.maximum(boxes[:, 2:] - boxes[:, :2], 0)])
         # OpenCV keeps scores above a threshold >= 0: lift non-positive scores, keeping the order
         s = scores if scores.min() > 0 else scores - scores.min() + 1.0
         kept = cv2.dnn.NMSBoxes(xywh, s, 0.0, float(threshold))

@@ -40,6 +40,9 @@ class Detection:
     label: str
     track_id: int | None = None
     extras: dict[str, Any] = field(default_factory=dict, hash=False)
+    # an instance mask (tasks/instances.py: a bitmap in model pixels), never written to JSON:
+    # records carry its area and outline among the extras
+    mask: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_record(cls, d: dict) -> Detection:
@@ -52,6 +55,10 @@ class Detection:
             str(d.get("label", d.get("class_id", 0))),
             d.get("track_id"),
         )
+
+    def with_extras(self, **extras) -> Detection:
+        """This object with ``extras`` added to (or replacing) its own."""
+        return dataclasses.replace(self, extras={**self.extras, **extras})
 
     def to_dict(self) -> dict:
         """Its record without tracking: box, label, score, class id, then the extras."""

@@ -302,11 +302,8 @@ def tail_busy(root: Path, f: int, e: int, last: float = 0.5) -> float:
     return sum(row[3] for row in tail) / len(tail)
 
 
-def segment_busy(root: Path, f: int, e: int, last: float = 0.4, min_s: float = 2.0) -> float:
-    """The median cores busy over the last ``last`` of the first stretch of the plant's series
-    spent at (f, e) for at least ``min_s`` seconds: the work one point of a sweep did in its
-    measured window (each point sets its clocks, measures idle, loads, warms up, then runs; the
-    clocks are put back between points)."""
+def _stretch(root: Path, f: int, e: int, min_s: float) -> list:
+    """The rows of the first stretch of the plant's series spent at (f, e) for ``min_s`` s or more."""
     series = json.loads((Path(root) / "plant.json").read_text())["series"]
     stretches: list = []
     for row in series:
@@ -314,9 +311,16 @@ def segment_busy(root: Path, f: int, e: int, last: float = 0.4, min_s: float = 2
             stretches[-1][1].append(row)
         else:
             stretches.append(((row[1], row[2]), [row]))
-    rows = next(r for k, r in stretches if k == (f, e) and r[-1][0] - r[0][0] >= min_s)
-    tail = sorted(row[3] for row in rows[int(len(rows) * (1 - last)) :])
-    return tail[len(tail) // 2]
+    return next(r for k, r in stretches if k == (f, e) and r[-1][0] - r[0][0] >= min_s)
+
+
+def window_power(root: Path, f: int, e: int, seconds: float, min_s: float = 2.0) -> float:
+    """The plant's own mean power (before its 1 % sensor noise) over the last ``seconds`` of the
+    first stretch of its series spent at (f, e) for at least ``min_s`` seconds: what a sweep's
+    point measured over its window (the clocks are put back as its window ends)."""
+    rows = _stretch(root, f, e, min_s)
+    window = [row for row in rows if row[0] >= rows[-1][0] - seconds]
+    return sum(row[4] for row in window) / len(window)
 
 
 def main() -> None:

@@ -77,7 +77,10 @@ def add_parser(sub) -> None:
         "--rtol", type=nonneg_float, default=1e-3, help="parity relative tolerance (default 1e-3)"
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    d = p.add_argument_group("description (for models other than the zoo's)")
+    d = p.add_argument_group(
+        "description (for models other than the zoo's; an Ultralytics ONNX brings its own, which "
+        "these override)"
+    )
     d.add_argument(
         "--task",
         choices=[t.name for t in TASK_SPECS.values() if t.export_option],
@@ -85,6 +88,11 @@ def add_parser(sub) -> None:
     )
     d.add_argument(
         "--labels", metavar="FILE", help="class names: a text file (one per line) or a JSON list"
+    )
+    d.add_argument(
+        "--keypoints",
+        metavar="KxD",
+        help="a pose model's keypoints: K of D values (2: x, y; 3: with visibility), e.g. 17x3",
     )
     d.add_argument(
         "--resize",
@@ -135,6 +143,7 @@ def run(args) -> int:
         rtol=args.rtol,
         task=args.task,
         labels=args.labels,
+        keypoints=args.keypoints,
         preprocess={
             "resize": args.resize,
             "size": args.size,
@@ -159,6 +168,8 @@ def run(args) -> int:
         return 0
     m = result.manifest
     print(f"exported {args.model} -> {result.bundle} in {result.seconds:.1f} s")
+    for line in m["export"].get("described") or []:
+        print(f"  {line}")
     for spec in m["inputs"]:
         print(f"  input  {spec['name']}: {spec['dtype']} {spec['shape']}")
     for spec in m["outputs"]:

@@ -37,7 +37,7 @@ from ..bundle import TASKS, Bundle
 from ..errors import ModelError
 from ..results import Result
 from ..task_model import TaskModel
-from . import classify, detect, segment
+from . import classify, detect, instances, obb, pose, segment
 
 __all__ = [
     "TASK_SPECS",
@@ -134,9 +134,40 @@ TASK_SPECS: dict[str, TaskSpec] = {
             **_hooks(detect),
         ),
         TaskSpec(
+            "pose",
+            "pose",
+            "boxes with K keypoints each (a YOLO pose head; --keypoints KxD)",
+            boxes=True,
+            letterbox=True,
+            first_output=(
+                3,
+                3,
+                "a pose head [N, 4 + classes + K*D, candidates] or [N, K', 6 + K*D]",
+            ),
+            **_hooks(pose),
+        ),
+        TaskSpec(
+            "segment-instances",
+            "instance-segmentation",
+            "boxes with a mask each, from a YOLO-seg head's prototypes (not per-pixel classes)",
+            boxes=True,
+            letterbox=True,
+            first_output=(3, 3, "detections with mask coefficients [N, ., .]"),
+            **_hooks(instances),
+        ),
+        TaskSpec(
+            "obb",
+            "oriented-box",
+            "rotated boxes (centre, sides, angle) with labels and scores (a YOLO OBB head)",
+            boxes=True,
+            letterbox=True,
+            first_output=(3, 3, "an OBB head [N, 4 + classes + 1, candidates] or [N, K, 7]"),
+            **_hooks(obb),
+        ),
+        TaskSpec(
             "segment",
             "segmentation",
-            "per-pixel classes: a mask per image",
+            "per-pixel classes: one semantic mask per image (instance masks: segment-instances)",
             first_output=(4, 4, "per-pixel class scores [N, C, H, W]"),
             camera=False,
             **_hooks(segment),

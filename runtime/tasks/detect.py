@@ -5,12 +5,69 @@ from __future__ import annotations
 
 import collections
 
-from ..results import Result
+import numpy as np
+
+from ..results import Detection, Result
+
+
+def head_of(model):
+    """The model's :class:`~edgert.runtime.heads.Head` (its manifest's; the YOLO form where
+    it records none)."""
+    from ..heads import Head
+
+    manifest = getattr(model.engine, "manifest", None)
+    return manifest.head if manifest is not None else Head()
+
+
+def candidates(model, values: list, extra: int, rotated: bool = False) -> list:
+    """A detector-family model's first output -> :class:`~edgert.runtime.heads.Candidates`
+    per image, in model-input pixels. ``extra``: the values each candidate carries after its
+    classes. The number of classes is the labels' where the model has them, else what the
+    output's shape leaves."""
+    from ..heads import decode_head
+
+    head = head_of(model)
+    first = values[0]
+    if model.labels:
+        nc = len(model.labels)
+    elif head.form == "detr":
+        nc = first.shape[-1] - 4
+    else:
+        nc = first.shape[1] - 4 - extra
+    found = decode_head(first, head, nc, extra, model.conf, model.iou, rotated=rotated)
+    if head.form == "detr":  # boxes normalised to the input: in its pixels
+        h, w = model.engine.preprocessing.size
+        for c in found:
+            c.boxes = c.boxes * np.array([w, h, w, h], np.float32)
+    return found
+
+
+def objects(model, found, transforms: list) -> list:
+    """Candidates in model pixels -> the :class:`Detection` lists per image in source pixels
+    (boxes mapped and clipped, labels named); ``extras``: per image, per object, its extras."""
+    names = list(model.labels or ())
+    out = []
+    for c, t in zip(found, transforms or [None] * len(found)):
+        boxes = t.to_source(c.boxes) if t is not None else c.boxes
+        out.append(
+            [
+                Detection(tuple(b), s, k, names[k] if 0 <= k < len(names) else str(k))
+                for b, s, k in zip(
+                    np.asarray(boxes, np.float64).tolist(),
+                    np.asarray(c.scores, np.float64).tolist(),
+                    c.classes.tolist(),
+                )
+            ]
+        )
+    return out
 
 
 def decode(model, values: list, transforms: list) -> list:
     from ..detection import decode_detections
 
+    if len(values) == 1 and head_of(model).form != "yolo":  # end-to-end and DETR heads
+        found = candidates(model, values, 0)
+        return [Result.of_objects(d, model.task) for d in objects(model, found, transforms)]
     dets = decode_detections(
         values,
         model.conf,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clock_plant import LAYOUTS, hz, power_w, segment_busy, tail_busy, truth, write_layout
+from tests.clock_plant import LAYOUTS, hz, power_w, tail_busy, truth, window_power, write_layout
 from tests.clock_plant import bench_in_the_loop as clocked
 from tests.power_plant import bench_in_the_loop as free
 
@@ -161,20 +161,22 @@ def test_a_sweep_over_the_clocks_marks_the_least_energy_at_the_rate(mobilenet, t
         want = p["setting"]["gpu_clock"]
         got = (p["clocks_set"] or {}).get("gpu", {}).get("set_max_mhz")
         assert got == want, (p["label"], p["clocks_set"])
-    # each point's energy is the plant's for the clocks it set and the work it did: this VM's
-    # speed drifts (the same point's work moved by 18 % between sweeps, measured), so the truth
-    # is the plant's power at each point's own work (measured within 3 % of it; 6 % allowed)
+    # each point's energy is the plant's: its mean power (before the sensor's 1 % noise) over
+    # the point's own window, per inference at the rate delivered. The power the plant's model
+    # gives for the cores busy is not the truth here: this VM's speed drifts within a window
+    # (a point's median work was 6.7 % under its mean on a loaded CI run). The window is the
+    # stretch's last `seconds`, within 0.1 % of the bench's on a quiet machine and 3.1 % with
+    # both cores loaded (measured): 6 % allowed.
     truth_mj = {}
     for label, p in points.items():
         s = p["setting"]
         f, e = hz(s["gpu_clock"] or 918), hz(s["emc_clock"] or 3199)
-        watts = power_w("orin-jp6", f, e, segment_busy(root, f, e), True)
-        truth_mj[label] = watts * 1e3 / p["throughput_ips"]
+        truth_mj[label] = window_power(root, f, e, p["seconds"]) * 1e3 / p["throughput_ips"]
         ratio = p["energy_mj_per_inference"] / truth_mj[label]
         assert 0.94 <= ratio <= 1.06, (label, p["energy_mj_per_inference"], truth_mj[label])
     # the plant's model at equal work: 510 MHz and EMC 2133 draw the least at a rate both hold
     # (by 4.5 % over EMC 3199, 20 % over 918 MHz); the sweep marks the least it measured, which
-    # is 510 MHz and, with the work each point did, the least of the truth within its noise
+    # is 510 MHz and the least of the truth within its noise
     chosen = r["most_efficient"]
     assert chosen == min(points, key=lambda k: points[k]["energy_mj_per_inference"]), chosen
     assert chosen.startswith("gpu_clock=510.0 "), chosen

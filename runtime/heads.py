@@ -1,0 +1,223 @@
+"""The output heads of the YOLO family and of DETR-style detectors: what each form holds, and its
+decoding to objects in model-input pixels (thresholds, NMS, extras per object).
+
+Forms (``Head.form``, recorded in the manifest's ``head`` section):
+
+- ``yolo``: one output [B, 4 + nc + E, N]: per candidate a box (centre x, y, width, height in
+  input pixels), nc class scores and E extras (K x D keypoints for pose, 32 mask coefficients
+  for instance segmentation, an angle for oriented boxes). Thresholded, then class-aware NMS
+  (greedy IoU; for oriented boxes Fast-NMS on probabilistic IoU, as Ultralytics does).
+- ``end2end``: [B, K, 6 + E]: boxes (x1, y1, x2, y2; for oriented boxes centre x, y, width,
+  height with the angle last), score, class, extras: the model chose them; no NMS (YOLOv10,
+  YOLO26, exports with ``nms=True``).
+- ``detr``: [B, K, 4 + nc]: boxes as centre x, y, width, height normalised to the input, and
+  class scores (RT-DETR): the best class per query above the threshold; no NMS.
+
+Everything here is numpy (the device side: Python 3.8, numpy 1.x).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .detection import batched_nms, xywh_to_xyxy
+from .errors import BundleError, ShapeError
+
+FORMS = ("yolo", "end2end", "detr")
+MAX_NMS = 30000  # candidates kept for NMS, the best first (as Ultralytics)
+
+
+@dataclass(frozen=True)
+class Head:
+    """How a detector-family model's first output is laid out: its form, the keypoints' shape
+    (K, D) of a pose model, and where this was read from (``Ultralytics metadata``, the output
+    shapes, the user's flags)."""
+
+    form: str = "yolo"
+    kpt_shape: tuple[int, int] | None = None
+    source: str | None = None
+
+    def to_dict(self) -> dict:
+        out: dict = {"form": self.form}
+        if self.kpt_shape is not None:
+            out["kpt_shape"] = list(self.kpt_shape)
+        if self.source:
+            out["from"] = self.source
+        return out
+
+    @classmethod
+    def from_dict(cls, data: object, where: str = "manifest") -> Head:
+        """The manifest's ``head`` section (a bundle from someone else's machine: checked)."""
+        if data is None:
+            return cls()
+        if not isinstance(data, dict):
+            raise BundleError(f"{where}: head must be an object")
+        form = data.get("form", "yolo")
+        if form not in FORMS:
+            raise BundleError(f"{where}: head.form {form!r} is not one of {', '.join(FORMS)}")
+        kpt = data.get("kpt_shape")
+        if kpt is not None and not (
+            isinstance(kpt, list)
+            and len(kpt) == 2
+            and all(type(v) is int for v in kpt)
+            and 1 <= kpt[0] <= 1000
+            and kpt[1] in (2, 3)
+        ):
+            raise BundleError(
+                f"{where}: head.kpt_shape {str(kpt)[:40]} must be [K, D]: K keypoints (1-1000), "
+                "D = 2 (x, y) or 3 (x, y, visibility)"
+            )
+        source = data.get("from")
+        return cls(
+            form,
+            tuple(kpt) if kpt is not None else None,
+            source if isinstance(source, str) else None,
+        )
+
+
+@dataclass
+class Candidates:
+    """One image's objects in model-input pixels: ``boxes`` [M, 4] (x1, y1, x2, y2) or [M, 5]
+    (centre x, y, width, height, angle in radians) for oriented boxes; scores, class ids and
+    the extras [M, E] each candidate carried (keypoints, mask coefficients)."""
+
+    boxes: np.ndarray
+    scores: np.ndarray
+    classes: np.ndarray
+    extras: np.ndarray
+
+    def take(self, keep) -> Candidates:
+        return Candidates(
+            self.boxes[keep], self.scores[keep], self.classes[keep], self.extras[keep]
+        )
+
+
+def _empty(box_width: int, extra: int) -> Candidates:
+    return Candidates(
+        np.zeros((0, box_width), np.float32),
+        np.zeros(0, np.float32),
+        np.zeros(0, np.int64),
+        np.zeros((0, extra), np.float32),
+    )
+
+
+def decode_head(
+    output: np.ndarray,
+    head: Head,
+    num_classes: int,
+    extra: int,
+    conf: float,
+    iou: float,
+    max_det: int = 300,
+    rotated: bool = False,
+) -> list:
+    """The first output of a detector-family model -> :class:`Candidates` per image.
+    ``extra``: values per candidate after the classes (the angle of an oriented box counts)."""
+    out = np.asarray(output, dtype=np.float32)
+    if out.ndim != 3:
+        raise ShapeError(f"a detector head's output is [batch, ., .]; got {list(out.shape)}")
+    if head.form == "end2end":
+        return [_end2end(pred, extra, conf, max_det, rotated) for pred in out]
+    if head.form == "detr":
+        return [_detr(pred, conf, max_det) for pred in out]
+    if out.shape[1] != 4 + num_classes + extra:
+        raise ShapeError(
+            f"output {list(out.shape)} is not [batch, 4 + {num_classes} classes + {extra}, candidates]"
+        )
+    return [_yolo(pred, num_classes, extra, conf, iou, max_det, rotated) for pred in out]
+
+
+def _yolo(pred, nc, extra, conf, iou, max_det, rotated) -> Candidates:
+    """One image's [4 + nc + E, N]: the candidates whose best class beats ``conf``, then NMS."""
+    cls = pred[4 : 4 + nc]
+    best = cls.max(axis=0) if nc else np.zeros(pred.shape[1], np.float32)
+    keep = np.flatnonzero(best > conf)
+    if not keep.size:
+        return _empty(5 if rotated else 4, extra - (1 if rotated else 0))
+    if keep.size > MAX_NMS:
+        keep = keep[np.argsort(-best[keep], kind="stable")[:MAX_NMS]]
+    sel = pred[:, keep].T  # [M, 4 + nc + E]: only the candidates left are transposed
+    scores = best[keep]
+    classes = cls[:, keep].argmax(axis=0).astype(np.int64)
+    if rotated:
+        boxes = np.concatenate([sel[:, :4], sel[:, -1:]], axis=1)
+        extras = sel[:, 4 + nc : -1]
+        kept = rotated_nms(boxes, scores, classes, iou)
+    else:
+        boxes = xywh_to_xyxy(sel[:, :4])
+        extras = sel[:, 4 + nc :]
+        kept = batched_nms(boxes, scores, classes, iou)
+    return Candidates(boxes, scores, classes, extras).take(kept[:max_det])
+
+
+def _end2end(pred, extra, conf, max_det, rotated) -> Candidates:
+    """One image's [K, 6 + E]: the model's own choice; those above ``conf``, in its order."""
+    if pred.shape[1] != 6 + extra:
+        raise ShapeError(
+            f"an end-to-end head's rows hold 6 + {extra} values (box, score, class, extras); "
+            f"these hold {pred.shape[1]}"
+        )
+    rows = pred[pred[:, 4] > conf][:max_det]
+    classes = rows[:, 5].astype(np.int64)
+    if rotated:  # centre x, y, width, height, score, class, angle
+        return Candidates(
+            np.concatenate([rows[:, :4], rows[:, -1:]], axis=1), rows[:, 4], classes, rows[:, 6:-1]
+        )
+    return Candidates(rows[:, :4], rows[:, 4], classes, rows[:, 6:])
+
+
+def _detr(pred, conf, max_det) -> Candidates:
+    """One image's [K, 4 + nc] (normalised centre boxes, class scores): best class per query
+    above ``conf``, best first; boxes in model-input units of 1 (scaled by the caller)."""
+    scores = pred[:, 4:].max(axis=1)
+    classes = pred[:, 4:].argmax(axis=1).astype(np.int64)
+    keep = np.flatnonzero(scores > conf)
+    keep = keep[np.argsort(-scores[keep], kind="stable")][:max_det]
+    return Candidates(
+        xywh_to_xyxy(pred[keep, :4]),
+        scores[keep],
+        classes[keep],
+        np.zeros((len(keep), 0), np.float32),
+    )
+
+
+def _covariance(b: np.ndarray):
+    """The (a, b, c) of the Gaussian of each oriented box [M, 5] (its covariance [[a, c], [c, b]])."""
+    w2, h2 = b[:, 2] ** 2 / 12.0, b[:, 3] ** 2 / 12.0
+    cos, sin = np.cos(b[:, 4]), np.sin(b[:, 4])
+    return w2 * cos**2 + h2 * sin**2, w2 * sin**2 + h2 * cos**2, (w2 - h2) * cos * sin
+
+
+def probiou(b1: np.ndarray, b2: np.ndarray, eps: float = 1e-7) -> np.ndarray:
+    """Probabilistic IoU [M, N] of oriented boxes (centre x, y, width, height, angle): one minus
+    the Hellinger distance of their Gaussians (Llerena et al., arXiv:2106.06072), the measure
+    Ultralytics' OBB NMS uses."""
+    b1 = np.asarray(b1, np.float64)
+    b2 = np.asarray(b2, np.float64)
+    a1, bb1, c1 = (v[:, None] for v in _covariance(b1))
+    a2, bb2, c2 = (v[None, :] for v in _covariance(b2))
+    dx = b1[:, None, 0] - b2[None, :, 0]
+    dy = b1[:, None, 1] - b2[None, :, 1]
+    sa, sb, sc = a1 + a2, bb1 + bb2, c1 + c2
+    det = sa * sb - sc**2
+    t1 = (sa * dy**2 + sb * dx**2) / (det + eps) * 0.25
+    t2 = (sc * (-dx) * dy) / (det + eps) * 0.5
+    own = np.sqrt(np.clip(a1 * bb1 - c1**2, 0, None) * np.clip(a2 * bb2 - c2**2, 0, None))
+    t3 = 0.5 * np.log(det / (4 * own + eps) + eps)
+    bd = np.clip(t1 + t2 + t3, eps, 100.0)
+    return 1.0 - np.sqrt(1.0 - np.exp(-bd) + eps)
+
+
+def rotated_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, threshold: float):
+    """Fast-NMS (Bolya et al., arXiv:1904.02689) of oriented boxes, class-aware: a box goes when
+    any better-scored box of its class overlaps it by ``threshold`` or more (probabilistic IoU).
+    Indices kept, best first."""
+    if not len(boxes):
+        return np.zeros(0, np.int64)
+    order = np.argsort(-np.asarray(scores), kind="stable")
+    b = np.asarray(boxes, np.float64)[order].copy()
+    b[:, :2] += (np.asarray(classes)[order] * 7680.0)[:, None]  # classes far apart: never overlap
+    overlap = np.triu(probiou(b, b), k=1)
+    return order[(overlap >= threshold).sum(axis=0) == 0]

@@ -1,0 +1,159 @@
+"""The segment-instances task: objects with a mask each (YOLO-seg; not the per-pixel classes of
+the ``segment`` task). The head's first output is [B, 4 + nc + P, N] (end-to-end: [B, K, 6 + P])
+with P mask coefficients per candidate; the second, [B, P, H/4, W/4], the prototypes. Each
+object's mask is its coefficients times the prototypes, cropped to its box, upsampled to the
+model's input and thresholded at 0, as Ultralytics' predictor computes it; objects whose mask is
+empty are dropped (as there). Records carry the mask's ``mask_area`` (source pixels) and its
+outline as a ``polygon`` in source pixels; :attr:`Detection.mask` keeps the bitmap
+(model pixels, cropped to the box: :class:`InstanceMask`) for comparisons, not written to
+JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..results import Result
+from . import detect
+
+
+@dataclass(frozen=True)
+class InstanceMask:
+    """One object's mask in model-input pixels: ``bitmap`` (bool) whose top-left corner is at
+    (``x``, ``y``) of an input of ``input_hw``; the rest of the input is outside the mask."""
+
+    x: int
+    y: int
+    bitmap: np.ndarray
+    input_hw: tuple
+
+    def full(self) -> np.ndarray:
+        """The mask over the whole model input (bool [H, W])."""
+        out = np.zeros(self.input_hw, bool)
+        h, w = self.bitmap.shape
+        out[self.y : self.y + h, self.x : self.x + w] = self.bitmap
+        return out
+
+    @property
+    def area(self) -> int:
+        return int(self.bitmap.sum())
+
+
+def masks_of(protos: np.ndarray, coeffs: np.ndarray, boxes: np.ndarray, input_hw) -> list:
+    """Each object's :class:`InstanceMask` (None where it is empty): coefficients [M, P] times
+    prototypes [P, h, w], zero outside its box (x1, y1, x2, y2 in input pixels, scaled to the
+    prototypes'), bilinearly upsampled to ``input_hw`` and thresholded at 0."""
+    import cv2
+
+    p, mh, mw = protos.shape
+    ih, iw = input_hw
+    raw = (coeffs.astype(np.float32) @ protos.reshape(p, -1).astype(np.float32)).reshape(-1, mh, mw)
+    scale = np.array([mw / iw, mh / ih, mw / iw, mh / ih], np.float32)
+    # the crop as Ultralytics' predictor makes it: box edges rounded for fewer than 50 objects,
+    # exact (pixel centres from the edge in) for 50 and more
+    rounded = len(boxes) < 50
+    cols = np.arange(mw, dtype=np.float32)[None, :]
+    rows = np.arange(mh, dtype=np.float32)[:, None]
+    out = []
+    for m, box in zip(raw, boxes):
+        x1, y1, x2, y2 = np.round(box * scale) if rounded else box * scale
+        inside = (cols >= x1) & (cols < x2) & (rows >= y1) & (rows < y2)
+        m = np.where(inside, m, 0).astype(np.float32)
+        up = cv2.resize(m, (iw, ih), interpolation=cv2.INTER_LINEAR) > 0
+        ys, xs = np.nonzero(up.any(axis=1))[0], np.nonzero(up.any(axis=0))[0]
+        if not ys.size:
+            out.append(None)
+            continue
+        y0, y1_, x0, x1_ = ys[0], ys[-1] + 1, xs[0], xs[-1] + 1
+        out.append(InstanceMask(int(x0), int(y0), up[y0:y1_, x0:x1_], (ih, iw)))
+    return out
+
+
+def polygon(mask: InstanceMask, transform) -> list:
+    """The outline of the mask's largest part, in source pixels ([[x, y], ...])."""
+    import cv2
+
+    contours, _ = cv2.findContours(
+        mask.bitmap.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE
+    )
+    if not contours:
+        return []
+    pts = max(contours, key=cv2.contourArea).reshape(-1, 2).astype(np.float64)
+    pts += (mask.x, mask.y)
+    if transform is not None:
+        h, w = transform.source_hw
+        pts[:, 0] = ((pts[:, 0] - transform.ox) / transform.sx).clip(0, w)
+        pts[:, 1] = ((pts[:, 1] - transform.oy) / transform.sy).clip(0, h)
+    return [[round(x, 1), round(y, 1)] for x, y in pts.tolist()]
+
+
+def decode(model, values: list, transforms: list) -> list:
+    if len(values) != 2:
+        raise ShapeError(
+            "an instance-segmentation model has two outputs (detections with mask coefficients, "
+            f"and prototypes); this one has {len(values)}"
+        )
+    first, protos = sorted(values, key=lambda v: v.ndim)  # [B, ., .] then [B, P, h, w]
+    if protos.ndim != 4:
+        raise ShapeError(f"the prototypes are [batch, P, h, w]; got {list(protos.shape)}")
+    found = detect.candidates(model, [first], protos.shape[1])
+    input_hw = tuple(model.engine.preprocessing.size)
+    results = []
+    ts = transforms or [None] * len(found)
+    for i, (c, t) in enumerate(zip(found, ts)):
+        masks = masks_of(protos[i], c.extras, c.boxes, input_hw)
+        keep = [j for j, m in enumerate(masks) if m is not None]
+        c = c.take(np.asarray(keep, np.int64))
+        objs = detect.objects(model, [c], [t])[0]
+        sx = t.sx * t.sy if t is not None else 1.0
+        results.append(
+            Result.of_objects(
+                [
+                    dataclasses.replace(
+                        o.with_extras(
+                            mask_area=round(masks[j].area / sx, 1), polygon=polygon(masks[j], t)
+                        ),
+                        mask=masks[j],
+                    )
+                    for o, j in zip(objs, keep)
+                ],
+                model.task,
+            )
+        )
+    return results
+
+
+def mask_iou(a: InstanceMask, b: InstanceMask) -> float:
+    inter = np.logical_and(a.full(), b.full()).sum()
+    union = np.logical_or(a.full(), b.full()).sum()
+    return float(inter / union) if union else 1.0
+
+
+compare, judge, observed = detect.compare, detect.judge, detect.observed
+
+
+def draw(out, result: Result) -> list:
+    """Each mask as a tint of its track's colour (its outline filled), then boxes as detect's."""
+    import cv2
+
+    if result.objects:
+        tint = out.copy()
+        for o in result.objects:
+            poly = o.extras.get("polygon")
+            if poly:
+                pts = np.round(np.asarray(poly)).astype(np.int32).reshape(-1, 1, 2)
+                cv2.fillPoly(tint, [pts], detect.track_color(o.track_id))
+        cv2.addWeighted(tint, 0.4, out, 0.6, 0, dst=out)
+    detect.draw(out, result)
+    return []
+
+
+def describe(result: Result) -> list:
+    """``edgert run``'s lines: each object as detect says it, with its mask's area."""
+    return [
+        f"{line}  mask {o.extras.get('mask_area', 0):.0f} px"
+        for line, o in zip(detect.describe(result), result.objects)
+    ]

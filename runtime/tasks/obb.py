@@ -1,0 +1,106 @@
+"""The obb task: oriented boxes. A YOLO OBB head's output is [B, 4 + nc + 1, N] (centre x, y,
+width, height, class scores, the angle in radians last; end-to-end: [B, K, 7]), NMS by
+probabilistic IoU. Each object's record keeps Ultralytics' convention: ``rbox`` = [centre x,
+centre y, width, height, angle] in source pixels and radians (the angle as the head gives it,
+in [-pi/4, 3pi/4)), its four ``corners``; ``box`` is the upright box around the corners
+(clipped to the image), so tracking, lines and zones work on it as on any detector's."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..results import Result
+from . import detect
+
+
+def corners(rbox: np.ndarray) -> np.ndarray:
+    """Oriented boxes [M, 5] (centre x, y, width, height, angle) -> their corners [M, 4, 2]."""
+    r = np.asarray(rbox, np.float64).reshape(-1, 5)
+    cos, sin = np.cos(r[:, 4]), np.sin(r[:, 4])
+    vw = np.stack([r[:, 2] / 2 * cos, r[:, 2] / 2 * sin], axis=1)
+    vh = np.stack([-r[:, 3] / 2 * sin, r[:, 3] / 2 * cos], axis=1)
+    c = r[:, :2]
+    return np.stack([c + vw + vh, c + vw - vh, c - vw - vh, c - vw + vh], axis=1)
+
+
+def to_source(rbox: np.ndarray, transform) -> np.ndarray:
+    """Oriented boxes [M, 5] in model pixels -> source pixels (centre shifted and scaled, sides
+    scaled; letterbox and stretch scale both axes alike for an upright square, the angle kept)."""
+    r = np.array(rbox, dtype=np.float64).reshape(-1, 5)
+    if transform is None:
+        return r
+    r[:, 0] = (r[:, 0] - transform.ox) / transform.sx
+    r[:, 1] = (r[:, 1] - transform.oy) / transform.sy
+    r[:, 2] /= transform.sx
+    r[:, 3] /= transform.sy
+    return r
+
+
+def decode(model, values: list, transforms: list) -> list:
+    from ..results import Detection
+
+    found = detect.candidates(model, values, 1, rotated=True)
+    names = list(model.labels or ())
+    results = []
+    for c, t in zip(found, transforms or [None] * len(found)):
+        r = to_source(c.boxes, t)
+        pts = corners(r)
+        upright = np.concatenate([pts.min(axis=1), pts.max(axis=1)], axis=1)
+        if t is not None:
+            h, w = t.source_hw
+            upright = upright.clip(0, [w, h, w, h])
+        objs = [
+            Detection(
+                tuple(b),
+                s,
+                k,
+                names[k] if 0 <= k < len(names) else str(k),
+                extras={
+                    "rbox": [round(v, 2) for v in rb[:4]] + [round(rb[4], 5)],
+                    "corners": [[round(v, 2) for v in p] for p in cs],
+                },
+            )
+            for b, s, k, rb, cs in zip(
+                upright.tolist(),
+                np.asarray(c.scores, np.float64).tolist(),
+                c.classes.tolist(),
+                r.tolist(),
+                pts.tolist(),
+            )
+        ]
+        results.append(Result.of_objects(objs, model.task))
+    return results
+
+
+compare, judge, observed = detect.compare, detect.judge, detect.observed
+
+
+def draw(out, result: Result) -> list:
+    """Each oriented box as its four sides, with its track, label and score."""
+    import cv2
+
+    for o in result.objects:
+        pts = o.extras.get("corners")
+        color = detect.track_color(o.track_id)
+        if pts:
+            poly = np.round(np.asarray(pts)).astype(np.int32).reshape(-1, 1, 2)
+            cv2.polylines(out, [poly], True, color, 2, cv2.LINE_AA)
+        x1, y1 = (int(round(v)) for v in o.box[:2])
+        tag = f"#{o.track_id} " if o.track_id is not None else ""
+        cv2.putText(
+            out, f"{tag}{o.label} {o.score:.2f}", (x1, max(12, y1 - 4)),
+            cv2.FONT_HERSHEY_SIMPLEX, 0.5, color, 1, cv2.LINE_AA,
+        )  # fmt: skip
+    return []
+
+
+def describe(result: Result) -> list:
+    """``edgert run``'s lines: score, label, centre, sides and angle (degrees) of each box."""
+    lines = []
+    for o in result.objects:
+        cx, cy, w, h, a = o.extras.get("rbox", [0, 0, 0, 0, 0])
+        lines.append(
+            f"  {o.score:7.4f}  {o.label:<20} centre ({cx:.1f}, {cy:.1f}) {w:.1f}x{h:.1f} "
+            f"at {np.degrees(a):.1f} deg"
+        )
+    return lines

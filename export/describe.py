@@ -181,7 +181,7 @@ def _describe_head(src: SourceModel, outputs: list, keypoints: str | None, notes
     from edgert.runtime.heads import Head
 
     spec = TASK_SPECS[src.task]
-    if not spec.boxes or src.task == "faces":
+    if spec.head_extras is None:
         src.head = None
         return
     head = src.head or Head(source="the output shapes")
@@ -189,20 +189,19 @@ def _describe_head(src: SourceModel, outputs: list, keypoints: str | None, notes
     if keypoints is not None:
         kpt = parse_keypoints(keypoints)
         if head.kpt_shape is not None and kpt != head.kpt_shape:
-            notes.append(
-                f"--keypoints {keypoints} given: the model's metadata says {head.kpt_shape[0]}x{head.kpt_shape[1]}"
-            )
-    if src.task == "pose" and kpt is None:
-        raise ModelError("a pose model needs its keypoint shape: give --keypoints KxD (e.g. 17x3)")
+            said = "x".join(map(str, head.kpt_shape))
+            notes.append(f"--keypoints {keypoints} given: the model's metadata says {said}")
+    if spec.keypoints and kpt is None:
+        raise ModelError(
+            f"a {spec.kind} model needs its keypoint shape: give --keypoints KxD (e.g. 17x3)"
+        )
     form = head.form
     first = outputs[0].shape if outputs else ()
     if src.head is None and len(first) == 3 and first[-1] > 0 and first[1] > 0:
-        extra = {"pose": kpt[0] * kpt[1] if kpt else 0, "obb": 1}.get(src.task, 0)
-        if src.task == "segment-instances" and len(outputs) == 2 and len(outputs[1].shape) == 4:
-            extra = outputs[1].shape[1]
-        if first[-1] == 6 + extra and first[1] > first[-1]:
+        extra = spec.head_extras(kpt, [o.shape for o in outputs])
+        if extra is not None and first[-1] == 6 + extra and first[1] > first[-1]:
             form = "end2end"
-    src.head = Head(form, kpt if src.task == "pose" else None, head.source)
+    src.head = Head(form, kpt if spec.keypoints else None, head.source)
 
 
 def _normalise(overrides: dict) -> dict:

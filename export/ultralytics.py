@@ -61,31 +61,28 @@ def read(props: dict, outputs: list, src: SourceModel) -> None:
     """Describe ``src`` from Ultralytics' metadata ``props`` (``outputs``: the graph's output
     shapes, lists of ints, 0 or negative where symbolic), or ModelError with one sentence where
     the metadata is unreadable or contradicts the graph."""
+    from edgert.runtime.tasks import TASK_SPECS
+
     where = f"{src.spec}'s Ultralytics metadata"
     task = props.get("task")
     if task not in TASKS:
         raise ModelError(f"{where} names the task {task!r}; edgert runs {', '.join(sorted(TASKS))}")
+    spec = TASK_SPECS[TASKS[task]]
     labels = _labels(_literal(props, "names", where), where)
     size = _size(_literal(props, "imgsz", where), where)
     end2end = props.get("end2end", "False") == "True"
     nc = len(labels)
-    kpt = None
-    if task == "pose":
-        kpt = _literal(props, "kpt_shape", where) if "kpt_shape" in props else None
-        if not (
-            isinstance(kpt, (list, tuple)) and len(kpt) == 2 and kpt[1] in (2, 3) and kpt[0] >= 1
-        ):
-            raise ModelError(f"{where}: a pose model needs kpt_shape [K, 2 or 3], not {kpt!r}")
-        kpt = (int(kpt[0]), int(kpt[1]))
+    kpt = _keypoints(props, where) if spec.keypoints else None
     first = outputs[0] if outputs else []
+    extra = spec.head_extras(kpt, outputs) if spec.head_extras is not None else None
     form = "end2end" if end2end else "yolo"
-    if task == "detect" and not end2end and _detr(props, first, nc):
+    if extra == 0 and not end2end and _detr(props, first, nc):
         form = "detr"
-    _check(task, form, first, outputs, nc, kpt, where)
-    src.task = TASKS[task]
+    _check(spec, form, first, extra, nc, where, kpt)
+    src.task = spec.name
     src.labels = labels
-    src.head = Head(form, kpt, FROM) if task != "classify" else None
-    if task == "classify":
+    src.head = Head(form, kpt, FROM) if spec.head_extras is not None else None
+    if spec.class_scores:
         # the predictor: the short side resized to the size (PIL's antialiased bilinear), centre crop
         src.preprocessing = Preprocessing(
             size=size, resize="resize_crop", resize_short=min(size), interpolation="linear"
@@ -97,16 +94,28 @@ def read(props: dict, outputs: list, src: SourceModel) -> None:
             interpolation="bilinear",
             pad_value=114.0,
         )
+    resize = src.preprocessing.resize
     bits = [f"task {src.task}", f"{nc} labels", f"input {size[0]}x{size[1]}"]
-    bits.append(
-        src.preprocessing.resize + (" (pad 114)" if form != "detr" and task != "classify" else "")
-    )
+    bits.append(resize + (" (pad 114)" if resize == "letterbox" else ""))
     if kpt:
         bits.append(f"keypoints {kpt[0]}x{kpt[1]}")
     if form != "yolo":
         bits.append({"end2end": "end-to-end head (no NMS)", "detr": "DETR head (no NMS)"}[form])
     version = props.get("version")
     src.read_from = f"{', '.join(bits)}: from the model's metadata (Ultralytics {version or '?'})"
+
+
+def _keypoints(props: dict, where: str) -> tuple:
+    kpt = _literal(props, "kpt_shape", where) if "kpt_shape" in props else None
+    if not (
+        isinstance(kpt, (list, tuple))
+        and len(kpt) == 2
+        and all(type(v) is int for v in kpt)
+        and kpt[0] >= 1
+        and kpt[1] in (2, 3)
+    ):
+        raise ModelError(f"{where}: a pose model needs kpt_shape [K, 2 or 3], not {kpt!r}")
+    return int(kpt[0]), int(kpt[1])
 
 
 def _detr(props: dict, first: list, nc: int) -> bool:
@@ -117,38 +126,31 @@ def _detr(props: dict, first: list, nc: int) -> bool:
     return "rtdetr" in props.get("description", "").lower()
 
 
-def _check(task, form, first, outputs, nc, kpt, where) -> None:
+def _check(spec, form, first, extra, nc, where, kpt=None) -> None:
     """The metadata against the graph's first output (symbolic dimensions are not checked)."""
     if len(first) < 2 or any(d <= 0 for d in first[1:]):
         return
-    if task == "classify":
+    if spec.class_scores:
         if first[-1] != nc:
             raise ModelError(f"{where} names {nc} classes but the model scores {first[-1]}")
         return
-    extra = {"pose": kpt[0] * kpt[1] if kpt else 0, "obb": 1, "detect": 0}.get(task, 0)
-    if task == "segment":
-        protos = [o for o in outputs[1:] if len(o) == 4]
-        if not protos:
-            raise ModelError(
-                f"{where} says segment, and the model has no prototype output [B, P, h, w]"
-            )
-        extra = protos[0][1]
-    if len(first) != 3:
-        raise ModelError(f"{where} says {task}, and the first output {first} is not [batch, ., .]")
-    if form == "detr":
-        return
-    if form == "end2end":
-        want = 6 + extra
-        if first[-1] != want:
-            raise ModelError(
-                f"{where} describes an end-to-end {task} head of {want} values per object "
-                f"(box, score, class{', ' + str(extra) + ' extras' if extra else ''}); "
-                f"the model gives {first[-1]}"
-            )
-        return
-    if first[1] != 4 + nc + extra:
-        what = f" + {kpt[0]}x{kpt[1]} keypoints" if kpt else f" + {extra}" if extra else ""
+    if extra is None:
         raise ModelError(
-            f"{where} describes {nc} classes{what}: {4 + nc + extra} values per candidate, and "
-            f"the model's output gives {first[1]}"
+            f"{where} says {spec.name}, and the model has no prototype output [B, P, h, w]"
+        )
+    if len(first) != 3:
+        raise ModelError(
+            f"{where} says {spec.name}, and the first output {first} is not [batch, ., .]"
+        )
+    if form == "end2end" and first[-1] != 6 + extra:
+        raise ModelError(
+            f"{where} describes an end-to-end {spec.name} head of {6 + extra} values per object "
+            f"(box, score, class{', ' + str(extra) + ' extras' if extra else ''}); "
+            f"the model gives {first[-1]}"
+        )
+    what = f"{kpt[0]}x{kpt[1]} keypoints" if kpt else f"{extra} values"
+    if form == "yolo" and first[1] != 4 + nc + extra:
+        raise ModelError(
+            f"{where} describes {nc} classes + {what}: {4 + nc + extra} values per candidate, "
+            f"and the model's output gives {first[1]}"
         )

@@ -77,6 +77,10 @@ class TaskSpec:
     draw: Callable[[np.ndarray, Result], list] | None = None  # onto the overlay; corner lines
     describe: Callable[[Result], list] | None = None  # edgert run's lines (None: the JSON)
     observed: Callable[[Result], list] | None = None  # (label, score)s the rollback watch counts
+    # a detector-family head's values per candidate after its classes, from (kpt_shape, the
+    # outputs' shapes); None where they cannot be told (no prototype output): its own module
+    head_extras: Callable[[tuple | None, list], int | None] | None = None
+    keypoints: bool = False  # its head carries K x D keypoints (kpt_shape, --keypoints)
     model: str | None = None  # a module whose load_task() loads a bundle of several networks
     plan: str | None = None  # why edgert builds no TensorRT plan for it (None: it does)
     takes_any: bool = False  # a model of this task may run as any task (--task says which)
@@ -102,7 +106,7 @@ class TaskSpec:
         return self.observed(result) if self.observed is not None else []
 
 
-HOOKS = ("decode", "compare", "judge", "draw", "describe", "observed")
+HOOKS = ("decode", "compare", "judge", "draw", "describe", "observed", "head_extras")
 
 
 def _hooks(module, **overrides) -> dict:
@@ -144,6 +148,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
                 3,
                 "a pose head [N, 4 + classes + K*D, candidates] or [N, K', 6 + K*D]",
             ),
+            keypoints=True,
             **_hooks(pose),
         ),
         TaskSpec(
@@ -181,7 +186,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
             made_by="edgert export zoo:mtcnn",
             model="edgert.runtime.faces",
             plan=_NO_FACE_PLAN,
-            **_hooks(detect, decode=None),  # boxes like a detector's: its compare, draw, ...
+            **_hooks(detect, decode=None, head_extras=None),  # boxes as a detector's: compare, draw
         ),
         TaskSpec(
             "generic",

@@ -62,6 +62,11 @@ def objects(model, found, transforms: list) -> list:
     return out
 
 
+def head_extras(kpt, shapes: list):
+    """Values per candidate after the classes: a box and its class scores, nothing after them."""
+    return 0
+
+
 def decode(model, values: list, transforms: list) -> list:
     from ..detection import decode_detections
 

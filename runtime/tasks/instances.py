@@ -90,6 +90,12 @@ def polygon(mask: InstanceMask, transform) -> list:
     return [[round(x, 1), round(y, 1)] for x, y in pts.tolist()]
 
 
+def head_extras(kpt, shapes: list):
+    """Values per candidate after the classes: the mask coefficients: as many as the prototype output's channels."""
+    protos = [s for s in shapes[1:] if len(s) == 4]
+    return protos[0][1] if protos else None
+
+
 def decode(model, values: list, transforms: list) -> list:
     if len(values) != 2:
         raise ShapeError(

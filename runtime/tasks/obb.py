@@ -36,6 +36,11 @@ def to_source(rbox: np.ndarray, transform) -> np.ndarray:
     return r
 
 
+def head_extras(kpt, shapes: list):
+    """Values per candidate after the classes: the angle, after the class scores."""
+    return 1
+
+
 def decode(model, values: list, transforms: list) -> list:
     from ..results import Detection
 

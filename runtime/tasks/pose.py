@@ -42,6 +42,11 @@ def to_source(points: np.ndarray, transform) -> np.ndarray:
     return p
 
 
+def head_extras(kpt, shapes: list):
+    """Values per candidate after the classes: the K x D keypoints (None: the shape is not known)."""
+    return kpt[0] * kpt[1] if kpt else None
+
+
 def decode(model, values: list, transforms: list) -> list:
     k, d = kpt_shape(model)
     found = detect.candidates(model, values, k * d)

@@ -71,15 +71,17 @@ SCORES = [0.1, 0.9]
 KPTS = [v for k in range(17) for v in (4.0 + k, 20.0, 0.8)]
 
 
+def pose_onnx(tmp_path):
+    """A pose export of two classes (cat, person) and COCO's 17 keypoints, as Ultralytics' says."""
+    props = {"task": "pose", "names": {0: "cat", 1: "person"}, "kpt_shape": [17, 3]}
+    return ultra_onnx(tmp_path / "pose.onnx", BOX + SCORES + KPTS, props)
+
+
 @pytest.mark.subprocess
 def test_a_pose_export_is_read_from_its_metadata_and_runs(tmp_path):
     import cv2
 
-    onnx_path = ultra_onnx(
-        tmp_path / "pose.onnx",
-        BOX + SCORES + KPTS,
-        {"task": "pose", "names": {0: "cat", 1: "person"}, "kpt_shape": [17, 3]},
-    )
+    onnx_path = pose_onnx(tmp_path)
     result = export_model(onnx_path, tmp_path / "pose.edgert")
     m = result.manifest
     assert m["task"] == "pose" and m["labels"] == ["cat", "person"]
@@ -136,11 +138,7 @@ def test_end_to_end_obb_and_instance_exports_get_their_task_and_head(tmp_path):
 
 @pytest.mark.subprocess
 def test_the_users_flags_win_and_each_difference_is_said(tmp_path):
-    onnx_path = ultra_onnx(
-        tmp_path / "pose.onnx",
-        BOX + SCORES + KPTS,
-        {"task": "pose", "names": {0: "cat", 1: "person"}, "kpt_shape": [17, 3]},
-    )
+    onnx_path = pose_onnx(tmp_path)
     labels = tmp_path / "l.txt"
     labels.write_text("dog\nhuman\n")
     proc = run_cli(

@@ -129,6 +129,11 @@ def test_each_measured_task_passes_its_own_results_and_refuses_others():
     frames = {
         "detect": ([Result.of_objects([box], "detect")] * 5, [Result.of_objects([moved])] * 5),
         "faces": ([Result.of_objects([box], "faces")] * 5, [Result.of_objects([])] * 5),
+        # the tasks whose objects are boxes with more (keypoints, a mask, an angle): their boxes
+        **{
+            task: ([Result.of_objects([box], task)] * 5, [Result.of_objects([moved], task)] * 5)
+            for task in ("pose", "segment-instances", "obb")
+        },
         "classify": (
             [Result.of_classes([ClassScore(0, "cat", 0.9)])] * 5,
             [Result.of_classes([ClassScore(1, "dog", 0.9)])] * 5,

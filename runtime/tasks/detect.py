@@ -44,7 +44,7 @@ def candidates(model, values: list, extra: int, rotated: bool = False) -> list:
 
 def objects(model, found, transforms: list) -> list:
     """Candidates in model pixels -> the :class:`Detection` lists per image in source pixels
-    (boxes mapped and clipped, labels named); ``extras``: per image, per object, its extras."""
+    (boxes mapped and clipped, labels named); each task adds its extras to them."""
     names = list(model.labels or ())
     out = []
     for c, t in zip(found, transforms or [None] * len(found)):

@@ -7,6 +7,7 @@ as plain JSON in :attr:`Manifest.raw` and round-trip untouched.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -179,10 +180,11 @@ class Manifest:
         found = found if isinstance(found, dict) else {}
         return Source(_text(found.get("kind")), _text(found.get("spec")))
 
-    @property
+    @functools.cached_property
     def head(self):
         """How a detector-family model's output is laid out (:class:`~.heads.Head`; checked on
-        load): its form (YOLO, end-to-end, DETR) and a pose model's keypoint shape."""
+        load, read once: every frame's decode asks): its form (YOLO, end-to-end, DETR) and a
+        pose model's keypoint shape."""
         from .heads import Head
 
         return Head.from_dict(self.raw.get("head"))

@@ -51,6 +51,15 @@ class Transform:
         b[..., [1, 3]] = b[..., [1, 3]].clip(0, h)
         return b
 
+    def points_to_source(self, points: np.ndarray) -> np.ndarray:
+        """Points [..., D] (x, y in model pixels first; the rest, e.g. a visibility, kept) ->
+        source pixels, clipped to the image (float64: keypoints and outlines)."""
+        p = np.array(points, dtype=np.float64)
+        h, w = self.source_hw
+        p[..., 0] = ((p[..., 0] - self.ox) / self.sx).clip(0, w)
+        p[..., 1] = ((p[..., 1] - self.oy) / self.sy).clip(0, h)
+        return p
+
 
 def as_hwc(img: np.ndarray) -> np.ndarray:
     if img.ndim == 2:

@@ -84,9 +84,7 @@ def polygon(mask: InstanceMask, transform) -> list:
     pts = max(contours, key=cv2.contourArea).reshape(-1, 2).astype(np.float64)
     pts += (mask.x, mask.y)
     if transform is not None:
-        h, w = transform.source_hw
-        pts[:, 0] = ((pts[:, 0] - transform.ox) / transform.sx).clip(0, w)
-        pts[:, 1] = ((pts[:, 1] - transform.oy) / transform.sy).clip(0, h)
+        pts = transform.points_to_source(pts)
     return [[round(x, 1), round(y, 1)] for x, y in pts.tolist()]
 
 
@@ -130,12 +128,6 @@ def decode(model, values: list, transforms: list) -> list:
             )
         )
     return results
-
-
-def mask_iou(a: InstanceMask, b: InstanceMask) -> float:
-    inter = np.logical_and(a.full(), b.full()).sum()
-    union = np.logical_or(a.full(), b.full()).sum()
-    return float(inter / union) if union else 1.0
 
 
 compare, judge, observed = detect.compare, detect.judge, detect.observed

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..heads import Candidates
 from ..results import Result
 from . import detect
 
@@ -42,38 +43,26 @@ def head_extras(kpt, shapes: list):
 
 
 def decode(model, values: list, transforms: list) -> list:
-    from ..results import Detection
-
     found = detect.candidates(model, values, 1, rotated=True)
-    names = list(model.labels or ())
     results = []
     for c, t in zip(found, transforms or [None] * len(found)):
-        r = to_source(c.boxes, t)
-        pts = corners(r)
+        # the upright box around the corners in model pixels, mapped and clipped as detect's
+        pts = corners(c.boxes)
         upright = np.concatenate([pts.min(axis=1), pts.max(axis=1)], axis=1)
-        if t is not None:
-            h, w = t.source_hw
-            upright = upright.clip(0, [w, h, w, h])
-        objs = [
-            Detection(
-                tuple(b),
-                s,
-                k,
-                names[k] if 0 <= k < len(names) else str(k),
-                extras={
-                    "rbox": [round(v, 2) for v in rb[:4]] + [round(rb[4], 5)],
-                    "corners": [[round(v, 2) for v in p] for p in cs],
-                },
+        (objs,) = detect.objects(model, [Candidates(upright, c.scores, c.classes, c.extras)], [t])
+        r = to_source(c.boxes, t)
+        results.append(
+            Result.of_objects(
+                [
+                    o.with_extras(
+                        rbox=[round(v, 2) for v in rb[:4]] + [round(rb[4], 5)],
+                        corners=[[round(v, 2) for v in p] for p in cs],
+                    )
+                    for o, rb, cs in zip(objs, r.tolist(), corners(r).tolist())
+                ],
+                model.task,
             )
-            for b, s, k, rb, cs in zip(
-                upright.tolist(),
-                np.asarray(c.scores, np.float64).tolist(),
-                c.classes.tolist(),
-                r.tolist(),
-                pts.tolist(),
-            )
-        ]
-        results.append(Result.of_objects(objs, model.task))
+        )
     return results
 
 

@@ -31,17 +31,6 @@ def kpt_shape(model) -> tuple:
     return shape
 
 
-def to_source(points: np.ndarray, transform) -> np.ndarray:
-    """Keypoints [..., D] (x, y in model pixels first) -> source pixels, clipped to the image."""
-    p = np.array(points, dtype=np.float64)
-    if transform is None:
-        return p
-    h, w = transform.source_hw
-    p[..., 0] = ((p[..., 0] - transform.ox) / transform.sx).clip(0, w)
-    p[..., 1] = ((p[..., 1] - transform.oy) / transform.sy).clip(0, h)
-    return p
-
-
 def head_extras(kpt, shapes: list):
     """Values per candidate after the classes: the K x D keypoints (None: the shape is not known)."""
     return kpt[0] * kpt[1] if kpt else None
@@ -53,7 +42,9 @@ def decode(model, values: list, transforms: list) -> list:
     results = []
     ts = transforms or [None] * len(found)
     for objs, c, t in zip(detect.objects(model, found, ts), found, ts):
-        points = to_source(c.extras.reshape(-1, k, d), t)
+        points = c.extras.reshape(-1, k, d).astype(np.float64)
+        if t is not None:
+            points = t.points_to_source(points)
         results.append(
             Result.of_objects(
                 [

@@ -60,6 +60,30 @@ class Detection:
         """This object with ``extras`` added to (or replacing) its own."""
         return dataclasses.replace(self, extras={**self.extras, **extras})
 
+    def moved_to(self, box) -> Detection:
+        """This object with its box at ``box`` (x1, y1, x2, y2): what a track predicted to a
+        frame the detector skipped shows. Extras that are points in source pixels (lists of
+        ``[x, y, ...]``: keypoints, a mask's outline, an oriented box's corners) and an oriented
+        box's centre (``rbox``) follow the box, scaled with its sides; other values (a
+        keypoint's visibility, an angle, a mask's area) are kept; the bitmap is not."""
+        ox1, oy1, ox2, oy2 = (float(v) for v in self.box)
+        nx1, ny1, nx2, ny2 = (float(v) for v in box)
+        sx = (nx2 - nx1) / (ox2 - ox1) if ox2 > ox1 else 1.0
+        sy = (ny2 - ny1) / (oy2 - oy1) if oy2 > oy1 else 1.0
+
+        def point(p):
+            x, y = nx1 + (p[0] - ox1) * sx, ny1 + (p[1] - oy1) * sy
+            return [round(x, 2), round(y, 2), *p[2:]]
+
+        extras = {}
+        for key, value in self.extras.items():
+            if key == "rbox" and isinstance(value, list) and len(value) == 5:
+                value = point(value[:2]) + [value[2] * sx, value[3] * sy, value[4]]
+            elif _points(value):
+                value = [point(p) for p in value]
+            extras[key] = value
+        return dataclasses.replace(self, box=tuple(box), extras=extras, mask=None)
+
     def to_dict(self) -> dict:
         """Its record without tracking: box, label, score, class id, then the extras."""
         return {
@@ -78,6 +102,18 @@ class Detection:
             record["track_id"] = self.track_id
             record.update(extras)
         return record
+
+
+def _points(value) -> bool:
+    """Whether an extra is a list of points ([x, y, ...] each)."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(
+            isinstance(p, list) and len(p) >= 2 and all(isinstance(v, (int, float)) for v in p)
+            for p in value
+        )
+    )
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ those of the last update), so memory does not grow with the number of objects ev
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 
@@ -56,6 +57,7 @@ class Track:
     predicted: bool = False  # its box is the filter's prediction (a frame not inferred)
     velocity: tuple[float, float] = (0.0, 0.0)  # the box centre's, pixels per second (filtered)
     observed: tuple | None = None  # the last matched detection's own box (not filtered)
+    last: Detection | None = None  # the last matched detection (kept while the track coasts)
     _labels: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=30), repr=False
     )
@@ -67,14 +69,18 @@ class Track:
 
     def as_object(self) -> Detection:
         """This track as one of a frame's objects (its filtered box, its ``age_s`` an extra):
-        what a frame the gate skipped carries."""
-        return Detection(
-            self.box,
-            self.score,
-            self.class_id,
-            self.label,
-            self.track_id,
-            {"age_s": round(self.age, 3)},
+        what a frame the gate skipped carries. Its last detection's extras (keypoints, a mask's
+        outline, an oriented box) come along, moved with the box
+        (:meth:`Detection.moved_to`)."""
+        last = self.last if self.last is not None else Detection(self.box, 0.0, 0, "")
+        moved = last.moved_to(self.box)
+        return dataclasses.replace(
+            moved,
+            score=self.score,
+            class_id=self.class_id,
+            label=self.label,
+            track_id=self.track_id,
+            extras={**moved.extras, "age_s": round(self.age, 3)},
         )
 
     def to_dict(self) -> dict:
@@ -236,6 +242,7 @@ class Tracker(ObjectTracker):
                 detection=d,
                 detection_index=i,
                 observed=tuple(float(v) for v in d.box),
+                last=d,
             )
             t._labels.append((d.class_id, d.label))
             if self._updates == 1 or self.min_hits == 1:  # a stream's first frame: no history
@@ -337,7 +344,7 @@ class Tracker(ObjectTracker):
         t.score = float(d.score)
         t.last_seen = timestamp
         t.hits += 1
-        t.detection = d
+        t.detection = t.last = d
         t.observed = tuple(float(v) for v in d.box)
         t.predicted = False
         t._labels.append((d.class_id, d.label))

@@ -199,3 +199,36 @@ def test_fractions_resolve_to_pixels_and_bad_shapes_get_sentences():
     for make, fragment in cases:
         with pytest.raises(ValueError, match=fragment):
             make()
+
+
+def test_a_coasted_track_carries_its_last_keypoints_outline_and_oriented_box_moved_with_it():
+    """A frame the gate skipped shows each track as the filter predicts it: its last detection's
+    points (keypoints, mask outline, oriented corners and centre) go where the box went, scaled
+    with its sides; visibility and other values are kept (issue 48)."""
+    tracker = Tracker(min_hits=1)
+    for i in range(10):  # moving right at 6 px per frame, keypoints at fixed spots in the box
+        cx = 100 + 6 * i
+        d = det(cx, 300).with_extras(
+            keypoints=[[cx - 10, 280, 0.9], [cx + 10, 320, 0.2]],
+            polygon=[[cx - 20, 260], [cx + 20, 260], [cx, 340]],
+            rbox=[cx, 300, 40, 80, 0.3],
+            corners=[[cx - 20, 260], [cx + 20, 340]],
+            mask_area=1234.0,
+        )
+        (track,) = tracker.update([d], i / FPS)
+    (coasted,) = tracker.coast(10 / FPS)
+    obj = coasted.as_object()
+    x1, y1, x2, y2 = obj.box
+    cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
+    assert cx == pytest.approx(100 + 6 * 10, abs=1.5) and cy == pytest.approx(300, abs=0.5)
+    kp = obj.extras["keypoints"]
+    assert kp[0][0] == pytest.approx(cx - 10, abs=0.6) and kp[0][1] == pytest.approx(280, abs=0.6)
+    assert kp[1][0] == pytest.approx(cx + 10, abs=0.6) and [kp[0][2], kp[1][2]] == [0.9, 0.2]
+    assert obj.extras["polygon"][2] == [pytest.approx(cx, abs=0.6), pytest.approx(340, abs=0.6)]
+    assert obj.extras["corners"][1][0] == pytest.approx(cx + 20, abs=0.6)
+    rbox = obj.extras["rbox"]
+    assert rbox[:2] == [pytest.approx(cx, abs=0.6), pytest.approx(300, abs=0.6)]
+    assert rbox[4] == 0.3 and obj.extras["mask_area"] == 1234.0
+    assert obj.track_id == track.track_id and obj.extras["age_s"] == pytest.approx(
+        9 / FPS, abs=1e-3
+    )

@@ -77,19 +77,69 @@ def classifier_bundle(folder: Path, name: str = "tiny", size: int = 16, **option
     ).bundle
 
 
+# a person's 17 keypoints (COCO's order) in a unit box (-0.5..0.5 across, down); the ears are
+# given visibility 0.1 (hidden), the rest 0.9
+FIGURE = (
+    (0.0, -0.4), (-0.05, -0.45), (0.05, -0.45), (-0.1, -0.42), (0.1, -0.42), (-0.2, -0.25),
+    (0.2, -0.25), (-0.3, -0.05), (0.3, -0.05), (-0.35, 0.1), (0.35, 0.1), (-0.15, 0.1),
+    (0.15, 0.1), (-0.15, 0.3), (0.15, 0.3), (-0.15, 0.45), (0.15, 0.45),
+)  # fmt: skip
+FIGURE_SEEN = tuple(0.1 if k in (3, 4) else 0.9 for k in range(17))
+
+
 def blob_detector(
-    path: Path, height: int = 96, width: int = 128, cell: int = 4, window: int = 6
+    path: Path,
+    height: int = 96,
+    width: int = 128,
+    cell: int = 4,
+    window: int = 6,
+    head: str = "detect",
+    ultralytics: bool = False,
 ) -> Path:
     """A real detector without training: one class ("blob"), a YOLOv8 head [N, 5, anchors]. One
     anchor per ``cell``-pixel cell: a square of ``window`` cells; its score is the mean brightness
     of the frame under it (grey mean pooled per cell, then over the window), so a bright square of
-    the anchor's size on a dark frame scores 1 where it is (to a cell) and NMS keeps that one."""
+    the anchor's size on a dark frame scores 1 where it is (to a cell) and NMS keeps that one.
+
+    ``head="pose"`` adds Ultralytics' pose channels: 17 keypoints x (x, y, visibility) per anchor,
+    :data:`FIGURE` placed in its box. ``head="segment"`` adds one mask coefficient (1) per
+    anchor and a second output, the prototype [1, 1, H/4, W/4]: the frame's brightness per 4x4
+    cell less 0.5, so each object's mask is the bright pixels in its box. ``ultralytics``
+    writes the metadata an Ultralytics export carries (task, names, imgsz, stride, kpt_shape)."""
     gh, gw = height // cell, width // cell
+    n = gh * gw
     ys, xs = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
     lead = (window - 1) // 2  # the window covers cells i - lead .. i - lead + window - 1
     centre = lambda i: (i - lead + window / 2) * cell  # noqa: E731
     side = np.full(xs.shape, float(window * cell))
-    boxes = np.stack([centre(xs), centre(ys), side, side]).reshape(1, 4, gh * gw).astype(np.float32)
+    boxes = np.stack([centre(xs), centre(ys), side, side]).reshape(1, 4, n).astype(np.float32)
+    parts, inits, nodes, outputs = ["boxes", "scores"], [], [], []
+    if head == "pose":
+        kp = np.zeros((17, 3, n), np.float32)
+        for k, ((u, v), seen) in enumerate(zip(FIGURE, FIGURE_SEEN, strict=True)):
+            kp[k, 0] = (centre(xs) + u * window * cell).ravel()
+            kp[k, 1] = (centre(ys) + v * window * cell).ravel()
+            kp[k, 2] = seen
+        inits.append(helper.make_tensor("kpts", TensorProto.FLOAT, [1, 51, n], kp.ravel()))
+        parts.append("kpts")
+    elif head == "segment":
+        inits += [
+            helper.make_tensor("coeffs", TensorProto.FLOAT, [1, 1, n], np.ones(n, np.float32)),
+            helper.make_tensor("half", TensorProto.FLOAT, [], [0.5]),
+        ]
+        parts.append("coeffs")
+        nodes += [
+            helper.make_node(
+                "AveragePool", ["grey"], ["quarter"], kernel_shape=[4, 4], strides=[4, 4]
+            ),
+            helper.make_node("Sub", ["quarter", "half"], ["output1"]),
+        ]
+        outputs.append(
+            helper.make_tensor_value_info(
+                "output1", TensorProto.FLOAT, [1, 1, height // 4, width // 4]
+            )
+        )
+    channels = 5 + (51 if head == "pose" else 1 if head == "segment" else 0)
     graph = helper.make_graph(
         [
             helper.make_node("ReduceMean", ["x"], ["grey"], axes=[1], keepdims=1),
@@ -105,17 +155,32 @@ def blob_detector(
                 count_include_pad=1,
             ),
             helper.make_node("Reshape", ["around", "flat"], ["scores"]),
-            helper.make_node("Concat", ["boxes", "scores"], ["output0"], axis=1),
+            helper.make_node("Concat", parts, ["output0"], axis=1),
+            *nodes,
         ],
         "blob_detector",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, height, width])],
-        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 5, gh * gw])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, channels, n]), *outputs],
         initializer=[
             helper.make_tensor("boxes", TensorProto.FLOAT, boxes.shape, boxes.ravel()),
-            helper.make_tensor("flat", TensorProto.INT64, [3], [1, 1, gh * gw]),
+            helper.make_tensor("flat", TensorProto.INT64, [3], [1, 1, n]),
+            *inits,
         ],
     )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    if ultralytics:
+        meta = {
+            "author": "Ultralytics",
+            "version": "8.4.0",
+            "task": head,
+            "stride": str(cell),
+            "names": "{0: 'blob'}",
+            "imgsz": str([height, width]),
+        }
+        if head == "pose":
+            meta["kpt_shape"] = "[17, 3]"
+        helper.set_model_props(model, meta)
+    onnx.save(model, str(path))
     return Path(path)
 
 

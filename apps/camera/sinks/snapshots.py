@@ -1,6 +1,7 @@
 """``--snapshots DIR`` (or ``--output snapshots://DIR``): each track's best picture, written when the
 track ends — the frame in which the detector was surest of it (highest score; frames the tracker
-only predicted never count), its box drawn — as Frigate keeps a snapshot per object. The
+only predicted never count), drawn as the overlay draws it (its box; a skeleton, a mask or
+an oriented box where the task has one) — as Frigate keeps a snapshot per object. The
 ``track_end`` event (events file, MQTT) carries the file's path as ``snapshot``. Query options:
 ``crop=1`` also writes the box's crop (``..._crop.jpg``, ``snapshot_crop``), ``clean=1`` writes
 the frame without the box, ``keep_days=D`` (``--keep-days``) deletes the folder's pictures older
@@ -17,6 +18,7 @@ Retention removes only the pictures edgert recorded as its own (:mod:`.retention
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from edgert.runtime.errors import OutputError
@@ -68,10 +70,15 @@ class SnapshotsOutput(Sink):
             score = float(o.score)
             if key in self.best and self.best[key][0] >= score:
                 continue
-            self.best[key] = (score, o.label, *self._pictures(image, o))
+            self.best[key] = (score, o.label, *self._pictures(image, o, frame.results.task))
 
-    def _pictures(self, image, o) -> tuple:
+    def _pictures(self, image, o, task: str) -> tuple:
+        """The JPEGs of the frame with this object drawn as the overlay draws it (its box and
+        label; a skeleton, mask or oriented box where its task has one), in green; its crop."""
         import cv2
+
+        from edgert.runtime.results import Result
+        from edgert.runtime.tasks import spec_of
 
         h, w = image.shape[:2]
         x1, y1, x2, y2 = (int(round(v)) for v in o.box)
@@ -81,9 +88,12 @@ class SnapshotsOutput(Sink):
         picture = image
         if not self.clean:
             picture = image.copy()
-            cv2.rectangle(picture, (x1, y1), (x2 - 1, y2 - 1), (0, 255, 0), 2)
-            text = f"{o.label} {float(o.score):.2f}"
-            cv2.putText(picture, text, (x1, max(12, y1 - 4)), 0, 0.5, (0, 255, 0), 1)
+            alone = Result.of_objects([replace(o, track_id=None)], task)  # untracked: green
+            spec = spec_of(alone)
+            if spec is not None and spec.draw is not None:
+                spec.draw(picture, alone)
+            else:
+                cv2.rectangle(picture, (x1, y1), (x2 - 1, y2 - 1), (0, 220, 0), 2)
         return cv2.imencode(".jpg", picture)[1].tobytes(), crop
 
     def events(self, events: list) -> None:

@@ -85,6 +85,7 @@ FIGURE = (
     (0.15, 0.1), (-0.15, 0.3), (0.15, 0.3), (-0.15, 0.45), (0.15, 0.45),
 )  # fmt: skip
 FIGURE_SEEN = tuple(0.1 if k in (3, 4) else 0.9 for k in range(17))
+ANGLE = 0.3  # radians: every oriented box of blob_detector(head="obb")
 
 
 def blob_detector(
@@ -104,7 +105,8 @@ def blob_detector(
     ``head="pose"`` adds Ultralytics' pose channels: 17 keypoints x (x, y, visibility) per anchor,
     :data:`FIGURE` placed in its box. ``head="segment"`` adds one mask coefficient (1) per
     anchor and a second output, the prototype [1, 1, H/4, W/4]: the frame's brightness per 4x4
-    cell less 0.5, so each object's mask is the bright pixels in its box. ``ultralytics``
+    cell less 0.5, so each object's mask is the bright pixels in its box. ``head="obb"``
+    turns each box by :data:`ANGLE` (its last channel). ``ultralytics``
     writes the metadata an Ultralytics export carries (task, names, imgsz, stride, kpt_shape)."""
     gh, gw = height // cell, width // cell
     n = gh * gw
@@ -122,6 +124,11 @@ def blob_detector(
             kp[k, 2] = seen
         inits.append(helper.make_tensor("kpts", TensorProto.FLOAT, [1, 51, n], kp.ravel()))
         parts.append("kpts")
+    elif head == "obb":
+        inits.append(
+            helper.make_tensor("angle", TensorProto.FLOAT, [1, 1, n], np.full(n, ANGLE, np.float32))
+        )
+        parts.append("angle")
     elif head == "segment":
         inits += [
             helper.make_tensor("coeffs", TensorProto.FLOAT, [1, 1, n], np.ones(n, np.float32)),
@@ -139,7 +146,7 @@ def blob_detector(
                 "output1", TensorProto.FLOAT, [1, 1, height // 4, width // 4]
             )
         )
-    channels = 5 + (51 if head == "pose" else 1 if head == "segment" else 0)
+    channels = 5 + {"pose": 51, "segment": 1, "obb": 1}.get(head, 0)
     graph = helper.make_graph(
         [
             helper.make_node("ReduceMean", ["x"], ["grey"], axes=[1], keepdims=1),

@@ -49,7 +49,8 @@ def server(tmp_path_factory):
 
 
 def start(bundle, name: str, *extra: str) -> dict:
-    """`edgert serve BUNDLE [EXTRA...]` on free ports, once its models are ready."""
+    """`edgert serve BUNDLE [EXTRA...]` on free ports, once its models are ready (``bundle``: a
+    list for several; ``name``: the first's)."""
     http, grpc, metrics = free_ports(3)
     proc = subprocess.Popen(
         [
@@ -57,7 +58,7 @@ def start(bundle, name: str, *extra: str) -> dict:
             "-m",
             "edgert.apps",
             "serve",
-            str(bundle),
+            *map(str, bundle if isinstance(bundle, list) else [bundle]),
             "--http-port",
             str(http),
             "--grpc-port",
@@ -179,6 +180,59 @@ def test_images_of_different_sizes_share_one_batch(server):
         ]
     got = [json.loads(r[0])["results"][0]["label"] for r in out.as_numpy("result")]
     assert got == expected and out.as_numpy("logits").shape == (2, 3)
+
+
+def test_pose_segmentation_and_oriented_boxes_come_back_in_the_image_json(tmp_path):
+    """Three bundles of issue 48's tasks, each made from an ONNX alone (Ultralytics metadata),
+    served together: NAME_image's JSON carries each object's keypoints (source pixels, with
+    visibility), its mask (area and outline polygon in source pixels) and its oriented box
+    (centre, sides and angle; corners), as edgert's own model gives them."""
+    import cv2
+
+    from edgert.export import export_model
+    from tests.tiny import ANGLE, FIGURE_SEEN, blob_detector
+
+    bundles = [
+        export_model(
+            str(blob_detector(tmp_path / f"{h}.onnx", head=h, ultralytics=True)),
+            tmp_path / f"{h}.edgert",
+        ).bundle
+        for h in ("pose", "segment", "obb")
+    ]
+    picture = np.zeros((240, 320, 3), np.uint8)
+    picture[60:120, 100:160] = 255  # one 60 x 60 square (the models' object)
+    jpeg = cv2.imencode(".png", picture)[1].tobytes()
+    info = start(bundles, "pose")
+    try:
+        h = httpclient.InferenceServerClient(f"127.0.0.1:{info['http']}")
+        deadline = time.monotonic() + 60
+        while not all(h.is_model_ready(f"{n}_image") for n in ("segment", "obb")):
+            assert time.monotonic() < deadline, "the other bundles never became ready"
+            time.sleep(0.5)
+        got = {}
+        for name, bundle in zip(("pose", "segment", "obb"), bundles, strict=True):
+            inp = httpclient.InferInput("image", [1, 1], "BYTES")
+            inp.set_data_from_numpy(np.array([[jpeg]], dtype=np.object_))
+            row = json.loads(h.infer(f"{name}_image", [inp]).as_numpy("result")[0][0])
+            with load_task_model(bundle) as model:
+                expected = model(picture).to_records()
+            assert row["results"] == json.loads(json.dumps(expected)), name
+            got[name] = max(row["results"], key=lambda o: o["score"])
+    finally:
+        info["proc"].send_signal(signal.SIGTERM)
+        info["proc"].wait(timeout=30)
+    x1, y1, x2, y2 = got["pose"]["box"]
+    assert abs(x1 - 100) < 6 and abs(y1 - 60) < 6 and abs(x2 - 160) < 6 and abs(y2 - 120) < 6
+    kp = np.asarray(got["pose"]["keypoints"])
+    assert kp.shape == (17, 3) and list(kp[:, 2]) == list(FIGURE_SEEN)
+    assert (kp[:, 0] > x1).all() and (kp[:, 0] < x2).all()
+    seg = got["segment"]
+    assert 3000 < seg["mask_area"] < 5000 and len(seg["polygon"]) >= 4
+    poly = np.asarray(seg["polygon"])
+    assert abs(poly[:, 0].min() - 100) < 8 and abs(poly[:, 1].max() - 120) < 8
+    cx, cy, w, hh, angle = got["obb"]["rbox"]
+    assert abs(cx - 130) < 6 and abs(cy - 90) < 6 and abs(w - 60) < 6 and abs(hh - 60) < 6
+    assert abs(angle - ANGLE) < 1e-4 and len(got["obb"]["corners"]) == 4
 
 
 def test_port_in_use_is_one_sentence(server, tmp_path):
@@ -409,7 +463,7 @@ def test_edgert_ready_means_every_model_answers(tmp_path):
             "-m",
             "edgert.apps",
             "serve",
-            str(bundle),
+            *map(str, bundle if isinstance(bundle, list) else [bundle]),
             "--http-port",
             str(http),
             "--grpc-port",

@@ -73,6 +73,27 @@ def check_labels(task: str, labels, outputs: list[TensorSpec]) -> None:
         )
 
 
+def check_head_labels(src: SourceModel, outputs: list[TensorSpec]) -> None:
+    """A YOLO head's channels (4 + classes + the task's extras, per candidate) must leave as
+    many classes as the labels name, or every frame's decode would fail."""
+    spec = TASK_SPECS[src.task]
+    head = src.head
+    if spec.head_extras is None or head is None or head.form != "yolo" or not src.labels:
+        return
+    first = tuple(outputs[0].shape) if outputs else ()
+    if len(first) != 3 or not first[2] > first[1] > 0:
+        return
+    extra = spec.head_extras(head.kpt_shape, [tuple(o.shape) for o in outputs])
+    if extra is None or first[1] - 4 - extra == len(src.labels):
+        return
+    what = f" and {extra} values after them" if extra else ""
+    raise ModelError(
+        f"the labels name {len(src.labels)} classes but the model's output {outputs[0].name} "
+        f"({'x'.join(map(str, first))}) holds 4 box values, {first[1] - 4 - extra} classes"
+        f"{what}; give a labels file with one name per class"
+    )
+
+
 def default_preprocessing(spec: TensorSpec, task: str) -> Preprocessing:
     """A starting point from the input's shape: NCHW or NHWC, 1 or 3 channels, its spatial size;
     the task's spec says whether it letterboxes (detectors)."""
@@ -129,6 +150,12 @@ def describe(
             f"--{k.replace('_', '-')}" for k, v in preprocess.items() if v is not None
         )
         notes.append(f"{given} given: instead of the preprocessing the metadata implies")
+    if task is None and not src.read_from and src.task == "generic":
+        guessed, note = guess_task(outputs or [], src.labels, keypoints)
+        if guessed is not None:
+            src.task = guessed
+        if note:
+            notes.append(note)
     _describe_head(src, outputs or [], keypoints, notes)
     overrides = {k: v for k, v in (preprocess or {}).items() if v is not None}
     unknown = set(overrides) - set(PREPROCESS_KEYS)
@@ -160,6 +187,59 @@ def describe(
         except (TypeError, ValueError) as exc:
             raise ModelError(f"invalid preprocessing option: {exc}") from exc
     return notes
+
+
+def guess_task(outputs: list, labels, keypoints: str | None) -> tuple:
+    """(task, sentence) for a model with no metadata and no ``--task``, from its outputs' shapes
+    where they say one task only, else (None, the sentence naming the flags to give; None where
+    nothing looks like a task's outputs: a generic bundle):
+
+    - [B, C, N] and [B, P, h, w], C > 4 + P: a YOLO instance-segmentation head (its prototypes);
+      [B, K, 6 + P] with the same prototypes, its end-to-end form;
+    - [B, K, 6]: an end-to-end detector's rows (box, score, class);
+    - [B, C, N] (N > C, C > 4): a YOLO head whose channels are 4 + classes + extras: with
+      ``--labels`` the extras are counted: none is detect, one (an angle) obb, K x D pose with
+      ``--keypoints KxD``; without, detect, pose and obb cannot be told apart;
+    - [B, C] with ``--labels`` naming C classes: a classifier."""
+    shapes = [tuple(o.shape) for o in outputs]
+    if not shapes or any(d <= 0 for d in shapes[0][1:]):
+        return None, None
+    first = shapes[0]
+    shown = "x".join(map(str, first))
+    nc = len(labels) if labels else None
+    kd = parse_keypoints(keypoints) if keypoints else None
+    why = f"guessed from the output shapes ({', '.join('x'.join(map(str, s)) for s in shapes)})"
+    protos = [s for s in shapes[1:] if len(s) == 4 and s[1] > 0]
+    if len(first) == 3 and len(shapes) == 2 and protos:
+        p = protos[0][1]
+        if first[2] > first[1] > 4 + p or first[2] == 6 + p:
+            return "segment-instances", f"task segment-instances: {why}"
+    if len(first) != 3:
+        if len(first) == 2 and nc is not None and first[1] == nc:
+            return "classify", f"task classify: {why}, {nc} classes as the labels name"
+        return None, None
+    if first[2] == 6 and first[1] > 6 and len(shapes) == 1:
+        return "detect", f"task detect (end-to-end rows): {why}"
+    if not (first[2] > first[1] > 4) or len(shapes) != 1:
+        return None, None
+    if nc is not None:
+        extra = first[1] - 4 - nc
+        if extra == 0:
+            return "detect", f"task detect: {why}, {nc} classes as the labels name"
+        if extra == 1:
+            return "obb", f"task obb: {why}, {nc} classes and an angle"
+        if kd is not None and extra == kd[0] * kd[1]:
+            return "pose", f"task pose: {why}, {nc} classes and {kd[0]}x{kd[1]} keypoints"
+        return None, (
+            f"the output {shown} looks like a YOLO head with {extra} values after the labels' "
+            f"{nc} classes: give --task pose with --keypoints KxD if they are keypoints (a "
+            "generic bundle was made)"
+        )
+    return None, (
+        f"the output {shown} looks like a YOLO head (4 + classes + extras, per candidate): give "
+        "--task detect, pose (with --keypoints KxD) or obb, with --labels, to decode it (a "
+        "generic bundle was made)"
+    )
 
 
 def parse_keypoints(text: str) -> tuple:

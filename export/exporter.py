@@ -23,7 +23,7 @@ from edgert.runtime.errors import (
 from edgert.runtime.tasks import TASK_SPECS, check_task_outputs
 
 from . import onnx_export
-from .describe import check_labels, describe
+from .describe import check_head_labels, check_labels, describe
 from .parity import ParityReport, random_inputs, run_cases, uniform_inputs
 from .source import SourceModel, load_source
 
@@ -157,6 +157,7 @@ def export_model(
     )
     export_info["described"] = [src.read_from, *notes] if src.read_from else notes
     check_labels(src.task, src.labels, output_specs)
+    check_head_labels(src, output_specs)
     check_task_outputs(src.task, output_specs)
     manifest = _manifest(src, name, onnx_model, parity, export_info)
     _set_metadata(onnx_model, manifest)

@@ -4,7 +4,12 @@ Metrics per output: cosine similarity (mean over samples) and max abs error. For
 top-1 agreement with FP32 on all samples and on the samples FP32 is confident about (p > 0.5),
 and how often FP32's top-1 is within the quantized top-5; with labels, accuracy of both. For
 detectors: IoU-matched box agreement (F1 of boxes matching FP32's, IoU >= 0.5, same class) and
-how many boxes FP32 finds per sample (none: the F1 judged nothing).
+how many boxes FP32 finds per sample (none: the F1 judged nothing); with the bundle's manifest
+the outputs are decoded as its task decodes a frame's, and pose, instance-mask and oriented-box
+models are judged on their own shape as well: objects paired at OKS, mask IoU or rotated IoU
+>= 0.5 (``keypoint_f1``, ``mask_f1``, ``rbox_f1``, each >= 0.9 by default, the box F1's rule:
+COCO's AP50 pairing on the task's shape), with the mean similarity of the pairs the boxes match
+(``keypoint_oks``, ``mask_iou``, ``rbox_iou``) reported.
 
 The default gate was chosen from measurements (see docs/quantization.md): cosine >= 0.99,
 confident top-1 agreement >= 0.97 and FP32 top-1 within top-5 >= 0.97 for classifiers, accuracy
@@ -30,6 +35,11 @@ DEFAULT_GATE = {
     "top5_contains_fp32": 0.97,
     "accuracy_drop": 0.01,
     "box_f1": 0.9,
+    # the tasks of issue 48: the same F1 as the boxes', objects paired on their own shape at 0.5
+    # (OKS for keypoints, mask IoU, rotated IoU: COCO's and Ultralytics' AP50 pairing)
+    "keypoint_f1": 0.9,
+    "mask_f1": 0.9,
+    "rbox_f1": 0.9,
 }
 LOWER_IS_BETTER = {"accuracy_drop", "max_abs"}
 _RULE = re.compile(r"^\s*([a-z_0-9]+)\s*(>=|<=)\s*([-+0-9.eE]+)\s*$")
@@ -60,15 +70,18 @@ def parse_gate(text: str | None) -> dict[str, float]:
 @dataclass(frozen=True)
 class Task:
     """What the gate judges a model's outputs as: the bundle's task and, for detectors, its class
-    count (a YOLO head's layout is read with it, never guessed from the output's shape)."""
+    count (a YOLO head's layout is read with it, never guessed from the output's shape); with
+    the bundle's manifest, its outputs are decoded as its task decodes a frame's (every head
+    form; keypoints, masks, oriented boxes)."""
 
     name: str
     num_classes: int | None = None
+    manifest: object = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, manifest) -> Task:
         labels = getattr(manifest, "labels", None)
-        return cls(manifest.task, len(labels) if labels else None)
+        return cls(manifest.task, len(labels) if labels else None, manifest)
 
 
 @dataclass
@@ -105,8 +118,9 @@ def evaluate(
 ) -> Evaluation:
     """Compare quantized outputs ``got`` with FP32 ``ref`` (dicts name -> [N, ...]). ``task``: a
     :class:`Task`, or its name with ``num_classes`` beside it."""
+    manifest = None
     if isinstance(task, Task):
-        task, num_classes = task.name, task.num_classes
+        task, num_classes, manifest = task.name, task.num_classes, task.manifest
     per_output = {}
     cosines = []
     for name, r in ref.items():
@@ -122,6 +136,8 @@ def evaluate(
     spec = TASK_SPECS.get(task)
     if spec is not None and spec.class_scores:
         metrics.update(_classification(ref[first], got[first], labels))
+    elif spec is not None and spec.boxes and spec.model is None and manifest is not None:
+        metrics.update(task_agreement(list(ref.values()), list(got.values()), manifest))
     elif spec is not None and spec.boxes and spec.model is None:  # one engine's boxes
         metrics.update(_box_agreement(list(ref.values()), list(got.values()), num_classes))
     return Evaluation(metrics, per_output)
@@ -159,6 +175,25 @@ def box_agreement(ref: list[list], got: list[list]) -> dict[str, float]:
         [Result.of_objects(r) for r in ref], [Result.of_objects(g) for g in got], by="class_id"
     )
     return {"box_f1": m["box_f1"], "boxes_fp32": m["boxes_per_frame"]}
+
+
+def task_agreement(ref_outs: list, got_outs: list, manifest) -> dict[str, float]:
+    """A detector-family model's outputs decoded as its task decodes a frame's (the manifest's
+    head, labels, input size), compared by its task's own ``compare`` (the camera's swap check
+    uses it too), matching by class id: ``box_f1``, ``boxes_fp32``, and the task's own
+    agreement (``keypoint_f1`` and ``keypoint_oks`` for pose, ``mask_f1`` and ``mask_iou``
+    for instance masks, ``rbox_f1`` and ``rbox_iou`` for oriented boxes)."""
+    from edgert.runtime.tasks import decode_outputs, task_spec
+
+    m = task_spec(manifest.task).compare(
+        decode_outputs(manifest, ref_outs), decode_outputs(manifest, got_outs), by="class_id"
+    )
+    skip = ("frames", "box_f1", "boxes_per_frame", "rate_ratio")
+    return {
+        "box_f1": m["box_f1"],
+        "boxes_fp32": m["boxes_per_frame"],
+        **{k: float(v) for k, v in m.items() if k not in skip},
+    }
 
 
 def _box_agreement(

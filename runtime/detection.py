@@ -221,17 +221,34 @@ def decode_detections(
     )
 
 
+def greedy_pairs(similarity: np.ndarray, min_similarity: float = 0.5) -> list:
+    """Pairs (i, j) of rows and columns of a similarity matrix (IoU, OKS; 0 where two must not
+    pair), greedily, the rows with the best similarity first, each column used once, at
+    ``min_similarity`` or more."""
+    sim = np.asarray(similarity, np.float64)
+    if not sim.size:
+        return []
+    used: set[int] = set()
+    pairs = []
+    for i in np.argsort(-sim.max(axis=1), kind="stable"):
+        j = int(sim[i].argmax())
+        if sim[i, j] >= min_similarity and j not in used:
+            used.add(j)
+            pairs.append((int(i), j))
+    return pairs
+
+
+def matched_pairs(boxes_a, classes_a, boxes_b, classes_b, min_iou: float = 0.5) -> list:
+    """The pairs (i, j) of boxes of ``a`` and ``b`` (x1, y1, x2, y2) of the same class at IoU >=
+    ``min_iou``, greedily (:func:`greedy_pairs`)."""
+    if not len(boxes_a) or not len(boxes_b):
+        return []
+    iou = box_iou(np.asarray(boxes_a, np.float64), np.asarray(boxes_b, np.float64))
+    same = np.asarray(classes_a)[:, None] == np.asarray(classes_b)[None, :]
+    return greedy_pairs(np.where(same, iou, 0), min_iou)
+
+
 def matched_boxes(boxes_a, classes_a, boxes_b, classes_b, min_iou: float = 0.5) -> int:
     """How many boxes of ``a`` (x1, y1, x2, y2) pair with a box of ``b`` of the same class at IoU
     >= ``min_iou``, greedily, the best-overlapping first, each box of ``b`` used once."""
-    if not len(boxes_a) or not len(boxes_b):
-        return 0
-    iou = box_iou(np.asarray(boxes_a, np.float64), np.asarray(boxes_b, np.float64))
-    same = np.asarray(classes_a)[:, None] == np.asarray(classes_b)[None, :]
-    iou = np.where(same, iou, 0)
-    used: set[int] = set()
-    for i in np.argsort(-iou.max(axis=1)):
-        j = int(iou[i].argmax())
-        if iou[i, j] >= min_iou and j not in used:
-            used.add(j)
-    return len(used)
+    return len(matched_pairs(boxes_a, classes_a, boxes_b, classes_b, min_iou))

@@ -296,6 +296,24 @@ class EngineTask(TaskModel):
         self.engine.close()
 
 
+class _Decoding:
+    """What a task's decoder reads of a model (its manifest, preprocessing, labels, thresholds),
+    for outputs computed elsewhere."""
+
+    def __init__(self, manifest, conf: float, iou: float) -> None:
+        self.engine = self
+        self.manifest, self.preprocessing = manifest, manifest.preprocessing
+        self.task, self.labels = manifest.task, manifest.labels
+        self.conf, self.iou = conf, iou
+
+
+def decode_outputs(manifest, values: list, conf: float = 0.25, iou: float = 0.45) -> list:
+    """Outputs of a bundle's model computed elsewhere (the build's FP32 and candidates' runs,
+    each [N, ...], in the model's output order) -> one :class:`Result` per sample, decoded as its
+    task decodes a frame's, in model-input pixels."""
+    return TASK_SPECS[manifest.task].decode(_Decoding(manifest, conf, iou), list(values), [])
+
+
 def load_task_model(
     path: str | Path | Bundle,
     task: str | None = None,

@@ -113,6 +113,56 @@ def compare(ref: list, got: list, by: str = "label") -> dict:
     }
 
 
+def agreement(ref: list, got: list, by: str, similarity, name: str, measure: str) -> dict:
+    """How the objects of ``got`` agree with ``ref``'s (per image :class:`Result` lists) on a
+    task's own shape: ``{name}_f1``, the F1 of objects paired within one ``by`` (label or class
+    id) at ``similarity`` >= 0.5 (``similarity(a, b)``: the [len(a), len(b)] matrix of two
+    images' objects: keypoint OKS, mask IoU, rotated IoU; None where they lack that shape: box
+    IoU then), as box F1 pairs at box IoU 0.5; and
+    ``{name}_{measure}``, the mean similarity of the pairs the boxes match (1.0 where none)."""
+    from ..detection import box_iou, greedy_pairs, matched_pairs
+
+    matched = total = 0
+    seen = []
+    for r, g in zip(ref, got):
+        r, g = r.objects, g.objects
+        total += len(r) + len(g)
+        if not r or not g:
+            continue
+        sim = similarity(r, g)
+        if sim is None:  # objects without the task's shape (records read back): their boxes
+            sim = box_iou(
+                np.array([d.box for d in r], np.float64), np.array([d.box for d in g], np.float64)
+            )
+        sim = np.asarray(sim, np.float64)
+        same = np.array([[getattr(a, by) == getattr(b, by) for b in g] for a in r])
+        matched += len(greedy_pairs(np.where(same, sim, 0), 0.5))
+        pairs = matched_pairs(
+            [d.box for d in r],
+            [getattr(d, by) for d in r],
+            [d.box for d in g],
+            [getattr(d, by) for d in g],
+        )
+        seen += [sim[i, j] for i, j in pairs]
+    return {
+        f"{name}_f1": 2 * matched / total if total else 1.0,
+        f"{name}_{measure}": float(np.mean(seen)) if seen else 1.0,
+    }
+
+
+def judge_agreement(measures: dict, bounds, what: str, name: str, noun: str):
+    """:func:`judge`, then the task's own F1 (``{name}_f1``, from :func:`agreement`) under the
+    same bound as the boxes'."""
+    why = judge(measures, bounds, what)
+    f1 = measures.get(f"{name}_f1")
+    if why is None and f1 is not None and f1 < bounds.min_box_f1:
+        why = (
+            f"the candidate's {noun} match the model in use's with F1 {f1:.2f} on "
+            f"{measures['frames']} {what}, under {bounds.min_box_f1:.2f}"
+        )
+    return why
+
+
 def judge(measures: dict, bounds, what: str):
     """Why ``measures`` refuse a candidate under ``bounds.min_box_f1`` (or a label detected at
     under half or over twice the rate), or None."""

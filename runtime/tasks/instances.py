@@ -130,7 +130,71 @@ def decode(model, values: list, transforms: list) -> list:
     return results
 
 
-compare, judge, observed = detect.compare, detect.judge, detect.observed
+def _regions(objects: list, bitmaps: bool) -> list:
+    """Each object's mask as (x, y, bool bitmap): its bitmap in model pixels, or its outline
+    (``polygon``) filled, in the pixels of its records."""
+    import cv2
+
+    out = []
+    for o in objects:
+        if bitmaps:
+            out.append((o.mask.x, o.mask.y, o.mask.bitmap))
+            continue
+        poly = np.round(np.asarray(o.extras.get("polygon") or [], np.float64)).astype(np.int64)
+        if poly.ndim != 2 or len(poly) < 3:
+            out.append((0, 0, np.zeros((0, 0), bool)))
+            continue
+        x0, y0 = poly.min(axis=0)
+        x1, y1 = poly.max(axis=0)
+        canvas = np.zeros((y1 - y0 + 1, x1 - x0 + 1), np.uint8)
+        cv2.fillPoly(canvas, [(poly - (x0, y0)).astype(np.int32).reshape(-1, 1, 2)], 1)
+        out.append((int(x0), int(y0), canvas.astype(bool)))
+    return out
+
+
+def mask_iou(ref: list, got: list):
+    """Mask IoU [len(ref), len(got)] of two images' objects: on their bitmaps where all come
+    from one model input (the build's gate), else on their outlines filled, in source pixels
+    (the camera's swap check, whose two models may differ in input size)."""
+    if not all(o.mask is not None or o.extras.get("polygon") for o in (*ref, *got)):
+        return None  # objects without masks: compared by their boxes
+    masks = [o.mask for o in (*ref, *got)]
+    same = all(m is not None for m in masks) and len({m.input_hw for m in masks}) <= 1
+    a, b = _regions(ref, same), _regions(got, same)
+    out = np.zeros((len(a), len(b)))
+    for i, (ax, ay, am) in enumerate(a):
+        for j, (bx, by, bm) in enumerate(b):
+            x0, y0 = max(ax, bx), max(ay, by)
+            x1 = min(ax + am.shape[1], bx + bm.shape[1])
+            y1 = min(ay + am.shape[0], by + bm.shape[0])
+            inter = 0
+            if x1 > x0 and y1 > y0:
+                inter = int(
+                    (
+                        am[y0 - ay : y1 - ay, x0 - ax : x1 - ax]
+                        & bm[y0 - by : y1 - by, x0 - bx : x1 - bx]
+                    ).sum()
+                )
+            union = int(am.sum()) + int(bm.sum()) - inter
+            out[i, j] = inter / union if union else 0.0
+    return out
+
+
+def compare(ref: list, got: list, by: str = "label") -> dict:
+    """detect's measures, and the masks': ``mask_f1`` (objects paired at mask IoU >= 0.5, as
+    COCO's mask AP50 pairs them) and ``mask_iou`` (mean mask IoU of the pairs the boxes
+    match)."""
+    return {
+        **detect.compare(ref, got, by),
+        **detect.agreement(ref, got, by, mask_iou, "mask", "iou"),
+    }
+
+
+def judge(measures: dict, bounds, what: str):
+    return detect.judge_agreement(measures, bounds, what, "mask", "masks")
+
+
+observed = detect.observed
 
 
 def draw(out, result: Result) -> list:

@@ -66,7 +66,32 @@ def decode(model, values: list, transforms: list) -> list:
     return results
 
 
-compare, judge, observed = detect.compare, detect.judge, detect.observed
+def rotated_iou(ref: list, got: list):
+    """Rotated IoU [len(ref), len(got)] of two images' oriented boxes: the probabilistic IoU
+    (:func:`~edgert.runtime.heads.probiou`) that Ultralytics' OBB NMS and validator use."""
+    from ..heads import probiou
+
+    if not all(o.extras.get("rbox") for o in (*ref, *got)):
+        return None  # objects without their oriented boxes: compared by their upright ones
+    a = np.array([o.extras["rbox"] for o in ref], np.float64).reshape(-1, 5)
+    b = np.array([o.extras["rbox"] for o in got], np.float64).reshape(-1, 5)
+    return probiou(a, b)
+
+
+def compare(ref: list, got: list, by: str = "label") -> dict:
+    """detect's measures (on the upright boxes), and the oriented boxes': ``rbox_f1`` (paired
+    at rotated IoU >= 0.5) and ``rbox_iou`` (mean rotated IoU of the pairs the boxes match)."""
+    return {
+        **detect.compare(ref, got, by),
+        **detect.agreement(ref, got, by, rotated_iou, "rbox", "iou"),
+    }
+
+
+def judge(measures: dict, bounds, what: str):
+    return detect.judge_agreement(measures, bounds, what, "rbox", "oriented boxes")
+
+
+observed = detect.observed
 
 
 def draw(out, result: Result) -> list:

@@ -57,7 +57,70 @@ def decode(model, values: list, transforms: list) -> list:
     return results
 
 
-compare, judge, observed = detect.compare, detect.judge, detect.observed
+# COCO's per-keypoint sigmas (the spread of its annotators' clicks), for its 17 keypoints
+COCO_SIGMAS = (
+    np.array(
+        [
+            0.26,
+            0.25,
+            0.25,
+            0.35,
+            0.35,
+            0.79,
+            0.79,
+            0.72,
+            0.72,
+            0.62,
+            0.62,
+            1.07,
+            1.07,
+            0.87,
+            0.87,
+            0.89,
+            0.89,
+        ]
+    )
+    / 10.0
+)
+
+
+def oks(ref: list, got: list):
+    """Object keypoint similarity [len(ref), len(got)] of two images' objects: COCO's, with
+    Ultralytics' validator's choices: the area is 0.53 of the reference object's box, the sigmas
+    COCO's for 17 keypoints and 1/K each otherwise; only the keypoints the reference shows
+    (visibility >= 0.5, every one where it has no visibility or shows none) count."""
+    if not all(o.extras.get("keypoints") for o in (*ref, *got)):
+        return None  # objects without keypoints: compared by their boxes
+    a = np.array([o.extras["keypoints"] for o in ref], np.float64)
+    b = np.array([o.extras["keypoints"] for o in got], np.float64)
+    if a.ndim != 3 or b.ndim != 3 or a.shape[1:] != b.shape[1:]:
+        return np.zeros((len(ref), len(got)))  # different keypoints: none pairs
+    k = a.shape[1]
+    sigma = COCO_SIGMAS if k == 17 else np.full(k, 1.0 / k)
+    box = np.array([o.box for o in ref], np.float64).reshape(-1, 4)
+    area = 0.53 * (box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1])
+    d2 = ((a[:, None, :, :2] - b[None, :, :, :2]) ** 2).sum(-1)  # [A, B, K]
+    e = d2 / ((2 * sigma) ** 2 * (area[:, None, None] + 1e-9) * 2)
+    shown = a[:, :, 2] >= VISIBLE if a.shape[2] > 2 else np.ones(a.shape[:2], bool)
+    shown[~shown.any(axis=1)] = True
+    return (np.exp(-e) * shown[:, None, :]).sum(-1) / shown.sum(-1)[:, None]
+
+
+def compare(ref: list, got: list, by: str = "label") -> dict:
+    """detect's measures, and the keypoints': ``keypoint_f1`` (objects paired at OKS >= 0.5, as
+    COCO's keypoint AP50 pairs them) and ``keypoint_oks`` (mean OKS of the pairs the boxes
+    match)."""
+    return {
+        **detect.compare(ref, got, by),
+        **detect.agreement(ref, got, by, oks, "keypoint", "oks"),
+    }
+
+
+def judge(measures: dict, bounds, what: str):
+    return detect.judge_agreement(measures, bounds, what, "keypoint", "keypoints")
+
+
+observed = detect.observed
 
 
 def draw(out, result: Result) -> list:

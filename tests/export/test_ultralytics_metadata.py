@@ -207,3 +207,67 @@ def test_a_pose_model_without_metadata_needs_its_keypoints(tmp_path):
         "kpt_shape": [17, 3],
         "from": "the output shapes",
     }
+
+
+def _bare(tmp_path, name, bias, **kw):
+    """:func:`ultra_onnx` with no metadata at all (an ONNX from another exporter)."""
+    path = ultra_onnx(tmp_path / f"{name}.onnx", bias, {}, **kw)
+    model = onnx.load(str(path))
+    del model.metadata_props[:]
+    onnx.save(model, str(path))
+    return path
+
+
+def test_without_metadata_the_task_is_guessed_where_the_shapes_say_one(tmp_path):
+    """A second output of prototypes makes a YOLO head instance segmentation; [B, K, 6] rows are
+    an end-to-end detector; with --labels the extras after the classes are counted (none:
+    detect; one: obb; K x D with --keypoints: pose); each guess is said in export.described."""
+    labels = tmp_path / "labels.txt"
+    labels.write_text("cat\nperson\n")
+    cases = [
+        ("seg", BOX + SCORES + [0.5] * 4, {"protos": 4}, {}, "segment-instances"),
+        ("e2e", [1, 2, 9, 8, 0.9, 1], {"rows": True}, {}, "detect"),
+        ("det", BOX + SCORES, {}, {"labels": labels}, "detect"),
+        ("obb", BOX + SCORES + [0.3], {}, {"labels": labels}, "obb"),
+        ("pose", BOX + SCORES + KPTS, {}, {"labels": labels, "keypoints": "17x3"}, "pose"),
+    ]
+    for name, bias, shape, flags, task in cases:
+        done = export_model(
+            _bare(tmp_path, name, bias, **shape), tmp_path / f"{name}.edgert", **flags
+        )
+        assert done.manifest["task"] == task, name
+        assert done.manifest["export"]["described"][0].startswith(f"task {task}"), name
+        assert "guessed from the output shapes" in done.manifest["export"]["described"][0]
+    e2e = json.loads((tmp_path / "e2e.edgert" / "manifest.json").read_text())
+    assert e2e["head"]["form"] == "end2end"
+
+
+@pytest.mark.subprocess
+def test_shapes_that_could_be_several_tasks_name_the_flags_to_give(tmp_path):
+    """[1, 57, 1024] is detect with 53 classes, pose with 2 classes and 17 x 3 keypoints, or obb
+    with 52: the export makes a generic bundle and says which flags decode it."""
+    onnx_path = _bare(tmp_path, "m", BOX + SCORES + KPTS)
+    proc = run_cli("export", onnx_path, "-o", tmp_path / "m.edgert")
+    assert proc.returncode == 0, proc.stderr
+    said = proc.stdout + proc.stderr
+    assert "--task detect, pose (with --keypoints KxD) or obb" in said
+    manifest = json.loads((tmp_path / "m.edgert" / "manifest.json").read_text())
+    assert manifest["task"] == "generic"
+    labels = tmp_path / "labels.txt"
+    labels.write_text("cat\nperson\n")
+    proc = run_cli("export", onnx_path, "-o", tmp_path / "l.edgert", "--labels", labels)
+    assert "51 values after the labels' 2 classes" in proc.stdout + proc.stderr
+
+
+def test_labels_that_do_not_fit_a_yolo_head_are_one_sentence(tmp_path):
+    """--labels naming 3 classes for a head of 4 + 2 classes: refused at export, before any frame
+    fails to decode."""
+    labels = tmp_path / "labels.txt"
+    labels.write_text("a\nb\nc\n")
+    onnx_path = _bare(tmp_path, "det", BOX + SCORES)
+    with pytest.raises(ModelError, match=r"name 3 classes .* holds 4 box values, 2 classes"):
+        export_model(onnx_path, tmp_path / "a.edgert", task="detect", labels=labels)
+    assert not (tmp_path / "a.edgert").exists()
+    pose = _bare(tmp_path, "pose", BOX + SCORES + KPTS)
+    with pytest.raises(ModelError, match="2 classes and 51 values after them"):
+        export_model(pose, tmp_path / "p.edgert", task="pose", labels=labels, keypoints="17x3")

@@ -93,3 +93,73 @@ def test_a_detector_that_finds_nothing_on_the_holdout_is_flagged(tmp_path):
     assert holdout["boxes_fp32"] == 0 and holdout["box_f1"] == 1.0
     warning = [s for s in said if "finds no boxes" in s]
     assert len(warning) == 1 and "box F1 judges nothing" in warning[0], said
+
+
+def _blob(tmp_path, head: str):
+    """The blob detector of tests.tiny with ``head`` (pose, segment, obb), its bundle's manifest
+    and its FP32 outputs on 6 frames with a bright square each."""
+    from edgert.export import export_model
+    from edgert.runtime import Engine
+    from edgert.runtime.bundle import Bundle
+    from tests.tiny import blob_detector
+
+    onnx_path = blob_detector(tmp_path / f"{head}.onnx", head=head, ultralytics=True)
+    bundle = export_model(str(onnx_path), tmp_path / f"{head}.edgert").bundle
+    frames = []
+    for k in range(6):
+        x = np.zeros((1, 3, 96, 128), np.float32)
+        x[..., 20 + 4 * k : 44 + 4 * k, 16 + 12 * k : 40 + 12 * k] = 1.0
+        frames.append(x)
+    with Engine.load(bundle, backend="onnxruntime") as engine:
+        outs = [engine.infer(x) for x in frames]
+    ref = {name: np.concatenate([o[name] for o in outs]) for name in outs[0]}
+    return Bundle(bundle).manifest, ref
+
+
+def test_pose_gate_judges_the_keypoints_not_only_the_boxes(tmp_path):
+    manifest, ref = _blob(tmp_path, "pose")
+    task = gate.Task.of(manifest)
+    same = gate.evaluate(ref, {k: v.copy() for k, v in ref.items()}, task)
+    assert same.metrics["box_f1"] == 1.0 and same.metrics["keypoint_f1"] == 1.0
+    assert same.metrics["keypoint_oks"] == 1.0 and same.passes(gate.parse_gate(None))
+    moved = {k: v.copy() for k, v in ref.items()}
+    moved["output0"][:, 5::3] += 6.0  # every keypoint 6 px right (the boxes are 24 px)
+    ev = gate.evaluate(ref, moved, task)
+    assert ev.metrics["box_f1"] == 1.0  # the boxes did not move
+    assert ev.metrics["keypoint_f1"] == 0.0 and ev.metrics["keypoint_oks"] < 0.3
+    assert any(f.startswith("keypoint_f1") for f in ev.failures(gate.parse_gate(None)))
+    slightly = {k: v.copy() for k, v in ref.items()}
+    slightly["output0"][:, 5::3] += 0.5  # half a pixel: the same keypoints
+    ev = gate.evaluate(ref, slightly, task)
+    assert ev.metrics["keypoint_f1"] == 1.0 and ev.metrics["keypoint_oks"] > 0.8
+
+
+def test_instance_gate_judges_the_masks_not_only_the_boxes(tmp_path):
+    manifest, ref = _blob(tmp_path, "segment")
+    task = gate.Task.of(manifest)
+    same = gate.evaluate(ref, {k: v.copy() for k, v in ref.items()}, task)
+    assert same.metrics["mask_f1"] == 1.0 and same.metrics["mask_iou"] == 1.0
+    shifted = {k: v.copy() for k, v in ref.items()}
+    shifted["output1"] = np.roll(ref["output1"], 4, axis=3)  # prototypes 4 cells (16 px) right
+    ev = gate.evaluate(ref, shifted, task)
+    # the weaker neighbours' masks are shifted out of their boxes (dropped, as empty masks are)
+    assert ev.metrics["box_f1"] >= 0.85 and ev.metrics["mask_f1"] < ev.metrics["box_f1"] - 0.5
+    assert ev.metrics["mask_iou"] < 0.5
+    assert any(f.startswith("mask_f1") for f in ev.failures(gate.parse_gate(None)))
+
+
+def test_obb_gate_judges_the_angle_the_upright_boxes_do_not_see(tmp_path):
+    """A 60 x 16 box at +0.5 and at -0.5 radians has the same upright box around it: box F1
+    cannot tell them apart; the rotated IoU does."""
+    manifest, _ = _blob(tmp_path, "obb")
+
+    def head(angle):
+        out = np.zeros((1, 6, 4), np.float32)
+        out[0, :, 0] = [64, 48, 60, 16, 0.9, angle]
+        return {"output0": out}
+
+    task = gate.Task.of(manifest)
+    ev = gate.evaluate(head(0.5), head(-0.5), task)
+    assert ev.metrics["box_f1"] == 1.0
+    assert ev.metrics["rbox_f1"] == 0.0 and ev.metrics["rbox_iou"] < 0.5
+    assert gate.evaluate(head(0.5), head(0.51), task).metrics["rbox_f1"] == 1.0

@@ -134,17 +134,44 @@ def test_each_measured_task_passes_its_own_results_and_refuses_others():
             task: ([Result.of_objects([box], task)] * 5, [Result.of_objects([moved], task)] * 5)
             for task in ("pose", "segment-instances", "obb")
         },
+        # ... and their own shapes where the boxes stay: keypoints moved, a mask shifted, an
+        # oriented box turned to the mirror angle (the same upright box)
+        **{
+            f"{task}+": (
+                [Result.of_objects([box.with_extras(**a)], task)] * 5,
+                [Result.of_objects([box.with_extras(**b)], task)] * 5,
+            )
+            for task, a, b in (
+                (
+                    "pose",
+                    {"keypoints": [[20, 20, 1.0], [40, 40, 1.0]]},
+                    {"keypoints": [[45, 45, 1.0], [10, 10, 1.0]]},
+                ),
+                (
+                    "segment-instances",
+                    {"polygon": [[10, 10], [30, 10], [30, 50], [10, 50]]},
+                    {"polygon": [[32, 10], [50, 10], [50, 50], [32, 50]]},
+                ),
+                ("obb", {"rbox": [30, 30, 50, 10, 0.6]}, {"rbox": [30, 30, 50, 10, -0.6]}),
+            )
+        },  # fmt: skip
         "classify": (
             [Result.of_classes([ClassScore(0, "cat", 0.9)])] * 5,
             [Result.of_classes([ClassScore(1, "dog", 0.9)])] * 5,
         ),
     }
-    assert {n for n, s in TASK_SPECS.items() if s.compare is not None} == set(frames)
-    for name, (ref, other) in frames.items():
+    assert {n for n, s in TASK_SPECS.items() if s.compare is not None} == {
+        n.rstrip("+") for n in frames
+    }
+    for key, (ref, other) in frames.items():
+        name = key.rstrip("+")
         same = agreement(name, ref, ref)
         assert judge(name, same, o, "live frames") is None, name
         why = judge(name, agreement(name, ref, other), o, "live frames")
-        assert why is not None and "5 live frames" in why, (name, why)
+        assert why is not None and "5 live frames" in why, (key, why)
+        if key.endswith("+"):
+            assert agreement(name, ref, other)["box_f1"] == 1.0
+            assert any(w in why for w in ("keypoints", "masks", "oriented boxes")), why
 
 
 def test_the_gate_and_the_swap_check_measure_boxes_alike():

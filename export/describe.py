@@ -284,14 +284,21 @@ def _describe_head(src: SourceModel, outputs: list, keypoints: str | None, notes
     src.head = Head(form, kpt if spec.keypoints else None, head.source)
 
 
+def parse_size(size) -> tuple:
+    """--size "640x640" (or a (height, width) already) -> (height, width)."""
+    if not isinstance(size, str):
+        return tuple(size)
+    try:
+        h, w = (int(v) for v in size.lower().split("x"))
+    except ValueError:
+        raise ModelError(f"--size {size!r} is not of the form 640x640") from None
+    return h, w
+
+
 def _normalise(overrides: dict) -> dict:
     out = dict(overrides)
-    if isinstance(out.get("size"), str):
-        try:
-            h, w = (int(v) for v in out["size"].lower().split("x"))
-        except ValueError:
-            raise ModelError(f"--size {out['size']!r} is not of the form 640x640") from None
-        out["size"] = (h, w)
+    if out.get("size") is not None:
+        out["size"] = parse_size(out["size"])
     for key in ("mean", "std"):
         if isinstance(out.get(key), str):
             try:

@@ -23,7 +23,7 @@ from edgert.runtime.errors import (
 from edgert.runtime.tasks import TASK_SPECS, check_task_outputs
 
 from . import onnx_export
-from .describe import check_head_labels, check_labels, describe
+from .describe import check_head_labels, check_labels, describe, parse_size
 from .parity import ParityReport, random_inputs, run_cases, uniform_inputs
 from .source import SourceModel, load_source
 
@@ -102,7 +102,14 @@ def export_model(
         if max_batch < 1:
             raise ModelError("--max-batch must be at least 1")
         dynamic_batch = True
-    src = load_source(model, weights=weights, trust_pickle=trust_pickle)
+    size = (preprocess or {}).get("size")
+    src = load_source(
+        model,
+        weights=weights,
+        trust_pickle=trust_pickle,
+        size=parse_size(size) if size is not None else None,
+        opset=opset,
+    )
     name = name or src.name
     target = Path(out) if out else Path(f"{name}.edgert")
     _check_target(target)

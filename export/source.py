@@ -30,10 +30,15 @@ _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 def load_source(
-    spec: str | os.PathLike | Any, weights: str | None = None, trust_pickle: bool = False
+    spec: str | os.PathLike | Any,
+    weights: str | None = None,
+    trust_pickle: bool = False,
+    size: tuple | None = None,
+    opset: int = 17,
 ) -> SourceModel:
     """Resolve MODEL (a CLI string or path, or a ``torch.nn.Module`` from Python); raise
-    ModelError with one sentence when it is not a usable model."""
+    ModelError with one sentence when it is not a usable model. ``size`` and ``opset``: what an
+    Ultralytics checkpoint is exported to ONNX at (its training size where None)."""
     if not isinstance(spec, (str, os.PathLike)):
         return _from_module(spec, weights)
     spec = os.fspath(spec)
@@ -59,7 +64,65 @@ def load_source(
         return _load_onnx(path)
     if path.suffix.lower() == ".pt2":
         return _load_exported_program(path)
+    if _is_ultralytics_checkpoint(path):
+        return _load_ultralytics(path, trust_pickle, size, opset)
     return _load_torch_file(path, trust_pickle)
+
+
+def _is_ultralytics_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a torch.save archive whose pickle names Ultralytics' model classes
+    (read as bytes: nothing is unpickled)."""
+    if not zipfile.is_zipfile(path):
+        return False
+    try:
+        with zipfile.ZipFile(path) as zf:
+            pickles = [n for n in zf.namelist() if n.endswith("data.pkl")]
+            return any(b"ultralytics.nn" in zf.read(n)[: 1 << 22] for n in pickles[:1])
+    except (OSError, zipfile.BadZipFile, RuntimeError):
+        return False
+
+
+def _load_ultralytics(
+    path: Path, trust_pickle: bool, size: tuple | None, opset: int
+) -> SourceModel:
+    """An Ultralytics checkpoint (yolo11n.pt, a user's best.pt) exported to ONNX by Ultralytics'
+    own exporter, in a temporary folder, then read as its ONNX (task, labels, size, head from
+    the metadata it writes)."""
+    import shutil
+    import tempfile
+
+    if not trust_pickle:
+        raise ModelError(
+            f"{path} is an Ultralytics checkpoint, a pickle: loading it can run code from the file; "
+            "pass --trust-pickle to have Ultralytics export it to ONNX here (or give the .onnx of "
+            "'yolo export model=... format=onnx')"
+        )
+    try:
+        import ultralytics
+        from ultralytics import YOLO
+    except ImportError:
+        raise ModelError(
+            f"{path} is an Ultralytics checkpoint and ultralytics is not installed here: install "
+            "it beside edgert (pip install ultralytics), or give the .onnx of "
+            "'yolo export model=... format=onnx' from where it is"
+        ) from None
+    folder = tempfile.TemporaryDirectory(prefix="edgert-ultralytics-")
+    copy = Path(folder.name) / path.name
+    shutil.copyfile(path, copy)
+    options = {"format": "onnx", "opset": opset, "simplify": True, "verbose": False}
+    if size is not None:
+        options["imgsz"] = list(size)
+    try:
+        onnx_file = Path(YOLO(str(copy)).export(**options))
+    except Exception as exc:  # Ultralytics' own load or export: its sentence
+        folder.cleanup()
+        raise ModelError(f"Ultralytics could not export {path} to ONNX: {first_line(exc)}") from exc
+    src = _load_onnx(onnx_file)
+    src.name, src.spec, src.keep = _name_of(path), str(path), folder
+    src.hashes["checkpoint"] = sha256_file(path)
+    if src.read_from:
+        src.read_from += f", exported from {path.name} by Ultralytics {ultralytics.__version__}"
+    return src
 
 
 @contextlib.contextmanager

@@ -36,6 +36,7 @@ class SourceModel:
     read_from: str | None = None  # what was read from the model's own metadata, in a sentence
     hashes: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
+    keep: Any = None  # what must live as long as the source (a temporary folder of its ONNX)
 
 
 def check_state_dict(model, state: dict, what: str) -> None:

@@ -271,3 +271,35 @@ def test_labels_that_do_not_fit_a_yolo_head_are_one_sentence(tmp_path):
     pose = _bare(tmp_path, "pose", BOX + SCORES + KPTS)
     with pytest.raises(ModelError, match="2 classes and 51 values after them"):
         export_model(pose, tmp_path / "p.edgert", task="pose", labels=labels, keypoints="17x3")
+
+
+def _checkpoint(path):
+    """A torch.save archive whose pickle names Ultralytics' DetectionModel (never unpickled: edgert
+    reads it as bytes): what `yolo train` leaves as best.pt, as far as edgert looks."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("best/data.pkl", b"\x80\x02cultralytics.nn.tasks\nDetectionModel\nq\x00.")
+        zf.writestr("best/version", "3\n")
+    return path
+
+
+@pytest.mark.subprocess
+def test_an_ultralytics_checkpoint_says_what_it_needs(tmp_path):
+    """Without --trust-pickle: one sentence (it is a pickle); with it, where ultralytics is not
+    installed: one sentence naming the two ways (tests/ultralytics exports a real one)."""
+    pt = _checkpoint(tmp_path / "best.pt")
+    assert_user_error(
+        run_cli("export", pt, "-o", tmp_path / "a.edgert"),
+        "is an Ultralytics checkpoint",
+        "--trust-pickle",
+    )
+    import importlib.util
+
+    if importlib.util.find_spec("ultralytics") is None:
+        assert_user_error(
+            run_cli("export", pt, "-o", tmp_path / "a.edgert", "--trust-pickle"),
+            "ultralytics is not installed here",
+            "format=onnx",
+        )
+    assert not (tmp_path / "a.edgert").exists()

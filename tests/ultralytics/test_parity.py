@@ -255,3 +255,49 @@ def _same_objects(task: str, ref, got, t, photo: str, stretch: bool = False) -> 
             union = np.logical_or(want, have).sum()
             assert inter / union >= 0.98, (photo, inter / union)
     return len(pairs)
+
+
+@pytest.mark.subprocess
+def test_a_checkpoint_is_exported_by_ultralytics_and_runs_as_its_onnx(exported, tmp_path):
+    """`edgert export best.pt --trust-pickle --size 160x160` (an instance-segmentation checkpoint
+    as `model.save` writes it: FP16 weights): Ultralytics' own exporter makes the ONNX (in a
+    temporary folder, gone after), the bundle is read from its metadata as an ONNX's is (the
+    same task, labels, head and preprocessing as the hand-exported ONNX's), and on every photo it
+    gives Ultralytics' predictor's objects on the ONNX that `yolo export` makes of the same
+    checkpoint. (The predictor on the checkpoint itself letterboxes to a rectangle, not the
+    exported square: other inputs.)"""
+    import json
+    import shutil
+
+    from ultralytics import YOLO
+
+    from tests.conftest import run_cli
+
+    model, onnx = exported("yolo11n-seg")
+    pt = tmp_path / "best.pt"
+    model.save(str(pt))
+    proc = run_cli(
+        "export", pt, "-o", tmp_path / "pt.edgert", "--trust-pickle", "--size", f"{SIZE}x{SIZE}"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "exported from best.pt by Ultralytics" in proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "pt.edgert"]  # nothing left
+    from_pt = json.loads((tmp_path / "pt.edgert" / "manifest.json").read_text())
+    from_onnx = export_model(onnx, tmp_path / "onnx.edgert").manifest
+    for key in ("task", "labels", "head", "preprocessing"):
+        assert from_pt[key] == from_onnx[key], key
+    assert from_pt["source"]["spec"] == str(pt)
+    (tmp_path / "hand").mkdir()
+    shutil.copy(pt, tmp_path / "hand" / "best.pt")
+    by_hand = YOLO(str(tmp_path / "hand" / "best.pt")).export(
+        format="onnx", imgsz=SIZE, opset=17, simplify=True, verbose=False
+    )
+    predictor = YOLO(by_hand, task="segment")
+    seen = 0
+    with load_task_model(tmp_path / "pt.edgert", conf=CONF, iou=IOU) as ours:
+        for photo in PHOTOS:
+            ref = predictor.predict(photo, conf=CONF, iou=IOU, imgsz=SIZE, verbose=False)[0]
+            image = cv2.imread(photo)
+            got, t = ours(image), ours.preprocess(image)[1]
+            seen += _same_objects("segment-instances", ref, got, t, photo)
+    assert seen >= 3

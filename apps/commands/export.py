@@ -16,6 +16,10 @@ HELP = """MODEL is one of:
   model.ts / model.pt                   TorchScript (torch.jit.save)
   model.pt2                             an ExportedProgram (torch.export.save)
   model.pt --trust-pickle               a pickled whole module (runs code from the file: trust it first)
+  best.pt --trust-pickle                an Ultralytics checkpoint: exported to ONNX by Ultralytics
+                                        (installed beside edgert) at --size, then read as below
+  model.onnx (Ultralytics)              task, labels, size, letterbox, keypoints and head read
+                                        from the metadata Ultralytics writes; flags given win
   model.onnx                            validated, shape-inferred and wrapped into a bundle
 
 The default opset is 17, the newest that TensorRT 8.5 (JetPack 5) parses; TensorRT 10 (JetPack 6)

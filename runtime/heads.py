@@ -217,7 +217,11 @@ def rotated_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, thre
     if not len(boxes):
         return np.zeros(0, np.int64)
     order = np.argsort(-np.asarray(scores), kind="stable")
-    b = np.asarray(boxes, np.float64)[order].copy()
-    b[:, :2] += (np.asarray(classes)[order] * 7680.0)[:, None]  # classes far apart: never overlap
-    overlap = np.triu(probiou(b, b), k=1)
-    return order[(overlap >= threshold).sum(axis=0) == 0]
+    b = np.asarray(boxes, np.float64)[order]
+    cls = np.asarray(classes)[order]
+    keep = np.zeros(len(order), bool)
+    for c in np.unique(cls):  # boxes of two classes never suppress each other: one block each
+        at = np.flatnonzero(cls == c)
+        overlap = np.triu(probiou(b[at], b[at]), k=1)
+        keep[at] = (overlap >= threshold).sum(axis=0) == 0
+    return order[keep]

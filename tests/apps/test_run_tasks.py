@@ -83,3 +83,38 @@ def test_bad_description_options(tmp_path):
     )
     assert_user_error(proc, "--mean and --std need 3 values")
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_run_prints_keypoints_masks_and_oriented_boxes(tmp_path):
+    """`edgert run` on a photo of one bright square with the pose, instance-segmentation and OBB
+    bundles of tests.tiny.blob_detector (made from the ONNX alone: Ultralytics metadata): the
+    JSON records carry each task's fields in source pixels, and the text says them."""
+    from edgert.export import export_model
+    from tests.tiny import ANGLE, FIGURE_SEEN, blob_detector
+
+    image = tmp_path / "square.png"
+    picture = np.zeros((240, 320, 3), np.uint8)
+    picture[60:120, 100:160] = 255
+    cv2.imwrite(str(image), picture)
+    said = {}
+    for head in ("pose", "segment", "obb"):
+        onnx_path = blob_detector(tmp_path / f"{head}.onnx", head=head, ultralytics=True)
+        bundle = export_model(str(onnx_path), tmp_path / f"{head}.edgert").bundle
+        proc = run_cli("run", bundle, image, "--json", "--conf", "0.9")
+        assert proc.returncode == 0, proc.stderr
+        (obj,) = json.loads(proc.stdout)["results"]
+        if head == "obb":  # the box is the upright one around the turned square
+            assert np.allclose(obj["rbox"][:4], [130, 90, 60, 60], atol=6), obj["rbox"]
+        else:
+            assert np.allclose(obj["box"], [100, 60, 160, 120], atol=6), (head, obj["box"])
+        said[head] = obj
+        text = run_cli("run", bundle, image, "--conf", "0.9")
+        assert text.returncode == 0, text.stderr
+        said[head + "_text"] = text.stdout
+    kp = np.asarray(said["pose"]["keypoints"])
+    assert kp.shape == (17, 3) and list(kp[:, 2]) == list(FIGURE_SEEN)
+    assert "keypoints 15/17 visible" in said["pose_text"]
+    assert 3000 < said["segment"]["mask_area"] < 5000 and len(said["segment"]["polygon"]) >= 4
+    assert f"mask {said['segment']['mask_area']:.0f} px" in said["segment_text"]
+    assert said["obb"]["rbox"][4] == pytest.approx(ANGLE, abs=1e-4)
+    assert f"at {np.degrees(ANGLE):.1f} deg" in said["obb_text"]

@@ -5,8 +5,8 @@ object's mask is its coefficients times the prototypes, cropped to its box, upsa
 model's input and thresholded at 0, as Ultralytics' predictor computes it; objects whose mask is
 empty are dropped (as there). Records carry the mask's ``mask_area`` (source pixels) and its
 outline as a ``polygon`` in source pixels; :attr:`Detection.mask` keeps the bitmap
-(model pixels, cropped to the box: :class:`InstanceMask`) for comparisons, not written to
-JSON."""
+(model pixels, cropped to the box: :class:`InstanceMask`, whose ``in_source()`` gives it at the
+source's resolution where a caller asks) for comparisons, not written to JSON."""
 
 from __future__ import annotations
 
@@ -29,6 +29,28 @@ class InstanceMask:
     y: int
     bitmap: np.ndarray
     input_hw: tuple
+    transform: object = None  # the frame's Transform (source -> model pixels), where known
+
+    def in_source(self) -> tuple:
+        """The mask at the source image's resolution, only where asked (records carry the
+        outline): (x, y, bool bitmap) with (x, y) its top-left corner in source pixels, each
+        source pixel taking the model pixel its centre maps to."""
+        t = self.transform
+        if t is None:
+            return self.x, self.y, self.bitmap
+        h, w = self.bitmap.shape
+        sh, sw = t.source_hw
+        x0 = max(0, int(np.floor((self.x - t.ox) / t.sx)))
+        y0 = max(0, int(np.floor((self.y - t.oy) / t.sy)))
+        x1 = min(sw, int(np.ceil((self.x + w - t.ox) / t.sx)))
+        y1 = min(sh, int(np.ceil((self.y + h - t.oy) / t.sy)))
+        cols = np.floor((np.arange(x0, x1) + 0.5) * t.sx + t.ox).astype(np.int64) - self.x
+        rows = np.floor((np.arange(y0, y1) + 0.5) * t.sy + t.oy).astype(np.int64) - self.y
+        inside = (
+            (rows[:, None] >= 0) & (rows[:, None] < h) & (cols[None, :] >= 0) & (cols[None, :] < w)
+        )
+        picked = self.bitmap[rows.clip(0, h - 1)[:, None], cols.clip(0, w - 1)[None, :]]
+        return x0, y0, picked & inside
 
     def full(self) -> np.ndarray:
         """The mask over the whole model input (bool [H, W])."""
@@ -120,7 +142,7 @@ def decode(model, values: list, transforms: list) -> list:
                         o.with_extras(
                             mask_area=round(masks[j].area / sx, 1), polygon=polygon(masks[j], t)
                         ),
-                        mask=masks[j],
+                        mask=dataclasses.replace(masks[j], transform=t),
                     )
                     for o, j in zip(objs, keep)
                 ],

@@ -118,3 +118,31 @@ def test_run_prints_keypoints_masks_and_oriented_boxes(tmp_path):
     assert f"mask {said['segment']['mask_area']:.0f} px" in said["segment_text"]
     assert said["obb"]["rbox"][4] == pytest.approx(ANGLE, abs=1e-4)
     assert f"at {np.degrees(ANGLE):.1f} deg" in said["obb_text"]
+
+
+def test_an_instance_mask_at_the_source_resolution_where_asked(tmp_path):
+    """The records carry a mask's outline; ``Detection.mask.in_source()`` gives its bitmap at the
+    photo's resolution: the 60 x 60 square (to the model's 4-pixel prototype cells, 10 source
+    pixels here, upsampled bilinearly as Ultralytics' predictor does), its area the record's
+    ``mask_area``."""
+    from edgert.export import export_model
+    from edgert.runtime.tasks import load_task_model
+    from tests.tiny import blob_detector
+
+    picture = np.zeros((240, 320, 3), np.uint8)
+    picture[60:120, 100:160] = 255
+    onnx_path = blob_detector(tmp_path / "seg.onnx", head="segment", ultralytics=True)
+    bundle = export_model(str(onnx_path), tmp_path / "seg.edgert").bundle
+    with load_task_model(bundle, conf=0.9) as model:
+        (obj,) = model(picture).objects
+    x, y, bitmap = obj.mask.in_source()
+    full = np.zeros((240, 320), bool)
+    full[y : y + bitmap.shape[0], x : x + bitmap.shape[1]] = bitmap
+    square = np.zeros((240, 320), bool)
+    square[60:120, 100:160] = True
+    ys, xs = np.nonzero(full)  # the square and the bilinear spill of its cells: 5 px a side
+    assert (
+        max(abs(xs.min() - 100), abs(xs.max() - 159), abs(ys.min() - 60), abs(ys.max() - 119)) <= 6
+    )
+    assert (square & ~full).sum() == 0  # the whole square is in its mask
+    assert abs(int(bitmap.sum()) - obj.extras["mask_area"]) <= 0.03 * obj.extras["mask_area"]

@@ -150,7 +150,7 @@ def describe(
             f"--{k.replace('_', '-')}" for k, v in preprocess.items() if v is not None
         )
         notes.append(f"{given} given: instead of the preprocessing the metadata implies")
-    if task is None and not src.read_from and src.task == "generic":
+    if task is None and not src.read_from and TASK_SPECS[src.task].takes_any:  # no task yet
         guessed, note = guess_task(outputs or [], src.labels, keypoints)
         if guessed is not None:
             src.task = guessed

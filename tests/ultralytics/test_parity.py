@@ -28,11 +28,14 @@ os.environ.setdefault("YOLO_OFFLINE", "1")
 
 import cv2  # noqa: E402
 import torch  # noqa: E402
+import ultralytics  # noqa: E402
 
 from edgert.export import export_model  # noqa: E402
 from edgert.runtime.tasks import load_task_model  # noqa: E402
 
 PHOTOS = sorted(glob.glob(str(Path(__file__).parents[2] / "runtime/sample_data/images/*.jpg")))
+# and Ultralytics' own (bus.jpg, zidane.jpg: the photos its docs predict on)
+PHOTOS += sorted(glob.glob(str(Path(ultralytics.__file__).parent / "assets" / "*.jpg")))
 SIZE = 160
 CONF, IOU = 0.25, 0.45
 BIAS = -3.0

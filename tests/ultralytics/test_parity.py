@@ -28,14 +28,16 @@ os.environ.setdefault("YOLO_OFFLINE", "1")
 
 import cv2  # noqa: E402
 import torch  # noqa: E402
-import ultralytics  # noqa: E402
 
 from edgert.export import export_model  # noqa: E402
 from edgert.runtime.tasks import load_task_model  # noqa: E402
 
+# the bundled photos. Not Ultralytics' own bus.jpg and zidane.jpg: a random-weight head whose
+# BatchNorm statistics come from these saturates on bus.jpg (about 200 boxes scoring exactly 1.0),
+# where NMS keeps whichever of the tied boxes its sort puts first (torchvision's and numpy's
+# differ); with the statistics from all ten, the same happens on bus.jpg for YOLO26's one-to-many
+# head. Neither compares decoders (tried; see issue 48's note)
 PHOTOS = sorted(glob.glob(str(Path(__file__).parents[2] / "runtime/sample_data/images/*.jpg")))
-# and Ultralytics' own (bus.jpg, zidane.jpg: the photos its docs predict on)
-PHOTOS += sorted(glob.glob(str(Path(ultralytics.__file__).parent / "assets" / "*.jpg")))
 SIZE = 160
 CONF, IOU = 0.25, 0.45
 BIAS = -3.0

@@ -42,6 +42,10 @@ DEFAULT_GATE = {
     "rbox_f1": 0.9,
 }
 LOWER_IS_BETTER = {"accuracy_drop", "max_abs"}
+# a candidate's detections are ranked for mAP from this score up (FP32's own, the reference,
+# are those above the model's 0.25): a box of FP32's whose score INT8 drops 25-fold is a miss;
+# lower (COCO's 0.001) only adds low-ranked boxes that cost the decode's NMS time at every choice
+MAP_CONF = 0.01
 _RULE = re.compile(r"^\s*([a-z_0-9]+)\s*(>=|<=)\s*([-+0-9.eE]+)\s*$")
 
 
@@ -185,24 +189,42 @@ def task_agreement(ref_outs: list, got_outs: list, manifest) -> dict[str, float]
     for instance masks, ``rbox_f1`` and ``rbox_iou`` for oriented boxes)."""
     from edgert.runtime.tasks import decode_outputs, task_spec
 
-    m = task_spec(manifest.task).compare(
-        decode_outputs(manifest, ref_outs), decode_outputs(manifest, got_outs), by="class_id"
-    )
+    ref = decode_outputs(manifest, ref_outs)
+    m = task_spec(manifest.task).compare(ref, decode_outputs(manifest, got_outs), by="class_id")
+    ranked = decode_outputs(manifest, got_outs, conf=MAP_CONF)
     skip = ("frames", "box_f1", "boxes_per_frame", "rate_ratio")
     return {
         "box_f1": m["box_f1"],
         "boxes_fp32": m["boxes_per_frame"],
+        **box_map([r.objects for r in ref], [g.objects for g in ranked]),
         **{k: float(v) for k, v in m.items() if k not in skip},
     }
+
+
+def box_map(ref: list[list], got: list[list]) -> dict[str, float]:
+    """``map50`` and ``map50_95`` of the detections ``got`` (decoded at :data:`MAP_CONF`)
+    against ``ref``'s boxes as ground truth, per class id (:mod:`.box_map`: COCO's evaluation)."""
+    from .box_map import mean_average_precision
+
+    def boxes(objs):
+        return np.array([d.box for d in objs], np.float64).reshape(-1, 4)
+
+    m = mean_average_precision(
+        [(boxes(r), [d.class_id for d in r]) for r in ref],
+        [(boxes(g), [d.score for d in g], [d.class_id for d in g]) for g in got],
+    )
+    return {"map50": m["map50"], "map50_95": m["map50_95"]}
 
 
 def _box_agreement(
     ref_outs: list[np.ndarray], got_outs: list[np.ndarray], num_classes: int | None
 ) -> dict[str, float]:
-    """:func:`box_agreement` of a detector's outputs, decoded as the app decodes them."""
+    """:func:`box_agreement` and :func:`box_map` of a detector's outputs, decoded as the app
+    decodes them."""
     from edgert.runtime.detection import decode_detections
 
-    return box_agreement(
-        decode_detections(ref_outs, num_classes=num_classes),
-        decode_detections(got_outs, num_classes=num_classes),
-    )
+    ref = decode_detections(ref_outs, num_classes=num_classes)
+    return {
+        **box_agreement(ref, decode_detections(got_outs, num_classes=num_classes)),
+        **box_map(ref, decode_detections(got_outs, MAP_CONF, num_classes=num_classes)),
+    }

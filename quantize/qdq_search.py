@@ -70,13 +70,26 @@ def choose_method(
 
     best = max(scores, key=lambda m: _rank(scores[m]))
     runner_up = sorted(scores, key=lambda m: _rank(scores[m]))[-2] if len(scores) > 1 else None
-    why = f"highest validation cosine ({scores[best]['cosine']:.4f}"
-    why += f" vs {runner_up} {scores[runner_up]['cosine']:.4f})" if runner_up else ")"
+    key, what = _measure(scores[best])
+    why = f"highest validation {what} ({scores[best][key]:.4f}"
+    why += f" vs {runner_up} {scores[runner_up][key]:.4f})" if runner_up else ")"
     return MethodChoice(best, why, scores)
 
 
+def _measure(scores: dict) -> tuple[str, str]:
+    """The measure a choice is made by: a detector's mAP50-95 against FP32's boxes where FP32
+    found boxes (the task's own measure: the cosine of raw outputs can prefer a candidate whose
+    boxes moved), else the outputs' cosine."""
+    if scores.get("boxes_fp32", 0) > 0 and "map50_95" in scores:
+        return "map50_95", "mAP50-95 against FP32's boxes"
+    return "cosine", "cosine"
+
+
 def _rank(scores: dict) -> tuple[float, float]:
-    return (scores["cosine"], scores.get("agreement", 0.0))
+    key, _ = _measure(scores)
+    if key == "cosine":
+        return (scores["cosine"], scores.get("agreement", 0.0))
+    return (scores[key], scores["cosine"])
 
 
 @dataclass
@@ -190,6 +203,7 @@ def choose_preparation(
             f"  preparation {name:<14} best method {choice.method:<10} validation cosine "
             f"{scores['cosine']:.4f}"
             + (f", agreement {scores['agreement']:.3f}" if "agreement" in scores else "")
+            + (f", mAP50-95 {scores['map50_95']:.3f}" if "map50_95" in scores else "")
         )
         if best is None or _rank(scores) > _rank(best.scores):
             best = Preparation(name, prepared, stats, choice, scores, base, report, round_weights)

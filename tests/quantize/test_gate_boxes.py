@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from edgert.quantize import gate
 from edgert.runtime.detection import matched_boxes
@@ -34,10 +35,14 @@ def test_box_f1_of_a_yolo_head():
     ref = {"out": _yolo_v8(boxes, scores)}
     same = gate.evaluate(ref, {"out": _yolo_v8(boxes, scores)}, "detect")
     assert same.metrics["box_f1"] == 1.0
+    assert same.metrics["map50"] == same.metrics["map50_95"] == 1.0
     moved = [boxes[0], [80, 80, 16, 16], boxes[2]]  # one box moved off its place
     flipped = [scores[0], scores[1], [0.2, 0.7]]  # one box's class changed
     ev = gate.evaluate(ref, {"out": _yolo_v8(moved, flipped)}, "detect")
     assert ev.metrics["box_f1"] == 2 * 1 / (3 + 3)
+    # mAP against FP32's boxes: class 0 finds one of its two at precision 1 (recall 0.5: 51 of
+    # COCO's 101 recall points), class 1 none of its one
+    assert ev.metrics["map50"] == pytest.approx((51 / 101 + 0.0) / 2)
 
 
 def _detector(tmp_path, builder: str):
@@ -163,3 +168,63 @@ def test_obb_gate_judges_the_angle_the_upright_boxes_do_not_see(tmp_path):
     assert ev.metrics["box_f1"] == 1.0
     assert ev.metrics["rbox_f1"] == 0.0 and ev.metrics["rbox_iou"] < 0.5
     assert gate.evaluate(head(0.5), head(0.51), task).metrics["rbox_f1"] == 1.0
+
+
+def test_a_detectors_choices_follow_its_boxes_where_the_cosine_disagrees(tmp_path):
+    """A model built to show it (issue 49): two candidates of the blob detector. One moves every
+    box 3 px (IoU 0.78 with FP32's: its outputs' cosine 0.999); the other leaves the boxes where
+    they are but scales the box values of the anchors no frame lights up (a cosine far lower;
+    those anchors never score). The cosine would choose the first; the build chooses the second,
+    by mAP50-95 against FP32's boxes, and says so."""
+    import onnx
+    from onnx import numpy_helper
+
+    from edgert.export import export_model
+    from edgert.quantize import evaluate, qdq_search
+    from edgert.runtime.bundle import Bundle
+    from tests.tiny import blob_detector
+
+    onnx_path = blob_detector(tmp_path / "det.onnx")
+    labels = tmp_path / "labels.txt"
+    labels.write_text("blob\n")
+    bundle = export_model(
+        str(onnx_path), tmp_path / "det.edgert", task="detect", labels=labels,
+        preprocess={"resize": "stretch", "size": "96x128", "scale": 1 / 255},
+    ).bundle  # fmt: skip
+    fp32 = onnx.load(str(onnx_path))
+    frames = np.zeros((8, 3, 96, 128), np.float32)
+    for k in range(8):  # squares in the top-left half only
+        frames[k, :, 8 + 3 * k : 32 + 3 * k, 8 + 4 * k : 32 + 4 * k] = 1.0
+    ref = evaluate.run(fp32, frames)
+
+    def variant(change):
+        model = onnx.ModelProto()
+        model.CopyFrom(fp32)
+        init = next(i for i in model.graph.initializer if i.name == "boxes")
+        boxes = numpy_helper.to_array(init).copy()
+        change(boxes)
+        init.CopyFrom(numpy_helper.from_array(boxes, "boxes"))
+        return model
+
+    def shift(b):
+        b[0, 0] += 3.0
+
+    def dark(b):  # the anchors whose centre is right of x 80 or below y 64: never lit here
+        far = (b[0, 0] > 80) | (b[0, 1] > 64)
+        b[0, :, far] *= 0.3
+
+    candidates = {"minmax": variant(shift), "percentile": variant(dark)}
+    candidates.update(entropy=candidates["minmax"], mse=candidates["minmax"])
+
+    class Stats:
+        def thresholds(self, method):
+            return {"method": method}
+
+    choice = qdq_search.choose_method(
+        fp32, Stats(), frames, ref, gate.Task.of(Bundle(bundle).manifest), None, lambda s: None,
+        quantize=lambda model, thresholds, sample: candidates[thresholds["method"]],
+    )  # fmt: skip
+    moved, kept = choice.scores["minmax"], choice.scores["percentile"]
+    assert moved["cosine"] > kept["cosine"] + 0.01  # the cosine prefers the moved boxes
+    assert kept["map50_95"] == 1.0 and moved["map50_95"] < 0.8
+    assert choice.method == "percentile" and "mAP50-95 against FP32's boxes" in choice.why

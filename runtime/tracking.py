@@ -56,11 +56,15 @@ class Track:
     detection_index: int | None = None  # its index in that update's detections
     predicted: bool = False  # its box is the filter's prediction (a frame not inferred)
     velocity: tuple[float, float] = (0.0, 0.0)  # the box centre's, pixels per second (filtered)
-    observed: tuple | None = None  # the last matched detection's own box (not filtered)
     last: Detection | None = None  # the last matched detection (kept while the track coasts)
     _labels: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=30), repr=False
     )
+
+    @property
+    def observed(self) -> tuple | None:
+        """The last matched detection's own box (not filtered)."""
+        return None if self.last is None else tuple(float(v) for v in self.last.box)
 
     @property
     def age(self) -> float:
@@ -241,7 +245,6 @@ class Tracker(ObjectTracker):
                 timestamp,
                 detection=d,
                 detection_index=i,
-                observed=tuple(float(v) for v in d.box),
                 last=d,
             )
             t._labels.append((d.class_id, d.label))
@@ -345,7 +348,6 @@ class Tracker(ObjectTracker):
         t.last_seen = timestamp
         t.hits += 1
         t.detection = t.last = d
-        t.observed = tuple(float(v) for v in d.box)
         t.predicted = False
         t._labels.append((d.class_id, d.label))
         (t.class_id, t.label), _ = collections.Counter(t._labels).most_common(1)[0]

@@ -150,17 +150,26 @@ def agreement(ref: list, got: list, by: str, similarity, name: str, measure: str
     }
 
 
-def judge_agreement(measures: dict, bounds, what: str, name: str, noun: str):
-    """:func:`judge`, then the task's own F1 (``{name}_f1``, from :func:`agreement`) under the
-    same bound as the boxes'."""
-    why = judge(measures, bounds, what)
-    f1 = measures.get(f"{name}_f1")
-    if why is None and f1 is not None and f1 < bounds.min_box_f1:
-        why = (
-            f"the candidate's {noun} match the model in use's with F1 {f1:.2f} on "
-            f"{measures['frames']} {what}, under {bounds.min_box_f1:.2f}"
-        )
-    return why
+def shape_hooks(similarity, name: str, measure: str, noun: str) -> tuple:
+    """(compare, judge) of a task whose objects are boxes with a shape of their own (keypoints,
+    a mask, an oriented box): detect's measures plus :func:`agreement` on ``similarity``
+    (``{name}_f1``, ``{name}_{measure}``); the judge refuses what detect's refuses, then the
+    shape's F1 under the same bound as the boxes' (``noun``: what the sentence calls them)."""
+
+    def compare_shape(ref: list, got: list, by: str = "label") -> dict:
+        return {**compare(ref, got, by), **agreement(ref, got, by, similarity, name, measure)}
+
+    def judge_shape(measures: dict, bounds, what: str):
+        why = judge(measures, bounds, what)
+        f1 = measures.get(f"{name}_f1")
+        if why is None and f1 is not None and f1 < bounds.min_box_f1:
+            why = (
+                f"the candidate's {noun} match the model in use's with F1 {f1:.2f} on "
+                f"{measures['frames']} {what}, under {bounds.min_box_f1:.2f}"
+            )
+        return why
+
+    return compare_shape, judge_shape
 
 
 def judge(measures: dict, bounds, what: str):

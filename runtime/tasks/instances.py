@@ -183,6 +183,7 @@ def mask_iou(ref: list, got: list):
     masks = [o.mask for o in (*ref, *got)]
     same = all(m is not None for m in masks) and len({m.input_hw for m in masks}) <= 1
     a, b = _regions(ref, same), _regions(got, same)
+    area_a, area_b = [int(m.sum()) for _, _, m in a], [int(m.sum()) for _, _, m in b]
     out = np.zeros((len(a), len(b)))
     for i, (ax, ay, am) in enumerate(a):
         for j, (bx, by, bm) in enumerate(b):
@@ -197,25 +198,14 @@ def mask_iou(ref: list, got: list):
                         & bm[y0 - by : y1 - by, x0 - bx : x1 - bx]
                     ).sum()
                 )
-            union = int(am.sum()) + int(bm.sum()) - inter
+            union = area_a[i] + area_b[j] - inter
             out[i, j] = inter / union if union else 0.0
     return out
 
 
-def compare(ref: list, got: list, by: str = "label") -> dict:
-    """detect's measures, and the masks': ``mask_f1`` (objects paired at mask IoU >= 0.5, as
-    COCO's mask AP50 pairs them) and ``mask_iou`` (mean mask IoU of the pairs the boxes
-    match)."""
-    return {
-        **detect.compare(ref, got, by),
-        **detect.agreement(ref, got, by, mask_iou, "mask", "iou"),
-    }
-
-
-def judge(measures: dict, bounds, what: str):
-    return detect.judge_agreement(measures, bounds, what, "mask", "masks")
-
-
+# detect's measures, and the masks': mask_f1 (objects paired at mask IoU >= 0.5, as COCO's mask
+# AP50 pairs them) and mask_iou (mean mask IoU of the pairs the boxes match)
+compare, judge = detect.shape_hooks(mask_iou, "mask", "iou", "masks")
 observed = detect.observed
 
 

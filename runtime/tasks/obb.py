@@ -78,19 +78,9 @@ def rotated_iou(ref: list, got: list):
     return probiou(a, b)
 
 
-def compare(ref: list, got: list, by: str = "label") -> dict:
-    """detect's measures (on the upright boxes), and the oriented boxes': ``rbox_f1`` (paired
-    at rotated IoU >= 0.5) and ``rbox_iou`` (mean rotated IoU of the pairs the boxes match)."""
-    return {
-        **detect.compare(ref, got, by),
-        **detect.agreement(ref, got, by, rotated_iou, "rbox", "iou"),
-    }
-
-
-def judge(measures: dict, bounds, what: str):
-    return detect.judge_agreement(measures, bounds, what, "rbox", "oriented boxes")
-
-
+# detect's measures (on the upright boxes), and the oriented boxes': rbox_f1 (paired at rotated
+# IoU >= 0.5) and rbox_iou (mean rotated IoU of the pairs the boxes match)
+compare, judge = detect.shape_hooks(rotated_iou, "rbox", "iou", "oriented boxes")
 observed = detect.observed
 
 

@@ -106,20 +106,9 @@ def oks(ref: list, got: list):
     return (np.exp(-e) * shown[:, None, :]).sum(-1) / shown.sum(-1)[:, None]
 
 
-def compare(ref: list, got: list, by: str = "label") -> dict:
-    """detect's measures, and the keypoints': ``keypoint_f1`` (objects paired at OKS >= 0.5, as
-    COCO's keypoint AP50 pairs them) and ``keypoint_oks`` (mean OKS of the pairs the boxes
-    match)."""
-    return {
-        **detect.compare(ref, got, by),
-        **detect.agreement(ref, got, by, oks, "keypoint", "oks"),
-    }
-
-
-def judge(measures: dict, bounds, what: str):
-    return detect.judge_agreement(measures, bounds, what, "keypoint", "keypoints")
-
-
+# detect's measures, and the keypoints': keypoint_f1 (objects paired at OKS >= 0.5, as COCO's
+# keypoint AP50 pairs them) and keypoint_oks (mean OKS of the pairs the boxes match)
+compare, judge = detect.shape_hooks(oks, "keypoint", "oks", "keypoints")
 observed = detect.observed
 
 

@@ -159,7 +159,7 @@ def mobilenet(
 
     def with_fallback(name, budget, label):
         model, th, base = made[name]
-        ranked = qdq_search.sensitivity(base, th, nodes, validation, ref_val, lambda s: None)
+        ranked, _ = qdq_search.sensitivity(base, th, nodes, validation, ref_val, lambda s: None)
         kept = [n for n, _ in ranked[:budget]]  # the most sensitive nodes, by the validation crops
         source = qdq_search.Preparation(name, model, None, None, {}, base).rebuild(calib, kept)
         add(label, int8.quantize(source, th, validation, exclude=kept), len(kept))

@@ -51,6 +51,7 @@ def build(
     calib_size: int = 500,
     holdout_size: int = 200,
     calib_method: str | None = None,
+    calib_labels: str | None = None,
     prepare: str | tuple[str, ...] = "auto",
     gate_rules: str | dict | None = None,
     dla: int | None = None,
@@ -101,8 +102,16 @@ def build(
             calib_method,
             seed,
             preparations,
+            calib_labels,
         )
         task = TASK_SPECS[bundle.manifest.task]
+        if calib_labels and (not task.boxes or task.model is not None):
+            raise ModelError(
+                f"--calib-labels gives boxes for a detector's gate; a {task.kind} bundle "
+                f"({task.description}) has no boxes to compare with them"
+            )
+        if calib_labels and precision == "fp32":
+            raise ModelError("--calib-labels is for a gated build: fp32 is not gated")
         recipes = TASK_RECIPES.get(task.name, RECIPES)
         if precision not in recipes:
             made = [p for p in recipes if p != "fp32"]

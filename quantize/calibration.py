@@ -22,18 +22,29 @@ MIN_SAMPLES = 8
 
 @dataclass
 class Dataset:
-    """Preprocessed model inputs (N, ...) with optional integer labels."""
+    """Preprocessed model inputs (N, ...) with optional integer labels (a classifier's) or
+    labelled boxes (a detector's: per sample, boxes in the model input's pixels and class ids,
+    or None where the sample has no labels)."""
 
     inputs: np.ndarray
     labels: np.ndarray | None
     description: str
+    objects: list | None = None
 
     def __len__(self) -> int:
         return len(self.inputs)
 
+    @property
+    def truth(self):
+        """What the gate measures against: the labels or the labelled boxes (None: neither)."""
+        return self.labels if self.labels is not None else self.objects
+
     def subset(self, idx) -> Dataset:
         return Dataset(
-            self.inputs[idx], None if self.labels is None else self.labels[idx], self.description
+            self.inputs[idx],
+            None if self.labels is None else self.labels[idx],
+            self.description,
+            None if self.objects is None else [self.objects[i] for i in np.asarray(idx)],
         )
 
 
@@ -51,18 +62,29 @@ def load(
     calib_size: int = 500,
     holdout_size: int = 200,
     seed: int = 0,
+    labels: str | None = None,
 ) -> CalibrationData:
     """Calibration + hold-out sets for ``manifest``'s model from ``source`` (None or 'zoo': the zoo
-    model's own data)."""
+    model's own data). ``labels``: boxes labelled on a folder's images (:mod:`.box_labels`)."""
     if calib_size < MIN_SAMPLES:
         raise SourceError(f"--calib-size {calib_size} is too small; use at least {MIN_SAMPLES}")
+    if labels and (source in (None, "zoo") or not Path(source).is_dir()):
+        raise SourceError(
+            "--calib-labels needs --calib to be a folder of images (the labels name its files)"
+        )
     if source in (None, "zoo"):
         hint = "this model is not from the zoo: give calibration data with --calib (a folder of images, a video or an .npz)"
         return _zoo(_zoo_samples(manifest, calib_size, holdout_size, seed, hint), manifest, seed)
     path, pool, kind = _pool(source, calib_size + holdout_size)
     if pool is None:
         return _npz(path, manifest, calib_size, holdout_size, seed)
-    return _split_images(pool, manifest, calib_size, holdout_size, seed, kind)
+    truth = None
+    if labels:
+        from . import box_labels
+
+        sizes = [im.shape[:2] for im in pool]
+        truth = box_labels.read(labels, path, _image_files(path), sizes, manifest.labels)
+    return _split_images(pool, manifest, calib_size, holdout_size, seed, kind, truth)
 
 
 def _pool(source: str, wanted: int) -> tuple[Path, list[np.ndarray] | None, str]:
@@ -147,24 +169,43 @@ def _split(
     return order[n_hold : n_hold + n_cal], order[:n_hold]
 
 
-def _split_images(pool, manifest, calib_size, holdout_size, seed, kind) -> CalibrationData:
+def _split_images(
+    pool, manifest, calib_size, holdout_size, seed, kind, truth=None
+) -> CalibrationData:
+    """``truth``: per image of ``pool``, its labelled boxes in its own pixels (or None); the
+    hold-out's are carried into the model input's pixels."""
     cal_idx, hold_idx = _split(len(pool), calib_size, holdout_size, seed, kind)
     cal = [pool[i] for i in cal_idx]
     hold = [pool[i] for i in hold_idx]
     n_cal, n_hold = len(cal), len(hold)
+    cal_in = _preprocess(manifest, cal, "calibration image")
+    hold_in = _preprocess(manifest, hold, "hold-out image")
+    objects = None
+    if truth is not None:
+        from .box_labels import to_input
+
+        geometry = manifest.preprocessing.geometry
+        objects = [to_input(truth[i], geometry(pool[i].shape[:2])) for i in hold_idx]
+        if all(o is None for o in objects):
+            raise SourceError(
+                f"none of the {n_hold} hold-out images has labels (--calib-labels): label more "
+                "of the folder's images"
+            )
+        kind += f", {sum(o is not None for o in objects)} of the hold-out labelled"
     return CalibrationData(
-        Dataset(_preprocess(manifest, cal, "calibration image"), None, f"{n_cal} of {kind}"),
-        Dataset(
-            _preprocess(manifest, hold, "hold-out image"), None, f"{n_hold} other samples of {kind}"
-        ),
+        Dataset(cal_in, None, f"{n_cal} of {kind}"),
+        Dataset(hold_in, None, f"{n_hold} other samples of {kind}", objects),
         kind,
         seed,
     )
 
 
-def _images_from_folder(folder: Path) -> list[np.ndarray]:
+def _image_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
 
-    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+
+def _images_from_folder(folder: Path) -> list[np.ndarray]:
+    files = _image_files(folder)
     if not files:
         raise SourceError(f"{folder} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
     images, bad = [], []

@@ -40,8 +40,10 @@ DEFAULT_GATE = {
     "keypoint_f1": 0.9,
     "mask_f1": 0.9,
     "rbox_f1": 0.9,
+    # with labelled boxes (--calib-labels): mAP50-95 against them at most 1 point below FP32's
+    "labels_map_drop": 0.01,
 }
-LOWER_IS_BETTER = {"accuracy_drop", "max_abs"}
+LOWER_IS_BETTER = {"accuracy_drop", "max_abs", "labels_map_drop"}
 # a candidate's detections are ranked for mAP from this score up (FP32's own, the reference,
 # are those above the model's 0.25): a box of FP32's whose score INT8 drops 25-fold is a miss;
 # lower (COCO's 0.001) only adds low-ranked boxes that cost the decode's NMS time at every choice
@@ -117,11 +119,13 @@ def evaluate(
     ref: dict[str, np.ndarray],
     got: dict[str, np.ndarray],
     task: Task | str,
-    labels: np.ndarray | None = None,
+    labels: np.ndarray | list | None = None,
     num_classes: int | None = None,
 ) -> Evaluation:
     """Compare quantized outputs ``got`` with FP32 ``ref`` (dicts name -> [N, ...]). ``task``: a
-    :class:`Task`, or its name with ``num_classes`` beside it."""
+    :class:`Task`, or its name with ``num_classes`` beside it. ``labels``: a classifier's class
+    per sample, or a detector's labelled boxes per sample (model-input pixels, class ids; None
+    for a sample without labels)."""
     manifest = None
     if isinstance(task, Task):
         task, num_classes, manifest = task.name, task.num_classes, task.manifest
@@ -138,12 +142,13 @@ def evaluate(
     }
     first = next(iter(ref))
     spec = TASK_SPECS.get(task)
+    boxes = labels if isinstance(labels, list) else None
     if spec is not None and spec.class_scores:
         metrics.update(_classification(ref[first], got[first], labels))
     elif spec is not None and spec.boxes and spec.model is None and manifest is not None:
-        metrics.update(task_agreement(list(ref.values()), list(got.values()), manifest))
+        metrics.update(task_agreement(list(ref.values()), list(got.values()), manifest, boxes))
     elif spec is not None and spec.boxes and spec.model is None:  # one engine's boxes
-        metrics.update(_box_agreement(list(ref.values()), list(got.values()), num_classes))
+        metrics.update(_box_agreement(list(ref.values()), list(got.values()), num_classes, boxes))
     return Evaluation(metrics, per_output)
 
 
@@ -181,24 +186,29 @@ def box_agreement(ref: list[list], got: list[list]) -> dict[str, float]:
     return {"box_f1": m["box_f1"], "boxes_fp32": m["boxes_per_frame"]}
 
 
-def task_agreement(ref_outs: list, got_outs: list, manifest) -> dict[str, float]:
+def task_agreement(ref_outs: list, got_outs: list, manifest, truth=None) -> dict[str, float]:
     """A detector-family model's outputs decoded as its task decodes a frame's (the manifest's
     head, labels, input size), compared by its task's own ``compare`` (the camera's swap check
     uses it too), matching by class id: ``box_f1``, ``boxes_fp32``, and the task's own
     agreement (``keypoint_f1`` and ``keypoint_oks`` for pose, ``mask_f1`` and ``mask_iou``
-    for instance masks, ``rbox_f1`` and ``rbox_iou`` for oriented boxes)."""
+    for instance masks, ``rbox_f1`` and ``rbox_iou`` for oriented boxes); with ``truth``
+    (labelled boxes per sample), :func:`labels_map` too."""
     from edgert.runtime.tasks import decode_outputs, task_spec
 
     ref = decode_outputs(manifest, ref_outs)
     m = task_spec(manifest.task).compare(ref, decode_outputs(manifest, got_outs), by="class_id")
     ranked = decode_outputs(manifest, got_outs, conf=MAP_CONF)
     skip = ("frames", "box_f1", "boxes_per_frame", "rate_ratio")
-    return {
+    out = {
         "box_f1": m["box_f1"],
         "boxes_fp32": m["boxes_per_frame"],
         **box_map([r.objects for r in ref], [g.objects for g in ranked]),
         **{k: float(v) for k, v in m.items() if k not in skip},
     }
+    if truth is not None:
+        ref_ranked = decode_outputs(manifest, ref_outs, conf=MAP_CONF)
+        out.update(labels_map([r.objects for r in ref_ranked], [g.objects for g in ranked], truth))
+    return out
 
 
 def box_map(ref: list[list], got: list[list]) -> dict[str, float]:
@@ -206,25 +216,65 @@ def box_map(ref: list[list], got: list[list]) -> dict[str, float]:
     against ``ref``'s boxes as ground truth, per class id (:mod:`.box_map`: COCO's evaluation)."""
     from .box_map import mean_average_precision
 
-    def boxes(objs):
-        return np.array([d.box for d in objs], np.float64).reshape(-1, 4)
-
     m = mean_average_precision(
-        [(boxes(r), [d.class_id for d in r]) for r in ref],
-        [(boxes(g), [d.score for d in g], [d.class_id for d in g]) for g in got],
+        [(_boxes(r), [d.class_id for d in r]) for r in ref],
+        [(_boxes(g), [d.score for d in g], [d.class_id for d in g]) for g in got],
     )
     return {"map50": m["map50"], "map50_95": m["map50_95"]}
 
 
+def _boxes(objs) -> np.ndarray:
+    return np.array([d.box for d in objs], np.float64).reshape(-1, 4)
+
+
+def labels_map(fp32: list[list], got: list[list], truth: list) -> dict[str, float]:
+    """mAP50 and mAP50-95 of FP32's detections and of the candidate's (both decoded at
+    :data:`MAP_CONF`) against labelled boxes (``truth``: per sample, boxes, class ids and the
+    image's region of the input that detections are clipped to, or None: the samples without
+    labels are left out); ``labels_map_drop``: FP32's mAP50-95 less the candidate's."""
+    from .box_map import mean_average_precision
+
+    keep = [i for i, t in enumerate(truth) if t is not None]
+    gt = [(np.asarray(truth[i][0], np.float64).reshape(-1, 4), list(truth[i][1])) for i in keep]
+
+    def clipped(i, objs):  # to the image's region of the input, as the app clips detections
+        x1, y1, x2, y2 = truth[i][2]
+        return _boxes(objs).clip([x1, y1, x1, y1], [x2, y2, x2, y2])
+
+    def score(dets):
+        return mean_average_precision(
+            gt,
+            [
+                (clipped(i, dets[i]), [d.score for d in dets[i]], [d.class_id for d in dets[i]])
+                for i in keep
+            ],
+        )
+
+    f, q = score(fp32), score(got)
+    return {
+        "labels_map50_fp32": f["map50"],
+        "labels_map50_95_fp32": f["map50_95"],
+        "labels_map50": q["map50"],
+        "labels_map50_95": q["map50_95"],
+        "labels_map_drop": f["map50_95"] - q["map50_95"],
+        "labelled_samples": float(len(keep)),
+    }
+
+
 def _box_agreement(
-    ref_outs: list[np.ndarray], got_outs: list[np.ndarray], num_classes: int | None
+    ref_outs: list[np.ndarray], got_outs: list[np.ndarray], num_classes: int | None, truth=None
 ) -> dict[str, float]:
     """:func:`box_agreement` and :func:`box_map` of a detector's outputs, decoded as the app
-    decodes them."""
+    decodes them (and :func:`labels_map` with ``truth``)."""
     from edgert.runtime.detection import decode_detections
 
     ref = decode_detections(ref_outs, num_classes=num_classes)
-    return {
+    ranked = decode_detections(got_outs, MAP_CONF, num_classes=num_classes)
+    out = {
         **box_agreement(ref, decode_detections(got_outs, num_classes=num_classes)),
-        **box_map(ref, decode_detections(got_outs, MAP_CONF, num_classes=num_classes)),
+        **box_map(ref, ranked),
     }
+    if truth is not None:
+        fp32 = decode_detections(ref_outs, MAP_CONF, num_classes=num_classes)
+        out.update(labels_map(fp32, ranked, truth))
+    return out

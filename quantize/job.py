@@ -61,6 +61,7 @@ class Job:
     calib_method: str | None
     seed: int
     preparations: tuple[str, ...] = qdq_search.PREPARATIONS
+    calib_labels: str | None = None  # labelled boxes on the calibration folder's images
 
     @property
     def task(self) -> gate.Task:
@@ -113,7 +114,9 @@ def load_fp32(bundle: Bundle, file: str = "model.onnx"):
 
 def data_of(job: Job, calib_size: int | None = None) -> calibration.CalibrationData:
     size = job.calib_size if calib_size is None else calib_size
-    data = calibration.load(job.calib, job.bundle.manifest, size, job.holdout_size, job.seed)
+    data = calibration.load(
+        job.calib, job.bundle.manifest, size, job.holdout_size, job.seed, job.calib_labels
+    )
     job.say(f"calibration: {data.calibration.description}; hold-out: {data.holdout.description}")
     return data
 
@@ -177,7 +180,7 @@ def gate_and_fallback(
     """(Q/DQ model, its evaluation, the first evaluation's metrics, the fallback or None)."""
     task = job.task
     q = quantize(prep.model, thresholds, validation)
-    ev = gate.evaluate(ref.holdout, evaluate.run(q, hold.inputs), task, hold.labels)
+    ev = gate.evaluate(ref.holdout, evaluate.run(q, hold.inputs), task, hold.truth)
     job.say(f"{label} vs FP32 on the hold-out: {ev.summary()}")
     say_if_nothing_found(job, ev, len(hold.inputs), "boxes", "what the model detects")
     first = dict(ev.metrics)
@@ -187,13 +190,13 @@ def gate_and_fallback(
     q, ev, fallback = qdq_search.fallback(
         prep.base,
         thresholds,
-        [n.name for n in nodes],
+        [n.name for n in nodes if n.name not in prep.keep],
         validation,
         ref.validation,
         hold.inputs,
         ref.holdout,
         task,
-        hold.labels,
+        hold.truth,
         job.rules,
         job.say,
         rebuild=lambda kept: prep.rebuild(fit, kept),

@@ -9,20 +9,25 @@ higher precision.
 - Method: every candidate (minmax, percentile, entropy) quantizes the model; the one whose outputs
   are closest to FP32 (cosine, then top-1 agreement) on a validation split of the calibration data
   wins. The hold-out is never used for choosing.
-- Fallback: each quantizable node's sensitivity is the cosine loss when it alone is quantized
-  (validation split); the most sensitive nodes go back to FP32 one at a time until the gate passes
-  on the hold-out, or the budget (half the nodes) is spent.
+- Head: a detector's head (:mod:`head`: its output convolutions and DFL) stays out of INT8 by
+  rule, unless the same preparation with the head in INT8 measures better on the validation split.
+- Fallback: each quantizable node's sensitivity is the loss of the task's measure when it alone is
+  quantized (validation split; mAP50-95 against FP32's boxes for a detector where FP32 finds boxes,
+  else the cosine; ties broken by the cosine); the most sensitive nodes leave INT8 one at a time
+  (FP16 on TensorRT, FP32 on ONNX Runtime) until the gate passes on the hold-out, or the budget
+  (half the nodes) is spent.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from . import equalize, evaluate, gate, int8, ranges, shift
+from .head import Head
 
 MAX_FALLBACK_FRACTION = 0.5
 PREPARATIONS = ("none", "equalize", "bias", "equalize+bias")  # what "auto" tries
@@ -32,6 +37,18 @@ SLOW_PREPARATIONS = ("adaround", "equalize+adaround", "equalize+bias+adaround")
 # TensorRT (a Sub before shifted inputs, an Add after padded convolutions) is measured on a device
 SHIFT_PREPARATIONS = ("shift+bias", "equalize+shift+bias")
 ALL_PREPARATIONS = PREPARATIONS + SLOW_PREPARATIONS + SHIFT_PREPARATIONS
+
+
+def keeping(quantize: Callable, keep) -> Callable:
+    """``quantize`` with the nodes ``keep`` always left out (a detector's head, by rule)."""
+    if not keep:
+        return quantize
+    kept = list(keep)
+
+    def quantize_keeping(model, thresholds, sample, exclude=(), only=None):
+        return quantize(model, thresholds, sample, exclude=[*kept, *exclude], only=only)
+
+    return quantize_keeping
 
 
 def split_validation(cal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -105,16 +122,18 @@ class Preparation:
     base: object  # the model before bias correction (sensitivity and fallback rebuild from it)
     report: dict = field(default_factory=dict)
     round_weights: Callable | None = None  # how the format rounds weights (bias correction)
+    keep: tuple[str, ...] = ()  # nodes out of INT8 by rule (a detector's head): never corrected
 
     def rebuild(self, fit: np.ndarray, kept: list[str]):
-        """This preparation with ``kept`` nodes left unquantized: no bias correction for them,
-        and their original weights instead of adaptively rounded ones."""
+        """This preparation with ``kept`` nodes (and :attr:`keep`) left unquantized: no bias
+        correction for them, and their original weights instead of adaptively rounded ones."""
         if not kept or self.name in ("none", "equalize"):
             return self.model
         import onnx
 
         if "bias" in self.name:
-            out = equalize.correct_bias(self.base, fit, set(kept), self.round_weights)[0]
+            skip = {*kept, *self.keep}
+            out = equalize.correct_bias(self.base, fit, skip, self.round_weights)[0]
         else:
             out = onnx.ModelProto()
             out.CopyFrom(self.base)
@@ -148,9 +167,12 @@ def choose_preparation(
     say: Callable[[str], None],
     quantize: Callable = int8.quantize,
     round_weights: Callable | None = None,
+    keep: tuple[str, ...] = (),
 ) -> PreparationSearch:
     """The candidate preparation whose quantized model (``quantize``: INT8 or FP8) is closest to
-    FP32 on ``validation``, and every candidate's scores and seconds."""
+    FP32 on ``validation``, and every candidate's scores and seconds. ``keep``: nodes left out
+    of it by rule (neither quantized nor bias-corrected)."""
+    quantize = keeping(quantize, keep)
     known = ALL_PREPARATIONS
     unknown = [c for c in candidates if c not in known]
     if unknown:
@@ -178,7 +200,7 @@ def choose_preparation(
         prepared = base
         if "bias" in name:
             prepared, report["bias"] = equalize.correct_bias(
-                base, fit, quantize_weight=round_weights
+                base, fit, set(keep), quantize_weight=round_weights
             )
         nodes = ranges.quantizable_nodes(prepared)
         stats = ranges.collect(prepared, fit, ranges.activation_inputs(prepared, nodes))
@@ -206,15 +228,64 @@ def choose_preparation(
             + (f", mAP50-95 {scores['map50_95']:.3f}" if "map50_95" in scores else "")
         )
         if best is None or _rank(scores) > _rank(best.scores):
-            best = Preparation(name, prepared, stats, choice, scores, base, report, round_weights)
+            best = Preparation(
+                name, prepared, stats, choice, scores, base, report, round_weights, tuple(keep)
+            )
     return PreparationSearch(best, table, all_stats)
 
 
 @dataclass
+class HeadChoice:
+    """Whether a detector's head stayed out of INT8, why, and both measurements."""
+
+    head: Head
+    kept_out: bool
+    why: str
+    scores: dict[str, dict[str, float]]
+
+    def record(self) -> dict:
+        return {
+            "nodes": self.head.nodes,
+            "found": self.head.describe(),
+            "kept_out": self.kept_out,
+            "why": self.why,
+            "validation": self.scores,
+        }
+
+
+def choose_head(
+    prep: Preparation,
+    head: Head,
+    fit: np.ndarray,
+    validation: np.ndarray,
+    ref: dict[str, np.ndarray],
+    task: gate.Task | str,
+    quantize: Callable = int8.quantize,
+) -> tuple[Preparation, HeadChoice]:
+    """``prep`` (made with ``head`` out of it) against the same preparation and calibration with
+    the head quantized, on the validation split by the task's measure: the head goes into INT8
+    only where it measures better there."""
+    model = prep.model
+    if "bias" in prep.name and "adaround" not in prep.name:  # correct the head's rounding too
+        model = equalize.correct_bias(prep.base, fit, quantize_weight=prep.round_weights)[0]
+    q = quantize(model, prep.stats.thresholds(prep.choice.method), validation)
+    ev = gate.evaluate(ref, evaluate.run(q, validation), task)
+    inside = {k: round(v, 5) for k, v in ev.metrics.items()}
+    scores = {"out_of_int8": prep.scores, "int8": inside}
+    key, what = _measure(prep.scores)
+    compared = f"validation {what} {prep.scores[key]:.4f} out of INT8, {inside[key]:.4f} in INT8"
+    if _rank(inside) > _rank(prep.scores):
+        chosen = replace(prep, model=model, scores=inside, keep=())
+        return chosen, HeadChoice(head, False, f"measured better in INT8 ({compared})", scores)
+    return prep, HeadChoice(head, True, f"by rule ({compared})", scores)
+
+
+@dataclass
 class FallbackResult:
-    kept_fp32: list[str]
+    kept_fp32: list[str]  # out of INT8: FP16 on TensorRT, FP32 on ONNX Runtime
     sensitivity: list[tuple[str, float]]
     steps: list[dict] = field(default_factory=list)
+    measure: str = "cosine"
 
 
 def sensitivity(
@@ -225,18 +296,27 @@ def sensitivity(
     ref,
     say,
     quantize: Callable = int8.quantize,
-) -> list[tuple[str, float]]:
-    """(node, cosine loss when only that node is quantized), most sensitive first."""
-    out = []
+    task: gate.Task | str | None = None,
+) -> tuple[list[tuple[str, float]], str]:
+    """((node, loss of the task's measure when only that node is quantized), most sensitive
+    first; the measure). The measure is :func:`_measure`'s for ``task`` on each candidate
+    (mAP50-95 against FP32's boxes for a detector where FP32 finds boxes), ties broken by the
+    cosine; without ``task``, the cosine."""
+    out, measures = [], set()
     for i, name in enumerate(nodes):
         q = quantize(model, thresholds, validation, only=[name])
         got = evaluate.run(q, validation)
-        loss = 1.0 - min(float(gate.cosine_rows(ref[k], got[k]).mean()) for k in ref)
-        out.append((name, loss))
+        if task is None:
+            scores = {"cosine": min(float(gate.cosine_rows(ref[k], got[k]).mean()) for k in ref)}
+        else:
+            scores = gate.evaluate(ref, got, task).metrics
+        key, what = _measure(scores)
+        measures.add(what)
+        out.append((name, 1.0 - scores[key], 1.0 - scores["cosine"]))
         if (i + 1) % 10 == 0 or i + 1 == len(nodes):
             say(f"  sensitivity: {i + 1}/{len(nodes)} nodes measured")
-    out.sort(key=lambda t: -t[1])
-    return out
+    out.sort(key=lambda t: (-t[1], -t[2]))
+    return [(name, loss) for name, loss, _ in out], " / ".join(sorted(measures)) or "cosine"
 
 
 def fallback(
@@ -254,11 +334,13 @@ def fallback(
     rebuild: Callable[[list[str]], object] | None = None,
     quantize: Callable = int8.quantize,
 ) -> tuple[object, gate.Evaluation, FallbackResult]:
-    """Keep the most sensitive nodes in FP32, one at a time, until the gate passes. ``model`` is
-    ranked; ``rebuild(kept)`` gives the model to quantize with ``kept`` left out (a bias-corrected
-    model corrects only what is quantized), default ``model``."""
-    ranked = sensitivity(model, thresholds, nodes, validation, ref_validation, say, quantize)
-    result = FallbackResult([], ranked)
+    """Keep the most sensitive nodes out of INT8, one at a time, until the gate passes. ``model``
+    is ranked; ``rebuild(kept)`` gives the model to quantize with ``kept`` left out (a
+    bias-corrected model corrects only what is quantized), default ``model``."""
+    ranked, measure = sensitivity(
+        model, thresholds, nodes, validation, ref_validation, say, quantize, task
+    )
+    result = FallbackResult([], ranked, measure=measure)
     budget = max(1, int(len(nodes) * MAX_FALLBACK_FRACTION))
     q, ev = None, None
     for name, loss in ranked[:budget]:
@@ -273,7 +355,7 @@ def fallback(
                 **{k: round(v, 5) for k, v in ev.metrics.items()},
             }
         )
-        say(f"  keep {name} in FP32 (sensitivity {loss:.5f}): {ev.summary()}")
+        say(f"  keep {name} out of it ({measure} loss {loss:.5f}): {ev.summary()}")
         if ev.passes(gate_rules):
             break
     return q, ev, result

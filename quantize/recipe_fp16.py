@@ -25,7 +25,7 @@ def build_fp16(job: Job) -> dict:
         data = data_of(job, min(job.calib_size, 64))
         ref = evaluate.run(model, data.holdout.inputs)
         ev = gate.evaluate(
-            ref, evaluate.run(fp16, data.holdout.inputs), job.task, data.holdout.labels
+            ref, evaluate.run(fp16, data.holdout.inputs), job.task, data.holdout.truth
         )
         section["holdout"] = rounded(ev)
         section["onnxruntime_cpu_ms"] = cpu_speeds(model, fp16, "fp16", data.holdout.inputs[0], say)

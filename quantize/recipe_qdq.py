@@ -16,6 +16,7 @@ from edgert.runtime.precision import model_file
 
 from . import evaluate, fp8, gate, int8, qdq_search, ranges
 from .fp16 import qdq_to_fp16
+from .head import Head, find_head
 from .job import (
     RANGES_FILE,
     Job,
@@ -81,6 +82,9 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
     fp32 = evaluate.session(model)
     ref = References(evaluate.run(fp32, validation), evaluate.run(fp32, data.holdout.inputs))
     candidates = fmt.preparations(job.preparations)
+    head = detector_head(job, model)
+    if head:
+        job.say(f"{fmt.label} leaves out {head.describe()} (a detector's head, by rule)")
     job.say(f"preparing and calibrating on {len(fit)} samples: {', '.join(candidates)}")
     try:
         search = qdq_search.choose_preparation(
@@ -94,23 +98,34 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
             job.say,
             quantize=fmt.quantize,
             round_weights=fmt.round_weights,
+            keep=tuple(head.nodes) if head else (),
         )
     except ValueError as exc:
         raise ModelError(str(exc)) from None
     prep, table = search.best, search.table
+    head_choice = None
+    if head:
+        prep, head_choice = qdq_search.choose_head(
+            prep, head, fit, validation, ref.validation, job.task, fmt.quantize
+        )
+        where = "stays out of" if head_choice.kept_out else "goes into"
+        job.say(f"the head {where} {fmt.label}: {head_choice.why}")
+    quantize = qdq_search.keeping(fmt.quantize, prep.keep)
     stages["prepare_and_calibrate"] = time.perf_counter() - t0
     choice, thresholds = prep.choice, prep.stats.thresholds(prep.choice.method)
     job.say(f"kept: {prep.name}, calibration {choice.method} ({choice.why})")
     t0 = time.perf_counter()
     hold = data.holdout
     q, ev, first, fallback = gate_and_fallback(
-        job, prep, fit, thresholds, nodes, validation, hold, ref, fmt.quantize, fmt.label
+        job, prep, fit, thresholds, nodes, validation, hold, ref, quantize, fmt.label
     )
     stages["gate_and_fallback"] = time.perf_counter() - t0
     problems = fmt.check_structure(q) if fmt.check_structure else []
     if problems:
         raise ModelError("the Q/DQ model is not in TensorRT form: " + "; ".join(problems[:3]))
-    quantized = len(fmt.quantized_nodes(q))
+    in_format = fmt.quantized_nodes(q)
+    quantized = len(in_format)
+    macs = ranges.node_macs(model)
     section = {
         **({"format": fmt.format} if fmt.format else {}),
         "calibration": {
@@ -126,12 +141,15 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
         "preparation": {"kept": prep.name, "candidates": table, **prep.report},
         **gate_record(job, thresholds, first, ev, quantized, nodes, fallback),
         "fallback_steps": fallback.steps if fallback else [],
+        **({"head": head_choice.record()} if head_choice else {}),
+        "kept_out": kept_out(prep.keep, fallback),
+        "macs_share": round(sum(macs[n] for n in in_format) / max(1, sum(macs.values())), 4),
         **({"requires": fmt.requires} if fmt.requires else {}),
     }
     if not ev.passes(job.rules):
         raise GateFailed(
-            f"{fmt.label} misses the accuracy gate even with {len(section['kept_fp32'])} of "
-            f"{len(nodes)} nodes kept in FP32: "
+            f"{fmt.label} misses the accuracy gate even with {len(section['kept_out'])} of "
+            f"{len(nodes)} nodes kept out of it: "
             + "; ".join(ev.failures(job.rules))
             + f" (nothing was written; {fmt.hint})"
         )
@@ -152,12 +170,36 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
     section["onnxruntime_cpu_ms"] = cpu_speeds(fp32, q, fmt.precision, hold.inputs[0], job.say)
     section["seconds"] = {k: round(v, 1) for k, v in stages.items()}
     job.manifest.setdefault("quantization", {})[fmt.precision] = section
-    kept = f", {len(section['kept_fp32'])} kept in FP32" if section["kept_fp32"] else ""
+    out = section["kept_out"]
+    kept = f", {len(out)} kept out of it" if out else ""
     job.say(
-        f"wrote {model_file(fmt.precision)} ({quantized}/{len(nodes)} nodes {fmt.label}{kept}); "
-        f"gate passed: {ev.summary()}"
+        f"wrote {model_file(fmt.precision)} ({quantized}/{len(nodes)} nodes {fmt.label}{kept}, "
+        f"{section['macs_share']:.1%} of the MACs); gate passed: {ev.summary()}"
     )
     return section
+
+
+def detector_head(job: Job, model) -> Head | None:
+    """The head of a detector-family model (:mod:`head`), None for other tasks or graphs."""
+    from edgert.runtime.tasks import TASK_SPECS
+
+    spec = TASK_SPECS.get(job.task.name)
+    if spec is None or not spec.boxes or spec.model is not None:
+        return None
+    return find_head(model)
+
+
+def kept_out(by_rule, fallback) -> list[dict]:
+    """What stayed out of INT8 / FP8 and why: the head by rule, then the fallback's nodes in the
+    order it gave them back, each with its measured sensitivity."""
+    out = [{"node": n, "why": "detector head (rule)"} for n in by_rule]
+    if fallback:
+        loss = dict(fallback.sensitivity)
+        out += [
+            {"node": n, "why": f"sensitivity: {fallback.measure} loss {loss[n]:.5f}"}
+            for n in fallback.kept_fp32
+        ]
+    return out
 
 
 def stage_fp16_variant(job: Job, precision: str, q, hold, ref_hold) -> dict:
@@ -168,7 +210,7 @@ def stage_fp16_variant(job: Job, precision: str, q, hold, ref_hold) -> dict:
     name, plain = model_file(precision, "fp16"), model_file(precision)
     try:
         q16 = qdq_to_fp16(q)
-        ev = gate.evaluate(ref_hold, evaluate.run(q16, hold.inputs), job.task, hold.labels)
+        ev = gate.evaluate(ref_hold, evaluate.run(q16, hold.inputs), job.task, hold.truth)
     except Exception as exc:  # noqa: BLE001 - ModelError, or ONNX Runtime refusing the model
         ev, why = None, first_line(exc, 200)
     else:

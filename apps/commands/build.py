@@ -55,6 +55,13 @@ def add_parser(sub) -> None:
         help="hold-out samples for the gate (default 200)",
     )
     p.add_argument(
+        "--calib-labels",
+        metavar="PATH",
+        help="boxes labelled on the --calib folder's images, for a detector: a COCO .json, or a "
+        "folder of YOLO .txt files named as the images (the --calib folder when they sit beside "
+        "them); the gate also gives FP32's and the quantized model's mAP against them",
+    )
+    p.add_argument(
         "--calib-method",
         choices=["minmax", "entropy", "percentile", "mse"],
         help="default: chosen by measurement",
@@ -140,6 +147,7 @@ def _device_build(args) -> int:
     if (
         bundle is None
         or args.calib
+        or args.calib_labels
         or (qdq and model_file(args.precision) not in bundle.manifest.hashes)
     ):
         raise MissingDependency(host)
@@ -188,6 +196,7 @@ def run(args) -> int:
         calib_size=args.calib_size,
         holdout_size=args.holdout_size,
         calib_method=args.calib_method,
+        calib_labels=args.calib_labels,
         prepare=args.prepare,
         gate_rules=args.gate,
         dla=args.dla,

@@ -214,3 +214,68 @@ def build_transposed_yolo():
 
 def build_silent_yolo():
     return TransposedYoloHead(silent=True).eval()
+
+
+class YoloStyle(nn.Module):
+    """A YOLOv8-style detector on a 32x32 input: two scales (strides 4 and 8: 64 + 16 anchors),
+    per scale a box branch (4 distances x 8 DFL bins) and a class branch (3 classes), each ending
+    in a 1x1 convolution; DFL (softmax over the bins, a fixed 1x1 convolution for the
+    expectation), anchors and strides, the sigmoid; [N, 4 + 3, 80] as Ultralytics exports it.
+    ``fragile``: the feature into the second scale's convolution (``p4``) carries one channel
+    ~1000x the others (p4 scales it back), so a per-tensor INT8 range on p4's input crushes the
+    rest: quantizing p4 alone moves the second scale's boxes; no other layer reads that tensor."""
+
+    def __init__(self, fragile: bool = False) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.reg, self.nc = 8, 3
+        self.stem = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.p3 = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.p4 = nn.Conv2d(16, 16, 3, stride=2, padding=1)
+
+        def branch(out: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, out, 1))
+
+        self.cv2 = nn.ModuleList(branch(4 * self.reg) for _ in range(2))
+        self.cv3 = nn.ModuleList(branch(self.nc) for _ in range(2))
+        self.dfl = nn.Conv2d(self.reg, 1, 1, bias=False).requires_grad_(False)
+        self.dfl.weight.data[:] = torch.arange(self.reg, dtype=torch.float32).view(1, -1, 1, 1)
+        gain = torch.ones(1, 16, 1, 1)
+        if fragile:
+            gain[0, 0] = 1000.0
+            with torch.no_grad():
+                self.p4.weight[:, 0] /= 1000.0
+        self.register_buffer("gain", gain)
+        anchors, strides = [], []
+        for side, stride in ((8, 4.0), (4, 8.0)):
+            ys, xs = torch.meshgrid(
+                torch.arange(side) + 0.5, torch.arange(side) + 0.5, indexing="ij"
+            )
+            anchors.append(torch.stack([xs, ys]).reshape(2, -1))
+            strides.append(torch.full((1, side * side), stride))
+        self.register_buffer("anchors", torch.cat(anchors, 1)[None])
+        self.register_buffer("strides", torch.cat(strides, 1)[None])
+
+    def forward(self, x):
+        h3 = torch.relu(self.p3(torch.relu(self.stem(x))))
+        h4 = torch.relu(self.p4(h3 * self.gain))
+        b = x.shape[0]
+        per_scale = [
+            torch.cat([self.cv2[i](h), self.cv3[i](h)], 1).view(b, 4 * self.reg + self.nc, -1)
+            for i, h in enumerate((h3, h4))
+        ]
+        box, cls = torch.cat(per_scale, 2).split((4 * self.reg, self.nc), 1)
+        a = box.shape[2]
+        dist = self.dfl(box.view(b, 4, self.reg, a).transpose(2, 1).softmax(1)).view(b, 4, a)
+        lt, rb = dist.chunk(2, 1)
+        x1y1, x2y2 = self.anchors - lt, self.anchors + rb
+        dbox = torch.cat([(x1y1 + x2y2) / 2, x2y2 - x1y1], 1) * self.strides
+        return torch.cat([dbox, torch.sigmoid(cls)], 1)
+
+
+def build_yolo_style():
+    return YoloStyle().eval()
+
+
+def build_fragile_yolo_style():
+    return YoloStyle(fragile=True).eval()

@@ -44,6 +44,7 @@ BIAS = -3.0
 
 # (yaml, what Ultralytics' export must say, edgert's task, how it is exported)
 MODELS = {
+    "yolov8n": ("yolov8n.yaml", "detect", {}),
     "yolo11n": ("yolo11n.yaml", "detect", {}),
     "yolo11n-seg": ("yolo11n-seg.yaml", "segment-instances", {}),
     "yolo11n-pose": ("yolo11n-pose.yaml", "pose", {}),
@@ -306,3 +307,45 @@ def test_a_checkpoint_is_exported_by_ultralytics_and_runs_as_its_onnx(exported, 
             got, t = ours(image), ours.preprocess(image)[1]
             seen += _same_objects("segment-instances", ref, got, t, photo)
     assert seen >= 3
+
+
+# the head module's index in each architecture (YOLOv8: model.22; YOLO11, v10, 26: model.23)
+HEAD_MODULE = {"yolov8n": "/model.22/", "rtdetr-l": "/model.28/", "yolo11n-cls": None}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_int8_finds_the_head_of_every_ultralytics_detector_and_none_of_its_classifier(
+    name, exported
+):
+    """Issue 49: on Ultralytics' own graphs, the nodes `edgert build --precision int8` keeps out
+    of INT8 by rule are exactly the last convolution of each branch of the head module, per scale
+    (box, class, and mask-coefficient / keypoint / angle; the prototype's last convolution), and
+    DFL's expectation where the head has DFL; nothing of the backbone or neck. RT-DETR's are the
+    last linear layers of its score and box heads; a classifier has none."""
+    import re
+
+    import onnx
+
+    from edgert.quantize.head import find_head
+    from edgert.quantize.job import ensure_node_names
+
+    _, path = exported(name)
+    model = onnx.load(str(path))
+    ensure_node_names(model)
+    head = find_head(model)
+    where = HEAD_MODULE.get(name, "/model.23/")
+    if where is None:
+        assert head is None
+        return
+    assert head is not None and all(n.startswith(where) for n in head.nodes), head
+    if name.startswith("rtdetr"):
+        assert all(re.search(r"(score|bbox)_head", n) for n in head.outputs), head.outputs
+        assert any("dec_bbox_head" in n for n in head.outputs) and not head.decode
+        return
+    last = re.compile(re.escape(where) + r"(one2one_)?cv[2-5](_kpts)?\.\d/(\S+\.2/)?Conv$")
+    proto = where + "proto/cv3/conv/Conv"
+    assert all(last.match(n) or n == proto for n in head.outputs), head.outputs
+    branches = 3 if name.split("-")[-1] in ("seg", "pose", "obb") else 2
+    assert len(head.outputs) == 3 * branches + (proto in head.outputs)  # 3 scales
+    assert (proto in head.outputs) == name.endswith("-seg")
+    assert head.decode == ((where + "dfl/conv/Conv",) if "26" not in name else ())

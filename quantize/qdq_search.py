@@ -188,6 +188,11 @@ def choose_preparation(
         if "equalize" in name:
             if equalized is None:
                 equalized = equalize.equalize(model, fit)
+            twin = name.replace("equalize+", "") if "+" in name else "none"
+            if not equalized[1].get("pairs") and twin in table:  # the model is twin's: no rerun
+                table[name] = {**table[twin], "same_as": twin, "seconds": 0.0}
+                say(f"  preparation {name:<14} nothing to equalize: the same model as {twin}")
+                continue
             base, report["equalize"] = equalized
         pins: dict[str, float] = {}
         if "shift" in name:  # around the thresholds the percentile method (or the forced one) gives
@@ -203,7 +208,10 @@ def choose_preparation(
                 base, fit, set(keep), quantize_weight=round_weights
             )
         nodes = ranges.quantizable_nodes(prepared)
-        stats = ranges.collect(prepared, fit, ranges.activation_inputs(prepared, nodes))
+        tensors = ranges.activation_inputs(prepared, nodes)
+        stats = ranges.collect(
+            prepared, fit, tensors, say=lambda line, n=name: say(f"  {n}: {line}")
+        )
         stats = shift.pinned(stats, pins)  # as it is when nothing was shifted
         all_stats[name] = stats
         if "adaround" in name:  # learned with the inputs quantized as the percentile method would
@@ -213,8 +221,9 @@ def choose_preparation(
                 prepared, fit, stats.thresholds(forced_method or "percentile"), say=say
             )
         choice = choose_method(
-            prepared, stats, validation, ref, task, forced_method, lambda s: None, quantize
-        )
+            prepared, stats, validation, ref, task, forced_method, lambda line: say(f"  {line}"),
+            quantize,
+        )  # fmt: skip
         scores = choice.scores[choice.method]
         table[name] = {
             "method": choice.method,

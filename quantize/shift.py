@@ -50,7 +50,9 @@ class Pinned(ActivationStats):
 
 
 def pinned(stats: ActivationStats, pins: dict[str, float]) -> ActivationStats:
-    return Pinned(stats.absmax, stats.hist, stats.samples, dict(pins)) if pins else stats
+    return (
+        Pinned(stats.absmax, stats.hist, stats.samples, stats.tops, dict(pins)) if pins else stats
+    )
 
 
 def nonnegative(gr: Graph, tensor: str, depth: int = 0) -> bool:

@@ -191,10 +191,10 @@ def _split_images(
                 f"none of the {n_hold} hold-out images has labels (--calib-labels): label more "
                 "of the folder's images"
             )
-        kind += f", {sum(o is not None for o in objects)} of the hold-out labelled"
+    labelled = f", {sum(o is not None for o in objects)} labelled" if objects else ""
     return CalibrationData(
         Dataset(cal_in, None, f"{n_cal} of {kind}"),
-        Dataset(hold_in, None, f"{n_hold} other samples of {kind}", objects),
+        Dataset(hold_in, None, f"{n_hold} other samples of {kind}{labelled}", objects),
         kind,
         seed,
     )

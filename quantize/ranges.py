@@ -181,9 +181,9 @@ def collect(
                 )
                 edge = tops[t] = edge * 2
             hist[t] += np.histogram(sample, bins=BINS, range=(0.0, edge))[0]
-        done += len(next(iter(outs.values()))) if outs else 0
-        if say:
-            say(f"calibration statistics {min(done, total)}/{total} samples")
+        before, done = done, done + (len(next(iter(outs.values()))) if outs else 0)
+        if say and (done * 4 // max(total, 1) > before * 4 // max(total, 1) or done >= total):
+            say(f"calibration statistics {min(done, total)}/{total} samples")  # each quarter
     return ActivationStats(absmax, hist, total, {t: tops.get(t, 1e-8) for t in tensors})
 
 

@@ -228,3 +228,22 @@ def test_a_detectors_choices_follow_its_boxes_where_the_cosine_disagrees(tmp_pat
     assert moved["cosine"] > kept["cosine"] + 0.01  # the cosine prefers the moved boxes
     assert kept["map50_95"] == 1.0 and moved["map50_95"] < 0.8
     assert choice.method == "percentile" and "mAP50-95 against FP32's boxes" in choice.why
+
+
+def test_the_default_detector_gate_is_map_not_f1_at_the_threshold():
+    """Issue 49: a candidate whose scores merely cross the model's 0.25 (each box still found and
+    ranked first: mAP 1.0) passes the default gate although its box F1 is 0.5; one whose boxes all
+    moved by a quarter of their width (IoU 0.6) fails it on mAP50-95 though its box F1 is 1.0; an explicit box F1 rule still applies,
+    and the face detector's rules get box F1's default."""
+    boxes = [[20, 20, 10, 10], [60, 60, 16, 16], [100, 30, 12, 12], [40, 90, 14, 14]]
+    ref = {"out": _yolo_v8(boxes, [[0.9], [0.3], [0.8], [0.27]])}
+    crossed = gate.evaluate(ref, {"out": _yolo_v8(boxes, [[0.9], [0.2], [0.8], [0.24]])}, "detect")
+    assert crossed.metrics["box_f1"] == pytest.approx(2 * 2 / (4 + 2))
+    assert crossed.metrics["map50_95"] == 1.0 and crossed.passes(gate.parse_gate(None))
+    assert not crossed.passes(gate.parse_gate("box_f1>=0.9"))
+    moved = [[x + w / 4, y, w, h] for x, y, w, h in boxes]
+    off = gate.evaluate(ref, {"out": _yolo_v8(moved, [[0.9], [0.3], [0.8], [0.27]])}, "detect")
+    assert off.metrics["box_f1"] == 1.0 and off.metrics["map50_95"] < 0.4
+    assert [f.split()[0] for f in off.failures(gate.parse_gate(None))] == ["map50_95"]
+    assert gate.with_box_f1(gate.parse_gate(None))["box_f1"] == 0.9
+    assert gate.with_box_f1({}) == {}  # --gate off stays off

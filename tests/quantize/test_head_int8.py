@@ -245,37 +245,21 @@ def test_bad_calib_labels_are_one_sentence(tmp_path):
     coco = json.loads((tmp_path / "coco.json").read_text())
     coco["categories"][2]["name"] = "dog"
     (tmp_path / "dog.json").write_text(json.dumps(coco))
-    line = _one_sentence(
-        run_cli(
-            "build",
-            bundle,
-            "--precision",
-            "int8",
-            "--calib",
-            folder,
-            "--calib-labels",
-            tmp_path / "dog.json",
-            "--calib-size",
-            "40",
+
+    def refused(calib, labels) -> str:
+        return _one_sentence(
+            run_cli("build", bundle, "--precision", "int8", "--calib", calib,
+                    "--calib-labels", labels, "--calib-size", "40")
         )  # fmt: skip
-    )
+
+    line = refused(folder, tmp_path / "dog.json")
     assert line.endswith(
         f"{tmp_path / 'dog.json'}: category 'dog' (id 9) is not one of the model's labels "
         "(kite, bird, plane)"
     ), line
     np.savez(tmp_path / "calib.npz", input=_data(60))
-    assert "--calib-labels needs --calib to be a folder of images" in _one_sentence(
-        run_cli(
-            "build",
-            bundle,
-            "--precision",
-            "int8",
-            "--calib",
-            tmp_path / "calib.npz",
-            "--calib-labels",
-            tmp_path / "coco.json",
-        )  # fmt: skip
-    )
+    line = refused(tmp_path / "calib.npz", tmp_path / "coco.json")
+    assert "--calib-labels needs --calib to be a folder of images" in line
     coco["categories"][2]["name"] = "plane"
     coco["annotations"].append({"image_id": 100, "category_id": 9, "bbox": [50, 30, 20, 20]})
     (tmp_path / "outside.json").write_text(json.dumps(coco))

@@ -108,6 +108,7 @@ def test_finding_2_the_device_build_passes_every_option_and_needs_no_fp16_model(
         model=str(bundle),
         precision="fp16",
         calib=None,
+        calib_labels=None,
         dla=0,
         workspace=1.5,
         opt_level=3,

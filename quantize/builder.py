@@ -105,7 +105,7 @@ def build(
             calib_labels,
         )
         task = TASK_SPECS[bundle.manifest.task]
-        if calib_labels and (not task.boxes or task.model is not None):
+        if calib_labels and not task.decodes_boxes:
             raise ModelError(
                 f"--calib-labels gives boxes for a detector's gate; a {task.kind} bundle "
                 f"({task.description}) has no boxes to compare with them"

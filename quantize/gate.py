@@ -159,9 +159,9 @@ def evaluate(
     boxes = labels if isinstance(labels, list) else None
     if spec is not None and spec.class_scores:
         metrics.update(_classification(ref[first], got[first], labels))
-    elif spec is not None and spec.boxes and spec.model is None and manifest is not None:
+    elif spec is not None and spec.decodes_boxes and manifest is not None:
         metrics.update(task_agreement(list(ref.values()), list(got.values()), manifest, boxes))
-    elif spec is not None and spec.boxes and spec.model is None:  # one engine's boxes
+    elif spec is not None and spec.decodes_boxes:  # one engine's boxes
         metrics.update(_box_agreement(list(ref.values()), list(got.values()), num_classes, boxes))
     return Evaluation(metrics, per_output)
 

@@ -133,8 +133,11 @@ class ActivationStats:
     def thresholds(self, method: str) -> dict[str, float]:
         if method == "minmax":
             return {t: max(a, 1e-8) for t, a in self.absmax.items()}
-        fn = {"percentile": lambda h, top: _percentile(h, top, PERCENTILE)}.get(method)
-        fn = fn or {"entropy": _entropy, "mse": _mse}.get(method)
+        fn = {
+            "percentile": lambda h, top: _percentile(h, top, PERCENTILE),
+            "entropy": _entropy,
+            "mse": _mse,
+        }.get(method)
         if fn is None:
             raise ValueError(
                 f"unknown calibration method {method!r}; choose one of {', '.join(METHODS)}"

@@ -184,7 +184,7 @@ def detector_head(job: Job, model) -> Head | None:
     from edgert.runtime.tasks import TASK_SPECS
 
     spec = TASK_SPECS.get(job.task.name)
-    if spec is None or not spec.boxes or spec.model is not None:
+    if spec is None or not spec.decodes_boxes:
         return None
     return find_head(model)
 

@@ -206,3 +206,31 @@ def blob_detector_bundle(
     return export_model(
         str(onnx_path), folder / "blobs.edgert", task="detect", labels=labels, preprocess=pre
     ).bundle
+
+
+def models_bundle(
+    folder: Path,
+    builder: str,
+    labels: tuple[str, ...] | None = None,
+    task: str = "detect",
+    shape: str = "1x3x32x32",
+    **export,
+) -> Path:
+    """A bundle of one of ``tests/export/models.py``'s builders with a dynamic batch (``labels``
+    written beside it for a detector; ``export``: more of export_model's options)."""
+    from edgert.export import export_model
+
+    folder.mkdir(parents=True, exist_ok=True)
+    labels_file = None
+    if labels:
+        labels_file = folder / "labels.txt"
+        labels_file.write_text("\n".join(labels) + "\n")
+    return export_model(
+        f"{Path(__file__).parent / 'export' / 'models.py'}:{builder}",
+        folder / f"{builder}.edgert",
+        input_shape=shape,
+        dynamic_batch=True,
+        task=task,
+        labels=labels_file,
+        **export,
+    ).bundle

@@ -88,6 +88,12 @@ class TaskSpec:
     def how_made(self) -> str:
         return self.made_by or f"edgert export MODEL --task {self.name}"
 
+    @property
+    def decodes_boxes(self) -> bool:
+        """Its boxes are decoded from one network's outputs (not found by a cascade of several):
+        what the build's gate decodes and compares, and where a detector's head is."""
+        return self.boxes and self.model is None
+
     def no_measure(self) -> str | None:
         """Why two models of this task cannot be compared (no ``compare`` hook), or None: such a
         check refuses to judge, never passes by default."""

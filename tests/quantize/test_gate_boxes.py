@@ -47,18 +47,9 @@ def test_box_f1_of_a_yolo_head():
 
 def _detector(tmp_path, builder: str):
     """A [N, 64, 4 + 3] detector bundle (tests/export/models.py) and 300 calibration inputs."""
-    from edgert.export import export_model
-    from tests.conftest import ROOT
+    from tests.tiny import models_bundle
 
-    (tmp_path / "labels.txt").write_text("never\nbird\nkite\n")
-    bundle = export_model(
-        f"{ROOT / 'tests' / 'export' / 'models.py'}:{builder}",
-        tmp_path / "det.edgert",
-        input_shape="1x3x32x32",
-        dynamic_batch=True,
-        task="detect",
-        labels=tmp_path / "labels.txt",
-    ).bundle
+    bundle = models_bundle(tmp_path, builder, ("never", "bird", "kite"))
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "calib.npz", input=rng.uniform(0, 1, (300, 3, 32, 32)).astype(np.float32))
     return bundle, str(tmp_path / "calib.npz")

@@ -11,24 +11,15 @@ import pytest
 from edgert.quantize import evaluate, gate, int8, qdq_search, ranges
 from edgert.quantize.head import find_head
 from edgert.quantize.job import ensure_node_names
-from tests.conftest import ROOT
+from tests.tiny import models_bundle
 
-MODELS = f"{ROOT / 'tests' / 'export' / 'models.py'}"
+LABELS = ("kite", "bird", "plane")
 HEAD = ("/cv2.0/cv2.0.2/Conv", "/cv3.0/cv3.0.2/Conv", "/cv2.1/cv2.1.2/Conv", "/cv3.1/cv3.1.2/Conv")
 
 
 def _bundle(tmp_path, builder: str, task: str = "detect", shape: str = "1x3x32x32"):
-    from edgert.export import export_model
-
-    (tmp_path / "labels.txt").write_text("kite\nbird\nplane\n")
-    return export_model(
-        f"{MODELS}:{builder}",
-        tmp_path / f"{builder}.edgert",
-        input_shape=shape,
-        dynamic_batch=True,
-        task=task,
-        labels=tmp_path / "labels.txt" if task == "detect" else None,
-    ).bundle
+    labels = LABELS if task == "detect" else None
+    return models_bundle(tmp_path, builder, labels, task, shape)
 
 
 def _model(bundle):
@@ -151,19 +142,10 @@ def _labelled_folder(tmp_path):
     each image's pixels (as the app maps them), written as COCO JSON and as YOLO txt files."""
     import cv2
 
-    from edgert.export import export_model
     from edgert.runtime.tasks import load_task_model
 
-    (tmp_path / "labels.txt").write_text("kite\nbird\nplane\n")
-    bundle = export_model(
-        f"{MODELS}:build_yolo_style",
-        tmp_path / "det.edgert",
-        input_shape="1x3x32x32",
-        dynamic_batch=True,
-        task="detect",
-        labels=tmp_path / "labels.txt",
-        preprocess={"resize": "letterbox", "size": "32x32", "scale": 1 / 255},
-    ).bundle
+    letterbox = {"resize": "letterbox", "size": "32x32", "scale": 1 / 255}
+    bundle = models_bundle(tmp_path, "build_yolo_style", LABELS, preprocess=letterbox)
     folder, yolo = tmp_path / "images", tmp_path / "yolo"
     folder.mkdir()
     yolo.mkdir()

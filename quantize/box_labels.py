@@ -88,7 +88,7 @@ def _coco(path: Path, root: Path, files, sizes, names) -> list[Boxes | None]:
         h, w = sizes[i]
         if (im.get("width"), im.get("height")) not in ((None, None), (w, h)):
             raise SourceError(
-                f"{path}: image {name} is {w}x{h} but the file says "
+                f"{path}: image {name!r} is {w}x{h} but the file says "
                 f"{im.get('width')}x{im.get('height')}: labels of another version of it?"
             )
         image_of[im["id"]] = i

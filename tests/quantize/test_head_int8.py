@@ -246,11 +246,14 @@ def test_bad_calib_labels_are_one_sentence(tmp_path):
     coco["annotations"].append({"image_id": 100, "category_id": 9, "bbox": [50, 30, 20, 20]})
     (tmp_path / "outside.json").write_text(json.dumps(coco))
     (tmp_path / "not-json.json").write_text("{")
+    coco["images"][0]["width"] = 80  # labels of another version of the image
+    (tmp_path / "resized.json").write_text(json.dumps(coco))
     yolo = tmp_path / "yolo"
     cases = [
         ("outside.json", None, f"annotation #{len(coco['annotations']) - 1}: the box (50.0, "
          "30.0, 70.0, 50.0) lies outside the 60x40 image"),
         ("not-json.json", None, "is not a readable JSON file"),
+        ("resized.json", None, "image '000.png' is 60x40 but the file says 80x40"),
         ("yolo", "5 0.5 0.5 0.1 0.1\n", "line 1 of {txt}: class 5 is not one of the model's 3 "
          "labels (0..2)"),
         ("yolo", "0 0.5 0.5\n", "line 1 of {txt}: expected 'class cx cy w h' (5 numbers), got "

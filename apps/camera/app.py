@@ -173,6 +173,11 @@ def _execute(run: Run) -> dict:
         for f in run.features:
             f.loaded(run)
         run.sinks = sinks = _sinks(run, opts)
+        # from here a stop (Ctrl-C, SIGTERM) is held until the pipeline's loop takes it: once
+        # the camera answers on its port (the model slot's routes, attached below) a stop ends
+        # an interrupted run with its summary, not a start-up with none
+        _, resume = processes.defer_signals()
+        stack.callback(resume)  # an error on the way: the handlers back (twice is harmless)
         run.pipeline = pipeline = _pipeline(run)
         handler.attach(sinks, pipeline)
         for f in run.features:
@@ -186,7 +191,7 @@ def _execute(run: Run) -> dict:
         if freeze:
             gc.freeze()
         try:
-            pipeline.run()
+            pipeline.run(started=resume)
         finally:
             if freeze:
                 gc.unfreeze()  # the objects of the caller's process are collectable again

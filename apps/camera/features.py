@@ -310,9 +310,6 @@ class Swap(Feature):
         run.stack.callback(lambda: slot.current.close())  # the model in use at the end
         run.stack.callback(slot.close)  # first: the swap thread stopped, a spare model closed
         run.handler.slot = run.slot = slot
-        if run.probes is not None:
-            run.probes.probes.routes[("GET", "/model")] = slot.http_get
-            run.probes.probes.routes[("POST", "/model")] = slot.http_post
         if run.start_from:
             self.canary = Canary(slot, str(run.cfg.model.path))
             run.probes.conditions.append(self.canary)
@@ -322,6 +319,11 @@ class Swap(Feature):
             ))  # fmt: skip
 
     def attach(self, run: Run) -> None:
+        # the routes once the pipeline exists: a stop after /model answers is held until the
+        # pipeline's loop takes it (the run's summary is written)
+        if run.probes is not None:
+            run.probes.probes.routes[("GET", "/model")] = run.slot.http_get
+            run.probes.probes.routes[("POST", "/model")] = run.slot.http_post
         run.slot.start()
         if self.canary is not None:
             self.canary.start()

@@ -373,8 +373,10 @@ class Pipeline:
         except BaseException as exc:  # noqa: BLE001 - reported by run()
             self._fail(exc)
 
-    def run(self) -> None:
-        """Run until every stream ends, ``duration`` or ``max_frames``, Ctrl-C or an error."""
+    def run(self, started=None) -> None:
+        """Run until every stream ends, ``duration`` or ``max_frames``, Ctrl-C or an error.
+        ``started()`` is called first thing inside the loop's ``try`` (the caller's held signals
+        let go: a stop held until then ends this run as interrupted)."""
         self.started = time.monotonic()
         for s in self.streams:
             s.last_ready = self.started
@@ -396,6 +398,8 @@ class Pipeline:
             threading.Thread(target=self._output, name="output", daemon=True),
         ]
         try:
+            if started is not None:
+                started()
             for t in captures + workers:
                 t.start()
             while any(t.is_alive() for t in workers):

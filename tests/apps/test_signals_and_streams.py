@@ -248,3 +248,42 @@ def test_web_viewer_treats_resets_as_disconnects(capfd):
         out.close()
     err = capfd.readouterr().err
     assert "Traceback" not in err and "ConnectionResetError" not in err
+
+
+def test_a_stop_once_the_model_endpoint_answers_ends_the_run_with_its_summary(bundle, monkeypatch):
+    """CI (stop 64) saw it: a camera whose /model already answered, stopped by SIGTERM before its
+    pipeline's loop began, exited 143 with no summary. Once the camera answers on its port, a stop
+    is an interrupted run: the summary says so, with the frames so far. The stop is sent from the
+    last feature's attach step, after GET /model answered 200 on the real port."""
+    from edgert.apps import processes
+    from edgert.apps.camera import features
+    from edgert.apps.camera.app import run_camera
+    from edgert.apps.camera.options import CameraConfig, ModelOptions
+    from edgert.apps.swapping import SwapOptions
+    from tests.apps.test_hot_swap import _http
+    from tests.ports import free_ports
+
+    port = free_ports(1)[0]
+    answered = []
+
+    class StopOnceAnswering(features.Feature):
+        def attach(self, run):
+            answered.append(_http("GET", f"http://127.0.0.1:{port}/model")[0])
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(features, "FEATURES", (*features.FEATURES, StopOnceAnswering))
+    monkeypatch.setattr(processes, "_asked", [])  # the stop noted here is not the next test's
+    cfg = CameraConfig(
+        ModelOptions(str(bundle)),
+        ["synthetic://"],
+        metrics=f"127.0.0.1:{port}",
+        swap=SwapOptions(endpoint=True),
+    )
+    restore = processes.stop_on_signals()
+    try:
+        summary = run_camera(cfg)
+    finally:
+        restore()
+    assert answered == [200]
+    assert summary["stopped"] == "interrupted (Ctrl-C or SIGTERM)", summary
+    assert processes.stop_asked() == "terminated"

@@ -77,6 +77,38 @@ def classifier_bundle(folder: Path, name: str = "tiny", size: int = 16, **option
     ).bundle
 
 
+COLOURS = ("red", "green", "blue")
+
+
+def colour_classifier_bundle(folder: Path, size: int = 16, batch: int | str = "N") -> Path:
+    """A real classifier without training, for second-stage tests: the crop's mean colour,
+    classes red, green, blue (logits 10 x each channel's mean less the mean of the three), with
+    stretch preprocessing to ``size`` (RGB, 0..1)."""
+    from edgert.export import export_model
+
+    folder.mkdir(parents=True, exist_ok=True)
+    w = (10 * (np.eye(3) - 1 / 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("GlobalAveragePool", ["x"], ["g"]),
+            helper.make_node("Flatten", ["g"], ["f"]),
+            helper.make_node("Gemm", ["f", "w"], ["logits"], transB=1),
+        ],
+        "colour_classifier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 3])],
+        initializer=[helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel())],
+    )
+    path = folder / "colours.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    labels = folder / "labels.txt"
+    labels.write_text("\n".join(COLOURS) + "\n")
+    pre = {"resize": "stretch", "size": f"{size}x{size}", "scale": 1 / 255}
+    return export_model(
+        str(path), folder / "colours.edgert", task="classify", labels=labels, preprocess=pre
+    ).bundle
+
+
 # a person's 17 keypoints (COCO's order) in a unit box (-0.5..0.5 across, down); the ears are
 # given visibility 0.1 (hidden), the rest 0.9
 FIGURE = (

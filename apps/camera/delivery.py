@@ -118,6 +118,7 @@ class FrameHandler:
         self.on_result = on_result  # a library caller's own callback, after the sinks
         self.slot = None  # swap.ModelSlot: results and events say which model made them
         self._posted: collections.deque = collections.deque()  # events from other threads
+        self.secondary = None  # secondary.SecondaryStage: second-stage models on the tracks
 
     def post_event(self, event: dict) -> None:
         """An event from another thread (a model swap): delivered with the next frame, on the
@@ -138,6 +139,8 @@ class FrameHandler:
             label = self.slot.label_of(frame)
             for e in events:
                 e.setdefault("model", label)
+        if self.secondary is not None:  # what the second stage says of their tracks
+            self.secondary.enrich(events)
         return events
 
     def attach(self, sinks: SinkSet, pipeline) -> None:
@@ -186,6 +189,8 @@ class FrameHandler:
                 self.labels_seen[top[0]] += 1
         if self.analytics is not None:
             self.analytics.update(frame)  # track IDs into the results, events onto the frame
+        if self.secondary is not None:  # crops of its tracks; their labels on its objects
+            self.secondary.on_frame(frame, self)
         if self._posted:
             self.flush_events()
         now = time.monotonic()

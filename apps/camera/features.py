@@ -341,7 +341,52 @@ class Swap(Feature):
 
 # the order of every phase (close: the reverse); what a feature reads of another comes first:
 # the clocks are set before the cap measures idle power, the swap infers through the cap
-FEATURES: tuple = (Probes, Tracking, Clocks, Power, Gate, Swap)
+class Secondaries(Feature):
+    """``--secondary BUNDLE[:OPTIONS]``: second-stage models on crops of the tracks, on their
+    own thread (:mod:`.secondary`); one that fails to load is said and left out."""
+
+    stage: Any = None
+
+    def loaded(self, run: Run) -> None:
+        specs = run.cfg.secondaries
+        if not specs:
+            return
+        from edgert.runtime.tasks import load_task_model
+
+        from .secondary import SecondaryStage, load_all
+
+        m = run.cfg.model
+
+        def load(path):
+            return load_task_model(path, None, m.backend, m.precision, spin=False)
+
+        found = load_all(specs, load, run.say)
+        if not found:
+            return
+        self.stage = run.handler.secondary = SecondaryStage(found)
+        run.stack.callback(self.stage.close)
+        for s in found:
+            on = "+".join(s.spec.on) or "every label"
+            run.say(escape_controls(
+                f"secondary: {s.name} ({s.model.task}) on {on}, at most {s.spec.attempts} "
+                "attempts per track"
+            ))  # fmt: skip
+
+    def close(self, run: Run) -> None:
+        if self.stage is not None:  # the held crops tried, the answers in, before tracks end
+            run.sinks.events(run.handler.labelled(self.stage.finish()))
+
+    def report(self, run: Run, summary: dict) -> None:
+        if self.stage is not None:
+            summary["secondary"] = self.stage.report()
+            if self.stage.errors:
+                summary["secondary_errors"] = list(self.stage.errors)
+
+    def metrics(self, run: Run) -> dict:
+        return {"secondary": self.stage} if self.stage is not None else {}
+
+
+FEATURES: tuple = (Probes, Tracking, Clocks, Power, Gate, Swap, Secondaries)
 # ``run_streams``: the features a library caller asks for by its options; the command line's own
 # (the metrics port, clocks, the power session, the model slot with its signals) are left out
 LIBRARY_FEATURES: tuple = (Tracking, Gate)

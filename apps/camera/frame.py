@@ -34,6 +34,8 @@ class Frame:
     # the camera's full frame beside a scaled ``image``, from the decoder's full-picture branch
     # while a viewer watches, at the viewer's rate (None on the other frames)
     view: np.ndarray | None = None
+    batch: int = -1  # the primary batch it was inferred in (a sequence number), and its frames
+    batch_frames: int = 1
 
     @property
     def scene_hw(self) -> tuple[int, int]:

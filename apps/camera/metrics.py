@@ -47,10 +47,18 @@ class CameraMetrics:
         self.sinks: list = []
         self.info: dict | None = None
         self.slot = None  # swap.ModelSlot: the model in use, its swaps and rollbacks
+        self.secondary = None  # secondary.SecondaryStage: the second-stage models' counts
         self.registry.register(_Collector(self))
 
     def attach(
-        self, pipeline=None, power=None, analytics=None, sinks=None, info=None, slot=None
+        self,
+        pipeline=None,
+        power=None,
+        analytics=None,
+        sinks=None,
+        info=None,
+        slot=None,
+        secondary=None,
     ) -> None:
         for name, value in (
             ("pipeline", pipeline),
@@ -59,6 +67,7 @@ class CameraMetrics:
             ("sinks", sinks),
             ("info", info),
             ("slot", slot),
+            ("secondary", secondary),
         ):
             if value is not None:
                 setattr(self, name, value)
@@ -186,8 +195,48 @@ class _Collector:
             yield from m.power.families(rate)
         if m.analytics is not None:
             yield from _count_families(m.analytics)
+        if m.secondary is not None:
+            yield from _secondary_families(m.secondary)
         for sink in m.sinks:
             yield from sink.metrics()
+
+
+def _secondary_families(stage):
+    """Second-stage models: calls, crops, crops refused for size and dropped from the full
+    queue, and attempts per track (the tracks attempted so far), per model."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    families = {
+        "calls": CounterMetricFamily(
+            "edgert_secondary_calls_total", "Inference calls of a secondary model", labels=["model"]
+        ),
+        "crops": CounterMetricFamily(
+            "edgert_secondary_crops_total", "Crops a secondary model ran on", labels=["model"]
+        ),
+        "refused_size": CounterMetricFamily(
+            "edgert_secondary_refused_total",
+            "Candidate crops refused (reason: size, under the secondary's min)",
+            labels=["model", "reason"],
+        ),
+        "dropped": CounterMetricFamily(
+            "edgert_secondary_dropped_total",
+            "Crops dropped from the secondary's full queue (the lowest quality first)",
+            labels=["model"],
+        ),
+        "tracks_attempted": CounterMetricFamily(
+            "edgert_secondary_tracks_total", "Tracks a secondary model was run on", labels=["model"]
+        ),
+        "attempts_per_track": GaugeMetricFamily(
+            "edgert_secondary_calls_per_track",
+            "Mean attempts per track attempted (crops per track)",
+            labels=["model"],
+        ),
+    }
+    for r in stage.report():
+        for key, family in families.items():
+            labels = [r["name"], "size"] if key == "refused_size" else [r["name"]]
+            family.add_metric(labels, r[key])
+    yield from families.values()
 
 
 def _gate_families(gates):

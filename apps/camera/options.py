@@ -105,17 +105,22 @@ class CameraConfig:
     metrics: str | None = None  # [HOST:]PORT of /metrics, /live, /ready
     clocks: str | None = None  # "auto" (with gate.target_fps): GPU / EMC limits for the rate
     swap: SwapOptions = field(default_factory=SwapOptions)  # taking a new model while it runs
+    secondaries: tuple = ()  # secondary.SecondarySpec: second-stage models on the tracks
 
     @property
     def tracks(self) -> bool:
         """Tracking is on: asked for, or implied by lines, zones or an events sink."""
-        return self.tracking.enabled or any(tracks(u) for u in self.sinks)
+        return self.tracking.enabled or bool(self.secondaries) or any(tracks(u) for u in self.sinks)
 
     def tracking_asked_by(self) -> str:
         """What turned tracking on, as the user gave it (for a sentence)."""
         t = self.tracking
-        if t.track or not (t.lines or t.zones or any(tracks(u) for u in self.sinks)):
+        if t.track or not (
+            t.lines or t.zones or self.secondaries or any(tracks(u) for u in self.sinks)
+        ):
             return "--track"
+        if self.secondaries and not (t.lines or t.zones):
+            return f"--secondary {self.secondaries[0].bundle}"
         if t.lines or t.zones:
             return "--line" if t.lines else "--zone"
         uri = next(u for u in self.sinks if tracks(u))

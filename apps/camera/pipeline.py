@@ -306,13 +306,16 @@ class Pipeline:
 
     def _batcher(self) -> None:
         infer_name = self.steps.names[1]
-        start = 0
+        start = seq = 0
         try:
             while True:
                 frames = self._collect(start)
                 if not frames:
                     break
                 start = (frames[-1].stream + 1) % len(self.streams)
+                seq += 1
+                for f in frames:  # what a second stage batches by (its crops per batch)
+                    f.batch, f.batch_frames = seq, len(frames)
                 work = [f for f in frames if f.inferred]
                 outputs = None
                 if work:

@@ -56,6 +56,19 @@ def add_parser(sub) -> None:
     RunOptions.add_arguments(p)
     add_power_arguments(p)
     TrackingOptions.add_arguments(p, " and ".join(t.name for t in TASK_SPECS.values() if t.boxes))
+    p.add_argument(
+        "--secondary",
+        action="append",
+        default=[],
+        metavar="BUNDLE[:OPTIONS]",
+        help="a second model on crops of the tracked objects (a classifier: their kind; a "
+        "detector: objects inside them, boxes in the frame's pixels); repeatable; implies "
+        "--track. OPTIONS, comma-separated: on=LABEL+LABEL (the primary labels it runs on; "
+        "default every), attempts=K (most per track, default 3), margin=F (share of each side "
+        "added, default 0.1), grow=F (re-check when the box grew by this share, default 0.2), "
+        "every=S (re-check after S seconds, default never), min=PX (smaller boxes are refused, "
+        "default 16), window=S (the best view chosen over S seconds, default 0.5), name=NAME",
+    )
     m = p.add_argument_group("telemetry (pip install 'edgert[telemetry]')")
     m.add_argument(
         "--metrics",
@@ -85,6 +98,7 @@ def config(args):
     from edgert.apps.camera.analytics import TrackingOptions
     from edgert.apps.camera.gate import GateOptions
     from edgert.apps.camera.options import CameraConfig, ModelOptions, RunOptions
+    from edgert.apps.camera.secondary import SecondarySpec
     from edgert.apps.camera.sinks import SinkOptions, from_flag, with_folder_flags
     from edgert.apps.camera.sources import SourceOptions
     from edgert.apps.swapping import SwapOptions
@@ -123,6 +137,7 @@ def config(args):
         metrics=args.metrics,
         clocks=args.clocks,
         swap=SwapOptions.from_args(args),
+        secondaries=tuple(SecondarySpec.parse(x) for x in args.secondary),
     )
 
 

@@ -1,0 +1,222 @@
+"""Second-stage models on tracked objects (issue 50): a real detector (tests/tiny.blob_detector)
+finds coloured squares moving through a rendered video, a real classifier (the crop's mean colour)
+runs on crops of their tracks. The scripted colour is what each track's consensus must say; the
+budget of attempts holds; a fast object that crosses the frame in a second gets its attempt;
+crops at the frame's edge are cut there and score half; four streams give one secondary call per
+primary batch; a bundle that does not load is one sentence and the camera runs on; the fields
+are in JSONL, events and the summary."""
+
+from __future__ import annotations
+
+import json
+
+import cv2
+import numpy as np
+import pytest
+
+from edgert.apps.camera.secondary import SecondarySpec, crop_box, quality
+from edgert.runtime.errors import OutputError
+from tests.conftest import assert_user_error, run_cli
+from tests.tiny import COLOURS, blob_detector_bundle, colour_classifier_bundle
+
+W, H, FPS, FRAMES = 320, 240, 10, 60
+BGR = {"red": (215, 215, 255), "green": (215, 255, 215), "blue": (255, 215, 215)}
+
+
+def _square(img, cx, cy, colour, side=60):
+    x, y = int(cx - side / 2), int(cy - side / 2)
+    img[max(0, y) : max(0, y + side), max(0, x) : max(0, x + side)] = BGR[colour]
+
+
+def scripted(t: int) -> list:
+    """(colour, cx, cy) of the objects in frame ``t``: red goes right along y=50, green left
+    along y=190, blue crosses fast along y=120 (frames 20-31, 25 px a frame: about a second)."""
+    out = [("red", 40 + 3 * t, 50), ("green", 280 - 3 * t, 190)]
+    if 20 <= t < 32:
+        out.append(("blue", -30 + 25 * (t - 20), 120))
+    return out
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    root = tmp_path_factory.mktemp("secondary")
+    video = root / "scene.mp4"
+    writer = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"mp4v"), FPS, (W, H))
+    for t in range(FRAMES):
+        img = np.zeros((H, W, 3), np.uint8)
+        for colour, cx, cy in scripted(t):
+            _square(img, cx, cy, colour)
+        writer.write(img)
+    writer.release()
+    return blob_detector_bundle(root / "det"), colour_classifier_bundle(root / "col"), video
+
+
+def _scripted_colour(box, t: int) -> str | None:
+    """The scripted object whose centre is nearest the box's on frame ``t``."""
+    cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+    colour, x, y = min(scripted(t), key=lambda o: (o[1] - cx) ** 2 + (o[2] - cy) ** 2)
+    return colour if abs(x - cx) < 30 and abs(y - cy) < 30 else None
+
+
+def _camera(tmp_path, scene, *secondary, sources=1, extra=()):
+    det, col, video = scene
+    args = [a for _ in range(sources) for a in ("--source", video)]
+    proc = run_cli(
+        "camera", det, *args, "--headless", "--conf", "0.75", "--json",
+        *[a for s in secondary for a in ("--secondary", s.format(col=col))],
+        "--events", tmp_path / "events.jsonl", "--jsonl", tmp_path / "frames.jsonl", *extra,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    frames = [json.loads(x) for x in (tmp_path / "frames.jsonl").read_text().splitlines()]
+    return json.loads(proc.stdout), events, [f for f in frames if "results" in f]
+
+
+@pytest.mark.subprocess
+def test_each_track_is_labelled_with_its_scripted_colour_within_its_budget(scene, tmp_path):
+    summary, events, frames = _camera(tmp_path, scene, "{col}")
+    (report,) = summary["secondary"]
+    assert report["name"] == "colours" and report["task"] == "classify"
+    # every track's consensus is the colour of the object it follows (scripted)
+    seen: dict = {}
+    for f in frames:
+        for o in f["results"]:
+            if o.get("track_id") is None:
+                continue
+            truth = _scripted_colour(o["box"], f["frame"])
+            seen.setdefault(o["track_id"], set()).add(truth)
+            if "colours" in o:
+                assert o["colours"]["label"] == truth, (f["frame"], o)
+                assert 0 < o["colours"]["confidence"] <= 1 and o["colours"]["attempts"] >= 1
+    assert {c for s in seen.values() for c in s} == set(COLOURS)
+    labels = {e["track_id"]: e for e in events if e["event"] == "track_label"}
+    assert {e["label"] for e in labels.values()} == set(COLOURS)
+    for tid, e in labels.items():
+        assert seen[tid] == {e["label"]}, (tid, seen[tid], e)
+        assert e["secondary"] == "colours" and e["primary"] == "blob"
+    # the fast object (about a second in the frame) got its attempt, and its label
+    assert "blue" in {e["label"] for e in labels.values()}
+    # track_end events say the label too; the budget (3 attempts) is never exceeded
+    ends = [e for e in events if e["event"] == "track_end" and e["track_id"] in labels]
+    assert ends and all(
+        e["secondary"]["colours"]["label"] == labels[e["track_id"]]["label"] for e in ends
+    )
+    assert report["most_attempts"] <= 3 and report["attempts_per_track"] <= 3
+    assert report["calls"] >= 1 and report["crops"] >= len(labels)
+    assert report["dropped"] == 0 and report["refused_size"] == 0
+
+
+@pytest.mark.subprocess
+def test_attempts_per_track_follow_the_options(scene, tmp_path):
+    """attempts=1: one crop per track however long it lives; every=0.2 with attempts=4: the
+    long tracks use all four (a re-check every 0.2 s), none more."""
+    one, _, _ = _camera(tmp_path, scene, "{col}:attempts=1,name=once")
+    (r,) = one["secondary"]
+    assert r["name"] == "once" and r["most_attempts"] == 1 and r["attempts_per_track"] == 1.0
+    many, _, _ = _camera(tmp_path, scene, "{col}:attempts=4,every=0.2,window=0")
+    (r,) = many["secondary"]
+    assert r["most_attempts"] == 4 and r["crops"] <= 4 * r["tracks_attempted"]
+
+
+@pytest.mark.subprocess
+def test_a_track_that_ends_before_its_window_closes_gets_its_attempt_as_it_goes(scene, tmp_path):
+    """With a 30 s window no view is good enough to be tried at once: the fast object is tried
+    with its best crop when its track ends, the others when the run ends; each is labelled."""
+    summary, events, _ = _camera(tmp_path, scene, "{col}:window=30")
+    (r,) = summary["secondary"]
+    assert r["most_attempts"] == 1
+    labels = [e for e in events if e["event"] == "track_label"]
+    assert sorted(e["label"] for e in labels) == sorted(COLOURS)
+    blue = next(e for e in labels if e["label"] == "blue")
+    end = next(
+        i
+        for i, e in enumerate(events)
+        if e["event"] == "track_end" and e["track_id"] == blue["track_id"]
+    )
+    assert events[end]["frame"] is not None  # it left during the run (not at its end)
+    assert events.index(blue) > end  # tried as it went: the answer came after it ended
+
+
+@pytest.mark.subprocess
+def test_boxes_under_the_minimum_are_refused_and_counted(scene, tmp_path):
+    summary, events, frames = _camera(tmp_path, scene, "{col}:min=100")
+    (r,) = summary["secondary"]
+    assert r["refused_size"] > 0 and r["calls"] == 0 and r["crops"] == 0
+    assert not [e for e in events if e["event"] == "track_label"]
+    assert not any("colours" in o for f in frames for o in f["results"])
+
+
+@pytest.mark.subprocess
+def test_four_streams_give_one_secondary_call_per_primary_batch(scene, tmp_path):
+    summary, events, _ = _camera(tmp_path, scene, "{col}", sources=4, extra=("--batch", "4"))
+    (r,) = summary["secondary"]
+    assert r["calls"] == r["batches"] >= 1  # one call per primary batch that gave crops
+    assert r["crops"] > r["calls"]  # crops of several streams in one call
+    streams = {e["stream"] for e in events if e["event"] == "track_label"}
+    assert streams == {0, 1, 2, 3}
+
+
+@pytest.mark.subprocess
+def test_a_secondary_that_does_not_load_is_one_sentence_and_the_camera_runs_on(scene, tmp_path):
+    det, _, video = scene
+    broken = tmp_path / "broken.edgert"
+    broken.mkdir()
+    (broken / "manifest.json").write_text("{ not json")
+    proc = run_cli(
+        "camera", det, "--source", video, "--headless", "--conf", "0.75", "--json",
+        "--secondary", broken,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "--secondary" in line]
+    assert len(said) == 1 and "runs without it" in said[0] and "Traceback" not in proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["frames_processed"] == FRAMES and "secondary" not in summary
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("b.edgert:colour=red", "unknown option 'colour=red'"),
+        ("b.edgert:attempts=two", "attempts=two is not a number"),
+        ("b.edgert:attempts=0", "attempts must be at least 1"),
+        ("b.edgert:margin=3", "margin is a share"),
+        (":on=person", "give a bundle"),
+    ],
+)
+def test_bad_secondary_options_are_one_sentence(spec, words):
+    with pytest.raises(OutputError, match=words):
+        SecondarySpec.parse(spec)
+
+
+def test_options_are_read():
+    s = SecondarySpec.parse("/m/attr.edgert:on=person+car,attempts=2,margin=0.2,every=3,min=24")
+    assert s.bundle == "/m/attr.edgert" and s.on == ("person", "car") and s.attempts == 2
+    assert (s.margin, s.every_s, s.min_size) == (0.2, 3.0, 24)
+    assert SecondarySpec.parse("/m/with:colon.edgert").bundle == "/m/with:colon.edgert"
+
+
+@pytest.mark.subprocess
+def test_a_bad_secondary_option_through_the_cli(scene):
+    det, col, video = scene
+    proc = run_cli("camera", det, "--source", video, "--headless", "--secondary", f"{col}:k=1")
+    assert_user_error(proc, "unknown option 'k=1'")
+
+
+def test_crops_at_the_frame_edge_are_cut_there_and_score_half():
+    """The margin is added, then the crop is clipped to the frame (no padding); a box touching
+    the edge (part of the object is outside) scores half of the same box inside; a blurred
+    view and a fast one score lower; a small one lower still."""
+    rng = np.random.default_rng(0)
+    picture = np.zeros((240, 320, 3), np.uint8)
+    picture[100:160, 0:60] = rng.integers(0, 255, (60, 60, 3))
+    picture[100:160, 130:190] = picture[100:160, 0:60]
+    assert crop_box((0, 100, 60, 160), 0.1, (240, 320)) == (0, 94, 66, 166)
+    assert crop_box((290, 200, 320, 240), 0.5, (240, 320)) == (275, 180, 320, 240)
+    inside = quality(picture, (130, 100, 190, 160), 0.9, (0, 0), 64)
+    edge = quality(picture, (0, 100, 60, 160), 0.9, (0, 0), 64)
+    assert edge == pytest.approx(inside / 2, rel=1e-6)
+    blurred = picture.copy()
+    blurred[100:160, 130:190] = cv2.GaussianBlur(picture[100:160, 130:190], (15, 15), 5)
+    assert quality(blurred, (130, 100, 190, 160), 0.9, (0, 0), 64) < inside
+    assert quality(picture, (130, 100, 190, 160), 0.9, (300, 0), 64) < inside / 4
+    assert quality(picture, (130, 100, 190, 160), 0.9, (0, 0), 224) < inside / 3

@@ -9,6 +9,7 @@ are in JSONL, events and the summary."""
 from __future__ import annotations
 
 import json
+import time
 
 import cv2
 import numpy as np
@@ -220,3 +221,52 @@ def test_crops_at_the_frame_edge_are_cut_there_and_score_half():
     assert quality(blurred, (130, 100, 190, 160), 0.9, (0, 0), 64) < inside
     assert quality(picture, (130, 100, 190, 160), 0.9, (300, 0), 64) < inside / 4
     assert quality(picture, (130, 100, 190, 160), 0.9, (0, 0), 224) < inside / 3
+
+
+@pytest.mark.subprocess
+@pytest.mark.browser
+def test_the_page_lists_the_labels_of_the_tracks(scene, tmp_path):
+    """The web viewer's event list in headless Chromium: a track_label event says the model and
+    the label, and a track's later events say its label beside it."""
+    import re
+    import subprocess
+
+    from tests.apps.test_page_chromium import CHROMIUM, FLAGS, free_port
+    from tests.conftest import ROOT
+    from tests.procs import edgert
+
+    if CHROMIUM is None:
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    det, col, video = scene
+    port = free_port()
+    app = subprocess.Popen(
+        edgert(
+            *("camera", det, "--source", video, "--loop", "--headless", "--conf", "0.75"),
+            *("--secondary", col, "--output", f"http://127.0.0.1:{port}", "--duration", "60"),
+        ),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        want = (
+            r"track_label\s+colours: (red|green|blue) #\d+",
+            r"track_end\s+blob #\d+ \(colours: (red|green|blue)\)",
+        )
+        dom = ""
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline:
+            dom = subprocess.run(
+                [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'p'}",
+                 "--virtual-time-budget=2500", "--dump-dom", f"http://127.0.0.1:{port}/"],
+                capture_output=True, text=True, timeout=60,
+            ).stdout  # fmt: skip
+            if all(re.search(w, dom) for w in want):
+                break
+            time.sleep(1.0)
+        for w in want:
+            assert re.search(w, dom), (w, re.findall(r'<div class="ev">.*?</div>', dom)[:5])
+    finally:
+        app.terminate()
+        app.wait(10)

@@ -74,6 +74,7 @@ _EVENT_KEYS = (
     "direction",
     "zone",
     "reason",
+    "secondary",  # a second stage's model (track_label) or each model's label so far
 )
 _MEDIA_TYPES = {".jpg": "image/jpeg", ".mp4": "video/mp4"}
 

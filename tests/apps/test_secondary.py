@@ -17,6 +17,7 @@ import pytest
 
 from edgert.apps.camera.secondary import SecondarySpec, crop_box, quality
 from edgert.runtime.errors import OutputError
+from tests.apps.test_telemetry import Mosquitto, Subscriber, needs
 from tests.conftest import assert_user_error, run_cli
 from tests.tiny import COLOURS, blob_detector_bundle, colour_classifier_bundle
 
@@ -267,6 +268,79 @@ def test_the_page_lists_the_labels_of_the_tracks(scene, tmp_path):
             time.sleep(1.0)
         for w in want:
             assert re.search(w, dom), (w, re.findall(r'<div class="ev">.*?</div>', dom)[:5])
+    finally:
+        app.terminate()
+        app.wait(10)
+
+
+@pytest.mark.subprocess
+@needs["mosquitto"]
+def test_mqtt_carries_the_labels_as_the_events_file_does(scene, tmp_path):
+    """A real Mosquitto on a free loopback port: the events MQTT delivers are the events file's,
+    track_label events and the labels on later track events included."""
+    broker = Mosquitto(tmp_path / "broker")
+    sub = Subscriber(broker.port, ["cam/#"])
+    try:
+        _, events, _ = _camera(tmp_path, scene, "{col}", extra=("--mqtt", broker.url("cam")))
+        sub.wait_for("cam/status", b"offline")
+        time.sleep(0.3)
+    finally:
+        sub.close()
+        broker.stop()
+    got = [json.loads(p) for p in sub.on("cam/events")]
+    for g in got:
+        g.pop("seq")
+    assert got == events[1:]  # after run_start, the very events of --events
+    labels = [g for g in got if g["event"] == "track_label"]
+    assert {g["label"] for g in labels} == set(COLOURS)
+    assert any("colours" in g.get("secondary", {}) for g in got if g["event"] == "track_end")
+
+
+@pytest.mark.subprocess
+def test_prometheus_counts_the_second_stage(scene, tmp_path):
+    """/metrics over real HTTP while the camera runs: calls, crops, tracks and calls per track
+    of the secondary, under its name; the crops refused for size under reason="size"."""
+    import re
+    import subprocess
+    import urllib.request
+
+    from tests.conftest import ROOT
+    from tests.ports import free_ports
+    from tests.procs import edgert
+
+    det, col, video = scene
+    port = free_ports(1)[0]
+    app = subprocess.Popen(
+        edgert(
+            *("camera", det, "--source", video, "--loop", "--headless", "--conf", "0.75"),
+            *("--secondary", col, "--secondary", f"{col}:min=100,name=big"),
+            *("--metrics", f"127.0.0.1:{port}", "--duration", "60"),
+        ),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        text, deadline = "", time.monotonic() + 45
+        want = r'edgert_secondary_calls_total\{model="colours"\} ([0-9.]+)'
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    text = r.read().decode()
+            except OSError:
+                pass
+            m = re.search(want, text)
+            if m and float(m.group(1)) >= 3:
+                break
+            time.sleep(0.5)
+        value = lambda name: float(re.search(name + r" ([0-9.e+]+)", text).group(1))  # noqa: E731
+        calls = value(r'edgert_secondary_calls_total\{model="colours"\}')
+        assert calls >= 3 and value(r'edgert_secondary_crops_total\{model="colours"\}') >= calls
+        assert value(r'edgert_secondary_tracks_total\{model="colours"\}') >= 3
+        assert 1 <= value(r'edgert_secondary_calls_per_track\{model="colours"\}') <= 3
+        assert value(r'edgert_secondary_refused_total\{model="big",reason="size"\}') > 0
+        assert value(r'edgert_secondary_calls_total\{model="big"\}') == 0
     finally:
         app.terminate()
         app.wait(10)

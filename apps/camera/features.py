@@ -358,7 +358,7 @@ class Secondaries(Feature):
         m = run.cfg.model
 
         def load(path):
-            return load_task_model(path, None, m.backend, m.precision, spin=False)
+            return load_task_model(path, None, m.backend, "auto", spin=False)  # its own best
 
         found = load_all(specs, load, run.say)
         if not found:

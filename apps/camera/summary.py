@@ -77,6 +77,15 @@ def print_summary(s: dict) -> None:
                 f"{where}gate {g['mode']}: {g['inferred']} of {g['inferred'] + g['skipped']} "
                 f"frames inferred ({100 * g['inferred_share']:.1f} %: {why or 'none'})"
             )
+    for r in s.get("secondary") or []:
+        print(
+            f"secondary {r['name']} ({r['task']}): {r['crops']} crops in {r['calls']} calls, "
+            f"{r['tracks_attempted']} tracks, {r['attempts_per_track']:g} attempts a track "
+            f"(at most {r['most_attempts']}); refused for size {r['refused_size']}, dropped "
+            f"from the full queue {r['dropped']}"
+        )
+    for err in s.get("secondary_errors") or []:
+        print(f"secondary failed: {err}")
     for st in streams:
         if st.get("images_failed"):
             print(

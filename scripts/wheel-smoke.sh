@@ -105,6 +105,9 @@ edgert export det.onnx -o det.edgert --task detect --labels det.txt --size 96x12
 edgert camera det.edgert --source walk.mp4 --headless --conf 0.75 --line door=160,0,160,240 --events events.jsonl --json > track.json
 python -c "import json; c = json.load(open('track.json'))['streams'][0]['counts']['door']; assert (c['in'], c['out']) == (1, 0), c"
 grep -q line_cross events.jsonl
+# a second stage on the tracks: the classifier on the walker's crops, its label in the events
+edgert camera det.edgert --source walk.mp4 --headless --conf 0.75 --secondary smoke.edgert:name=kind --events sec-events.jsonl --json > sec.json
+python -c "import json; r = json.load(open('sec.json'))['secondary'][0]; assert r['name'] == 'kind' and r['calls'] >= 1 and 1 <= r['most_attempts'] <= 3, r; e = [json.loads(x) for x in open('sec-events.jsonl')]; assert any(x['event'] == 'track_label' and x['secondary'] == 'kind' for x in e), e"
 # INT8 for a detector from the wheel: the head kept out by rule, mAP against the labels beside
 # the images (gate off: random weights), recorded in the manifest
 edgert export yolo.onnx -o yolo.edgert --task detect --labels det.txt --size 64x64 --resize letterbox

@@ -344,3 +344,68 @@ def test_prometheus_counts_the_second_stage(scene, tmp_path):
     finally:
         app.terminate()
         app.wait(10)
+
+
+def test_a_frame_the_gate_skipped_gives_no_crop(tmp_path):
+    """The stage itself with a real tracker and the real colour classifier: a track on a frame
+    the gate skipped (inferred False) gives no crop; the same track on an inferred frame does,
+    and its answer is the track's label."""
+    from edgert.apps.camera.delivery import FrameHandler
+    from edgert.apps.camera.frame import Frame
+    from edgert.apps.camera.secondary import Secondary, SecondaryStage
+    from edgert.runtime.results import Detection
+    from edgert.runtime.tasks import load_task_model
+    from edgert.runtime.tracking import make_tracker
+
+    bundle = colour_classifier_bundle(tmp_path / "col")
+    picture = np.zeros((H, W, 3), np.uint8)
+    _square(picture, 100, 100, "red")
+    box = (70.0, 70.0, 130.0, 130.0)
+    tracker = make_tracker("bytetrack", lost_seconds=1.0)
+    for i in range(4):  # confirmed
+        tracks = tracker.update([Detection(box, 0.9, 0, "blob")], i * 0.1)
+    assert tracks and tracks[0].confirmed
+    handler = FrameHandler([None])
+    stage = SecondaryStage(
+        [Secondary(SecondarySpec(str(bundle), window_s=0.0), load_task_model(bundle), "colours")]
+    )
+    try:
+        (s,) = stage.secondaries
+        skipped = Frame(4, 0.4, picture, inferred=False, tracks=tracks, batch=1)
+        stage.on_frame(skipped, handler)
+        assert not s.tracks and s.counters()["tracks_attempted"] == 0
+        inferred = Frame(5, 0.5, picture, tracks=tracks, batch=2)
+        stage.on_frame(inferred, handler)
+        (state,) = s.tracks.values()
+        assert state.attempts == 1
+        (said,) = stage.finish()
+        assert said["label"] == "red" and said["track_id"] == tracks[0].track_id
+    finally:
+        stage.close()
+
+
+def test_a_full_queue_drops_the_lowest_quality_crop_and_gives_the_attempt_back(
+    tmp_path, monkeypatch
+):
+    """The worker held (its lock taken): three crops into a queue of two; the worst goes,
+    counted, and its track may try again (its attempt given back)."""
+    from edgert.apps.camera import secondary
+    from edgert.apps.camera.secondary import Crop, Secondary, SecondaryStage, TrackState
+    from edgert.runtime.tasks import load_task_model
+
+    monkeypatch.setattr(secondary, "QUEUE_CROPS", 2)
+    bundle = colour_classifier_bundle(tmp_path / "col")
+    s = Secondary(SecondarySpec(str(bundle)), load_task_model(bundle), "colours")
+    stage = SecondaryStage([s])
+    image = np.zeros((40, 40, 3), np.uint8)
+    crops = [Crop((0, i), image, (0, 0), q, 0.0, 0, 1600.0) for i, q in enumerate((0.5, 0.1, 0.9))]
+    try:
+        with stage.cond:  # the worker cannot take anything meanwhile
+            for c in crops:
+                s.tracks[c.key] = TrackState("blob", attempts=1, pending=1)
+            stage._admit(s, list(crops))
+            assert [c.quality for _, cs in stage.queue for c in cs] == [0.5, 0.9]
+            assert s.counters()["dropped"] == 1
+            assert s.tracks[(0, 1)].attempts == 0 and s.tracks[(0, 0)].attempts == 1
+    finally:
+        stage.close()

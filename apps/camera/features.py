@@ -21,11 +21,16 @@ its tests.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from edgert.apps.telemetry.http import json_answer
 from edgert.apps.uris import escape_controls
-from edgert.runtime.errors import OutputError, SourceError
+from edgert.runtime.errors import EdgertError, OutputError, SourceError
 
 from .analytics import Analytics, check_in_frame, check_task, parse_all
 from .gate import GateOptions, check_masks_in_frame, gates_for
@@ -371,6 +376,93 @@ class Secondaries(Feature):
                 f"secondary: {s.name} ({s.model.task}) on {on}, at most {s.spec.attempts} "
                 "attempts per track"
             ))  # fmt: skip
+
+    def attach(self, run: Run) -> None:
+        """``POST /model`` naming ``"secondary": NAME`` swaps that secondary (the endpoint's
+        rules: --model-endpoint, --allow-models); ``GET /model`` lists the secondaries."""
+        if self.stage is None or run.probes is None or run.slot is None:
+            return
+        routes = run.probes.probes.routes
+        primary_post, primary_get = routes[("POST", "/model")], routes[("GET", "/model")]
+
+        def post(body: bytes):
+            try:
+                data = json.loads(body or b"{}")
+            except ValueError:
+                data = None
+            if isinstance(data, dict) and "secondary" in data:
+                return self._swap(run, data)
+            return primary_post(body)
+
+        def get(body: bytes = b""):
+            code, text, kind = primary_get(body)
+            answer = json.loads(text)
+            answer["secondary"] = [
+                {"name": s.name, "bundle": s.spec.bundle, "task": s.model.task, "swaps": s.swaps}
+                for s in self.stage.secondaries
+            ]
+            return json_answer(code, answer)
+
+        routes[("POST", "/model")], routes[("GET", "/model")] = post, get
+
+    def _swap(self, run: Run, data: dict):
+        """202 and the swap done on its own thread (its outcome an event: model_swap or
+        model_swap_refused naming the secondary), or why not."""
+        slot, name, path = run.slot, data.get("secondary"), data.get("bundle")
+        if not run.cfg.swap.endpoint:
+            return json_answer(
+                404, {"error": f"POST /model is off: start {slot.COMMAND} with --model-endpoint"}
+            )
+        s = self.stage.find(name) if isinstance(name, str) else None
+        if s is None:
+            names = ", ".join(x.name for x in self.stage.secondaries)
+            return json_answer(
+                404, {"error": f"no secondary is named {name!r} (there are: {names})"}
+            )
+        if not isinstance(path, str) or not path or "\x00" in path:
+            return json_answer(
+                400,
+                {
+                    "error": 'the body is JSON naming a bundle: {"secondary": NAME, "bundle": "/path"}'
+                },
+            )
+        if not slot.allowed(path):
+            where = ", ".join(slot.roots)
+            return json_answer(
+                403, {"error": f"{path} is not in a folder --allow-models names ({where})"}
+            )
+        threading.Thread(target=self._load_and_swap, args=(run, s, path), daemon=True).start()
+        return json_answer(202, {"accepted": True, "secondary": s.name, "bundle": path})
+
+    def _load_and_swap(self, run: Run, s, path: str) -> None:
+        from edgert.runtime.tasks import load_task_model, task_spec
+
+        t0 = time.monotonic()
+        event = {"secondary": s.name, "bundle": path, "requested_by": "POST /model"}
+        try:
+            real = os.path.realpath(path)
+            if not run.slot.allowed(real):
+                raise EdgertError(
+                    f"it now leads to {real}, outside the folders --allow-models names"
+                )
+            model = load_task_model(real, None, run.cfg.model.backend, "auto", spin=False)
+            old, new = task_spec(s.model.task), task_spec(model.task)
+            if (old.class_scores, old.boxes) != (new.class_scores, new.boxes):
+                model.close()
+                raise EdgertError(f"a {model.task} model cannot replace a {s.model.task} one")
+        except Exception as exc:  # noqa: BLE001 - a swap never ends the run
+            run.say(
+                escape_controls(
+                    f"secondary {s.name}: {path} refused ({exc}); the model in use goes on"
+                )
+            )
+            run.handler.post_event({"event": "model_swap_refused", **event, "reason": str(exc)})
+            return
+        self.stage.replace(s, model, path)
+        run.say(escape_controls(f"secondary {s.name}: now {path}"))
+        run.handler.post_event(
+            {"event": "model_swap", **event, "s": round(time.monotonic() - t0, 3)}
+        )
 
     def close(self, run: Run) -> None:
         if self.stage is not None:  # the held crops tried, the answers in, before tracks end

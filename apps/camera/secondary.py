@@ -195,6 +195,7 @@ class Secondary:
         self.refused_size = 0
         self.dropped = 0
         self.attempts_at_end: list[int] = []  # per ended track that was attempted
+        self.swaps = 0  # models swapped in (POST /model naming it)
 
     def extras(self, key) -> dict | None:
         """What a track's objects carry for this secondary (None before its first answer)."""
@@ -348,6 +349,15 @@ class Secondary:
                 "attempts": st.answered,
                 "primary": st.label,
             }
+
+    def reset(self) -> None:
+        """A new model: every live track's attempts and votes start again (its labels came from
+        the model replaced)."""
+        with self.lock:
+            for st in self.tracks.values():
+                st.attempts = st.answered = 0
+                st.votes.clear()
+                st.weight, st.objects, st.best, st.said = 0.0, [], -1.0, ""
 
     def counters(self) -> dict:
         with self.lock:
@@ -510,6 +520,23 @@ class SecondaryStage:
                     )
         return out
 
+    def find(self, name: str) -> Secondary | None:
+        return next((s for s in self.secondaries if s.name == name), None)
+
+    def replace(self, s: Secondary, model, bundle: str) -> None:
+        """``s`` runs ``model`` (from ``bundle``) from its next call on: swapped between two calls
+        of the worker, the live tracks' attempts and votes started again, the old model closed."""
+        from dataclasses import replace
+
+        with self.cond:
+            while self.busy:
+                self.cond.wait()
+            old, s.model = s.model, model
+            s.spec = replace(s.spec, bundle=bundle)
+            s.swaps += 1
+            s.reset()
+        old.close()
+
     def close(self) -> None:
         with self.cond:
             self.closed = True
@@ -554,6 +581,7 @@ class SecondaryStage:
                     "name": s.name,
                     "bundle": s.spec.bundle,
                     "task": s.model.task,
+                    "swaps": s.swaps,
                     **s.counters(),
                     "batches": self.batches,
                 }

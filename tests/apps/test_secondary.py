@@ -409,3 +409,98 @@ def test_a_full_queue_drops_the_lowest_quality_crop_and_gives_the_attempt_back(
             assert s.tracks[(0, 1)].attempts == 0 and s.tracks[(0, 0)].attempts == 1
     finally:
         stage.close()
+
+
+def _inverse_colour_bundle(folder):
+    """The colour classifier with its labels turned around (blue, green, red): a model that
+    disagrees, so a swap shows in the labels."""
+    from edgert.export import export_model
+
+    bundle = colour_classifier_bundle(folder)
+    (folder / "labels2.txt").write_text("blue\ngreen\nred\n")
+    return export_model(
+        str(folder / "colours.onnx"), folder / "swapped.edgert", task="classify",
+        labels=folder / "labels2.txt",
+        preprocess={"resize": "stretch", "size": "16x16", "scale": 1 / 255},
+    ).bundle, bundle  # fmt: skip
+
+
+@pytest.mark.subprocess
+def test_a_secondary_is_swapped_through_the_model_endpoint(scene, tmp_path):
+    """POST /model naming the secondary: 202, the model replaced between two calls, the live
+    tracks labelled again by the new one (its labels turned around: red becomes blue); a path
+    outside --allow-models is 403, an unknown name 404, a detector for a classifier refused
+    with an event; GET /model lists the secondaries; the primary is untouched."""
+    import subprocess
+
+    from tests.apps.test_hot_swap import _http
+    from tests.conftest import ROOT
+    from tests.ports import free_ports
+    from tests.procs import edgert
+
+    det, _, video = scene
+    models = tmp_path / "models"
+    swapped, col = _inverse_colour_bundle(models / "col")
+    port = free_ports(1)[0]
+    url = f"http://127.0.0.1:{port}/model"
+    app = subprocess.Popen(
+        edgert(
+            *("camera", det, "--source", video, "--loop", "--headless", "--conf", "0.75"),
+            *("--secondary", col, "--metrics", f"127.0.0.1:{port}", "--model-endpoint"),
+            *("--allow-models", models, "--allow-models", det.parent, "--json"),
+            *("--events", tmp_path / "events.jsonl", "--duration", "60"),
+        ),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if _http("GET", url)[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        code, got = _http("GET", url)
+        assert code == 200 and got["secondary"][0]["name"] == "colours", got
+        assert _http("POST", url, {"secondary": "nope", "bundle": str(swapped)})[0] == 404
+        code, said = _http("POST", url, {"secondary": "colours", "bundle": str(tmp_path)})
+        assert code == 403 and "--allow-models" in said["error"], said
+        code, said = _http("POST", url, {"secondary": "colours", "bundle": str(det)})
+        assert code == 202, said  # allowed, but a detector for a classifier: refused later
+        time.sleep(1.0)
+        code, said = _http("POST", url, {"secondary": "colours", "bundle": str(swapped)})
+        assert code == 202 and said["secondary"] == "colours", said
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _http("GET", url)[1]["secondary"][0]["swaps"] < 1:
+            time.sleep(0.2)
+        time.sleep(3.0)  # the live tracks labelled again by the new model
+    finally:
+        app.terminate()
+        out, err = app.communicate(timeout=30)
+    summary = json.loads(out)
+    (r,) = summary["secondary"]
+    assert r["swaps"] == 1 and r["bundle"] == str(swapped), r
+    assert summary["model"]["swaps"] == 0  # the primary was not swapped
+    events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    refused = [e for e in events if e["event"] == "model_swap_refused"]
+    assert len(refused) == 1 and refused[0]["secondary"] == "colours", refused
+    assert "cannot replace a classify one" in refused[0]["reason"]
+    swap = next(i for i, e in enumerate(events) if e["event"] == "model_swap")
+    assert events[swap]["secondary"] == "colours" and events[swap]["bundle"] == str(swapped)
+    labels = [(i, e) for i, e in enumerate(events) if e["event"] == "track_label"]
+    assert {e["label"] for i, e in labels if i < swap} == set(COLOURS)
+    first = {}
+    for i, e in labels:
+        first.setdefault(e["track_id"], (i, e["label"]))
+    inverse = {"red": "blue", "green": "green", "blue": "red"}
+    relabelled = [
+        (first[e["track_id"]][1], e["label"])
+        for i, e in labels
+        if i > swap and first[e["track_id"]][0] < swap
+    ]
+    assert relabelled  # tracks that lived through the swap, labelled again by the new model
+    assert all(after == inverse[before] for before, after in relabelled), relabelled

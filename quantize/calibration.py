@@ -180,12 +180,14 @@ def _split_images(
     n_cal, n_hold = len(cal), len(hold)
     cal_in = _preprocess(manifest, cal, "calibration image")
     hold_in = _preprocess(manifest, hold, "hold-out image")
-    objects = None
+    objects = cal_objects = None
     if truth is not None:
         from .box_labels import to_input
 
         geometry = manifest.preprocessing.geometry
         objects = [to_input(truth[i], geometry(pool[i].shape[:2])) for i in hold_idx]
+        # the calibration images' too: its validation split chooses by them as well
+        cal_objects = [to_input(truth[i], geometry(pool[i].shape[:2])) for i in cal_idx]
         if all(o is None for o in objects):
             raise SourceError(
                 f"none of the {n_hold} hold-out images has labels (--calib-labels): label more "
@@ -193,7 +195,7 @@ def _split_images(
             )
     labelled = f", {sum(o is not None for o in objects)} labelled" if objects else ""
     return CalibrationData(
-        Dataset(cal_in, None, f"{n_cal} of {kind}"),
+        Dataset(cal_in, None, f"{n_cal} of {kind}", cal_objects),
         Dataset(hold_in, None, f"{n_hold} other samples of {kind}{labelled}", objects),
         kind,
         seed,

@@ -132,6 +132,16 @@ def split(job: Job, model):
     return data, *qdq_search.split_validation(data.calibration.inputs), nodes
 
 
+def validation_truth(data, validation) -> list | None:
+    """The labelled boxes of the validation split (the first of the calibration samples, as
+    :func:`qdq_search.split_validation` takes them), or None where none is labelled."""
+    objects = data.calibration.objects
+    if not objects:
+        return None
+    part = objects[: len(validation)]
+    return part if any(o is not None for o in part) else None
+
+
 def say_if_nothing_found(job: Job, ev, samples: int, what: str, of: str) -> None:
     """A detector's box F1 of 1.0 on a hold-out where FP32 finds nothing judged nothing: say so."""
     if ev.metrics.get("boxes_fp32") == 0:
@@ -176,8 +186,10 @@ def gate_and_fallback(
     ref: References,
     quantize=int8.quantize,
     label: str = "INT8",
+    val_truth=None,
 ):
-    """(Q/DQ model, its evaluation, the first evaluation's metrics, the fallback or None)."""
+    """(Q/DQ model, its evaluation, the first evaluation's metrics, the fallback or None);
+    ``val_truth``: the validation split's labelled boxes (the sensitivity pass ranks by them too)."""
     task = job.task
     q = quantize(prep.model, thresholds, validation)
     ev = gate.evaluate(ref.holdout, evaluate.run(q, hold.inputs), task, hold.truth)
@@ -201,6 +213,7 @@ def gate_and_fallback(
         job.say,
         rebuild=lambda kept: prep.rebuild(fit, kept),
         quantize=quantize,
+        validation_truth=val_truth,
     )
     return q, ev, first, fallback
 

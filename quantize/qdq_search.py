@@ -74,13 +74,14 @@ def choose_method(
     forced: str | None,
     say: Callable[[str], None],
     quantize: Callable = int8.quantize,
+    truth: list | None = None,
 ) -> MethodChoice:
     candidates = [forced] if forced else list(ranges.METHODS)
     scores = {}
     for method in candidates:
         q = quantize(model, stats.thresholds(method), validation)
-        ev = gate.evaluate(ref, evaluate.run(q, validation), task)
-        scores[method] = {k: round(v, 5) for k, v in ev.metrics.items()}
+        ev = gate.evaluate(ref, evaluate.run(q, validation), task, truth)
+        scores[method] = _scores(ev)
         say(f"  calibration {method:<10} validation {ev.summary()}")
     if forced:
         return MethodChoice(forced, "asked for with --calib-method", scores)
@@ -93,10 +94,28 @@ def choose_method(
     return MethodChoice(best, why, scores)
 
 
+MIN_LABELLED = 8  # labelled validation samples for the labels to take part in the choices
+
+
+def _scores(ev: gate.Evaluation) -> dict[str, float]:
+    """A candidate's validation metrics, rounded; with labelled boxes on at least
+    :data:`MIN_LABELLED` validation samples, ``map50_95_both``: the mean of its mAP50-95 against
+    the labels and against FP32's boxes (what the choices then go by)."""
+    s = {k: round(v, 5) for k, v in ev.metrics.items()}
+    if "map50_95" in s and s.get("labelled_samples", 0) >= MIN_LABELLED:
+        s["map50_95_both"] = round((s["map50_95"] + s["labels_map50_95"]) / 2, 5)
+    return s
+
+
 def _measure(scores: dict) -> tuple[str, str]:
     """The measure a choice is made by: a detector's mAP50-95 against FP32's boxes where FP32
     found boxes (the task's own measure: the cosine of raw outputs can prefer a candidate whose
-    boxes moved), else the outputs' cosine."""
+    boxes moved), averaged with its mAP50-95 against the labels where the validation split is
+    labelled (``--calib-labels``: a candidate closer to FP32 can still be one that finds the
+    labelled objects worse, and FP32's own boxes steady the few labelled samples); else the
+    outputs' cosine."""
+    if scores.get("boxes_fp32", 0) > 0 and "map50_95_both" in scores:
+        return "map50_95_both", "mAP50-95 (mean of against the labels and FP32's boxes)"
     if scores.get("boxes_fp32", 0) > 0 and "map50_95" in scores:
         return "map50_95", "mAP50-95 against FP32's boxes"
     return "cosine", "cosine"
@@ -168,10 +187,14 @@ def choose_preparation(
     quantize: Callable = int8.quantize,
     round_weights: Callable | None = None,
     keep: tuple[str, ...] = (),
+    truth: list | None = None,
+    also: tuple[str, ...] = (),
 ) -> PreparationSearch:
     """The candidate preparation whose quantized model (``quantize``: INT8 or FP8) is closest to
     FP32 on ``validation``, and every candidate's scores and seconds. ``keep``: nodes left out
-    of it by rule (neither quantized nor bias-corrected)."""
+    of it by rule (neither quantized nor bias-corrected). ``also``: more tensors of the
+    unprepared model whose statistics the ``none`` candidate's pass collects as well (the DLA
+    path's: every float tensor), in ``stats["none"]``; one pass, not two."""
     quantize = keeping(quantize, keep)
     known = ALL_PREPARATIONS
     unknown = [c for c in candidates if c not in known]
@@ -209,11 +232,12 @@ def choose_preparation(
             )
         nodes = ranges.quantizable_nodes(prepared)
         tensors = ranges.activation_inputs(prepared, nodes)
+        more = [t for t in also if t not in set(tensors)] if name == "none" else []
         stats = ranges.collect(
-            prepared, fit, tensors, say=lambda line, n=name: say(f"  {n}: {line}")
+            prepared, fit, tensors + more, say=lambda line, n=name: say(f"  {n}: {line}")
         )
-        stats = shift.pinned(stats, pins)  # as it is when nothing was shifted
         all_stats[name] = stats
+        stats = shift.pinned(stats.subset(tensors) if more else stats, pins)
         if "adaround" in name:  # learned with the inputs quantized as the percentile method would
             from . import adaround
 
@@ -222,7 +246,7 @@ def choose_preparation(
             )
         choice = choose_method(
             prepared, stats, validation, ref, task, forced_method, lambda line: say(f"  {line}"),
-            quantize,
+            quantize, truth,
         )  # fmt: skip
         scores = choice.scores[choice.method]
         table[name] = {
@@ -235,6 +259,7 @@ def choose_preparation(
             f"{scores['cosine']:.4f}"
             + (f", agreement {scores['agreement']:.3f}" if "agreement" in scores else "")
             + (f", mAP50-95 {scores['map50_95']:.3f}" if "map50_95" in scores else "")
+            + (f" (labels {scores['labels_map50_95']:.3f})" if "map50_95_both" in scores else "")
         )
         if best is None or _rank(scores) > _rank(best.scores):
             best = Preparation(
@@ -270,6 +295,7 @@ def choose_head(
     ref: dict[str, np.ndarray],
     task: gate.Task | str,
     quantize: Callable = int8.quantize,
+    truth: list | None = None,
 ) -> tuple[Preparation, HeadChoice]:
     """``prep`` (made with ``head`` out of it) against the same preparation and calibration with
     the head quantized, on the validation split by the task's measure: the head goes into INT8
@@ -278,8 +304,8 @@ def choose_head(
     if "bias" in prep.name and "adaround" not in prep.name:  # correct the head's rounding too
         model = equalize.correct_bias(prep.base, fit, quantize_weight=prep.round_weights)[0]
     q = quantize(model, prep.stats.thresholds(prep.choice.method), validation)
-    ev = gate.evaluate(ref, evaluate.run(q, validation), task)
-    inside = {k: round(v, 5) for k, v in ev.metrics.items()}
+    ev = gate.evaluate(ref, evaluate.run(q, validation), task, truth)
+    inside = _scores(ev)
     scores = {"out_of_int8": prep.scores, "int8": inside}
     key, what = _measure(prep.scores)
     compared = f"validation {what} {prep.scores[key]:.4f} out of INT8, {inside[key]:.4f} in INT8"
@@ -306,6 +332,7 @@ def sensitivity(
     say,
     quantize: Callable = int8.quantize,
     task: gate.Task | str | None = None,
+    truth: list | None = None,
 ) -> tuple[list[tuple[str, float]], str]:
     """((node, loss of the task's measure when only that node is quantized), most sensitive
     first; the measure). The measure is :func:`_measure`'s for ``task`` on each candidate
@@ -318,7 +345,7 @@ def sensitivity(
         if task is None:
             scores = {"cosine": min(float(gate.cosine_rows(ref[k], got[k]).mean()) for k in ref)}
         else:
-            scores = gate.evaluate(ref, got, task).metrics
+            scores = _scores(gate.evaluate(ref, got, task, truth))
         key, what = _measure(scores)
         measures.add(what)
         out.append((name, 1.0 - scores[key], 1.0 - scores["cosine"]))
@@ -342,12 +369,13 @@ def fallback(
     say,
     rebuild: Callable[[list[str]], object] | None = None,
     quantize: Callable = int8.quantize,
+    validation_truth: list | None = None,
 ) -> tuple[object, gate.Evaluation, FallbackResult]:
     """Keep the most sensitive nodes out of INT8, one at a time, until the gate passes. ``model``
     is ranked; ``rebuild(kept)`` gives the model to quantize with ``kept`` left out (a
     bias-corrected model corrects only what is quantized), default ``model``."""
     ranked, measure = sensitivity(
-        model, thresholds, nodes, validation, ref_validation, say, quantize, task
+        model, thresholds, nodes, validation, ref_validation, say, quantize, task, validation_truth
     )
     result = FallbackResult([], ranked, measure=measure)
     budget = max(1, int(len(nodes) * MAX_FALLBACK_FRACTION))

@@ -130,6 +130,16 @@ class ActivationStats:
     samples: int
     tops: dict[str, float] | None = None  # each histogram's upper edge (default: the maximum)
 
+    def subset(self, tensors) -> ActivationStats:
+        """These statistics for ``tensors`` alone (one pass collected more: the DLA path's)."""
+        keep = list(tensors)
+        return ActivationStats(
+            {t: self.absmax[t] for t in keep},
+            {t: self.hist[t] for t in keep},
+            self.samples,
+            None if self.tops is None else {t: self.tops[t] for t in keep},
+        )
+
     def thresholds(self, method: str) -> dict[str, float]:
         if method == "minmax":
             return {t: max(a, 1e-8) for t, a in self.absmax.items()}

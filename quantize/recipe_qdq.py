@@ -29,6 +29,7 @@ from .job import (
     split,
     stage_model,
     stage_verify_samples,
+    validation_truth,
 )
 
 
@@ -77,6 +78,7 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
     """Calibrate, quantize, gate (with the sensitivity fallback when needed); stage the files."""
     model = load_fp32(job.bundle)
     data, fit, validation, nodes = split(job, model)
+    truth = validation_truth(data, validation)  # --calib-labels: the choices go by them too
     stages: dict[str, float] = {}
     t0 = time.perf_counter()
     fp32 = evaluate.session(model)
@@ -99,6 +101,8 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
             quantize=fmt.quantize,
             round_weights=fmt.round_weights,
             keep=tuple(head.nodes) if head else (),
+            truth=truth,
+            also=tuple(ranges.float_activations(model)) if fmt.dla_ranges else (),
         )
     except ValueError as exc:
         raise ModelError(str(exc)) from None
@@ -106,7 +110,7 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
     head_choice = None
     if head:
         prep, head_choice = qdq_search.choose_head(
-            prep, head, fit, validation, ref.validation, job.task, fmt.quantize
+            prep, head, fit, validation, ref.validation, job.task, fmt.quantize, truth
         )
         where = "stays out of" if head_choice.kept_out else "goes into"
         job.say(f"the head {where} {fmt.label}: {head_choice.why}")
@@ -117,7 +121,7 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
     t0 = time.perf_counter()
     hold = data.holdout
     q, ev, first, fallback = gate_and_fallback(
-        job, prep, fit, thresholds, nodes, validation, hold, ref, quantize, fmt.label
+        job, prep, fit, thresholds, nodes, validation, hold, ref, quantize, fmt.label, truth
     )
     stages["gate_and_fallback"] = time.perf_counter() - t0
     problems = fmt.check_structure(q) if fmt.check_structure else []
@@ -159,7 +163,9 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
         # the DLA path calibrates the FP32 model itself (no Q/DQ): the ranges of every float
         # tensor it computes (as TensorRT's calibrator measures them), same method; TensorRT's
         # calibration cache for INT8 on DLA is written from them
-        plain = ranges.collect(model, fit, ranges.float_activations(model))
+        plain = search.stats.get("none")  # collected with the none candidate's pass
+        if plain is None:  # --prepare without none: a pass of its own
+            plain = ranges.collect(model, fit, ranges.float_activations(model))
         job.report.pending[RANGES_FILE] = json.dumps(
             {"method": choice.method, "thresholds": plain.thresholds(choice.method)}, indent=1
         ).encode()

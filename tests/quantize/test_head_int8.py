@@ -203,6 +203,18 @@ def test_calib_labels_in_both_formats_give_fp32_and_int8_map_against_them(tmp_pa
         coco["labels_map50_95_fp32"] - coco["labels_map50_95"], abs=1e-5
     )
     assert got["coco"]["gate"]["labels_map_drop"] == 1.0
+    # the choices go by the labels too: the validation split (the first 8 of the 40 calibration
+    # images) is labelled, each method is scored against them, and the one kept has the best
+    # mean of its mAP50-95 against the labels and against FP32's boxes
+    cal = got["yolo"]["calibration"]
+    scores = cal["method_scores"]
+    assert all(s["labelled_samples"] == 8 and "labels_map50_95" in s for s in scores.values())
+    for s in scores.values():
+        assert s["map50_95_both"] == pytest.approx(
+            (s["map50_95"] + s["labels_map50_95"]) / 2, abs=2e-5
+        )
+    best = max(scores, key=lambda m: (scores[m]["map50_95_both"], scores[m]["cosine"]))
+    assert cal["method"] == best and "against the labels" in cal["method_why"], cal
 
 
 def _one_sentence(proc) -> str:
@@ -270,3 +282,34 @@ def test_bad_calib_labels_are_one_sentence(tmp_path):
         assert expected.format(txt=yolo / "003.txt") in message and "\n" not in message, message
     assert (bundle / "manifest.json").read_text() == before
     assert not (bundle / "model.int8.onnx").exists()
+
+
+def test_the_dla_ranges_come_from_the_none_candidates_pass_and_equal_a_pass_of_their_own(
+    tmp_path,
+):
+    """calibration/ranges.json (INT8 on DLA calibrates the FP32 model from it): every float
+    tensor of the FP32 model, its thresholds those a separate pass over the calibration split
+    gives (collected once, with the unprepared candidate's statistics, no longer twice)."""
+    import cv2
+    import onnx
+
+    from edgert.quantize import build, calibration, qdq_search
+    from edgert.runtime.bundle import Manifest
+
+    bundle = models_bundle(tmp_path, "build_yolo_style", LABELS)
+    folder = tmp_path / "cal"
+    folder.mkdir()
+    rng = np.random.default_rng(2)
+    for i in range(40):
+        cv2.imwrite(str(folder / f"{i:02d}.png"), rng.integers(0, 256, (32, 32, 3), np.uint8))
+    build(bundle, "int8", calib=str(folder), calib_size=30, holdout_size=10, gate_rules="off")
+    got = json.loads((bundle / "calibration" / "ranges.json").read_text())
+    model = _model(bundle)
+    manifest = Manifest.from_dict(json.loads((bundle / "manifest.json").read_text()))
+    data = calibration.load(str(folder), manifest, 30, 10)
+    fit, _ = qdq_search.split_validation(data.calibration.inputs)
+    own = ranges.collect(model, fit, ranges.float_activations(model)).thresholds(got["method"])
+    assert set(got["thresholds"]) == set(own) == set(ranges.float_activations(model))
+    for t, v in own.items():
+        assert got["thresholds"][t] == pytest.approx(v, rel=1e-6), t
+    assert onnx.load(str(bundle / "model.int8.onnx"))  # the Q/DQ model is still written

@@ -58,7 +58,7 @@ class SecondarySpec:
     margin: float = 0.1  # share of each side added around the box
     attempts: int = 3  # most attempts per track
     grow: float = 0.2  # re-check when the box's area grew by this share since the last attempt
-    every_s: float = 0.0  # re-check after this long (0: never)
+    every_s: float = 1.0  # re-check after this long (0: never): the budget spread over a track
     min_size: int = 16  # a box's shorter side under this (pixels) is refused
     window_s: float = 0.5  # the best crop is chosen over this long before an attempt
 

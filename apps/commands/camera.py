@@ -66,7 +66,7 @@ def add_parser(sub) -> None:
         "--track. OPTIONS, comma-separated: on=LABEL+LABEL (the primary labels it runs on; "
         "default every), attempts=K (most per track, default 3), margin=F (share of each side "
         "added, default 0.1), grow=F (re-check when the box grew by this share, default 0.2), "
-        "every=S (re-check after S seconds, default never), min=PX (smaller boxes are refused, "
+        "every=S (re-check after S seconds, 0 never, default 1), min=PX (smaller boxes are refused, "
         "default 16), window=S (the best view chosen over S seconds, default 0.5), name=NAME",
     )
     m = p.add_argument_group("telemetry (pip install 'edgert[telemetry]')")

@@ -438,14 +438,23 @@ def test_a_secondary_is_swapped_through_the_model_endpoint(scene, tmp_path):
     from tests.ports import free_ports
     from tests.procs import edgert
 
-    det, _, video = scene
+    det, _, _ = scene
     models = tmp_path / "models"
     swapped, col = _inverse_colour_bundle(models / "col")
+    # two squares going to and fro for 2 minutes of video: their tracks live through the swap
+    video = tmp_path / "long.mp4"
+    writer = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"mp4v"), FPS, (W, H))
+    for t in range(1200):
+        img = np.zeros((H, W, 3), np.uint8)
+        _square(img, 160 + 100 * np.sin(t / 20), 50, "red")
+        _square(img, 160 - 100 * np.sin(t / 25), 190, "blue")
+        writer.write(img)
+    writer.release()
     port = free_ports(1)[0]
     url = f"http://127.0.0.1:{port}/model"
     app = subprocess.Popen(
         edgert(
-            *("camera", det, "--source", video, "--loop", "--headless", "--conf", "0.75"),
+            *("camera", det, "--source", video, "--headless", "--conf", "0.75"),
             *("--secondary", col, "--metrics", f"127.0.0.1:{port}", "--model-endpoint"),
             *("--allow-models", models, "--allow-models", det.parent, "--json"),
             *("--events", tmp_path / "events.jsonl", "--duration", "60"),
@@ -492,7 +501,7 @@ def test_a_secondary_is_swapped_through_the_model_endpoint(scene, tmp_path):
     swap = next(i for i, e in enumerate(events) if e["event"] == "model_swap")
     assert events[swap]["secondary"] == "colours" and events[swap]["bundle"] == str(swapped)
     labels = [(i, e) for i, e in enumerate(events) if e["event"] == "track_label"]
-    assert {e["label"] for i, e in labels if i < swap} == set(COLOURS)
+    assert {e["label"] for i, e in labels if i < swap} == {"red", "blue"}
     first = {}
     for i, e in labels:
         first.setdefault(e["track_id"], (i, e["label"]))
@@ -502,5 +511,9 @@ def test_a_secondary_is_swapped_through_the_model_endpoint(scene, tmp_path):
         for i, e in labels
         if i > swap and first[e["track_id"]][0] < swap
     ]
-    assert relabelled  # tracks that lived through the swap, labelled again by the new model
+    shown = [
+        (e["event"], e.get("track_id"), e.get("label"), e.get("frame"))
+        for e in events[swap - 10 : swap + 14]
+    ]
+    assert relabelled, shown  # labelled again by the new one
     assert all(after == inverse[before] for before, after in relabelled), relabelled

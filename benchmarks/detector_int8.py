@@ -318,7 +318,7 @@ def edgert_build(
     seconds = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-    q = json.loads((bundle / "manifest.json").read_text()).get("quantization", {})
+    q = json.loads((bundle / "manifest.json").read_text()).get("quantization", {}).get("int8", {})
     return seconds, q
 
 

@@ -158,7 +158,8 @@ def _execute(run: Run) -> dict:
         run.stack = stack
         for f in run.features:
             f.check(run)  # before anything opens
-        opts, why = decoder_fit(cfg.source_options, run.uris, cfg.gate, run.bundle)
+        crops = bool(cfg.secondaries)
+        opts, why = decoder_fit(cfg.source_options, run.uris, cfg.gate, run.bundle, crops)
         run.sources = sources = open_sources(cfg.sources, opts, stack)
         _describe(sources, say)
         fitted = describe_fit(sources, opts, why)

@@ -466,7 +466,7 @@ class Secondaries(Feature):
 
     def close(self, run: Run) -> None:
         if self.stage is not None:  # the held crops tried, the answers in, before tracks end
-            run.sinks.events(run.handler.labelled(self.stage.finish()))
+            run.sinks.events(self.stage.finish())  # track_label events, as during the run
 
     def report(self, run: Run, summary: dict) -> None:
         if self.stage is not None:

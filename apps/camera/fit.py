@@ -19,14 +19,17 @@ from .sinks import frames_on_demand, needs_frames
 from .sinks.web import view_fps
 
 
-def decoder_fit(opts, uris: list, gate, bundle) -> tuple[object, str | None]:
+def decoder_fit(opts, uris: list, gate, bundle, crops: bool = False) -> tuple[object, str | None]:
     """(the source options, with ``fit`` set where the decoder may scale, and a sentence on the
     choice or None when there is nothing to choose). ``uris``: the run's sinks; ``gate``: its
     GateOptions (the motion gate compares full frames and its masks are in their pixels);
-    ``bundle``: the model's (None for a bare .onnx), whose preprocessing says the size."""
+    ``bundle``: the model's (None for a bare .onnx), whose preprocessing says the size;
+    ``crops``: a second stage crops the tracked objects from the camera's pixels."""
     pre = bundle.manifest.preprocessing if bundle is not None else None
     if opts.decoder_scale == "off" or pre is None or pre.resize == "none":
         return opts, None
+    if crops:
+        return opts, "full frames: --secondary crops the tracked objects from them"
     full = [u for u in uris if needs_frames(u) and not frames_on_demand(u)]
     if full:
         return opts, f"full frames: {full[0].split('://')[0]}:// shows or keeps them"

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -43,6 +45,10 @@ from edgert.runtime.errors import EdgertError, OutputError
 
 log = logging.getLogger(__name__)
 
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+# an object's own record fields and the extras tasks write: a secondary's name is none of them
+RESERVED = {"box", "score", "class_id", "label", "track_id", "predicted", "age_s", "keypoints",
+            "mask_area", "outline", "rbox", "angle", "corners", "classes"}  # fmt: skip
 QUEUE_CROPS = 64  # crops waiting for the worker at most (then the lowest quality is dropped)
 SHARP_K = 100.0  # Laplacian variance at which sharpness scores 0.5
 GOOD = 0.8  # a crop this good is tried at once (no need to wait for a better view)
@@ -76,7 +82,8 @@ class SecondarySpec:
     @classmethod
     def parse(cls, text: str) -> SecondarySpec:
         """``BUNDLE`` or ``BUNDLE:key=value,...``; OutputError with one sentence otherwise."""
-        path, _, opts = text.rpartition(":") if "=" in text.rpartition(":")[2] else (text, "", "")
+        head, colon, tail = text.rpartition(":")
+        path, opts = (head, tail) if colon and "=" in tail else (text, "")
         if not path:
             raise OutputError(f"--secondary {text}: give a bundle, then :key=value options")
         values: dict = {}
@@ -92,6 +99,8 @@ class SecondarySpec:
                 values[attr] = kind(value)
             except ValueError:
                 raise OutputError(f"--secondary {text}: {key}={value} is not a number") from None
+            if isinstance(values[attr], float) and not math.isfinite(values[attr]):
+                raise OutputError(f"--secondary {text}: {key}={value} is not a finite number")
         spec = cls(path, **values)
         for bad, why in (
             (spec.attempts < 1, "attempts must be at least 1"),
@@ -99,6 +108,11 @@ class SecondarySpec:
             (spec.grow <= 0, "grow is a share of the area, above 0"),
             (spec.every_s < 0 or spec.window_s < 0, "times are seconds, 0 or more"),
             (spec.min_size < 1, "min is pixels, at least 1"),
+            (
+                spec.name and (not NAME.fullmatch(spec.name) or spec.name in RESERVED),
+                f"name={spec.name}: a name is a letter then letters, digits, '_' or '-', and not "
+                "one of an object's own fields",
+            ),
         ):
             if bad:
                 raise OutputError(f"--secondary {text}: {why}")
@@ -138,7 +152,7 @@ def crop_box(box, margin: float, hw) -> tuple[int, int, int, int]:
     )
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: its image is an array
 class Crop:
     """One attempt's crop: whose it is, where it was cut, how good it is."""
 
@@ -169,6 +183,7 @@ class TrackState:
     best: float = -1.0  # that attempt's quality x score
     said: str = ""  # the consensus last announced (an event when it changes)
     ended: bool = False  # the track ended (its state goes once its answers are in and said)
+    counted: bool = False  # among the tracks attempted (counted once)
 
     def consensus(self) -> tuple[str, float] | None:
         if not self.votes or self.weight <= 0:
@@ -182,20 +197,30 @@ class Secondary:
     worker answers; one lock)."""
 
     def __init__(self, spec: SecondarySpec, model, name: str) -> None:
-        from edgert.runtime.tasks import task_spec
-
-        self.spec, self.model, self.name = spec, model, name
-        kind = task_spec(model.task)
-        self.classifies, self.boxes = bool(kind.class_scores), bool(kind.boxes)
-        self.input_side = _input_side(model)
+        self.spec, self.name = spec, name
+        self.use(model)
         self.tracks: dict = {}
         self.lock = threading.Lock()
         self.calls = 0
         self.crops = 0
+        self.batches = 0  # queue items (a primary batch's crops) it ran
         self.refused_size = 0
         self.dropped = 0
-        self.attempts_at_end: list[int] = []  # per ended track that was attempted
+        self.tracks_attempted = 0
+        self.ended_attempts = 0  # attempts of the tracks ended (their states gone)
+        self.ended_tracks = 0
+        self.most = 0
         self.swaps = 0  # models swapped in (POST /model naming it)
+        self.failed: str | None = None  # why it runs no more (its model failed)
+
+    def use(self, model) -> None:
+        """``model`` is what runs from now on (what the crops are sized and read by)."""
+        from edgert.runtime.tasks import task_spec
+
+        kind = task_spec(model.task)
+        self.model = model
+        self.classifies, self.boxes = bool(kind.class_scores), bool(kind.boxes)
+        self.input_side = _input_side(model)
 
     def extras(self, key) -> dict | None:
         """What a track's objects carry for this secondary (None before its first answer)."""
@@ -213,7 +238,7 @@ class Secondary:
         """The output thread, for a track matched on this inferred frame: hold its crop if it is
         the best in the window; returns the crop to attempt now, if any."""
         spec = self.spec
-        if spec.on and track.label not in spec.on:
+        if self.failed or (spec.on and track.label not in spec.on):
             return None
         key = (frame.stream, track.track_id)
         with self.lock:
@@ -248,7 +273,7 @@ class Secondary:
         st = self.tracks.get(key)
         if st is None:
             return None
-        if st.held is not None and st.attempts < self.spec.attempts:
+        if st.held is not None and st.attempts < self.spec.attempts and not self.failed:
             return self._take(st)
         return None
 
@@ -264,14 +289,19 @@ class Secondary:
     def _drop_ended(self, key, st: TrackState) -> None:
         if st.ended and st.pending == 0 and (st.consensus() or ("",))[0] == st.said:
             del self.tracks[key]
-            if st.attempts:
-                self.attempts_at_end.append(st.attempts)
+            if st.counted:
+                self.ended_tracks += 1
+                self.ended_attempts += st.attempts
 
     def _take(self, st: TrackState) -> Crop:
         crop, st.held, st.opened = st.held, None, None
         with self.lock:
             st.attempts += 1
             st.pending += 1
+            self.most = max(self.most, st.attempts)
+            if not st.counted:
+                st.counted = True
+                self.tracks_attempted += 1
         st.last_t, st.last_area = crop.t, crop.area
         return crop
 
@@ -281,7 +311,7 @@ class Secondary:
             self.dropped += 1
             st = self.tracks.get(crop.key)
             if st is not None:
-                st.attempts -= 1
+                st.attempts = max(0, st.attempts - 1)
                 st.pending -= 1
 
     def run(self, crops: list) -> None:
@@ -298,8 +328,17 @@ class Secondary:
                 self.calls += 1
         with self.lock:
             self.crops += len(crops)
+            self.batches += 1
             for crop, result in zip(crops, results):
                 self._vote(crop, result)
+
+    def unanswered(self, crops: list) -> None:
+        """Crops the model could not answer (it failed): no longer waited for."""
+        with self.lock:
+            for crop in crops:
+                st = self.tracks.get(crop.key)
+                if st is not None:
+                    st.pending -= 1
 
     def _vote(self, crop: Crop, result) -> None:
         st = self.tracks.get(crop.key)
@@ -351,28 +390,29 @@ class Secondary:
             }
 
     def reset(self) -> None:
-        """A new model: every live track's attempts and votes start again (its labels came from
-        the model replaced)."""
+        """A new model: every live track's votes start again (its labels came from the model
+        replaced) and so does its budget, less the crops still waiting (the new model answers
+        them)."""
         with self.lock:
             for st in self.tracks.values():
-                st.attempts = st.answered = 0
+                st.attempts, st.answered = st.pending, 0
                 st.votes.clear()
                 st.weight, st.objects, st.best, st.said = 0.0, [], -1.0, ""
 
     def counters(self) -> dict:
         with self.lock:
-            ended = list(self.attempts_at_end)
-            live = [st.attempts for st in self.tracks.values() if st.attempts]
-        per_track = ended + live
-        return {
-            "calls": self.calls,
-            "crops": self.crops,
-            "refused_size": self.refused_size,
-            "dropped": self.dropped,
-            "tracks_attempted": len(per_track),
-            "attempts_per_track": round(float(np.mean(per_track)), 3) if per_track else 0.0,
-            "most_attempts": max(per_track, default=0),
-        }
+            live = [st.attempts for st in self.tracks.values() if st.counted]
+            tracks, attempts = self.ended_tracks + len(live), self.ended_attempts + sum(live)
+            return {
+                "calls": self.calls,
+                "crops": self.crops,
+                "batches": self.batches,
+                "refused_size": self.refused_size,
+                "dropped": self.dropped,
+                "tracks_attempted": self.tracks_attempted,
+                "attempts_per_track": round(attempts / tracks, 3) if tracks else 0.0,
+                "most_attempts": self.most,
+            }
 
 
 def _input_side(model) -> int:
@@ -478,13 +518,14 @@ class SecondaryStage:
         while self.waiting > QUEUE_CROPS:
             worst = min(((qs, c) for qs, cs in self.queue for c in cs), key=lambda x: x[1].quality)
             for item in self.queue:
-                if worst[1] in item[1]:
-                    item[1].remove(worst[1])
+                kept = [c for c in item[1] if c is not worst[1]]
+                if len(kept) < len(item[1]):
+                    item[1][:] = kept
                     break
             self.waiting -= 1
             worst[0].given_back(worst[1])
-        while self.queue and not self.queue[0][1]:
-            self.queue.popleft()
+        for item in [i for i in self.queue if not i[1]]:  # emptied by drops
+            self.queue.remove(item)
 
     def finish(self, timeout: float = 10.0) -> list:
         """The run ended: the crops still held (tracks still live, windows still open) are
@@ -529,19 +570,27 @@ class SecondaryStage:
         from dataclasses import replace
 
         with self.cond:
-            while self.busy:
+            while self.busy and not self.closed:
                 self.cond.wait()
-            old, s.model = s.model, model
-            s.spec = replace(s.spec, bundle=bundle)
-            s.swaps += 1
-            s.reset()
+            if self.closed:  # the run ended meanwhile: the candidate is not used
+                old = model
+            else:
+                old = s.model
+                s.use(model)
+                s.spec = replace(s.spec, bundle=bundle)
+                s.swaps += 1
+                s.failed = None  # a model that failed is replaced: it runs again
+                s.reset()
         old.close()
 
     def close(self) -> None:
         with self.cond:
             self.closed = True
             self.cond.notify_all()
-        self.thread.join(5.0)
+        self.thread.join(60.0)  # the call in progress finishes before its model is closed
+        if self.thread.is_alive():
+            log.warning("a secondary's call did not end within 60 s; its model is left open")
+            return
         for s in self.secondaries:
             s.model.close()
 
@@ -558,16 +607,15 @@ class SecondaryStage:
                 self.busy = True
                 self.batches += 1
             try:
-                if crops:
+                if s.failed:
+                    s.unanswered(crops)
+                elif crops:
                     s.run(crops)
-            except EdgertError as exc:  # a failing secondary: said once, the primary goes on
-                log.warning("--secondary %s failed: %s; it runs no more", s.name, exc)
-                self.errors.append(f"{s.name}: {exc}")
-                s.spec = _spent(s.spec)
             except Exception as exc:  # noqa: BLE001 - a secondary never stops the primary
+                s.unanswered(crops)
+                s.failed = str(exc)
                 log.warning("--secondary %s failed: %s; it runs no more", s.name, exc)
                 self.errors.append(f"{s.name}: {exc}")
-                s.spec = _spent(s.spec)
             finally:
                 with self.cond:
                     self.busy = False
@@ -583,17 +631,9 @@ class SecondaryStage:
                     "task": s.model.task,
                     "swaps": s.swaps,
                     **s.counters(),
-                    "batches": self.batches,
                 }
             )
         return out
-
-
-def _spent(spec: SecondarySpec) -> SecondarySpec:
-    """The spec of a secondary that failed: no attempts left for any track."""
-    from dataclasses import replace
-
-    return replace(spec, attempts=0)
 
 
 def load_all(specs, load, say) -> list:
@@ -604,15 +644,47 @@ def load_all(specs, load, say) -> list:
         try:
             model = load(spec.bundle)
         except EdgertError as exc:
-            say(f"--secondary {spec.bundle}: not loaded ({exc}); the camera runs without it")
-            log.warning(
-                "--secondary %s: not loaded (%s); the camera runs without it", spec.bundle, exc
+            _not_loaded(spec, str(exc), say)
+            continue
+        if not _takes(model):
+            _not_loaded(
+                spec, f"a {model.task} model: a secondary is a classifier or finds boxes", say
             )
+            model.close()
             continue
         manifest = getattr(model, "manifest", None)
         name = spec.name or getattr(manifest, "name", None) or _stem(spec.bundle)
+        if not NAME.fullmatch(name) or name in RESERVED:
+            name = "secondary"
+        taken = {s.name for s in out}
+        if name in taken:
+            if spec.name:
+                for s in out:
+                    s.model.close()
+                model.close()
+                raise OutputError(
+                    f"--secondary {spec.bundle}: name={name} is taken; give each its own"
+                )
+            name = next(f"{name}{i}" for i in range(2, 100) if f"{name}{i}" not in taken)
         out.append(Secondary(spec, model, name))
     return out
+
+
+def _takes(model) -> bool:
+    from edgert.runtime.tasks import task_spec
+
+    kind = task_spec(model.task)
+    return bool(kind.class_scores or kind.boxes)
+
+
+def _not_loaded(spec, why: str, say) -> None:
+    from edgert.apps.uris import escape_controls
+
+    line = escape_controls(
+        f"--secondary {spec.bundle}: not loaded ({why}); the camera runs without it"
+    )
+    say(line)
+    log.warning("%s", line)
 
 
 def _stem(path: str) -> str:

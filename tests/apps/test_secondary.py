@@ -190,11 +190,25 @@ def test_bad_secondary_options_are_one_sentence(spec, words):
         SecondarySpec.parse(spec)
 
 
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("b.edgert:window=nan", "window=nan is not a finite number"),
+        ("b.edgert:name=box", "name=box: a name is a letter"),
+        ("b.edgert:name=a b", "name=a b: a name is a letter"),
+    ],
+)
+def test_names_and_numbers_that_would_break_a_run_are_refused(spec, words):
+    with pytest.raises(OutputError, match=words):
+        SecondarySpec.parse(spec)
+
+
 def test_options_are_read():
     s = SecondarySpec.parse("/m/attr.edgert:on=person+car,attempts=2,margin=0.2,every=3,min=24")
     assert s.bundle == "/m/attr.edgert" and s.on == ("person", "car") and s.attempts == 2
     assert (s.margin, s.every_s, s.min_size) == (0.2, 3.0, 24)
     assert SecondarySpec.parse("/m/with:colon.edgert").bundle == "/m/with:colon.edgert"
+    assert SecondarySpec.parse("/m/attr_v=2.edgert").bundle == "/m/attr_v=2.edgert"
 
 
 @pytest.mark.subprocess
@@ -407,6 +421,16 @@ def test_a_full_queue_drops_the_lowest_quality_crop_and_gives_the_attempt_back(
             assert [c.quality for _, cs in stage.queue for c in cs] == [0.5, 0.9]
             assert s.counters()["dropped"] == 1
             assert s.tracks[(0, 1)].attempts == 0 and s.tracks[(0, 0)].attempts == 1
+            # crops of one track, of other sizes, waiting together (a track re-checked while
+            # the worker is behind): the worst goes by identity, not by comparing images
+            same = [
+                Crop((0, 0), np.zeros((20 + i, 30, 3), np.uint8), (0, 0), q, 0.0, 0, 600.0)
+                for i, q in enumerate((0.7, 0.2))
+            ]
+            s.tracks[(0, 0)].attempts, s.tracks[(0, 0)].pending = 3, 3
+            stage._admit(s, same)
+            assert sorted(c.quality for _, cs in stage.queue for c in cs) == [0.7, 0.9]
+            assert s.counters()["dropped"] == 3 and s.tracks[(0, 0)].attempts == 1
     finally:
         stage.close()
 
@@ -517,3 +541,30 @@ def test_a_secondary_is_swapped_through_the_model_endpoint(scene, tmp_path):
     ]
     assert relabelled, shown  # labelled again by the new one
     assert all(after == inverse[before] for before, after in relabelled), relabelled
+
+
+@pytest.mark.subprocess
+def test_two_secondaries_named_alike_are_refused_and_another_task_is_left_out(scene, tmp_path):
+    """Two secondaries given one name: one sentence before the run. A model that is neither a
+    classifier nor finds boxes (a generic one): one sentence, and the camera runs without it."""
+    from edgert.export import export_model
+
+    det, col, video = scene
+    proc = run_cli(
+        "camera", det, "--source", video, "--headless", "--conf", "0.75",
+        "--secondary", f"{col}:name=kind", "--secondary", f"{col}:name=kind",
+    )  # fmt: skip
+    assert_user_error(proc, "name=kind is taken")
+    generic = export_model(
+        str(col.parent / "colours.onnx"), tmp_path / "generic.edgert", task="generic",
+        preprocess={"resize": "stretch", "size": "16x16", "scale": 1 / 255},
+    ).bundle  # fmt: skip
+    proc = run_cli(
+        "camera", det, "--source", video, "--headless", "--conf", "0.75", "--json",
+        "--secondary", generic, "--secondary", col,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "--secondary" in line]
+    assert len(said) == 1 and "a secondary is a classifier or finds boxes" in said[0], said
+    (r,) = json.loads(proc.stdout)["secondary"]
+    assert r["name"] == "colours" and r["calls"] >= 1

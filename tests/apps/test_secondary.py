@@ -74,6 +74,23 @@ def _camera(tmp_path, scene, *secondary, sources=1, extra=()):
     return json.loads(proc.stdout), events, [f for f in frames if "results" in f]
 
 
+def _running(det, video, *args):
+    """``edgert camera DET --source VIDEO --headless --conf 0.75 ARGS`` in its own process (a
+    test stops it)."""
+    import subprocess
+
+    from tests.conftest import ROOT
+    from tests.procs import edgert
+
+    return subprocess.Popen(
+        edgert("camera", det, "--source", video, "--headless", "--conf", "0.75", *args),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 @pytest.mark.subprocess
 def test_each_track_is_labelled_with_its_scripted_colour_within_its_budget(scene, tmp_path):
     summary, events, frames = _camera(tmp_path, scene, "{col}")
@@ -247,23 +264,15 @@ def test_the_page_lists_the_labels_of_the_tracks(scene, tmp_path):
     import subprocess
 
     from tests.apps.test_page_chromium import CHROMIUM, FLAGS, free_port
-    from tests.conftest import ROOT
-    from tests.procs import edgert
 
     if CHROMIUM is None:
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
     det, col, video = scene
     port = free_port()
-    app = subprocess.Popen(
-        edgert(
-            *("camera", det, "--source", video, "--loop", "--headless", "--conf", "0.75"),
-            *("--secondary", col, "--output", f"http://127.0.0.1:{port}", "--duration", "60"),
-        ),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    app = _running(
+        det, video, "--loop", "--secondary", col, "--output", f"http://127.0.0.1:{port}",
+        "--duration", "60",
+    )  # fmt: skip
     try:
         want = (
             r"track_label\s+colours: (red|green|blue) #\d+",
@@ -315,26 +324,16 @@ def test_prometheus_counts_the_second_stage(scene, tmp_path):
     """/metrics over real HTTP while the camera runs: calls, crops, tracks and calls per track
     of the secondary, under its name; the crops refused for size under reason="size"."""
     import re
-    import subprocess
     import urllib.request
 
-    from tests.conftest import ROOT
     from tests.ports import free_ports
-    from tests.procs import edgert
 
     det, col, video = scene
     port = free_ports(1)[0]
-    app = subprocess.Popen(
-        edgert(
-            *("camera", det, "--source", video, "--loop", "--headless", "--conf", "0.75"),
-            *("--secondary", col, "--secondary", f"{col}:min=100,name=big"),
-            *("--metrics", f"127.0.0.1:{port}", "--duration", "60"),
-        ),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    app = _running(
+        det, video, "--loop", "--secondary", col, "--secondary", f"{col}:min=100,name=big",
+        "--metrics", f"127.0.0.1:{port}", "--duration", "60",
+    )  # fmt: skip
     try:
         text, deadline = "", time.monotonic() + 45
         want = r'edgert_secondary_calls_total\{model="colours"\} ([0-9.]+)'
@@ -455,12 +454,9 @@ def test_a_secondary_is_swapped_through_the_model_endpoint(scene, tmp_path):
     tracks labelled again by the new one (its labels turned around: red becomes blue); a path
     outside --allow-models is 403, an unknown name 404, a detector for a classifier refused
     with an event; GET /model lists the secondaries; the primary is untouched."""
-    import subprocess
 
     from tests.apps.test_hot_swap import _http
-    from tests.conftest import ROOT
     from tests.ports import free_ports
-    from tests.procs import edgert
 
     det, _, _ = scene
     models = tmp_path / "models"
@@ -476,18 +472,11 @@ def test_a_secondary_is_swapped_through_the_model_endpoint(scene, tmp_path):
     writer.release()
     port = free_ports(1)[0]
     url = f"http://127.0.0.1:{port}/model"
-    app = subprocess.Popen(
-        edgert(
-            *("camera", det, "--source", video, "--headless", "--conf", "0.75"),
-            *("--secondary", col, "--metrics", f"127.0.0.1:{port}", "--model-endpoint"),
-            *("--allow-models", models, "--allow-models", det.parent, "--json"),
-            *("--events", tmp_path / "events.jsonl", "--duration", "60"),
-        ),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    app = _running(
+        det, video, "--secondary", col, "--metrics", f"127.0.0.1:{port}", "--model-endpoint",
+        "--allow-models", models, "--allow-models", det.parent, "--json",
+        "--events", tmp_path / "events.jsonl", "--duration", "60",
+    )  # fmt: skip
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -380,7 +380,7 @@ class Secondaries(Feature):
     def attach(self, run: Run) -> None:
         """``POST /model`` naming ``"secondary": NAME`` swaps that secondary (the endpoint's
         rules: --model-endpoint, --allow-models); ``GET /model`` lists the secondaries."""
-        if self.stage is None or run.probes is None or run.slot is None:
+        if run.probes is None or run.slot is None:
             return
         routes = run.probes.probes.routes
         primary_post, primary_get = routes[("POST", "/model")], routes[("GET", "/model")]
@@ -390,12 +390,18 @@ class Secondaries(Feature):
                 data = json.loads(body or b"{}")
             except ValueError:
                 data = None
-            if isinstance(data, dict) and "secondary" in data:
+            if isinstance(data, dict) and "secondary" in data:  # never the primary's swap
+                if self.stage is None:
+                    return json_answer(404, {"error": "this camera runs no --secondary"})
                 return self._swap(run, data)
             return primary_post(body)
 
+        routes[("POST", "/model")] = post
+        if self.stage is None:
+            return
+
         def get(body: bytes = b""):
-            code, text, kind = primary_get(body)
+            code, text, _ = primary_get(body)
             answer = json.loads(text)
             answer["secondary"] = [
                 {"name": s.name, "bundle": s.spec.bundle, "task": s.model.task, "swaps": s.swaps}
@@ -403,7 +409,7 @@ class Secondaries(Feature):
             ]
             return json_answer(code, answer)
 
-        routes[("POST", "/model")], routes[("GET", "/model")] = post, get
+        routes[("GET", "/model")] = get
 
     def _swap(self, run: Run, data: dict):
         """202 and the swap done on its own thread (its outcome an event: model_swap or

@@ -432,6 +432,9 @@ def test_the_endpoint_is_off_unless_asked_for_and_keeps_to_its_folders(bundles, 
     assert code == 403, said  # .. does not lead out of it
     code, said = _http("POST", cam.url, None)
     assert code == 400 and "bundle" in said["error"], said
+    # a body naming a secondary is never taken as the primary's swap (this camera runs none)
+    code, said = _http("POST", cam.url, {"secondary": "attr", "bundle": str(a)})
+    assert code == 404 and "runs no --secondary" in said["error"], said
     assert cam.model()["swaps"] == 0
     cam.stop()
     proc = run_cli("camera", a, "--headless", "--model-endpoint", "--max-frames", "5")

@@ -204,18 +204,26 @@ def track_color(track_id) -> tuple:
     return tuple(int(v) for v in bgr)
 
 
+def caption(o) -> str:
+    """An object's words on the overlay: its track ID, label and score, then what second-stage
+    models said of its track (an extra that is ``{"label": ...}``, as the camera's
+    ``--secondary`` writes)."""
+    tag = f"#{o.track_id} " if o.track_id is not None else ""
+    said = [v["label"] for v in o.extras.values() if isinstance(v, dict) and "label" in v]
+    return f"{tag}{o.label} {o.score:.2f}" + "".join(f" {x}" for x in said)
+
+
 def draw(out, result: Result) -> list:
-    """Each object's box, track ID, label and score onto ``out``; no corner lines."""
+    """Each object's box and :func:`caption` onto ``out``; no corner lines."""
     import cv2
 
     for o in result.objects:
         x1, y1, x2, y2 = (int(round(v)) for v in o.box)
         color = track_color(o.track_id)
         cv2.rectangle(out, (x1, y1), (x2, y2), color, 2)
-        tag = f"#{o.track_id} " if o.track_id is not None else ""
         cv2.putText(
             out,
-            f"{tag}{o.label} {o.score:.2f}",
+            caption(o),
             (x1, max(12, y1 - 4)),
             cv2.FONT_HERSHEY_SIMPLEX,
             0.5,

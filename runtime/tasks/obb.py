@@ -95,9 +95,8 @@ def draw(out, result: Result) -> list:
             poly = np.round(np.asarray(pts)).astype(np.int32).reshape(-1, 1, 2)
             cv2.polylines(out, [poly], True, color, 2, cv2.LINE_AA)
         x1, y1 = (int(round(v)) for v in o.box[:2])
-        tag = f"#{o.track_id} " if o.track_id is not None else ""
         cv2.putText(
-            out, f"{tag}{o.label} {o.score:.2f}", (x1, max(12, y1 - 4)),
+            out, detect.caption(o), (x1, max(12, y1 - 4)),
             cv2.FONT_HERSHEY_SIMPLEX, 0.5, color, 1, cv2.LINE_AA,
         )  # fmt: skip
     return []

@@ -557,3 +557,20 @@ def test_two_secondaries_named_alike_are_refused_and_another_task_is_left_out(sc
     assert len(said) == 1 and "a secondary is a classifier or finds boxes" in said[0], said
     (r,) = json.loads(proc.stdout)["secondary"]
     assert r["name"] == "colours" and r["calls"] >= 1
+
+
+def test_the_overlay_captions_say_the_second_stage_labels():
+    """The boxes drawn on the overlay (the web viewer, the video file, snapshots drawn) carry
+    what each track's secondaries said after its own label and score; the words are drawn (the
+    picture differs from the one without them)."""
+    from edgert.runtime.results import Detection, Result
+    from edgert.runtime.tasks import detect
+
+    plain = Detection((20.0, 40.0, 120.0, 140.0), 0.9, 0, "person", track_id=4)
+    said = plain.with_extras(colours={"label": "red", "confidence": 0.8, "attempts": 2}, age_s=1.5)
+    assert detect.caption(plain) == "#4 person 0.90"
+    assert detect.caption(said) == "#4 person 0.90 red"
+    a, b = np.zeros((160, 320, 3), np.uint8), np.zeros((160, 320, 3), np.uint8)
+    detect.draw(a, Result.of_objects([plain], "detect"))
+    detect.draw(b, Result.of_objects([said], "detect"))
+    assert (a != b).any()

@@ -196,12 +196,17 @@ def _execute(run: Run) -> dict:
         finally:
             if freeze:
                 gc.unfreeze()  # the objects of the caller's process are collectable again
+        # the run is ending: a stop now is held too (noted, the summary still made), so that a
+        # SIGTERM landing while the features close (a second stage's last answers) loses nothing
+        _, resume = processes.defer_signals()
+        stack.callback(resume)
         for f in reversed(run.features):
             f.close(run)
         sinks.close()
         summary = _summary(run)
         for f in run.features:
             f.report(run, summary)
+        resume()
         return summary
 
 

@@ -536,10 +536,14 @@ class SecondaryStage:
                 if st.held is not None and st.attempts < s.spec.attempts:
                     self._collect.setdefault(s, []).append(s._take(st))
         self._flush()
+        from edgert.apps import processes
+
         deadline = time.monotonic() + timeout
-        with self.cond:
+        with self.cond:  # a stop asked meanwhile (Ctrl-C, SIGTERM) ends the wait
             while (self.queue or self.busy) and time.monotonic() < deadline:
-                self.cond.wait(max(0.0, deadline - time.monotonic()))
+                if processes.stop_asked():
+                    break
+                self.cond.wait(min(0.1, max(0.0, deadline - time.monotonic())))
         return self.announcements()
 
     def announcements(self, stream: int | None = None) -> list:

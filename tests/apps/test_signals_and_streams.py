@@ -287,3 +287,29 @@ def test_a_stop_once_the_model_endpoint_answers_ends_the_run_with_its_summary(bu
     assert answered == [200]
     assert summary["stopped"] == "interrupted (Ctrl-C or SIGTERM)", summary
     assert processes.stop_asked() == "terminated"
+
+
+def test_a_stop_while_the_run_closes_still_gives_its_summary(bundle, monkeypatch):
+    """CI (this stop's final run) saw it: a SIGTERM landing after the pipeline ended, while the
+    features closed, ended the camera with no summary. The stop is sent from a feature's close
+    step; the run still returns its summary, and the stop is noted."""
+    from edgert.apps import processes
+    from edgert.apps.camera import features
+    from edgert.apps.camera.app import run_camera
+    from edgert.apps.camera.options import CameraConfig, ModelOptions, RunOptions
+
+    class StopWhileClosing(features.Feature):
+        def close(self, run):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)  # the handler runs here, in the main thread
+
+    monkeypatch.setattr(features, "FEATURES", (*features.FEATURES, StopWhileClosing))
+    monkeypatch.setattr(processes, "_asked", [])  # the stop noted here is not the next test's
+    cfg = CameraConfig(ModelOptions(str(bundle)), ["synthetic://"], run=RunOptions(max_frames=5))
+    restore = processes.stop_on_signals()
+    try:
+        summary = run_camera(cfg)
+    finally:
+        restore()
+    assert summary["frames_processed"] == 5
+    assert processes.stop_asked() == "terminated"

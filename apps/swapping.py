@@ -326,8 +326,7 @@ class SwapQueue:
     def http_post(self, body: bytes) -> tuple[int, bytes, str]:
         """``POST /model`` with ``{"bundle": PATH, "force": false}``."""
         if not self.o.endpoint:
-            off = f"POST /model is off: start {self.COMMAND} with --model-endpoint"
-            return json_answer(404, {"error": off})
+            return self.off()
         try:
             data = json.loads(body or b"{}")
             path = data["bundle"]
@@ -340,6 +339,20 @@ class SwapQueue:
             )
         if not isinstance(force, bool):  # "false" is a non-empty string: never a yes
             return json_answer(400, {"error": '"force" is true or false (a JSON boolean)'})
+        refused = self.refused(path)
+        if refused is not None:
+            return refused
+        n = self.request(path, POSTED, force)
+        return json_answer(202, {"accepted": True, "request": n, "bundle": path})
+
+    def off(self) -> tuple[int, bytes, str]:
+        """The answer while ``--model-endpoint`` was not given."""
+        off = f"POST /model is off: start {self.COMMAND} with --model-endpoint"
+        return json_answer(404, {"error": off})
+
+    def refused(self, path: str) -> tuple[int, bytes, str] | None:
+        """The answer to a POSTed bundle path the endpoint does not take (a NUL character,
+        outside the folders --allow-models names), or None."""
         if "\x00" in path:
             return json_answer(400, {"error": "the bundle path holds a NUL character"})
         if not self.allowed(path):
@@ -347,8 +360,7 @@ class SwapQueue:
             return json_answer(
                 403, {"error": f"{path} is not in a folder --allow-models names ({where})"}
             )
-        n = self.request(path, POSTED, force)
-        return json_answer(202, {"accepted": True, "request": n, "bundle": path})
+        return None
 
     def http_get(self, _body: bytes = b"") -> tuple[int, bytes, str]:
         return json_answer(200, self.report())

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from edgert.apps.swapping import POSTED
 from edgert.apps.telemetry.http import json_answer
 from edgert.apps.uris import escape_controls
 from edgert.runtime.errors import EdgertError, OutputError, SourceError
@@ -416,27 +416,19 @@ class Secondaries(Feature):
         model_swap_refused naming the secondary), or why not."""
         slot, name, path = run.slot, data.get("secondary"), data.get("bundle")
         if not run.cfg.swap.endpoint:
-            return json_answer(
-                404, {"error": f"POST /model is off: start {slot.COMMAND} with --model-endpoint"}
-            )
+            return slot.off()
         s = self.stage.find(name) if isinstance(name, str) else None
         if s is None:
             names = ", ".join(x.name for x in self.stage.secondaries)
             return json_answer(
                 404, {"error": f"no secondary is named {name!r} (there are: {names})"}
             )
-        if not isinstance(path, str) or not path or "\x00" in path:
-            return json_answer(
-                400,
-                {
-                    "error": 'the body is JSON naming a bundle: {"secondary": NAME, "bundle": "/path"}'
-                },
-            )
-        if not slot.allowed(path):
-            where = ", ".join(slot.roots)
-            return json_answer(
-                403, {"error": f"{path} is not in a folder --allow-models names ({where})"}
-            )
+        if not isinstance(path, str) or not path:
+            body = '{"secondary": NAME, "bundle": "/path"}'
+            return json_answer(400, {"error": f"the body is JSON naming a bundle: {body}"})
+        refused = slot.refused(path)
+        if refused is not None:
+            return refused
         threading.Thread(target=self._load_and_swap, args=(run, s, path), daemon=True).start()
         return json_answer(202, {"accepted": True, "secondary": s.name, "bundle": path})
 
@@ -446,11 +438,7 @@ class Secondaries(Feature):
         t0 = time.monotonic()
         event = {"secondary": s.name, "bundle": path, "requested_by": "POST /model"}
         try:
-            real = os.path.realpath(path)
-            if not run.slot.allowed(real):
-                raise EdgertError(
-                    f"it now leads to {real}, outside the folders --allow-models names"
-                )
+            real, _ = run.slot.candidate(path, POSTED)  # where the link leads now, checked
             model = load_task_model(real, None, run.cfg.model.backend, "auto", spin=False)
             old, new = task_spec(s.model.task), task_spec(model.task)
             if (old.class_scores, old.boxes) != (new.class_scores, new.boxes):

@@ -1,8 +1,9 @@
 """Turn a MODEL argument into a PyTorch module (or an ONNX file) ready for export.
 
 MODEL kinds: ``zoo:NAME``; a factory ``path/to/file.py:build`` or ``package.module:build``; a
-TorchScript file; an ExportedProgram ``.pt2``; a pickled whole module (only with
-``trust_pickle``); an existing ``.onnx`` file.
+TorchScript file; an ExportedProgram ``.pt2`` (one whose archive holds pickles or compiled code only
+with ``trust_pickle``: export/pt2.py); a pickled whole module (only with ``trust_pickle``); an
+existing ``.onnx`` file.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def load_source(
     if path.suffix.lower() == ".onnx":
         return _load_onnx(path)
     if path.suffix.lower() == ".pt2":
-        return _load_exported_program(path)
+        return _load_exported_program(path, trust_pickle)
     if _is_ultralytics_checkpoint(path):
         return _load_ultralytics(path, trust_pickle, size, opset)
     return _load_torch_file(path, trust_pickle)
@@ -225,14 +226,11 @@ def _load_weights(torch, model, path: Path) -> None:
     model.load_state_dict(state, strict=True)
 
 
-def _load_exported_program(path: Path) -> SourceModel:
+def _load_exported_program(path: Path, trust_pickle: bool) -> SourceModel:
+    from .pt2 import load_exported_program
+
     torch = _torch()
-    try:
-        program = torch.export.load(str(path))
-    except Exception as exc:
-        raise ModelError(
-            f"{path} is not a loadable ExportedProgram (.pt2): {first_line(exc)}"
-        ) from exc
+    program = load_exported_program(torch, path, trust_pickle)
     shapes = []
     for node in program.graph.nodes:
         if node.op == "placeholder" and node.name in program.graph_signature.user_inputs:

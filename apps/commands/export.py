@@ -14,7 +14,8 @@ HELP = """MODEL is one of:
   path/to/file.py:build                 a factory returning a torch.nn.Module (--weights loads a state_dict)
   package.module:build                  the same, from an importable module
   model.ts / model.pt                   TorchScript (torch.jit.save)
-  model.pt2                             an ExportedProgram (torch.export.save)
+  model.pt2                             an ExportedProgram (torch.export.save); one holding
+                                        pickled weights or compiled code needs --trust-pickle
   model.pt --trust-pickle               a pickled whole module (runs code from the file: trust it first)
   best.pt --trust-pickle                an Ultralytics checkpoint: exported to ONNX by Ultralytics
                                         (installed beside edgert) at --size, then read as below
@@ -66,7 +67,8 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--trust-pickle",
         action="store_true",
-        help="allow loading a pickled whole module (runs code)",
+        help="allow loading a pickle (runs code from the file): a whole module, an Ultralytics "
+        "checkpoint, a .pt2 whose archive holds pickled parts or compiled code",
     )
     p.add_argument(
         "--allow-trace-warnings",

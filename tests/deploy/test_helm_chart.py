@@ -221,6 +221,13 @@ def test_credentials_from_a_secret_of_your_own(tmp_path):
         (_camera(lines=["door=1,2,3"]), "camera.cameras.0.lines.0"),
         ({"camera": {"mdoel": {"bundle": "x.edgert"}}}, "mdoel"),
         ({"camera": {"enabled": False}, "serve": {"enabled": True}}, "serve.models"),
+        ({"camera": {"updateStrategy": {"maxUnavailable": "abc"}}}, "maxUnavailable"),
+        ({"camera": {"resources": {"limits": {"memory": "lots"}}}}, "memory"),
+        ({"camera": {"outputs": ["http://0.0.0.0:9400"]}}, "camera.outputs.0"),
+        (
+            {"camera": {"existingSecret": "mine", **_camera(username="u", password="p")["camera"]}},
+            "camera.cameras.0: username/password are not used with camera.existingSecret",
+        ),
     ],
 )
 def test_a_bad_value_fails_the_render_naming_it(values, named, tmp_path):

@@ -45,6 +45,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{/* `edgert camera`'s arguments, one per line of a YAML list. */}}
 {{- define "edgert.cameraArgs" -}}
 {{- $c := .Values.camera -}}
+{{- include "edgert.checkCamera" . -}}
 - camera
 - {{ printf "/models/%s" $c.model.bundle | quote }}
 {{- range $i, $cam := $c.cameras }}
@@ -65,12 +66,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - {{ printf "0.0.0.0:%d" (int $c.metricsPort) | quote }}
 {{- with $c.model.task }}
 - --task
-- {{ . }}
+- {{ . | quote }}
 {{- end }}
 - --backend
-- {{ $c.model.backend }}
+- {{ $c.model.backend | quote }}
 - --precision
-- {{ $c.model.precision }}
+- {{ $c.model.precision | quote }}
 - --conf
 - {{ $c.model.conf | quote }}
 {{- if $c.track }}
@@ -118,6 +119,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- range $c.extraArgs }}
 - {{ . | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* What the schema cannot say: credentials that would be dropped, a port taken twice. */}}
+{{- define "edgert.checkCamera" -}}
+{{- $c := .Values.camera -}}
+{{- range $i, $cam := $c.cameras -}}
+{{- if and $c.existingSecret (or $cam.username $cam.password) -}}
+{{- fail (printf "camera.cameras.%d: username/password are not used with camera.existingSecret (%s): put them in that Secret as EDGERT_CAM%d_USER / EDGERT_CAM%d_PASSWORD and set auth: true" $i $c.existingSecret $i $i) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $c.existingSecret (or $c.mqtt.username $c.mqtt.password) -}}
+{{- fail (printf "camera.mqtt: username/password are not used with camera.existingSecret (%s): put them in that Secret as EDGERT_MQTT_USER / EDGERT_MQTT_PASSWORD and set auth: true" $c.existingSecret) -}}
+{{- end -}}
+{{- range $i, $out := $c.outputs -}}
+{{- if hasSuffix (printf ":%d" (int $c.metricsPort)) (urlParse $out).host -}}
+{{- fail (printf "camera.outputs.%d: %s takes camera.metricsPort (%d), where /metrics, /live and /ready answer: give the output another port" $i $out (int $c.metricsPort)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* A container's resources, with the GPU from the device plugin when asked for. */}}

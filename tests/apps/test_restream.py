@@ -419,10 +419,10 @@ def _flood(port: int, first: bytes, megabytes: int, results: list) -> None:
 @pytest.mark.subprocess
 @needs_server
 def test_request_headers_are_bounded_and_viewers_still_get_in(bundle):
-    """Six clients sending 12 MB of request headers each (the review kept a viewer out for 15 s
-    that way): each is answered 431 after 16 KB and closed; a client whose first request was
-    whole and sends a huge second one is its own thread's problem; a real viewer connects and
-    decodes at once throughout; at the end, with clients still held, the run stops quietly."""
+    """Six clients sending 12 MB of request headers each as their first request, and six sending
+    them as their second, after a whole OPTIONS answered 200 (the reviews kept a viewer out for
+    15 and 20 s those ways): each is answered 431 after 16 KB and closed; a real viewer connects
+    and decodes at once throughout; at the end, with clients still held, the run stops quietly."""
     import threading
 
     port = free_ports(1)[0]
@@ -431,9 +431,9 @@ def test_request_headers_are_bounded_and_viewers_still_get_in(bundle):
         results: list = []
         hello = f"OPTIONS rtsp://127.0.0.1:{port}/live RTSP/1.0\r\nCSeq: 1\r\n\r\n".encode()
         floods = [
-            threading.Thread(target=_flood, args=(port, b"", 12, results), daemon=True)
-            for _ in range(6)
-        ] + [threading.Thread(target=_flood, args=(port, hello, 12, results), daemon=True)]
+            threading.Thread(target=_flood, args=(port, first, 12, results), daemon=True)
+            for first in [b""] * 6 + [hello] * 6
+        ]
         for t in floods:
             t.start()
         time.sleep(1.0)
@@ -441,7 +441,7 @@ def test_request_headers_are_bounded_and_viewers_still_get_in(bundle):
         t0 = time.monotonic()
         got = _ffmpeg_frames(f"rtsp://127.0.0.1:{port}/live", 10)
         took = time.monotonic() - t0
-        for t in floods[:6]:
+        for t in floods:
             t.join(20)
     finally:
         rc, out, err = cam.stop()
@@ -451,8 +451,68 @@ def test_request_headers_are_bounded_and_viewers_still_get_in(bundle):
     # refused at 16 KB: the 431 is sent and the connection closed under the sender's feet
     cut = ("BrokenPipeError", "ConnectionResetError")
     refused = [r for r in results if r in cut or (isinstance(r, bytes) and b" 431 " in r)]
-    assert len(refused) >= 6, results
+    assert len(refused) == 12, results
     assert rc in (0, 143) and "CRITICAL" not in err and len(err) < 2000, err[-2000:]
+
+
+@pytest.mark.subprocess
+@needs_server
+def test_a_later_request_trickled_past_its_time_is_closed_and_a_session_goes_on(bundle):
+    """A request must come whole within 5 s of its first byte, the second as the first: one
+    trickled a header a second is answered 408 and closed; a session that asks nothing between
+    its requests (as a viewer between keep-alives) is not a request, and is served again."""
+    port = free_ports(1)[0]
+    cam = Camera(bundle, "synthetic://", f"rtsp://127.0.0.1:{port}/live", seconds=40)
+    url = f"rtsp://127.0.0.1:{port}/live"
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=15) as slow,
+            socket.create_connection(("127.0.0.1", port), timeout=15) as calm,
+        ):
+            for s in (slow, calm):
+                s.sendall(f"OPTIONS {url} RTSP/1.0\r\nCSeq: 1\r\n\r\n".encode())
+                assert b" 200 " in s.recv(4096).split(b"\r\n")[0]
+            slow.sendall(f"DESCRIBE {url} RTSP/1.0\r\nCSeq: 2\r\n".encode())
+            answer, t0 = b"", time.monotonic()
+            with contextlib.suppress(OSError):
+                for i in range(12):
+                    slow.sendall(f"X-Slow-{i}: 1\r\n".encode())
+                    time.sleep(1.0)
+            with contextlib.suppress(OSError):
+                answer = slow.recv(4096)
+            took = time.monotonic() - t0
+            calm.sendall(f"OPTIONS {url} RTSP/1.0\r\nCSeq: 2\r\n\r\n".encode())
+            again = calm.recv(4096).split(b"\r\n")[0]
+    finally:
+        cam.stop()
+    assert answer.startswith(b"RTSP/1.0 408") or answer == b"", answer
+    assert 4.5 < took < 9, took
+    assert b" 200 " in again, again
+
+
+def test_what_the_front_passes_on_one_message_at_a_time():
+    """The front's parser (no server needed): whole messages, interleaved frames, bounds."""
+    from edgert.apps.camera.sinks.rtsp_front import MAX_BODY, Refused, next_message
+
+    options = b"OPTIONS rtsp://h/live RTSP/1.0\r\nCSeq: 1\r\n\r\n"
+    assert next_message(options + b"DESCRIBE") == len(options)
+    assert next_message(options[:-2]) == 0
+    body = b"SET_PARAMETER rtsp://h/live RTSP/1.0\r\nContent-Length: 5\r\n\r\nab"
+    assert next_message(body) == 0 and next_message(body + b"cde") == len(body) + 3
+    frame = b"$\x01\x00\x03abc"
+    assert next_message(frame + options) == 7 and next_message(frame[:5]) == 0
+    assert next_message(b"\r\n" + options) == 2
+    cases = [
+        (b"OPTIONS * RTSP/1.0\r\n" + b"X: " + b"a" * 17000, 431),
+        (b"OPTIONS * RTSP/1.0\r\nA: \0\r\n\r\n", 400),
+        (f"ANNOUNCE * RTSP/1.0\r\nContent-Length: {MAX_BODY + 1}\r\n\r\n".encode(), 413),
+        (b"ANNOUNCE * RTSP/1.0\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400),
+        (b"POST /live HTTP/1.0\r\nContent-Length: 32767\r\n\r\n", 501),
+    ]
+    for data, status in cases:
+        with pytest.raises(Refused) as refused:
+            next_message(data)
+        assert refused.value.status == status, data[:40]
 
 
 @pytest.mark.subprocess

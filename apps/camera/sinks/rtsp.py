@@ -30,6 +30,7 @@ from edgert.apps.uris import credentials, redact, show_host, split, warn_if_open
 from edgert.runtime.errors import OutputError
 
 from .base import Sink, SinkContext, stream_of
+from .rtsp_front import Front
 
 DEFAULT_PORT = 8554
 CLIENT_THREADS = 4  # the server's threads for its clients (one client never holds up another)
@@ -117,124 +118,6 @@ def check(uri: str, _options=None) -> None:
         raise OutputError(f"the rtsp:// output needs an H.264 encoder: {INSTALL_ENCODER}")
 
 
-class _Front:
-    """edgert's own listener in front of gst-rtsp-server, which takes request headers of any size
-    on its one thread (a few clients sending megabytes kept everyone else out): each connection's
-    first request (its line and headers) must come whole within FIRST_S and MAX_HEAD bytes, else
-    it is answered 431 (or 400) and closed; then the connection is handed to the server
-    (``transfer_connection``, with what was read), whose clients are spread over a few threads
-    (``CLIENT_THREADS``) so that one client's requests never hold up another's. At most
-    MAX_WAITING connections wait for their first request (the oldest is closed first)."""
-
-    MAX_HEAD = 16384
-    FIRST_S = 5.0
-    MAX_WAITING = 64
-
-    def __init__(self, host: str, port: int, hand) -> None:
-        import selectors
-        import socket
-
-        self.hand = hand  # (socket, address, head bytes) -> None: the server takes it
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.sock = socket.socket(family, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            self.sock.bind((host, port))
-            self.sock.listen(128)
-        except OSError:
-            self.sock.close()
-            raise
-        self.port = self.sock.getsockname()[1]
-        self.sock.setblocking(False)
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(self.sock, selectors.EVENT_READ)
-        self.waiting: dict = {}  # socket -> [deadline, address, bytes]
-        self.refused = 0
-        self._stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="rtsp-front", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        import selectors
-        import time
-
-        while not self._stop.is_set():
-            for key, _ in self.selector.select(0.2):
-                if key.fileobj is self.sock:
-                    self._accept(selectors)
-                else:
-                    self._read(key.fileobj)
-            now = time.monotonic()
-            for conn in [c for c, (t, _, _) in self.waiting.items() if t <= now]:
-                self._drop(conn)
-
-    def _accept(self, selectors) -> None:
-        import time
-
-        try:
-            conn, address = self.sock.accept()
-        except OSError:
-            return
-        if len(self.waiting) >= self.MAX_WAITING:
-            self._drop(next(iter(self.waiting)))
-        conn.setblocking(False)
-        self.waiting[conn] = [time.monotonic() + self.FIRST_S, address, b""]
-        self.selector.register(conn, selectors.EVENT_READ)
-
-    def _read(self, conn) -> None:
-        entry = self.waiting.get(conn)
-        if entry is None:
-            return
-        try:
-            chunk = conn.recv(8192)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self._drop(conn)
-            return
-        entry[2] += chunk
-        head, sep, _ = entry[2].partition(b"\r\n\r\n")
-        if len(head) + len(sep) > self.MAX_HEAD or (not sep and len(entry[2]) > self.MAX_HEAD):
-            self._refuse(conn, b"431 Request Header Fields Too Large")
-        elif sep and b"\0" in entry[2]:
-            self._refuse(conn, b"400 Bad Request")
-        elif sep:
-            self.waiting.pop(conn)
-            self.selector.unregister(conn)
-            conn.setblocking(True)
-            try:
-                self.hand(conn, entry[1], entry[2])
-            except Exception:  # noqa: BLE001 - a connection the server would not take
-                conn.close()
-
-    def _refuse(self, conn, status: bytes) -> None:
-        import contextlib
-
-        self.refused += 1
-        with contextlib.suppress(OSError):
-            conn.send(b"RTSP/1.0 " + status + b"\r\nContent-Length: 0\r\n\r\n")
-        self._drop(conn)
-
-    def _drop(self, conn) -> None:
-        import contextlib
-
-        self.waiting.pop(conn, None)
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            self.selector.unregister(conn)
-        with contextlib.suppress(OSError):
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self.thread.join(2.0)
-        for conn in list(self.waiting):
-            self._drop(conn)
-        self.selector.close()
-        self.sock.close()
-
-
 class _Mount:
     """One mount's media: its appsrc while a client watches, the frame size it was given."""
 
@@ -303,7 +186,7 @@ class RtspOutput(Sink):
         self._medias: dict = {}  # mount path -> its shared media's payloader, while prepared
         self.server = server
         try:
-            self.front = _Front(o["host"], o["port"], self._take)
+            self.front = Front(o["host"], o["port"], self._take)
         except OSError as exc:
             raise OutputError(
                 f"rtsp:// output: cannot listen on {show_host(o['host'], o['port'])} "
@@ -320,13 +203,13 @@ class RtspOutput(Sink):
             + ")"
         )
 
-    def _take(self, conn, address, head: bytes) -> None:
-        """A connection whose first request came whole: the server handles it from here."""
+    def _take(self, conn, address) -> None:
+        """The server's end of a client's pair (rtsp_front.py): the server serves it from here,
+        as the client at ADDRESS, every request checked on its way through the front."""
         from gi.repository import Gio
 
-        host, port = address[0], address[1]
         gsock = Gio.Socket.new_from_fd(conn.detach())
-        if not self.server.transfer_connection(gsock, host, port, head.decode("latin-1")):
+        if not self.server.transfer_connection(gsock, address[0], address[1], None):
             gsock.close()
 
     # the server's thread: a client, a media made for a mount (its first client), its end

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .detection import batched_nms, xywh_to_xyxy
+from .detection import batched_nms, dropped, keep_sound, xywh_to_xyxy
 from .errors import BundleError, ShapeError
 
 FORMS = ("yolo", "end2end", "detr")
@@ -106,7 +106,7 @@ def _empty(box_width: int, extra: int) -> Candidates:
 def decode_head(
     output: np.ndarray,
     head: Head,
-    num_classes: int,
+    num_classes: int | None,
     extra: int,
     conf: float,
     iou: float,
@@ -114,19 +114,27 @@ def decode_head(
     rotated: bool = False,
 ) -> list:
     """The first output of a detector-family model -> :class:`Candidates` per image.
-    ``extra``: values per candidate after the classes (the angle of an oriented box counts)."""
+    ``extra``: values per candidate after the classes (the angle of an oriented box counts).
+    ``num_classes``: None where not known (an end-to-end head without labels). A candidate
+    above ``conf`` with a NaN, infinite or out-of-range value (box, score, extras) or, in an
+    end-to-end row, a class that is not a whole number in 0..nc-1 is dropped before NMS and
+    counted (:func:`~edgert.runtime.detection.dropped`)."""
     out = np.asarray(output, dtype=np.float32)
     if out.ndim != 3:
         raise ShapeError(f"a detector head's output is [batch, ., .]; got {list(out.shape)}")
-    if head.form == "end2end":
-        return [_end2end(pred, extra, conf, max_det, rotated) for pred in out]
-    if head.form == "detr":
-        return [_detr(pred, conf, max_det) for pred in out]
-    if out.shape[1] != 4 + num_classes + extra:
-        raise ShapeError(
-            f"output {list(out.shape)} is not [batch, 4 + {num_classes} classes + {extra}, candidates]"
-        )
-    return [_yolo(pred, num_classes, extra, conf, iou, max_det, rotated) for pred in out]
+    # a NaN is under any threshold, and what else is not finite is dropped by keep_sound
+    # before any arithmetic that would warn: numpy says nothing on stderr
+    with np.errstate(invalid="ignore", over="ignore"):
+        if head.form == "end2end":
+            return [_end2end(pred, extra, conf, max_det, rotated, num_classes) for pred in out]
+        if head.form == "detr":
+            return [_detr(pred, conf, max_det) for pred in out]
+        if out.shape[1] != 4 + (num_classes or 0) + extra:
+            raise ShapeError(
+                f"output {list(out.shape)} is not [batch, 4 + {num_classes} classes + {extra}, "
+                "candidates]"
+            )
+        return [_yolo(pred, num_classes or 0, extra, conf, iou, max_det, rotated) for pred in out]
 
 
 def _yolo(pred, nc, extra, conf, iou, max_det, rotated) -> Candidates:
@@ -139,6 +147,8 @@ def _yolo(pred, nc, extra, conf, iou, max_det, rotated) -> Candidates:
     if keep.size > MAX_NMS:
         keep = keep[np.argsort(-best[keep], kind="stable")[:MAX_NMS]]
     sel = pred[:, keep].T  # [M, 4 + nc + E]: only the candidates left are transposed
+    ok = keep_sound(sel)
+    sel, keep = sel[ok], keep[ok]
     scores = best[keep]
     classes = cls[:, keep].argmax(axis=0).astype(np.int64)
     if rotated:
@@ -152,14 +162,26 @@ def _yolo(pred, nc, extra, conf, iou, max_det, rotated) -> Candidates:
     return Candidates(boxes, scores, classes, extras).take(kept[:max_det])
 
 
-def _end2end(pred, extra, conf, max_det, rotated) -> Candidates:
+def _whole_classes(values: np.ndarray, nc: int | None) -> np.ndarray:
+    """bool [M]: the (finite) class values that are a class id, a whole number in 0..nc-1
+    (0..2**31-1 where nc is not known); the others are counted as dropped."""
+    ok = (values == np.floor(values)) & (values >= 0) & (values < (nc if nc else 2**31))
+    dropped(
+        int(len(ok) - ok.sum()), "a class that is not a whole number from 0 to the classes' count"
+    )
+    return ok
+
+
+def _end2end(pred, extra, conf, max_det, rotated, num_classes=None) -> Candidates:
     """One image's [K, 6 + E]: the model's own choice; those above ``conf``, in its order."""
     if pred.shape[1] != 6 + extra:
         raise ShapeError(
             f"an end-to-end head's rows hold 6 + {extra} values (box, score, class, extras); "
             f"these hold {pred.shape[1]}"
         )
-    rows = pred[pred[:, 4] > conf][:max_det]
+    rows = pred[pred[:, 4] > conf]
+    rows = rows[keep_sound(rows)]
+    rows = rows[_whole_classes(rows[:, 5], num_classes)][:max_det]
     classes = rows[:, 5].astype(np.int64)
     if rotated:  # centre x, y, width, height, score, class, angle
         return Candidates(
@@ -174,6 +196,7 @@ def _detr(pred, conf, max_det) -> Candidates:
     scores = pred[:, 4:].max(axis=1)
     classes = pred[:, 4:].argmax(axis=1).astype(np.int64)
     keep = np.flatnonzero(scores > conf)
+    keep = keep[keep_sound(np.column_stack([pred[keep, :4], scores[keep]]))]
     keep = keep[np.argsort(-scores[keep], kind="stable")][:max_det]
     return Candidates(
         xywh_to_xyxy(pred[keep, :4]),

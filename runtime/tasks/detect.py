@@ -32,6 +32,8 @@ def candidates(model, values: list, extra: int, rotated: bool = False) -> list:
         nc = len(model.labels)
     elif head.form == "detr":
         nc = first.shape[-1] - 4
+    elif head.form == "end2end":
+        nc = None  # rows carry a class id each: any whole number from 0 then
     else:
         nc = first.shape[1] - 4 - extra
     found = decode_head(first, head, nc, extra, model.conf, model.iou, rotated=rotated)

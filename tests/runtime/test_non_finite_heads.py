@@ -1,0 +1,156 @@
+"""Heads whose outputs hold NaN, inf or absurd values (round 6, G4/G6): such a candidate is
+dropped before NMS (it never takes valid objects with it, of its class or another), an
+end-to-end class that is not a whole number in 0..nc-1 is no object, and numpy says nothing on
+stderr (warnings are errors here). The same through the CLI and the camera:
+tests/apps/test_non_finite_heads.py."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from edgert.runtime.detection import batched_nms, decode_detections, dropped_count
+from edgert.runtime.heads import Head, decode_head
+
+nan, inf = np.nan, np.inf
+
+
+@pytest.fixture(autouse=True)
+def _numpy_warnings_are_errors():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
+
+
+def _yolo(rows):
+    """Candidates (one per row) -> a YOLO output [1, C, N]."""
+    return np.asarray(rows, np.float32).T[None]
+
+
+def _detect(rows, conf=0.25):
+    (dets,) = decode_detections([_yolo(rows)], conf=conf, num_classes=2, labels=["a", "b"])
+    return [(d.label, round(d.score, 2), [round(v) for v in d.box]) for d in dets]
+
+
+VALID = [
+    [100, 100, 50, 50, 0.9, 0],
+    [300, 300, 50, 50, 0.8, 0],
+    [500, 500, 50, 50, 0.7, 0],
+    [200, 500, 50, 50, 0, 0.6],
+]
+WANT = [
+    ("a", 0.9, [75, 75, 125, 125]),
+    ("a", 0.8, [275, 275, 325, 325]),
+    ("a", 0.7, [475, 475, 525, 525]),
+    ("b", 0.6, [175, 475, 225, 525]),
+]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [nan, 200, 50, 50, 0.85, 0],  # the review's nan2: 4 objects became 1
+        [400, 400, 50, inf, 0, 0.3],  # class 1, h = inf
+        [inf, 100, 50, 50, 0.95, 0],  # x = inf
+        [-inf, 100, 50, 50, 0.95, 0],
+        [1e30, 100, 50, 50, 0.95, 0],  # huge but finite: out of any image
+        [400, 100, 1e38, 50, 0.95, 0],
+        [400, 100, 50, 50, inf, 0],  # an infinite score is no score
+        [400, 100, 50, 50, 0.95, nan],
+    ],
+)
+def test_one_bad_yolo_candidate_takes_no_valid_object_with_it(bad):
+    assert _detect([*VALID[:3], bad, VALID[3]]) == WANT
+
+
+def test_a_huge_box_of_one_class_leaves_the_other_class_alone():
+    # batched NMS on its own (it is handed boxes already checked): the class offset was
+    # max|box| + 1, and 1e30 wiped out every other box's coordinates in float64
+    boxes = np.array([[75, 75, 125, 125], [1e30, 75, 1e30 + 50, 125], [75, 75, 125, 125]])
+    boxes = np.vstack([boxes, [[375, 75, 425, 125]]])
+    kept = batched_nms(boxes, np.array([0.9, 0.8, 0.7, 0.6]), np.array([0, 0, 1, 1]), 0.45)
+    assert kept.tolist() == [0, 1, 2, 3]
+
+
+def test_the_same_for_every_yolo_form_head():
+    # pose: box, 1 class, 2 keypoints x (x, y, v)
+    pose = [[100, 100, 50, 50, 0.9, 90, 90, 1, 110, 110, 1]]
+    pose += [[100, 300, 50, 50, 0.8, 90, 290, 1, nan, 310, 1]]
+    pose += [[300, 300, 50, 50, 0.7, 290, 290, 1, 310, 310, 1]]
+    before = dropped_count()
+    (found,) = decode_head(_yolo(pose), Head(kpt_shape=(2, 3)), 1, 6, 0.25, 0.45)
+    assert found.scores.tolist() == pytest.approx([0.9, 0.7])
+    assert np.isfinite(found.extras).all()
+    assert dropped_count() == before + 1  # counted (and said once a process: the CLI's tests)
+    # oriented boxes: centre, sides, 2 classes, angle last
+    obb = [
+        [100, 100, 50, 30, 0.9, 0, 0.3],
+        [300, 300, 50, 30, 0.95, 0, nan],  # a NaN angle
+        [nan, 300, 50, 30, 0.95, 0, 0.1],  # a NaN centre
+        [400, 400, inf, 30, 0, 0.95, 0.1],  # an infinite side, the other class
+        [300, 100, 50, 30, 0, 0.6, 0.2],
+    ]
+    (found,) = decode_head(_yolo(obb), Head(), 2, 1, 0.25, 0.45, rotated=True)
+    assert found.scores.tolist() == pytest.approx([0.9, 0.6])
+    assert found.classes.tolist() == [0, 1]
+    # instance segmentation: 2 mask coefficients; the review's case kept none of the 2 valid
+    seg = [
+        [100, 100, 50, 50, 0.9, 1, 0],
+        [nan, 200, 50, 50, 0.95, 1, 0],
+        [300, 300, 50, 50, 0.95, nan, 0],
+        [400, 400, inf, 50, 0.95, 1, 0],
+        [500, 500, 50, 50, 0.8, 0, 1],
+    ]
+    (found,) = decode_head(_yolo(seg), Head(), 1, 2, 0.25, 0.45)
+    assert found.scores.tolist() == pytest.approx([0.9, 0.8])
+
+
+def test_end_to_end_rows_with_bad_values_or_classes_are_no_objects():
+    rows = [
+        [10, 10, 50, 50, 0.9, nan],  # the review's -9223372036854775808
+        [10, 10, 50, 50, 0.9, 1e20],
+        [60, 60, 90, 90, 0.9, -1],  # was label "-1"
+        [100, 100, 150, 150, 0.9, 1.7],  # was class 1
+        [100, 100, 150, 150, 0.9, 2],  # 2 classes: 0 and 1
+        [inf, 100, 200, 200, 0.9, 0],  # was kept as [640, 100, 200, 200]
+        [10, 10, 50, 50, inf, 0],
+        [10, 10, 50, 50, nan, 0],
+        [10, 10, 50, 50, 0.85, 0],  # the two valid rows
+        [200, 200, 260, 260, 0.8, 1],
+    ]
+    (found,) = decode_head(np.array([rows], np.float32), Head("end2end"), 2, 0, 0.25, 0.45)
+    assert found.classes.tolist() == [0, 1]
+    assert found.boxes.tolist() == [[10, 10, 50, 50], [200, 200, 260, 260]]
+    # pose rows: a NaN keypoint is no object; oriented rows: a NaN angle neither
+    pose = [[0, 0, 9, 9, 0.9, 0, nan, 1, 1], [0, 0, 9, 9, 0.8, 0, 1, 1, 1]]
+    (found,) = decode_head(np.array([pose], np.float32), Head("end2end"), 1, 3, 0.25, 0.45)
+    assert found.scores.tolist() == pytest.approx([0.8])
+    obb = [[5, 5, 9, 9, 0.9, 0, nan], [5, 5, 9, 9, 0.8, 0, 0.5]]
+    (found,) = decode_head(
+        np.array([obb], np.float32), Head("end2end"), 1, 1, 0.25, 0.45, 300, True
+    )
+    assert found.boxes[0].tolist() == pytest.approx([5, 5, 9, 9, 0.5]) and len(found.boxes) == 1
+
+
+def test_detr_queries_with_bad_boxes_or_scores_are_no_objects():
+    queries = [
+        [nan, 0.5, 0.2, 0.2, 0.9],  # the review's: kept at 0.9 with a NaN box
+        [0.5, 0.5, inf, 0.2, 0.9],
+        [0.5, 0.5, 0.2, 0.2, inf],
+        [0.5, 0.5, 0.2, 0.2, 0.8],
+    ]
+    (found,) = decode_head(np.array([queries], np.float32), Head("detr"), 1, 0, 0.25, 0.45)
+    assert found.scores.tolist() == pytest.approx([0.8])
+    assert found.boxes[0].tolist() == pytest.approx([0.4, 0.4, 0.6, 0.6])
+
+
+def test_ssd_pairs_drop_non_finite_boxes_too():
+    boxes = np.array([[[0.1, 0.1, 0.2, 0.2], [nan, 0.1, 0.2, 0.2], [0.5, 0.5, 0.6, 0.6]]])
+    scores = np.array([[[0, 0.9, 0], [0, 0.95, 0], [0, 0, 0.7]]])
+    (dets,) = decode_detections([boxes, scores], input_size=(100, 100), labels=["bg", "a", "b"])
+    assert [(d.label, [round(v) for v in d.box]) for d in dets] == [
+        ("a", [10, 10, 20, 20]),
+        ("b", [50, 50, 60, 60]),
+    ]

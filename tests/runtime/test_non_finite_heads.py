@@ -154,3 +154,33 @@ def test_ssd_pairs_drop_non_finite_boxes_too():
         ("a", [10, 10, 20, 20]),
         ("b", [50, 50, 60, 60]),
     ]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"box": (nan, 10, 50, 50)},
+        {"box": (10, 10, inf, 50)},
+        {"box": (-1e30, 10, 1e30, 50)},  # finite, far outside: drawn clipped, never an overflow
+        {"keypoints": [[nan, 20, 1.0], [30, 30, nan], [inf, -inf, 1.0], [1e30, 20, 1.0]]},
+        {"corners": [[nan, 10], [50, 10], [50, 50], [10, 50]]},
+        {"corners": [[1e30, 10], [50, 10], [50, 50], [10, 50]]},
+        {"polygon": [[nan, 10], [50, 10], [50, 50]]},
+    ],
+)
+@pytest.mark.parametrize("task", ["detect", "pose", "obb", "segment-instances"])
+def test_the_overlay_skips_what_is_not_finite_and_draws_the_rest(task, bad):
+    # a NaN that reaches a draw (records read back, a tracker's prediction) ended the camera:
+    # "ValueError: cannot convert float NaN to integer" (G5)
+    from edgert.runtime.results import Detection, Result
+    from edgert.runtime.tasks import TASK_SPECS
+
+    good = Detection((100, 100, 140, 140), 0.9, 0, "a")
+    good = good.with_extras(
+        keypoints=[[110, 110, 1.0]], corners=[[100, 100], [140, 100], [140, 140], [100, 140]]
+    )
+    broken = Detection(bad.get("box", (10, 10, 50, 50)), 0.8, 0, "a")
+    broken = broken.with_extras(**{k: v for k, v in bad.items() if k != "box"})
+    out = np.zeros((160, 160, 3), np.uint8)
+    TASK_SPECS[task].draw(out, Result.of_objects([broken, good], task))
+    assert out[100, 120].any() or out[120, 100].any()  # the good one's outline is drawn

@@ -199,7 +199,9 @@ def test_the_camera_runs_on_with_every_output(bundles, tmp_path, name):
     )
     assert proc.returncode == 0, proc.stderr
     quiet(proc.stderr)
-    processed = strict(proc.stdout)["frames_processed"]  # a live source: a frame may drop
+    summary = strict(proc.stdout)
+    processed = summary["frames_processed"]  # a live source: a frame may drop
+    assert summary["candidates_dropped_broken"] >= processed  # counted: one or more a frame
     frames = [strict(x) for x in (tmp_path / "frames.jsonl").read_text().splitlines()][1:]
     assert processed >= 1
     assert [len(f["results"]) for f in frames] == [len(MODELS[name][3])] * processed

@@ -26,7 +26,7 @@ def sound_rows(values: np.ndarray, box_columns: int = 4) -> np.ndarray:
     """bool [M] of candidates [M, V]: every value finite and the first ``box_columns`` (the
     box) within +-:data:`COORD_LIMIT`. Non-finite values are tested first, so numpy never
     compares or casts a NaN (no RuntimeWarning on stderr)."""
-    values = np.asarray(values).reshape(len(values), -1)
+    values = np.asarray(values)  # [M, V]
     ok = np.isfinite(values).all(axis=1)
     ok[ok] = (np.abs(values[ok, :box_columns]) <= COORD_LIMIT).all(axis=1)
     return ok
@@ -94,6 +94,10 @@ def nms(
     scores = np.asarray(scores, dtype=np.float64).reshape(-1)
     if not len(boxes):
         return np.zeros(0, dtype=np.int64)
+    finite = np.isfinite(boxes).all(axis=1) & np.isfinite(scores)
+    if not finite.all():  # a NaN or infinite box is never kept, nor suppresses another
+        at = np.flatnonzero(finite)
+        return at[nms(boxes[at], scores[at], threshold, overlap)]
     if overlap == "iou":
         import cv2
 

@@ -184,3 +184,35 @@ def test_the_overlay_skips_what_is_not_finite_and_draws_the_rest(task, bad):
     out = np.zeros((160, 160, 3), np.uint8)
     TASK_SPECS[task].draw(out, Result.of_objects([broken, good], task))
     assert out[100, 120].any() or out[120, 100].any()  # the good one's outline is drawn
+
+
+def test_the_face_cascade_drops_broken_offsets_and_crops_within_bounds():
+    # the same mistake in MTCNN's stages: a NaN, infinite or huge offset or score made a NaN
+    # box for NMS and for the crops (int64 of NaN; a 1e30 box: a crop of that many pixels)
+    from edgert.runtime.faces import MtcnnDetector, _generate
+
+    prob = np.array([[0.9, 0.95, 0.97, 0.99]], np.float32)
+    reg = np.zeros((4, 1, 4), np.float32)
+    reg[0, 0, 1], reg[2, 0, 2] = nan, inf
+    rows = _generate(reg, prob, 1.0, 0.6)
+    assert rows[:, 4].tolist() == pytest.approx([0.9, 0.99])
+    boxes = np.array([[0, 0, 20, 20, 0], [30, 0, 50, 20, 0], [60, 0, 80, 20, 0]], np.float32)
+    offsets = np.array([[0, 0, 0, 0], [nan, 0, 0, 0], [1e30, 0, 0, 0]], np.float32)
+    score = np.array([0.9, 0.95, 0.99], np.float32)
+    for final in (False, True):
+        kept = MtcnnDetector._refine(boxes.copy(), score, offsets, 0.7, final)
+        assert kept[:, 4].tolist() == pytest.approx([0.9])
+    huge = np.array([[-1e6, -1e6, 1e6, 1e6, 0.9]], np.float32)
+    crops = MtcnnDetector._crops(None, np.zeros((48, 64, 3), np.float32), huge, 24)
+    assert crops.shape == (1, 3, 24, 24)
+
+
+@pytest.mark.parametrize("overlap", ["iou", "min"])
+def test_nms_never_keeps_a_non_finite_box_nor_lets_it_suppress(overlap):
+    from edgert.runtime.detection import nms
+
+    boxes = np.array([[0, 0, 10, 10], [nan, 0, 10, 10], [0, 0, inf, 10], [20, 20, 30, 30]])
+    assert nms(boxes, np.array([0.9, 0.99, 0.98, 0.8]), 0.5, overlap).tolist() == [0, 3]
+    from edgert.runtime.detection import keep_sound
+
+    assert keep_sound(np.zeros((0, 9), np.float32)).shape == (0,)  # no candidate: nothing said

@@ -32,7 +32,11 @@ def sound_rows(values: np.ndarray, box_columns: int = 4) -> np.ndarray:
     return ok
 
 
-def dropped(count: int, why: str = "NaN, infinite or out-of-range values") -> None:
+def dropped(
+    count: int,
+    why: str = "NaN, infinite or out-of-range values",
+    what: str = "candidate object(s)",
+) -> None:
     """Count candidates a decoder dropped as broken (``why``), and say so once per reason: the
     model's output is wrong (an FP16 engine that overflows, an untrained head), not the scene."""
     if not count:
@@ -43,9 +47,10 @@ def dropped(count: int, why: str = "NaN, infinite or out-of-range values") -> No
         _dropped["said"].add(why)
     if first:
         log.warning(
-            "dropped %d candidate object(s) with %s: the model's output is broken there "
+            "dropped %d %s with %s: the model's output is broken there "
             "(warned once; later ones are dropped and counted silently)",
             count,
+            what,
             why,
         )
 

@@ -208,3 +208,13 @@ def test_the_camera_runs_on_with_every_output(bundles, tmp_path, name):
     events = [strict(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert any(e.get("event") == "track_end" and e.get("snapshot") for e in events)
     assert (tmp_path / "out.mp4").stat().st_size > 0
+
+
+def test_a_classifier_with_a_nan_score_gives_no_classes(tmp_path, bundles):
+    _, image = bundles
+    bundle = const_bundle(tmp_path, "cls", meta("classify", 3), [[nan, 1, 2]])
+    proc = run_cli("run", bundle, image, "--json")
+    assert proc.returncode == 0, proc.stderr
+    quiet(proc.stderr)
+    assert "dropped 1 classifier output row(s)" in proc.stderr
+    assert strict(proc.stdout)["results"] == []  # was three classes scored NaN

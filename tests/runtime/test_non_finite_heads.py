@@ -216,3 +216,15 @@ def test_nms_never_keeps_a_non_finite_box_nor_lets_it_suppress(overlap):
     from edgert.runtime.detection import keep_sound
 
     assert keep_sound(np.zeros((0, 9), np.float32)).shape == (0,)  # no candidate: nothing said
+
+
+def test_a_classifier_row_with_a_non_finite_score_gives_no_classes():
+    # a NaN logit made every probability of its row NaN: written as "score": NaN, and a
+    # second-stage classifier labelled tracks with "confidence": NaN
+    from edgert.runtime.postprocess import classify
+
+    rows = classify(np.array([[1.0, 3.0, 2.0], [nan, 1.0, 0.0], [inf, 0.0, 0.0]]), ["a", "b", "c"])
+    assert [[c.label for c in row] for row in rows] == [["b", "c", "a"], [], []]
+    assert classify(np.array([[nan, 1.0]]), k=1) == [[]]
+    probs = classify(np.array([[0.2, 0.8], [nan, nan]]), k=1)  # probabilities stay as given
+    assert probs[0][0].score == pytest.approx(0.8) and probs[1] == []

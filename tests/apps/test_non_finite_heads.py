@@ -218,3 +218,29 @@ def test_a_classifier_with_a_nan_score_gives_no_classes(tmp_path, bundles):
     quiet(proc.stderr)
     assert "dropped 1 classifier output row(s)" in proc.stderr
     assert strict(proc.stdout)["results"] == []  # was three classes scored NaN
+
+
+@pytest.mark.parametrize("name", ["detr", "e2e_obb"])
+def test_a_second_stage_sees_only_the_valid_objects(bundles, tmp_path, name):
+    # --secondary measured each crop's quality with int(y1): a NaN box ended the camera
+    from tests.tiny import colour_classifier_bundle
+
+    made, _ = bundles
+    colours = colour_classifier_bundle(tmp_path / "col")
+    proc = run_cli(
+        "camera",
+        made[name],
+        "--source",
+        "synthetic://",
+        "--headless",
+        "--max-frames",
+        "8",
+        "--secondary",
+        colours,
+        "--jsonl",
+        tmp_path / "frames.jsonl",
+    )
+    assert proc.returncode == 0, proc.stderr
+    quiet(proc.stderr)
+    frames = [strict(x) for x in (tmp_path / "frames.jsonl").read_text().splitlines()][1:]
+    assert frames and all(len(f["results"]) == len(MODELS[name][3]) for f in frames)

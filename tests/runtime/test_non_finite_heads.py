@@ -228,3 +228,18 @@ def test_a_classifier_row_with_a_non_finite_score_gives_no_classes():
     assert classify(np.array([[nan, 1.0]]), k=1) == [[]]
     probs = classify(np.array([[0.2, 0.8], [nan, nan]]), k=1)  # probabilities stay as given
     assert probs[0][0].score == pytest.approx(0.8) and probs[1] == []
+
+
+@pytest.mark.parametrize("classes", [1, 3, 80])
+def test_per_class_nms_keeps_what_the_class_offset_kept_on_normal_scenes(classes):
+    from edgert.runtime.detection import nms, xywh_to_xyxy
+
+    rng = np.random.default_rng(classes)
+    n = 2000
+    boxes = xywh_to_xyxy(np.hstack([rng.uniform(0, 640, (n, 2)), rng.uniform(5, 120, (n, 2))]))
+    scores = rng.uniform(0.25, 1, n).astype(np.float32)
+    scores[:50] = 0.5  # ties: kept in index order, as one NMS of all of them keeps them
+    cls = rng.integers(0, classes, n)
+    span = float(np.abs(boxes).max()) + 1.0  # the offset trick it replaced
+    want = nms(boxes + (cls * span * 2)[:, None], scores, 0.45)
+    assert batched_nms(boxes, scores, cls, 0.45).tolist() == want.tolist()

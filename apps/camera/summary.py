@@ -86,11 +86,6 @@ def print_summary(s: dict) -> None:
         )
     for err in s.get("secondary_errors") or []:
         print(f"secondary failed: {err}")
-    if s.get("candidates_dropped_broken"):
-        print(
-            f"{s['candidates_dropped_broken']} candidate objects dropped: NaN, infinite or "
-            "out-of-range values, or a class that is not one of the model's (its output is broken)"
-        )
     for st in streams:
         if st.get("images_failed"):
             print(

@@ -244,3 +244,18 @@ def test_a_second_stage_sees_only_the_valid_objects(bundles, tmp_path, name):
     quiet(proc.stderr)
     frames = [strict(x) for x in (tmp_path / "frames.jsonl").read_text().splitlines()][1:]
     assert frames and all(len(f["results"]) == len(MODELS[name][3]) for f in frames)
+
+
+@pytest.mark.parametrize("name", ["yolo_pose", "yolo_obb", "e2e_detect", "detr"])
+def test_serves_image_model_answers_json_with_the_valid_objects(bundles, name):
+    # serve's NAME_image result string held NaN (pose_nan_image, obb_nan_image, e2e_bad_image)
+    from edgert.apps.serve.models import ImageModel
+    from edgert.runtime.tasks import load_task_model
+
+    made, image = bundles
+    blob = np.array([[image.read_bytes()]], dtype=np.object_)
+    with load_task_model(made[name]) as model:
+        answer = ImageModel(model, label=name)(blob)
+    (text,) = answer["result"][:, 0]
+    objects = strict(text.decode())["results"]
+    assert [o["score"] for o in objects] == pytest.approx(MODELS[name][3])

@@ -3,6 +3,8 @@ mapped back to source-image pixels."""
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -10,6 +12,59 @@ import numpy as np
 from .errors import ShapeError
 from .preprocess import Transform
 from .results import Detection  # also detection.Detection, where it was first
+
+log = logging.getLogger(__name__)
+
+# A box coordinate past this (model-input pixels; inputs are at most 8192 a side) is no box: a
+# broken output (FP16 overflow, an untrained head), dropped with the non-finite ones
+COORD_LIMIT = 1e6
+_dropped = {"count": 0, "said": set()}
+_dropped_lock = threading.Lock()
+
+
+def sound_rows(values: np.ndarray, box_columns: int = 4) -> np.ndarray:
+    """bool [M] of candidates [M, V]: every value finite and the first ``box_columns`` (the
+    box) within +-:data:`COORD_LIMIT`. Non-finite values are tested first, so numpy never
+    compares or casts a NaN (no RuntimeWarning on stderr)."""
+    values = np.asarray(values)  # [M, V]
+    ok = np.isfinite(values).all(axis=1)
+    ok[ok] = (np.abs(values[ok, :box_columns]) <= COORD_LIMIT).all(axis=1)
+    return ok
+
+
+def dropped(
+    count: int,
+    why: str = "NaN, infinite or out-of-range values",
+    what: str = "candidate object(s)",
+) -> None:
+    """Count candidates a decoder dropped as broken (``why``), and say so once per reason: the
+    model's output is wrong (an FP16 engine that overflows, an untrained head), not the scene."""
+    if not count:
+        return
+    with _dropped_lock:
+        _dropped["count"] += count
+        first = why not in _dropped["said"]
+        _dropped["said"].add(why)
+    if first:
+        log.warning(
+            "dropped %d %s with %s: the model's output is broken there "
+            "(warned once; later ones are dropped and counted silently)",
+            count,
+            what,
+            why,
+        )
+
+
+def dropped_count() -> int:
+    """How many candidates the decoders dropped as broken in this process (:func:`dropped`)."""
+    return _dropped["count"]
+
+
+def keep_sound(values: np.ndarray, box_columns: int = 4) -> np.ndarray:
+    """:func:`sound_rows`, the others counted and said (:func:`dropped`)."""
+    ok = sound_rows(values, box_columns)
+    dropped(int(len(ok) - ok.sum()))
+    return ok
 
 
 def xywh_to_xyxy(b: np.ndarray) -> np.ndarray:
@@ -44,6 +99,10 @@ def nms(
     scores = np.asarray(scores, dtype=np.float64).reshape(-1)
     if not len(boxes):
         return np.zeros(0, dtype=np.int64)
+    finite = np.isfinite(boxes).all(axis=1) & np.isfinite(scores)
+    if not finite.all():  # a NaN or infinite box is never kept, nor suppresses another
+        at = np.flatnonzero(finite)
+        return at[nms(boxes[at], scores[at], threshold, overlap)]
     if overlap == "iou":
         import cv2
 
@@ -73,12 +132,18 @@ def nms(
 def batched_nms(
     boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou_threshold: float
 ) -> np.ndarray:
-    """Class-aware NMS: boxes of different classes never suppress each other (offset trick)."""
-    if boxes.size == 0:
+    """Class-aware NMS: boxes of different classes never suppress each other. Each class on its
+    own (no offset of max|box| per class: one huge box would wipe out the other classes'
+    coordinates); the indices kept, best first, ties in index order (as one NMS of them all)."""
+    scores = np.asarray(scores)
+    if len(scores) == 0:
         return np.zeros(0, dtype=np.int64)
-    span = float(np.abs(boxes).max()) + 1.0
-    shifted = boxes + (classes.astype(np.float64) * span * 2)[:, None]
-    return nms(shifted, scores, iou_threshold)
+    classes = np.asarray(classes)
+    by_class = np.argsort(classes, kind="stable")
+    starts = np.flatnonzero(np.diff(classes[by_class])) + 1
+    kept = [at[nms(boxes[at], scores[at], iou_threshold)] for at in np.split(by_class, starts)]
+    keep = np.sort(np.concatenate(kept))
+    return keep[np.argsort(-scores[keep], kind="stable")]
 
 
 def _finish(
@@ -91,8 +156,11 @@ def _finish(
     transform: Transform | None,
     labels: Sequence[str] | None,
 ) -> list[Detection]:
-    mask = scores >= conf
+    with np.errstate(invalid="ignore"):  # a NaN score is under any threshold
+        mask = scores >= conf
     boxes, scores, classes = boxes[mask], scores[mask], classes[mask]
+    ok = keep_sound(np.column_stack([boxes, scores]))
+    boxes, scores, classes = boxes[ok], scores[ok], classes[ok]
     keep = batched_nms(boxes, scores, classes, iou)[:max_det]
     boxes, scores, classes = boxes[keep], scores[keep], classes[keep]
     if transform is not None:
@@ -142,8 +210,11 @@ def decode_yolo(
         output = output.transpose(0, 2, 1)
     results = []
     for i, pred in enumerate(output):
-        boxes = xywh_to_xyxy(pred[:, :4])
-        cls_scores = pred[:, 5:] * pred[:, 4:5] if layout == "v5" else pred[:, 4:]
+        # NaN and inf (an FP16 engine's overflow) go through the arithmetic silently; _finish
+        # drops every candidate they reach
+        with np.errstate(invalid="ignore", over="ignore"):
+            boxes = xywh_to_xyxy(pred[:, :4])
+            cls_scores = pred[:, 5:] * pred[:, 4:5] if layout == "v5" else pred[:, 4:]
         classes = cls_scores.argmax(axis=1)
         scores = cls_scores[np.arange(len(pred)), classes]
         t = transforms[i] if transforms else None
@@ -181,8 +252,9 @@ def decode_ssd(
         b = boxes[i].copy()
         if input_size is not None:
             h, w = input_size
-            b[:, [0, 2]] *= w
-            b[:, [1, 3]] *= h
+            with np.errstate(over="ignore"):  # inf: dropped in _finish
+                b[:, [0, 2]] *= w
+                b[:, [1, 3]] *= h
         s = scores[i].copy()
         if background is not None:
             s[:, background] = -np.inf
@@ -208,7 +280,8 @@ def decode_detections(
     values = list(outputs)
     if len(values) == 2:
         boxes, scores = sorted(values, key=lambda v: v.shape[-1] != 4)
-        normalised = input_size if float(np.max(boxes, initial=0)) <= 1.5 else None
+        finite = boxes[np.isfinite(boxes)]  # one NaN would make every box look unnormalised
+        normalised = input_size if float(np.max(finite, initial=0)) <= 1.5 else None
         return decode_ssd(
             boxes, scores, conf, iou, input_size=normalised, transforms=transforms, labels=labels
         )

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .bundle import Bundle, verify_hash
-from .detection import Detection, nms
+from .detection import Detection, keep_sound, nms
 from .errors import BundleError, ModelError
 from .results import Result
 from .task_model import TaskModel
@@ -34,9 +34,9 @@ def _generate(reg: np.ndarray, prob: np.ndarray, scale: float, threshold: float)
     pts = np.stack([xs, ys], axis=1).astype(np.float32)
     q1 = np.floor((2 * pts + 1) / scale)
     q2 = np.floor((2 * pts + 12) / scale)
-    return np.concatenate([q1, q2, prob[ys, xs][:, None], reg[:, ys, xs].T], axis=1).astype(
-        np.float32
-    )
+    rows = np.concatenate([q1, q2, prob[ys, xs][:, None], reg[:, ys, xs].T], axis=1)
+    rows = rows.astype(np.float32)
+    return rows[keep_sound(rows)]  # a NaN or infinite offset or score: no candidate
 
 
 def _square(boxes: np.ndarray) -> np.ndarray:
@@ -123,7 +123,9 @@ class MtcnnDetector:
 
         h, w = img.shape[:2]
         out = np.empty((len(boxes), 3, size, size), np.float32)
-        for k, (x1, y1, x2, y2) in enumerate(boxes[:, :4].astype(np.int64)):
+        # a box far past the image (a broken offset) is cropped as one at most 3x its size
+        limits = np.array([-w, -h, -w, -h]), np.array([2 * w, 2 * h, 2 * w, 2 * h])
+        for k, (x1, y1, x2, y2) in enumerate(np.clip(boxes[:, :4], *limits).astype(np.int64)):
             cx1, cy1, cx2, cy2 = max(x1, 0), max(y1, 0), min(x2, w), min(y2, h)
             patch = np.zeros((max(1, y2 - y1), max(1, x2 - x1), 3), np.float32)
             if cx2 > cx1 and cy2 > cy1:
@@ -217,21 +219,26 @@ class MtcnnDetector:
                     axis=1,
                 )
                 boxes[k] = _square(b)
+                boxes[k] = boxes[k][keep_sound(boxes[k][:, :5])]
         return boxes
 
     @staticmethod
     def _refine(
         boxes: np.ndarray, score: np.ndarray, reg: np.ndarray, threshold: float, final: bool
     ) -> np.ndarray:
-        """R-Net or O-Net scores and offsets applied to one frame's boxes."""
-        keep = score > threshold
-        boxes, reg = boxes[keep], reg[keep]
-        boxes[:, 4] = score[keep]
+        """R-Net or O-Net scores and offsets applied to one frame's boxes; a box whose score,
+        offsets or moved box is NaN, infinite or out of range is dropped (counted)."""
+        with np.errstate(invalid="ignore", over="ignore"):  # dropped by keep_sound
+            keep = score > threshold
+            boxes, reg = boxes[keep], reg[keep]
+            boxes[:, 4] = score[keep]
+            moved = _regress(boxes, reg)
+        ok = keep_sound(np.column_stack([moved[:, :5], reg]))
+        boxes, reg, moved = boxes[ok], reg[ok], moved[ok]
         if not len(boxes):
             return boxes
         if final:
-            boxes = _regress(boxes, reg)
-            return boxes[nms(boxes[:, :4], boxes[:, 4], 0.7, overlap="min")]
+            return moved[nms(moved[:, :4], moved[:, 4], 0.7, overlap="min")]
         order = nms(boxes[:, :4], boxes[:, 4], 0.7)
         return _square(_regress(boxes[order], reg[order]))
 

@@ -28,18 +28,28 @@ def looks_like_probabilities(x: np.ndarray) -> bool:
 def classify(
     scores: np.ndarray, labels: Sequence[str] | None = None, k: int = 5
 ) -> list[list[Classification]]:
-    """Top-k per batch row; logits get a softmax, probabilities are used as they are."""
+    """Top-k per batch row; logits get a softmax, probabilities are used as they are. A row
+    with a NaN or infinite score (a broken model's) gives no classes: counted and said once
+    (:func:`~edgert.runtime.detection.dropped`), never a class with a NaN score."""
+    from .detection import dropped
+
     scores = np.asarray(scores, dtype=np.float32)
     scores = scores.reshape(scores.shape[0], -1)
-    probs = scores if looks_like_probabilities(scores) else softmax(scores)
+    sound = np.isfinite(scores).all(axis=1)
+    dropped(int(len(sound) - sound.sum()), "a NaN or infinite score", "classifier output row(s)")
+    scores = np.where(sound[:, None], scores, 0)
+    given = sound.any() and looks_like_probabilities(scores[sound])
+    probs = scores if given else softmax(scores)
     k = max(1, min(k, probs.shape[1]))
     top = np.argsort(-probs, axis=1)[:, :k]
+    top[~sound] = -1
     return [
         [
             Classification(
                 int(i), labels[i] if labels and i < len(labels) else str(int(i)), float(row[i])
             )
             for i in idx
+            if i >= 0
         ]
         for row, idx in zip(probs, top)
     ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgert.runtime.tasks import spec_of
-from edgert.runtime.tasks.detect import track_color
+from edgert.runtime.tasks.detect import pixels, track_color
 
 
 def draw_scene(out: np.ndarray, scene) -> None:
@@ -28,9 +28,11 @@ def draw_scene(out: np.ndarray, scene) -> None:
         (tw, _), _ = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, 0.5, 1)
         _label(out, text, (min(max(4, x - tw // 2), max(4, w - tw - 4)), min(max(60, y), h - 6)))
     for track_id, trail in trails.items():
-        if len(trail) > 1:
-            pts = np.array(trail, dtype=np.int32).reshape(-1, 1, 2)
-            cv2.polylines(out, [pts], False, track_color(track_id), 2, cv2.LINE_AA)
+        pts = pixels(trail, out) if len(trail) > 1 else None  # None: a point is not finite
+        if pts is not None:
+            cv2.polylines(
+                out, [pts.reshape(-1, 1, 2)], False, track_color(track_id), 2, cv2.LINE_AA
+            )
 
 
 def _label(out: np.ndarray, text: str, org: tuple[int, int]) -> None:

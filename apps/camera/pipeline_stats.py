@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+from edgert.runtime.detection import dropped_count
+
 from .sources.base import stats_of
 
 
@@ -16,11 +18,13 @@ def report(pipeline, recent: bool = False) -> dict:
     recorders, sizes, per_stream = pipeline.snapshot()
     batches = sum(sizes.values())
     stopped = {"stopped": "interrupted (Ctrl-C or SIGTERM)"} if pipeline.interrupted else {}
+    broken = dropped_count()  # a broken model's NaN / inf / impossible-class candidates
     return {
         **stopped,
         "frames_captured": pipeline.captured,
         "frames_processed": pipeline.processed,
         "frames_dropped": pipeline.dropped,
+        **({"candidates_dropped_broken": broken} if broken else {}),
         "seconds": elapsed,
         "fps": pipeline.processed / elapsed,
         "latency_ms": _percentiles(recorders, recent),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from edgert.apps.argtypes import (
     positive_float,
     positive_int,
 )
+from edgert.runtime import json_text
 
 EPILOG = """examples:
   edgert bench mobilenet_v2.edgert --duration 20 --json-file bench.json --plot bench.png
@@ -266,7 +266,7 @@ def _say(args):
 
 
 def _emit(args, data, say) -> None:
-    text = json.dumps(data, indent=2, default=str) + "\n"
+    text = json_text.dumps(data, indent=2, default=str) + "\n"
     if args.json:
         sys.stdout.write(text)
     if args.json_file:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from edgert.apps.argtypes import nonneg_int, positive_float, positive_int
+from edgert.runtime import json_text
 from edgert.runtime.precision import PRECISIONS, QDQ, model_file
 
 EPILOG = """The INT8 model is explicit quantization (Q/DQ ONNX, symmetric INT8, per-channel weights),
@@ -208,7 +208,7 @@ def run(args) -> int:
         say=say,
     )
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json_text.dumps(report.to_dict(), indent=2))
     else:
         print(
             f"done in {report.seconds:.1f} s: {', '.join(report.files) or 'no new files'} in {report.bundle}"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from edgert.runtime import json_text
 from edgert.runtime.tasks import TASK_SPECS
 
 EPILOG = """sources (several allowed, mixed): csi://0, v4l2:///dev/video0, rtsp://..., file://clip.mp4 or
@@ -147,7 +147,7 @@ def run(args) -> int:
 
     summary = run_camera(config(args), say=(lambda s: None) if args.json else print)
     if args.json:
-        print(json.dumps(summary, indent=2, default=str))
+        print(json_text.dumps(summary, indent=2, default=str))
     else:
         print_summary(summary)
     lines, code = problems(summary)

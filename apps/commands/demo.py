@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from edgert.apps.argtypes import BACKENDS, positive_float, positive_int
+from edgert.runtime import json_text
 
 
 def add_parser(sub) -> None:
@@ -152,7 +153,7 @@ def _report(workdir: Path, summary: dict, name: str = "report") -> None:
     from edgert.runtime import atomic
 
     path = workdir / f"{name}.json"
-    atomic.write_text(path, json.dumps(summary, indent=2, default=str) + "\n")
+    atomic.write_text(path, json_text.dumps(summary, indent=2, default=str) + "\n")
     try:
         from edgert.apps.plots import camera_plot
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from edgert.apps.argtypes import finite_float, nonneg_float, positive_int
+from edgert.runtime import json_text
 from edgert.runtime.tasks import TASK_SPECS
 
 HELP = """MODEL is one of:
@@ -163,7 +163,7 @@ def run(args) -> int:
     )
     if args.json:
         print(
-            json.dumps(
+            json_text.dumps(
                 {
                     "bundle": str(result.bundle),
                     "seconds": round(result.seconds, 3),

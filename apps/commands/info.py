@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from edgert.runtime import json_text
 
 
 def add_parser(sub) -> None:
@@ -28,7 +28,7 @@ def run(args) -> int:
     facts["edgert"] = edgert_version()
     facts["decoders"] = decoders()
     if args.json:
-        print(json.dumps(facts, indent=2))
+        print(json_text.dumps(facts, indent=2))
         return 0
     print(f"edgert {facts['edgert']} on Python {facts['python']} ({facts['platform']})")
     for name, label in (

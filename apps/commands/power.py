@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from edgert.apps.argtypes import nonneg_int
+from edgert.runtime import json_text
 
 
 def add_parser(sub) -> None:
@@ -119,7 +118,7 @@ def run(args) -> int:
         return 0
     facts = snapshot(args.sysfs_root, nvml=not args.no_nvml, device=args.device)
     if args.json:
-        print(json.dumps(facts, indent=2))
+        print(json_text.dumps(facts, indent=2))
         return 0
     if facts["total_w"] is None:
         print(f"power: unavailable ({facts['reason']})")

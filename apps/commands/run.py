@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
 from edgert.apps.argtypes import BACKENDS, PRECISIONS, fraction, positive_int
+from edgert.runtime import json_text
 from edgert.runtime.errors import ShapeError, SourceError
 
 
@@ -79,7 +79,7 @@ def run(args) -> int:
                     raise  # the only image: its sentence is the error
                 failed.append(path)
                 if args.json:
-                    print(json.dumps({"image": str(path), "error": str(exc)}))
+                    print(json_text.dumps({"image": str(path), "error": str(exc)}))
                 else:
                     print(f"{path}  skipped: {exc}")
                 continue
@@ -114,7 +114,7 @@ def _print(args, path: str, result, timing: dict) -> None:
 
     if args.json:
         print(
-            json.dumps(
+            json_text.dumps(
                 {
                     "image": str(path),
                     "results": result.to_records(),

@@ -4,10 +4,9 @@ JSON out, one inference function per instance."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
+from edgert.runtime import json_text
 from edgert.runtime.results import records
 
 from .config import ServeConfig
@@ -104,7 +103,7 @@ class ImageModel:
         if self.recent is not None and answered:
             self.recent.add(frames[answered[-1]], results[answered[-1]])
         text = [
-            json.dumps(
+            json_text.dumps(
                 {"error": failed[i]}
                 if i in failed
                 else {

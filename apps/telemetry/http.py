@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import logging
 import socket
 import sys
@@ -22,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
 from edgert.apps.uris import is_loopback, show_host, warn_if_open
+from edgert.runtime import json_text
 from edgert.runtime.errors import OutputError
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,9 @@ class Probes:
             ok, why = self.ready()
         else:
             return self.command("GET", path)
-        body = json.dumps({"status": "ok" if ok else "unavailable", **why}, default=str).encode()
+        body = json_text.dumps(
+            {"status": "ok" if ok else "unavailable", **why}, default=str
+        ).encode()
         return (200 if ok else 503), body + b"\n", "application/json"
 
 
@@ -428,4 +430,4 @@ def parse_address(text: str, option: str = "--metrics") -> tuple[str, int]:
 
 def json_answer(code: int, data: dict) -> tuple[int, bytes, str]:
     """A route's answer of JSON: (status, body, content type)."""
-    return code, json.dumps(data, default=str).encode() + b"\n", "application/json"
+    return code, json_text.dumps(data, default=str).encode() + b"\n", "application/json"

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import logging
 import secrets
 import socket
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from edgert.apps.uris import redact, show_host, split
+from edgert.runtime import json_text
 from edgert.runtime.errors import OutputError
 
 from . import require
@@ -296,7 +296,7 @@ class MqttPublisher:
         is lost); while it is away, the oldest buffered event goes, counted."""
         with self._cond:
             self.seq += 1
-            payload = json.dumps({"seq": self.seq, **event}, default=str)
+            payload = json_text.dumps({"seq": self.seq, **event}, default=str)
             if len(self._queue) >= self.buffer and self.connected:
                 t0 = time.monotonic()
                 self._cond.wait_for(
@@ -360,7 +360,7 @@ class MqttPublisher:
                     continue
                 for beat in beats:
                     topic = f"{self.target.prefix}/streams/{beat['stream']}/heartbeat"
-                    self.client.publish(topic, json.dumps(beat, default=str), qos=0)
+                    self.client.publish(topic, json_text.dumps(beat, default=str), qos=0)
                     self.heartbeats += 1
 
         self._stop_heartbeat = threading.Event()

@@ -26,13 +26,13 @@ code, above the runtime), is one table in ``quantize/builder.py``: ``TASK_RECIPE
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .. import json_text
 from ..bundle import TASKS, Bundle
 from ..errors import ModelError
 from ..results import Result
@@ -105,7 +105,7 @@ class TaskSpec:
         """``edgert run``'s lines for one image's results (the JSON where it has no hook)."""
         if self.describe is not None:
             return self.describe(result)
-        return [f"  {json.dumps(result.to_records())}"]
+        return [f"  {json_text.dumps(result.to_records())}"]
 
     def pairs(self, result: Result) -> list:
         """The (label, score)s of one image the rollback watch counts ([] with no hook)."""

@@ -32,6 +32,8 @@ def candidates(model, values: list, extra: int, rotated: bool = False) -> list:
         nc = len(model.labels)
     elif head.form == "detr":
         nc = first.shape[-1] - 4
+    elif head.form == "end2end":
+        nc = None  # rows carry a class id each: any whole number from 0 then
     else:
         nc = first.shape[1] - 4 - extra
     found = decode_head(first, head, nc, extra, model.conf, model.iou, rotated=rotated)
@@ -213,12 +215,26 @@ def caption(o) -> str:
     return f"{tag}{o.label} {o.score:.2f}" + "".join(f" {x}" for x in said)
 
 
+def pixels(values, out) -> np.ndarray | None:
+    """Coordinates (any shape) -> whole pixels (int32) OpenCV can draw onto ``out``, clipped to
+    4 times its size around it; None where one is NaN or infinite: that item is not drawn (a
+    broken model's value must not end the camera)."""
+    v = np.asarray(values, np.float64)
+    if not v.size or not np.isfinite(v).all():
+        return None
+    side = 4 * max(out.shape[:2])
+    return np.round(np.clip(v, -side, side)).astype(np.int32)
+
+
 def draw(out, result: Result) -> list:
     """Each object's box and :func:`caption` onto ``out``; no corner lines."""
     import cv2
 
     for o in result.objects:
-        x1, y1, x2, y2 = (int(round(v)) for v in o.box)
+        box = pixels(o.box, out)
+        if box is None:
+            continue
+        x1, y1, x2, y2 = box.tolist()
         color = track_color(o.track_id)
         cv2.rectangle(out, (x1, y1), (x2, y2), color, 2)
         cv2.putText(

@@ -216,10 +216,9 @@ def draw(out, result: Result) -> list:
     if result.objects:
         tint = out.copy()
         for o in result.objects:
-            poly = o.extras.get("polygon")
-            if poly:
-                pts = np.round(np.asarray(poly)).astype(np.int32).reshape(-1, 1, 2)
-                cv2.fillPoly(tint, [pts], detect.track_color(o.track_id))
+            pts = detect.pixels(o.extras.get("polygon") or [], out)
+            if pts is not None:
+                cv2.fillPoly(tint, [pts.reshape(-1, 1, 2)], detect.track_color(o.track_id))
         cv2.addWeighted(tint, 0.4, out, 0.6, 0, dst=out)
     detect.draw(out, result)
     return []

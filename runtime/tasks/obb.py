@@ -89,12 +89,14 @@ def draw(out, result: Result) -> list:
     import cv2
 
     for o in result.objects:
-        pts = o.extras.get("corners")
+        poly = detect.pixels(o.extras.get("corners") or [], out)
+        corner = detect.pixels(o.box[:2], out)
         color = detect.track_color(o.track_id)
-        if pts:
-            poly = np.round(np.asarray(pts)).astype(np.int32).reshape(-1, 1, 2)
-            cv2.polylines(out, [poly], True, color, 2, cv2.LINE_AA)
-        x1, y1 = (int(round(v)) for v in o.box[:2])
+        if poly is not None:
+            cv2.polylines(out, [poly.reshape(-1, 1, 2)], True, color, 2, cv2.LINE_AA)
+        if corner is None:
+            continue
+        x1, y1 = corner.tolist()
         cv2.putText(
             out, detect.caption(o), (x1, max(12, y1 - 4)),
             cv2.FONT_HERSHEY_SIMPLEX, 0.5, color, 1, cv2.LINE_AA,

@@ -121,18 +121,17 @@ def draw(out, result: Result) -> list:
     for o in result.objects:
         points = o.extras.get("keypoints") or []
         color = detect.track_color(o.track_id)
-        seen = [len(p) < 3 or p[2] >= VISIBLE for p in points]
+        # a keypoint not shown, or whose place is NaN or infinite, is not drawn
+        at = [detect.pixels(p[:2], out) for p in points]
+        at = [tuple(a.tolist()) if a is not None else None for a in at]
+        seen = [a is not None and (len(p) < 3 or p[2] >= VISIBLE) for a, p in zip(at, points)]
         if len(points) == 17:
             for a, b in COCO_SKELETON:
                 if seen[a] and seen[b]:
-                    pa = tuple(int(round(v)) for v in points[a][:2])
-                    pb = tuple(int(round(v)) for v in points[b][:2])
-                    cv2.line(out, pa, pb, color, 2, cv2.LINE_AA)
-        for p, s in zip(points, seen):
+                    cv2.line(out, at[a], at[b], color, 2, cv2.LINE_AA)
+        for a, s in zip(at, seen):
             if s:
-                cv2.circle(
-                    out, (int(round(p[0])), int(round(p[1]))), 3, (0, 0, 255), -1, cv2.LINE_AA
-                )
+                cv2.circle(out, a, 3, (0, 0, 255), -1, cv2.LINE_AA)
     return []
 
 

@@ -3,12 +3,11 @@ JSON line per processed frame, appended to as a log is."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
-from edgert.runtime import atomic
+from edgert.runtime import atomic, json_text
 from edgert.runtime.errors import OutputError
 
 from .base import Sink, SinkContext
@@ -47,7 +46,7 @@ class JsonlOutput(Sink):
     def line(self, record: dict) -> None:
         """One JSON line, flushed."""
         try:
-            self.fh.write((json.dumps(record) + "\n").encode())
+            self.fh.write((json_text.dumps(record) + "\n").encode())
             self.fh.flush()
         except OSError as exc:
             self.failed = True

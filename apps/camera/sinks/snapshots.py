@@ -17,6 +17,7 @@ Retention removes only the pictures edgert recorded as its own (:mod:`.retention
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -64,8 +65,8 @@ class SnapshotsOutput(Sink):
         if not frame.inferred or frame.results is None:
             return  # a predicted box is not a picture of the object
         for o in frame.results.objects:
-            if o.track_id is None:
-                continue
+            if o.track_id is None or not all(math.isfinite(v) for v in (*o.box, o.score)):
+                continue  # a broken model's NaN is no picture (and no int pixel)
             key = (frame.stream, o.track_id)
             score = float(o.score)
             if key in self.best and self.best[key][0] >= score:

@@ -17,7 +17,6 @@ import collections
 import contextlib
 import errno
 import functools
-import json
 import logging
 import os
 import re
@@ -32,6 +31,7 @@ from edgert.apps.telemetry.http import Handler as _Handler
 from edgert.apps.telemetry.http import QuietServer as _QuietServer
 from edgert.apps.telemetry.http import send, send_file
 from edgert.apps.uris import redact, show_host, split, warn_if_open
+from edgert.runtime import json_text
 from edgert.runtime.errors import OutputError
 
 from ..media import paced
@@ -281,15 +281,15 @@ class _ViewerHandler(_Handler):
             self._send(200, page(self.output.streams).encode(), "text/html; charset=utf-8")
         elif path == "/stats.json":
             with self.output._cond:
-                body = json.dumps(self.output.live_stats, default=str).encode()
+                body = json_text.dumps(self.output.live_stats, default=str).encode()
             self._send(200, body, "application/json")
         elif path == "/history.json":
             with self.output._cond:
-                body = json.dumps([list(h) for h in self.output.history]).encode()
+                body = json_text.dumps([list(h) for h in self.output.history]).encode()
             self._send(200, body, "application/json")
         elif path == "/events.json":
             with self.output._cond:
-                body = json.dumps(list(self.output.recent_events), default=str).encode()
+                body = json_text.dumps(list(self.output.recent_events), default=str).encode()
             self._send(200, body, "application/json")
         elif path.startswith("/media/"):
             self._media(path[len("/media/") :])

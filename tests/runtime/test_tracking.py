@@ -120,10 +120,10 @@ def test_ids_are_never_reused_and_state_stays_bounded():
 def test_low_confidence_detections_extend_tracks_but_never_start_them():
     tracker = Tracker()
     frames = [[det(100 + 4 * i, 200, score=0.9)] for i in range(5)]
-    frames += [[det(120 + 4 * i, 200, score=0.3)] for i in range(5)]  # occluded: low score
+    frames += [[det(120 + 4 * i, 200, score=0.2)] for i in range(5)]  # occluded: low score
     seen = run(tracker, frames)
     assert all(len(s) == 1 for s in seen[1:]) and len({i for s in seen for i in s}) == 1
-    assert run(Tracker(), [[det(100, 200, score=0.3)]] * 5) == [{}] * 5
+    assert run(Tracker(), [[det(100, 200, score=0.2)]] * 5) == [{}] * 5
 
 
 def test_label_is_the_most_frequent_recent_one():

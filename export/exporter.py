@@ -23,7 +23,7 @@ from edgert.runtime.errors import (
 from edgert.runtime.tasks import TASK_SPECS, check_task_outputs
 
 from . import onnx_export
-from .describe import check_head_labels, check_labels, describe, parse_size
+from .describe import check_fit, check_head_labels, check_labels, describe, parse_size
 from .parity import ParityReport, random_inputs, run_cases, uniform_inputs
 from .source import SourceModel, load_source
 
@@ -153,9 +153,10 @@ def export_model(
         )
     export_info["seconds"] = round(time.perf_counter() - start, 3)
     output_specs = onnx_export.tensor_specs(onnx_model.graph.output, onnx_model)
+    input_specs = onnx_export.tensor_specs(onnx_model.graph.input, onnx_model)
     notes = describe(
         src,
-        onnx_export.tensor_specs(onnx_model.graph.input, onnx_model),
+        input_specs,
         task,
         labels,
         preprocess,
@@ -166,6 +167,8 @@ def export_model(
     check_labels(src.task, src.labels, output_specs)
     check_head_labels(src, output_specs)
     check_task_outputs(src.task, output_specs)
+    given = {"task": task, "labels": labels, "keypoints": keypoints, **(preprocess or {})}
+    check_fit(src, input_specs, output_specs, given)
     manifest = _manifest(src, name, onnx_model, parity, export_info)
     _set_metadata(onnx_model, manifest)
     data = onnx_model.SerializeToString()

@@ -164,11 +164,8 @@ def export_model(
         keypoints=keypoints,
     )
     export_info["described"] = [src.read_from, *notes] if src.read_from else notes
-    check_labels(src.task, src.labels, output_specs)
-    check_head_labels(src, output_specs)
-    check_task_outputs(src.task, output_specs)
     given = {"task": task, "labels": labels, "keypoints": keypoints, **(preprocess or {})}
-    check_fit(src, input_specs, output_specs, given)
+    _check_description(src, input_specs, output_specs, given)
     manifest = _manifest(src, name, onnx_model, parity, export_info)
     _set_metadata(onnx_model, manifest)
     data = onnx_model.SerializeToString()
@@ -180,6 +177,16 @@ def export_model(
     seconds = time.perf_counter() - start
     log.info("exported %s to %s in %.1f s", src.spec, target, seconds)
     return ExportResult(target, parity, seconds, manifest)
+
+
+def _check_description(src: SourceModel, inputs: list, outputs: list, given: dict) -> None:
+    """The description against the graph, before anything is written: a classifier's labels,
+    a YOLO head's classes, the task's outputs, then everything the runtime checks when it opens
+    the bundle (``given``: the options, None where not given)."""
+    check_labels(src.task, src.labels, outputs)
+    check_head_labels(src, outputs)
+    check_task_outputs(src.task, outputs)
+    check_fit(src, inputs, outputs, given)
 
 
 def _check_target(target: Path) -> None:

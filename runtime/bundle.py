@@ -141,7 +141,7 @@ class Manifest:
             inputs=specs["inputs"],
             outputs=specs["outputs"],
             preprocessing=Preprocessing.from_dict(pre) if pre else None,
-            labels=_labels(data.get("labels"), where),
+            labels=valid_labels(data.get("labels"), where),
             raw=data,
         )
         manifest.check_fit(where)
@@ -260,7 +260,8 @@ class Source:
         return self.spec[4:] if self.spec and self.spec.startswith("zoo:") else None
 
 
-def _labels(labels: object, where: str) -> tuple[str, ...] | None:
+def valid_labels(labels: object, where: str) -> tuple[str, ...] | None:
+    """A manifest's labels (None, or a non-empty list of one-line strings), or BundleError."""
     if labels is None:
         return None
     if not isinstance(labels, list) or len(labels) > MAX_LABELS:

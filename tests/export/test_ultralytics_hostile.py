@@ -162,3 +162,26 @@ def test_a_bundle_with_no_class_is_refused_when_it_is_opened(tmp_path, labels, s
         timeout=120,
     )  # fmt: skip
     assert_user_error(camera, said)
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    "props",
+    [
+        {"edgert.task": "bogus\x1b[2J"},  # was "internal error: KeyError" with the escape raw
+        {"edgert.task": "detect", "edgert.labels": "[" * 100_000},  # was RecursionError
+        {"edgert.task": "detect", "edgert.labels": '{"a": 1}'},  # became the labels ["a"]
+        {"edgert.task": "detect", "edgert.labels": "[]"},
+    ],
+)
+def test_edgert_metadata_that_no_manifest_could_hold_is_not_used(tmp_path, props):
+    """The same mistake in the metadata edgert writes into model.onnx (edgert.*): what a manifest
+    could not hold is not read, and the model is described as one without metadata."""
+    onnx_path = const_onnx(tmp_path / "e.onnx", {}, ONE, ultralytics=False)
+    model = onnx.load(str(onnx_path))
+    helper.set_model_props(model, {"edgert.format": "edgert-bundle/1", **props})
+    onnx.save(model, str(onnx_path))
+    proc = run_cli("export", onnx_path, "-o", tmp_path / "e.edgert")
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "e.edgert" / "manifest.json").read_text())
+    assert manifest["task"] == "generic" and manifest["labels"] is None

@@ -11,8 +11,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from edgert.runtime.bundle import TensorSpec
-from edgert.runtime.errors import ModelError
+from edgert.runtime.bundle import TensorSpec, valid_labels
+from edgert.runtime.errors import BundleError, ModelError
 from edgert.runtime.preprocess import Preprocessing
 from edgert.runtime.tasks import TASK_SPECS, task_spec
 
@@ -55,10 +55,14 @@ def read_labels(path: str | Path) -> list[str]:
             raise ModelError(f"labels file {path} is not valid JSON: {exc}") from exc
         if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
             raise ModelError(f"labels file {path} must hold a JSON list of strings")
-        return labels
-    labels = [line.strip() for line in text.splitlines() if line.strip()]
+    else:
+        labels = [line.strip() for line in text.splitlines() if line.strip()]
     if not labels:
         raise ModelError(f"labels file {path} is empty")
+    try:  # what the manifest will hold: said here naming the file, not the manifest
+        valid_labels(labels, f"labels file {path}")
+    except BundleError as exc:
+        raise ModelError(str(exc)) from None
     return labels
 
 

@@ -185,3 +185,42 @@ def test_edgert_metadata_that_no_manifest_could_hold_is_not_used(tmp_path, props
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((tmp_path / "e.edgert" / "manifest.json").read_text())
     assert manifest["task"] == "generic" and manifest["labels"] is None
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    "name, text, said",
+    [
+        ("l.json", '["a", "b\\u001b[2J"]', "without control characters"),
+        ("l.txt", "a\nb\x1b[2J\n", "without control characters"),
+        ("l.json", "[]", "is empty"),
+    ],
+)
+def test_a_labels_file_is_held_to_what_a_manifest_holds(tmp_path, name, text, said):
+    """The same for --labels: an escape in a label was written into the manifest (and printed
+    by every run), an empty JSON list was a bundle of no labels; refused naming the file."""
+    labels = tmp_path / name
+    labels.write_text(text)
+    onnx_path = const_onnx(tmp_path / "d.onnx", {}, ONE, ultralytics=False)
+    proc = run_cli(
+        "export", onnx_path, "-o", tmp_path / "d.edgert", "--task", "detect", "--labels", labels
+    )
+    assert_user_error(proc, f"labels file {labels}", said)
+    assert not (tmp_path / "d.edgert").exists()
+
+
+@pytest.mark.subprocess
+def test_running_an_onnx_whose_edgert_metadata_is_too_deep(tmp_path):
+    """`edgert run MODEL.onnx` reads the same metadata: labels nested 100,000 deep were "internal
+    error: RecursionError"; now they are ignored with a warning, as other unreadable metadata."""
+    import cv2
+
+    onnx_path = const_onnx(tmp_path / "e.onnx", {}, ONE, ultralytics=False)
+    model = onnx.load(str(onnx_path))
+    props = {"edgert.format": "edgert-bundle/1", "edgert.labels": "[" * 100_000}
+    helper.set_model_props(model, props)
+    onnx.save(model, str(onnx_path))
+    cv2.imwrite(str(tmp_path / "g.png"), np.full((64, 64, 3), 128, np.uint8))
+    proc = run_cli("run", onnx_path, tmp_path / "g.png")
+    assert "ignoring unreadable edgert metadata" in proc.stderr
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr

@@ -30,10 +30,11 @@ TASKS = {
 FROM = "Ultralytics metadata"
 
 
-# What is read of the metadata is bounded before it is parsed (``ast.literal_eval`` holds about
-# 120 bytes per character of text): ``names`` of MAX_LABELS classes whose names average 30
-# characters ("99999: 'a name of thirty characters', ": about 42 bytes a class) fit in 4 MiB;
-# every other value edgert reads is a few characters.
+# What is read of the metadata is bounded before it is parsed (``ast.literal_eval`` holds 70 to
+# 120 bytes per character of text: 18 MiB of names took 2.2 GB): ``names`` of MAX_LABELS
+# classes whose names average 30 characters ("99999: 'a name of 30 characters', ": 41 bytes a
+# class) fit in 4 MiB (3.9 MiB of them: 1.8 s, 285 MB); every other value read is a few
+# characters.
 MAX_NAMES_BYTES = 4 << 20
 MAX_VALUE_BYTES = 4 << 10
 READ = ("task", "imgsz", "kpt_shape", "end2end", "version")
@@ -51,6 +52,13 @@ def shown(value: object, limit: int = SHOWN) -> str:
     text = value if isinstance(value, str) else repr(value)
     cut = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])
     return cut + ("..." if len(text) > limit else "")
+
+
+def quoted(value: object) -> str:
+    """``repr`` of ``value`` (control characters escaped by it), a string cut at ``SHOWN``."""
+    if isinstance(value, str):
+        return repr(value[:SHOWN]) + ("..." if len(value) > SHOWN else "")
+    return shown(value)
 
 
 def _bounded(props: dict, where: str) -> None:
@@ -77,7 +85,7 @@ def _literal(props: dict, key: str, where: str):
     try:
         return ast.literal_eval(props[key])
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        raise ModelError(f"{where}: {key} {shown(props[key])!r} is not a Python literal") from None
+        raise ModelError(f"{where}: {key} {quoted(props[key])} is not a Python literal") from None
 
 
 def _labels(names: object, where: str) -> list:
@@ -94,7 +102,7 @@ def _labels(names: object, where: str) -> list:
     odd = [k for k in names if type(k) is not int]
     if odd:
         raise ModelError(
-            f"{where}: names has the key {shown(repr(odd[0]))}; class ids are the integers 0..N-1"
+            f"{where}: names has the key {quoted(odd[0])}; class ids are the integers 0..N-1"
         )
     n = len(names)
     outside = sorted(k for k in names if not 0 <= k < n)
@@ -111,12 +119,12 @@ def _labels(names: object, where: str) -> list:
             raise ModelError(f"{where}: names[{i}] is {shown(label)}, not a string")
         if not label.strip() or len(label) > 1000 or CONTROL.search(label):
             raise ModelError(
-                f"{where}: names[{i}] {shown(label)!r} must be 1-1000 characters on one line, "
+                f"{where}: names[{i}] {quoted(label)} must be 1-1000 characters on one line, "
                 "not blank, without control characters"
             )
         if label in seen:
             raise ModelError(
-                f"{where}: names[{seen[label]}] and names[{i}] are both {shown(label)!r}; each "
+                f"{where}: names[{seen[label]}] and names[{i}] are both {quoted(label)}; each "
                 "class needs a name of its own"
             )
         seen[label] = i
@@ -151,7 +159,7 @@ def read(props: dict, outputs: list, src: SourceModel) -> None:
     task = props.get("task")
     if task not in TASKS:
         raise ModelError(
-            f"{where} names the task {shown(task)!r}; edgert runs {', '.join(sorted(TASKS))}"
+            f"{where} names the task {quoted(task)}; edgert runs {', '.join(sorted(TASKS))}"
         )
     spec = TASK_SPECS[TASKS[task]]
     if "names" not in props:

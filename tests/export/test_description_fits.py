@@ -112,3 +112,25 @@ def test_symbolic_dimensions_are_not_checked(tmp_path):
     assert ran.returncode == 0, ran.stderr
     (obj,) = json.loads(ran.stdout.splitlines()[-1])["results"]
     assert obj["label"] == "a"
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    "edit, said",
+    [
+        (lambda m: m["head"].pop("kpt_shape"), "a pose model records its keypoint shape"),
+        (lambda m: m.update(labels=["a", "b", "c"]), "4 + 3 classes + 51"),
+        (lambda m: m["head"].update(form="end2end"), "rows hold 6 + 51 values"),
+        (lambda m: m["preprocessing"].update(channel_order="GRAY"), "grey 640x640"),
+    ],
+)
+def test_a_manifest_edited_to_contradict_its_graph_is_refused_when_opened(tmp_path, edit, said):
+    """Every `run` of these failed on its first frame (or, for the keypoints, on every frame)."""
+    onnx_path = const_onnx(tmp_path / "m.onnx", POSE_META, np.zeros((1, 4 + 1 + 51, 2)))
+    assert run_cli("export", onnx_path, "-o", tmp_path / "p.edgert").returncode == 0
+    path = tmp_path / "p.edgert" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    path.write_text(json.dumps(manifest))
+    loaded = run_cli("run", tmp_path / "p.edgert", _grey(tmp_path))
+    assert_user_error(loaded, "manifest.json", said, "so no frame could run")

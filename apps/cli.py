@@ -238,9 +238,11 @@ def _command(argv: list[str] | None) -> int:
             return _stopped(args.command)
         if args.debug:
             raise
+        from edgert.apps.uris import escape_controls
+
         print(
-            f"edgert {args.command}: internal error: {type(exc).__name__}: {exc} "
-            "(run with --debug for the traceback, and please report it)",
+            f"edgert {args.command}: internal error: {type(exc).__name__}: "
+            f"{escape_controls(str(exc))} (run with --debug for the traceback, and please report it)",
             file=sys.stderr,
         )
         return 1

@@ -11,13 +11,14 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from edgert.runtime.bundle import TensorSpec
-from edgert.runtime.errors import ModelError
+from edgert.runtime.bundle import TensorSpec, valid_labels
+from edgert.runtime.errors import BundleError, ModelError
 from edgert.runtime.preprocess import Preprocessing
 from edgert.runtime.tasks import TASK_SPECS, task_spec
 
 from .source import SourceModel
 
+MAX_KEYPOINTS = 1000  # what a manifest's head.kpt_shape may say (runtime/heads.py)
 PREPROCESS_KEYS = (
     "resize",
     "size",
@@ -54,10 +55,14 @@ def read_labels(path: str | Path) -> list[str]:
             raise ModelError(f"labels file {path} is not valid JSON: {exc}") from exc
         if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
             raise ModelError(f"labels file {path} must hold a JSON list of strings")
-        return labels
-    labels = [line.strip() for line in text.splitlines() if line.strip()]
+    else:
+        labels = [line.strip() for line in text.splitlines() if line.strip()]
     if not labels:
         raise ModelError(f"labels file {path} is empty")
+    try:  # what the manifest will hold: said here naming the file, not the manifest
+        valid_labels(labels, f"labels file {path}")
+    except BundleError as exc:
+        raise ModelError(str(exc)) from None
     return labels
 
 
@@ -92,6 +97,34 @@ def check_head_labels(src: SourceModel, outputs: list[TensorSpec]) -> None:
         f"({'x'.join(map(str, first))}) holds 4 box values, {first[1] - 4 - extra} classes"
         f"{what}; give a labels file with one name per class"
     )
+
+
+# which options, and which field of the model's own metadata, decide each part of the description
+_DECIDED_BY = {
+    "size": (("task", "size", "resize", "channel_order", "layout"), "imgsz"),
+    "classes": (("task", "labels", "keypoints"), "names"),
+    "keypoints": (("task", "keypoints"), "kpt_shape"),
+    "task": (("task",), "task"),
+}
+
+
+def check_fit(src: SourceModel, inputs: list, outputs: list, given: dict) -> None:
+    """The bundle's final description (task, labels, head, preprocessing) against the graph's
+    concrete shapes: the check the runtime makes when it opens the bundle
+    (runtime/bundle_fit.py), made before anything is written, so that export never writes a
+    bundle every run refuses. ModelError naming the options (``given``: option -> value, None
+    where not given) or the metadata the contradicting part came from."""
+    from edgert.runtime.bundle_fit import misfit
+
+    found = misfit(src.task, src.labels, src.head, src.preprocessing, inputs, outputs)
+    if found is None:
+        return
+    options, field = _DECIDED_BY[found.part]
+    said = [f"--{k.replace('_', '-')} {given[k]}" for k in options if given.get(k) is not None]
+    if src.read_from:
+        said.append(f"the Ultralytics metadata's {field}")
+    by = f" (as {' and '.join(said)} describe{'s' if len(said) == 1 else ''} it)" if said else ""
+    raise ModelError(f"the bundle would not run: {found.text}{by}; nothing was written")
 
 
 def default_preprocessing(spec: TensorSpec, task: str) -> Preprocessing:
@@ -248,9 +281,10 @@ def parse_keypoints(text: str) -> tuple:
         k, d = (int(v) for v in text.lower().split("x"))
     except ValueError:
         raise ModelError(f"--keypoints {text!r} is not of the form KxD, e.g. 17x3") from None
-    if k < 1 or d not in (2, 3):
+    if not 1 <= k <= MAX_KEYPOINTS or d not in (2, 3):
         raise ModelError(
-            f"--keypoints {text}: K must be at least 1 and D 2 (x, y) or 3 (x, y, visibility)"
+            f"--keypoints {text}: K must be from 1 to {MAX_KEYPOINTS} and D 2 (x, y) or 3 "
+            "(x, y, visibility)"
         )
     return k, d
 

@@ -23,7 +23,7 @@ from edgert.runtime.errors import (
 from edgert.runtime.tasks import TASK_SPECS, check_task_outputs
 
 from . import onnx_export
-from .describe import check_head_labels, check_labels, describe, parse_size
+from .describe import check_fit, check_head_labels, check_labels, describe, parse_size
 from .parity import ParityReport, random_inputs, run_cases, uniform_inputs
 from .source import SourceModel, load_source
 
@@ -153,9 +153,10 @@ def export_model(
         )
     export_info["seconds"] = round(time.perf_counter() - start, 3)
     output_specs = onnx_export.tensor_specs(onnx_model.graph.output, onnx_model)
+    input_specs = onnx_export.tensor_specs(onnx_model.graph.input, onnx_model)
     notes = describe(
         src,
-        onnx_export.tensor_specs(onnx_model.graph.input, onnx_model),
+        input_specs,
         task,
         labels,
         preprocess,
@@ -163,9 +164,8 @@ def export_model(
         keypoints=keypoints,
     )
     export_info["described"] = [src.read_from, *notes] if src.read_from else notes
-    check_labels(src.task, src.labels, output_specs)
-    check_head_labels(src, output_specs)
-    check_task_outputs(src.task, output_specs)
+    given = {"task": task, "labels": labels, "keypoints": keypoints, **(preprocess or {})}
+    _check_description(src, input_specs, output_specs, given)
     manifest = _manifest(src, name, onnx_model, parity, export_info)
     _set_metadata(onnx_model, manifest)
     data = onnx_model.SerializeToString()
@@ -177,6 +177,16 @@ def export_model(
     seconds = time.perf_counter() - start
     log.info("exported %s to %s in %.1f s", src.spec, target, seconds)
     return ExportResult(target, parity, seconds, manifest)
+
+
+def _check_description(src: SourceModel, inputs: list, outputs: list, given: dict) -> None:
+    """The description against the graph, before anything is written: a classifier's labels,
+    a YOLO head's classes, the task's outputs, then everything the runtime checks when it opens
+    the bundle (``given``: the options, None where not given)."""
+    check_labels(src.task, src.labels, outputs)
+    check_head_labels(src, outputs)
+    check_task_outputs(src.task, outputs)
+    check_fit(src, inputs, outputs, given)
 
 
 def _check_target(target: Path) -> None:

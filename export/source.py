@@ -342,23 +342,30 @@ def _load_onnx(path: Path) -> SourceModel:
 
 
 def _read_edgert_metadata(model, src: SourceModel) -> None:
-    """An ONNX file exported by edgert carries its task, preprocessing and labels; keep them."""
+    """An ONNX file exported by edgert carries its task, preprocessing and labels; keep them
+    where they are what a manifest may hold (a file from someone else's machine: each value at
+    most what a manifest may be, labels as a manifest's); else describe it with options."""
     import json
 
+    from edgert.runtime.bundle import MAX_MANIFEST_BYTES, valid_labels
     from edgert.runtime.errors import BundleError
     from edgert.runtime.heads import Head
+    from edgert.runtime.tasks import TASK_SPECS
 
     props = {p.key: p.value for p in model.metadata_props}
     if "edgert.format" not in props:
         return
     try:
-        src.task = props.get("edgert.task", src.task)
+        if any(len(v) > MAX_MANIFEST_BYTES for k, v in props.items() if k.startswith("edgert.")):
+            raise ValueError("too long")
+        task = props.get("edgert.task", src.task)
+        if task not in TASK_SPECS:
+            raise ValueError(f"unknown task {task!r}")
         pre = json.loads(props.get("edgert.preprocessing", "null"))
-        src.preprocessing = Preprocessing.from_dict(pre) if pre else None
-        src.labels = json.loads(props.get("edgert.labels", "null"))
+        labels = valid_labels(json.loads(props.get("edgert.labels", "null")), "metadata")
         head = json.loads(props.get("edgert.head", "null"))
+        src.preprocessing = Preprocessing.from_dict(pre) if pre else None
         src.head = Head.from_dict(head) if head else None
-    except (ValueError, BundleError):
-        src.preprocessing = src.labels = (
-            None  # unreadable metadata: describe it with options instead
-        )
+        src.task, src.labels = task, list(labels) if labels else None
+    except (ValueError, RecursionError, BundleError):
+        src.preprocessing = src.labels = src.head = None  # unreadable: described with options

@@ -34,6 +34,8 @@ MAX_LABELS = 100_000
 # A bundle comes from someone else's machine: every name that becomes a path or a line must be tame.
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _UNSAFE_TEXT = re.compile(r'[\x00-\x1f\x7f"\\]')
+# what a terminal acts on (C0, DEL, C1: line breaks, ANSI escapes): never in a label it prints
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def safe_name(value: object, what: str) -> str:
@@ -133,15 +135,31 @@ class Manifest:
         if pre is not None and not isinstance(pre, dict):
             raise BundleError(f"{where}: preprocessing must be an object")
         _check_sections(data, where)
-        return cls(
+        manifest = cls(
             name=name,
             task=task,
             inputs=specs["inputs"],
             outputs=specs["outputs"],
             preprocessing=Preprocessing.from_dict(pre) if pre else None,
-            labels=_labels(data.get("labels"), where),
+            labels=valid_labels(data.get("labels"), where),
             raw=data,
         )
+        manifest.check_fit(where)
+        return manifest
+
+    def check_fit(self, where: str = "manifest") -> None:
+        """BundleError where the description contradicts the graph's shapes (a head of other
+        classes, an input of another size): every frame would fail (:mod:`.bundle_fit`, the
+        check export makes before it writes)."""
+        from .bundle_fit import misfit
+
+        found = misfit(
+            self.task, self.labels, self.head, self.preprocessing, self.inputs, self.outputs
+        )
+        if found is not None:
+            raise BundleError(
+                f"{where}: {found.text}, so no frame could run; export the model again"
+            )
 
     @property
     def batch_range(self) -> dict[str, int]:
@@ -242,18 +260,24 @@ class Source:
         return self.spec[4:] if self.spec and self.spec.startswith("zoo:") else None
 
 
-def _labels(labels: object, where: str) -> tuple[str, ...] | None:
+def valid_labels(labels: object, where: str) -> tuple[str, ...] | None:
+    """A manifest's labels (None, or a non-empty list of one-line strings), or BundleError."""
     if labels is None:
         return None
     if not isinstance(labels, list) or len(labels) > MAX_LABELS:
         raise BundleError(f"{where}: labels must be a list of at most {MAX_LABELS} strings")
+    if not labels:
+        raise BundleError(
+            f"{where}: labels is an empty list; a model names at least one class (or the "
+            "manifest leaves labels out)"
+        )
     for label in labels:
-        if not isinstance(label, str) or len(label) > 1000 or any(c in label for c in "\r\n\x00"):
+        if not isinstance(label, str) or len(label) > 1000 or CONTROL.search(label):
             raise BundleError(
                 f"{where}: label {str(label)[:40]!r} must be a string of at most 1000 characters "
-                "on one line"
+                "on one line, without control characters"
             )
-    return tuple(labels) or None
+    return tuple(labels)
 
 
 def _check_sections(data: dict, where: str) -> None:

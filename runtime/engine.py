@@ -390,6 +390,6 @@ def _manifest_from_onnx(path: Path) -> Manifest | None:
             "labels": json.loads(props.get("edgert.labels", "null")),
         }
         return Manifest.from_dict(data, where=f"{path} metadata")
-    except (ValueError, BundleError):
+    except (ValueError, RecursionError, BundleError):  # JSON nested deeper than Python recurses
         log.warning("ignoring unreadable edgert metadata in %s", path)
         return None

@@ -142,13 +142,13 @@ def test_the_users_flags_win_and_each_difference_is_said(tmp_path):
     labels = tmp_path / "l.txt"
     labels.write_text("dog\nhuman\n")
     proc = run_cli(
-        "export", onnx_path, "-o", tmp_path / "b.edgert", "--labels", labels, "--size", "64x64"
+        "export", onnx_path, "-o", tmp_path / "b.edgert", "--labels", labels, "--size", "32x32"
     )
     assert proc.returncode == 0, proc.stderr
     assert "from the model's metadata" in proc.stdout
     assert "--labels" in proc.stdout and "--size given" in proc.stdout
     manifest = json.loads((tmp_path / "b.edgert" / "manifest.json").read_text())
-    assert manifest["labels"] == ["dog", "human"] and manifest["preprocessing"]["size"] == [64, 64]
+    assert manifest["labels"] == ["dog", "human"] and manifest["preprocessing"]["size"] == [32, 32]
 
 
 @pytest.mark.parametrize(

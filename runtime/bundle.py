@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import re
-import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 from . import atomic
 from .errors import BundleError
 from .preprocess import Preprocessing
+from .regular import NotRegular, read_regular
 
 FORMAT = "edgert-bundle/1"
 MANIFEST = "manifest.json"
@@ -343,14 +343,10 @@ def _read_manifest(path: Path) -> bytes:
     """The manifest's bytes, read only from a regular file (a FIFO or a device would block or
     never end) and at most ``MAX_MANIFEST_BYTES`` of it; BundleError for one over that (not a
     manifest) or not a regular file."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise BundleError(f"{path} is not a regular file: not an edgert manifest")
-        data = fh.read(MAX_MANIFEST_BYTES + 1)
-    if len(data) > MAX_MANIFEST_BYTES:
-        raise BundleError(f"{path} is over {MAX_MANIFEST_BYTES >> 20} MiB: not an edgert manifest")
-    return data
+    try:
+        return read_regular(path, MAX_MANIFEST_BYTES)
+    except NotRegular as exc:
+        raise BundleError(f"{path} {exc}: not an edgert manifest") from None
 
 
 def is_bundle(path: str | Path) -> bool:

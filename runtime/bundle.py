@@ -321,22 +321,29 @@ class Bundle:
 
     @property
     def engines_dir(self) -> Path:
-        return engines_dir(self.path)
+        return engines_dir(self.path, self.manifest.hashes.get(MODEL))
 
     def __repr__(self) -> str:
         return f"Bundle({str(self.path)!r}, task={self.manifest.task!r})"
 
 
-def engines_dir(bundle_path: Path) -> Path:
+def engines_dir(
+    bundle_path: Path, model_sha256: str | None = None, legacy: bool = False
+) -> Path | None:
     """Where the TensorRT plans of the bundle at ``bundle_path`` are cached: its ``engines/``
     folder, or, with ``EDGERT_PLAN_DIR`` set (a read-only bundle in a container, plans on the
-    node's disk), that folder's subfolder named as the bundle. Two bundles of one name, two
-    JetPack releases or two modules share no plan even there: a plan's file name is the digest
-    of everything it depends on (the ONNX file, TensorRT, the GPU, the module; plan_key.py)."""
+    node's disk), that folder's subfolder named as the bundle and the first 12 digits of its
+    ``model.onnx``'s SHA-256 (``model_sha256``, the manifest's): two bundles of one name in two
+    folders (``a/model.edgert``, ``b/model.edgert``) share no folder, so clearing one never
+    touches the other's plans. ``legacy``: the folder named as the bundle alone, where edgert
+    before round 6 put them (read for plans still there; None without EDGERT_PLAN_DIR)."""
     shared = os.environ.get("EDGERT_PLAN_DIR")
-    return (
-        Path(shared) / Path(bundle_path).resolve().name if shared else Path(bundle_path) / ENGINES
-    )
+    if not shared:
+        return None if legacy else Path(bundle_path) / ENGINES
+    name = Path(bundle_path).resolve().name
+    if legacy or not model_sha256:
+        return Path(shared) / name
+    return Path(shared) / f"{name}-{model_sha256[:12]}"
 
 
 def _read_manifest(path: Path) -> bytes:

@@ -12,11 +12,12 @@ import hashlib
 import json
 import os
 import re
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import atomic
+from . import atomic, regular
 from .errors import BundleError
 from .preprocess import Preprocessing
 from .regular import NotRegular, read_regular
@@ -377,6 +378,10 @@ def verify_hash(path: Path, expected: str) -> None:
         st = os.stat(path)
     except OSError as exc:
         raise BundleError(f"cannot read {path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(st.st_mode):  # hashing a FIFO would block, a device never end
+        raise BundleError(
+            f"{path} is not a regular file ({regular.kind(st.st_mode)}): not a bundle file"
+        )
     key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     with _verified_lock:
         known = _verified.get(key)

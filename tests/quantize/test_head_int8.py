@@ -435,3 +435,29 @@ def test_iscrowd_is_0_or_1_and_labels_without_a_box_are_refused(tmp_path):
         (yolo / f"{f.stem}.txt").write_text("")
     with pytest.raises(SourceError, match="holds no box on the 60 images it labels"):
         box_labels.read(yolo, folder, files, sizes, LABELS)
+
+
+def test_labels_with_no_box_on_the_hold_out_fail_a_labels_gate_with_a_sentence(tmp_path):
+    """Labels whose only boxes sit on a calibration image (000.png; the hold-out's 12 images
+    are labelled, without a box): the labels' mAPs were 1.0 ("nothing judged") and the labels
+    gate passed (round 6, G9). Now they are absent and the build stops with a sentence."""
+    from edgert.quantize import GateFailed, build
+
+    bundle, folder = _labelled_folder(tmp_path)
+    before = (bundle / "manifest.json").read_text()
+    only = _coco_variant(
+        tmp_path,
+        "one.json",
+        lambda c: c.update(annotations=[a for a in c["annotations"] if a["image_id"] == 100]),
+    )
+    said: list[str] = []
+    with pytest.raises(GateFailed) as err:
+        build(bundle, "int8", calib=str(folder), calib_labels=only, calib_size=40,
+              holdout_size=20, prepare="none", say=said.append)  # fmt: skip
+    assert str(err.value) == (
+        "INT8 cannot be gated: labels_map_drop is not measured: the labels hold no box on the 12 "
+        "hold-out samples they label (nothing was written)"
+    )
+    summary = next(s for s in said if s.startswith("INT8 vs FP32 on the hold-out"))
+    assert "labelled_boxes 0.0000" in summary and "labels_map50" not in summary, summary
+    assert (bundle / "manifest.json").read_text() == before

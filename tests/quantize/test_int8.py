@@ -303,3 +303,16 @@ def test_a_model_that_outputs_nan_is_named_not_numpy_s_range_error(tmp_path):
         what = "NaN" if name == "nan" else "infinite values"
         assert f"the FP32 model itself outputs {what} in 'out' on the calibration data" in message
         assert (bundle / "manifest.json").read_text() == before
+
+
+@pytest.mark.subprocess
+def test_a_calibration_npz_that_is_a_fifo_is_refused(tmp_path):
+    """`--calib x.npz` that is a FIFO made np.load wait for ever (the G15 sibling): one sentence,
+    exit 2, at once."""
+    import os
+
+    bundle = export_model(str(_nan_model(tmp_path / "m.onnx", 0.0)), tmp_path / "m.edgert").bundle
+    os.mkfifo(tmp_path / "calib.npz")
+    proc = run_cli("build", bundle, "--precision", "int8", "--calib", tmp_path / "calib.npz",
+                   timeout=60)  # fmt: skip
+    assert_user_error(proc, "calib.npz is not a regular file (a FIFO)")

@@ -164,6 +164,18 @@ def bundle_shapes(manifest, override: dict | None = None) -> dict:
     return shapes
 
 
+def _dla_calibration_cache(bundle, version) -> str:
+    """DLA on JetPack 5/6 does not take Q/DQ: the FP32 model plus a calibration cache from the
+    ranges the INT8 build recorded (calibration/ranges.json)."""
+    from .backends.tensorrt_plan import calibration_cache_text
+
+    ranges = bundle.path / "calibration" / "ranges.json"
+    if not ranges.is_file():
+        raise EdgertError(f"{ranges} is missing; run: edgert build {bundle.path} --precision int8")
+    thresholds = json.loads(ranges.read_text())["thresholds"]
+    return calibration_cache_text(version, thresholds)
+
+
 def ensure_plan(
     bundle_dir: Path, precision: str, device: int = 0, options=None, extra: dict | None = None
 ) -> tuple[Path, bool, PlanKey]:
@@ -193,16 +205,7 @@ def ensure_plan(
     source = compat.plan_source_model(version, precision, dla, available=vouched)
     onnx_file = bundle.path / source
     if dla and source == MODEL and precision == "int8":
-        # DLA on JetPack 5/6 does not take Q/DQ: the FP32 model plus a calibration cache from our ranges
-        from .backends.tensorrt_plan import calibration_cache_text
-
-        ranges = bundle.path / "calibration" / "ranges.json"
-        if not ranges.is_file():
-            raise EdgertError(
-                f"{ranges} is missing; run: edgert build {bundle.path} --precision int8"
-            )
-        thresholds = json.loads(ranges.read_text())["thresholds"]
-        options = replace(options, calibration_cache=calibration_cache_text(version, thresholds))
+        options = replace(options, calibration_cache=_dla_calibration_cache(bundle, version))
     if not onnx_file.is_file():
         how = f"edgert build {bundle.path} --precision {precision}"
         raise EdgertError(f"{onnx_file.name} is missing from {bundle.path}; make it with: {how}")

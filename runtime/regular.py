@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 
 
 class NotRegular(ValueError):
@@ -54,18 +53,3 @@ def read_regular(path: str | os.PathLike, limit: int) -> bytes:
     if len(data) > limit:
         raise NotRegular(f"is over {size_words(limit)}")
     return data
-
-
-def is_regular_file(path: str | os.PathLike, follow: bool = True) -> bool:
-    """Whether ``path`` is a regular file (where a link leads; with ``follow`` false, a link is
-    not one)."""
-    try:
-        st = os.stat(path) if follow else os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode)
-
-
-def exists(path: str | os.PathLike) -> bool:
-    """Whether anything has the name ``path`` (a broken link, a FIFO and a device included)."""
-    return os.path.lexists(Path(path))

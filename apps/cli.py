@@ -91,6 +91,15 @@ def _stopped(command: str | None) -> int:
     return 143 if reason == "terminated" else 130
 
 
+def _named(argv: list[str] | None) -> str | None:
+    """The command ``argv`` names (its first word that is no option), when it is one of
+    :data:`COMMANDS`: a stop while the parser is built says "edgert build: interrupted", as it
+    does a moment later."""
+    words = sys.argv[1:] if argv is None else argv
+    first = next((w for w in words if not w.startswith("-")), None)
+    return first if first in COMMANDS else None
+
+
 class _Stdout:
     """Standard output that turns a write error (``> /dev/full``, a closed descriptor) into one
     OutputError sentence instead of an OSError from deep inside a command."""
@@ -207,8 +216,8 @@ def _command(argv: list[str] | None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-    except KeyboardInterrupt:
-        return _stopped(None)
+    except KeyboardInterrupt:  # while the parser was being built: the command named is known
+        return _stopped(_named(argv))
     args.debug = getattr(args, "debug", False)
     logging.basicConfig(level=_log_level(args), format="edgert: %(levelname)s: %(message)s")
     for handler in logging.getLogger().handlers:  # a CR/LF in a name cannot forge a log line

@@ -7,6 +7,7 @@ Subsets are seeded; calibration and hold-out never share a sample.
 
 from __future__ import annotations
 
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import numpy as np
 from edgert.runtime.bundle import Manifest
 from edgert.runtime.errors import SourceError, first_line
 from edgert.runtime.images import IMAGE_SUFFIXES, check_pixels, read_image
+from edgert.runtime.regular import kind
 
 VIDEO_SUFFIXES = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v"}
 MIN_SAMPLES = 8
@@ -96,6 +98,10 @@ def _pool(source: str, wanted: int) -> tuple[Path, list[np.ndarray] | None, str]
     if path.is_dir():
         pool = _images_from_folder(path)
         return path, pool, f"{len(pool)} images in {path}"
+    mode = path.stat().st_mode
+    if path.suffix.lower() in (".npz", *VIDEO_SUFFIXES) and not stat.S_ISREG(mode):
+        # np.load or the video decoder would wait on a FIFO for ever, read a device for ever
+        raise SourceError(f"calibration source {path} is not a regular file ({kind(mode)})")
     if path.suffix.lower() == ".npz":
         return path, None, str(path)
     if path.suffix.lower() in VIDEO_SUFFIXES:

@@ -109,8 +109,22 @@ class Evaluation:
     metrics: dict[str, float]
     per_output: dict[str, dict[str, float]] = field(default_factory=dict)
 
+    def unmeasured(self, gate: dict[str, float]) -> list[str]:
+        """The gate's rules on the labels (``labels_*``) that nothing measured: labels were
+        given (``labelled_boxes`` is reported) but they hold no box on the hold-out, so their
+        mAPs are absent (never the 1.0 of "nothing judged"). Each is a failure: a rule that
+        cannot be checked does not pass."""
+        if "labelled_boxes" not in self.metrics or "labels_map50_95" in self.metrics:
+            return []
+        n = int(self.metrics.get("labelled_samples", 0))
+        return [
+            f"{name} is not measured: the labels hold no box on the {n} hold-out samples they label"
+            for name in gate
+            if name.startswith("labels_")
+        ]
+
     def failures(self, gate: dict[str, float]) -> list[str]:
-        out = []
+        out = self.unmeasured(gate)
         for name, limit in gate.items():
             if name not in self.metrics:
                 continue
@@ -245,7 +259,10 @@ def labels_map(fp32: list[list], got: list[list], truth: list) -> dict[str, floa
     """mAP50 and mAP50-95 of FP32's detections and of the candidate's (both decoded at
     :data:`MAP_CONF`) against labelled boxes (``truth``: per sample, boxes, class ids and the
     image's region of the input that detections are clipped to, or None: the samples without
-    labels are left out); ``labels_map_drop``: FP32's mAP50-95 less the candidate's."""
+    labels are left out); ``labels_map_drop``: FP32's mAP50-95 less the candidate's;
+    ``labelled_samples`` and ``labelled_boxes``. Where the labelled samples hold no box, the
+    mAPs are left out (not 1.0: against no box every detection is false, and nothing is
+    judged): :meth:`Evaluation.unmeasured` fails a gate rule on them."""
     from .box_map import mean_average_precision
 
     keep = [i for i, t in enumerate(truth) if t is not None]
@@ -264,6 +281,12 @@ def labels_map(fp32: list[list], got: list[list], truth: list) -> dict[str, floa
             ],
         )
 
+    counted = {
+        "labelled_samples": float(len(keep)),
+        "labelled_boxes": float(sum(len(b) for b, _ in gt)),
+    }
+    if not counted["labelled_boxes"]:
+        return counted
     f, q = score(fp32), score(got)
     return {
         "labels_map50_fp32": f["map50"],
@@ -271,7 +294,7 @@ def labels_map(fp32: list[list], got: list[list], truth: list) -> dict[str, floa
         "labels_map50": q["map50"],
         "labels_map50_95": q["map50_95"],
         "labels_map_drop": f["map50_95"] - q["map50_95"],
-        "labelled_samples": float(len(keep)),
+        **counted,
     }
 
 

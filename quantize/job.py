@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from edgert.runtime.bundle import Bundle, sha256_bytes, verify_hash
-from edgert.runtime.errors import ModelError, first_line
+from edgert.runtime.errors import GateFailed, ModelError, first_line
 from edgert.runtime.plan_check import VERIFY_FILE
 
 from . import calibration, evaluate, gate, int8, qdq_search, ranges
@@ -198,6 +198,11 @@ def gate_and_fallback(
     first = dict(ev.metrics)
     if ev.passes(job.rules):
         return q, ev, first, None
+    unmeasured = ev.unmeasured(job.rules)
+    if unmeasured:  # no node kept out of INT8 makes a rule on absent labels pass
+        raise GateFailed(
+            f"{label} cannot be gated: " + "; ".join(unmeasured) + " (nothing was written)"
+        )
     job.say(f"gate not met ({'; '.join(ev.failures(job.rules))}); ranking nodes by sensitivity")
     q, ev, fallback = qdq_search.fallback(
         prep.base,

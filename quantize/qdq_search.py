@@ -102,7 +102,7 @@ def _scores(ev: gate.Evaluation) -> dict[str, float]:
     :data:`MIN_LABELLED` validation samples, ``map50_95_both``: the mean of its mAP50-95 against
     the labels and against FP32's boxes (what the choices then go by)."""
     s = {k: round(v, 5) for k, v in ev.metrics.items()}
-    if "map50_95" in s and s.get("labelled_samples", 0) >= MIN_LABELLED:
+    if "map50_95" in s and "labels_map50_95" in s and s.get("labelled_samples", 0) >= MIN_LABELLED:
         s["map50_95_both"] = round((s["map50_95"] + s["labels_map50_95"]) / 2, 5)
     return s
 

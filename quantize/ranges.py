@@ -15,9 +15,12 @@ threshold (scale = threshold / 127, zero point 0):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from edgert.runtime.errors import ModelError
 
 WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 METHODS = ("minmax", "percentile", "entropy", "mse")
@@ -183,6 +186,8 @@ def collect(
                 continue
             a = a.ravel()
             top = max(float(a.max()), -float(a.min()))
+            if not math.isfinite(top):  # NaN, or inf: np.histogram's range would refuse it
+                raise ModelError(_not_finite(model, t, a, done))
             absmax[t] = max(absmax[t], top)
             sample = np.abs(a[:: max(1, a.size // HIST_SAMPLE)])
             edge = tops.get(t)
@@ -198,6 +203,18 @@ def collect(
         if say and (done * 4 // max(total, 1) > before * 4 // max(total, 1) or done >= total):
             say(f"calibration statistics {min(done, total)}/{total} samples")  # each quarter
     return ActivationStats(absmax, hist, total, {t: tops.get(t, 1e-8) for t in tensors})
+
+
+def _not_finite(model, tensor: str, values: np.ndarray, done: int) -> str:
+    """One sentence: the FP32 model itself computes NaN or infinity in ``tensor``."""
+    what = "NaN" if np.isnan(values).any() else "infinite values"
+    outputs = {o.name for o in model.graph.output}
+    where = "outputs" if tensor in outputs else "computes"
+    return (
+        f"the FP32 model itself {where} {what} in {tensor!r} on the calibration data (from "
+        f"sample {done + 1} on): no INT8 range can be measured from it; check the model "
+        "(edgert run it on those inputs) before quantizing it"
+    )
 
 
 def _percentile(hist: np.ndarray, top: float, pct: float) -> float:

@@ -17,9 +17,10 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import atomic
+from . import atomic, regular
 from .errors import BundleError
 from .preprocess import Preprocessing
+from .regular import NotRegular, read_regular
 
 FORMAT = "edgert-bundle/1"
 MANIFEST = "manifest.json"
@@ -345,36 +346,39 @@ class Bundle:
 
     @property
     def engines_dir(self) -> Path:
-        return engines_dir(self.path)
+        return engines_dir(self.path, self.manifest.hashes.get(MODEL))
 
     def __repr__(self) -> str:
         return f"Bundle({str(self.path)!r}, task={self.manifest.task!r})"
 
 
-def engines_dir(bundle_path: Path) -> Path:
+def engines_dir(
+    bundle_path: Path, model_sha256: str | None = None, legacy: bool = False
+) -> Path | None:
     """Where the TensorRT plans of the bundle at ``bundle_path`` are cached: its ``engines/``
     folder, or, with ``EDGERT_PLAN_DIR`` set (a read-only bundle in a container, plans on the
-    node's disk), that folder's subfolder named as the bundle. Two bundles of one name, two
-    JetPack releases or two modules share no plan even there: a plan's file name is the digest
-    of everything it depends on (the ONNX file, TensorRT, the GPU, the module; plan_key.py)."""
+    node's disk), that folder's subfolder named as the bundle and the first 12 digits of its
+    ``model.onnx``'s SHA-256 (``model_sha256``, the manifest's): two bundles of one name in two
+    folders (``a/model.edgert``, ``b/model.edgert``) share no folder, so clearing one never
+    touches the other's plans. ``legacy``: the folder named as the bundle alone, where edgert
+    before round 6 put them (read for plans still there; None without EDGERT_PLAN_DIR)."""
     shared = os.environ.get("EDGERT_PLAN_DIR")
-    return (
-        Path(shared) / Path(bundle_path).resolve().name if shared else Path(bundle_path) / ENGINES
-    )
+    if not shared:
+        return None if legacy else Path(bundle_path) / ENGINES
+    name = Path(bundle_path).resolve().name
+    if legacy or not model_sha256:
+        return Path(shared) / name
+    return Path(shared) / f"{name}-{model_sha256[:12]}"
 
 
 def _read_manifest(path: Path) -> bytes:
     """The manifest's bytes, read only from a regular file (a FIFO or a device would block or
     never end) and at most ``MAX_MANIFEST_BYTES`` of it; BundleError for one over that (not a
     manifest) or not a regular file."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise BundleError(f"{path} is not a regular file: not an edgert manifest")
-        data = fh.read(MAX_MANIFEST_BYTES + 1)
-    if len(data) > MAX_MANIFEST_BYTES:
-        raise BundleError(f"{path} is over {MAX_MANIFEST_BYTES >> 20} MiB: not an edgert manifest")
-    return data
+    try:
+        return read_regular(path, MAX_MANIFEST_BYTES)
+    except NotRegular as exc:
+        raise BundleError(f"{path} {exc}: not an edgert manifest") from None
 
 
 def is_bundle(path: str | Path) -> bool:
@@ -398,6 +402,10 @@ def verify_hash(path: Path, expected: str) -> None:
         st = os.stat(path)
     except OSError as exc:
         raise BundleError(f"cannot read {path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(st.st_mode):  # hashing a FIFO would block, a device never end
+        raise BundleError(
+            f"{path} is not a regular file ({regular.kind(st.st_mode)}): not a bundle file"
+        )
     key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     with _verified_lock:
         known = _verified.get(key)

@@ -32,7 +32,16 @@ class Target:
     @property
     def engines_dir(self) -> Path | None:
         """The plan cache's folder, by the bundle's rule (``EDGERT_PLAN_DIR`` included)."""
-        return engines_dir(self.bundle_dir) if self.bundle_dir is not None else None
+        if self.bundle_dir is None:
+            return None
+        return engines_dir(self.bundle_dir, (self.onnx_hashes or {}).get("model.onnx"))
+
+    @property
+    def legacy_engines_dir(self) -> Path | None:
+        """Under ``EDGERT_PLAN_DIR``, the folder named as the bundle alone (before round 6)."""
+        if self.bundle_dir is None:
+            return None
+        return engines_dir(self.bundle_dir, legacy=True)
 
 
 class Backend(ABC):

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..errors import ModelError
 from ..precision import AUTO_ORDER
+from ..regular import NotRegular, read_regular
 from .tensorrt_compat import parse_version
 
 
@@ -74,9 +77,21 @@ class PlanKey:
     def read(cls, engine_path: Path) -> PlanKey | None:
         """The record in a plan's sidecar, or None when it is missing or unreadable (a plan of
         unknown origin: never selected)."""
-        sidecar = Path(engine_path).with_suffix(".json")
+        return cls.inspect(engine_path)[0]
+
+    @classmethod
+    def inspect(cls, engine_path: Path) -> tuple[PlanKey | None, str | None]:
+        """(the record in a plan's sidecar, None) or (None, why there is none: "no sidecar",
+        "its sidecar is not a regular file (a FIFO)", "its sidecar is not edgert's record")."""
+        data, why = read_sidecar(engine_path)
+        if data is None:
+            return None, why
+        key = cls._of(data)
+        return (key, None) if key is not None else (None, "its sidecar is not edgert's record")
+
+    @classmethod
+    def _of(cls, data) -> PlanKey | None:
         try:
-            data = json.loads(sidecar.read_text(encoding="utf-8"))
             dla = data.get("dla_core")
             sms = data["device"].get("multiprocessors")
             return cls(
@@ -92,8 +107,45 @@ class PlanKey:
                 module=_text_or_none(data["device"].get("module")),
                 multiprocessors=None if sms is None else int(sms),
             )
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
             return None
+
+
+MAX_SIDECAR_BYTES = 1 << 20  # a sidecar is about 1 KB
+# a plan is read whole into memory to deserialise it; the largest edge plans are a few hundred MB
+MAX_PLAN_BYTES = 16 << 30
+
+
+def read_sidecar(engine_path: Path) -> tuple[dict | None, str | None]:
+    """(the JSON object of a plan's ``<file>.json`` sidecar, None), or (None, why not). Only a
+    regular file within :data:`MAX_SIDECAR_BYTES` is read: a FIFO there hung plan selection for
+    ever, and a link to /dev/zero filled memory (round 6, G14)."""
+    sidecar = Path(engine_path).with_suffix(".json")
+    if not os.path.lexists(sidecar):
+        return None, "no sidecar"
+    try:
+        data = json.loads(read_regular(sidecar, MAX_SIDECAR_BYTES).decode("utf-8"))
+    except NotRegular as exc:
+        return None, f"its sidecar {exc}"
+    except OSError as exc:
+        return None, f"its sidecar cannot be read ({exc.strerror})"
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None, "its sidecar is not JSON"
+    if not isinstance(data, dict):
+        return None, "its sidecar is not edgert's record"
+    return data, None
+
+
+def read_plan(plan: Path) -> bytes:
+    """A plan file's bytes: only a regular file (where a link leads) within
+    :data:`MAX_PLAN_BYTES`; ModelError for anything else (a FIFO would block the load for ever,
+    a device never end)."""
+    try:
+        return read_regular(plan, MAX_PLAN_BYTES)
+    except NotRegular as exc:
+        raise ModelError(f"{plan} {exc}: not a TensorRT plan") from None
+    except OSError as exc:
+        raise ModelError(f"cannot read {plan}: {exc.strerror}") from exc
 
 
 def _text_or_none(value) -> str | None:

@@ -82,18 +82,26 @@ class TensorRTBackend(Backend):
                 for p in PRECISIONS
             }
 
-        return plan_key.select_plan(
-            target.engines_dir,
-            precision,
-            trt.__version__,
-            dev.name,
-            dev.cc,
-            expected(False),
-            dla_onnx_sha256=expected(True),
-            dla=target.dla_core,
-            module=jetson_module(),
-            multiprocessors=dev.multiprocessors,
-        )
+        def select(folder: Path) -> tuple[Path | None, str]:
+            return plan_key.select_plan(
+                folder,
+                precision,
+                trt.__version__,
+                dev.name,
+                dev.cc,
+                expected(False),
+                dla_onnx_sha256=expected(True),
+                dla=target.dla_core,
+                module=jetson_module(),
+                multiprocessors=dev.multiprocessors,
+            )
+
+        found = select(target.engines_dir)
+        legacy = target.legacy_engines_dir  # EDGERT_PLAN_DIR's folder of an older edgert
+        if found[0] is None and legacy is not None and legacy.is_dir():
+            older = select(legacy)  # a plan of this very model only: its hash is checked
+            return older if older[0] is not None else found
+        return found
 
     @classmethod
     def first_use_precision(cls, target: Target, precision: str, device: int) -> str | None:
@@ -148,10 +156,7 @@ class TensorRTBackend(Backend):
         self._events = None
         self.logger = process_logger()  # one per process: the plugin library keeps its pointer
         info = self._sidecar(plan)
-        try:
-            data = plan.read_bytes()
-        except OSError as exc:
-            raise ModelError(f"cannot read {plan}: {exc.strerror}") from exc
+        data = plan_key.read_plan(plan)  # a regular file of bounded size only
         # an Ultralytics .engine export: its metadata before the plan, read as Ultralytics does
         self.plan_metadata, data = plan_key.split_plan_header(data)
         with self.ctx.active():

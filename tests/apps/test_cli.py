@@ -75,3 +75,20 @@ def test_unknown_subcommand_and_bad_bundle(tmp_path):
     assert_user_error(
         run_cli("run", tmp_path / "b.edgert", photo_path("chelsea")), "no manifest.json"
     )
+
+
+@pytest.mark.parametrize("argv", [["build", "x.edgert"], ["-v", "build", "x.edgert"]])
+def test_a_stop_while_the_parser_is_built_names_the_command(argv, monkeypatch, capsys):
+    """Ctrl-C said "edgert: interrupted" while the parser was being built (its command modules
+    imported) and "edgert build: interrupted" a moment later (round 6, G22): one wording now.
+    The interrupt is raised where it landed, in build_parser."""
+    from edgert.apps import cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli._command(argv) == 130
+    assert capsys.readouterr().err == "edgert build: interrupted\n"
+    assert cli._command(["--version"]) == 130  # no command named: the program's own name
+    assert capsys.readouterr().err == "edgert: interrupted\n"

@@ -238,3 +238,39 @@ def test_the_default_detector_gate_is_map_not_f1_at_the_threshold():
     assert [f.split()[0] for f in off.failures(gate.parse_gate(None))] == ["map50_95"]
     assert gate.with_box_f1(gate.parse_gate(None))["box_f1"] == 0.9
     assert gate.with_box_f1({}) == {}  # --gate off stays off
+
+
+def test_labels_without_a_box_are_not_a_perfect_map_and_fail_a_labels_rule():
+    """Against labels with no box, COCO's "nothing judged" gave FP32 and INT8 a labels mAP of
+    1.0 while every detection was false, and a `labels_*` gate passed (round 6, G9). The labels'
+    mAPs are now absent (their counts reported), and a rule on them fails with a sentence; a gate
+    without labels rules, and the FP32-vs-INT8 mAP's convention, are unchanged."""
+    from edgert.quantize.box_map import mean_average_precision
+    from edgert.runtime.results import Detection
+
+    dets = [[Detection((2.0, 2.0, 9.0, 9.0), 0.9, 0, "a")] for _ in range(3)]
+    region = (0.0, 0.0, 32.0, 32.0)
+    empty = [(np.zeros((0, 4)), [], region)] * 3
+    got = gate.labels_map(dets, dets, empty)
+    assert got == {"labelled_samples": 3.0, "labelled_boxes": 0.0}
+    assert gate.labels_map(dets, dets, [None] * 3) == {
+        "labelled_samples": 0.0,
+        "labelled_boxes": 0.0,
+    }
+    ev = gate.Evaluation({"cosine": 1.0, "map50_95": 1.0, **got})
+    failures = ev.failures(gate.parse_gate("labels_map50_95>=0.9"))
+    assert failures == [
+        "labels_map_drop is not measured: the labels hold no box on the 3 hold-out samples they "
+        "label",
+        "labels_map50_95 is not measured: the labels hold no box on the 3 hold-out samples they "
+        "label",
+    ]
+    assert ev.passes({"cosine": 0.99, "map50_95": 0.85})
+    # one labelled box: measured, and the detections that miss it score 0, not 1
+    one = [(np.array([[20.0, 20.0, 30.0, 30.0]]), [0], region)] + empty[1:]
+    measured = gate.labels_map(dets, dets, one)
+    assert measured["labels_map50_95"] == measured["labels_map50_95_fp32"] == 0.0
+    assert measured["labelled_boxes"] == 1.0
+    # FP32 against INT8 keeps its convention: FP32 found nothing, INT8 nothing: agreement
+    none = [(np.zeros((0, 4)), [])]
+    assert mean_average_precision(none, [(np.zeros((0, 4)), [], [])])["map50_95"] == 1.0

@@ -313,3 +313,151 @@ def test_the_dla_ranges_come_from_the_none_candidates_pass_and_equal_a_pass_of_t
     for t, v in own.items():
         assert got["thresholds"][t] == pytest.approx(v, rel=1e-6), t
     assert onnx.load(str(bundle / "model.int8.onnx"))  # the Q/DQ model is still written
+
+
+@pytest.mark.subprocess
+def test_calib_labels_that_are_no_regular_file_are_refused_at_once(tmp_path):
+    """`--calib-labels` read only from a regular file within a bound (round 6, G15): a FIFO
+    hung the build for ever and a link to /dev/zero grew to 3.4 GB before a MemoryError; a YOLO
+    label file that is a link to /dev/zero was silently read as background. Each is now one
+    sentence naming the file, exit 2, before a byte is read, and nothing is written."""
+    import os
+
+    from tests.conftest import run_cli
+
+    bundle, folder = _labelled_folder(tmp_path)
+    before = (bundle / "manifest.json").read_text()
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    yolo = tmp_path / "yolo"
+    (yolo / "004.txt").unlink()
+    (yolo / "004.txt").symlink_to("/dev/zero")
+    cases = [
+        ("fifo.json", "fifo.json is not a regular file (a FIFO): not a COCO annotation file"),
+        ("zero.json", "zero.json is not a regular file (a character device)"),
+        ("yolo", "004.txt is not a regular file (a character device): not a YOLO label file"),
+    ]
+    for name, expected in cases:
+        proc = run_cli("build", bundle, "--precision", "int8", "--calib", folder,
+                       "--calib-labels", tmp_path / name, "--calib-size", "40", "--prepare",
+                       "none", timeout=60)  # fmt: skip
+        line = _one_sentence(proc)
+        assert proc.returncode == 2 and expected in line, line
+    assert (bundle / "manifest.json").read_text() == before
+    assert not (bundle / "model.int8.onnx").exists()
+
+
+def _coco_variant(tmp_path, name: str, change) -> str:
+    coco = json.loads((tmp_path / "coco.json").read_text())
+    change(coco)
+    (tmp_path / name).write_text(json.dumps(coco))
+    return str(tmp_path / name)
+
+
+def test_hostile_coco_labels_are_one_sentence_each(tmp_path):
+    """COCO files that crashed the build or said nonsense (round 6, G18, G22): JSON nested
+    200,000 deep (RecursionError), a list or an object as an id (unhashable type), a string
+    width ("60x40 but the file says 60x40"), a 1e308 box (a 309-digit number in the message),
+    an iscrowd that is not 0 or 1. Each is one short sentence naming the place; nothing is
+    written."""
+    from edgert.quantize import build
+    from edgert.runtime.errors import SourceError
+
+    bundle, folder = _labelled_folder(tmp_path)
+    before = (bundle / "manifest.json").read_text()
+    (tmp_path / "bomb.json").write_text("[" * 200_000 + "]" * 200_000)
+
+    def first_annotation(key, value):
+        return lambda c: c["annotations"][0].update({key: value})
+
+    cases = [
+        (str(tmp_path / "bomb.json"), "is nested too deeply to be a COCO annotation file"),
+        (_coco_variant(tmp_path, "a.json", first_annotation("category_id", [7])),
+         "annotation #0 has category_id [7], not a number or a string"),
+        (_coco_variant(tmp_path, "b.json", first_annotation("image_id", [100])),
+         "annotation #0 has image_id [100], not a number or a string"),
+        (_coco_variant(tmp_path, "c.json", lambda c: c["categories"][0].update(id=[7])),
+         "category #0 has id [7], not a number or a string"),
+        (_coco_variant(tmp_path, "d.json", lambda c: c["images"][0].update(id={"a": 1})),
+         "image #0 has id {'a': 1}, not a number or a string"),
+        (_coco_variant(tmp_path, "e.json", lambda c: c["images"][0].update(width="60")),
+         "image '000.png' has width '60', not a whole number of pixels"),
+        (_coco_variant(tmp_path, "f.json", first_annotation("bbox", [1e308, 1, 5, 5])),
+         "the box (1e+308, 1.0, 1e+308, 6.0)"),
+        (_coco_variant(tmp_path, "g.json", first_annotation("iscrowd", "yes")),
+         "annotation #0 has iscrowd 'yes'; COCO's iscrowd is 0 or 1"),
+    ]  # fmt: skip
+    for labels, expected in cases:
+        with pytest.raises(SourceError) as err:
+            build(bundle, "int8", calib=str(folder), calib_labels=labels, calib_size=40,
+                  prepare="none")  # fmt: skip
+        message = str(err.value)
+        assert expected in message and "\n" not in message and len(message) < 300, message
+    assert (bundle / "manifest.json").read_text() == before
+
+
+def test_iscrowd_is_0_or_1_and_labels_without_a_box_are_refused(tmp_path):
+    """COCO's iscrowd as some converters write it, the string "0", was truthy: every box was
+    dropped as a crowd region, and labels with no box scored FP32 and INT8 a perfect 1.0 (round
+    6, G9). "0" / "1" read as 0 / 1 now, and labels that hold no box (none given, or all crowd)
+    are one sentence: there is nothing to measure against."""
+    from edgert.quantize import box_labels
+    from edgert.quantize.calibration import _image_files
+    from edgert.runtime.errors import SourceError
+
+    _, folder = _labelled_folder(tmp_path)
+    files = _image_files(folder)
+    sizes = [(40, 60)] * len(files)
+
+    def boxes(name, change):
+        out = box_labels.read(_coco_variant(tmp_path, name, change), folder, files, sizes, LABELS)
+        return sum(len(o[1]) for o in out if o is not None)
+
+    def crowd(value):
+        return lambda c: [a.update(iscrowd=value) for a in c["annotations"]]
+
+    total = boxes("plain.json", lambda c: None)
+    assert total > 60
+    assert boxes("str0.json", crowd("0")) == boxes("false.json", crowd(False)) == total
+    one = crowd(0)
+    assert boxes("one.json", lambda c: (one(c), c["annotations"][0].update(iscrowd="1"))) == (
+        total - 1
+    )
+    for name, change in (
+        ("none.json", lambda c: c.update(annotations=[])),
+        ("crowd.json", crowd("1")),
+    ):
+        with pytest.raises(SourceError, match="holds no box on the 60 images it labels"):
+            boxes(name, change)
+    yolo = tmp_path / "empty-yolo"
+    yolo.mkdir()
+    for f in files:
+        (yolo / f"{f.stem}.txt").write_text("")
+    with pytest.raises(SourceError, match="holds no box on the 60 images it labels"):
+        box_labels.read(yolo, folder, files, sizes, LABELS)
+
+
+def test_labels_with_no_box_on_the_hold_out_fail_a_labels_gate_with_a_sentence(tmp_path):
+    """Labels whose only boxes sit on a calibration image (000.png; the hold-out's 12 images
+    are labelled, without a box): the labels' mAPs were 1.0 ("nothing judged") and the labels
+    gate passed (round 6, G9). Now they are absent and the build stops with a sentence."""
+    from edgert.quantize import GateFailed, build
+
+    bundle, folder = _labelled_folder(tmp_path)
+    before = (bundle / "manifest.json").read_text()
+    only = _coco_variant(
+        tmp_path,
+        "one.json",
+        lambda c: c.update(annotations=[a for a in c["annotations"] if a["image_id"] == 100]),
+    )
+    said: list[str] = []
+    with pytest.raises(GateFailed) as err:
+        build(bundle, "int8", calib=str(folder), calib_labels=only, calib_size=40,
+              holdout_size=20, prepare="none", say=said.append)  # fmt: skip
+    assert str(err.value) == (
+        "INT8 cannot be gated: labels_map_drop is not measured: the labels hold no box on the 12 "
+        "hold-out samples they label (nothing was written)"
+    )
+    summary = next(s for s in said if s.startswith("INT8 vs FP32 on the hold-out"))
+    assert "labelled_boxes 0.0000" in summary and "labels_map50" not in summary, summary
+    assert (bundle / "manifest.json").read_text() == before

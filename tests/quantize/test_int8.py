@@ -251,3 +251,68 @@ def test_calibration_images_of_several_sizes_for_an_any_size_model(tmp_path):
         cv2.imwrite(str(tmp_path / "imgs" / f"{i}.png"), np.full((48, 64, 3), i, np.uint8))
     proc = run_cli("build", bundle, "--precision", "int8", "--calib", tmp_path / "imgs")
     assert proc.returncode == 0, proc.stderr
+
+
+def _nan_model(path, value: float):
+    """A Conv whose output gets a NaN (or an infinity) added in one channel: the FP32 model
+    itself outputs it, whatever its input."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(0).normal(size=(4, 3, 3, 3)).astype(np.float32)
+    c = np.zeros((1, 4, 1, 1), np.float32)
+    c[0, 1, 0, 0] = value
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Add", ["y", "c"], ["out"], name="add")],
+        "nan", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 4, 8, 8])],
+        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(c, "c")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.subprocess
+def test_a_model_that_outputs_nan_is_named_not_numpy_s_range_error(tmp_path):
+    """Round 6, G22: a model whose FP32 outputs hold NaN failed INT8 with numpy's "supplied range
+    of [0.0, nan] is not finite", naming no tensor. Now one sentence says the FP32 model itself
+    outputs NaN (or infinite values) in which tensor; exit 2, nothing written."""
+    from edgert.export import export_model
+    from edgert.quantize import build
+    from edgert.runtime.errors import ModelError
+
+    np.savez(tmp_path / "calib.npz", x=np.random.default_rng(0).uniform(0, 1, (80, 3, 8, 8)))
+    for name, value in (("nan", np.nan), ("inf", np.inf)):
+        onnx_path = _nan_model(tmp_path / f"{name}.onnx", value)
+        bundle = export_model(str(onnx_path), tmp_path / f"{name}.edgert").bundle
+        before = (bundle / "manifest.json").read_text()
+        if name == "nan":
+            proc = run_cli("build", bundle, "--precision", "int8", "--calib",
+                           tmp_path / "calib.npz", "--calib-size", "40", "--prepare", "none")  # fmt: skip
+            lines = proc.stderr.strip().splitlines()
+            assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+            message = lines[0]
+        else:
+            with pytest.raises(ModelError) as err:
+                build(bundle, "int8", calib=str(tmp_path / "calib.npz"), calib_size=40,
+                      prepare="none")  # fmt: skip
+            message = str(err.value)
+        what = "NaN" if name == "nan" else "infinite values"
+        assert f"the FP32 model itself outputs {what} in 'out' on the calibration data" in message
+        assert (bundle / "manifest.json").read_text() == before
+
+
+@pytest.mark.subprocess
+def test_a_calibration_npz_that_is_a_fifo_is_refused(tmp_path):
+    """`--calib x.npz` that is a FIFO made np.load wait for ever (the G15 sibling): one sentence,
+    exit 2, at once."""
+    import os
+
+    bundle = export_model(str(_nan_model(tmp_path / "m.onnx", 0.0)), tmp_path / "m.edgert").bundle
+    os.mkfifo(tmp_path / "calib.npz")
+    proc = run_cli("build", bundle, "--precision", "int8", "--calib", tmp_path / "calib.npz",
+                   timeout=60)  # fmt: skip
+    assert_user_error(proc, "calib.npz is not a regular file (a FIFO)")

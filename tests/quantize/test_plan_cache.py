@@ -267,7 +267,8 @@ def test_plans_go_to_the_node_s_folder_and_leave_the_bundle_alone(tmp_path, monk
     plans = tmp_path / "node" / "plans"
     monkeypatch.setenv("EDGERT_PLAN_DIR", str(plans))
     where = Bundle(bundle).engines_dir
-    assert where == plans / "d.edgert"
+    model_sha = json.loads((bundle / "manifest.json").read_text())["hashes"]["model.onnx"]
+    assert where == plans / f"d.edgert-{model_sha[:12]}"
     jp6 = PlanCache(where).get_or_build(KEY, lambda: b"x" * 2048)[0]
     jp5 = dataclasses.replace(KEY, tensorrt="8.5.2.2")
     other = dataclasses.replace(KEY, module="nvidia,p3767-0005")
@@ -294,7 +295,8 @@ def test_the_tensorrt_backend_looks_for_plans_where_the_cache_puts_them(tmp_path
     bundle = export_model("zoo:digits_cnn", tmp_path / "d.edgert").bundle
     monkeypatch.setenv("EDGERT_PLAN_DIR", str(tmp_path / "plans"))
     target = engine._resolve(bundle)[0]
-    assert target.engines_dir == tmp_path / "plans" / "d.edgert"
+    folder = tmp_path / "plans" / f"d.edgert-{target.onnx_hashes['model.onnx'][:12]}"
+    assert target.engines_dir == folder
     gpu = SimpleNamespace(name="Orin", cc=(8, 7), multiprocessors=8)
     monkeypatch.setattr(tensorrt, "import_tensorrt", lambda: SimpleNamespace(__version__="10.3.0"))
     monkeypatch.setattr(device, "probe_cuda", lambda: SimpleNamespace(devices=[gpu]))
@@ -304,7 +306,136 @@ def test_the_tensorrt_backend_looks_for_plans_where_the_cache_puts_them(tmp_path
         plan_key, "select_plan", lambda folder, *a, **k: (read.append(folder), (None, "none"))[1]
     )
     tensorrt.TensorRTBackend.select(target, "fp16", 0)
-    assert read == [tmp_path / "plans" / "d.edgert"]
+    assert read == [folder]
+    (tmp_path / "plans" / "d.edgert").mkdir(parents=True)  # an older edgert's: read after
+    tensorrt.TensorRTBackend.select(target, "fp16", 0)
+    assert read[1:] == [folder, tmp_path / "plans" / "d.edgert"]
     monkeypatch.delenv("EDGERT_PLAN_DIR")
     tensorrt.TensorRTBackend.select(engine._resolve(bundle)[0], "fp16", 0)
     assert read[-1] == bundle / "engines"
+
+
+def _shared_plans(tmp_path, monkeypatch):
+    """Two bundles both named model.edgert (a/ and b/, different models) under one
+    EDGERT_PLAN_DIR, as the review's G10 set it up: each one's plan in its own folder, and in the
+    folder named as the bundle alone (an older edgert's, shared by both) a's plan, b's plan with
+    an older sidecar (no ``bundle``, the model file's hash only), a file without a sidecar, a link
+    to a file outside, and a plan whose sidecar is a FIFO."""
+    import os
+
+    from edgert.runtime import Bundle
+    from edgert.runtime.plan_cache import owner_of
+    from tests.tiny import classifier_bundle
+
+    a = Bundle(classifier_bundle(tmp_path / "a", name="model", size=16))
+    b = Bundle(classifier_bundle(tmp_path / "b", name="model", size=24))
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("EDGERT_PLAN_DIR", str(shared))
+    assert a.engines_dir != b.engines_dir and a.engines_dir.parent == shared
+    old = shared / "model.edgert"
+    own = {"bundle": owner_of(b)}
+    plans = {
+        "b": PlanCache(b.engines_dir).get_or_build(KEY, lambda: b"b" * 64, own)[0],
+        "a": PlanCache(a.engines_dir).get_or_build(KEY, lambda: b"a" * 64, {"bundle": owner_of(a)})[0],
+        "a-old": PlanCache(old).get_or_build(KEY, lambda: b"a" * 64, {"bundle": owner_of(a)})[0],
+    }  # fmt: skip
+    b_sha = b.manifest.hashes["model.onnx"]
+    older = dataclasses.replace(KEY, onnx_sha256=b_sha, precision="fp16")
+    plans["b-old"] = PlanCache(old).get_or_build(older, lambda: b"o" * 64)[0]
+    (old / "notes.engine").write_text("my notes")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious.engine").write_text("precious")
+    (old / "link.engine").symlink_to(victim / "precious.engine")
+    (old / "p.engine").write_text("x")
+    os.mkfifo(old / "p.json")
+    return a, b, plans, old
+
+
+@pytest.mark.subprocess
+def test_cache_clear_in_a_shared_plan_folder_removes_only_this_bundle_s_plans(
+    tmp_path, monkeypatch
+):
+    """Round 6, G10 and G14: with EDGERT_PLAN_DIR, `edgert cache clear b/model.edgert` removed
+    a/model.edgert's plans (one folder for both), a file without a sidecar and a link; a FIFO
+    sidecar hung `cache list`. Now each bundle has a folder of its own (name and model hash),
+    and clear removes only regular plans with edgert's sidecar built for b (in its folder and
+    in the old shared one), says what it left, and list shows the FIFO sidecar as such."""
+    a, b, plans, old = _shared_plans(tmp_path, monkeypatch)
+    env = {"EDGERT_PLAN_DIR": str(tmp_path / "shared")}
+    listed = run_cli("cache", "list", b.path, env=env, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert "(its sidecar is not a regular file (a FIFO))" in listed.stdout, listed.stdout
+    assert "notes.engine" in listed.stdout and "(no sidecar)" in listed.stdout
+    cleared = run_cli("cache", "clear", b.path, "--json", env=env, timeout=60)
+    assert cleared.returncode == 0, cleared.stderr
+    said = json.loads(cleared.stdout)
+    assert sorted(said["removed"]) == sorted([plans["b"].name, plans["b-old"].name])
+    assert said["left"] == {
+        plans["a-old"].name: "another bundle's plan",
+        "link.engine": "a link",
+        "notes.engine": "no sidecar",
+        "p.engine": "its sidecar is not a regular file (a FIFO)",
+    }
+    assert not plans["b"].exists() and not plans["b-old"].exists()
+    assert plans["a"].read_bytes() == plans["a-old"].read_bytes() == b"a" * 64
+    assert (old / "link.engine").is_symlink() and (old / "notes.engine").exists()
+    assert (tmp_path / "victim" / "precious.engine").read_text() == "precious"
+    text = run_cli("cache", "clear", b.path, env=env, timeout=60).stdout
+    assert text.startswith("removed 0 plan(s)\nleft 4 file(s) that are not this bundle's plans")
+
+
+@pytest.mark.subprocess
+def test_plan_selection_reads_no_fifo_or_device_as_a_sidecar(tmp_path):
+    """Round 6, G14: `select_plan` (a TensorRT load's plan choice) read a FIFO sidecar for ever
+    and a /dev/zero one until memory ran out. In a subprocess with a time limit: it now passes
+    over them (a plan of unknown origin is never selected) and picks the good plan beside them."""
+    import os
+
+    engines = tmp_path / "engines"
+    good = PlanCache(engines).get_or_build(KEY, lambda: b"x" * 64)[0]
+    for name, sidecar in (("fifo", None), ("zero", "/dev/zero")):
+        (engines / f"{name}.engine").write_bytes(b"y")
+        if sidecar is None:
+            os.mkfifo(engines / f"{name}.json")
+        else:
+            (engines / f"{name}.json").symlink_to(sidecar)
+    code = textwrap.dedent(f"""
+        from pathlib import Path
+        from edgert.runtime.backends.plan_key import select_plan
+        print(select_plan(Path({str(engines)!r}), "auto", "10.3.0.26", "Orin", "8.7")[0])
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == str(good), proc.stderr
+
+
+def test_a_plan_is_read_only_from_a_regular_file(tmp_path):
+    """The plan file itself (tensorrt.py read it with read_bytes(), a FIFO blocking, /dev/zero
+    never ending): a regular file, a link to one included, is read; anything else is one
+    sentence."""
+    import os
+
+    from edgert.runtime.backends.plan_key import read_plan
+    from edgert.runtime.errors import ModelError
+
+    (tmp_path / "ok.engine").write_bytes(b"plan")
+    (tmp_path / "link.engine").symlink_to(tmp_path / "ok.engine")
+    assert read_plan(tmp_path / "ok.engine") == read_plan(tmp_path / "link.engine") == b"plan"
+    os.mkfifo(tmp_path / "fifo.engine")
+    (tmp_path / "zero.engine").symlink_to("/dev/zero")
+    for name, kind in (("fifo", "a FIFO"), ("zero", "a character device")):
+        with pytest.raises(
+            ModelError, match=f"is not a regular file \\({kind}\\): not a TensorRT plan"
+        ):
+            read_plan(tmp_path / f"{name}.engine")
+
+
+@pytest.mark.subprocess
+def test_cache_prints_a_plan_folder_s_newline_escaped(tmp_path):
+    """Round 6, G22: EDGERT_PLAN_DIR holding a newline was printed raw (a second line)."""
+    from tests.tiny import classifier_bundle
+
+    bundle = classifier_bundle(tmp_path / "m")
+    proc = run_cli("cache", "list", bundle, env={"EDGERT_PLAN_DIR": str(tmp_path / "a\nb")})
+    assert proc.returncode == 0 and proc.stdout.count("\n") == 1, proc.stdout
+    assert "a\\nb" in proc.stdout

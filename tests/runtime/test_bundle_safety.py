@@ -312,3 +312,33 @@ def test_small_sentences(tmp_path, tiny):
 
     cv2.imwrite(str(img), np.zeros((16, 16, 3), np.uint8))
     assert_user_error(run_cli("run", tiny, img), "task segment reads per-pixel class scores")
+
+
+@pytest.mark.subprocess
+def test_a_bundle_file_that_is_a_fifo_or_a_device_is_refused_not_hashed(tmp_path):
+    """The manifest reader's rule for every file the manifest records (round 6, the G14/G15
+    siblings): verify_hash (a face bundle's INT8 networks, a build's FP32 model) hashed a FIFO
+    waiting for ever and /dev/zero without end. In a subprocess with a time limit: one
+    sentence each."""
+    os.mkfifo(tmp_path / "fifo.onnx")
+    (tmp_path / "zero.onnx").symlink_to("/dev/zero")
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from edgert.runtime.bundle import verify_hash\n"
+        "from edgert.runtime.errors import BundleError\n"
+        "for name in sys.argv[1:]:\n"
+        "    try:\n"
+        "        verify_hash(Path(name), '0' * 64)\n"
+        "    except BundleError as exc:\n"
+        "        print(exc)\n"
+    )
+    files = [str(tmp_path / "fifo.onnx"), str(tmp_path / "zero.onnx")]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *files], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        f"{files[0]} is not a regular file (a FIFO): not a bundle file",
+        f"{files[1]} is not a regular file (a character device): not a bundle file",
+    ]

@@ -22,7 +22,7 @@ from edgert.runtime.counting import Counters, LineCounter, ZoneCounter, anchor_p
 from edgert.runtime.errors import EdgertError, GeometryError
 from edgert.runtime.results import Result
 from edgert.runtime.tasks import TASK_SPECS, task_spec
-from edgert.runtime.tracking import TRACKERS, ObjectTracker, make_tracker
+from edgert.runtime.tracking import LOW, TRACKERS, ObjectTracker, default_thresholds, make_tracker
 
 from .gate import Hint
 
@@ -111,6 +111,15 @@ class TrackingOptions:
     count_anchor: str = "bottom_center"  # or "center"
     lost_seconds: float = 1.0
     tracker: str = "bytetrack"
+    track_high: float | None = None  # None: default_thresholds(--conf)
+    track_new: float | None = None  # None: track_high
+
+    def thresholds(self, conf: float) -> dict:
+        """The tracker's (high, new_track, low) for a detector run at ``conf``."""
+        high, new = default_thresholds(conf)
+        high = self.track_high if self.track_high is not None else high
+        new = self.track_new if self.track_new is not None else max(high, new)
+        return {"high": high, "new_track": new, "low": min(LOW, high)}
 
     @property
     def enabled(self) -> bool:
@@ -118,7 +127,7 @@ class TrackingOptions:
 
     @staticmethod
     def add_arguments(parser, boxes: str) -> None:
-        from edgert.apps.argtypes import nonneg_float
+        from edgert.apps.argtypes import fraction, nonneg_float
 
         t = parser.add_argument_group(f"tracking and counting ({boxes} models)")
         t.add_argument(
@@ -132,6 +141,20 @@ class TrackingOptions:
             default="bytetrack",
             help="the tracker (default bytetrack: ByteTrack's association over a Kalman filter "
             "stepped by the frames' real times)",
+        )
+        t.add_argument(
+            "--track-high",
+            type=fraction,
+            metavar="T",
+            help="a detection scoring T or more is matched first and may start a track; lower "
+            "ones only extend tracks (default: the larger of --conf and 0.25, as Ultralytics' "
+            "ByteTrack)",
+        )
+        t.add_argument(
+            "--track-new",
+            type=fraction,
+            metavar="T",
+            help="the least score that starts a new track (default: --track-high)",
         )
         t.add_argument(
             "--line",
@@ -172,6 +195,12 @@ class TrackingOptions:
 
     @classmethod
     def from_args(cls, args) -> TrackingOptions:
+        high, new = getattr(args, "track_high", None), getattr(args, "track_new", None)
+        if high is not None and new is not None and new < high:
+            raise EdgertError(
+                f"--track-new {new:g} is under --track-high {high:g}: a track starts only from a "
+                "detection matched first, so give --track-new at least --track-high"
+            )
         return cls(
             args.track,
             tuple(args.line),
@@ -179,6 +208,8 @@ class TrackingOptions:
             args.count_point,
             args.lost_seconds,
             args.tracker,
+            getattr(args, "track_high", None),
+            getattr(args, "track_new", None),
         )
 
 
@@ -203,10 +234,13 @@ class Analytics:
         anchor: str = "bottom_center",
         lost_seconds: float = 1.0,
         tracker: str = "bytetrack",
+        thresholds: dict | None = None,
     ) -> None:
+        self.thresholds = dict(thresholds or {})
+        self.coverage = Coverage(self.thresholds.get("high", default_thresholds(0)[0]))
         self.streams = [
             _Stream(
-                make_tracker(tracker, lost_seconds=lost_seconds),
+                make_tracker(tracker, lost_seconds=lost_seconds, **self.thresholds),
                 Counters(),
                 [g for g in geometries if g.stream in (None, i)],
             )
@@ -260,6 +294,7 @@ class Analytics:
             for t in tracks:
                 ids[t.detection_index] = t.track_id
             objects = [replace(d, track_id=i) for d, i in zip(found, ids)]
+            self.coverage.add(frame.stream, found, ids)
             s.task = frame.results.task if frame.results is not None else s.task
             frame.results = Result.of_objects(objects, s.task, tracked=True)
         else:  # the gate skipped it: the tracks predicted to its time are its results
@@ -407,3 +442,53 @@ def check_task(task: str, asked_by: str = "--track") -> None:
             f"{asked_by} follows detected objects (it tracks them), and this is a {task} model: "
             f"use a {boxes} bundle"
         )
+
+
+class Coverage:
+    """How many confident boxes (scoring the tracker's ``high`` or more) got a track ID, per
+    stream; said once a stream when, over ``WINDOW`` of them, more than ``SHARE`` did not (a
+    tracker that misses what the user sees drawn: its thresholds, or objects too fast for its
+    IoU match)."""
+
+    WINDOW = 300
+    SHARE = 0.2
+
+    def __init__(self, high: float) -> None:
+        self.high = high
+        self.boxes = collections.Counter()  # stream -> confident boxes
+        self.with_id = collections.Counter()
+        self._window: dict = {}  # stream -> [boxes, untracked] since the last look
+        self.warned: set = set()
+
+    def add(self, stream: int, found, ids) -> None:
+        window = self._window.setdefault(stream, [0, 0])
+        for d, track_id in zip(found, ids):
+            if not d.score >= self.high:
+                continue
+            self.boxes[stream] += 1
+            self.with_id[stream] += track_id is not None
+            window[0] += 1
+            window[1] += track_id is None
+        if window[0] >= self.WINDOW:
+            if window[1] > self.SHARE * window[0] and stream not in self.warned:
+                self.warned.add(stream)
+                log.warning(
+                    "stream %d: %d of the last %d boxes scoring %.2f or more got no track ID "
+                    "(%.0f %%): objects that move too far between inferred frames for the "
+                    "tracker's IoU match, or thresholds above their scores (--track-high, "
+                    "--track-new)",
+                    stream,
+                    window[1],
+                    window[0],
+                    self.high,
+                    100.0 * window[1] / window[0],
+                )
+            self._window[stream] = [0, 0]
+
+    def report(self, stream: int) -> dict:
+        boxes = self.boxes[stream]
+        return {
+            "boxes": boxes,
+            "with_track_id": self.with_id[stream],
+            "share": round(self.with_id[stream] / boxes, 4) if boxes else None,
+        }

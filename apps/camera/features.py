@@ -154,7 +154,12 @@ class Tracking(Feature):
         check_task(run.model.task, cfg.tracking_asked_by())
         t = cfg.tracking
         run.analytics = Analytics(
-            len(run.sources), run.geometries, t.count_anchor, t.lost_seconds, t.tracker
+            len(run.sources),
+            run.geometries,
+            t.count_anchor,
+            t.lost_seconds,
+            t.tracker,
+            t.thresholds(cfg.model.conf),
         )
         run.handler.analytics = run.analytics
 
@@ -166,7 +171,9 @@ class Tracking(Feature):
         if run.analytics is not None:
             for st in summary["streams"]:
                 st["counts"] = run.analytics.counts(st["stream"])
+                st["tracked"] = run.analytics.coverage.report(st["stream"])
             summary["events"] = dict(run.analytics.event_counts)
+            summary["tracker"] = run.analytics.thresholds
 
     def metrics(self, run: Run) -> dict:
         return {"analytics": run.analytics}

@@ -16,7 +16,7 @@ from edgert.runtime.errors import BundleError, ModelError
 from edgert.runtime.preprocess import Preprocessing
 from edgert.runtime.tasks import TASK_SPECS, task_spec
 
-from .source import SourceModel
+from .source_model import SourceModel
 
 MAX_KEYPOINTS = 1000  # what a manifest's head.kpt_shape may say (runtime/heads.py)
 PREPROCESS_KEYS = (
@@ -111,10 +111,10 @@ _DECIDED_BY = {
 def check_fit(src: SourceModel, inputs: list, outputs: list, given: dict) -> None:
     """The bundle's final description (task, labels, head, preprocessing) against the graph's
     concrete shapes: the check the runtime makes when it opens the bundle
-    (runtime/bundle_fit.py), made before anything is written, so that export never writes a
+    (runtime/tasks/fit.py), made before anything is written, so that export never writes a
     bundle every run refuses. ModelError naming the options (``given``: option -> value, None
     where not given) or the metadata the contradicting part came from."""
-    from edgert.runtime.bundle_fit import misfit
+    from edgert.runtime.tasks.fit import misfit
 
     found = misfit(src.task, src.labels, src.head, src.preprocessing, inputs, outputs)
     if found is None:

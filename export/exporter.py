@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from edgert.runtime import atomic, bundle
+from edgert.runtime.backends.tensorrt_compat import opset_note
 from edgert.runtime.errors import (
     ModelError,
     OutputError,
@@ -163,6 +164,8 @@ def export_model(
         outputs=output_specs,
         keypoints=keypoints,
     )
+    note = opset_note(export_info.get("opset"))  # JetPack 5's TensorRT parses up to 17
+    notes = [*notes, note] if note else notes
     export_info["described"] = [src.read_from, *notes] if src.read_from else notes
     given = {"task": task, "labels": labels, "keypoints": keypoints, **(preprocess or {})}
     _check_description(src, input_specs, output_specs, given)

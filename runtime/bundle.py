@@ -145,22 +145,7 @@ class Manifest:
             labels=valid_labels(data.get("labels"), where),
             raw=data,
         )
-        manifest.check_fit(where)
         return manifest
-
-    def check_fit(self, where: str = "manifest") -> None:
-        """BundleError where the description contradicts the graph's shapes (a head of other
-        classes, an input of another size): every frame would fail (:mod:`.bundle_fit`, the
-        check export makes before it writes)."""
-        from .bundle_fit import misfit
-
-        found = misfit(
-            self.task, self.labels, self.head, self.preprocessing, self.inputs, self.outputs
-        )
-        if found is not None:
-            raise BundleError(
-                f"{where}: {found.text}, so no frame could run; export the model again"
-            )
 
     @property
     def batch_range(self) -> dict[str, int]:

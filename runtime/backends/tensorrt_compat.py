@@ -59,6 +59,20 @@ def features(version: tuple[int, ...]) -> TrtFeatures:
     )
 
 
+def opset_note(opset: int | None) -> str | None:
+    """What an ONNX opset means for the TensorRT releases JetPack ships (None: every one parses
+    it). Ultralytics 8.4 exports opset 22 by default; JetPack 5's TensorRT 8.5 parses 17."""
+    limit = features(MIN_VERSION).max_onnx_opset
+    if opset is None or limit is None or opset <= limit:
+        return None
+    return (
+        f"opset {opset}: TensorRT 10 (JetPack 6 and 7) parses it, TensorRT 8.5 (JetPack 5) only "
+        f"up to {limit}: for a JetPack 5 device export it again at opset {limit} (Ultralytics: "
+        f"yolo export model=best.pt format=onnx opset={limit}; PyTorch: edgert export --opset "
+        f"{limit})"
+    )
+
+
 def unsupported_reason(version: tuple[int, ...]) -> str | None:
     """Why edgert cannot use this TensorRT (None when it can)."""
     if tuple(version[:2]) < MIN_VERSION:

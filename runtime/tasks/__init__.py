@@ -337,6 +337,10 @@ def load_task_model(
     asked = task_spec(task) if task is not None else None
     bundle = path if isinstance(path, Bundle) else Bundle(path) if Path(path).is_dir() else None
     path = bundle.path if bundle is not None else path
+    if bundle is not None:  # a description its graph contradicts: refused before it loads
+        from .fit import check_bundle
+
+        check_bundle(bundle.manifest, str(bundle.path / "manifest.json"))
     own = TASK_SPECS[bundle.manifest.task] if bundle is not None else None
     if own is not None and own.model is not None:  # a bundle of several networks: its own loader
         if asked not in (None, own):

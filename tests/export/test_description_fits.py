@@ -1,7 +1,7 @@
 """Export never writes a bundle its own runtime refuses (review 6, G19): the final description
 (task, labels, keypoints, input size; from the model's metadata or the flags) is checked against
 the graph's concrete shapes by the check the runtime makes when it opens a bundle
-(runtime/bundle_fit.py), so the two say the same; symbolic dimensions are not checked."""
+(runtime/tasks/fit.py), so the two say the same; symbolic dimensions are not checked."""
 
 from __future__ import annotations
 

@@ -200,3 +200,31 @@ def test_residual_and_attention_models_match(tmp_path, factory, shape):
     np.testing.assert_allclose(
         onnx_out(result.bundle, x), torch_out(module, x), atol=1e-4, rtol=1e-3
     )
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("opset", [17, 21])
+def test_an_onnx_past_jetpack_5s_opset_is_said_with_how_to_export_it_again(tmp_path, opset):
+    """Issue 73: Ultralytics 8.4 exports opset 22 and edgert wrapped it without a word, though
+    JetPack 5's TensorRT 8.5 parses opset 17 at most. Past 17, export says so and how to export
+    again (the bundle is still made: JetPack 6 and 7 parse it); at 17 it says nothing."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8 if opset == 17 else 10
+    onnx.save(model, tmp_path / "relu.onnx")
+    proc = run_cli("export", tmp_path / "relu.onnx", "-o", tmp_path / "relu.edgert")
+    assert proc.returncode == 0, proc.stderr
+    said = "TensorRT 8.5 (JetPack 5) only up to 17" in proc.stdout
+    assert said == (opset > 17), proc.stdout
+    if said:
+        assert "format=onnx opset=17" in proc.stdout
+        assert any(
+            "opset 21" in n for n in manifest(tmp_path / "relu.edgert")["export"]["described"]
+        )

@@ -1,7 +1,8 @@
 """Whether a bundle's description (task, labels, head, preprocessing) fits its graph's shapes.
 
-One check, asked where ``edgert export`` writes a bundle and where the runtime opens one
-(:meth:`~.bundle.Manifest.from_dict`), so that export never writes what every ``run`` would then
+One check, asked where ``edgert export`` writes a bundle and where the runtime opens one for its
+task (:func:`check_bundle`, from ``load_task_model``: ``edgert run``, ``camera``, ``bench``,
+``serve``), so that export never writes what every ``run`` would then
 refuse, and the two never disagree. It refuses what the decoders and the engine would fail on
 for every frame (an input of another size, a head whose channels are not 4 + classes + extras,
 a pose head with no keypoint shape, a detector with no class at all); only concrete dimensions
@@ -28,7 +29,7 @@ def _dims(shape) -> str:
 def misfit(task, labels, head, preprocessing, inputs, outputs) -> Misfit | None:
     """The first thing in the description that contradicts the graph, or None. ``head``: a
     :class:`~.heads.Head` or None; ``inputs`` / ``outputs``: the graph's TensorSpecs."""
-    from .tasks import TASK_SPECS
+    from . import TASK_SPECS
 
     spec = TASK_SPECS.get(task)
     if spec is None or spec.model is not None:  # a bundle of several networks checks its own
@@ -59,7 +60,7 @@ def _input_misfit(pre, inputs) -> Misfit | None:
 
 def _head_misfit(spec, labels, head, shapes: list) -> Misfit | None:
     """A detector-family head against the first output, as the task's decoder reads it."""
-    from .heads import Head
+    from ..heads import Head
 
     if spec.head_extras is None or not shapes:
         return None
@@ -98,8 +99,8 @@ def _head_misfit(spec, labels, head, shapes: list) -> Misfit | None:
 def _detect_misfit(first, nc, outputs: int) -> Misfit | None:
     """A YOLO detector's one output (:func:`~.detection.yolo_layout`, the decoder's own test),
     or an SSD pair (boxes, scores: not checked here)."""
-    from .detection import yolo_layout
-    from .errors import ShapeError
+    from ..detection import yolo_layout
+    from ..errors import ShapeError
 
     if outputs == 2:
         return None
@@ -128,3 +129,20 @@ def _no_classes(first, dim: int, classes: int, nc) -> Misfit | None:
     return Misfit(
         "classes", f"output {_dims(first)} leaves no class scores (a model has one at least)"
     )
+
+
+def check_bundle(manifest, where: str) -> None:
+    """BundleError where a bundle's description contradicts its graph's shapes (a head of other
+    classes, an input of another size): every frame would fail, so it is refused when opened."""
+    from ..errors import BundleError
+
+    found = misfit(
+        manifest.task,
+        manifest.labels,
+        manifest.head,
+        manifest.preprocessing,
+        manifest.inputs,
+        manifest.outputs,
+    )
+    if found is not None:
+        raise BundleError(f"{where}: {found.text}, so no frame could run; export the model again")

@@ -103,9 +103,11 @@ def _load_ultralytics(
         from ultralytics import YOLO
     except ImportError:
         raise ModelError(
-            f"{path} is an Ultralytics checkpoint and ultralytics is not installed here: install "
-            "it beside edgert (pip install ultralytics), or give the .onnx of "
-            "'yolo export model=... format=onnx' from where it is"
+            f"{path} is an Ultralytics checkpoint and ultralytics is not installed here: export "
+            f"it where Ultralytics runs ('yolo export model={path.name} format=onnx opset=17') "
+            "and give edgert the .onnx (a plain 'pip install ultralytics' here would bring a "
+            "torchvision that replaces this environment's torch unless you pin the torchvision "
+            "made for it)"
         ) from None
     folder = tempfile.TemporaryDirectory(prefix="edgert-ultralytics-")
     copy = Path(folder.name) / path.name

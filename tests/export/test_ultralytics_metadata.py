@@ -300,6 +300,7 @@ def test_an_ultralytics_checkpoint_says_what_it_needs(tmp_path):
         assert_user_error(
             run_cli("export", pt, "-o", tmp_path / "a.edgert", "--trust-pickle"),
             "ultralytics is not installed here",
-            "format=onnx",
+            "yolo export model=best.pt format=onnx opset=17",
+            "replaces this environment's torch",
         )
     assert not (tmp_path / "a.edgert").exists()

@@ -285,7 +285,7 @@ def _from_onnx(src: SourceModel, atol: float, rtol: float):
         "exporter": "existing ONNX file",
         "ort_providers": session.get_providers(),
     }
-    report = ParityReport(
+    report = src.parity or ParityReport(
         atol, rtol, (), skipped="the source is ONNX: there is no PyTorch reference"
     )
     src.hashes["source"] = bundle.sha256_file(src.onnx_path)

@@ -39,6 +39,7 @@ class ParityReport:
     rtol: float
     cases: tuple[ParityCase, ...]
     skipped: str | None = None
+    title: str | None = None  # what was compared, where it is not PyTorch against ONNX Runtime
 
     @property
     def passed(self) -> bool:
@@ -60,6 +61,7 @@ class ParityReport:
             "max_abs": self.max_abs,
             "min_cosine": self.min_cosine,
             "skipped": self.skipped,
+            "title": self.title,
             "cases": [
                 {"label": c.label, "batch": c.batch, "outputs": [asdict(o) for o in c.outputs]}
                 for c in self.cases
@@ -69,7 +71,11 @@ class ParityReport:
     def lines(self) -> list[str]:
         if self.skipped:
             return [f"parity: skipped ({self.skipped})"]
-        out = [f"parity vs PyTorch (atol {self.atol:g}, rtol {self.rtol:g}):"]
+        out = [
+            f"{self.title}:"
+            if self.title
+            else f"parity vs PyTorch (atol {self.atol:g}, rtol {self.rtol:g}):"
+        ]
         for c in self.cases:
             for o in c.outputs:
                 mark = "ok" if o.passed else "FAIL"

@@ -123,9 +123,28 @@ def _load_ultralytics(
     src = _load_onnx(onnx_file)
     src.name, src.spec, src.keep = _name_of(path), str(path), folder
     src.hashes["checkpoint"] = sha256_file(path)
+    src.parity = _checkpoint_parity(YOLO, copy, onnx_file)
     if src.read_from:
         src.read_from += f", exported from {path.name} by Ultralytics {ultralytics.__version__}"
     return src
+
+
+def _checkpoint_parity(yolo, checkpoint: Path, onnx_file: Path):
+    """Ultralytics' predictor on the checkpoint and on its ONNX (export/ultralytics_parity.py),
+    or a report saying why it could not run."""
+    import onnx
+
+    from .parity import ParityReport
+    from .ultralytics_parity import predictor_parity
+
+    dims = onnx.load(str(onnx_file), load_external_data=False).graph.input[0].type.tensor_type
+    size = tuple(d.dim_value for d in dims.shape.dim[2:4])
+    if len(size) != 2 or min(size) <= 0:
+        return ParityReport(0.0, 0.0, (), skipped="the exported ONNX's input size is not fixed")
+    try:
+        return predictor_parity(yolo, checkpoint, onnx_file, size)
+    except Exception as exc:  # Ultralytics' predictor: its own sentence
+        return ParityReport(0.0, 0.0, (), skipped=f"Ultralytics' predictor: {first_line(exc)}")
 
 
 @contextlib.contextmanager

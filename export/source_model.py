@@ -37,6 +37,7 @@ class SourceModel:
     hashes: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     keep: Any = None  # what must live as long as the source (a temporary folder of its ONNX)
+    parity: Any = None  # a ParityReport made where the source was read (an Ultralytics .pt)
 
 
 def check_state_dict(model, state: dict, what: str) -> None:

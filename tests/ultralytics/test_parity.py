@@ -287,6 +287,13 @@ def test_a_checkpoint_is_exported_by_ultralytics_and_runs_as_its_onnx(exported, 
     )
     assert proc.returncode == 0, proc.stderr
     assert "exported from best.pt by Ultralytics" in proc.stdout
+    # issue 73: parity was "skipped (the source is ONNX ...)" for a .pt; now Ultralytics'
+    # predictor on the checkpoint against the same on its ONNX, photo by photo
+    said = proc.stdout[proc.stdout.index("parity vs Ultralytics' predictor") :].splitlines()[1:]
+    cases = [line for line in said if "object(s)" in line]
+    assert len(cases) >= 2 * len(PHOTOS) and all(line.endswith(" ok") for line in cases), said
+    compared = sum(int(line.split(": ")[1].split()[0]) for line in cases if "boxes" in line)
+    assert compared >= 3, said
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "pt.edgert"]  # nothing left
     from_pt = json.loads((tmp_path / "pt.edgert" / "manifest.json").read_text())
     from_onnx = export_model(onnx, tmp_path / "onnx.edgert").manifest

@@ -17,10 +17,11 @@ DEVICE_TESTS := tests/runtime tests/apps/test_device_side.py tests/apps/test_gat
 # edgert serve: PyTriton needs numpy < 2, so its tests run in their own environment
 SERVE_VENV ?= .venv-serve
 
-# Ultralytics' exports against its own predictor: Ultralytics needs torchvision, which does not
-# install beside the project's torch 2.13 (torch 2.14.1 and torchvision 0.29.1 here, ~6 GB)
+# Ultralytics' exports against its own predictor, and its tracker (which needs lap: without it
+# `yolo track` tries to pip-install it, and fails offline). Ultralytics needs torchvision, which
+# does not install beside the project's torch 2.13 (torch 2.14.1 and torchvision 0.29.1, ~6 GB)
 ULTRA_VENV ?= .venv-ultra
-ULTRA := torch==2.14.1 torchvision==0.29.1 ultralytics==8.4.0 onnx onnxruntime onnxslim pytest
+ULTRA := torch==2.14.1 torchvision==0.29.1 ultralytics==8.4.0 lap==0.5.13 onnx onnxruntime onnxslim pytest
 
 .PHONY: demo test test-quick install gi-link lint clean test-oldest wheel-smoke test-serve \
 	test-ultralytics ci

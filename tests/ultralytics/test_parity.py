@@ -356,3 +356,15 @@ def test_int8_finds_the_head_of_every_ultralytics_detector_and_none_of_its_class
     assert len(head.outputs) == 3 * branches + (proto in head.outputs)  # 3 scales
     assert (proto in head.outputs) == name.endswith("-seg")
     assert head.decode == ((where + "dfl/conv/Conv",) if "26" not in name else ())
+
+
+def test_ultralytics_own_tracker_runs_offline_here(exported):
+    """Issue 73: `lap` was missing from this environment, so `yolo track` (the peer a user
+    compares edgert's tracking with) tried to pip-install it and failed offline."""
+    from ultralytics import YOLO
+
+    model, onnx = exported("yolov8n")
+    tracker = YOLO(str(onnx), task="detect")
+    for photo in PHOTOS[:3]:
+        results = tracker.track(photo, persist=True, imgsz=SIZE, conf=CONF, verbose=False)
+        assert len(results) == 1

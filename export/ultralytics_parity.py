@@ -68,9 +68,10 @@ def _compare(ref, got) -> tuple:
     if getattr(ref, "probs", None) is not None:
         a, b = ref.probs.data.cpu().numpy(), got.probs.data.cpu().numpy()
         return [_within("probabilities", a, b, SCORE)], int(a.size)
-    kind = "obb" if getattr(ref, "obb", None) is not None else "boxes"
-    ra, ga = getattr(ref, kind), getattr(got, kind)
-    rb, gb = (x.xyxyxyxy.reshape(-1, 8) if kind == "obb" else x.xyxy for x in (ra, ga))
+    rotated = getattr(ref, "obb", None) is not None  # Results.obb: oriented boxes
+    ra, ga = (ref.obb, got.obb) if rotated else (ref.boxes, got.boxes)
+    rb, gb = (x.xyxyxyxy.reshape(-1, 8) if rotated else x.xyxy for x in (ra, ga))
+    kind = "corners" if rotated else "boxes"
     rb, gb = rb.cpu().numpy(), gb.cpu().numpy()
     rs, gs = ra.conf.cpu().numpy(), ga.conf.cpu().numpy()
     rc, gc = ra.cls.cpu().numpy(), ga.cls.cpu().numpy()
@@ -80,7 +81,7 @@ def _compare(ref, got) -> tuple:
     boxes = _within(kind, rb[i], gb[j], BOX_PX)
     boxes = replace(boxes, passed=boxes.passed and lone_ok)
     outputs = [boxes, _within("scores", rs[i], gs[j], SCORE)]
-    if getattr(ref, "keypoints", None) is not None and ref.keypoints is not None:
+    if getattr(ref, "keypoints", None) is not None:
         rk, gk = ref.keypoints.xy.cpu().numpy(), got.keypoints.xy.cpu().numpy()
         outputs.append(_within("keypoints", rk[i], gk[j], BOX_PX))
     return outputs, len(pairs)

@@ -127,7 +127,7 @@ class TrackingOptions:
 
     @staticmethod
     def add_arguments(parser, boxes: str) -> None:
-        from edgert.apps.argtypes import fraction, nonneg_float
+        from edgert.apps.argtypes import nonneg_float
 
         t = parser.add_argument_group(f"tracking and counting ({boxes} models)")
         t.add_argument(
@@ -142,20 +142,7 @@ class TrackingOptions:
             help="the tracker (default bytetrack: ByteTrack's association over a Kalman filter "
             "stepped by the frames' real times)",
         )
-        t.add_argument(
-            "--track-high",
-            type=fraction,
-            metavar="T",
-            help="a detection scoring T or more is matched first and may start a track; lower "
-            "ones only extend tracks (default: the larger of --conf and 0.25, as Ultralytics' "
-            "ByteTrack)",
-        )
-        t.add_argument(
-            "--track-new",
-            type=fraction,
-            metavar="T",
-            help="the least score that starts a new track (default: --track-high)",
-        )
+        _add_thresholds(t)
         t.add_argument(
             "--line",
             action="append",
@@ -211,6 +198,25 @@ class TrackingOptions:
             getattr(args, "track_high", None),
             getattr(args, "track_new", None),
         )
+
+
+def _add_thresholds(group) -> None:
+    from edgert.apps.argtypes import fraction
+
+    group.add_argument(
+        "--track-high",
+        type=fraction,
+        metavar="T",
+        help="a detection scoring T or more is matched first and may start a track; lower "
+        "ones only extend tracks (default: the larger of --conf and 0.25, as Ultralytics' "
+        "ByteTrack)",
+    )
+    group.add_argument(
+        "--track-new",
+        type=fraction,
+        metavar="T",
+        help="the least score that starts a new track (default: --track-high)",
+    )
 
 
 @dataclass

@@ -568,15 +568,17 @@ class SecondaryStage:
     def find(self, name: str) -> Secondary | None:
         return next((s for s in self.secondaries if s.name == name), None)
 
-    def replace(self, s: Secondary, model, bundle: str) -> None:
+    def replace(self, s: Secondary, model, bundle: str) -> bool:
         """``s`` runs ``model`` (from ``bundle``) from its next call on: swapped between two calls
-        of the worker, the live tracks' attempts and votes started again, the old model closed."""
+        of the worker, the live tracks' attempts and votes started again, the old model closed.
+        False when the run ended meanwhile (``model`` is closed, not used)."""
         from dataclasses import replace
 
         with self.cond:
             while self.busy and not self.closed:
                 self.cond.wait()
-            if self.closed:  # the run ended meanwhile: the candidate is not used
+            taken = not self.closed
+            if not taken:  # the run ended meanwhile: the candidate is not used
                 old = model
             else:
                 old = s.model
@@ -586,6 +588,7 @@ class SecondaryStage:
                 s.failed = None  # a model that failed is replaced: it runs again
                 s.reset()
         old.close()
+        return taken
 
     def close(self) -> None:
         with self.cond:

@@ -356,7 +356,8 @@ class Secondaries(Feature):
             return
         from edgert.runtime.tasks import load_task_model
 
-        from .secondary import SecondaryStage, load_all
+        from .secondary import SecondaryStage, load_all, warn
+        from .secondary_spec import unknown_on
 
         m = run.cfg.model
 
@@ -369,6 +370,9 @@ class Secondaries(Feature):
         self.stage = run.handler.secondary = SecondaryStage(found)
         run.stack.callback(self.stage.close)
         for s in found:
+            unknown = unknown_on(s.spec, getattr(run.model, "labels", None))
+            if unknown:  # said at start: it would run on nothing of those, silently
+                warn(unknown, run.say)
             on = "+".join(s.spec.on) or "every label"
             run.say(escape_controls(
                 f"secondary: {s.name} ({s.model.task}) on {on}, at most {s.spec.attempts} "

@@ -32,13 +32,14 @@ pixels, of the frame they were found on).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 
 import numpy as np
 
 from edgert.runtime.errors import EdgertError, OutputError
 
-from .secondary_crops import Crop, TrackState, crop_box, input_side, quality
+from .secondary_crops import Crop, TrackState, crop_box, cut, input_side, needs, quality
 from .secondary_spec import NAME, RESERVED, SecondarySpec
 from .secondary_stage import QUEUE_CROPS, SecondaryStage
 
@@ -58,6 +59,7 @@ __all__ = [
 ]
 
 GOOD = 0.8  # a crop this good is tried at once (no need to wait for a better view)
+HELD_BYTES = 64 << 20  # the tracks' held crops of one secondary, at most (then none is held)
 
 
 class Secondary:
@@ -73,6 +75,9 @@ class Secondary:
         self.crops = 0
         self.batches = 0  # queue items (a primary batch's crops) it ran
         self.refused_size = 0
+        self.not_finite = 0  # boxes not finite (not cut) and answers not finite (not votes)
+        self.refused_memory = 0  # crops not held: the crops held would pass HELD_BYTES
+        self.held_bytes = 0  # of the tracks' held crops (the output thread's)
         self.dropped = 0
         self.tracks_attempted = 0
         self.ended_attempts = 0  # attempts of the tracks ended (their states gone)
@@ -89,6 +94,7 @@ class Secondary:
         self.model = model
         self.classifies, self.boxes = bool(kind.class_scores), bool(kind.boxes)
         self.input_side = input_side(model)
+        self.need = needs(model)  # what a crop is scaled down to (twice that)
 
     def extras(self, key) -> dict | None:
         """What a track's objects carry for this secondary (None before its first answer)."""
@@ -114,6 +120,10 @@ class Secondary:
         if st.attempts >= spec.attempts:
             return None
         box = track.observed or track.box
+        if not np.isfinite(box).all() or not np.isfinite(track.score):
+            with self.lock:  # a decoder passed a NaN / inf on: nothing to cut (counted)
+                self.not_finite += 1
+            return None
         x1, y1, x2, y2 = box
         if min(x2 - x1, y2 - y1) < spec.min_size:
             with self.lock:
@@ -129,12 +139,28 @@ class Secondary:
             st.opened = t
         q = quality(picture, box, track.score, track.velocity, self.input_side)
         if st.held is None or q > st.held.quality:
-            cx1, cy1, cx2, cy2 = crop_box(box, spec.margin, picture.shape[:2])
-            image = picture[cy1:cy2, cx1:cx2].copy()
-            st.held = Crop(key, image, (cx1, cy1), q, t, frame.index, area)
+            self._hold(st, picture, box, Crop(key, None, (0, 0), q, t, frame.index, area))
+        if st.held is None:  # nothing held (the bound on bytes): the window stays open
+            return None
         if st.held.quality >= GOOD or t - st.opened >= spec.window_s:
             return self._take(st)
         return None
+
+    def _hold(self, st: TrackState, picture, box, crop: Crop) -> None:
+        """``crop`` cut (scaled to what the secondary needs) and held as the track's best, unless
+        the crops held would pass ``HELD_BYTES`` (counted; the one held before stays)."""
+        cx1, cy1, cx2, cy2 = crop_box(box, self.spec.margin, picture.shape[:2])
+        if cx2 <= cx1 or cy2 <= cy1:  # the box is outside the frame: nothing to cut
+            return
+        crop.image, crop.scale = cut(picture, (cx1, cy1, cx2, cy2), self.need)
+        crop.origin = (cx1, cy1)
+        before = st.held.image.nbytes if st.held is not None else 0
+        if self.held_bytes - before + crop.image.nbytes > HELD_BYTES:
+            with self.lock:
+                self.refused_memory += 1
+            return
+        self.held_bytes += crop.image.nbytes - before
+        st.held = crop
 
     def ending(self, key) -> Crop | None:
         """A track ended: its held crop, attempted now (the object is leaving)."""
@@ -152,6 +178,9 @@ class Secondary:
             st = self.tracks.get(key)
             if st is not None:
                 st.ended = True
+                if st.held is not None:  # not attempted (its budget was spent): let go
+                    self.held_bytes -= st.held.image.nbytes
+                    st.held = None
                 self._drop_ended(key, st)
 
     def _drop_ended(self, key, st: TrackState) -> None:
@@ -163,6 +192,7 @@ class Secondary:
 
     def _take(self, st: TrackState) -> Crop:
         crop, st.held, st.opened = st.held, None, None
+        self.held_bytes -= crop.image.nbytes
         with self.lock:
             st.attempts += 1
             st.pending += 1
@@ -214,25 +244,35 @@ class Secondary:
             return
         st.pending -= 1
         st.answered += 1
+        given = result.classes if self.classifies else result.objects
+        if self.classifies:
+            classes = [c for c in given if math.isfinite(c.score)]
+        else:
+            classes = [d for d in given if np.isfinite((d.score, *d.box)).all()]
+        if len(classes) < len(given):
+            self.not_finite += 1  # a NaN answer is not a label (its finite rest still votes)
+            if not classes:
+                return
         q = max(crop.quality, 1e-6)
         st.weight += q
         if self.classifies:
-            for c in result.classes:
+            for c in classes:
                 st.votes[c.label] += q * float(c.score)
             return
-        objects = sorted(result.objects, key=lambda d: -d.score)
+        objects = sorted(classes, key=lambda d: -d.score)
         if not objects:
             st.votes["none"] += q
             return
         st.votes[objects[0].label] += q * float(objects[0].score)
         if q * objects[0].score > st.best:
-            ox, oy = crop.origin
+            (ox, oy), (sx, sy) = crop.origin, crop.scale
+            sxy, oxy = (sx, sy, sx, sy), (ox, oy, ox, oy)  # back to the frame's pixels
             st.best = q * objects[0].score
             st.objects = [
                 {
                     "label": d.label,
                     "score": round(float(d.score), 4),
-                    "box": [round(float(v), 1) for v in np.add(d.box, (ox, oy, ox, oy))],
+                    "box": [round(float(v), 1) for v in np.add(np.divide(d.box, sxy), oxy)],
                     "frame": crop.frame,
                 }
                 for d in objects
@@ -276,6 +316,8 @@ class Secondary:
                 "crops": self.crops,
                 "batches": self.batches,
                 "refused_size": self.refused_size,
+                "not_finite": self.not_finite,
+                "refused_memory": self.refused_memory,
                 "dropped": self.dropped,
                 "tracks_attempted": self.tracks_attempted,
                 "attempts_per_track": round(attempts / tracks, 3) if tracks else 0.0,
@@ -325,11 +367,14 @@ def _takes(model) -> bool:
 
 
 def _not_loaded(spec, why: str, say) -> None:
+    warn(f"--secondary {spec.bundle}: not loaded ({why}); the camera runs without it", say)
+
+
+def warn(sentence: str, say) -> None:
+    """A warning at start, on the terminal and in the log (a path's CR/LF escaped)."""
     from edgert.apps.uris import escape_controls
 
-    line = escape_controls(
-        f"--secondary {spec.bundle}: not loaded ({why}); the camera runs without it"
-    )
+    line = escape_controls(sentence)
     say(line)
     log.warning("%s", line)
 

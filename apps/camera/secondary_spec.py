@@ -60,6 +60,8 @@ class SecondarySpec:
                     f"{', '.join(k + '=' for k in cls.KEYS)})"
                 )
             attr, kind = cls.KEYS[key]
+            if attr in values:  # name=x,name=y: which one was meant is not ours to guess
+                raise OutputError(f"--secondary {text}: {key}= is given twice; give it once")
             try:
                 values[attr] = kind(value)
             except ValueError:
@@ -82,3 +84,21 @@ class SecondarySpec:
             if bad:
                 raise OutputError(f"--secondary {text}: {why}")
         return spec
+
+
+def unknown_on(spec: SecondarySpec, labels) -> str | None:
+    """The sentence for ``on=`` naming labels the primary model does not have (``labels``: its
+    labels; None: a model without names, nothing to check), or None."""
+    missing = [x for x in spec.on if x not in (labels or spec.on)]
+    if not missing:
+        return None
+    known = [x for x in spec.on if x not in missing]
+    shown = ", ".join(str(x) for x in list(labels)[:20])
+    if len(labels) > 20:
+        shown += f" and {len(labels) - 20} more"
+    verb = "is not a label" if len(missing) == 1 else "are not labels"
+    runs = f"it runs on {'+'.join(known)} only" if known else "it runs on nothing"
+    return (
+        f"--secondary {spec.bundle}: on={'+'.join(spec.on)}: {', '.join(missing)} {verb} of the "
+        f"primary model (its labels: {shown}); {runs}"
+    )

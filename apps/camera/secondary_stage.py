@@ -1,7 +1,8 @@
 """The stage that runs every secondary of a run (:class:`SecondaryStage`): the crops the output
 thread collects per primary batch, the queue to the secondaries' worker thread (at most
-``QUEUE_CROPS`` crops: a crop that does not fit drops the lowest-quality one waiting), the
-worker, and the tracks' labels onto the objects and events. See :mod:`.secondary`."""
+``QUEUE_CROPS`` crops and ``QUEUE_BYTES`` of images: a crop that does not fit drops the
+lowest-quality one waiting), the worker, and the tracks' labels onto the objects and events.
+See :mod:`.secondary`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 
 log = logging.getLogger(__name__)
 QUEUE_CROPS = 64  # crops waiting for the worker at most (then the lowest quality is dropped)
+QUEUE_BYTES = 64 << 20  # and their images' bytes at most (likewise)
 
 
 class SecondaryStage:
@@ -22,6 +24,7 @@ class SecondaryStage:
         self.cond = threading.Condition()
         self.queue: collections.deque = collections.deque()  # (secondary, [crops]) per batch
         self.waiting = 0  # crops in the queue
+        self.waiting_bytes = 0  # their images' bytes
         self.busy = False
         self.closed = False
         self.batches = 0  # queue items (primary batches that gave crops) per secondary
@@ -105,7 +108,8 @@ class SecondaryStage:
         """Into the queue; when full, the lowest-quality crops waiting (these included) go."""
         self.queue.append((s, crops))
         self.waiting += len(crops)
-        while self.waiting > QUEUE_CROPS:
+        self.waiting_bytes += sum(c.image.nbytes for c in crops)
+        while self.waiting > QUEUE_CROPS or self.waiting_bytes > QUEUE_BYTES:
             worst = min(((qs, c) for qs, cs in self.queue for c in cs), key=lambda x: x[1].quality)
             for item in self.queue:
                 kept = [c for c in item[1] if c is not worst[1]]
@@ -113,6 +117,7 @@ class SecondaryStage:
                     item[1][:] = kept
                     break
             self.waiting -= 1
+            self.waiting_bytes -= worst[1].image.nbytes
             worst[0].given_back(worst[1])
         for item in [i for i in self.queue if not i[1]]:  # emptied by drops
             self.queue.remove(item)
@@ -201,6 +206,7 @@ class SecondaryStage:
                     return
                 s, crops = self.queue.popleft()
                 self.waiting -= len(crops)
+                self.waiting_bytes -= sum(c.image.nbytes for c in crops)
                 self.busy = True
                 self.batches += 1
             try:

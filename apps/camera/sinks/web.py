@@ -387,9 +387,12 @@ def view_fps(uri: str) -> int:
 
     try:
         query = split(uri, need_host=False, free=True).path.partition("?")[2]
-        options = {k: v[-1] for k, v in parse_qs(query, True, True).items()}
+        given = parse_qs(query, True, True)
     except ValueError as exc:
         raise OutputError(str(exc)) from None
+    if any(len(v) > 1 for v in given.values()):
+        raise OutputError(f"{redact(uri)}: fps= is given twice; give it once")
+    options = {k: v[0] for k, v in given.items()}
     unknown = sorted(set(options) - {"fps"})
     if unknown:
         raise OutputError(

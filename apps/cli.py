@@ -14,7 +14,8 @@ import logging
 import os
 import sys
 
-from edgert.apps import processes
+# hangup first: SIGHUP is held (apps/hangup.py) before processes imports the runtime
+from edgert.apps import hangup, processes
 from edgert.apps.argtypes import Parser
 from edgert.runtime.device import edgert_version
 from edgert.runtime.errors import EdgertError
@@ -201,6 +202,7 @@ class _OneLine(logging.Formatter):
 
 
 def _main(argv: list[str] | None = None) -> int:
+    hangup.hold(argv)  # a caller's own argument list (the import looked at sys.argv)
     _guard_standard_streams()
     # first: a stop during start-up is handled too. SIGTERM ends long work the way Ctrl-C does
     # (video files closed, summaries printed); a stop that code turned into an error on its way

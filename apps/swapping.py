@@ -278,6 +278,7 @@ class SwapQueue:
     (every wake, at least four times a second)."""
 
     COMMAND = "edgert"  # the command a sentence tells to start with --model-endpoint
+    SUPERSEDE = False  # True: of the requests waiting, only the latest is done (the rest said)
 
     def _queue(self, options: SwapOptions, roots, say, post_event, name: str) -> None:
         self.o, self.say, self.post_event = options, say, post_event
@@ -293,11 +294,25 @@ class SwapQueue:
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def request(self, path: str, why: str, force: bool = False) -> int:
-        """Queue a swap to ``path`` (done in order, each fully); its number (never repeated)."""
+        """Queue a swap to ``path`` (done in order, each fully; with ``SUPERSEDE``, a request
+        still waiting when a later one comes is dropped); its number (never repeated)."""
         n = next(self._numbers)
         self.requests.append((str(path), why, force))
         self.wake.set()
         return n
+
+    def _next(self) -> tuple:
+        """The request to do now (with ``SUPERSEDE``: the latest; those before it are said to
+        be superseded, never loaded)."""
+        item = self.requests.popleft()
+        while self.SUPERSEDE and self.requests:
+            later = self.requests.popleft()
+            self._superseded(item[0], item[1], later[0])
+            item = later
+        return item
+
+    def _superseded(self, path: str, why: str, by: str) -> None:
+        """A request dropped because a later one came before it was done."""
 
     def allowed(self, path: str) -> bool:
         """``path`` is inside a folder ``--allow-models`` names, links and ``..`` resolved."""
@@ -323,8 +338,9 @@ class SwapQueue:
         if model_info(real, self.roots if why == POSTED else None) != info:
             raise ModelError("the bundle changed while it was loaded; it is read again next time")
 
-    def http_post(self, body: bytes) -> tuple[int, bytes, str]:
-        """``POST /model`` with ``{"bundle": PATH, "force": false}``."""
+    def http_post(self, body: bytes, **answer) -> tuple[int, bytes, str]:
+        """``POST /model`` with ``{"bundle": PATH, "force": false}`` (``answer``: more fields of
+        the 202's body)."""
         if not self.o.endpoint:
             return self.off()
         try:
@@ -343,7 +359,7 @@ class SwapQueue:
         if refused is not None:
             return refused
         n = self.request(path, POSTED, force)
-        return json_answer(202, {"accepted": True, "request": n, "bundle": path})
+        return json_answer(202, {"accepted": True, **answer, "request": n, "bundle": path})
 
     def off(self) -> tuple[int, bytes, str]:
         """The answer while ``--model-endpoint`` was not given."""
@@ -393,7 +409,7 @@ class SwapQueue:
                 self._poll()
             self._tick()
             while self.requests and not self.stopped.is_set():
-                path, why, force = self.requests.popleft()
+                path, why, force = self._next()
                 self.busy = True
                 try:
                     self._swap(path, why, force)

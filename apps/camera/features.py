@@ -22,15 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from edgert.apps.swapping import POSTED
 from edgert.apps.telemetry.http import json_answer
 from edgert.apps.uris import escape_controls
-from edgert.runtime.errors import EdgertError, OutputError, SourceError
+from edgert.runtime.errors import OutputError, SourceError
 
 from .analytics import Analytics, check_in_frame, check_task, parse_all
 from .gate import GateOptions, check_masks_in_frame, gates_for
@@ -358,6 +355,7 @@ class Secondaries(Feature):
     own thread (:mod:`.secondary`); one that fails to load is said and left out."""
 
     stage: Any = None
+    swaps: dict = {}  # secondary name -> its SecondarySwap (with --model-endpoint)
 
     def loaded(self, run: Run) -> None:
         specs = run.cfg.secondaries
@@ -365,7 +363,8 @@ class Secondaries(Feature):
             return
         from edgert.runtime.tasks import load_task_model
 
-        from .secondary import SecondaryStage, load_all
+        from .secondary import SecondaryStage, load_all, warn
+        from .secondary_spec import unknown_on
 
         m = run.cfg.model
 
@@ -378,6 +377,9 @@ class Secondaries(Feature):
         self.stage = run.handler.secondary = SecondaryStage(found)
         run.stack.callback(self.stage.close)
         for s in found:
+            unknown = unknown_on(s.spec, getattr(run.model, "labels", None))
+            if unknown:  # said at start: it would run on nothing of those, silently
+                warn(unknown, run.say)
             on = "+".join(s.spec.on) or "every label"
             run.say(escape_controls(
                 f"secondary: {s.name} ({s.model.task}) on {on}, at most {s.spec.attempts} "
@@ -400,70 +402,43 @@ class Secondaries(Feature):
             if isinstance(data, dict) and "secondary" in data:  # never the primary's swap
                 if self.stage is None:
                     return json_answer(404, {"error": "this camera runs no --secondary"})
-                return self._swap(run, data)
+                return self._swap(run, data, body)
             return primary_post(body)
 
         routes[("POST", "/model")] = post
         if self.stage is None:
             return
+        if run.cfg.swap.endpoint:  # one swap queue and thread per secondary
+            from .secondary_swap import start_swaps
+
+            self.swaps = start_swaps(run, self.stage)
 
         def get(body: bytes = b""):
             code, text, _ = primary_get(body)
             answer = json.loads(text)
             answer["secondary"] = [
-                {"name": s.name, "bundle": s.spec.bundle, "task": s.model.task, "swaps": s.swaps}
+                self.swaps[s.name].report()
+                if s.name in self.swaps
+                else {"name": s.name, "bundle": s.spec.bundle, "task": s.model.task, "swaps": 0}
                 for s in self.stage.secondaries
             ]
             return json_answer(code, answer)
 
         routes[("GET", "/model")] = get
 
-    def _swap(self, run: Run, data: dict):
-        """202 and the swap done on its own thread (its outcome an event: model_swap or
-        model_swap_refused naming the secondary), or why not."""
-        slot, name, path = run.slot, data.get("secondary"), data.get("bundle")
+    def _swap(self, run: Run, data: dict, body: bytes):
+        """The secondary's swap queue answers (the primary's rules: :mod:`.secondary_swap`), or
+        404 naming the secondaries."""
         if not run.cfg.swap.endpoint:
-            return slot.off()
-        s = self.stage.find(name) if isinstance(name, str) else None
-        if s is None:
+            return run.slot.off()
+        name = data.get("secondary")
+        queue = self.swaps.get(name) if isinstance(name, str) else None
+        if queue is None:
             names = ", ".join(x.name for x in self.stage.secondaries)
             return json_answer(
                 404, {"error": f"no secondary is named {name!r} (there are: {names})"}
             )
-        if not isinstance(path, str) or not path:
-            body = '{"secondary": NAME, "bundle": "/path"}'
-            return json_answer(400, {"error": f"the body is JSON naming a bundle: {body}"})
-        refused = slot.refused(path)
-        if refused is not None:
-            return refused
-        threading.Thread(target=self._load_and_swap, args=(run, s, path), daemon=True).start()
-        return json_answer(202, {"accepted": True, "secondary": s.name, "bundle": path})
-
-    def _load_and_swap(self, run: Run, s, path: str) -> None:
-        from edgert.runtime.tasks import load_task_model, task_spec
-
-        t0 = time.monotonic()
-        event = {"secondary": s.name, "bundle": path, "requested_by": "POST /model"}
-        try:
-            real, _ = run.slot.candidate(path, POSTED)  # where the link leads now, checked
-            model = load_task_model(real, None, run.cfg.model.backend, "auto", spin=False)
-            old, new = task_spec(s.model.task), task_spec(model.task)
-            if (old.class_scores, old.boxes) != (new.class_scores, new.boxes):
-                model.close()
-                raise EdgertError(f"a {model.task} model cannot replace a {s.model.task} one")
-        except Exception as exc:  # noqa: BLE001 - a swap never ends the run
-            run.say(
-                escape_controls(
-                    f"secondary {s.name}: {path} refused ({exc}); the model in use goes on"
-                )
-            )
-            run.handler.post_event({"event": "model_swap_refused", **event, "reason": str(exc)})
-            return
-        self.stage.replace(s, model, path)
-        run.say(escape_controls(f"secondary {s.name}: now {path}"))
-        run.handler.post_event(
-            {"event": "model_swap", **event, "s": round(time.monotonic() - t0, 3)}
-        )
+        return queue.http_post(body, secondary=name)
 
     def close(self, run: Run) -> None:
         if self.stage is not None:  # the held crops tried, the answers in, before tracks end

@@ -215,7 +215,8 @@ def _secondary_families(stage):
         ),
         "refused_size": CounterMetricFamily(
             "edgert_secondary_refused_total",
-            "Candidate crops refused (reason: size, under the secondary's min)",
+            "Candidate crops refused (reason: size, under the secondary's min; not_finite, a "
+            "box or answer NaN or inf; memory, the held crops' bound)",
             labels=["model", "reason"],
         ),
         "dropped": CounterMetricFamily(
@@ -236,6 +237,9 @@ def _secondary_families(stage):
         for key, family in families.items():
             labels = [r["name"], "size"] if key == "refused_size" else [r["name"]]
             family.add_metric(labels, r[key])
+        for reason in ("not_finite", "memory"):
+            key = "not_finite" if reason == "not_finite" else "refused_memory"
+            families["refused_size"].add_metric([r["name"], reason], r[key])
     yield from families.values()
 
 

@@ -104,10 +104,19 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None | bool:
     return a, min(b, size - 1)
 
 
-def send_file(handler: BaseHTTPRequestHandler, fh, size: int, ctype: str) -> None:
-    """A file streamed from disk (``socket.sendfile``: never read whole into memory), the one
+def send_file(
+    handler: BaseHTTPRequestHandler,
+    fh,
+    size: int,
+    ctype: str,
+    min_rate: float | None = None,
+    grace_s: float = 10.0,
+) -> None:
+    """A file streamed from disk (``os.sendfile``: never read whole into memory), the one
     range a ``Range`` header asks for as 206, 416 when it cannot be had; headers alone for
-    HEAD."""
+    HEAD. With ``min_rate`` (bytes a second), a client that takes less than that on average
+    over a stretch of ``grace_s`` seconds is dropped (``TimeoutError``): it would hold one of
+    the server's few download slots for as long as it liked."""
     got = byte_range(handler.headers.get("Range"), size)
     if got is False:
         handler.send_response(416)
@@ -125,8 +134,44 @@ def send_file(handler: BaseHTTPRequestHandler, fh, size: int, ctype: str) -> Non
         handler.send_header("Content-Range", f"bytes {first}-{last}/{size}")
     handler.send_header("Cache-Control", "no-store")
     handler.end_headers()
-    if count and not getattr(handler, "head_only", False):
+    if not count or getattr(handler, "head_only", False):
+        return
+    if min_rate is None:
         handler.connection.sendfile(fh, first, count)
+    else:
+        _send_at_least(handler.connection, fh.fileno(), first, count, min_rate, grace_s)
+
+
+def _send_at_least(sock, fd: int, offset: int, count: int, rate: float, every_s: float) -> None:
+    """``count`` bytes of ``fd`` from ``offset`` to ``sock``; every ``every_s`` seconds the
+    bytes taken since the last check must average ``rate`` a second (what the kernel's buffers
+    took at the start counts only in the first stretch), and no wait for room may pass the
+    socket's timeout: TimeoutError otherwise (the caller's connection is closed)."""
+    import os
+    import selectors
+
+    sent, mark_t, mark_sent = 0, time.monotonic(), 0
+    check, moved = mark_t + every_s, mark_t  # the next check; the last time bytes went
+    idle = sock.gettimeout() or QuietServer.IDLE_S
+    with selectors.DefaultSelector() as sel:
+        sel.register(sock, selectors.EVENT_WRITE)
+        while sent < count:
+            now = time.monotonic()
+            if now - moved >= idle:
+                raise TimeoutError("the client took nothing for the socket's timeout")
+            if now >= check:
+                if sent - mark_sent < rate * (now - mark_t):
+                    raise TimeoutError(f"the client took under {int(rate)} bytes a second")
+                mark_t, mark_sent, check = now, sent, now + every_s
+            if not sel.select(min(moved + idle, check) - now):
+                continue
+            try:
+                n = os.sendfile(sock.fileno(), fd, offset + sent, min(count - sent, 1 << 20))
+            except BlockingIOError:
+                continue
+            if n == 0:  # the file is shorter than it was (truncated meanwhile)
+                raise ConnectionAbortedError("the file shrank while it was sent")
+            sent, moved = sent + n, time.monotonic()
 
 
 class QuietServer(ThreadingHTTPServer):

@@ -62,6 +62,10 @@ def test_each_track_leaves_its_best_picture_and_its_end_event_says_where(scene, 
         run_cli("camera", bundle, "--source", video, "--output", "snapshots://x?zoom=2"),
         "unknown option",
     )
+    assert_user_error(  # the last one used to win silently (fault battery 6, G22's kind)
+        run_cli("camera", bundle, "--source", video, "--clips", "clips://x?bitrate=1&bitrate=2"),
+        "bitrate= is given twice",
+    )
 
 
 def _probe(path) -> dict:

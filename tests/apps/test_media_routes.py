@@ -143,3 +143,53 @@ def test_media_serves_only_what_edgert_wrote_and_streams_it(tmp_path):
         app.terminate()
         _, err = app.communicate(timeout=60)
     assert app.returncode == 0, err
+
+
+def test_slow_downloads_give_their_slots_back(tmp_path, monkeypatch):
+    """Fault battery 6, G16: four clients that read a clip at a few KB/s held every /media slot
+    for as long as they lasted (95 minutes for an 11 MB clip): everyone else got 503. A download
+    must now keep an average rate (after a grace): a client under it is dropped and its slot
+    comes back. The server in this process (the rate tuned to make it seconds), real sockets."""
+    from edgert.apps.camera.sinks import web
+    from edgert.apps.camera.sinks.web import HttpOutput
+
+    monkeypatch.setattr(web, "MEDIA_MIN_RATE", 1 << 20)
+    monkeypatch.setattr(web, "MEDIA_GRACE_S", 1.0)
+    folder = tmp_path / "clips"
+    (folder / RECORD_DIR).mkdir(parents=True)
+    clip, shot = folder / "big.mp4", folder / "shot.jpg"
+    with open(clip, "wb") as f:
+        f.truncate(64 << 20)
+    shot.write_bytes(b"\xff\xd8" + os.urandom(4000))
+    with open(folder / RECORD_DIR / RECORD, "a") as f:
+        for p in (clip, shot):
+            st = os.lstat(p)
+            f.write(json.dumps({"name": p.name, "id": [st.st_dev, st.st_ino, st.st_size]}) + "\n")
+    out = HttpOutput(port=free_ports(1)[0])
+    readers = []
+    try:
+        out.events([{"event": "track_end", "clip": str(clip), "snapshot": str(shot)}])
+        assert _ask(out.port, "/media/shot.jpg")[0] == 200
+        readers = []
+        for _ in range(web.MAX_DOWNLOADS):  # as curl --limit-rate: a default receive buffer
+            r = socket.create_connection(("127.0.0.1", out.port), timeout=10)
+            r.sendall(b"GET /media/big.mp4 HTTP/1.1\r\nHost: x\r\n\r\n")
+            readers.append(r)
+        assert [s.recv(64).split(b" ")[1] for s in readers] == [b"200"] * len(readers)
+        assert _ask(out.port, "/media/shot.jpg")[0] == 503  # every slot held
+        t0, code = time.monotonic(), 503
+        while code != 200 and time.monotonic() - t0 < 40:
+            for s in readers:  # 128 KB a reader every 0.5 s: progress all the time, slowly
+                with contextlib.suppress(OSError):
+                    got = 0
+                    while got < 128 << 10:
+                        got += len(s.recv(65536)) or 1 << 20  # 0: the server closed it
+            time.sleep(0.5)
+            code, _, body = _ask(out.port, "/media/shot.jpg")
+        waited = time.monotonic() - t0
+        assert code == 200 and body[:2] == b"\xff\xd8", (code, waited)
+        assert waited < 30, waited
+    finally:
+        for s in readers:
+            s.close()
+        out.close()

@@ -356,7 +356,8 @@ def test_a_frame_the_gate_skipped_gives_no_crop(tmp_path):
     and its answer is the track's label."""
     from edgert.apps.camera.delivery import FrameHandler
     from edgert.apps.camera.frame import Frame
-    from edgert.apps.camera.secondary import Secondary, SecondaryStage
+    from edgert.apps.camera.secondary import Secondary
+    from edgert.apps.camera.secondary_stage import SecondaryStage
     from edgert.runtime.results import Detection
     from edgert.runtime.tasks import load_task_model
     from edgert.runtime.tracking import make_tracker
@@ -393,11 +394,12 @@ def test_a_full_queue_drops_the_lowest_quality_crop_and_gives_the_attempt_back(
 ):
     """The worker held (its lock taken): three crops into a queue of two; the worst goes,
     counted, and its track may try again (its attempt given back)."""
-    from edgert.apps.camera import secondary
-    from edgert.apps.camera.secondary import Crop, Secondary, SecondaryStage, TrackState
+    from edgert.apps.camera import secondary_stage
+    from edgert.apps.camera.secondary import Crop, Secondary, TrackState
+    from edgert.apps.camera.secondary_stage import SecondaryStage
     from edgert.runtime.tasks import load_task_model
 
-    monkeypatch.setattr(secondary, "QUEUE_CROPS", 2)
+    monkeypatch.setattr(secondary_stage, "QUEUE_CROPS", 2)
     bundle = colour_classifier_bundle(tmp_path / "col")
     s = Secondary(SecondarySpec(str(bundle)), load_task_model(bundle), "colours")
     stage = SecondaryStage([s])

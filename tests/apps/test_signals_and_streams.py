@@ -313,3 +313,24 @@ def test_a_stop_while_the_run_closes_still_gives_its_summary(bundle, monkeypatch
         restore()
     assert summary["frames_processed"] == 5
     assert processes.stop_asked() == "terminated"
+
+
+@pytest.mark.subprocess
+def test_a_sighup_in_the_first_second_never_ends_the_camera(bundle):
+    """Fault battery 6, G20: a SIGHUP while the camera starts (here 0.1-0.9 s after it was
+    started: imports, the argument parse, the model's load) used to end it with rc 129 and no
+    word; SIGHUP re-reads the bundle, whatever the run is doing, so the run goes on and
+    finishes (rc 0, its summary)."""
+    from tests.ports import free_ports
+
+    for delay in (0.1, 0.2, 0.3, 0.6, 0.9):
+        port = free_ports(1)[0]
+        proc = _spawn(
+            "camera", bundle, "--source", "synthetic://", "--headless", "--metrics",
+            f"127.0.0.1:{port}", "--duration", "2",
+        )  # fmt: skip
+        time.sleep(delay)
+        proc.send_signal(signal.SIGHUP)
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 0, (delay, proc.returncode, stderr)
+        assert "processed" in stdout and "Traceback" not in stderr, (delay, stdout, stderr)

@@ -85,12 +85,16 @@ def folder_and_query(uri: str, what: str, known: tuple) -> tuple[str, dict]:
     rest = uri.split("://", 1)[1] if "://" in uri else uri
     folder, sep, query = rest.partition("?")
     try:
-        q = {k: v[-1] for k, v in parse_qs(query, True, True).items()} if sep else {}
+        given = parse_qs(query, True, True) if sep else {}
     except ValueError:
         raise OutputError(
             f"{what}: {rest!r}: after '?' come options as key=value joined by '&' "
             f"({', '.join(known)}); a folder whose name holds '?' cannot be given here"
         ) from None
+    twice = sorted(k for k, v in given.items() if len(v) > 1)
+    if twice:  # ?a=1&a=2: which one was meant is not ours to guess
+        raise OutputError(f"{what}: {twice[0]}= is given twice; give it once")
+    q = {k: v[0] for k, v in given.items()}
     unknown = set(q) - set(known)
     if unknown:
         raise OutputError(f"{what}: unknown option {sorted(unknown)[0]!r} ({', '.join(known)})")

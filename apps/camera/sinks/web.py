@@ -5,7 +5,8 @@ stream's numbers for the page's charts (``/history.json``: frame rate, latency, 
 temperature, a sample a second), the recent events (``/events.json``) with the snapshots and clips
 they name (``/media/NAME``: only files an event named that the folder's record says edgert wrote,
 opened without following a link, streamed from the file with ``Range`` for players that seek,
-at most MAX_DOWNLOADS at once) and, when the run
+at most MAX_DOWNLOADS at once, each dropped when it takes under MEDIA_MIN_RATE on average over a
+stretch of MEDIA_GRACE_S) and, when the run
 has telemetry, ``/metrics``, ``/live`` and ``/ready``. No framework or CDN: the page is one file
 and works offline on the device. It binds 127.0.0.1 unless told otherwise. The
 pipeline only replaces the latest JPEG of a stream under a lock, so a slow or stalled client never
@@ -63,6 +64,10 @@ HISTORY_S = 300  # the charts' span: five minutes, a sample a second
 EVENTS_KEPT = 40
 MEDIA_KEPT = 400  # the files events named that /media serves (the newest)
 MAX_DOWNLOADS = 4  # /media answers at once (each streamed from the file, never read whole)
+# a download that takes under this on average over a stretch of MEDIA_GRACE_S is dropped: its
+# slot comes back
+MEDIA_MIN_RATE = 64 << 10  # bytes a second (a 20 Mbit/s clip plays at 2.5 MB/s)
+MEDIA_GRACE_S = 10.0
 _EVENT_KEYS = (
     "event",
     "stream",
@@ -316,7 +321,9 @@ class _ViewerHandler(_Handler):
                 self._send(*got)
                 return
             with os.fdopen(got.fd, "rb") as fh:
-                send_file(self, fh, got.size, got.ctype)
+                send_file(self, fh, got.size, got.ctype, MEDIA_MIN_RATE, MEDIA_GRACE_S)
+        except (TimeoutError, socket.timeout, ConnectionAbortedError):
+            self.close_connection = True  # too slow (or stalled): the slot is given back
         finally:
             self.output.downloads.release()
 
@@ -380,9 +387,12 @@ def view_fps(uri: str) -> int:
 
     try:
         query = split(uri, need_host=False, free=True).path.partition("?")[2]
-        options = {k: v[-1] for k, v in parse_qs(query, True, True).items()}
+        given = parse_qs(query, True, True)
     except ValueError as exc:
         raise OutputError(str(exc)) from None
+    if any(len(v) > 1 for v in given.values()):
+        raise OutputError(f"{redact(uri)}: fps= is given twice; give it once")
+    options = {k: v[0] for k, v in given.items()}
     unknown = sorted(set(options) - {"fps"})
     if unknown:
         raise OutputError(

@@ -243,6 +243,7 @@ def test_the_encoder_chosen_for_a_jetson_with_and_without_nvenc(tmp_path):
         ("rtsp://127.0.0.1:8554/live;x=1", "';' parameters"),
         ("rtsp://127.0.0.1:8554/live#frag", "'#' fragment"),
         ("rtsp://a%3Ab:pw@127.0.0.1:8554/live", "the user name holds ':'"),
+        ("rtsp://127.0.0.1:8554/live?bitrate=900&bitrate=9000", "bitrate= is given twice"),
     ],
 )
 def test_bad_rtsp_outputs_are_one_sentence(bundle, uri, words):

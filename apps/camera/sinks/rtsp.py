@@ -64,7 +64,11 @@ def options(uri: str) -> dict:
         raise OutputError(
             f"{redact(uri)}: the path must be ASCII letters, digits, '-' and '_' (e.g. /live)"
         )
-    query = {k: v[-1] for k, v in parse_qs(query_text).items()}
+    given = parse_qs(query_text)
+    twice = [k for k, v in given.items() if len(v) > 1]
+    if twice:
+        raise OutputError(f"{redact(uri)}: {twice[0]}= is given twice; give it once")
+    query = {k: v[-1] for k, v in given.items()}
     unknown = set(query) - {"bitrate", "keyframe", "clean"}
     if unknown:
         raise OutputError(

@@ -96,8 +96,7 @@ def _named(argv: list[str] | None) -> str | None:
     """The command ``argv`` names (its first word that is no option), when it is one of
     :data:`COMMANDS`: a stop while the parser is built says "edgert build: interrupted", as it
     does a moment later."""
-    words = sys.argv[1:] if argv is None else argv
-    first = next((w for w in words if not w.startswith("-")), None)
+    first = hangup.command(sys.argv[1:] if argv is None else argv)
     return first if first in COMMANDS else None
 
 

@@ -13,6 +13,34 @@ def print_summary(s: dict) -> None:
             f"  {name:<12} p50 {v['p50']:8.2f}  p90 {v['p90']:8.2f}  p99 {v['p99']:8.2f}  max {v['max']:8.2f} ms"
         )
     streams = s.get("streams") or []
+    _print_streams(s, streams)
+    labels = labels_line(s)
+    if labels:
+        print(labels)
+    if s.get("power_w") is not None:
+        per_hour = s.get("j_per_camera_hour")
+        print(
+            f"power {s['power_w']:.2f} W, {s['mj_per_frame']:.1f} mJ/frame"
+            + (f", {per_hour / 1e3:.1f} kJ per camera-hour" if per_hour else "")
+        )
+    else:
+        print(f"power unavailable ({s.get('power_reason')})")
+    from edgert.apps.report import print_conditions
+
+    print_conditions(s.get("conditions"))
+    _print_outputs(s)
+    _print_counts(streams)
+    _print_second_stage(s)
+    for st in streams:
+        if st.get("images_failed"):
+            print(
+                f"stream {st['stream']}: {st['images_failed']} images could not be read: "
+                + ", ".join(st["images_failed_files"][:5])
+            )
+
+
+def _print_streams(s: dict, streams: list) -> None:
+    """Each stream's line (when there are several), and each one's reconnects and stalls."""
     if len(streams) > 1:
         b = s["batch"]
         hist = ", ".join(f"{k}: {v}" for k, v in b["histogram"].items())
@@ -33,19 +61,25 @@ def print_summary(s: dict) -> None:
                 f"{where}{st['decoder']}: {st['reconnects']} reconnects, {st['stalls']} stalls, "
                 f"{st['downtime_s']:.1f} s without frames (last: {st['last_error']})"
             )
-    if s.get("labels_seen"):
-        print("labels seen: " + ", ".join(f"{k} ({n})" for k, n in s["labels_seen"].items()))
-    if s.get("power_w") is not None:
-        per_hour = s.get("j_per_camera_hour")
-        print(
-            f"power {s['power_w']:.2f} W, {s['mj_per_frame']:.1f} mJ/frame"
-            + (f", {per_hour / 1e3:.1f} kJ per camera-hour" if per_hour else "")
-        )
-    else:
-        print(f"power unavailable ({s.get('power_reason')})")
-    from edgert.apps.report import print_conditions
 
-    print_conditions(s.get("conditions"))
+
+def labels_line(s: dict) -> str | None:
+    """What the frames showed: a detector's objects by label (every box of every inferred
+    frame), else a classifier's frames by their top label; None when neither."""
+    frames = s.get("labels_frames")
+    of = f" (in {frames:,} frames inferred)" if frames is not None else ""
+    objects = s.get("objects_by_label")
+    if objects:
+        shown = list(objects.items())[:10]
+        more = f", and {len(objects) - 10} more labels" if len(objects) > 10 else ""
+        return "objects by label: " + ", ".join(f"{k} {n:,}" for k, n in shown) + more + of
+    if s.get("labels_seen"):
+        top = ", ".join(f"{k} {n:,}" for k, n in s["labels_seen"].items())
+        return "frames by their top label: " + top + of
+    return None
+
+
+def _print_outputs(s: dict) -> None:
     for out in _flat(s.get("outputs") or []):
         if out.get("output") == "mqtt":
             print(f"mqtt {out['broker']}: {mqtt_counts(out)}")
@@ -54,6 +88,10 @@ def print_summary(s: dict) -> None:
                 f"{out['output']}: {out['letterboxed']} of {out['frames']} frames letterboxed "
                 "(their size differs from the first frame's)"
             )
+
+
+def _print_counts(streams: list) -> None:
+    """Each line's and zone's counts, and each stream's event gate."""
     for st in streams:
         for name, c in (st.get("counts") or {}).items():
             where = f"[{st['stream']}] " if len(streams) > 1 else ""
@@ -77,6 +115,9 @@ def print_summary(s: dict) -> None:
                 f"{where}gate {g['mode']}: {g['inferred']} of {g['inferred'] + g['skipped']} "
                 f"frames inferred ({100 * g['inferred_share']:.1f} %: {why or 'none'})"
             )
+
+
+def _print_second_stage(s: dict) -> None:
     for r in s.get("secondary") or []:
         print(
             f"secondary {r['name']} ({r['task']}): {r['crops']} crops in {r['calls']} calls, "
@@ -86,12 +127,6 @@ def print_summary(s: dict) -> None:
         )
     for err in s.get("secondary_errors") or []:
         print(f"secondary failed: {err}")
-    for st in streams:
-        if st.get("images_failed"):
-            print(
-                f"stream {st['stream']}: {st['images_failed']} images could not be read: "
-                + ", ".join(st["images_failed_files"][:5])
-            )
 
 
 def _flat(reports: list) -> list:

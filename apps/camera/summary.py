@@ -152,9 +152,10 @@ def mqtt_counts(out: dict) -> str:
 
 
 def problems(s: dict) -> tuple[list[str], int]:
-    """What went wrong in a run that finished (outputs that failed, events that never reached
-    the MQTT broker, images that could not be read) as sentences for stderr, and the exit code:
-    0 when nothing did."""
+    """What went wrong in a run that finished, as sentences for stderr, and the exit code: 2
+    when an output failed (or events never reached the MQTT broker), else 1 when a source
+    gave less than it should (a stream that delivered no frame or was lost, images that could
+    not be read), else 0."""
     from edgert.apps.telemetry.mqtt import lost
 
     lines = list(s.get("output_errors") or [])
@@ -164,7 +165,30 @@ def problems(s: dict) -> tuple[list[str], int]:
                 f"mqtt {out['broker']}: {lost(out)} of {out['events']} events were not "
                 f"delivered ({out.get('last_error') or 'see the summary'})"
             )
+    sources = stream_problems(s)
     failed = sum(st.get("images_failed", 0) for st in s.get("streams") or [])
     if failed:
-        lines.append(f"{failed} images could not be read and were skipped (named in the summary)")
-    return lines, (2 if len(lines) > bool(failed) else 1 if failed else 0)
+        sources.append(f"{failed} images could not be read and were skipped (named in the summary)")
+    return lines + sources, (2 if lines else 1 if sources else 0)
+
+
+def stream_problems(s: dict) -> list[str]:
+    """A sentence for each stream that delivered no frame (it failed, or was still connecting
+    when the run ended) or was lost and never came back, while the others ran; a stream told to
+    reconnect for ever (``--reconnect forever``: a camera that reboots) is not one."""
+    out = []
+    for st in s.get("streams") or []:
+        name = f"stream {st['stream']} ({st['source']})"
+        status, frames = st.get("status", ""), st.get("frames_processed", 0)
+        if status.startswith("failed"):
+            why = status.split(": ", 1)[-1]
+            if frames:
+                out.append(f"{name} was lost after {frames} frames and did not come back: {why}")
+            else:
+                out.append(f"{name} delivered no frame: {why}; the other streams ran")
+        elif not frames and st.get("reconnect") not in ("forever", None) and "stopped" not in s:
+            out.append(
+                f"{name} delivered no frame in {s.get('seconds', 0):.1f} s (still "
+                f"{st.get('connection') or 'connecting'} when the run ended)"
+            )
+    return out

@@ -19,6 +19,12 @@ several sources: one engine; the frames of all streams are batched into one infe
 capture thread and drop-oldest queue; a slow or dead stream is waited for at most
 --batch-timeout-ms per batch, and a stream that ends or fails is reported while the rest go on.
 
+exit codes: 0: every stream delivered frames and every output was written; 1: a source delivered
+no frame (a camera that never answered, or still connecting at the end), a stream was lost and
+did not come back, or images could not be read, while the rest ran (--reconnect forever: a stream
+still trying is not an error); 2: an output failed, a bad option or input, or every stream
+failed; 130/143: stopped by Ctrl-C/SIGTERM.
+
 examples:
   edgert camera mobilenet_v2.edgert --source synthetic:// --output http://127.0.0.1:8080 --duration 30
   edgert camera det.edgert --source v4l2:///dev/video0 --width 1280 --height 720 --codec mjpeg --task detect

@@ -58,3 +58,36 @@ def test_every_object_is_counted_by_its_label_not_the_top_one_a_frame(three, tmp
     assert proc.returncode == 0, proc.stderr
     assert "objects by label: a 20, b 10 (in 10 frames inferred)" in proc.stdout, proc.stdout
     assert "labels seen" not in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from tests.tiny import classifier_bundle
+
+    return classifier_bundle(tmp_path_factory.mktemp("said-tiny") / "m")
+
+
+def test_a_stream_that_never_delivered_a_frame_fails_the_run_the_others_still_run(tiny):
+    """A camera nobody answers beside a live one: the live one runs to its end, the dead one
+    is named in a sentence and the exit code is 1 (it was 0: a dead camera went unnoticed by
+    anything that reads exit codes: systemd, a CI job, a script)."""
+    from tests.ports import free_ports
+
+    port = free_ports(1)[0]  # nothing listens there
+    dead = f"rtsp://127.0.0.1:{port}/x"
+    proc = run_cli(
+        *("camera", tiny, "--source", dead, "--source", "synthetic://", "--headless"),
+        *("--reconnect", "2", "--max-frames", "20", "--json"),
+        timeout=120,
+    )
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    summary = json.loads(proc.stdout)
+    assert summary["streams"][1]["frames_processed"] == 20  # the live one ran to its end
+    assert summary["streams"][0]["frames_processed"] == 0
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("edgert camera: error:")]
+    assert len(errors) == 1, proc.stderr
+    assert f"stream 0 (RTSP stream {dead}) delivered no frame" in errors[0]
+    assert "cannot reach" in errors[0] and "Traceback" not in proc.stderr
+    # the exit codes are in the command's help
+    said = " ".join(run_cli("camera", "--help").stdout.split())
+    assert "1: a source delivered no frame" in said and "exit codes: 0:" in said

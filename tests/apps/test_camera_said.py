@@ -91,3 +91,53 @@ def test_a_stream_that_never_delivered_a_frame_fails_the_run_the_others_still_ru
     # the exit codes are in the command's help
     said = " ".join(run_cli("camera", "--help").stdout.split())
     assert "1: a source delivered no frame" in said and "exit codes: 0:" in said
+
+
+def _probe(path) -> dict:
+    import subprocess
+
+    out = subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-count_frames", "-show_entries",
+         "stream=codec_name,nb_read_frames,width,height", "-of", "json", str(path)],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    return json.loads(out)["streams"][0]
+
+
+def _h264_here() -> bool:
+    from edgert.apps.camera.sinks.h264_file import choose
+
+    return choose("x.mp4")[0] is not None
+
+
+@pytest.mark.gst
+@pytest.mark.skipif(not _h264_here(), reason="no GStreamer H.264 encoder (x264enc) here")
+def test_the_video_file_is_h264_which_browsers_play(three, tmp_path):
+    """file://out.mp4 was MPEG-4 Part 2 (mp4v), which no browser plays; now H.264 (x264 here,
+    NVENC on a Jetson), every frame in it; .avi stays mp4v and says so in one line."""
+    clip = video(tmp_path / "in.mp4", frames=12, size=(320, 240))
+    out = tmp_path / "out.mp4"
+    proc = run_cli("camera", three, "--source", clip, "--headless", "--output", f"file://{out}")
+    assert proc.returncode == 0, proc.stderr
+    assert "mp4v" not in proc.stdout
+    probe = _probe(out)
+    assert probe["codec_name"] == "h264", probe
+    assert int(probe["nb_read_frames"]) == 12 and (probe["width"], probe["height"]) == (320, 240)
+    avi = tmp_path / "out.avi"
+    proc = run_cli("camera", three, "--source", clip, "--headless", "--output", f"file://{avi}")
+    assert proc.returncode == 0, proc.stderr
+    assert f"note: {avi} is written as MPEG-4 Part 2 (mp4v): it will not play in a web browser" in (
+        proc.stdout
+    )
+    assert _probe(avi)["codec_name"] == "mpeg4"
+
+
+def test_without_an_h264_encoder_the_file_is_mp4v_and_the_note_says_why():
+    """A machine whose GStreamer has no H.264 encoder (pip's OpenCV has none either)."""
+    from edgert.apps.camera.sinks.h264_file import choose
+
+    encoder, why = choose("out.mp4", have={"videoconvert", "appsrc"})
+    assert encoder is None
+    assert why.startswith("out.mp4 is written as MPEG-4 Part 2 (mp4v): it will not play in a web")
+    assert "gstreamer1.0-plugins-ugly" in why
+    assert choose("out.mp4", have={"x264enc"}) == ("x264enc", None)

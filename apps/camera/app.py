@@ -352,6 +352,7 @@ def _summary(run: Run) -> dict:
         objects_by_label=dict(run.handler.labels.objects.most_common()),
         labels_frames=run.handler.labels.frames,
         outputs=sinks.reports(),
+        files=sinks.wrote(),
     )
     if sinks.errors:
         summary["output_errors"] = sinks.errors

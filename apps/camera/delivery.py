@@ -27,6 +27,7 @@ class SinkSet:
     """Every sink of a run, and the policy for one that fails."""
 
     def __init__(self, sinks: list, policy: str = "stop") -> None:
+        self.order = list(sinks)  # as given (the summary lists their files so)
         # a sink that adds to events (snapshots: the picture's path) goes before those that
         # write them
         sinks = sorted(sinks, key=lambda s: not getattr(s, "enriches_events", False))
@@ -96,6 +97,10 @@ class SinkSet:
 
     def reports(self) -> list:
         return [r for r in (s.report() for s in self.all) if r is not None]
+
+    def wrote(self) -> list:
+        """What every sink wrote to disk (:meth:`Sink.wrote`), in the order they were given."""
+        return [entry for s in self.order for entry in s.wrote()]
 
 
 class LabelCounts:

@@ -29,6 +29,8 @@ def print_summary(s: dict) -> None:
 
     print_conditions(s.get("conditions"))
     _print_outputs(s)
+    for line in files_lines(s.get("files") or []):
+        print(line)
     _print_counts(streams)
     _print_second_stage(s)
     for st in streams:
@@ -88,6 +90,44 @@ def _print_outputs(s: dict) -> None:
                 f"{out['output']}: {out['letterboxed']} of {out['frames']} frames letterboxed "
                 "(their size differs from the first frame's)"
             )
+
+
+CODECS = {"h264": "H.264", "mp4v": "MPEG-4 Part 2 (mp4v: browsers do not play it)"}
+
+
+def files_lines(files: list) -> list[str]:
+    """Where the run's files went and what they hold (the summary's ``files``), a line each
+    under "files written:"; none when nothing was written."""
+    if not files:
+        return []
+    lines = ["files written:"]
+    for f in files:
+        kind, path = f["output"], f["path"]
+        if kind == "video":
+            held = [f"{f['frames']:,} frames", CODECS.get(f["codec"], f["codec"])]
+        elif kind == "jsonl":
+            held = [f"{f['frames']:,} frames"]
+        elif kind == "events":
+            held = [f"{f['events']:,} events"]
+        else:  # a folder: snapshots, clips
+            path = path.rstrip("/") + "/"
+            what = "picture" if kind == "snapshots" else "clip"
+            held = [f"{f['files']:,} {what}{'' if f['files'] == 1 else 's'}"]
+            if f.get("crops"):
+                held[0] += f" and {f['crops']:,} crops"
+        held.append(size(f["bytes"]))
+        if f.get("deleted"):
+            held.append(f"{f['deleted']:,} older deleted by retention")
+        lines.append(f"  {kind:<9} {path} ({', '.join(held)})")
+    return lines
+
+
+def size(n: int) -> str:
+    """Bytes as a person reads them: 512 B, 12.3 kB, 4.5 MB, 1.2 GB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 def _print_counts(streams: list) -> None:

@@ -7,6 +7,7 @@ ffprobe on the files."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import cv2
 import numpy as np
@@ -141,3 +142,46 @@ def test_without_an_h264_encoder_the_file_is_mp4v_and_the_note_says_why():
     assert why.startswith("out.mp4 is written as MPEG-4 Part 2 (mp4v): it will not play in a web")
     assert "gstreamer1.0-plugins-ugly" in why
     assert choose("out.mp4", have={"x264enc"}) == ("x264enc", None)
+
+
+@pytest.mark.gst
+@pytest.mark.skipif(not _h264_here(), reason="no GStreamer H.264 encoder (x264enc) here")
+def test_the_summary_says_where_every_file_went_and_how_many(three, tmp_path):
+    """A run writing a video, JSONL, events, snapshots and clips: the summary names each path
+    with what it holds, and the JSON summary lists the same, matching what is on disk (before,
+    nothing said where the clips and snapshots went or how many there were)."""
+    clip = video(tmp_path / "in.mp4", frames=20, size=(320, 240))
+    out, frames, events = tmp_path / "out.mp4", tmp_path / "f.jsonl", tmp_path / "e.jsonl"
+    snaps, clips = tmp_path / "snaps", tmp_path / "clips"
+    args = [
+        *("camera", three, "--source", clip, "--headless", "--output", f"file://{out}"),
+        *("--jsonl", frames, "--events", events, "--snapshots", snaps, "--clips", clips),
+    ]
+    proc = run_cli(*args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    files = {f["output"]: f for f in json.loads(proc.stdout)["files"]}
+    assert set(files) == {"video", "jsonl", "events", "snapshots", "clips"}
+    assert files["video"]["path"] == str(out) and files["video"]["frames"] == 20
+    assert files["video"]["codec"] == "h264" and files["video"]["bytes"] == out.stat().st_size
+    assert files["jsonl"]["path"] == str(frames) and files["jsonl"]["frames"] == 20
+    assert files["events"]["path"] == str(events)
+    kinds = [json.loads(x)["event"] for x in events.read_text().splitlines()[1:]]
+    assert files["events"]["events"] == len(kinds) and kinds.count("track_start") == 3
+    on_disk = sorted(snaps.glob("*.jpg"))
+    assert files["snapshots"]["path"] == str(snaps) and files["snapshots"]["files"] == 3
+    assert files["snapshots"]["bytes"] == sum(p.stat().st_size for p in on_disk) > 0
+    mp4s = sorted(clips.glob("*.mp4"))
+    assert files["clips"]["path"] == str(clips) and files["clips"]["files"] == len(mp4s) >= 1
+    assert files["clips"]["bytes"] == sum(p.stat().st_size for p in mp4s)
+    for p in (out, frames, events):  # a second run, its lines read
+        p.unlink()
+    shutil.rmtree(snaps)
+    shutil.rmtree(clips)
+    proc = run_cli(*args)
+    assert proc.returncode == 0, proc.stderr
+    said = proc.stdout[proc.stdout.index("files written:") :]
+    assert f"video     {out} (20 frames, H.264, " in said, said
+    assert f"jsonl     {frames} (20 frames, " in said
+    assert f"events    {events} ({len(kinds)} events, " in said
+    assert f"snapshots {snaps}/ (3 pictures, " in said
+    assert f"clips     {clips}/ ({len(mp4s)} clip" in said

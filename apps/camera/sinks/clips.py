@@ -44,7 +44,7 @@ from pathlib import Path
 from edgert.runtime import atomic
 from edgert.runtime.errors import OutputError
 
-from .base import Sink, SinkContext, folder_and_query, make_folder
+from .base import Sink, SinkContext, folder_and_query, make_folder, written
 from .h264_file import gst_reason as _why
 from .retention import Ledger
 
@@ -462,6 +462,19 @@ class ClipsOutput(Sink):
         if self.ledger.recovered:
             out["recovered"] = list(self.ledger.recovered)
         return out
+
+    def wrote(self) -> list:
+        """The folder, this run's clips still in it and their bytes (retention's deletions are
+        ``deleted``)."""
+        from .snapshots import _sizes
+
+        kept = _sizes(self.written)
+        return [
+            written(
+                "clips", self.folder, files=len(kept), bytes=sum(kept.values()),
+                deleted=self.deleted,
+            )
+        ]  # fmt: skip
 
 
 def open_uri(uri: str, ctx: SinkContext) -> ClipsOutput:

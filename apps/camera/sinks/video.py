@@ -14,7 +14,7 @@ from edgert.runtime import atomic
 from edgert.runtime.errors import OutputError
 
 from ..media.opencv_log import quiet_opencv
-from .base import Sink, SinkContext, stream_of
+from .base import Sink, SinkContext, stream_of, written
 from .h264_file import H264Writer, choose
 from .mosaic import MosaicOutput, letterbox
 
@@ -140,6 +140,11 @@ class VideoFileOutput(Sink):
             "codec": self.codec,
         }
 
+    def wrote(self) -> list:
+        if not self.frames:
+            return []
+        return [written("video", self.path, frames=self.frames, codec=self.codec)]
+
 
 def per_stream_path(path: Path, i: int) -> Path:
     """out.mp4 -> out_<i>.mp4"""
@@ -170,6 +175,9 @@ class StreamFilesOutput(Sink):
 
     def report(self) -> list:
         return [f.report() for f in self.files]
+
+    def wrote(self) -> list:
+        return [entry for f in self.files for entry in f.wrote()]
 
 
 def _path(uri: str) -> str:

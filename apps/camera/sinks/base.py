@@ -135,6 +135,19 @@ def written(kind: str, path, **counts) -> dict:
     return {"output": kind, "path": path, **counts}
 
 
+def sizes_of(paths) -> dict:
+    """{path: size} of those of ``paths`` still there (retention may have deleted some)."""
+    from pathlib import Path
+
+    out = {}
+    for p in paths:
+        try:
+            out[Path(p)] = Path(p).stat().st_size
+        except OSError:
+            continue
+    return out
+
+
 def stream_of(frame) -> int:
     return getattr(frame, "stream", 0)
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from edgert.runtime import atomic
 from edgert.runtime.errors import OutputError
 
-from .base import Sink, SinkContext, folder_and_query, make_folder, written
+from .base import Sink, SinkContext, folder_and_query, make_folder, sizes_of, written
 from .h264_file import gst_reason as _why
 from .retention import Ledger
 
@@ -466,9 +466,7 @@ class ClipsOutput(Sink):
     def wrote(self) -> list:
         """The folder, this run's clips still in it and their bytes (retention's deletions are
         ``deleted``)."""
-        from .snapshots import _sizes
-
-        kept = _sizes(self.written)
+        kept = sizes_of(self.written)
         return [
             written(
                 "clips", self.folder, files=len(kept), bytes=sum(kept.values()),

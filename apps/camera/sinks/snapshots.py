@@ -24,7 +24,7 @@ from pathlib import Path
 
 from edgert.runtime.errors import OutputError
 
-from .base import Sink, SinkContext, folder_and_query, make_folder, written
+from .base import Sink, SinkContext, folder_and_query, make_folder, sizes_of, written
 from .retention import Ledger
 
 
@@ -136,7 +136,7 @@ class SnapshotsOutput(Sink):
     def wrote(self) -> list:
         """The folder, this run's pictures in it and their bytes (those retention deleted are
         counted in ``deleted``, not here)."""
-        kept = _sizes(self.paths)
+        kept = sizes_of(self.paths)
         crops = sum(1 for p in kept if p.stem.endswith("_crop"))
         return [
             written(
@@ -144,17 +144,6 @@ class SnapshotsOutput(Sink):
                 bytes=sum(kept.values()), deleted=self.deleted,
             )
         ]  # fmt: skip
-
-
-def _sizes(paths) -> dict:
-    """{path: size} of those of ``paths`` still there."""
-    out = {}
-    for p in paths:
-        try:
-            out[Path(p)] = Path(p).stat().st_size
-        except OSError:
-            continue
-    return out
 
 
 def open_uri(uri: str, ctx: SinkContext) -> SnapshotsOutput:

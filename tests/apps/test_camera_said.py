@@ -89,6 +89,17 @@ def test_a_stream_that_never_delivered_a_frame_fails_the_run_the_others_still_ru
     assert len(errors) == 1, proc.stderr
     assert f"stream 0 (RTSP stream {dead}) delivered no frame" in errors[0]
     assert "cannot reach" in errors[0] and "Traceback" not in proc.stderr
+    # cut off by --duration while still connecting: the same (a camera told to be waited for,
+    # --reconnect forever, is not an error: test_hostile_sources' duration test keeps rc 0)
+    proc = run_cli(
+        *("camera", tiny, "--source", dead, "--source", "synthetic://", "--headless"),
+        *("--duration", "2"),
+        timeout=120,
+    )
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    assert "delivered no frame in" in proc.stderr and "still connecting when the run ended" in (
+        proc.stderr
+    )
     # the exit codes are in the command's help
     said = " ".join(run_cli("camera", "--help").stdout.split())
     assert "1: a source delivered no frame" in said and "exit codes: 0:" in said

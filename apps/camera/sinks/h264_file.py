@@ -79,9 +79,6 @@ class H264Writer:
         self.src = self.pipe.get_by_name("src")
         self.pipe.set_state(Gst.State.PLAYING)
 
-    def isOpened(self) -> bool:  # noqa: N802 - cv2.VideoWriter's name
-        return self.error is None
-
     def write(self, image) -> bool:
         Gst = self.Gst
         buf = Gst.Buffer.new_wrapped(image.tobytes())

@@ -348,8 +348,11 @@ def _summary(run: Run) -> dict:
         backend=model.backend,
         backend_reason=model.backend_reason,
         source=sources[0].description if len(sources) == 1 else f"{len(sources)} streams",
-        labels_seen=dict(run.handler.labels_seen.most_common(10)),
+        labels_seen=dict(run.handler.labels.top.most_common(10)),
+        objects_by_label=dict(run.handler.labels.objects.most_common()),
+        labels_frames=run.handler.labels.frames,
         outputs=sinks.reports(),
+        files=sinks.wrote(),
     )
     if sinks.errors:
         summary["output_errors"] = sinks.errors

@@ -27,6 +27,7 @@ class SinkSet:
     """Every sink of a run, and the policy for one that fails."""
 
     def __init__(self, sinks: list, policy: str = "stop") -> None:
+        self.order = list(sinks)  # as given (the summary lists their files so)
         # a sink that adds to events (snapshots: the picture's path) goes before those that
         # write them
         sinks = sorted(sinks, key=lambda s: not getattr(s, "enriches_events", False))
@@ -97,6 +98,31 @@ class SinkSet:
     def reports(self) -> list:
         return [r for r in (s.report() for s in self.all) if r is not None]
 
+    def wrote(self) -> list:
+        """What every sink wrote to disk (:meth:`Sink.wrote`), in the order they were given."""
+        return [entry for s in self.order for entry in s.wrote()]
+
+
+class LabelCounts:
+    """What the inferred frames showed, by label: every object of each frame (a detector's
+    boxes: ``objects``), and each frame's most confident label (``top``: a classifier's class;
+    the JSON summary's ``labels_seen``)."""
+
+    def __init__(self) -> None:
+        self.objects: collections.Counter = collections.Counter()
+        self.top: collections.Counter = collections.Counter()
+        self.frames = 0
+
+    def add(self, results) -> None:
+        if results is None:
+            return
+        self.frames += 1
+        for o in results.objects:
+            self.objects[o.label] += 1
+        top = results.top()
+        if top is not None:
+            self.top[top[0]] += 1
+
 
 class FrameHandler:
     """The pipeline's sink: called with every processed frame, in each stream's order."""
@@ -105,7 +131,7 @@ class FrameHandler:
 
     def __init__(self, sources: list, power=None, analytics=None, on_result=None) -> None:
         self.sources, self.power, self.analytics = sources, power, analytics
-        self.labels_seen: collections.Counter = collections.Counter()
+        self.labels = LabelCounts()
         self.sinks = SinkSet([])
         self.pipeline = None
         self.t0 = time.monotonic()
@@ -184,9 +210,7 @@ class FrameHandler:
             frame.results = held.held() if held is not None else None
         elif frame.inferred:
             self._last_results[frame.stream] = frame.results
-            top = frame.results.top() if frame.results is not None else None
-            if top is not None:
-                self.labels_seen[top[0]] += 1
+            self.labels.add(frame.results)
         if self.analytics is not None:
             self.analytics.update(frame)  # track IDs into the results, events onto the frame
         if self.secondary is not None:  # crops of its tracks; their labels on its objects

@@ -13,6 +13,36 @@ def print_summary(s: dict) -> None:
             f"  {name:<12} p50 {v['p50']:8.2f}  p90 {v['p90']:8.2f}  p99 {v['p99']:8.2f}  max {v['max']:8.2f} ms"
         )
     streams = s.get("streams") or []
+    _print_streams(s, streams)
+    labels = labels_line(s)
+    if labels:
+        print(labels)
+    if s.get("power_w") is not None:
+        per_hour = s.get("j_per_camera_hour")
+        print(
+            f"power {s['power_w']:.2f} W, {s['mj_per_frame']:.1f} mJ/frame"
+            + (f", {per_hour / 1e3:.1f} kJ per camera-hour" if per_hour else "")
+        )
+    else:
+        print(f"power unavailable ({s.get('power_reason')})")
+    from edgert.apps.report import print_conditions
+
+    print_conditions(s.get("conditions"))
+    _print_outputs(s)
+    for line in files_lines(s.get("files") or []):
+        print(line)
+    _print_counts(streams)
+    _print_second_stage(s)
+    for st in streams:
+        if st.get("images_failed"):
+            print(
+                f"stream {st['stream']}: {st['images_failed']} images could not be read: "
+                + ", ".join(st["images_failed_files"][:5])
+            )
+
+
+def _print_streams(s: dict, streams: list) -> None:
+    """Each stream's line (when there are several), and each one's reconnects and stalls."""
     if len(streams) > 1:
         b = s["batch"]
         hist = ", ".join(f"{k}: {v}" for k, v in b["histogram"].items())
@@ -33,19 +63,25 @@ def print_summary(s: dict) -> None:
                 f"{where}{st['decoder']}: {st['reconnects']} reconnects, {st['stalls']} stalls, "
                 f"{st['downtime_s']:.1f} s without frames (last: {st['last_error']})"
             )
-    if s.get("labels_seen"):
-        print("labels seen: " + ", ".join(f"{k} ({n})" for k, n in s["labels_seen"].items()))
-    if s.get("power_w") is not None:
-        per_hour = s.get("j_per_camera_hour")
-        print(
-            f"power {s['power_w']:.2f} W, {s['mj_per_frame']:.1f} mJ/frame"
-            + (f", {per_hour / 1e3:.1f} kJ per camera-hour" if per_hour else "")
-        )
-    else:
-        print(f"power unavailable ({s.get('power_reason')})")
-    from edgert.apps.report import print_conditions
 
-    print_conditions(s.get("conditions"))
+
+def labels_line(s: dict) -> str | None:
+    """What the frames showed: a detector's objects by label (every box of every inferred
+    frame), else a classifier's frames by their top label; None when neither."""
+    frames = s.get("labels_frames")
+    of = f" (in {frames:,} frames inferred)" if frames is not None else ""
+    objects = s.get("objects_by_label")
+    if objects:
+        shown = list(objects.items())[:10]
+        more = f", and {len(objects) - 10} more labels" if len(objects) > 10 else ""
+        return "objects by label: " + ", ".join(f"{k} {n:,}" for k, n in shown) + more + of
+    if s.get("labels_seen"):
+        top = ", ".join(f"{k} {n:,}" for k, n in s["labels_seen"].items())
+        return "frames by their top label: " + top + of
+    return None
+
+
+def _print_outputs(s: dict) -> None:
     for out in _flat(s.get("outputs") or []):
         if out.get("output") == "mqtt":
             print(f"mqtt {out['broker']}: {mqtt_counts(out)}")
@@ -54,6 +90,48 @@ def print_summary(s: dict) -> None:
                 f"{out['output']}: {out['letterboxed']} of {out['frames']} frames letterboxed "
                 "(their size differs from the first frame's)"
             )
+
+
+CODECS = {"h264": "H.264", "mp4v": "MPEG-4 Part 2 (mp4v: browsers do not play it)"}
+
+
+def files_lines(files: list) -> list[str]:
+    """Where the run's files went and what they hold (the summary's ``files``), a line each
+    under "files written:"; none when nothing was written."""
+    if not files:
+        return []
+    lines = ["files written:"]
+    for f in files:
+        kind, path = f["output"], f["path"]
+        if kind == "video":
+            held = [f"{f['frames']:,} frames", CODECS.get(f["codec"], f["codec"])]
+        elif kind == "jsonl":
+            held = [f"{f['frames']:,} frames"]
+        elif kind == "events":
+            held = [f"{f['events']:,} events"]
+        else:  # a folder: snapshots, clips
+            path = path.rstrip("/") + "/"
+            what = "picture" if kind == "snapshots" else "clip"
+            held = [f"{f['files']:,} {what}{'' if f['files'] == 1 else 's'}"]
+            if f.get("crops"):
+                held[0] += f" and {f['crops']:,} crops"
+        held.append(size(f["bytes"]))
+        if f.get("deleted"):
+            held.append(f"{f['deleted']:,} older deleted by retention")
+        lines.append(f"  {kind:<9} {path} ({', '.join(held)})")
+    return lines
+
+
+def size(n: int) -> str:
+    """Bytes as a person reads them: 512 B, 12.3 kB, 4.5 MB, 1.2 GB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _print_counts(streams: list) -> None:
+    """Each line's and zone's counts, and each stream's event gate."""
     for st in streams:
         for name, c in (st.get("counts") or {}).items():
             where = f"[{st['stream']}] " if len(streams) > 1 else ""
@@ -77,6 +155,9 @@ def print_summary(s: dict) -> None:
                 f"{where}gate {g['mode']}: {g['inferred']} of {g['inferred'] + g['skipped']} "
                 f"frames inferred ({100 * g['inferred_share']:.1f} %: {why or 'none'})"
             )
+
+
+def _print_second_stage(s: dict) -> None:
     for r in s.get("secondary") or []:
         print(
             f"secondary {r['name']} ({r['task']}): {r['crops']} crops in {r['calls']} calls, "
@@ -86,12 +167,6 @@ def print_summary(s: dict) -> None:
         )
     for err in s.get("secondary_errors") or []:
         print(f"secondary failed: {err}")
-    for st in streams:
-        if st.get("images_failed"):
-            print(
-                f"stream {st['stream']}: {st['images_failed']} images could not be read: "
-                + ", ".join(st["images_failed_files"][:5])
-            )
 
 
 def _flat(reports: list) -> list:
@@ -117,9 +192,10 @@ def mqtt_counts(out: dict) -> str:
 
 
 def problems(s: dict) -> tuple[list[str], int]:
-    """What went wrong in a run that finished (outputs that failed, events that never reached
-    the MQTT broker, images that could not be read) as sentences for stderr, and the exit code:
-    0 when nothing did."""
+    """What went wrong in a run that finished, as sentences for stderr, and the exit code: 2
+    when an output failed (or events never reached the MQTT broker), else 1 when a source
+    gave less than it should (a stream that delivered no frame or was lost, images that could
+    not be read), else 0."""
     from edgert.apps.telemetry.mqtt import lost
 
     lines = list(s.get("output_errors") or [])
@@ -129,7 +205,30 @@ def problems(s: dict) -> tuple[list[str], int]:
                 f"mqtt {out['broker']}: {lost(out)} of {out['events']} events were not "
                 f"delivered ({out.get('last_error') or 'see the summary'})"
             )
+    sources = stream_problems(s)
     failed = sum(st.get("images_failed", 0) for st in s.get("streams") or [])
     if failed:
-        lines.append(f"{failed} images could not be read and were skipped (named in the summary)")
-    return lines, (2 if len(lines) > bool(failed) else 1 if failed else 0)
+        sources.append(f"{failed} images could not be read and were skipped (named in the summary)")
+    return lines + sources, (2 if lines else 1 if sources else 0)
+
+
+def stream_problems(s: dict) -> list[str]:
+    """A sentence for each stream that delivered no frame (it failed, or was still connecting
+    when the run ended) or was lost and never came back, while the others ran; a stream told to
+    reconnect for ever (``--reconnect forever``: a camera that reboots) is not one."""
+    out = []
+    for st in s.get("streams") or []:
+        name = f"stream {st['stream']} ({st['source']})"
+        status, frames = st.get("status", ""), st.get("frames_processed", 0)
+        if status.startswith("failed"):
+            why = status.split(": ", 1)[-1]
+            if frames:
+                out.append(f"{name} was lost after {frames} frames and did not come back: {why}")
+            else:
+                out.append(f"{name} delivered no frame: {why}; the other streams ran")
+        elif not frames and st.get("reconnect") not in ("forever", None) and "stopped" not in s:
+            out.append(
+                f"{name} delivered no frame in {s.get('seconds', 0):.1f} s (still "
+                f"{st.get('connection') or 'connecting'} when the run ended)"
+            )
+    return out

@@ -11,13 +11,20 @@ from edgert.runtime.tasks import TASK_SPECS
 EPILOG = """sources (several allowed, mixed): csi://0, v4l2:///dev/video0, rtsp://..., file://clip.mp4 or
 a path (video, image, folder, glob), synthetic://
 outputs (several allowed): display://0, http://127.0.0.1:8080 (MJPEG + live stats page, a grid of
-the streams), file://out.mp4 (out_<i>.mp4 per stream, or one mosaic with --mosaic); --jsonl FILE
-logs a header line naming the streams, then one line per frame.
+the streams), file://out.mp4 (out_<i>.mp4 per stream, or one mosaic with --mosaic; H.264, which
+browsers play, where GStreamer has an H.264 encoder, else mp4v, said); --jsonl FILE logs a header
+line naming the streams, then one line per frame. The summary ends with where every file went.
 
 several sources: one engine; the frames of all streams are batched into one inference (up to
 --batch, default one per stream within the model's largest batch), each stream with its own
 capture thread and drop-oldest queue; a slow or dead stream is waited for at most
 --batch-timeout-ms per batch, and a stream that ends or fails is reported while the rest go on.
+
+exit codes: 0: every stream delivered frames and every output was written; 1: a source delivered
+no frame (a camera that never answered, or still connecting at the end), a stream was lost and
+did not come back, or images could not be read, while the rest ran (--reconnect forever: a stream
+still trying is not an error); 2: an output failed, a bad option or input, or every stream
+failed; 130/143: stopped by Ctrl-C/SIGTERM.
 
 examples:
   edgert camera mobilenet_v2.edgert --source synthetic:// --output http://127.0.0.1:8080 --duration 30

@@ -227,26 +227,21 @@ def pixels(values, out) -> np.ndarray | None:
 
 
 def draw(out, result: Result) -> list:
-    """Each object's box and :func:`caption` onto ``out``; no corner lines."""
+    """Each object's box, then its :func:`caption` on the box's colour, inside the frame and
+    clear of the captions placed before (:mod:`..captions`); no corner lines."""
     import cv2
 
+    from ..captions import current
+
+    captions = current(out)
+    boxes = []
     for o in result.objects:
         box = pixels(o.box, out)
-        if box is None:
-            continue
-        x1, y1, x2, y2 = box.tolist()
-        color = track_color(o.track_id)
-        cv2.rectangle(out, (x1, y1), (x2, y2), color, 2)
-        cv2.putText(
-            out,
-            caption(o),
-            (x1, max(12, y1 - 4)),
-            cv2.FONT_HERSHEY_SIMPLEX,
-            0.5,
-            color,
-            1,
-            cv2.LINE_AA,
-        )
+        if box is not None:
+            boxes.append((o, box.tolist()))
+            cv2.rectangle(out, tuple(box[:2]), tuple(box[2:]), track_color(o.track_id), 2)
+    for o, box in boxes:  # after every box: a caption is never drawn over by another's box
+        captions.label_box(out, caption(o), box, track_color(o.track_id))
     return []
 
 

@@ -88,19 +88,19 @@ def draw(out, result: Result) -> list:
     """Each oriented box as its four sides, with its track, label and score."""
     import cv2
 
+    from ..captions import current
+
+    captions, placed = current(out), []
     for o in result.objects:
         poly = detect.pixels(o.extras.get("corners") or [], out)
-        corner = detect.pixels(o.box[:2], out)
+        box = detect.pixels(o.box, out)
         color = detect.track_color(o.track_id)
         if poly is not None:
             cv2.polylines(out, [poly.reshape(-1, 1, 2)], True, color, 2, cv2.LINE_AA)
-        if corner is None:
-            continue
-        x1, y1 = corner.tolist()
-        cv2.putText(
-            out, detect.caption(o), (x1, max(12, y1 - 4)),
-            cv2.FONT_HERSHEY_SIMPLEX, 0.5, color, 1, cv2.LINE_AA,
-        )  # fmt: skip
+        if box is not None:
+            placed.append((o, box.tolist(), color))
+    for o, box, color in placed:  # after every outline, as detect's
+        captions.label_box(out, detect.caption(o), box, color)
     return []
 
 

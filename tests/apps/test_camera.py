@@ -141,7 +141,7 @@ def test_end_to_end_video_says_egyptian_cat(mobilenet, tmp_path):
     assert len(lines) >= 1 and {"stream", "frame", "t", "results", "latency_ms"} <= set(lines[0])
     top = [r["results"][0]["label"] for r in lines]
     assert top.count("Egyptian cat") >= len(top) * 0.8
-    assert "labels seen: Egyptian cat" in proc.stdout
+    assert "frames by their top label: Egyptian cat" in proc.stdout
     cap = cv2.VideoCapture(str(tmp_path / "overlay.mp4"))
     assert cap.isOpened() and cap.read()[0]
 

@@ -147,7 +147,12 @@ def test_frames_of_another_size_are_letterboxed_and_counted(tmp_path):
         out.write(None, np.full((*size, 3), 100, np.uint8), {})
     out.close()
     assert _frames(tmp_path / "o.mp4") == 6
-    assert out.report() == {"output": str(tmp_path / "o.mp4"), "frames": 6, "letterboxed": 3}
+    assert out.report() == {
+        "output": str(tmp_path / "o.mp4"),
+        "frames": 6,
+        "letterboxed": 3,
+        "codec": "mp4v",
+    }
 
 
 def _limited(limit: int):

@@ -57,6 +57,11 @@ class Sink:
         """What this sink did, for the summary (a dict, a list of dicts, or None)."""
         return None
 
+    def wrote(self) -> list:
+        """What it wrote to disk, for the summary's ``files``: a dict per file or folder, with
+        ``output`` (its kind), ``path`` (absolute), what it holds and ``bytes``."""
+        return []
+
 
 @dataclass
 class SinkContext:
@@ -119,6 +124,32 @@ def make_folder(folder, what: str):
     except OSError as exc:
         raise OutputError(f"{what}: {describe_os_error(exc, folder)}") from None
     return folder
+
+
+def written(kind: str, path, **counts) -> dict:
+    """One entry of :meth:`Sink.wrote`: a file's size, or a folder's files' ``bytes`` given."""
+    import os
+
+    path = os.path.abspath(path)
+    if "bytes" not in counts:
+        try:
+            counts["bytes"] = os.path.getsize(path)
+        except OSError:  # gone (a failed output cleaned up)
+            counts["bytes"] = 0
+    return {"output": kind, "path": path, **counts}
+
+
+def sizes_of(paths) -> dict:
+    """{path: size} of those of ``paths`` still there (retention may have deleted some)."""
+    from pathlib import Path
+
+    out = {}
+    for p in paths:
+        try:
+            out[Path(p)] = Path(p).stat().st_size
+        except OSError:
+            continue
+    return out
 
 
 def stream_of(frame) -> int:

@@ -44,7 +44,8 @@ from pathlib import Path
 from edgert.runtime import atomic
 from edgert.runtime.errors import OutputError
 
-from .base import Sink, SinkContext, folder_and_query, make_folder
+from .base import Sink, SinkContext, folder_and_query, make_folder, sizes_of, written
+from .h264_file import gst_reason as _why
 from .retention import Ledger
 
 TRIGGERS = ("track_start", "line_cross", "zone_enter")
@@ -88,19 +89,6 @@ def options(uri: str) -> dict:
     o["clean"] = q.get("clean", "0") in ("1", "true", "yes")
     o["reencode"] = q.get("reencode", "0") in ("1", "true", "yes")
     return o
-
-
-def _why(message) -> str:
-    """The sentence of a GStreamer error message (filesink: "Error while writing to file ...",
-    with the OS's reason in its debug text: "No space left on device")."""
-    if message is None:
-        return "the write was refused"
-    err, debug = message.parse_error()
-    text = f"{err.message} {debug or ''}"
-    for reason in ("No space left on device", "File too large", "Permission denied"):
-        if reason in text:
-            return reason.lower()
-    return err.message
 
 
 class _Stream:
@@ -474,6 +462,17 @@ class ClipsOutput(Sink):
         if self.ledger.recovered:
             out["recovered"] = list(self.ledger.recovered)
         return out
+
+    def wrote(self) -> list:
+        """The folder, this run's clips still in it and their bytes (retention's deletions are
+        ``deleted``)."""
+        kept = sizes_of(self.written)
+        return [
+            written(
+                "clips", self.folder, files=len(kept), bytes=sum(kept.values()),
+                deleted=self.deleted,
+            )
+        ]  # fmt: skip
 
 
 def open_uri(uri: str, ctx: SinkContext) -> ClipsOutput:

@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from .base import Sink, SinkContext
+from .base import Sink, SinkContext, written
 from .jsonl import JsonlOutput, path_of
 
 
@@ -19,10 +19,15 @@ class EventsOutput(Sink):
     def __init__(self, path: str, streams: list | None = None) -> None:
         start = {"event": "run_start", "time": round(time.time(), 4), "pid": os.getpid()}
         self.out = JsonlOutput(path, {**start, "streams": streams or []})
+        self.written = 0
 
     def events(self, events: list) -> None:
         for event in events:
             self.out.line(event)
+            self.written += 1
+
+    def wrote(self) -> list:
+        return [written("events", self.out.path, events=self.written)]
 
     def close(self) -> None:
         self.out.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 from edgert.runtime import atomic, json_text
 from edgert.runtime.errors import OutputError
 
-from .base import Sink, SinkContext
+from .base import Sink, SinkContext, written
 
 
 def path_of(uri: str) -> str:
@@ -28,6 +28,7 @@ class JsonlOutput(Sink):
     def __init__(self, path: str, header: dict | None = None) -> None:
         self.path = Path(path)
         self.failed = False
+        self.lines = 0  # this run's, after its header
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.fh = open(self.path, "a+b")  # noqa: SIM115 - closed in close()
@@ -42,6 +43,7 @@ class JsonlOutput(Sink):
 
     def write(self, frame, image, record: dict) -> None:
         self.line(record)
+        self.lines += 1
 
     def line(self, record: dict) -> None:
         """One JSON line, flushed."""
@@ -59,6 +61,9 @@ class JsonlOutput(Sink):
             if not self.failed:
                 self.failed = True
                 raise OutputError(atomic.describe_os_error(exc, self.path)) from exc
+
+    def wrote(self) -> list:
+        return [written("jsonl", self.path, frames=self.lines)]
 
 
 def open_uri(uri: str, ctx: SinkContext) -> JsonlOutput:

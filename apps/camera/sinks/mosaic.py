@@ -61,6 +61,9 @@ class MosaicOutput(Sink):
     def report(self):
         return self.target.report()
 
+    def wrote(self) -> list:
+        return self.target.wrote()
+
 
 def letterbox(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     import cv2

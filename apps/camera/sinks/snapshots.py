@@ -24,7 +24,7 @@ from pathlib import Path
 
 from edgert.runtime.errors import OutputError
 
-from .base import Sink, SinkContext, folder_and_query, make_folder
+from .base import Sink, SinkContext, folder_and_query, make_folder, sizes_of, written
 from .retention import Ledger
 
 
@@ -59,6 +59,7 @@ class SnapshotsOutput(Sink):
         self.stamp = time.strftime("%Y%m%d-%H%M%S")
         self.best: dict = {}  # (stream, track id) -> (score, label, jpeg, crop jpeg)
         self.written = 0
+        self.paths: list = []  # this run's pictures (and crops)
         self.keep_days, self._retained, self.deleted = keep_days, float("-inf"), 0
 
     def write(self, frame, image, record: dict) -> None:
@@ -109,9 +110,11 @@ class SnapshotsOutput(Sink):
             # a full disk: OutputError, the run's policy
             path = self.ledger.write_new(stem, ".jpg", jpeg)
             e["snapshot"] = str(path)
+            self.paths.append(path)
             if crop is not None:
                 cropped = self.ledger.write_new(f"{path.stem}_crop", ".jpg", crop, tag=False)
                 e["snapshot_crop"] = str(cropped)
+                self.paths.append(cropped)
             self.written += 1
             self._retain()
 
@@ -129,6 +132,18 @@ class SnapshotsOutput(Sink):
         if self.keep_days is not None:
             out["deleted"] = self.deleted
         return out
+
+    def wrote(self) -> list:
+        """The folder, this run's pictures in it and their bytes (those retention deleted are
+        counted in ``deleted``, not here)."""
+        kept = sizes_of(self.paths)
+        crops = sum(1 for p in kept if p.stem.endswith("_crop"))
+        return [
+            written(
+                "snapshots", self.folder, files=len(kept) - crops, crops=crops,
+                bytes=sum(kept.values()), deleted=self.deleted,
+            )
+        ]  # fmt: skip
 
 
 def open_uri(uri: str, ctx: SinkContext) -> SnapshotsOutput:

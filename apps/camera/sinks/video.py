@@ -1,5 +1,7 @@
 """Video files: one stream writes ``out.mp4``; several write ``out_<i>.mp4`` each, or one mosaic
-(``--mosaic``) with a tile per stream. ``file://PATH`` or a bare path ending .mp4, .avi or .mkv."""
+(``--mosaic``) with a tile per stream. ``file://PATH`` or a bare path ending .mp4, .avi or .mkv.
+H.264 where the machine has an encoder for GStreamer (:mod:`.h264_file`: browsers play it),
+else OpenCV's mp4v, said once when the output opens (browsers do not play it)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from edgert.runtime import atomic
 from edgert.runtime.errors import OutputError
 
 from ..media.opencv_log import quiet_opencv
-from .base import Sink, SinkContext, stream_of
+from .base import Sink, SinkContext, stream_of, written
+from .h264_file import H264Writer, choose
 from .mosaic import MosaicOutput, letterbox
 
 
@@ -20,12 +23,13 @@ class VideoFileOutput(Sink):
     """A video file. Every frame goes in at the size of the first: others are letterboxed into it
     (and counted). A write that fails (a full disk) raises OutputError, and the finished file is
     opened again and its frames counted: a file that cannot be played, or holds fewer frames than
-    were written, is an error, not a success."""
+    were written, is an error, not a success. ``encoder``: the GStreamer H.264 encoder to write
+    with (:func:`.h264_file.choose`), or None: OpenCV's mp4v."""
 
     CHECK_SPACE_S = 1.0
 
-    def __init__(self, path: str, fps: float = 30.0) -> None:
-        self.path, self.fps = Path(path), fps
+    def __init__(self, path: str, fps: float = 30.0, encoder: str | None = None) -> None:
+        self.path, self.fps, self.encoder = Path(path), fps, encoder
         self.writer = None
         self.size: tuple[int, int] | None = None
         self.frames = 0
@@ -52,32 +56,46 @@ class VideoFileOutput(Sink):
         return OutputError(f"video {self.path}: {why}")
 
     def write(self, frame, overlay_image, record: dict) -> None:
-        import cv2
-
         if self.writer is None:
-            h, w = overlay_image.shape[:2]
-            self.size = (w, h)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.writer = cv2.VideoWriter(
-                str(self.path), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, (w, h)
-            )
-            if not self.writer.isOpened():
-                raise OutputError(
-                    f"cannot write video {self.path} (no mp4v encoder in this OpenCV?)"
-                )
+            self._open(*overlay_image.shape[1::-1])
         if overlay_image.shape[1::-1] != self.size:  # a stream whose size changed mid-run
             overlay_image = letterbox(overlay_image, self.size)
             self.letterboxed += 1
         with quiet_opencv():
             ok = self.writer.write(overlay_image)
         if ok is False:  # OpenCV 5 says; 4.x returns None and the file is checked on close
-            raise self._fail(f"writing frame {self.frames + 1} failed ({self._why()})")
+            why = getattr(self.writer, "error", None) or self._why()
+            raise self._fail(f"writing frame {self.frames + 1} failed ({why})")
         self.frames += 1
         now = time.monotonic()
         if now - self._space_checked >= self.CHECK_SPACE_S:
             self._space_checked = now
             if self._free_bytes() == 0:
                 raise self._fail("no space left on the device")
+
+    def _open(self, w: int, h: int) -> None:
+        """The writer, for frames of ``w`` x ``h``: H.264 through GStreamer, or OpenCV's mp4v."""
+        import cv2
+
+        self.size = (w, h)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.encoder is not None:
+            try:
+                self.writer = H264Writer(self.path, (w, h), self.fps, self.encoder)
+            except Exception as exc:  # noqa: BLE001 - GLib.Error: a pipeline GStreamer refused
+                raise OutputError(
+                    f"cannot write video {self.path} with {self.encoder}: {exc}"
+                ) from None
+            return
+        self.writer = cv2.VideoWriter(
+            str(self.path), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, (w, h)
+        )
+        if not self.writer.isOpened():
+            raise OutputError(f"cannot write video {self.path} (no mp4v encoder in this OpenCV?)")
+
+    @property
+    def codec(self) -> str:
+        return "h264" if self.encoder is not None else "mp4v"
 
     def _free_bytes(self) -> int | None:
         try:
@@ -94,10 +112,12 @@ class VideoFileOutput(Sink):
             return
         import cv2
 
-        self.writer.release()
-        self.writer = None
+        writer, self.writer = self.writer, None
+        writer.release()
         if self.failed:
             return
+        if getattr(writer, "error", None):  # GStreamer could not end the file
+            raise self._fail(f"writing the file failed after {self.frames} frames ({writer.error})")
         with quiet_opencv():
             cap = cv2.VideoCapture(str(self.path))
             opened = cap.isOpened()
@@ -113,7 +133,17 @@ class VideoFileOutput(Sink):
             )
 
     def report(self) -> dict:
-        return {"output": str(self.path), "frames": self.frames, "letterboxed": self.letterboxed}
+        return {
+            "output": str(self.path),
+            "frames": self.frames,
+            "letterboxed": self.letterboxed,
+            "codec": self.codec,
+        }
+
+    def wrote(self) -> list:
+        if not self.frames:
+            return []
+        return [written("video", self.path, frames=self.frames, codec=self.codec)]
 
 
 def per_stream_path(path: Path, i: int) -> Path:
@@ -124,9 +154,10 @@ def per_stream_path(path: Path, i: int) -> Path:
 class StreamFilesOutput(Sink):
     """One video file per stream: ``out_<i>.mp4``."""
 
-    def __init__(self, path: str, fps: float, streams: int) -> None:
+    def __init__(self, path: str, fps: float, streams: int, encoder: str | None = None) -> None:
         self.files = [
-            VideoFileOutput(str(per_stream_path(Path(path), i)), fps) for i in range(streams)
+            VideoFileOutput(str(per_stream_path(Path(path), i)), fps, encoder)
+            for i in range(streams)
         ]
 
     def write(self, frame, overlay_image, record: dict) -> None:
@@ -145,6 +176,9 @@ class StreamFilesOutput(Sink):
     def report(self) -> list:
         return [f.report() for f in self.files]
 
+    def wrote(self) -> list:
+        return [entry for f in self.files for entry in f.wrote()]
+
 
 def _path(uri: str) -> str:
     return uri[len("file://") :] if uri.startswith("file://") else uri
@@ -152,11 +186,14 @@ def _path(uri: str) -> str:
 
 def open_uri(uri: str, ctx: SinkContext) -> Sink:
     path, n = _path(uri), len(ctx.streams)
+    encoder, why = choose(path)
+    if why:
+        ctx.say(f"note: {why}")
     if n > 1 and ctx.options.mosaic:
-        return MosaicOutput(VideoFileOutput(path, ctx.fps), n)
+        return MosaicOutput(VideoFileOutput(path, ctx.fps, encoder), n)
     if n > 1:
-        return StreamFilesOutput(path, ctx.fps, n)
-    return VideoFileOutput(path, ctx.fps)
+        return StreamFilesOutput(path, ctx.fps, n, encoder)
+    return VideoFileOutput(path, ctx.fps, encoder)
 
 
 def paths(uri: str, streams: int, mosaic: bool) -> list[tuple[str, Path]]:

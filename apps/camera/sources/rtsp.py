@@ -219,6 +219,10 @@ class StreamSource(FrameSource):
             "stalls": self.stalls,
             "downtime_s": round(down, 3),
             "last_error": self.last_error,
+            # how many tries a (re)connection gets: "forever" waits for a camera that reboots
+            "reconnect": "forever"
+            if self.opts.reconnect_tries is None
+            else self.opts.reconnect_tries,
         }
 
     def close(self) -> None:

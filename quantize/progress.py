@@ -32,20 +32,24 @@ class Step:
     done: int = 0
     item: str = ""
     started: float = field(default_factory=time.monotonic)
+    last: float = 0.0  # when the last of ``done`` was done
 
     def advance(self, n: int = 1, item: str = "") -> None:
         self.done = min(self.total, self.done + n)
         self.item = item
+        self.last = time.monotonic()
 
     def at(self, item: str) -> None:
         """Name the item under way (a preparation, a method, a node)."""
         self.item = item
 
     def left(self, now: float) -> float | None:
-        """Seconds left at the rate so far; None before the first of N is done."""
+        """Seconds left at the rate so far, less the time the one under way has had; None
+        before the first of N is done."""
         if self.done <= 0:
             return None
-        return (now - self.started) * (self.total - self.done) / self.done
+        each = (self.last - self.started) / self.done
+        return max(0.0, each * (self.total - self.done) - (now - self.last))
 
     def describe(self) -> str:
         unit = f" {self.unit}" if self.unit else ""

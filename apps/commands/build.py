@@ -17,7 +17,7 @@ gate rules (defaults): cosine>=0.99, agreement_confident>=0.97, top5_contains_fp
 accuracy_drop<=0.01 (with labels), box_f1>=0.9 (detectors); --gate off disables the gate.
 
 An INT8 build calibrates several preparations with several methods and gates the result: minutes
-on a laptop (MobileNetV2, 500 samples: about 5 minutes on 2 cores). After 10 s without output
+on a laptop (MobileNetV2, 500 samples: about 6 minutes on 2 cores). After 10 s without output
 (EDGERT_PROGRESS_SECONDS) it says on standard error which step runs, n of N and the time left;
 -q/--quiet leaves those lines out. --calib-size and --prepare none make it faster.
 """

@@ -84,6 +84,15 @@ def test_reporter_estimates_from_the_rate_and_waits_for_silence():
     assert not [t for t in threading.enumerate() if t.name == "edgert-progress"]
 
 
+def test_time_left_shrinks_while_a_part_is_under_way():
+    s = progress.Step("preparations", 4, started=100.0)
+    assert s.left(105.0) is None  # nothing done yet: no rate
+    s.advance(1)
+    s.last = 130.0  # the first of 4 took 30 s
+    assert s.left(130.0) == 90.0 and s.left(150.0) == 70.0
+    assert s.left(300.0) == 0.0  # overdue: never negative
+
+
 def test_steps_cost_nothing_outside_a_report():
     with progress.step("alone", 3) as s:
         s.advance(2)

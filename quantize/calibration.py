@@ -18,6 +18,8 @@ from edgert.runtime.errors import SourceError, first_line
 from edgert.runtime.images import IMAGE_SUFFIXES, check_pixels, read_image
 from edgert.runtime.regular import kind
 
+from . import progress
+
 VIDEO_SUFFIXES = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v"}
 MIN_SAMPLES = 8
 
@@ -148,7 +150,7 @@ def _preprocess(manifest: Manifest, images: list[np.ndarray], what: str) -> np.n
             "the bundle records no preprocessing, so images cannot be turned into inputs; give an .npz of input tensors"
         )
     tensors = []
-    for i, img in enumerate(images):
+    for i, img in enumerate(progress.each(images, f"preprocessing {what}s", len(images), "images")):
         if img.ndim == 3 and img.shape[2] not in (1, 3, 4):
             raise SourceError(f"{what} #{i} has {img.shape[2]} channels; images need 1, 3 or 4")
         tensors.append(pre.apply(img)[0])
@@ -217,7 +219,7 @@ def _images_from_folder(folder: Path) -> list[np.ndarray]:
     if not files:
         raise SourceError(f"{folder} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
     images, bad = [], []
-    for f in files:
+    for f in progress.each(files, f"reading {folder}", len(files), "images", name=_file_name):
         try:
             images.append(read_image(f))
         except SourceError:
@@ -228,6 +230,10 @@ def _images_from_folder(folder: Path) -> list[np.ndarray]:
             f"{len(bad)} file(s) in {folder} fail to decode as images: {', '.join(bad[:3])}{more}"
         )
     return images
+
+
+def _file_name(path: Path) -> str:
+    return path.name
 
 
 def _frames_from_video(path: Path, wanted: int) -> list[np.ndarray]:
@@ -246,13 +252,15 @@ def _frames_from_video(path: Path, wanted: int) -> list[np.ndarray]:
     total = int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) or 0
     step = max(1, total // wanted) if total else 1
     frames, i = [], 0
-    while len(frames) < wanted:
-        ok, frame = cap.read()
-        if not ok:
-            break
-        if i % step == 0:
-            frames.append(frame)
-        i += 1
+    with progress.step(f"reading {path.name}", wanted, "frames") as done:
+        while len(frames) < wanted:
+            ok, frame = cap.read()
+            if not ok:
+                break
+            if i % step == 0:
+                frames.append(frame)
+                done.advance()
+            i += 1
     cap.release()
     if not frames:
         raise SourceError(f"{path} yields no frames")

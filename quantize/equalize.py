@@ -34,7 +34,7 @@ def channel_stats(model, data: np.ndarray, tensors: list[str], batch: int = 16) 
     absmax: dict[str, np.ndarray] = {}
     total: dict[str, np.ndarray] = {}
     count: dict[str, int] = dict.fromkeys(tensors, 0)
-    for outs in Exposed(model, tensors).batches(data, batch):
+    for outs in Exposed(model, tensors).batches(data, batch, "per-channel statistics"):
         for t, x in outs.items():
             axes = tuple(k for k in range(x.ndim) if k != 1)
             a = np.abs(x).max(axis=axes)

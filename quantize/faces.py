@@ -25,7 +25,7 @@ import numpy as np
 from edgert.runtime.errors import GateFailed, ModelError, SourceError
 from edgert.runtime.faces import NETWORKS, int8_file
 
-from . import calibration, evaluate, gate, int8, qdq_search, ranges
+from . import calibration, evaluate, gate, int8, progress, qdq_search, ranges
 from .job import Job, load_fp32, rounded, say_if_nothing_found, stage_model
 
 TILE = 24  # P-Net calibration tiles (its receptive field is 12 x 12)
@@ -106,7 +106,8 @@ def stage_inputs(det, images: list[np.ndarray], seed: int) -> tuple[dict[str, np
     }
     det.engines.update(rec)
     try:
-        found = [det.detect(img) for img in images]
+        recording = progress.each(images, "recording the networks' inputs", len(images), "images")
+        found = [det.detect(img) for img in recording]
     finally:
         det.engines.update(originals)
     inputs = {
@@ -151,7 +152,7 @@ def quantize_network(
     cal = subset(fit_all, calib_size, seed)
     fit, validation = qdq_search.split_validation(cal)
     fp32 = evaluate.session(model)
-    ref_val = evaluate.run(fp32, validation)
+    ref_val = evaluate.run(fp32, validation, what=f"{name} FP32 on the validation split")
     say(f"{name}: {len(fit)} calibration inputs {list(fit.shape[1:])}, {len(hold)} hold-out")
     try:
         search = qdq_search.choose_preparation(
@@ -163,7 +164,7 @@ def quantize_network(
     thresholds = prep.stats.thresholds(prep.choice.method)
     say(f"{name}: kept {prep.name}, calibration {prep.choice.method} ({prep.choice.why})")
     q = int8.quantize(prep.model, thresholds, validation)
-    ref_hold = evaluate.run(fp32, hold)
+    ref_hold = evaluate.run(fp32, hold, what=f"{name} FP32 on the hold-out")
     return NetworkResult(prep, thresholds, q, hold, ref_hold), (fit, validation, ref_val)
 
 
@@ -191,7 +192,7 @@ def build_int8(job: Job) -> dict:
     stages = {"record_inputs": time.perf_counter() - t0}
     t0 = time.perf_counter()
     nets, splits = {}, {}
-    for name in NETWORKS:
+    for name in progress.each(NETWORKS, "networks", len(NETWORKS)):
         model = load_fp32(job.bundle, specs[name].file)
         nets[name], splits[name] = quantize_network(
             name,
@@ -210,7 +211,8 @@ def build_int8(job: Job) -> dict:
     def judge() -> gate.Evaluation:
         det_q = detector(job.bundle.path, {n: r.quantized for n, r in nets.items()})
         try:
-            got = [det_q.detect(img) for img in hold_images]
+            gating = progress.each(hold_images, "the gate: INT8 faces", len(hold_images), "images")
+            got = [det_q.detect(img) for img in gating]
         finally:
             det_q.close()
         cos = {n: network_cosine(r) for n, r in nets.items()}

@@ -192,7 +192,8 @@ def gate_and_fallback(
     ``val_truth``: the validation split's labelled boxes (the sensitivity pass ranks by them too)."""
     task = job.task
     q = quantize(prep.model, thresholds, validation)
-    ev = gate.evaluate(ref.holdout, evaluate.run(q, hold.inputs), task, hold.truth)
+    got = evaluate.run(q, hold.inputs, what=f"the gate: {label} on the hold-out")
+    ev = gate.evaluate(ref.holdout, got, task, hold.truth)
     job.say(f"{label} vs FP32 on the hold-out: {ev.summary()}")
     say_if_nothing_found(job, ev, len(hold.inputs), "boxes", "what the model detects")
     first = dict(ev.metrics)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import equalize, evaluate, gate, int8, ranges, shift
+from . import equalize, evaluate, gate, int8, progress, ranges, shift
 from .head import Head
 
 MAX_FALLBACK_FRACTION = 0.5
@@ -78,9 +78,10 @@ def choose_method(
 ) -> MethodChoice:
     candidates = [forced] if forced else list(ranges.METHODS)
     scores = {}
-    for method in candidates:
+    for method in progress.each(candidates, "calibration methods", len(candidates)):
         q = quantize(model, stats.thresholds(method), validation)
-        ev = gate.evaluate(ref, evaluate.run(q, validation), task, truth)
+        got = evaluate.run(q, validation, what=f"{method} on the validation split")
+        ev = gate.evaluate(ref, got, task, truth)
         scores[method] = _scores(ev)
         say(f"  calibration {method:<10} validation {ev.summary()}")
     if forced:
@@ -204,7 +205,7 @@ def choose_preparation(
     table: dict[str, dict] = {}
     all_stats: dict[str, ranges.ActivationStats] = {}
     best: Preparation | None = None
-    for name in candidates:
+    for name in progress.each(candidates, "preparations", len(candidates)):
         t0 = time.perf_counter()
         report: dict = {}
         base = model
@@ -304,7 +305,8 @@ def choose_head(
     if "bias" in prep.name and "adaround" not in prep.name:  # correct the head's rounding too
         model = equalize.correct_bias(prep.base, fit, quantize_weight=prep.round_weights)[0]
     q = quantize(model, prep.stats.thresholds(prep.choice.method), validation)
-    ev = gate.evaluate(ref, evaluate.run(q, validation), task, truth)
+    got = evaluate.run(q, validation, what="the head in INT8 on the validation split")
+    ev = gate.evaluate(ref, got, task, truth)
     inside = _scores(ev)
     scores = {"out_of_int8": prep.scores, "int8": inside}
     key, what = _measure(prep.scores)
@@ -339,7 +341,7 @@ def sensitivity(
     (mAP50-95 against FP32's boxes for a detector where FP32 finds boxes), ties broken by the
     cosine; without ``task``, the cosine."""
     out, measures = [], set()
-    for i, name in enumerate(nodes):
+    for i, name in enumerate(progress.each(nodes, "sensitivity", len(nodes), "nodes")):
         q = quantize(model, thresholds, validation, only=[name])
         got = evaluate.run(q, validation)
         if task is None:
@@ -380,11 +382,13 @@ def fallback(
     result = FallbackResult([], ranked, measure=measure)
     budget = max(1, int(len(nodes) * MAX_FALLBACK_FRACTION))
     q, ev = None, None
-    for name, loss in ranked[:budget]:
+    steps = progress.each(ranked[:budget], "fallback", budget, "nodes", name=lambda t: t[0])
+    for name, loss in steps:
         result.kept_fp32.append(name)
         source = rebuild(result.kept_fp32) if rebuild else model
         q = quantize(source, thresholds, validation, exclude=result.kept_fp32)
-        ev = gate.evaluate(ref_holdout, evaluate.run(q, holdout), task, labels)
+        got = evaluate.run(q, holdout, what=f"the gate with {name} kept out, on the hold-out")
+        ev = gate.evaluate(ref_holdout, got, task, labels)
         result.steps.append(
             {
                 "kept": name,

@@ -180,7 +180,7 @@ def collect(
     hist = {t: np.zeros(BINS, np.int64) for t in tensors}
     tops: dict[str, float] = {}
     total, done = exposed.usable(len(data)), 0
-    for outs in exposed.batches(data, batch):
+    for outs in exposed.batches(data, batch, "calibration statistics"):
         for t, a in outs.items():
             if not a.size:
                 continue
@@ -257,12 +257,13 @@ def _entropy(hist: np.ndarray, top: float, levels: int = 128, stride: int = 16) 
         p = kept.copy()
         p[-1] += hist[i:].sum()  # P: clipped outliers land in the last bin
         nonzero = kept > 0
-        q = np.zeros(i)  # Q: the kept bins (without outliers) squeezed into `levels` levels
+        # Q: the kept bins (without outliers) squeezed into `levels` levels, each level's sum
+        # spread evenly over its non-empty bins (i >= levels: every level has a bin)
         edges = np.linspace(0, i, levels + 1).astype(int)
-        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-            nz = nonzero[lo:hi]
-            if nz.any():
-                q[lo:hi][nz] = kept[lo:hi].sum() / nz.sum()
+        sums = np.add.reduceat(kept, edges[:-1])
+        counts = np.add.reduceat(nonzero.astype(np.float64), edges[:-1])
+        share = np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
+        q = np.repeat(share, np.diff(edges)) * nonzero
         if q.sum() == 0:
             continue
         ps, qs = p / p.sum(), q / q.sum()

@@ -23,9 +23,12 @@ def build_fp16(job: Job) -> dict:
     }
     try:
         data = data_of(job, min(job.calib_size, 64))
-        ref = evaluate.run(model, data.holdout.inputs)
+        ref = evaluate.run(model, data.holdout.inputs, what="FP32 on the hold-out")
         ev = gate.evaluate(
-            ref, evaluate.run(fp16, data.holdout.inputs), job.task, data.holdout.truth
+            ref,
+            evaluate.run(fp16, data.holdout.inputs, what="the gate: FP16 on the hold-out"),
+            job.task,
+            data.holdout.truth,
         )
         section["holdout"] = rounded(ev)
         section["onnxruntime_cpu_ms"] = cpu_speeds(model, fp16, "fp16", data.holdout.inputs[0], say)

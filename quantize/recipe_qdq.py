@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from edgert.runtime.errors import GateFailed, ModelError, first_line
 from edgert.runtime.precision import model_file
 
-from . import evaluate, fp8, gate, int8, qdq_search, ranges
+from . import evaluate, fp8, gate, int8, progress, qdq_search, ranges
 from .fp16 import qdq_to_fp16
 from .head import Head, find_head
 from .job import (
@@ -82,7 +82,10 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
     stages: dict[str, float] = {}
     t0 = time.perf_counter()
     fp32 = evaluate.session(model)
-    ref = References(evaluate.run(fp32, validation), evaluate.run(fp32, data.holdout.inputs))
+    ref = References(
+        evaluate.run(fp32, validation, what="FP32 on the validation split"),
+        evaluate.run(fp32, data.holdout.inputs, what="FP32 on the hold-out"),
+    )
     candidates = fmt.preparations(job.preparations)
     head = detector_head(job, model)
     if head:
@@ -215,8 +218,12 @@ def stage_fp16_variant(job: Job, precision: str, q, hold, ref_hold) -> dict:
     layers run in FP32."""
     name, plain = model_file(precision, "fp16"), model_file(precision)
     try:
-        q16 = qdq_to_fp16(q)
-        ev = gate.evaluate(ref_hold, evaluate.run(q16, hold.inputs), job.task, hold.truth)
+        with progress.step(f"{name} (FP16 outside {precision.upper()})", 2, "parts") as made:
+            made.at("converting")
+            q16 = qdq_to_fp16(q)
+            made.advance(1, "its gate")
+            got = evaluate.run(q16, hold.inputs, what=f"{name} on the hold-out")
+        ev = gate.evaluate(ref_hold, got, job.task, hold.truth)
     except Exception as exc:  # noqa: BLE001 - ModelError, or ONNX Runtime refusing the model
         ev, why = None, first_line(exc, 200)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -37,13 +38,22 @@ def test_info_says_why_things_are_absent():
 
 
 def test_demo_classifies_cat_and_coffee(tmp_path):
-    proc = run_cli("demo", "--workdir", tmp_path, "--seconds", "2", "--calib-size", "64")
+    proc = run_cli("demo", "--workdir", tmp_path, "--seconds", "2")  # the demo's own defaults
     assert proc.returncode == 0, proc.stderr
     lines = {ln.split()[0]: ln for ln in proc.stdout.splitlines() if ".jpg" in ln}
     assert lines["chelsea.jpg"].split(None, 1)[1].startswith("Egyptian cat")
     assert lines["coffee.jpg"].split(None, 1)[1].startswith("espresso")
     assert "parity vs PyTorch" in proc.stdout
-    assert "INT8 gate passed" in proc.stdout
+    # a real calibration on 64 crops and a real gate on 150 others, said with what it costs
+    assert "INT8: calibrate on 64 crops" in proc.stdout and "about a minute" in proc.stdout
+    assert "equalize+bias: calibration statistics 52/52 samples" in proc.stdout
+    assert "INT8 gate passed" in proc.stdout and "on 150 hold-out crops" in proc.stdout
+    assert re.search(r"^time: export \d+ s, INT8 \d+ s, .* in all$", proc.stdout, re.M)
+    int8 = json.loads((tmp_path / "mobilenet_v2.edgert" / "manifest.json").read_text())
+    section = int8["quantization"]["int8"]
+    assert section["passed"] and section["calibration"]["samples"] == 52
+    assert section["preparation"]["kept"] == "equalize+bias"
+    assert section["calibration"]["method"] == "percentile"
     assert "the fastest gated model on ONNX Runtime CPU when built" in proc.stdout
     assert "frames by their top label: " in proc.stdout
     report = json.loads((tmp_path / "report.json").read_text())
@@ -67,6 +77,17 @@ def test_demo_classifies_cat_and_coffee(tmp_path):
     assert_user_error(bad, "does not exist")
     (tmp_path / "junk.jpg").write_bytes(b"nope")
     assert_user_error(run_cli("run", bundle, tmp_path / "junk.jpg"), "not an image")
+
+    # again with nothing changed: the bundle and the INT8 model are reused, the gate's numbers
+    # are the recorded ones
+    again = run_cli("demo", "--workdir", tmp_path, "--seconds", "1")
+    assert again.returncode == 0, again.stderr
+    assert f"reusing {bundle}" in again.stdout and "reusing model.int8.onnx" in again.stdout
+    assert "calibration statistics" not in again.stdout
+    assert "parity vs PyTorch (atol" not in again.stdout  # no export either
+    gate_line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("INT8 gate passed"))
+    assert gate_line in again.stdout
+    assert "Egyptian cat" in again.stdout
 
 
 def test_unknown_subcommand_and_bad_bundle(tmp_path):

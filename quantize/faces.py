@@ -182,8 +182,7 @@ def build_int8(job: Job) -> dict:
         job.calib, job.bundle.manifest, job.calib_size, job.holdout_size, job.seed
     )
     job.say(f"calibration: {len(cal_images)} of {source}; hold-out: {len(hold_images)} others")
-    specs = job.bundle.manifest.models
-    det = detector(job.bundle.path)
+    specs, det = job.bundle.manifest.models, detector(job.bundle.path)
     try:
         cal_inputs, _ = stage_inputs(det, cal_images, job.seed)
         hold_inputs, ref_faces = stage_inputs(det, hold_images, job.seed + 1)
@@ -210,8 +209,8 @@ def build_int8(job: Job) -> dict:
 
     def judge() -> gate.Evaluation:
         det_q = detector(job.bundle.path, {n: r.quantized for n, r in nets.items()})
+        gating = progress.each(hold_images, "the gate: INT8 faces", len(hold_images), "images")
         try:
-            gating = progress.each(hold_images, "the gate: INT8 faces", len(hold_images), "images")
             got = [det_q.detect(img) for img in gating]
         finally:
             det_q.close()

@@ -5,10 +5,8 @@ higher precision.
   :mod:`equalize`) makes an FP32 model INT8 then quantizes; the one closest to FP32 on the
   validation split (with its best calibration method) wins: techniques are kept only where they
   measure better.
-
-- Method: every candidate (minmax, percentile, entropy) quantizes the model; the one whose outputs
-  are closest to FP32 (cosine, then top-1 agreement) on a validation split of the calibration data
-  wins. The hold-out is never used for choosing.
+- Method: every candidate (minmax, percentile, entropy) quantizes the model; the one closest to
+  FP32 (cosine, then top-1 agreement) on the validation split wins (the hold-out never chooses).
 - Head: a detector's head (:mod:`head`: its output convolutions and DFL) stays out of INT8 by
   rule, unless the same preparation with the head in INT8 measures better on the validation split.
 - Fallback: each quantizable node's sensitivity is the loss of the task's measure when it alone is

@@ -82,10 +82,8 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
     stages: dict[str, float] = {}
     t0 = time.perf_counter()
     fp32 = evaluate.session(model)
-    ref = References(
-        evaluate.run(fp32, validation, what="FP32 on the validation split"),
-        evaluate.run(fp32, data.holdout.inputs, what="FP32 on the hold-out"),
-    )
+    holdout = evaluate.run(fp32, data.holdout.inputs, what="FP32 on the hold-out")
+    ref = References(evaluate.run(fp32, validation, what="FP32 on the validation split"), holdout)
     candidates = fmt.preparations(job.preparations)
     head = detector_head(job, model)
     if head:
@@ -131,7 +129,6 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
     if problems:
         raise ModelError("the Q/DQ model is not in TensorRT form: " + "; ".join(problems[:3]))
     in_format = fmt.quantized_nodes(q)
-    quantized = len(in_format)
     macs = ranges.node_macs(model)
     section = {
         **({"format": fmt.format} if fmt.format else {}),
@@ -146,7 +143,7 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
             "method_scores": choice.scores,
         },
         "preparation": {"kept": prep.name, "candidates": table, **prep.report},
-        **gate_record(job, thresholds, first, ev, quantized, nodes, fallback),
+        **gate_record(job, thresholds, first, ev, len(in_format), nodes, fallback),
         "fallback_steps": fallback.steps if fallback else [],
         **({"head": head_choice.record()} if head_choice else {}),
         "kept_out": kept_out(prep.keep, fallback),
@@ -182,7 +179,7 @@ def build_qdq(job: Job, fmt: QdqFormat) -> dict:
     out = section["kept_out"]
     kept = f", {len(out)} kept out of it" if out else ""
     job.say(
-        f"wrote {model_file(fmt.precision)} ({quantized}/{len(nodes)} nodes {fmt.label}{kept}, "
+        f"wrote {model_file(fmt.precision)} ({len(in_format)}/{len(nodes)} nodes {fmt.label}{kept}, "
         f"{section['macs_share']:.1%} of the MACs); gate passed: {ev.summary()}"
     )
     return section

@@ -42,7 +42,7 @@ FUNCTIONS_OVER = {
     "export/triton.py::export_triton": 94,
     "export/zoo/mtcnn.py::build_nets": 72,
     "export/zoo/mtcnn.py::export_mtcnn": 77,
-    "quantize/builder.py::build": 95,
+    "quantize/builder.py::_build": 79,
     "quantize/faces.py::build_int8": 115,
     "quantize/fp8.py::quantize": 88,
     "quantize/qdq_search.py::choose_preparation": 91,

@@ -39,6 +39,7 @@ ENVIRONMENT = """## Environment variables
 | `EDGERT_ORT_THREADS` | ONNX Runtime intra-op threads when `Engine.load` is not given `intra_op_threads` (0: ONNX Runtime's choice) | `0` |
 | `EDGERT_SYSFS_ROOT` | read power sensors under this folder instead of `/` (a container with the host's `/sys` mounted elsewhere); `--sysfs-root` wins | `/` |
 | `EDGERT_PLAN_DIR` | TensorRT plans are cached in this folder's subfolder named by the bundle and the first 12 digits of its `model.onnx`'s SHA-256 (`detector.edgert-3fa2c81b09de`; the name-only subfolder of older releases is still read) instead of the bundle's `engines/` (a read-only bundle in a container, plans on the node's disk: the Helm chart's `hostPath`); a plan's file name is the digest of everything it depends on, so bundles, JetPack releases and modules never share one | the bundle's `engines/` |
+| `EDGERT_PROGRESS_SECONDS` | `edgert build` writes a progress line (steps, n/N, the time left) after this many seconds without output | `10` |
 | `EDGERT_MAX_IMAGE_PIXELS` | images with more pixels are refused before decoding | `120000000` |
 | `EDGERT_NAME` (any `EDGERT_…` name) | `${EDGERT_NAME}` in `edgert camera --source` or `--mqtt` is replaced by its value: a password kept out of the command line, where `ps` shows it to every local user (systemd's `EnvironmentFile=`, a container's secrets); only `EDGERT_` variables are read | |
 | `DISPLAY`, `WAYLAND_DISPLAY` | `edgert camera` opens a window only when one is set (and `--headless` is not given) | |

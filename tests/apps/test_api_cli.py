@@ -146,22 +146,23 @@ def test_dev_video_is_a_camera_not_a_file():
 
 
 def test_letterbox_defaults_to_bilinear(tmp_path):
+    """(A detector: export now refuses a classifier's output described as a detector's.)"""
     from edgert.export import export_model
-    from tests.tiny import image_classifier
+    from tests.tiny import blob_detector
 
-    onnx_path = image_classifier(tmp_path / "d.onnx")
+    onnx_path = blob_detector(tmp_path / "d.onnx")
     manifest = export_model(
         str(onnx_path),
         tmp_path / "d.edgert",
         task="detect",
-        preprocess={"resize": "letterbox", "size": "16x16"},
+        preprocess={"resize": "letterbox"},
     ).manifest
     assert manifest["preprocessing"]["interpolation"] == "bilinear"
     kept = export_model(
         str(onnx_path),
         tmp_path / "e.edgert",
         task="detect",
-        preprocess={"resize": "letterbox", "size": "16x16", "interpolation": "linear"},
+        preprocess={"resize": "letterbox", "interpolation": "linear"},
     ).manifest
     assert kept["preprocessing"]["interpolation"] == "linear"
 

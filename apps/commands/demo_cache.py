@@ -16,6 +16,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+from edgert.runtime import json_text
+
 RECORD = "demo-inputs.json"
 PACKAGES = (
     "edgert",
@@ -60,7 +62,7 @@ def code_digest() -> str:
 
 def key(step: str, settings: dict) -> str:
     """The key of one step's inputs: its settings, the packages' versions, edgert's code."""
-    text = json.dumps(
+    text = json_text.dumps(
         {"step": step, "settings": settings, "versions": versions(), "code": code_digest()},
         sort_keys=True,
     )
@@ -78,7 +80,7 @@ def read(workdir: Path) -> dict:
 def write(workdir: Path, record: dict) -> None:
     from edgert.runtime import atomic
 
-    atomic.write_text(workdir / RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    atomic.write_text(workdir / RECORD, json_text.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
 def _recorded_file(bundle: Path, name: str, sha: str | None) -> bool:

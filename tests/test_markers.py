@@ -164,7 +164,7 @@ def test_leaves_one():
 # what makes a test module need GStreamer, and what makes it a closed loop with a plant
 GST_SIGNS = re.compile(
     r"media\.gst\(\)|GstFileSource|GstConnection|tests\.rtsp_server|needs_server"
-    r"|decoder=\"gstreamer\"|\"--decoder\", \"gstreamer\""
+    r"|decoder=\"gstreamer\"|\"--decoder\", \"gstreamer\"|h264_file"
 )
 PLANT_SIGNS = re.compile(r"bench_in_the_loop")
 

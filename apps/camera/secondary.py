@@ -249,8 +249,10 @@ class Secondary:
             classes = [c for c in given if math.isfinite(c.score)]
         else:
             classes = [d for d in given if np.isfinite((d.score, *d.box)).all()]
-        if len(classes) < len(given):
-            self.not_finite += 1  # a NaN answer is not a label (its finite rest still votes)
+        if len(classes) < len(given) or (self.classifies and not given):
+            # a NaN answer is not a label (its finite rest still votes); a classifier that
+            # answers no class is one whose row the decoder dropped as not finite
+            self.not_finite += 1
             if not classes:
                 return
         q = max(crop.quality, 1e-6)

@@ -101,8 +101,13 @@ def _dotted(path: tuple) -> str:
 
 
 def _with(path: tuple, value) -> dict:
-    """BASE with the value at PATH replaced (a map entry: its one entry's value)."""
+    """BASE with the value at PATH replaced (a map entry: its one entry's value). With a Secret
+    of the user's own, the credentials are in it (``auth``), not in the values."""
     values = json.loads(json.dumps(BASE))
+    if path == ("camera", "existingSecret"):
+        for holder in (values["camera"]["cameras"][0], values["camera"]["mqtt"]):
+            holder.pop("username"), holder.pop("password")
+            holder["auth"] = True
     node = values
     for step in path[:-1]:
         if isinstance(node, list):

@@ -133,7 +133,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- fail (printf "camera.mqtt: username/password are not used with camera.existingSecret (%s): put them in that Secret as EDGERT_MQTT_USER / EDGERT_MQTT_PASSWORD and set auth: true" $c.existingSecret) -}}
 {{- end -}}
 {{- range $i, $out := $c.outputs -}}
-{{- if hasSuffix (printf ":%d" (int $c.metricsPort)) (urlParse $out).host -}}
+{{- if regexMatch (printf "^[a-z0-9+]+://[^/]*:%d(/|$)" (int $c.metricsPort)) $out -}}
 {{- fail (printf "camera.outputs.%d: %s takes camera.metricsPort (%d), where /metrics, /live and /ready answer: give the output another port" $i $out (int $c.metricsPort)) -}}
 {{- end -}}
 {{- end -}}

@@ -25,7 +25,7 @@ FUNCTION_LINES = 60
 COMPLEXITY = 15
 
 # over the budget on the day the test came, with the size then: may only shrink
-MODULES_OVER = {"runtime/bundle.py": 428}
+MODULES_OVER: dict = {}
 FUNCTIONS_OVER = {
     "apps/camera/metrics.py::collect": 90,
     "apps/camera/sinks/__init__.py::add_arguments": 70,

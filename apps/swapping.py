@@ -12,7 +12,6 @@ import itertools
 import json
 import os
 import signal
-import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -20,7 +19,9 @@ from pathlib import Path
 
 from edgert.apps.telemetry.http import json_answer
 from edgert.apps.uris import escape_controls
+from edgert.runtime.bundle import MAX_MANIFEST_BYTES
 from edgert.runtime.errors import ModelError
+from edgert.runtime.regular import NotRegular, open_regular, read_regular
 from edgert.runtime.tasks import task_spec
 
 EVENTS = ("model_swap", "model_swap_refused", "model_rollback")
@@ -139,21 +140,13 @@ class SwapOptions:
         )
 
 
-MAX_MANIFEST_BYTES = 64 << 20  # as the bundle loader's bound
-
-
-def _open_regular(path: Path) -> int:
-    """``path`` opened for reading only if it is a regular file (a FIFO, a device or a folder
-    is refused at once, never read: a read of one could block or never end)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ValueError(f"{path.name} is not a regular file")
-    return fd
-
-
 def _hash_file(digest, path: Path) -> None:
-    with os.fdopen(_open_regular(path), "rb") as f:
+    """Only a regular file is read (a FIFO or a device could block or never end)."""
+    try:
+        f = open_regular(path)
+    except NotRegular as exc:
+        raise ValueError(f"{path.name} {exc}") from None
+    with f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
 
@@ -176,10 +169,10 @@ def model_info(path: str | Path, roots=None) -> dict:
         if not p.is_dir():
             _hash_file(digest, p)
             return {"name": p.stem, "version": "", "hash": digest.hexdigest()[:12]}
-        with os.fdopen(_open_regular(p / "manifest.json"), "rb") as f:
-            raw = f.read(MAX_MANIFEST_BYTES + 1)
-        if len(raw) > MAX_MANIFEST_BYTES:
-            raise ValueError(f"its manifest.json is over {MAX_MANIFEST_BYTES >> 20} MiB")
+        try:
+            raw = read_regular(p / "manifest.json", MAX_MANIFEST_BYTES)
+        except NotRegular as exc:
+            raise ValueError(f"its manifest.json {exc}") from None
         data = json.loads(raw)
         if not isinstance(data, dict):
             raise ValueError("its manifest.json is not a JSON object")

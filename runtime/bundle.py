@@ -11,7 +11,6 @@ import functools
 import hashlib
 import json
 import os
-import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -310,16 +309,15 @@ def verify_hash(path: Path, expected: str) -> None:
         st = os.stat(path)
     except OSError as exc:
         raise BundleError(f"cannot read {path}: {exc.strerror}") from exc
-    if not stat.S_ISREG(st.st_mode):  # hashing a FIFO would block, a device never end
-        raise BundleError(
-            f"{path} is not a regular file ({regular.kind(st.st_mode)}): not a bundle file"
-        )
     key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     with _verified_lock:
         known = _verified.get(key)
     if known is None:
-        try:
-            known = sha256_file(path)
+        try:  # only a regular file: hashing a FIFO would block, a device never end
+            with regular.open_regular(path) as fh:
+                known = _sha256_of(fh)
+        except regular.NotRegular as exc:
+            raise BundleError(f"{path} {exc}: not a bundle file") from None
         except OSError as exc:
             raise BundleError(f"cannot read {path}: {exc.strerror}") from exc
         with _verified_lock:
@@ -340,10 +338,14 @@ def write_manifest(folder: str | Path, data: dict) -> Path:
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
+        return _sha256_of(fh, chunk)
+
+
+def _sha256_of(fh, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    while block := fh.read(chunk):
+        h.update(block)
     return h.hexdigest()
 
 

@@ -37,17 +37,26 @@ def size_words(limit: int) -> str:
     return f"{limit} bytes"
 
 
-def read_regular(path: str | os.PathLike, limit: int) -> bytes:
-    """The bytes of ``path`` when it is a regular file (a link is followed) of at most ``limit``
-    bytes. :class:`NotRegular` for anything else (a FIFO, a device, a socket, a folder, a file
-    over the bound), checked on the opened file before reading (opened non-blocking, so a FIFO
-    without a writer does not wait); OSError when it cannot be opened or read."""
+def open_regular(path: str | os.PathLike):
+    """``path`` opened for reading in binary when it is a regular file (a link is followed);
+    :class:`NotRegular` for anything else (a FIFO, a device, a socket, a folder), checked on the
+    opened file (opened non-blocking, so a FIFO without a writer does not wait); OSError when it
+    cannot be opened. For a file read to its end (hashed): :func:`read_regular` bounds it too."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegular(f"is not a regular file ({kind(st.st_mode)})")
-        if st.st_size > limit:
+    fh = os.fdopen(fd, "rb")
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        fh.close()
+        raise NotRegular(f"is not a regular file ({kind(mode)})")
+    return fh
+
+
+def read_regular(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of ``path`` when it is a regular file (:func:`open_regular`) of at most
+    ``limit`` bytes; :class:`NotRegular` for anything else or a file over the bound; OSError when
+    it cannot be opened or read."""
+    with open_regular(path) as fh:
+        if os.fstat(fh.fileno()).st_size > limit:
             raise NotRegular(f"is over {size_words(limit)}")
         data = fh.read(limit + 1)  # a file that grew since fstat stops at the bound too
     if len(data) > limit:

@@ -60,6 +60,22 @@ def _no_camera_left():
             proc.wait(30)
 
 
+def answered(url: str, proc, seconds: float = 60) -> None:
+    """Returns once GET ``url`` answers 200; AssertionError with the process's stderr when it
+    ends first, or when ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if _http("GET", url)[0] == 200:
+                return
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read())
+        time.sleep(0.1)
+    raise AssertionError(f"the camera never answered GET {url} within {seconds:g} s")
+
+
 class Camera:
     """`edgert camera` in its own process with its metrics port (GET /model)."""
 
@@ -79,17 +95,7 @@ class Camera:
             text=True,
         )
         _STARTED.append(self.proc)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if _http("GET", self.url)[0] == 200:
-                    return
-            except OSError:
-                pass
-            if self.proc.poll() is not None:
-                raise AssertionError(self.proc.stderr.read())
-            time.sleep(0.1)
-        raise AssertionError("the camera never answered GET /model")
+        answered(self.url, self.proc)
 
     def model(self) -> dict:
         return _http("GET", self.url)[1]

@@ -19,7 +19,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.apps.test_hot_swap import _http
+from tests.apps.test_hot_swap import _http, answered
 from tests.apps.test_secondary import FPS, H, W, _running, _square
 from tests.ports import free_ports
 from tests.tiny import COLOURS, blob_detector_bundle, colour_classifier_bundle
@@ -107,16 +107,7 @@ class Camera:
             f"127.0.0.1:{port}", "--model-endpoint", "--allow-models", m["models"], "--json",
             "--events", self.events, "--duration", "90",
         )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if _http("GET", self.url)[0] == 200:
-                    return
-            except OSError:
-                pass
-            assert self.proc.poll() is None, self.proc.communicate()
-            time.sleep(0.2)
-        raise AssertionError("the camera's /model did not answer within 60 s")
+        answered(self.url, self.proc)
 
     def post(self, bundle, **more) -> tuple[int, dict]:
         return _http("POST", self.url, {"secondary": "colours", "bundle": str(bundle), **more})

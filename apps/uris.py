@@ -17,6 +17,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from edgert.runtime.errors import escape_controls
+
 log = logging.getLogger("edgert")
 
 # the names of query or path parameters whose values are secrets (a name holding one of these)
@@ -47,14 +49,6 @@ def redact(uri: str) -> str:
     path, q, query = rest.partition("?")
     path = _SECRET_PATH.sub(r"\1***", path)
     return scheme.group(0) + path + q + (_SECRET_QUERY.sub(r"\1***", "?" + query)[1:] if q else "")
-
-
-def escape_controls(text: str) -> str:
-    """``text`` with its control characters escaped (``\\r``, ``\\n``): what a user put in a URI or
-    a file name cannot start a line of its own in a log or on a wire."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def expand(text: str, option: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 
 from edgert.runtime.bundle import CONTROL, MAX_LABELS
-from edgert.runtime.errors import ModelError
+from edgert.runtime.errors import ModelError, escape_controls
 from edgert.runtime.heads import Head
 from edgert.runtime.preprocess import Preprocessing
 
@@ -50,7 +50,7 @@ def shown(value: object, limit: int = SHOWN) -> str:
     escaped (an ANSI escape or a line break never reaches a terminal) and at most ``limit``
     characters of it."""
     text = value if isinstance(value, str) else repr(value)
-    cut = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit])
+    cut = escape_controls(text[:limit])
     return cut + ("..." if len(text) > limit else "")
 
 

@@ -103,6 +103,15 @@ class GateFailed(EdgertError):
     """The quantized model (or plan) is further from FP32 than the gate allows."""
 
 
+def escape_controls(text: str) -> str:
+    """``text`` with its control characters escaped (``\\r``, ``\\n``, an ANSI escape): what a
+    user put in a URI, a file name or a model's metadata cannot start a line of its own, or act
+    on a terminal, in a log, a message or on a wire."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def first_line(exc: BaseException, limit: int = 300) -> str:
     """The first non-empty line of an exception's message (or its type name), at most ``limit``
     characters: third-party errors become part of one sentence."""

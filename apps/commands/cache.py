@@ -23,8 +23,9 @@ def add_parser(sub) -> None:
 def shown(text) -> str:
     """A path or name for the terminal: as it is when printable, else Python's escaped form
     (a newline or an escape sequence in EDGERT_PLAN_DIR or a file name is never printed raw)."""
-    text = str(text)
-    return text if text.isprintable() else repr(text)[1:-1]
+    from edgert.runtime.errors import escape_controls
+
+    return escape_controls(str(text))
 
 
 def _caches(bundle) -> list:

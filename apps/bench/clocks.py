@@ -68,7 +68,10 @@ def choose_clocks(cfg: BenchConfig, session, meter, options: dict, say) -> dict:
     table is walked down from the top (at the EMC's top) until a clock cannot hold the rate or
     two in a row cost more than the best, then each axis again from the best point (one step
     up, down while it pays) until it stays put: energy against clock is U-shaped (dynamic power falls with
-    the clock down to the voltage floor, the power paid while computing is paid longer)."""
+    the clock down to the voltage floor, the power paid while computing is paid longer). A point
+    that fails to hold is measured once more before the walk stops there, and the points within
+    ``TIE`` of the least energy are measured again and ranked on the mean of both: one probe
+    slowed by another process is not the clock's limit, nor a few per cent of noise its cost."""
     from edgert.runtime.engine import Engine
     from edgert.runtime.power.clocks import ClockError
 
@@ -126,6 +129,8 @@ class ClockSearch:
         self.feeds = make_inputs(engine, cfg.batch)
         engine.infer(self.feeds)
 
+    TIE = 0.05  # points this close to the least energy are measured twice before one is chosen
+
     def run(self):
         """The best point that holds the rate, or None."""
         self.walk([(g, self.emcs[0]) for g in self.gpus])
@@ -142,11 +147,32 @@ class ClockSearch:
                 key = self.best()
             if key == before:
                 break
-        return key
+        return self.confirm(key)
 
-    def probe(self, g, e) -> dict:
-        if (g, e) in self.measured:
-            return self.measured[(g, e)]
+    def confirm(self, key):
+        """The best point after the contenders (held, within ``TIE`` of ``key``'s energy) were
+        measured again: each ranked on the mean of its two probes, held if the second held."""
+        if key is None:
+            return None
+        least = self.measured[key]["mj_per_inference"]
+        for k, row in list(self.measured.items()):
+            if (
+                row["holds"]
+                and row["probes"] == 1
+                and row["mj_per_inference"] <= least * (1 + self.TIE)
+            ):
+                first = row["mj_per_inference"]
+                again = self.probe(*k, again=True)
+                if again["mj_per_inference"] is not None:
+                    again["mj_per_inference"] = round((first + again["mj_per_inference"]) / 2, 3)
+        return self.best()
+
+    def probe(self, g, e, again: bool = False) -> dict:
+        """The row of (``g``, ``e``): measured once and kept, or measured anew when ``again``
+        (the new row counts the probes)."""
+        known = self.measured.get((g, e))
+        if known is not None and not again:
+            return known
         cfg, engine = self.cfg, self.engine
         self.session.set(gpu=g, emc=e)
         warm(engine, self.feeds, self.probe_cfg, cfg.clock_settle)  # at the rate, new clocks
@@ -165,6 +191,7 @@ class ClockSearch:
             "busy": round(busy, 3),
             "p99_ms": round(stats["p99"], 3),
             "delivered_ips": round(delivered, 2),
+            "probes": 1 if known is None else known["probes"] + 1,
         }
         row["holds"] = (
             energy is not None
@@ -175,7 +202,7 @@ class ClockSearch:
         self.measured[(g, e)] = row
         mj = "n/a" if row["mj_per_inference"] is None else f"{row['mj_per_inference']:.1f} mJ"
         self.say(
-            f"  clocks gpu {_label(g)} emc {_label(e)}: {mj}, busy {busy:.0%}, "
+            f"  clocks gpu {_label(g)} emc {_label(e)}{' again' if again else ''}: {mj}, busy {busy:.0%}, "
             f"p99 {stats['p99']:.1f} ms" + ("" if row["holds"] else " (does not hold the rate)")
         )
         return row
@@ -184,6 +211,8 @@ class ClockSearch:
         best, worse = math.inf, 0
         for g, e in points:
             row = self.probe(g, e)
+            if not row["holds"] and row["probes"] == 1:
+                row = self.probe(g, e, again=True)  # a slow probe is not yet the clock's limit
             if not row["holds"]:
                 break
             if row["mj_per_inference"] < best:

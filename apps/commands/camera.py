@@ -41,7 +41,7 @@ def add_parser(sub) -> None:
     from edgert.apps.camera.options import ModelOptions, RunOptions
     from edgert.apps.camera.sinks import MqttOptions, SinkOptions
     from edgert.apps.camera.sources import SourceOptions
-    from edgert.apps.swapping import SwapOptions
+    from edgert.apps.swap.options import SwapOptions
 
     p = sub.add_parser(
         "camera",
@@ -108,7 +108,7 @@ def config(args):
     from edgert.apps.camera.secondary import SecondarySpec
     from edgert.apps.camera.sinks import SinkOptions, from_flag, with_folder_flags
     from edgert.apps.camera.sources import SourceOptions
-    from edgert.apps.swapping import SwapOptions
+    from edgert.apps.swap.options import SwapOptions
     from edgert.apps.uris import expand
     from edgert.runtime.errors import OutputError, SourceError
     from edgert.runtime.power.session import PowerOptions

@@ -170,6 +170,14 @@ def judge(task: str, measures: dict, o: SwapOptions, what: str) -> str | None:
     return task_spec(task).judge(measures, o, what)
 
 
+def json_body(body: bytes):
+    """A request's JSON body (none: ``{}``), or None when it is not JSON."""
+    try:
+        return json.loads(body or b"{}")
+    except ValueError:
+        return None
+
+
 class Watched:
     """A bundle path SIGHUP and ``--watch-model`` read again, and its fingerprint when it was
     last read (what a poll compares with)."""
@@ -271,11 +279,7 @@ class SwapQueue:
 
     def http_post(self, body: bytes) -> tuple[int, bytes, str]:
         """``POST /model`` with ``{"bundle": PATH, "force": false}``."""
-        try:
-            data = json.loads(body or b"{}")
-        except ValueError:
-            data = None
-        return self.post(data)
+        return self.post(json_body(body))
 
     def post(self, data, **answer) -> tuple[int, bytes, str]:
         """``POST /model``'s body ``data`` (parsed; None: not JSON) answered (``answer``: more

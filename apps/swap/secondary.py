@@ -21,13 +21,12 @@ bundle only.
 
 from __future__ import annotations
 
-import json
 import time
 
 from edgert.apps.telemetry.http import json_answer
 from edgert.runtime.errors import EdgertError
 
-from .core import SwapQueue, give_back_memory
+from .core import SwapQueue, give_back_memory, json_body
 
 
 class SecondarySwap(SwapQueue):
@@ -93,10 +92,7 @@ class ModelRoutes:
         return {("GET", "/model"): self.get, ("POST", "/model"): self.post}
 
     def post(self, body: bytes) -> tuple[int, bytes, str]:
-        try:
-            data = json.loads(body or b"{}")
-        except ValueError:
-            data = None
+        data = json_body(body)
         if not (isinstance(data, dict) and "secondary" in data):
             return self.slot.post(data)
         if self.stage is None:  # never the primary's swap

@@ -32,7 +32,7 @@ from edgert.runtime.errors import OutputError, SourceError
 from .analytics import Analytics, check_in_frame, check_task, parse_all
 from .gate import GateOptions, check_masks_in_frame, gates_for
 from .options import CameraConfig
-from .sinks import resolve
+from .sinks import serves_probes
 
 
 @dataclass
@@ -69,7 +69,7 @@ class Run:
 
     @property
     def web(self) -> bool:
-        return any(resolve(u)[0] == "http" for u in self.uris)
+        return serves_probes(self.uris)
 
 
 class Feature:

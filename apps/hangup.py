@@ -1,6 +1,6 @@
 """SIGHUP held from the first moment of a command that re-reads its bundle on it (``edgert
 camera``, ``edgert serve``): Python's default for SIGHUP ends the process, and the handler that
-re-reads (:func:`edgert.apps.swapping.catch_hangups`) is installed only once the imports, the
+re-reads (:func:`edgert.apps.swap.core.catch_hangups`) is installed only once the imports, the
 argument parse and the checks are done, close to a second after the start (longer on a Jetson). A
 SIGHUP before then (``systemctl restart`` then ``reload`` at once) ended the run with rc 129 and
 no word. :mod:`edgert.apps.cli` imports this module first, before anything heavy; until

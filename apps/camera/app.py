@@ -25,6 +25,7 @@ import gc
 import logging
 
 from edgert.apps import processes
+from edgert.apps.swap.core import Loaded, fingerprint, model_info
 
 from . import features
 from .analytics import TrackingOptions
@@ -39,7 +40,6 @@ from .preflight import check_outputs_apart
 from .sinks import SinkContext, SinkOptions, open_sink
 from .sources import SourceOptions, open_source
 from .steps import slot_steps, steps_for
-from .swap import Loaded, fingerprint, model_info
 
 __all__ = [
     "CameraConfig",

@@ -21,19 +21,18 @@ its tests.
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from edgert.apps.telemetry.http import json_answer
+from edgert.apps.swap.camera import Canary, ModelSlot, catch_hangups
+from edgert.apps.swap.secondary import camera_routes
 from edgert.apps.uris import escape_controls
 from edgert.runtime.errors import OutputError, SourceError
 
 from .analytics import Analytics, check_in_frame, check_task, parse_all
 from .gate import GateOptions, check_masks_in_frame, gates_for
 from .options import CameraConfig
-from .sinks import resolve
-from .swap import Canary, ModelSlot, catch_hangups
+from .sinks import serves_probes
 
 
 @dataclass
@@ -70,7 +69,7 @@ class Run:
 
     @property
     def web(self) -> bool:
-        return any(resolve(u)[0] == "http" for u in self.uris)
+        return serves_probes(self.uris)
 
 
 class Feature:
@@ -355,7 +354,6 @@ class Secondaries(Feature):
     own thread (:mod:`.secondary`); one that fails to load is said and left out."""
 
     stage: Any = None
-    swaps: dict = {}  # secondary name -> its SecondarySwap (with --model-endpoint)
 
     def loaded(self, run: Run) -> None:
         specs = run.cfg.secondaries
@@ -387,58 +385,10 @@ class Secondaries(Feature):
             ))  # fmt: skip
 
     def attach(self, run: Run) -> None:
-        """``POST /model`` naming ``"secondary": NAME`` swaps that secondary (the endpoint's
-        rules: --model-endpoint, --allow-models); ``GET /model`` lists the secondaries."""
-        if run.probes is None or run.slot is None:
-            return
-        routes = run.probes.probes.routes
-        primary_post, primary_get = routes[("POST", "/model")], routes[("GET", "/model")]
-
-        def post(body: bytes):
-            try:
-                data = json.loads(body or b"{}")
-            except ValueError:
-                data = None
-            if isinstance(data, dict) and "secondary" in data:  # never the primary's swap
-                if self.stage is None:
-                    return json_answer(404, {"error": "this camera runs no --secondary"})
-                return self._swap(run, data, body)
-            return primary_post(body)
-
-        routes[("POST", "/model")] = post
-        if self.stage is None:
-            return
-        if run.cfg.swap.endpoint:  # one swap queue and thread per secondary
-            from .secondary_swap import start_swaps
-
-            self.swaps = start_swaps(run, self.stage)
-
-        def get(body: bytes = b""):
-            code, text, _ = primary_get(body)
-            answer = json.loads(text)
-            answer["secondary"] = [
-                self.swaps[s.name].report()
-                if s.name in self.swaps
-                else {"name": s.name, "bundle": s.spec.bundle, "task": s.model.task, "swaps": 0}
-                for s in self.stage.secondaries
-            ]
-            return json_answer(code, answer)
-
-        routes[("GET", "/model")] = get
-
-    def _swap(self, run: Run, data: dict, body: bytes):
-        """The secondary's swap queue answers (the primary's rules: :mod:`.secondary_swap`), or
-        404 naming the secondaries."""
-        if not run.cfg.swap.endpoint:
-            return run.slot.off()
-        name = data.get("secondary")
-        queue = self.swaps.get(name) if isinstance(name, str) else None
-        if queue is None:
-            names = ", ".join(x.name for x in self.stage.secondaries)
-            return json_answer(
-                404, {"error": f"no secondary is named {name!r} (there are: {names})"}
-            )
-        return queue.http_post(body, secondary=name)
+        """``POST /model`` naming ``"secondary": NAME`` swaps that secondary; ``GET /model``
+        lists the secondaries (:mod:`edgert.apps.swap.secondary`)."""
+        if run.probes is not None and run.slot is not None:
+            run.probes.probes.routes.update(camera_routes(run, self.stage))
 
     def close(self, run: Run) -> None:
         if self.stage is not None:  # the held crops tried, the answers in, before tracks end

@@ -15,8 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from . import media
-from .sinks import frames_on_demand, needs_frames
-from .sinks.web import view_fps
+from .sinks import needs_frames, view_rate
 
 
 def decoder_fit(opts, uris: list, gate, bundle, crops: bool = False) -> tuple[object, str | None]:
@@ -30,7 +29,7 @@ def decoder_fit(opts, uris: list, gate, bundle, crops: bool = False) -> tuple[ob
         return opts, None
     if crops:
         return opts, "full frames: --secondary crops the tracked objects from them"
-    full = [u for u in uris if needs_frames(u) and not frames_on_demand(u)]
+    full = [u for u in uris if needs_frames(u) and view_rate(u) is None]
     if full:
         return opts, f"full frames: {full[0].split('://')[0]}:// shows or keeps them"
     if gate.policy.motion:
@@ -40,7 +39,7 @@ def decoder_fit(opts, uris: list, gate, bundle, crops: bool = False) -> tuple[ob
     have = media.elements() if viewers else set()  # none without GStreamer (FFmpeg runs)
     if have and not media.VIEW_ELEMENTS.issubset(have):
         return opts, "full frames: this GStreamer lacks the web viewer's branch (tee, queue)"
-    demand = media.Demand(max(view_fps(u) for u in viewers)) if viewers else None
+    demand = media.Demand(max(view_rate(u) for u in viewers)) if viewers else None
     fit = media.Fit(lambda w, h: pre.decode_size((h, w)), pre.interpolation, demand)
     return dataclasses.replace(opts, fit=fit), None
 
@@ -81,13 +80,6 @@ def _which(kinds: list, kind: str) -> str:
 
 
 def _decodes(source) -> str | None:
-    """gstreamer or ffmpeg: who decodes the source's video (None: images, synthetic frames)."""
-    from .sources.gst import GstCameraSource, GstFileSource
-    from .sources.opencv import CaptureSource
-    from .sources.rtsp import StreamSource
-
-    if isinstance(source, (GstFileSource, GstCameraSource)):
-        return "gstreamer"
-    if isinstance(source, StreamSource):
-        return source.decoder
-    return "ffmpeg" if isinstance(source, CaptureSource) else None
+    """gstreamer or ffmpeg: who decodes the source's video, as the source declares it (None:
+    images, synthetic frames, an object that only reads)."""
+    return getattr(source, "decodes", None)

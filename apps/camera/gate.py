@@ -47,6 +47,7 @@ class Policy:
     ``POLICIES``."""
 
     form = ""  # as --gate takes it
+    help = ""  # which frames it infers, for --gate's help
     motion = False  # needs the motion detector (and --keyframe, --motion-mask, ...)
     starts = True  # a stream's first START_FRAMES frames (and after a gap) are inferred
 
@@ -64,6 +65,7 @@ class Policy:
 
 class EveryFrame(Policy):
     form, starts = "off", False
+    help = "every frame"
 
     def decide(self, gate: StreamGate, t: float, regions: list) -> str | None:
         return "rate" if gate.options.target_fps is not None else "always"
@@ -74,6 +76,7 @@ class EveryFrame(Policy):
 
 class Interval(Policy):
     form = "interval:N"
+    help = "every Nth frame"
 
     def parse(self, text: str) -> int | None:
         m = re.fullmatch(r"interval:(\d+)", text)
@@ -88,6 +91,10 @@ class Interval(Policy):
 
 class Motion(Policy):
     form, motion = "motion", True
+    help = (
+        "the detector runs only on frames with new motion, moving tracks, tracks crossing a line "
+        "or zone edge, a keyframe or a stream's start (skipped frames: the tracker predicts)"
+    )
 
     def decide(self, gate: StreamGate, t: float, regions: list) -> str | None:
         return gate.motion_reason(t, regions)
@@ -168,13 +175,15 @@ class GateOptions:
         from edgert.apps.argtypes import fraction, positive_float
 
         g = parser.add_argument_group("event-gated inference")
+        default = GateOptions.mode
         g.add_argument(
             "--gate",
-            default="off",
-            metavar="motion|interval:N|off",
-            help="motion: the detector runs only on frames with new motion, moving tracks, tracks "
-            "crossing a line or zone edge, a keyframe or a stream's start (skipped frames: the "
-            "tracker predicts); interval:N: every Nth frame; off (default): every frame",
+            default=default,
+            metavar="|".join(p.form for p in POLICIES.values()),
+            help="; ".join(
+                f"{p.form}{' (default)' if p.form == default else ''}: {p.help}"
+                for p in POLICIES.values()
+            ),
         )
         g.add_argument(
             "--target-fps",

@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from edgert.apps.swap.options import SwapOptions
 from edgert.runtime.power.session import PowerOptions
 
 from .analytics import TrackingOptions
 from .gate import GateOptions
 from .sinks import SinkOptions, scheme_of, shows_picture, tracks
 from .sources import SourceOptions
-from .swap import SwapOptions
 
 __all__ = ["CameraConfig", "ModelOptions", "RunOptions"]
 

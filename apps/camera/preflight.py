@@ -10,7 +10,7 @@ from pathlib import Path
 from edgert.runtime.errors import OutputError
 
 from .options import CameraConfig
-from .sinks import SinkOptions, check_sink, resolve, sink_paths
+from .sinks import SinkOptions, check_sink, sink_paths
 from .sources import source_files
 
 __all__ = ["check_outputs_apart", "files_apart"]
@@ -53,32 +53,26 @@ def ports_apart(cfg: CameraConfig, uris: list[str]) -> None:
     may simply be left out), or when --model-endpoint would answer on an address other than
     loopback (whoever reaches it could replace the model)."""
     from edgert.apps.telemetry.http import parse_address
-    from edgert.apps.uris import is_loopback, redact
+    from edgert.apps.uris import is_loopback
 
-    from .sinks import rtsp, web
+    from .sinks import listener
 
-    listeners = [("--metrics", *parse_address(cfg.metrics))] if cfg.metrics else []
-    for uri in uris:
-        kind = resolve(uri)[0]
-        if kind == "http":
-            listeners.append((f"--output {redact(uri)}", *web.address(uri)))
-        elif kind == "rtsp":
-            o = rtsp.options(uri)
-            listeners.append((f"--output {redact(uri)}", o["host"], o["port"]))
+    listeners = [("--metrics", *parse_address(cfg.metrics), True)] if cfg.metrics else []
+    listeners += [x for x in map(listener, uris) if x is not None]
     seen: dict = {}
-    for what, _, port in listeners:
+    for what, _, port, probes in listeners:
         if port and port in seen:
             raise OutputError(
                 f"{seen[port]} and {what} would both listen on port {port}: give each its own"
                 + (
                     " (or leave --metrics out: the web viewer's port serves /metrics, /live and "
                     "/ready too)"
-                    if seen[port] == "--metrics" and "http" in what
+                    if seen[port] == "--metrics" and probes
                     else ""
                 )
             )
         seen[port] = what
-    answering = [(w, h) for w, h, _ in listeners if w == "--metrics" or "http" in w]
+    answering = [(w, h) for w, h, _, probes in listeners if probes]
     if cfg.swap.endpoint and any(not is_loopback(h) for _, h in answering):
         what, host = next((w, h) for w, h in answering if not is_loopback(h))
         raise OutputError(

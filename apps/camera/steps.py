@@ -34,7 +34,7 @@ def steps_for(model, runner=None) -> Steps:
 
 
 def slot_steps(slot) -> Steps:
-    """The steps of a run that can swap its model (:class:`edgert.apps.camera.swap.ModelSlot`):
+    """The steps of a run that can swap its model (:class:`edgert.apps.swap.camera.ModelSlot`):
     each frame is prepared for the model in use and carries it; a batch whose frames were
     prepared for two models (it straddles a swap) runs as two, each within its model's batch
     limit, so no frame is dropped, run twice, or given to a model it was not prepared for."""

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 from edgert.runtime import json_text
 from edgert.runtime.tasks import TASK_SPECS
 
-EPILOG = """sources (several allowed, mixed): csi://0, v4l2:///dev/video0, rtsp://..., file://clip.mp4 or
-a path (video, image, folder, glob), synthetic://
-outputs (several allowed): display://0, http://127.0.0.1:8080 (MJPEG + live stats page, a grid of
-the streams), file://out.mp4 (out_<i>.mp4 per stream, or one mosaic with --mosaic; H.264, which
-browsers play, where GStreamer has an H.264 encoder, else mp4v, said); --jsonl FILE logs a header
-line naming the streams, then one line per frame. The summary ends with where every file went.
-
-several sources: one engine; the frames of all streams are batched into one inference (up to
+EPILOG = """several sources: one engine; the frames of all streams are batched into one inference (up to
 --batch, default one per stream within the model's largest batch), each stream with its own
 capture thread and drop-oldest queue; a slow or dead stream is waited for at most
 --batch-timeout-ms per batch, and a stream that ends or fails is reported while the rest go on.
@@ -34,6 +28,21 @@ examples:
 """
 
 
+def epilog() -> str:
+    """The forms of sources and outputs, made from their tables, then :data:`EPILOG`."""
+    from edgert.apps.camera import sinks, sources
+
+    said = [
+        ("sources (several allowed, mixed): ", sources.forms()),
+        ("outputs (several allowed): ", sinks.forms()),
+    ]
+    tables = [
+        textwrap.fill(title + "; ".join(rows) + ".", 100, break_on_hyphens=False)
+        for title, rows in said
+    ]
+    return "\n\n".join(tables) + " The summary ends with where every file went.\n\n" + EPILOG
+
+
 def add_parser(sub) -> None:
     from edgert.apps.argtypes import add_power_arguments
     from edgert.apps.camera.analytics import TrackingOptions
@@ -41,14 +50,14 @@ def add_parser(sub) -> None:
     from edgert.apps.camera.options import ModelOptions, RunOptions
     from edgert.apps.camera.sinks import MqttOptions, SinkOptions
     from edgert.apps.camera.sources import SourceOptions
-    from edgert.apps.swapping import SwapOptions
+    from edgert.apps.swap.options import SwapOptions
 
     p = sub.add_parser(
         "camera",
         help="camera inference app (e.g. edgert camera m.edgert --source csi://0 --output http://127.0.0.1:8080)",
         description="Run a model on frames from a camera, stream, video or images, with bounded latency "
         "(drop-oldest queues), per-stage timings, power and several outputs.",
-        epilog=EPILOG,
+        epilog=epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ModelOptions.add_arguments(p, [t.name for t in TASK_SPECS.values() if t.camera])
@@ -106,9 +115,9 @@ def config(args):
     from edgert.apps.camera.gate import GateOptions
     from edgert.apps.camera.options import CameraConfig, ModelOptions, RunOptions
     from edgert.apps.camera.secondary import SecondarySpec
-    from edgert.apps.camera.sinks import SinkOptions, from_flag, with_folder_flags
+    from edgert.apps.camera.sinks import SinkOptions, from_flag, short_flags, with_folder_flags
     from edgert.apps.camera.sources import SourceOptions
-    from edgert.apps.swapping import SwapOptions
+    from edgert.apps.swap.options import SwapOptions
     from edgert.apps.uris import expand
     from edgert.runtime.errors import OutputError, SourceError
     from edgert.runtime.power.session import PowerOptions
@@ -119,13 +128,8 @@ def config(args):
         raise SourceError(str(exc)) from None
     try:
         sinks = [expand(s, "--output") for s in args.output]
-        for flag, value in (
-            ("--jsonl", args.jsonl),
-            ("--events", args.events),
-            ("--mqtt", args.mqtt),
-            ("--snapshots", args.snapshots),
-            ("--clips", args.clips),
-        ):
+        for flag in short_flags():
+            value = getattr(args, flag[2:].replace("-", "_"))
             if value is not None:  # the short forms of sinks in the table
                 sinks.append(from_flag(flag, expand(value, flag)))
         sinks = with_folder_flags(sinks, args)

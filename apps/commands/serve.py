@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from edgert.apps.argtypes import BACKENDS, PRECISIONS, nonneg_int, port, positive_int
-from edgert.apps.swapping import SwapOptions
+from edgert.apps.swap.options import SwapOptions
 
 EPILOG = """examples:
   edgert serve mobilenet_v2.edgert                       127.0.0.1:8000 (HTTP), :8001 (gRPC), :8002 (metrics)

@@ -13,8 +13,9 @@ Every instance has its own engine (``--instances N``): Triton runs instances in 
 engine serialises its own calls.
 
 A package along its seams: ``config`` (what is asked and checked before Triton starts),
-``models`` (what Triton is given of a bundle), ``lifecycle`` (start, serve, stop), ``swap`` (a new
-bundle while serving) and ``pytriton_compat`` (every private part of PyTriton touched).
+``models`` (what Triton is given of a bundle), ``lifecycle`` (start, serve, stop) and
+``pytriton_compat`` (every private part of PyTriton touched); a new bundle while serving is
+:mod:`edgert.apps.swap.serve`.
 """
 
 from .config import PIP_LINE, ServeConfig, check_ports, model_names, require_pytriton

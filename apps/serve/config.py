@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgert.apps.swapping import SwapOptions
+from edgert.apps.swap.options import SwapOptions
 from edgert.runtime.errors import MissingDependency, OutputError
 
 from . import pytriton_compat

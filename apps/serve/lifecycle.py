@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 def serve(cfg: ServeConfig, say=print) -> None:
     """Load the bundles, start Triton, block until interrupted (Ctrl-C, SIGTERM), stop it."""
     require_pytriton()
-    from edgert.apps.swapping import catch_hangups
+    from edgert.apps.swap.core import catch_hangups
 
     check_options(cfg)
     names = model_names(cfg.bundles)
@@ -85,10 +85,9 @@ class Serving:
         self.counted = lambda name: None
 
     def load(self, names: list[str]) -> None:
-        from edgert.apps.swapping import Loaded, fingerprint, model_info
+        from edgert.apps.swap.core import Loaded, fingerprint, model_info
+        from edgert.apps.swap.serve import Recent, Served
         from edgert.runtime.tasks import load_task_model
-
-        from .swap import Recent, Served
 
         cfg = self.cfg
         if cfg.edgert_metrics_port is not None:  # /live and /ready from the start
@@ -188,9 +187,8 @@ class Serving:
     def serve_until_stopped(self, triton, models: list[str]) -> None:
         """Ready once every model answers; the swapper started; then served until Triton ends
         or a stop is asked (KeyboardInterrupt)."""
+        from edgert.apps.swap.serve import ServeSwapper
         from edgert.runtime.tasks import load_task_model
-
-        from .swap import ServeSwapper
 
         cfg = self.cfg
         wait_until_models_answer(cfg, models, self.telemetry)

@@ -24,6 +24,8 @@ from edgert.apps.uris import is_loopback, show_host, warn_if_open
 from edgert.runtime import json_text
 from edgert.runtime.errors import OutputError
 
+from .listen import SelectorThread, close_quietly, receive
+
 log = logging.getLogger(__name__)
 __all__ = ["Probes", "ProbeServer", "QuietServer", "is_loopback", "parse_address", "send"]
 
@@ -315,80 +317,51 @@ class _Lane:
     gets its answer, anything else 503; when ``LANE_MAX`` are waiting the oldest is closed."""
 
     def __init__(self, server: QuietServer) -> None:
-        import selectors
-
         self.server = server
-        self.selector = selectors.DefaultSelector()
-        self.waiting: collections.OrderedDict = (
-            collections.OrderedDict()
-        )  # sock -> [deadline, data]
+        self.waiting: collections.OrderedDict = collections.OrderedDict()  # sock -> [t, data]
         self.lock = threading.Lock()
-        self.wake_r, self.wake_w = socket.socketpair()
-        self.wake_r.setblocking(False)
-        self.selector.register(self.wake_r, selectors.EVENT_READ)
         self.closed = False
-        self.thread = threading.Thread(target=self._run, name=f"{server.what}-lane", daemon=True)
-        self.thread.start()
+        self.loop = SelectorThread(f"{server.what}-lane", self._read, self._late)
 
     def take(self, sock) -> None:
         import selectors
 
         with self.lock:
             if self.closed:
-                _close(sock)
+                close_quietly(sock)
                 return
             if len(self.waiting) >= self.server.LANE_MAX:
                 oldest, _ = self.waiting.popitem(last=False)
-                self._drop(oldest)
+                self.loop.forget(oldest)
             sock.setblocking(False)
             self.waiting[sock] = [time.monotonic() + self.server.LANE_S, b""]
-            self.selector.register(sock, selectors.EVENT_READ)
-        with contextlib.suppress(OSError):
-            self.wake_w.send(b"x")
+            self.loop.watch(sock, selectors.EVENT_READ)
 
-    def _drop(self, sock) -> None:
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            self.selector.unregister(sock)
-        _close(sock)
+    def _late(self, now: float) -> None:
+        with self.lock:
+            late = [s for s, (t, _) in self.waiting.items() if t <= now]
+            for s in late:
+                del self.waiting[s]
+                self.loop.forget(s)
 
-    def _run(self) -> None:
-        while not self.closed:
-            for key, _ in self.selector.select(0.2):
-                sock = key.fileobj
-                if sock is self.wake_r:
-                    with contextlib.suppress(OSError):
-                        sock.recv(4096)
-                    continue
-                self._read(sock)
-            now = time.monotonic()
-            with self.lock:
-                late = [s for s, (t, _) in self.waiting.items() if t <= now]
-                for s in late:
-                    del self.waiting[s]
-                    self._drop(s)
-
-    def _read(self, sock) -> None:
+    def _read(self, sock, _data, _events) -> None:
         with self.lock:
             entry = self.waiting.get(sock)
         if entry is None:
             return
-        try:
-            chunk = sock.recv(8192)
-        except (BlockingIOError, InterruptedError):
+        chunk = receive(sock, 8192)
+        if chunk is None:
             return
-        except OSError:
-            chunk = b""
         entry[1] += chunk
         done = b"\r\n\r\n" in entry[1] or b"\n\n" in entry[1]
         if chunk and not done and len(entry[1]) < 65536:
             return
         with self.lock:
             self.waiting.pop(sock, None)
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            self.selector.unregister(sock)
+            self.loop.watch(sock, 0)
         if done:
             self._answer(sock, entry[1])
-        _close(sock)
+        self.loop.forget(sock)
 
     def _answer(self, sock, request: bytes) -> None:
         line = request.split(b"\r\n", 1)[0].split(b"\n", 1)[0].decode("latin-1").split()
@@ -411,18 +384,8 @@ class _Lane:
     def close(self) -> None:
         with self.lock:
             self.closed = True
-            for s in list(self.waiting):
-                self._drop(s)
             self.waiting.clear()
-        self.thread.join(1.0)
-        for s in (self.wake_r, self.wake_w):
-            s.close()
-        self.selector.close()
-
-
-def _close(sock) -> None:
-    with contextlib.suppress(OSError):
-        sock.close()
+        self.loop.close()  # the thread stopped, every connection still waiting closed
 
 
 class ProbeServer:

@@ -54,7 +54,7 @@ class ServeTelemetry:
         self.infos: dict[str, dict] = {}
         self.session = None  # the power session, once serving starts
         self.power = None
-        self.swapper = None  # serve.swap.ServeSwapper, once serving starts: GET / POST /model
+        self.swapper = None  # swap.serve.ServeSwapper, once serving starts: GET / POST /model
         self._counts: collections.Counter = collections.Counter()
         self._recent: collections.deque = collections.deque(maxlen=8192)  # (t, n)
         self._lock = threading.Lock()

@@ -393,7 +393,7 @@ def test_a_bundle_replaced_while_the_first_model_loads_is_swapped_to(bundles, tm
     """--watch-model compares with the path as it was before the model in use was read from it:
     a deployment that replaces the bundle while the camera starts is a change, not one missed
     (the slot used to take its fingerprint after the load, and saw the new bundle as the old)."""
-    from edgert.apps.camera.swap import Loaded, ModelSlot, SwapOptions, fingerprint, model_info
+    from edgert.apps.swap.camera import Loaded, ModelSlot, SwapOptions, fingerprint, model_info
     from edgert.runtime.tasks import load_task_model
 
     a, b = bundles
@@ -511,7 +511,7 @@ def test_a_canary_tries_again_when_its_check_could_not_judge(tmp_path, monkeypat
     import threading
     from types import SimpleNamespace
 
-    from edgert.apps.camera.swap import Canary
+    from edgert.apps.swap.camera import Canary
 
     a = classifier_bundle(tmp_path / "a", name="a")
     asked = []
@@ -525,7 +525,7 @@ def test_a_canary_tries_again_when_its_check_could_not_judge(tmp_path, monkeypat
     assert asked == ["--check-against"] and slot.on_tick is not None
     assert "checking" in canary()[1]["reason"]
     now = [1000.0]
-    monkeypatch.setattr("edgert.apps.camera.swap.time.time", lambda: now[0])
+    monkeypatch.setattr("edgert.apps.swap.camera.time.time", lambda: now[0])
     slot.last = {"event": "model_swap_refused", "reason": "only 2 live frames came within 30 s",
                  "check": {"frames": 2, "judged": False}, "time": now[0]}  # fmt: skip
     slot.on_tick()

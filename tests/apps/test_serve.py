@@ -809,6 +809,6 @@ def _variant_of(a, folder):
 
 
 def _hash_of(bundle) -> str:
-    from edgert.apps.swapping import model_info
+    from edgert.apps.swap.core import model_info
 
     return model_info(bundle)["hash"]

@@ -259,7 +259,7 @@ def test_a_stop_once_the_model_endpoint_answers_ends_the_run_with_its_summary(bu
     from edgert.apps.camera import features
     from edgert.apps.camera.app import run_camera
     from edgert.apps.camera.options import CameraConfig, ModelOptions
-    from edgert.apps.swapping import SwapOptions
+    from edgert.apps.swap.options import SwapOptions
     from tests.apps.test_hot_swap import _http
     from tests.ports import free_ports
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from edgert.apps.camera.swap import Loaded, ModelSlot, SwapOptions, model_info
+from edgert.apps.swap.camera import Loaded, ModelSlot, SwapOptions, model_info
 from edgert.runtime.bundle import Bundle
 from edgert.runtime.errors import BundleError, ModelError
 from tests.apps.test_hot_swap import Camera, _http
@@ -180,7 +180,7 @@ def test_setting_clocks_keeps_the_meaning_the_run_gave_sighup(tmp_path):
     while the run had given it "read the bundle again": a run's handler now stays; a bench
     (SIGHUP left at its default) still stops and puts the clocks back; under nohup (SIGHUP
     ignored, as this suite may itself be run) it stays ignored."""
-    from edgert.apps.swapping import catch_hangups
+    from edgert.apps.swap.core import catch_hangups
     from edgert.runtime.power import clocks
     from tests.clock_plant import write_layout
 

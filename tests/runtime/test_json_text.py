@@ -74,7 +74,7 @@ def test_no_writer_in_runtime_or_apps_calls_json_dumps_itself():
         "apps/camera/sinks/retention.py",  # clip names, sizes and times from os.stat
         "apps/commands/cache.py",  # plan file names and sizes
         "apps/commands/export_triton.py",  # a model folder's file names
-        "apps/serve/swap.py",  # Triton's model config
+        "apps/swap/serve.py",  # Triton's model config
         "runtime/json_text.py",
     }
     found = set()

@@ -14,7 +14,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgert.apps.camera.overlay import draw
-from edgert.apps.swapping import SwapOptions, agreement, judge, refuse_to_compare
+from edgert.apps.swap.core import agreement, judge, refuse_to_compare
+from edgert.apps.swap.options import SwapOptions
 from edgert.export import export_model
 from edgert.quantize import gate
 from edgert.runtime.results import ClassScore, Detection, Result, SemanticMask

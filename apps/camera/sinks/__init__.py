@@ -1,17 +1,9 @@
 """Where a camera run's results go, by URI, like jetson-utils' ``videoOutput``, chosen through one
 table (:data:`SCHEMES`): the scheme names the module that opens it, the function that checks a
 URI before anything opens (a port, a broker address), the one that says which files it writes
-(the same-file guard), the flag that is its short form, and whether it turns tracking on.
-
-    display://0                 a window per stream (or one mosaic, --mosaic)
-    http://HOST:PORT            the MJPEG web viewer with live numbers, /metrics and the probes
-    file://out.mp4 or a path    a video file (out_<i>.mp4 per stream, or one mosaic)
-    jsonl://FILE                one JSON line per frame (--jsonl FILE)
-    events://FILE               one JSON line per track and counting event (--events FILE)
-    mqtt[s]://host/PREFIX       events and heartbeats to an MQTT broker (--mqtt URI)
-    rtsp://[U:P@]HOST:PORT/PATH the annotated stream re-served over RTSP (one mount per stream)
-    snapshots://DIR             each track's best picture when it ends (--snapshots DIR)
-    clips://DIR                 an MP4 around each event, with the seconds before it (--clips DIR)
+(the same-file guard), the flag that is its short form, whether it turns tracking on, what it
+listens on, and what it is in words: ``--output``'s help, the camera's epilog and the short flags
+are made from the rows (``edgert camera --help`` lists them).
 
 Every sink is a :class:`Sink` (``base.py``). A new kind of output is one module with an
 ``open_uri(uri, ctx)`` and one row here.
@@ -42,8 +34,11 @@ class Scheme:
     ``tracks``: a sink whose whole purpose is events turns tracking on; ``picture``: it shows
     the annotated frames (without one, a run with a display opens a window); ``frames``: it
     shows or keeps the camera's pixels, so the decoder gives full frames while it is open (else
-    GStreamer scales them to the model's input: ``--decoder-scale``); ``on_demand``: only while
-    someone watches it (the web viewer's video streams hold ``SinkContext.demand``)."""
+    GStreamer scales them to the model's input: ``--decoder-scale``); ``view_rate(uri) -> fps``:
+    it needs them only while someone watches it, at most that many a second (the web viewer's
+    video streams hold ``SinkContext.demand``); ``listens(uri) -> (host, port)``: it listens on
+    a port; ``probes``: that port answers /metrics, the probes and /model; ``says``: what it
+    is, for the help."""
 
     form: str
     module: str
@@ -54,18 +49,31 @@ class Scheme:
     tracks: bool = False
     picture: bool = False
     frames: bool = False
-    on_demand: bool = False
+    view_rate: str | None = None
+    listens: str | None = None
+    probes: bool = False
+    says: str = ""
 
 
 SCHEMES: dict[str, Scheme] = {
-    "display": Scheme("display://0", "edgert.apps.camera.sinks.display", picture=True, frames=True),
+    "display": Scheme(
+        "display://0",
+        "edgert.apps.camera.sinks.display",
+        picture=True,
+        frames=True,
+        says="a window per stream (or one mosaic, --mosaic)",
+    ),
     "http": Scheme(
         "http://HOST:PORT",
         "edgert.apps.camera.sinks.web",
         check="check",
         picture=True,
         frames=True,
-        on_demand=True,
+        view_rate="view_fps",
+        listens="address",
+        probes=True,
+        says="the web viewer: MJPEG and live numbers, a grid of the streams, /metrics and the "
+        "probes on its port (?fps=N: its pictures a second while watched, 10 by default)",
     ),
     "file": Scheme(
         "file://out.mp4",
@@ -73,9 +81,15 @@ SCHEMES: dict[str, Scheme] = {
         paths="paths",
         picture=True,
         frames=True,
+        says="a video file, or a path ending .mp4, .avi or .mkv (out_<i>.mp4 per stream, or "
+        "one mosaic with --mosaic; H.264 where GStreamer has an encoder, else mp4v)",
     ),
     "jsonl": Scheme(
-        "jsonl://FILE", "edgert.apps.camera.sinks.jsonl", paths="paths", flag="--jsonl"
+        "jsonl://FILE",
+        "edgert.apps.camera.sinks.jsonl",
+        paths="paths",
+        flag="--jsonl",
+        says="a header line naming the streams, then one JSON line per frame",
     ),
     "events": Scheme(
         "events://FILE",
@@ -83,12 +97,21 @@ SCHEMES: dict[str, Scheme] = {
         paths="paths",
         flag="--events",
         tracks=True,
+        says="one JSON line per track and counting event",
     ),
     "mqtt": Scheme(
-        "mqtt://HOST/PREFIX", "edgert.apps.camera.sinks.mqtt", check="check", flag="--mqtt"
+        "mqtt://HOST/PREFIX",
+        "edgert.apps.camera.sinks.mqtt",
+        check="check",
+        flag="--mqtt",
+        says="events and heartbeats to an MQTT broker",
     ),
     "mqtts": Scheme(
-        "mqtts://HOST/PREFIX", "edgert.apps.camera.sinks.mqtt", check="check", flag="--mqtt"
+        "mqtts://HOST/PREFIX",
+        "edgert.apps.camera.sinks.mqtt",
+        check="check",
+        flag="--mqtt",
+        says="the same over TLS",
     ),
     "snapshots": Scheme(
         "snapshots://DIR",
@@ -98,6 +121,7 @@ SCHEMES: dict[str, Scheme] = {
         flag="--snapshots",
         tracks=True,
         frames=True,
+        says="each track's best picture when it ends",
     ),
     "clips": Scheme(
         "clips://DIR",
@@ -108,6 +132,7 @@ SCHEMES: dict[str, Scheme] = {
         tracks=True,
         picture=True,
         frames=True,
+        says="an MP4 around each event, with the seconds before it",
     ),
     "rtsp": Scheme(
         "rtsp://[USER:PASS@]HOST:PORT/PATH",
@@ -115,8 +140,26 @@ SCHEMES: dict[str, Scheme] = {
         check="check",
         picture=True,
         frames=True,
+        listens="address",
+        says="the annotated streams re-served over RTSP (one mount per stream)",
     ),
 }
+
+
+def forms() -> list[str]:
+    """Each row as the help shows it: its form, its short flag (``--jsonl FILE`` for a file's,
+    ``--mqtt URI`` for a URI's) and what it is."""
+    out = []
+    for e in SCHEMES.values():
+        value = e.form.split("://", 1)[1] if e.paths else "URI"
+        flag = f" (or {e.flag} {value})" if e.flag else ""
+        out.append(f"{e.form}{flag}: {e.says}" if e.says else e.form + flag)
+    return out
+
+
+def short_flags() -> list[str]:
+    """The flags that are short forms of a row (``--jsonl FILE`` for ``jsonl://FILE``)."""
+    return list(dict.fromkeys(e.flag for e in SCHEMES.values() if e.flag))
 
 
 @dataclass(frozen=True)
@@ -135,10 +178,8 @@ class SinkOptions:
             action="append",
             default=[],
             metavar="URI",
-            help="display://0, http://HOST:PORT (the web viewer; ?fps=N its pictures a second "
-            "while watched, 10 by default), file://out.mp4, jsonl://FILE, events://FILE, "
-            "mqtt[s]://HOST/PREFIX, rtsp://[USER:PASS@]HOST:PORT/PATH (a re-stream), "
-            "snapshots://DIR, clips://DIR; repeat for several",
+            help=", ".join(e.form for e in SCHEMES.values())
+            + "; repeat for several (what each is: below the options)",
         )
         parser.add_argument(
             "--mosaic",
@@ -312,9 +353,28 @@ def needs_frames(uri: str) -> bool:
     return scheme_of(uri).frames
 
 
-def frames_on_demand(uri: str) -> bool:
-    """Whether the sink ``uri`` needs full frames only while someone watches it."""
-    return scheme_of(uri).on_demand
+def view_rate(uri: str) -> float | None:
+    """The pictures a second the sink ``uri`` needs full frames at, only while someone watches
+    it; None: it needs them always, or never (:func:`needs_frames`)."""
+    entry = scheme_of(uri)
+    rate = _function(entry, entry.view_rate)
+    return None if rate is None else rate(uri)
+
+
+def listener(uri: str) -> tuple[str, str, int, bool] | None:
+    """(what, host, port, whether the probes answer there) of the port the sink ``uri`` listens
+    on, or None."""
+    entry = scheme_of(uri)
+    where = _function(entry, entry.listens)
+    if where is None:
+        return None
+    return (f"--output {redact(uri)}", *where(uri), entry.probes)
+
+
+def serves_probes(uris: list) -> bool:
+    """Whether one of the sinks ``uris`` answers /metrics, the probes and /model on its port."""
+    rows = [SCHEMES.get(resolve(u)[0]) for u in uris]
+    return any(e is not None and e.probes for e in rows)
 
 
 _CLASSES = {
@@ -347,7 +407,11 @@ __all__ = [
     "resolve",
     "shows_picture",
     "needs_frames",
-    "frames_on_demand",
+    "view_rate",
+    "forms",
+    "listener",
+    "serves_probes",
+    "short_flags",
     "sink_paths",
     "tracks",
     *_CLASSES,

@@ -99,6 +99,12 @@ def options(uri: str) -> dict:
     }
 
 
+def address(uri: str) -> tuple[str, int]:
+    """(host, port) the re-stream ``uri`` listens on (the table's ``listens``)."""
+    o = options(uri)
+    return o["host"], o["port"]
+
+
 def _rtsp_server():
     from edgert.apps.camera.media import gst
 

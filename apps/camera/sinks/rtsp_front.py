@@ -21,8 +21,9 @@ import contextlib
 import re
 import selectors
 import socket
-import threading
 import time
+
+from edgert.apps.telemetry.listen import SelectorThread, receive
 
 MAX_HEAD = 16384
 MAX_BODY = 65536
@@ -126,40 +127,35 @@ class Front:
             raise
         self.port = self.sock.getsockname()[1]
         self.sock.setblocking(False)
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(self.sock, selectors.EVENT_READ, None)
         self.conns: dict = {}  # client socket -> _Conn
-        self.masks: dict = {}  # socket -> the events it is registered for
         self.refused = 0
-        self._stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="rtsp-front", daemon=True)
-        self.thread.start()
+        self.loop = SelectorThread("rtsp-front", self._ready, self._turn)
+        self.loop.watch(self.sock, selectors.EVENT_READ, None)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for key, events in self.selector.select(0.2):
-                if key.data is None:
-                    self._accept()
-                    continue
-                conn, side = key.data
-                if conn.client in self.conns:
-                    try:
-                        self._event(conn, side, events)
-                    except (BlockingIOError, InterruptedError):
-                        pass
-                    except OSError:  # either end went away under us
-                        self._drop(conn)
-            now = time.monotonic()
-            for conn in list(self.conns.values()):
-                late = (conn.up or conn.server is None) and now - conn.begun > REQUEST_S
-                if (late and conn.server is None and not conn.up) or (
-                    conn.server_done and now - conn.active > REQUEST_S
-                ):
-                    self._drop(conn)  # never asked anything; or the server ended, unread
-                elif late:
-                    self._refuse(conn, 408)
-                elif conn.client in self.conns:
-                    self._interest(conn)
+    def _ready(self, _sock, data, events: int) -> None:
+        if data is None:
+            self._accept()
+            return
+        conn, side = data
+        if conn.client in self.conns:
+            try:
+                self._event(conn, side, events)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:  # either end went away under us
+                self._drop(conn)
+
+    def _turn(self, now: float) -> None:
+        for conn in list(self.conns.values()):
+            late = (conn.up or conn.server is None) and now - conn.begun > REQUEST_S
+            if (late and conn.server is None and not conn.up) or (
+                conn.server_done and now - conn.active > REQUEST_S
+            ):
+                self._drop(conn)  # never asked anything; or the server ended, unread
+            elif late:
+                self._refuse(conn, 408)
+            elif conn.client in self.conns:
+                self._interest(conn)
 
     def _accept(self) -> None:
         try:
@@ -191,12 +187,9 @@ class Front:
             del conn.ready[: conn.server.send(conn.ready)]
 
     def _from_client(self, conn: _Conn) -> None:
-        try:
-            chunk = conn.client.recv(CHUNK)
-        except (BlockingIOError, InterruptedError):
+        chunk = receive(conn.client, CHUNK)
+        if chunk is None:
             return
-        except OSError:
-            chunk = b""
         if not chunk:  # the client went: what it asked for goes on, then the server sees the end
             with contextlib.suppress(OSError):
                 if conn.server is not None and conn.ready:
@@ -251,22 +244,9 @@ class Front:
 
     def _interest(self, conn: _Conn) -> None:
         client, server = conn.masks()
-        self._register(conn.client, client, (conn, "client"))
+        self.loop.watch(conn.client, client, (conn, "client"))
         if conn.server is not None:
-            self._register(conn.server, server, (conn, "server"))
-
-    def _register(self, sock, mask: int, data) -> None:
-        had = self.masks.get(sock, 0)
-        if mask == had:
-            return
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            if had and mask:
-                self.selector.modify(sock, mask, data)
-            elif mask:
-                self.selector.register(sock, mask, data)
-            else:
-                self.selector.unregister(sock)
-        self.masks[sock] = mask
+            self.loop.watch(conn.server, server, (conn, "server"))
 
     def _refuse(self, conn: _Conn, status: int) -> None:
         self.refused += 1
@@ -277,18 +257,10 @@ class Front:
     def _drop(self, conn: _Conn) -> None:
         self.conns.pop(conn.client, None)
         for sock in (conn.client, conn.server):
-            if sock is None:
-                continue
-            if self.masks.pop(sock, 0):
-                with contextlib.suppress(KeyError, ValueError, OSError):
-                    self.selector.unregister(sock)
-            with contextlib.suppress(OSError):
-                sock.close()
+            if sock is not None:
+                self.loop.forget(sock)
 
     def close(self) -> None:
-        self._stop.set()
-        self.thread.join(2.0)
+        self.loop.close()  # the thread stopped; the listener and every socket it held closed
         for conn in list(self.conns.values()):
-            self._drop(conn)
-        self.selector.close()
-        self.sock.close()
+            self._drop(conn)  # a pair made in the last turn, not yet watched

@@ -1,13 +1,7 @@
 """Frame sources by URI, like jetson-utils' ``videoSource``, chosen through one table
 (:data:`SCHEMES`): the scheme names the module that opens it and, for sources that read files,
 the function that says which. ``open_source`` and ``source_files`` (the same-file guard) both
-use the table, so a new scheme cannot escape the guard.
-
-    csi://0                      Jetson CSI camera (GStreamer nvarguscamerasrc)
-    v4l2:///dev/video0           USB / V4L2 camera (--width --height --fps --codec mjpeg|yuyv)
-    rtsp://host:port/path        network stream (GStreamer or FFmpeg, --decoder), reconnected
-    file://clip.mp4 or a path    a video, an image, a folder of images or a glob (--loop)
-    synthetic://                 a deterministic moving scene built from the bundled photos
+use the table, so a new scheme cannot escape the guard; the camera's help lists its rows.
 
 Every source is a :class:`FrameSource`: it yields (frame BGR uint8, capture time from
 time.monotonic()) and raises SourceError with one sentence when it cannot open or stops
@@ -31,32 +25,57 @@ from .base import FrameSource, NoSuchPath, SourceOptions
 @dataclass(frozen=True)
 class Scheme:
     """One row of the table: the form shown to users, the module (imported when a source of
-    this scheme opens), its opener ``(uri, opts) -> FrameSource`` and, for a source that reads
-    files, its ``(uri) -> [Path]``."""
+    this scheme opens), its opener ``(uri, opts) -> FrameSource``, for a source that reads
+    files its ``(uri) -> [Path]``, and what it is (the help)."""
 
     form: str
     module: str
     opener: str = "open_uri"
     files: str | None = None
+    says: str = ""
 
 
 SCHEMES: dict[str, Scheme] = {
-    "csi": Scheme("csi://N", "edgert.apps.camera.sources.cameras", "open_csi"),
-    "v4l2": Scheme("v4l2:///dev/videoN", "edgert.apps.camera.sources.cameras", "open_v4l2"),
-    "rtsp": Scheme("rtsp://...", "edgert.apps.camera.sources.rtsp"),
-    "rtsps": Scheme("rtsps://...", "edgert.apps.camera.sources.rtsp"),
+    "csi": Scheme(
+        "csi://N",
+        "edgert.apps.camera.sources.cameras",
+        "open_csi",
+        says="a Jetson CSI camera (GStreamer nvarguscamerasrc)",
+    ),
+    "v4l2": Scheme(
+        "v4l2:///dev/videoN",
+        "edgert.apps.camera.sources.cameras",
+        "open_v4l2",
+        says="a USB / V4L2 camera, or /dev/videoN (--width --height --fps --codec)",
+    ),
+    "rtsp": Scheme(
+        "rtsp://...",
+        "edgert.apps.camera.sources.rtsp",
+        says="a network stream (GStreamer or FFmpeg, --decoder), reconnected",
+    ),
+    "rtsps": Scheme("rtsps://...", "edgert.apps.camera.sources.rtsp", says="the same over TLS"),
     "file": Scheme(
         "file://PATH (video, image, folder or glob), a bare path",
         "edgert.apps.camera.sources.files",
         files="files_read",
+        says="played once, or again and again with --loop",
     ),
-    "synthetic": Scheme("synthetic://", "edgert.apps.camera.sources.synthetic"),
+    "synthetic": Scheme(
+        "synthetic://",
+        "edgert.apps.camera.sources.synthetic",
+        says="a deterministic moving scene built from the bundled photos",
+    ),
 }
 _DEVICE = re.compile(r"/dev/video\d+")
 
 
 def supported() -> str:
     return ", ".join(s.form for s in SCHEMES.values())
+
+
+def forms() -> list[str]:
+    """Each row as the help shows it: its form and what it is."""
+    return [f"{s.form}: {s.says}" if s.says else s.form for s in SCHEMES.values()]
 
 
 def resolve(uri: str) -> tuple[str, str]:
@@ -118,6 +137,7 @@ __all__ = [
     "SourceOptions",
     "open_source",
     "resolve",
+    "forms",
     "source_files",
     "supported",
     *_CLASSES,

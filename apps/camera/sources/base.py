@@ -159,6 +159,7 @@ class FrameSource:
     live = True  # a camera or stream: when inference is slower, old frames are dropped
     size: tuple[int, int] | None = None  # (width, height) when known before the first frame
     note: str | None = None  # said once when it opens (a decoder fallback)
+    decodes: str | None = None  # who decodes its video: "gstreamer", "ffmpeg" (None: no video)
     # (height, width) of the camera's frame when the last frame read came scaled by the decoder
     scaled_from: tuple[int, int] | None = None
     # the camera's full picture of the last frame read, when it came scaled and a viewer watches

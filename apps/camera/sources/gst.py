@@ -15,6 +15,8 @@ from .base import FrameSource
 class _GstSource(FrameSource):
     """What a source that reads a :class:`media.GstConnection` (``conn``) forwards from it."""
 
+    decodes = "gstreamer"
+
     conn = None
     _cancel: threading.Event
 

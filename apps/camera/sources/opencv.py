@@ -26,6 +26,7 @@ class CaptureSource(FrameSource):
     """cv2.VideoCapture for V4L2, CSI (GStreamer) and video files."""
 
     live = False  # a file: every frame is processed (LiveCapture overrides)
+    decodes = "ffmpeg"  # OpenCV's back end (a CSI pipeline's GStreamer: not scaled by edgert)
 
     def __init__(
         self,

@@ -80,6 +80,10 @@ class StreamSource(FrameSource):
     without frames are counted (:meth:`stats`). Backoff waits end at once on
     :meth:`cancel`."""
 
+    @property
+    def decodes(self) -> str:
+        return self.decoder
+
     def __init__(self, url: str, opts: SourceOptions, decoder: str = "ffmpeg", note=None) -> None:
         self.url, self.opts, self.decoder = url, opts, decoder
         self.note = note

@@ -37,11 +37,14 @@ import threading
 import time
 from pathlib import Path
 
-from edgert.apps.swapping import (
+from edgert.runtime.errors import EdgertError
+from edgert.runtime.tasks import task_spec
+
+from .core import (
     EVENTS,
     Loaded,
-    SwapOptions,
     SwapQueue,
+    Watched,
     agreement,
     catch_hangups,
     fingerprint,
@@ -51,8 +54,7 @@ from edgert.apps.swapping import (
     model_info,
     refuse_to_compare,
 )
-from edgert.runtime.errors import EdgertError
-from edgert.runtime.tasks import task_spec
+from .options import SwapOptions
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,8 @@ class ModelSlot(SwapQueue):
     ``request`` asks for a swap (safe from a signal handler); events go to ``post_event``."""
 
     COMMAND = "edgert camera"
+    COUNTS = ("swaps", "rollbacks", "refusals")
+    STOP_S = 30.0
     SAMPLE_GAP_S = 0.1  # shadow-check frames at least this far apart
     MIN_FRAMES_TO_JUDGE = 30  # a rollback is judged on at least this many frames of each model
 
@@ -108,12 +112,10 @@ class ModelSlot(SwapQueue):
         seen: tuple | None = None,
     ) -> None:
         self.current = current
-        self.watch_path = watch_path or current.path  # what SIGHUP and --watch-model read
         self.load, self.runner = load, runner
         self.needs_detector = needs_detector
         self.previous: Loaded | None = None
         self.promoted_at: float | None = None
-        self.lock = threading.Lock()
         self.infer_lock = threading.Lock()  # the live batches and the shadow check, one at a time
         self.rollbacks = 0
         self.last_image = None
@@ -121,8 +123,8 @@ class ModelSlot(SwapQueue):
             None  # (image, results, source_hw) while a check runs
         )
         self._sampled_at = 0.0
-        # the path as it was before the model in use was read from it (else as it is now)
-        self._seen = seen if seen is not None else fingerprint(self.watch_path)
+        # what SIGHUP and --watch-model read, as it was before the model in use was read from it
+        self.watched = Watched(watch_path or current.path, seen)
         self.on_tick = None  # called from the swap thread between requests (the canary's retry)
         roots = options.allow or (str(Path(current.path).parent),)
         self._queue(options, roots, say, post_event, "model-swap")
@@ -167,22 +169,19 @@ class ModelSlot(SwapQueue):
         loaded = getattr(frame, "model", None) or self.current
         return loaded.label
 
-    # -- requests: SwapQueue's (request, allowed, POST and GET /model) ------------------------
-    def report(self) -> dict:
-        with self.lock:
-            return {
-                "model": self.current.describe(),
-                "previous": self.previous.describe() if self.previous else None,
-                "swaps": self.swaps,
-                "rollbacks": self.rollbacks,
-                "refusals": self.refusals,
-                "busy": self.busy or bool(self.requests),
-                "last": self.last,
-            }
+    # -- requests: SwapQueue's (request, allowed, POST and GET /model, report) ----------------
+    def _describe(self) -> dict:
+        return {
+            "model": self.current.describe(),
+            "previous": self.previous.describe() if self.previous else None,
+        }
+
+    def _watched(self) -> list:
+        return [self.watched]
 
     # -- the swap thread -----------------------------------------------------------------------
     def close(self) -> None:
-        self._stop_thread(30)
+        super().close()
         with self.lock:
             others = [m for m in (self.previous,) if m is not None and m is not self.current]
             self.previous = None
@@ -195,15 +194,6 @@ class ModelSlot(SwapQueue):
             ("edgert_model_rollbacks_total", self.rollbacks, "Swaps rolled back (a collapse)"),
         ]
 
-    def reread(self, why: str) -> None:
-        self.request(self.watch_path, why)
-
-    def _poll(self) -> None:
-        seen = fingerprint(self.watch_path)
-        if seen != self._seen:
-            self._seen = seen
-            self.request(self.watch_path, "--watch-model")
-
     def _tick(self) -> None:
         self._watch_rollback()
         if self.on_tick is not None:
@@ -211,8 +201,6 @@ class ModelSlot(SwapQueue):
 
     def _swap(self, path: str, why: str, force: bool) -> None:
         t0 = time.monotonic()
-        if path == self.watch_path:  # what --watch-model compares with: the bundle now read
-            self._seen = fingerprint(path)
         try:
             real, info = self.candidate(path, why)
         except EdgertError as exc:
@@ -222,13 +210,8 @@ class ModelSlot(SwapQueue):
             return None
         self._settle()  # a previous model still kept for rollback goes first: one spare at most
         try:
-            model = self.load(real)
+            [model] = self.load_candidate(real, info, why)
         except (EdgertError, OSError) as exc:
-            return self._refuse(path, why, str(exc), t0)
-        try:
-            self.unchanged(real, info, why)
-        except EdgertError as exc:
-            model.close()
             return self._refuse(path, why, str(exc), t0)
         candidate = Loaded(model, info, path)
         try:

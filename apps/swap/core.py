@@ -1,8 +1,9 @@
-"""What ``edgert camera`` and ``edgert serve`` share to take a new model while running: the
-options (``--watch-model``, ``--model-endpoint``, ``--allow-models``, ``--swap-check``), what
-names a model (:func:`model_info`: name, version, a hash of what runs), the shadow check's
-measures (:func:`agreement`, :func:`judge`: those of the INT8 gate) and giving memory back after
-a model is closed. The camera's swap is ``camera/swap.py``; Triton's is ``serve/swap.py``."""
+"""What every swap shares: what names a model (:func:`model_info`: name, version, a hash of what
+runs), the queue of requests and its thread (:class:`SwapQueue`: SIGHUP, ``--watch-model``,
+``POST /model``, refusals and events), the shadow check's measures (:func:`agreement`,
+:func:`judge`: those of the INT8 gate) and giving memory back after a model is closed. The options
+are :mod:`.options`; the camera's slot and canary :mod:`.camera`, its secondaries' swaps
+:mod:`.secondary`, Triton's swapper :mod:`.serve`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from edgert.apps.telemetry.http import json_answer
@@ -23,6 +23,8 @@ from edgert.runtime.bundle import MAX_MANIFEST_BYTES
 from edgert.runtime.errors import ModelError
 from edgert.runtime.regular import NotRegular, open_regular, read_regular
 from edgert.runtime.tasks import task_spec
+
+from .options import SwapOptions
 
 EVENTS = ("model_swap", "model_swap_refused", "model_rollback")
 POSTED = "POST /model"  # what a request by the endpoint is named by
@@ -44,100 +46,6 @@ def catch_hangups():
 
     old = signal.signal(signal.SIGHUP, counted)
     return lambda: signal.signal(signal.SIGHUP, old)
-
-
-@dataclass(frozen=True)
-class SwapOptions:
-    """How a running camera takes a new model (see the module's text)."""
-
-    watch: bool = False  # --watch-model: the bundle path polled for a change
-    endpoint: bool = False  # --model-endpoint: POST /model
-    allow: tuple = ()  # --allow-models: folders POST /model may name (default: the bundle's)
-    check: bool = False  # --swap-check
-    check_frames: int = 20
-    min_agreement: float = 0.9  # classifiers: top-1 agreement
-    min_box_f1: float = 0.8  # detectors: box F1
-    rollback_s: float = 30.0  # 0: no watch after a swap
-    rollback_below: float = 0.5
-    poll_s: float = 2.0
-    against: str | None = None  # --check-against: start on this bundle, ready once MODEL passed
-
-    @staticmethod
-    def add_arguments(
-        parser,
-        what: str = "the bundle path",
-        port: str = "the --metrics / web viewer port",
-        sample: str = "live frames",
-        rollback: bool = True,
-    ) -> None:
-        g = parser.add_argument_group(f"model hot-swap (SIGHUP always re-reads {what})")
-        g.add_argument(
-            "--watch-model",
-            action="store_true",
-            help=f"swap to the bundle at {what} whenever it changes (polled every 2 s)",
-        )
-        g.add_argument(
-            "--model-endpoint",
-            action="store_true",
-            help=f'POST /model {{"bundle": PATH}} on {port} swaps to that '
-            "bundle (off unless given; GET /model says what runs)",
-        )
-        g.add_argument(
-            "--allow-models",
-            action="append",
-            default=[],
-            metavar="DIR",
-            help="a folder whose bundles POST /model may name (repeatable; default: the "
-            "running bundles' folders)",
-        )
-        g.add_argument(
-            "--swap-check",
-            action="store_true",
-            help=f"run a candidate on {sample} beside the model in use and promote it only "
-            "when they agree (top-1 agreement >= 0.9, box F1 >= 0.8)",
-        )
-        if not rollback:
-            return
-        g.add_argument(
-            "--check-against",
-            metavar="BUNDLE",
-            help="a rollout's canary: start on BUNDLE (the model this one replaces), check the "
-            "model against it on live frames as --swap-check does, and take it only when they "
-            "agree; /ready says 503 until then, and stays 503 with the reason if it is refused "
-            "(the run goes on with BUNDLE)",
-        )
-        g.add_argument(
-            "--rollback-window",
-            type=float,
-            default=30.0,
-            metavar="S",
-            help="after a swap, watch each label's detection rate and confidence for S seconds "
-            "(default 30; 0: off) and put the old model back if one collapses",
-        )
-        g.add_argument(
-            "--rollback-below",
-            type=float,
-            default=0.5,
-            metavar="F",
-            help="a collapse: a label's rate or mean confidence under F times the old model's "
-            "(default 0.5)",
-        )
-
-    @classmethod
-    def from_args(cls, args) -> SwapOptions:
-        window = getattr(args, "rollback_window", 0.0)  # edgert serve: no rollback watch
-        below = getattr(args, "rollback_below", 0.5)
-        if not 0 < below < 1 or window < 0:
-            raise ModelError("--rollback-below is between 0 and 1, --rollback-window >= 0 s")
-        return cls(
-            watch=args.watch_model,
-            endpoint=args.model_endpoint,
-            allow=tuple(args.allow_models),
-            check=args.swap_check or bool(getattr(args, "check_against", None)),
-            rollback_s=window,
-            rollback_below=below,
-            against=getattr(args, "check_against", None),
-        )
 
 
 def _hash_file(digest, path: Path) -> None:
@@ -262,19 +170,40 @@ def judge(task: str, measures: dict, o: SwapOptions, what: str) -> str | None:
     return task_spec(task).judge(measures, o, what)
 
 
+def json_body(body: bytes):
+    """A request's JSON body (none: ``{}``), or None when it is not JSON."""
+    try:
+        return json.loads(body or b"{}")
+    except ValueError:
+        return None
+
+
+class Watched:
+    """A bundle path SIGHUP and ``--watch-model`` read again, and its fingerprint when it was
+    last read (what a poll compares with)."""
+
+    def __init__(self, path: str, seen: tuple | None = None) -> None:
+        self.path = str(path)
+        self.seen = seen if seen is not None else fingerprint(self.path)
+
+
 class SwapQueue:
     """Requests for a new model and the one thread that carries them out, in order: what
-    ``edgert camera``'s :class:`~edgert.apps.camera.swap.ModelSlot` and ``edgert serve``'s
-    :class:`~edgert.apps.serve.swap.ServeSwapper` share. A subclass calls :meth:`_queue` in its
-    ``__init__`` and gives ``_swap(path, why, force)``, ``_refuse(path, why, reason, t0)``,
-    ``report()``, and may give ``_poll()`` (``--watch-model``, every ``poll_s``) and ``_tick()``
-    (every wake, at least four times a second)."""
+    ``edgert camera``'s :class:`~edgert.apps.swap.camera.ModelSlot` (and each of its
+    secondaries' :class:`~edgert.apps.swap.secondary.SecondarySwap`) and ``edgert serve``'s
+    :class:`~edgert.apps.swap.serve.ServeSwapper` share. A subclass calls :meth:`_queue` in its
+    ``__init__`` and gives ``_swap(path, why, force)`` and ``_describe()``; it may give
+    ``_watched()`` (the paths SIGHUP and ``--watch-model`` read), ``_tick()`` (every wake, at least
+    four times a second), ``_kept()`` and ``_who()`` (what a refusal says)."""
 
     COMMAND = "edgert"  # the command a sentence tells to start with --model-endpoint
     SUPERSEDE = False  # True: of the requests waiting, only the latest is done (the rest said)
+    COUNTS = ("swaps", "refusals")  # report()'s counters, in its order
+    STOP_S = 60.0  # how long close() waits for a swap under way
 
     def _queue(self, options: SwapOptions, roots, say, post_event, name: str) -> None:
         self.o, self.say, self.post_event = options, say, post_event
+        self.lock = threading.Lock()
         self.requests: collections.deque = collections.deque()
         self.wake = threading.Event()
         self.stopped = threading.Event()
@@ -315,7 +244,11 @@ class SwapQueue:
         """(where ``path`` leads now, what names the model there), read once in the swap thread:
         what is loaded is that folder, never the path again (a link that moves meanwhile moves
         nothing). A POST's bundle is checked against ``--allow-models`` here, at the swap, and
-        its files where their links lead. ModelError (one sentence) otherwise."""
+        its files where their links lead. ModelError (one sentence) otherwise. A watched path
+        named is taken as read (``--watch-model`` compares with it from now on)."""
+        for w in self._watched():
+            if w.path == path:
+                w.seen = fingerprint(path)
         real = os.path.realpath(path)
         posted = why == POSTED
         if posted and not self.allowed(real):
@@ -325,24 +258,40 @@ class SwapQueue:
             )
         return real, model_info(real, self.roots if posted else None)
 
-    def unchanged(self, real: str, info: dict, why: str) -> None:
-        """ModelError when the bundle at ``real`` is not the one :meth:`candidate` named (it was
-        replaced while it loaded: the label would name another model than the one that runs)."""
-        if model_info(real, self.roots if why == POSTED else None) != info:
-            raise ModelError("the bundle changed while it was loaded; it is read again next time")
+    def load_candidate(self, real: str, info: dict, why: str, count: int = 1) -> list:
+        """``count`` task models of the bundle at ``real`` (one per instance), and a ModelError
+        when that bundle is no longer the one :meth:`candidate` named (it was replaced while it
+        loaded: the label would name another model than the one that runs). On any failure the
+        models loaded are closed and the error raised."""
+        models: list = []
+        try:
+            for _ in range(count):
+                models.append(self.load(real))
+            if model_info(real, self.roots if why == POSTED else None) != info:
+                raise ModelError(
+                    "the bundle changed while it was loaded; it is read again next time"
+                )
+        except BaseException:
+            for m in models:
+                m.close()
+            raise
+        return models
 
-    def http_post(self, body: bytes, **answer) -> tuple[int, bytes, str]:
-        """``POST /model`` with ``{"bundle": PATH, "force": false}`` (``answer``: more fields of
-        the 202's body)."""
+    def http_post(self, body: bytes) -> tuple[int, bytes, str]:
+        """``POST /model`` with ``{"bundle": PATH, "force": false}``."""
+        return self.post(json_body(body))
+
+    def post(self, data, **answer) -> tuple[int, bytes, str]:
+        """``POST /model``'s body ``data`` (parsed; None: not JSON) answered (``answer``: more
+        fields of the 202's body)."""
         if not self.o.endpoint:
             return self.off()
         try:
-            data = json.loads(body or b"{}")
             path = data["bundle"]
             force = data.get("force", False)
             if not isinstance(path, str) or not path:
                 raise TypeError
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (KeyError, TypeError, AttributeError):
             return json_answer(
                 400, {"error": 'the body is JSON naming a bundle: {"bundle": "/path"}'}
             )
@@ -375,17 +324,29 @@ class SwapQueue:
         return json_answer(200, self.report())
 
     def report(self) -> dict:
+        """What runs (:meth:`_describe`), the counters, whether a swap is under way or waiting,
+        and the last swap, refusal or rollback: ``GET /model`` and the summary."""
+        with self.lock:
+            return {
+                **self._describe(),
+                **{k: getattr(self, k) for k in self.COUNTS},
+                "busy": self.busy or bool(self.requests),
+                "last": self.last,
+            }
+
+    def _describe(self) -> dict:
         raise NotImplementedError
 
     def start(self):
         self.thread.start()
         return self
 
-    def _stop_thread(self, timeout: float) -> None:
+    def close(self) -> None:
+        """The swap thread stopped (a swap under way waited for, at most ``STOP_S``)."""
         self.stopped.set()
         self.wake.set()
         if self.thread.is_alive():
-            self.thread.join(timeout)
+            self.thread.join(self.STOP_S)
 
     def _run(self) -> None:
         last_poll = time.monotonic()
@@ -422,12 +383,22 @@ class SwapQueue:
             ),
         ]
 
+    def _watched(self) -> list:
+        """The bundle paths SIGHUP and ``--watch-model`` read again (:class:`Watched`)."""
+        return []
+
     def reread(self, why: str) -> None:
         """SIGHUP: the bundle path(s) read again (one that did not change: nothing to swap)."""
-        raise NotImplementedError
+        for w in self._watched():
+            self.request(w.path, why)
 
     def _poll(self) -> None:
-        pass
+        """``--watch-model``: a watched path that changed since it was read is asked for."""
+        for w in self._watched():
+            seen = fingerprint(w.path)
+            if seen != w.seen:
+                w.seen = seen
+                self.request(w.path, "--watch-model")
 
     def _tick(self) -> None:
         pass
@@ -435,25 +406,30 @@ class SwapQueue:
     def _swap(self, path: str, why: str, force: bool) -> None:
         raise NotImplementedError
 
+    def _who(self) -> tuple[dict, str]:
+        """Whose swap an event and a sentence name: (the event's fields, the sentence's start)."""
+        return {}, "model"
+
     def _kept(self) -> tuple[dict, str]:
         """What a refusal leaves serving: (the event's fields, the sentence's end)."""
         return {}, "the model in use goes on"
 
+    def _event(self, event: str, path: str, why: str) -> dict:
+        return {"event": event, **self._who()[0], "bundle": str(path), "requested_by": why}
+
     def _refuse(self, path, why, reason: str, t0: float, check: dict | None = None) -> None:
-        with self.lock:  # the subclass's
+        with self.lock:
             self.refusals += 1
         fields, goes_on = self._kept()
         event = {
-            "event": "model_swap_refused",
-            "bundle": str(path),
-            "requested_by": why,
+            **self._event("model_swap_refused", path, why),
             "reason": reason,
             **fields,
             "s": round(time.monotonic() - t0, 3),
         }
         if check:
             event["check"] = check
-        self._said(event, f"model: {path} refused ({reason}); {goes_on}")
+        self._said(event, f"{self._who()[1]}: {path} refused ({reason}); {goes_on}")
 
     def _said(self, event: dict, sentence: str) -> None:
         self.last = {**event, "time": round(time.time(), 3)}

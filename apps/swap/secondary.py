@@ -1,6 +1,7 @@
 """A secondary's swap (``POST /model`` with ``{"secondary": NAME, "bundle": PATH}``): the
-primary's swap queue (:class:`~edgert.apps.swapping.SwapQueue`) and its rules, one queue and one
-thread per secondary, made when the run starts.
+primary's swap queue (:class:`~.core.SwapQueue`) and its rules, one queue and one thread per
+secondary, made when the run starts; and the camera's ``GET`` / ``POST /model`` routes, which
+read the body once and send it to the primary's slot or to the secondary it names.
 
     POST      the endpoint's own checks (--model-endpoint, a JSON body naming a bundle,
               ``"force"`` a JSON boolean, no NUL, inside --allow-models): 202 with the
@@ -20,47 +21,32 @@ bundle only.
 
 from __future__ import annotations
 
-import threading
 import time
 
-from edgert.apps.swapping import SwapQueue, give_back_memory
+from edgert.apps.telemetry.http import json_answer
 from edgert.runtime.errors import EdgertError
+
+from .core import SwapQueue, give_back_memory, json_body
 
 
 class SecondarySwap(SwapQueue):
-    """The swap queue of one secondary ``s`` of ``stage`` (a :class:`.secondary.SecondaryStage`);
+    """The swap queue of one secondary ``s`` of ``stage`` (a camera ``SecondaryStage``);
     ``load(path)`` loads a bundle as the run loads its secondaries."""
 
     COMMAND = "edgert camera"
     SUPERSEDE = True
+    COUNTS = ("swaps", "refusals", "superseded")
 
     def __init__(self, stage, s, load, options, roots, say, post_event) -> None:
         self.stage, self.s, self.load = stage, s, load
-        self.lock = threading.Lock()
         self.superseded = 0
         self._queue(options, roots, say, post_event, f"secondary-swap-{s.name}")
 
-    def report(self) -> dict:
-        with self.lock:
-            return {
-                "name": self.s.name,
-                "bundle": self.s.spec.bundle,
-                "task": self.s.model.task,
-                "swaps": self.s.swaps,
-                "refusals": self.refusals,
-                "superseded": self.superseded,
-                "busy": self.busy or bool(self.requests),
-                "last": self.last,
-            }
+    def _describe(self) -> dict:
+        return {"name": self.s.name, "bundle": self.s.spec.bundle, "task": self.s.model.task}
 
-    def close(self) -> None:
-        self._stop_thread(60)
-
-    def reread(self, why: str) -> None:
-        """SIGHUP: the primary's bundle is read again, not a secondary's."""
-
-    def _event(self, event: str, path: str, why: str) -> dict:
-        return {"event": event, "secondary": self.s.name, "bundle": path, "requested_by": why}
+    def _who(self) -> tuple[dict, str]:
+        return {"secondary": self.s.name}, f"secondary {self.s.name}"
 
     def _superseded(self, path: str, why: str, by: str) -> None:
         with self.lock:
@@ -93,27 +79,60 @@ class SecondarySwap(SwapQueue):
         self._said(event, f"secondary {self.s.name}: now {path}")
         return None
 
-    def _refuse(self, path, why, reason: str, t0: float, check: dict | None = None) -> None:
-        with self.lock:
-            self.refusals += 1
-        event = {**self._event("model_swap_refused", path, why), "reason": reason}
-        event["s"] = round(time.monotonic() - t0, 3)
-        self._said(
-            event, f"secondary {self.s.name}: {path} refused ({reason}); the model in use goes on"
-        )
+
+class ModelRoutes:
+    """A camera's ``GET`` and ``POST /model``: the body is read once; one naming
+    ``"secondary"`` goes to that secondary's queue (404 naming the secondaries otherwise), any
+    other to the primary's slot. ``GET`` adds the secondaries to the slot's report."""
+
+    def __init__(self, slot, stage=None, queues=None) -> None:
+        self.slot, self.stage, self.queues = slot, stage, queues or {}
+
+    def table(self) -> dict:
+        return {("GET", "/model"): self.get, ("POST", "/model"): self.post}
+
+    def post(self, body: bytes) -> tuple[int, bytes, str]:
+        data = json_body(body)
+        if not (isinstance(data, dict) and "secondary" in data):
+            return self.slot.post(data)
+        if self.stage is None:  # never the primary's swap
+            return json_answer(404, {"error": "this camera runs no --secondary"})
+        if not self.slot.o.endpoint:
+            return self.slot.off()
+        name = data.get("secondary")
+        queue = self.queues.get(name) if isinstance(name, str) else None
+        if queue is None:
+            names = ", ".join(x.name for x in self.stage.secondaries)
+            return json_answer(
+                404, {"error": f"no secondary is named {name!r} (there are: {names})"}
+            )
+        return queue.post(data, secondary=name)
+
+    def get(self, _body: bytes = b"") -> tuple[int, bytes, str]:
+        answer = self.slot.report()
+        if self.stage is not None:
+            answer["secondary"] = [
+                self.queues[s.name].report()
+                if s.name in self.queues
+                else {"name": s.name, "bundle": s.spec.bundle, "task": s.model.task, "swaps": 0}
+                for s in self.stage.secondaries
+            ]
+        return json_answer(200, answer)
 
 
-def start_swaps(run, stage) -> dict:
-    """One :class:`SecondarySwap` per secondary of ``stage``, started (stopped when the run
-    ends, before the stage closes): name -> queue."""
+def camera_routes(run, stage) -> dict:
+    """A camera run's ``/model`` routes (:class:`ModelRoutes`) over its slot and the secondaries
+    of ``stage`` (or None); with ``--model-endpoint`` one :class:`SecondarySwap` per secondary,
+    started (stopped when the run ends, before the stage closes)."""
     from edgert.runtime.tasks import load_task_model
 
     def load(path):
         return load_task_model(path, None, run.cfg.model.backend, "auto", spin=False)
 
     slot, queues = run.slot, {}
-    for s in stage.secondaries:
-        q = SecondarySwap(stage, s, load, slot.o, slot.roots, run.say, run.handler.post_event)
-        queues[s.name] = q.start()
-        run.stack.callback(q.close)
-    return queues
+    if stage is not None and slot.o.endpoint:
+        for s in stage.secondaries:
+            q = SecondarySwap(stage, s, load, slot.o, slot.roots, run.say, run.handler.post_event)
+            queues[s.name] = q.start()
+            run.stack.callback(q.close)
+    return ModelRoutes(slot, stage, queues).table()

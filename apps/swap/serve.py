@@ -39,21 +39,20 @@ from pathlib import Path
 import numpy as np
 
 from edgert.apps import processes
-from edgert.apps.swapping import (
+from edgert.apps.serve import pytriton_compat as compat
+from edgert.apps.uris import escape_controls
+from edgert.runtime.errors import EdgertError
+
+from .core import (
     Loaded,
-    SwapOptions,
     SwapQueue,
     agreement,
-    fingerprint,
     first_run_fails,
     give_back_memory,
     judge,
     refuse_to_compare,
 )
-from edgert.apps.uris import escape_controls
-from edgert.runtime.errors import EdgertError
-
-from . import pytriton_compat as compat
+from .options import SwapOptions
 
 
 class Recent:
@@ -96,6 +95,7 @@ class Served:
     entries: list = field(default_factory=list)
     recent: Recent = field(default_factory=Recent)
     seen: tuple = ()  # the path's fingerprint before it was read: --watch-model compares
+    # (a :class:`~.core.Watched`: ``path`` and ``seen``)
 
 
 class ServeSwapper(SwapQueue):
@@ -120,29 +120,21 @@ class ServeSwapper(SwapQueue):
         self.triton, self.served = triton, served
         self.load, self.make_bindings, self.instances = load, make_bindings, instances
         self.grpc_url, self.drain_s = grpc_url, drain_s
-        self.lock = threading.Lock()
         self.on_swap = lambda name, model: None  # edgert's /metrics: the new build labels
         roots = options.allow or tuple(str(Path(s.path).parent) for s in served.values())
         self._queue(options, roots, say, lambda event: None, "serve-model-swap")
 
-    # -- requests: SwapQueue's (request, allowed, POST and GET /model) ------------------------
-    def reread(self, why: str) -> None:
-        """SIGHUP: every bundle path given, read again (one that did not change: nothing)."""
-        for s in list(self.served.values()):
-            self.request(s.path, why)
+    # -- requests: SwapQueue's (request, allowed, POST and GET /model, report) ----------------
+    def _watched(self) -> list:
+        """Every bundle path given (SIGHUP reads them all again)."""
+        return list(self.served.values())
 
-    def report(self) -> dict:
-        with self.lock:
-            return {
-                "models": {
-                    name: {**s.loaded.describe(), "triton_version": s.version}
-                    for name, s in self.served.items()
-                },
-                "swaps": self.swaps,
-                "refusals": self.refusals,
-                "busy": self.busy or bool(self.requests),
-                "last": self.last,
-            }
+    def _describe(self) -> dict:
+        models = {
+            name: {**s.loaded.describe(), "triton_version": s.version}
+            for name, s in self.served.items()
+        }
+        return {"models": models}
 
     def infos(self) -> list:
         """(served name, model info, Triton version) of each bundle: ``edgert_model_info``."""
@@ -150,16 +142,6 @@ class ServeSwapper(SwapQueue):
             return [(n, dict(s.loaded.info), s.version) for n, s in self.served.items()]
 
     # -- the thread ----------------------------------------------------------------------------
-    def close(self) -> None:
-        self._stop_thread(60)
-
-    def _poll(self) -> None:
-        for s in list(self.served.values()):
-            seen = fingerprint(s.path)
-            if seen != s.seen:
-                s.seen = seen
-                self.request(s.path, "--watch-model")
-
     def _swap(self, path: str, why: str, force: bool) -> None:
         t0 = time.monotonic()
         try:
@@ -173,8 +155,6 @@ class ServeSwapper(SwapQueue):
             return self._refuse(
                 path, why, f"its name is {name!r} and this server serves {serving}", t0
             )
-        if path == cur.path:  # what --watch-model compares with: the bundle now read
-            cur.seen = fingerprint(path)
         if info == cur.loaded.info:
             msg = f"model: {path} is the {name} in use ({why}); nothing to swap"
             return self.say(escape_controls(msg))
@@ -222,16 +202,10 @@ class ServeSwapper(SwapQueue):
 
     def _instances(self, real: str, info: dict, why: str) -> list:
         """One task model of the candidate per instance (all closed and _Refused on a failure)."""
-        models: list = []
         try:
-            for _ in range(self.instances):
-                models.append(self.load(real))
-            self.unchanged(real, info, why)
+            return self.load_candidate(real, info, why, self.instances)
         except (EdgertError, OSError) as exc:
-            for m in models:
-                m.close()
             raise _Refused(str(exc)) from exc
-        return models
 
     def _announce(self, event: dict, candidate: Loaded) -> None:
         with self.lock:

@@ -109,6 +109,8 @@ def files_lines(files: list) -> list[str]:
             held = [f"{f['frames']:,} frames"]
         elif kind == "events":
             held = [f"{f['events']:,} events"]
+        elif kind == "store":
+            held = [f"{f['events']:,} events, {f['tracks']:,} tracks", f"{size(f['per_hour'])}/h"]
         else:  # a folder: snapshots, clips
             path = path.rstrip("/") + "/"
             what = "picture" if kind == "snapshots" else "clip"

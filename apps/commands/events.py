@@ -3,6 +3,8 @@ running (the store a run's ``--store`` wrote; apps/store)."""
 
 from __future__ import annotations
 
+import re
+
 from edgert.runtime import json_text
 
 
@@ -15,6 +17,8 @@ def add_parser(sub) -> None:
     )
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     q = verbs.add_parser("query", help="the events that pass the filters, newest first")
+    # --since -1h: a time before now, a value (argparse takes only -1 or -1.5 for one)
+    q._negative_number_matcher = re.compile(r"^-\d+(\.\d+)?[smhdw]?$")
     q.add_argument("store", metavar="STORE", help="the store's file (a camera's --store)")
     q.add_argument("--since", metavar="TIME", help="ISO 8601, seconds since the epoch, or -1h")
     q.add_argument("--until", metavar="TIME", help="as --since")

@@ -54,7 +54,6 @@ MIGRATIONS: tuple = (
             data TEXT
         )""",
         "CREATE INDEX events_time ON events (time)",
-        "CREATE INDEX events_camera_time ON events (camera, time)",
         "CREATE INDEX events_label_time ON events (label, time)",
         "CREATE INDEX events_track ON events (track)",
     ),

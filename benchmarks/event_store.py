@@ -91,7 +91,11 @@ def insert_rate(folder: Path, n: int = 20000) -> dict:
         writer.put([row_of(record, CAMERAS)])
     writer.close()
     took = time.perf_counter() - t
-    return {"events": len(events), "seconds": round(took, 3), "events_per_s": round(len(events) / took)}
+    return {
+        "events": len(events),
+        "seconds": round(took, 3),
+        "events_per_s": round(len(events) / took),
+    }
 
 
 def filled(folder: Path, n: int) -> Path:

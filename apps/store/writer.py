@@ -15,12 +15,12 @@ kernel), reported per hour of the run; a quiet camera writes only its heartbeat
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
 import time
 from pathlib import Path
 
+from edgert.runtime import json_text
 from edgert.runtime.errors import OutputError
 
 from . import schema
@@ -55,7 +55,7 @@ class StoreWriter:
         with self._transaction():
             self.conn.execute(
                 "INSERT INTO runs (run, started, last_seen, pid, streams) VALUES (?, ?, ?, ?, ?)",
-                (run, now, now, _pid(), json.dumps(cameras)),
+                (run, now, now, _pid(), json_text.dumps(cameras)),
             )
         self._prune()
         self.thread = threading.Thread(target=self._loop, name="store", daemon=True)
@@ -130,7 +130,7 @@ class StoreWriter:
                     "config_version, clip, snapshot, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                     (row["kind"], row["time"], row["camera"], track, row["track_id"],
                      row["label"], row["zone"], row["line"], row["config_version"], row["clip"],
-                     row["snapshot"], json.dumps(row["data"], default=str)),
+                     row["snapshot"], json_text.dumps(row["data"], default=str)),
                 )  # fmt: skip
                 self.events += 1
             for key, t in touched.items():
@@ -165,9 +165,9 @@ class StoreWriter:
         self.conn.execute(
             "UPDATE tracks SET label = ?, labels = ?, first_seen = ?, last_seen = ?, snapshot = ?, "
             "secondary = ?, zones = ?, lines = ? WHERE id = ?",
-            (t["label"], json.dumps(t["labels"]), t["first_seen"], t["last_seen"], t["snapshot"],
-             json.dumps(t["secondary"]) if t["secondary"] else None, json.dumps(t["zones"]),
-             json.dumps(t["lines"]), t["id"]),
+            (t["label"], json_text.dumps(t["labels"]), t["first_seen"], t["last_seen"], t["snapshot"],
+             json_text.dumps(t["secondary"]) if t["secondary"] else None, json_text.dumps(t["zones"]),
+             json_text.dumps(t["lines"]), t["id"]),
         )  # fmt: skip
 
     def _prune(self) -> None:

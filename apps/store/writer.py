@@ -50,6 +50,7 @@ class StoreWriter:
         self.tracks: dict = {}  # (stream, track_id) -> the live track's row, as written
         self.tracks_written = 0
         self.io = {"wchar": 0, "write_bytes": 0}
+        self.on_commit = None  # told each batch once committed (what may then be acknowledged)
         self.t0 = time.monotonic()
         now = self.beat = time.time()
         with self._transaction():
@@ -144,6 +145,8 @@ class StoreWriter:
                 self.beat = now
                 self.conn.execute("UPDATE runs SET last_seen = ? WHERE run = ?", (now, self.run))
         self.commits += 1
+        if self.on_commit is not None:
+            self.on_commit(batch)
 
     def _track(self, row: dict, touched: dict) -> int:
         """The track row's id for ``row``'s track, its state updated by the event."""

@@ -157,7 +157,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         report["write_budget"] = [
-            write_budget(folder, True, args.speed, b) for b in (BATCH_S, 5.0, 10.0)
+            write_budget(folder, True, args.speed, b) for b in sorted({2.0, BATCH_S, 30.0, 60.0})
         ] + [write_budget(folder, False, args.speed)]
         for r in report["write_budget"]:
             print(f"write budget {r['scene']:>5}, batch {r['batch_s']:>4g} s: {r['events']} events, "

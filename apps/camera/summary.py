@@ -110,7 +110,11 @@ def files_lines(files: list) -> list[str]:
         elif kind == "events":
             held = [f"{f['events']:,} events"]
         elif kind == "store":
-            held = [f"{f['events']:,} events, {f['tracks']:,} tracks", f"{size(f['per_hour'])}/h"]
+            rate = f" ({size(f['per_hour'])} an hour)" if f["seconds"] >= 600 else ""
+            held = [
+                f"{f['events']:,} events, {f['tracks']:,} tracks",
+                f"{size(f['written'])} written{rate}",
+            ]
         else:  # a folder: snapshots, clips
             path = path.rstrip("/") + "/"
             what = "picture" if kind == "snapshots" else "clip"

@@ -12,6 +12,7 @@ too) and ``batch_s=S`` (the batch window, :data:`~.writer.BATCH_S` by default)."
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 
 from edgert.apps.camera.sinks import retention
@@ -153,7 +154,8 @@ class StoreOutput(Sink):
     def wrote(self) -> list:
         w = self.writer
         return [written("store", self.path, events=w.events, tracks=w.tracks_written,
-                        per_hour=round(w.per_hour()), bytes=self._sizes())]  # fmt: skip
+                        written=w.io["wchar"], per_hour=round(w.per_hour()),
+                        seconds=round(time.monotonic() - w.t0, 1), bytes=self._sizes())]  # fmt: skip
 
 
 def open_uri(uri: str, ctx: SinkContext) -> StoreOutput:

@@ -3,9 +3,9 @@ transactions, so that a busy scene costs a commit per batch window, not per even
 
 What a kill costs: a transaction is committed (in the WAL) or not there at all; the events of the
 batch window being gathered (at most :data:`BATCH_S`) are not in the store yet. Whatever the API
-answered was read from committed rows. ``PRAGMA synchronous = NORMAL`` keeps what was committed
-through a killed process; a power cut may lose the last commits since a checkpoint's fsync, never
-the file's integrity (SQLite's WAL checksums: a torn tail is ignored).
+answered was read from committed rows. ``PRAGMA synchronous = FULL``: a commit is on the disk
+before it returns, so a power cut loses nothing committed either; a torn write of the commit in
+flight is ignored (SQLite's WAL checksums), the file stays whole.
 
 What it writes (the write budget): the bytes the writer thread itself wrote (``wchar`` of
 ``/proc/thread-self/io``: the commits and the checkpoints, every byte SQLite handed to the

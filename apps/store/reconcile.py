@@ -11,8 +11,6 @@ from pathlib import Path
 
 from edgert.apps.camera.sinks.retention import read_record
 
-from .writer import mark_gone
-
 SHOWN = 5  # unknown files named in the report; the rest counted
 
 
@@ -60,3 +58,9 @@ def _crops(conn) -> set:
         if crop:
             out.add(str(crop))
     return out
+
+
+def mark_gone(conn, path: str) -> None:
+    """The rows naming ``path`` (a clip or a snapshot retention deleted) say it is gone."""
+    conn.execute("UPDATE events SET media_gone = 1 WHERE clip = ? OR snapshot = ?", (path, path))
+    conn.execute("UPDATE tracks SET snapshot_gone = 1 WHERE snapshot = ?", (path,))

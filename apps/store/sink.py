@@ -99,7 +99,6 @@ class StoreOutput(Sink):
     takes_events = True
 
     def __init__(self, path: Path, options: dict, ctx: SinkContext) -> None:
-        from . import reconcile
         from .writer import StoreWriter
 
         self.path = path
@@ -107,11 +106,12 @@ class StoreOutput(Sink):
             s.get("uri") or f"stream {s.get('stream', i)}" for i, s in enumerate(ctx.streams)
         ]
         self.cameras = cameras
+        beside = [path.parent.parent] if path.parent.name == retention.RECORD_DIR else []
         self.writer = StoreWriter(
             path, retention.run_id(), cameras, options.get("keep_days"),
-            options.get("batch_s", BATCH_S),
+            options.get("batch_s", BATCH_S), beside,
         )  # fmt: skip
-        self.found = reconcile.reconcile(self.writer.conn)  # before the writer's first batch
+        self.found = self.writer.found
         retention.on_deleted.append(self.writer.gone)
         self.probes = ctx.probes
         if self.probes is not None:

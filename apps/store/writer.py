@@ -24,6 +24,7 @@ from edgert.runtime import json_text
 from edgert.runtime.errors import OutputError
 
 from . import schema
+from .reconcile import mark_gone, reconcile
 
 log = logging.getLogger(__name__)
 # the batch window: rows gathered this long after the first, then one commit. A commit rewrites
@@ -39,7 +40,9 @@ class StoreWriter:
     """The writer thread of the store at ``path`` for the run ``run`` (its tag) with the
     cameras ``cameras``; ``keep_days``: rows older than that are deleted (at start and hourly)."""
 
-    def __init__(self, path, run: str, cameras: list, keep_days=None, batch_s=BATCH_S) -> None:
+    def __init__(
+        self, path, run: str, cameras: list, keep_days=None, batch_s=BATCH_S, folders=()
+    ) -> None:
         self.path, self.run, self.keep_days, self.batch_s = Path(path), run, keep_days, batch_s
         self.conn = open_store(self.path)
         self.cond = threading.Condition()
@@ -59,6 +62,7 @@ class StoreWriter:
                 (run, now, now, _pid(), json_text.dumps(cameras)),
             )
         self._prune()
+        self.found = reconcile(self.conn, folders)  # rows and files agree, before any batch
         self.thread = threading.Thread(target=self._loop, name="store", daemon=True)
         self.thread.start()
 
@@ -241,12 +245,6 @@ def update_track(t: dict, row: dict) -> None:
     if row["line"] and row["line"] not in t["lines"]:
         t["lines"].append(row["line"])
     t["ended"] = t["ended"] or row["kind"] == "track_end"
-
-
-def mark_gone(conn, path: str) -> None:
-    """The rows naming ``path`` (a clip or a snapshot retention deleted) say it is gone."""
-    conn.execute("UPDATE events SET media_gone = 1 WHERE clip = ? OR snapshot = ?", (path, path))
-    conn.execute("UPDATE tracks SET snapshot_gone = 1 WHERE snapshot = ?", (path,))
 
 
 def _pid() -> int:

@@ -300,3 +300,41 @@ def test_killed_writers_leave_a_whole_store_with_every_acknowledged_event(cut_wa
     assert report["corrupt"] == 0, report
     assert report["acked_lost"] == 0 and report["events_acked"] > 0, report
     assert report["max_unacked_lost_per_kill"] <= 30, report
+
+
+@pytest.mark.subprocess
+def test_a_killed_camera_keeps_every_event_its_api_answered(tmp_path):
+    """A real camera on a looping scene, its store committing every 0.5 s, killed with SIGKILL
+    twice after /api/events answered: each time the store is whole and holds every event the API
+    had answered, and the next run goes on in the same store."""
+    bundle = blob_detector_bundle(tmp_path / "det")
+    video = quiet_scene(tmp_path / "scene.mp4", fps=50)  # 4 s a loop: events every second or so
+    store = tmp_path / "ev.db"
+    answered: set = set()
+    for _ in range(2):
+        port = free_ports(1)[0]
+        app = subprocess.Popen(
+            edgert(
+                *("camera", bundle, "--source", video, "--loop", "--headless", *SCENE),
+                *("--store", f"{store}?batch_s=0.5", "--output", f"http://127.0.0.1:{port}"),
+            ),
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            deadline, before = time.monotonic() + 60, len(answered)
+            while time.monotonic() < deadline and len(answered) < before + 6:
+                try:
+                    page = _get(port, "/api/events?limit=100")[1]["events"]
+                    answered |= {e["id"] for e in page}
+                except (OSError, ValueError, KeyError):
+                    pass
+                time.sleep(0.2)
+            assert len(answered) >= before + 6
+        finally:
+            app.kill()
+            app.wait(30)
+        conn = sqlite3.connect(store)
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        kept = {r[0] for r in conn.execute("SELECT id FROM events")}
+        conn.close()
+        assert answered <= kept, sorted(answered - kept)

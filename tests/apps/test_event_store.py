@@ -74,7 +74,8 @@ def test_tracks_and_events_are_kept_and_read_back_with_the_page_s_filters(tmp_pa
         return query.events(conn, query.Filters.parse({k: str(v) for k, v in given.items()}))
 
     dogs = page(label="dog", limit=100)["events"]
-    assert len(dogs) == 6 * 5 and all(e["label"] == "dog" for e in dogs)  # track_label: the track's
+    # 6 dog tracks, 5 events each (a track_label event carries the second stage's label)
+    assert len(dogs) == 6 * 5 and all(e["label"] == "dog" for e in dogs)
     assert [e["time"] for e in dogs] == sorted((e["time"] for e in dogs), reverse=True)
     assert {e["camera"] for e in page(camera=CAMS[1], limit=1000)["events"]} == {CAMS[1]}
     assert len(page(line="door", limit=1000)["events"]) == 30

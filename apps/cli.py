@@ -32,6 +32,7 @@ COMMANDS = (
     "serve",
     "info",
     "demo",
+    "events",
 )
 
 EPILOG = """examples:

@@ -109,6 +109,12 @@ def files_lines(files: list) -> list[str]:
             held = [f"{f['frames']:,} frames"]
         elif kind == "events":
             held = [f"{f['events']:,} events"]
+        elif kind == "store":
+            rate = f" ({size(f['per_hour'])} an hour)" if f["seconds"] >= 600 else ""
+            held = [
+                f"{f['events']:,} events, {f['tracks']:,} tracks",
+                f"{size(f['written'])} written{rate}",
+            ]
         else:  # a folder: snapshots, clips
             path = path.rstrip("/") + "/"
             what = "picture" if kind == "snapshots" else "clip"

@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
     from edgert.apps.camera.analytics import TrackingOptions
     from edgert.apps.camera.gate import GateOptions
     from edgert.apps.camera.options import ModelOptions, RunOptions
-    from edgert.apps.camera.sinks import MqttOptions, SinkOptions
+    from edgert.apps.camera.sinks import MqttOptions, SinkOptions, StoreOptions
     from edgert.apps.camera.sources import SourceOptions
     from edgert.apps.swap.options import SwapOptions
 
@@ -68,8 +68,8 @@ def add_parser(sub) -> None:
         help="a camera, stream or file; repeat for several streams (default: synthetic://); "
         "${EDGERT_NAME} is replaced by that environment variable (keep passwords out of argv)",
     )
-    SinkOptions.add_arguments(p)
-    RunOptions.add_arguments(p)
+    for options in (SinkOptions, StoreOptions, RunOptions):
+        options.add_arguments(p)
     add_power_arguments(p)
     TrackingOptions.add_arguments(p, " and ".join(t.name for t in TASK_SPECS.values() if t.boxes))
     p.add_argument(
@@ -115,7 +115,13 @@ def config(args):
     from edgert.apps.camera.gate import GateOptions
     from edgert.apps.camera.options import CameraConfig, ModelOptions, RunOptions
     from edgert.apps.camera.secondary import SecondarySpec
-    from edgert.apps.camera.sinks import SinkOptions, from_flag, short_flags, with_folder_flags
+    from edgert.apps.camera.sinks import (
+        SinkOptions,
+        from_flag,
+        short_flags,
+        with_folder_flags,
+        with_store,
+    )
     from edgert.apps.camera.sources import SourceOptions
     from edgert.apps.swap.options import SwapOptions
     from edgert.apps.uris import expand
@@ -132,7 +138,7 @@ def config(args):
             value = getattr(args, flag[2:].replace("-", "_"))
             if value is not None:  # the short forms of sinks in the table
                 sinks.append(from_flag(flag, expand(value, flag)))
-        sinks = with_folder_flags(sinks, args)
+        sinks = with_folder_flags(with_store(sinks, args.store), args)
     except ValueError as exc:
         raise OutputError(str(exc)) from None
     return CameraConfig(

@@ -41,17 +41,25 @@ class Probes:
         # more of the run's own: (method, path) -> handler(body) -> (status, body, content type)
         # (a camera's GET / POST /model)
         self.routes: dict = {}
+        # (method, path prefix) -> handler(target, body): routes that read the request's target
+        # (its query, the rest of its path: the store's /api/events?..., /api/tracks/ID)
+        self.targets: dict = {}
 
     def command(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes, str] | None:
         """A route's answer to ``method path``; None when no route takes it."""
         route = self.routes.get((method, urlparse(path).path))
-        return route(body) if route is not None else None
+        if route is not None:
+            return route(body)
+        for (m, prefix), target in self.targets.items():
+            if m == method and urlparse(path).path.startswith(prefix):
+                return target(path, body)
+        return None
 
     PATHS = ("/metrics", "/live", "/ready", "/healthz", "/readyz")
 
     def answer(self, path: str) -> tuple[int, bytes, str] | None:
         """(status, body, content type) for ``path``; None for a path that is not a probe's."""
-        path = urlparse(path).path
+        target, path = path, urlparse(path).path
         if path == "/metrics":
             if self.metrics is None:
                 return 404, b"metrics are off\n", "text/plain"
@@ -62,7 +70,7 @@ class Probes:
         elif path in ("/ready", "/readyz"):
             ok, why = self.ready()
         else:
-            return self.command("GET", path)
+            return self.command("GET", target)
         body = json_text.dumps(
             {"status": "ok" if ok else "unavailable", **why}, default=str
         ).encode()

@@ -171,7 +171,11 @@ def test_the_summary_says_where_every_file_went_and_how_many(three, tmp_path):
     proc = run_cli(*args, "--json")
     assert proc.returncode == 0, proc.stderr
     files = {f["output"]: f for f in json.loads(proc.stdout)["files"]}
-    assert set(files) == {"video", "jsonl", "events", "snapshots", "clips"}
+    assert set(files) == {"video", "jsonl", "events", "snapshots", "clips", "store"}
+    store = clips / ".edgert" / "events.db"  # the store, beside the clips by default (issue 69)
+    assert files["store"]["path"] == str(store) and files["store"]["events"] == len(
+        events.read_text().splitlines()[1:]
+    )
     assert files["video"]["path"] == str(out) and files["video"]["frames"] == 20
     assert files["video"]["codec"] == "h264" and files["video"]["bytes"] == out.stat().st_size
     assert files["jsonl"]["path"] == str(frames) and files["jsonl"]["frames"] == 20

@@ -134,6 +134,15 @@ SCHEMES: dict[str, Scheme] = {
         frames=True,
         says="an MP4 around each event, with the seconds before it",
     ),
+    "store": Scheme(
+        "store://PATH",
+        "edgert.apps.store.sink",
+        check="check",
+        paths="paths",
+        tracks=True,
+        says="tracks and events in a SQLite store, read by `edgert events query` and /api/events "
+        "(beside --clips or --snapshots unless --store PATH or --store none)",
+    ),
     "rtsp": Scheme(
         "rtsp://[USER:PASS@]HOST:PORT/PATH",
         "edgert.apps.camera.sinks.rtsp",
@@ -230,7 +239,7 @@ class SinkOptions:
             "--keep-days",
             type=float,
             metavar="D",
-            help="--clips and --snapshots: files older than D days are deleted (keep_days=)",
+            help="--clips, --snapshots and the store: files and rows older than D days are deleted",
         )
         parser.add_argument(
             "--on-output-error",
@@ -259,7 +268,8 @@ def with_folder_flags(sinks: list, args) -> list:
         "keep_days": ("--keep-days", getattr(args, "keep_days", None)),
     }
     given = {k: v for k, (_, v) in flags.items() if v is not None}
-    takes = {"clips": ("pre", "post", "max_gb", "keep_days"), "snapshots": ("keep_days",)}
+    takes = {"clips": ("pre", "post", "max_gb", "keep_days"), "snapshots": ("keep_days",),
+             "store": ("keep_days",)}  # fmt: skip
     out, used = [], set()
     for uri in sinks:
         extra = {k: given[k] for k in takes.get(resolve(uri)[0], ()) if k in given}
@@ -390,7 +400,16 @@ _CLASSES = {
     "SnapshotsOutput": "snapshots",
     "ClipsOutput": "clips",
 }
-__getattr__ = lazy_names(__name__, _CLASSES)  # the sink classes, imported when first used
+_lazy = lazy_names(__name__, _CLASSES)  # the sink classes, imported when first used
+
+
+def __getattr__(name: str):
+    if name in ("StoreOptions", "with_store"):  # the store's flag (apps/store), when first used
+        from edgert.apps.store import sink
+
+        return getattr(sink, name)
+    return _lazy(name)
+
 
 __all__ = [
     "SCHEMES",

@@ -37,6 +37,7 @@ from edgert.runtime.errors import OutputError
 RECORD_DIR = ".edgert"
 RECORD = "files.jsonl"
 _NAME = re.compile(r"[^/\\\x00]{1,255}")
+on_deleted: list = []  # told the paths retention deleted, as it deletes them (a run's store)
 
 
 def run_id() -> str:
@@ -245,6 +246,8 @@ class Ledger:
                         continue  # a read-only file, a folder: never the run's end
                     entries.pop(p.name, None)
                     changed = True
+                for tell in list(on_deleted):  # their rows marked in the same step
+                    tell(deleted)
                 if changed:
                     self._rewrite(entries)
         except OSError as exc:

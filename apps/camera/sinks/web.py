@@ -302,7 +302,7 @@ class _ViewerHandler(_Handler):
             self._stream(0)
         elif stream and int(stream.group(1)) < self.output.streams:
             self._stream(int(stream.group(1)))
-        elif self.output.probes is not None and (got := self.output.probes.answer(path)):
+        elif self.output.probes is not None and (got := self.output.probes.answer(self.path)):
             self._send(*got)  # /metrics, /live, /ready
         else:
             self._send(404, b"not found\n", "text/plain")

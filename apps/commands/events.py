@@ -1,0 +1,51 @@
+"""edgert events query STORE: a camera's stored tracks and events, filtered, without the camera
+running (the store a run's ``--store`` wrote; apps/store)."""
+
+from __future__ import annotations
+
+import re
+
+from edgert.runtime import json_text
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "events",
+        help="a camera's stored events (e.g. edgert events query clips/.edgert/events.db "
+        "--since -1h --label person)",
+        description="Read the tracks and events a camera kept with --store, while it runs or not.",
+    )
+    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+    q = verbs.add_parser("query", help="the events that pass the filters, newest first")
+    # --since -1h: a time before now, a value (argparse takes only -1 or -1.5 for one)
+    q._negative_number_matcher = re.compile(r"^-\d+(\.\d+)?[smhdw]?$")
+    q.add_argument("store", metavar="STORE", help="the store's file (a camera's --store)")
+    q.add_argument("--since", metavar="TIME", help="ISO 8601, seconds since the epoch, or -1h")
+    q.add_argument("--until", metavar="TIME", help="as --since")
+    for name in ("camera", "label", "zone", "line"):
+        q.add_argument(f"--{name}", metavar=name.upper(), help=f"only events of this {name}")
+    q.add_argument("--limit", default="100", metavar="N", help="at most N events (default 100)")
+    q.add_argument("--cursor", metavar="C", help="the next page: the next_cursor a page gave")
+    q.add_argument("--json", action="store_true", help="print the page as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from edgert.apps.store import query
+
+    f = query.Filters.parse({k: getattr(args, k) for k in (
+        "camera", "label", "zone", "line", "since", "until", "limit", "cursor")})  # fmt: skip
+    page = query.read(args.store, lambda conn, ph: query.events(conn, f, ph))
+    if args.json:
+        print(json_text.dumps(page, indent=2))
+        return 0
+    for e in page["events"]:
+        where = " ".join(f"{k}={e[k]}" for k in ("label", "zone", "line") if e[k])
+        media = e["clip"] or e["snapshot"]
+        gone = " (deleted)" if media and e["media_gone"] else ""
+        track = f" track {e['track']}" if e["track"] is not None else ""
+        print(f"{e['time_iso']}  {e['kind']:<11} {e['camera']}{track} {where}".rstrip()
+              + (f"  {media}{gone}" if media else ""))  # fmt: skip
+    print(f"{len(page['events'])} event(s)" + (
+        f"; more with --cursor {page['next_cursor']}" if page["next_cursor"] else ""))  # fmt: skip
+    return 0

@@ -1,0 +1,183 @@
+"""Reading the store: the page's filters (camera, label, zone, line, since, until), newest
+first, a page at a time (``limit`` rows and a ``cursor`` for the next page: the last row's time
+and id, so a page never repeats or skips a row while new events come in); one track with its
+events. Times are ISO 8601 (``2026-12-06T14:00``, local time unless it says its zone), seconds
+since the epoch, or relative to now (``-1h``, ``-30m``, ``-2d``, ``-45s``, ``now``)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from edgert.runtime.errors import EdgertError
+
+MAX_LIMIT = 1000
+DEFAULT_LIMIT = 100
+_RELATIVE = re.compile(r"-(\d+(?:\.\d+)?)([smhdw])")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_COLUMNS = (
+    "id, kind, time, camera, track, track_id, label, zone, line, config_version, clip, "
+    "snapshot, media_gone, data"
+)
+
+
+class QueryError(EdgertError):
+    """A filter that is not one (exit code 2: the command line's usage errors)."""
+
+    exit_code = 2
+
+
+def parse_time(text: str, what: str, now: float | None = None) -> float:
+    """Seconds since the epoch of ``text`` (see the module's text); QueryError in one sentence."""
+    now = time.time() if now is None else now
+    s = text.strip()
+    if s == "now":
+        return now
+    m = _RELATIVE.fullmatch(s)
+    if m:
+        return now - float(m.group(1)) * _UNIT[m.group(2)]
+    try:
+        return float(s)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        raise QueryError(
+            f"{what} {text!r} is not a time: give ISO 8601 (2026-12-06T14:00), seconds since "
+            "the epoch, or a time before now (-1h, -30m, -2d)"
+        ) from None
+    return when.timestamp()
+
+
+@dataclass(frozen=True)
+class Filters:
+    camera: str | None = None
+    label: str | None = None
+    zone: str | None = None
+    line: str | None = None
+    since: float | None = None
+    until: float | None = None
+    limit: int = DEFAULT_LIMIT
+    cursor: tuple | None = None  # (time, id) of the last row of the page before
+
+    @classmethod
+    def parse(cls, given: dict, now: float | None = None) -> Filters:
+        """Filters from text values (a query string's, the command line's); QueryError in one
+        sentence for one that is not."""
+        limit = given.get("limit")
+        if limit is None:
+            n = DEFAULT_LIMIT
+        elif not (str(limit).isdigit() and 1 <= int(limit) <= MAX_LIMIT):
+            raise QueryError(f"limit {limit!r}: give a whole number from 1 to {MAX_LIMIT}")
+        else:
+            n = int(limit)
+        times = {}
+        for key in ("since", "until"):
+            if given.get(key) is not None:
+                times[key] = parse_time(str(given[key]), key, now)
+        if "since" in times and "until" in times and times["since"] > times["until"]:
+            raise QueryError("since is after until: no event can be between them")
+        texts = {k: given.get(k) or None for k in ("camera", "label", "zone", "line")}
+        return cls(**texts, **times, limit=n, cursor=parse_cursor(given.get("cursor")))
+
+
+def parse_cursor(text) -> tuple | None:
+    if not text:
+        return None
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)_(\d+)", str(text))
+    if not m:
+        raise QueryError(f"cursor {text!r} is not one this store gave (pass next_cursor as is)")
+    return float(m.group(1)), int(m.group(2))
+
+
+def where(f: Filters) -> tuple[str, list]:
+    """The WHERE clause of ``f`` and its parameters (``?`` placeholders)."""
+    clauses, params = [], []
+    for column in ("camera", "label", "zone", "line"):
+        value = getattr(f, column)
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if f.since is not None:
+        clauses.append("time >= ?")
+        params.append(f.since)
+    if f.until is not None:
+        clauses.append("time <= ?")
+        params.append(f.until)
+    if f.cursor is not None:
+        clauses.append("(time < ? OR (time = ? AND id < ?))")
+        params += [f.cursor[0], f.cursor[0], f.cursor[1]]
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def events(conn, f: Filters, placeholder: str = "?") -> dict:
+    """A page of events: ``{"events": [...], "next_cursor": ...}`` (None on the last page)."""
+    clause, params = where(f)
+    sql = f"SELECT {_COLUMNS} FROM events{clause} ORDER BY time DESC, id DESC LIMIT ?"
+    rows = conn.execute(sql.replace("?", placeholder), [*params, f.limit + 1]).fetchall()
+    shown = [event_of(r) for r in rows[: f.limit]]
+    more = len(rows) > f.limit and shown
+    return {
+        "events": shown,
+        "next_cursor": f"{shown[-1]['time']!r}_{shown[-1]['id']}" if more else None,
+    }
+
+
+def event_of(row) -> dict:
+    names = [c.strip() for c in _COLUMNS.split(",")]
+    out = dict(zip(names, row))
+    out["data"] = json.loads(out["data"]) if out["data"] else {}
+    out["media_gone"] = bool(out["media_gone"])
+    out["time_iso"] = (
+        datetime.fromtimestamp(out["time"]).astimezone().isoformat(timespec="milliseconds")
+    )
+    return out
+
+
+_TRACK = (
+    "id, run, stream, track_id, camera, label, labels, first_seen, last_seen, snapshot, "
+    "snapshot_gone, secondary, zones, lines"
+)
+
+
+def track(conn, track_id: int, placeholder: str = "?") -> dict | None:
+    """One track with its events (oldest first); None when no track has that id."""
+    row = conn.execute(
+        f"SELECT {_TRACK} FROM tracks WHERE id = ?".replace("?", placeholder), [track_id]
+    ).fetchone()
+    if row is None:
+        return None
+    out = dict(zip([c.strip() for c in _TRACK.split(",")], row))
+    for key in ("labels", "secondary", "zones", "lines"):
+        out[key] = json.loads(out[key]) if out[key] else ([] if key != "secondary" else {})
+    out["snapshot_gone"] = bool(out["snapshot_gone"])
+    sql = f"SELECT {_COLUMNS} FROM events WHERE track = ? ORDER BY time, id"
+    out["events"] = [event_of(r) for r in conn.execute(sql.replace("?", placeholder), [track_id])]
+    return out
+
+
+def read(store: str, reader):
+    """``reader(conn, placeholder)`` on the store ``store`` (a SQLite file, read only; or a
+    ``postgresql://`` URI); QueryError in one sentence when it is not one."""
+    import sqlite3
+    from pathlib import Path
+
+    path = Path(store)
+    if not path.is_file():
+        why = "is a folder" if path.is_dir() else "does not exist"
+        raise QueryError(f"store {store} {why}; give the file a camera's --store wrote")
+    try:
+        conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True, timeout=5.0)
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0:
+                raise QueryError(f"{store} is not a store edgert wrote (it has no events table)")
+            return reader(conn, "?")
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise QueryError(f"{store} is not a store edgert can read ({exc})") from None

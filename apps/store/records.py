@@ -1,0 +1,44 @@
+"""The one adapter between the camera's events and the store: :func:`row_of` reads an event
+record (today's dict: ``event``, ``stream``, ``time``, ``track_id``, ``label``, ``line``,
+``zone``, ``clip``, ``snapshot``, ``secondary``...) and gives the row the store keeps. When
+events become typed, this function is what reads them (``to_record()``); nothing else does."""
+
+from __future__ import annotations
+
+import time
+
+# what a row keeps in its own columns; the rest of the record is kept as JSON in ``data``
+_COLUMNS = ("event", "stream", "time", "track_id", "label", "zone", "line", "clip", "snapshot")
+_NOT_KEPT = ("t_monotonic", "frame")  # a run's own clock and frame index: nothing after it
+
+
+def row_of(record: dict, cameras: list) -> dict:
+    """The store's row of one event ``record``; ``cameras``: each stream's name (its URI with
+    passwords hidden)."""
+    stream = record.get("stream", 0)
+    stream = stream if isinstance(stream, int) else 0
+    track_id = record.get("track_id")
+    secondary = record.get("secondary")
+    if record.get("event") == "track_label" and isinstance(secondary, str):
+        secondary = {
+            secondary: {"label": record.get("label"), "confidence": record.get("confidence")}
+        }
+    return {
+        "kind": str(record.get("event") or "event"),
+        "time": float(record.get("time") or time.time()),
+        "stream": stream,
+        "camera": cameras[stream] if 0 <= stream < len(cameras) else f"stream {stream}",
+        "track_id": track_id if isinstance(track_id, int) else None,
+        "label": _text(record.get("label")) if record.get("event") != "track_label" else None,
+        "zone": _text(record.get("zone")),
+        "line": _text(record.get("line")),
+        "clip": _text(record.get("clip")),
+        "snapshot": _text(record.get("snapshot")),
+        "secondary": secondary if isinstance(secondary, dict) else None,
+        "config_version": _text(record.get("config_version")),
+        "data": {k: v for k, v in record.items() if k not in _COLUMNS and k not in _NOT_KEPT},
+    }
+
+
+def _text(value) -> str | None:
+    return None if value is None else str(value)

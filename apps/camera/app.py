@@ -3,8 +3,8 @@
     run_camera(cfg):
       check the sinks, the same-file guard, each feature's options   (before anything opens)
       open the sources                     (sources/: one table of URI schemes)
-      open the features                    (features.py: probes, tracking, clocks, power, gate,
-                                            swap; /ready says 503 while the model loads)
+      open the features                    (features/: probes, tracking, clocks, power, gate,
+                                            swap, secondary; /ready says 503 while the model loads)
       load the model; the features take it (runtime: task models; the power cap, the slot)
       open the sinks                       (sinks/: one table of URI schemes)
       run the pipeline                     (pipeline.py; each frame through delivery.py)
@@ -12,8 +12,8 @@
 
 The configuration (options.py) is a few sections, each owned by the component that reads it and
 declaring its own flags; the pre-flight checks are preflight.py's; the features that are neither
-sources nor sinks have one life cycle (features.py: check, open, loaded, attach, close, report,
-metrics) and ``run_camera`` is a loop over them; ``run_streams``, the library entry, is the same
+sources nor sinks have one contract (features/: their options, steps in each phase and on each
+frame, metrics, summary, routes, events) and ``run_camera`` is a loop over them; ``run_streams``, the library entry, is the same
 composition (``_execute``) with the features a library caller asks for by its options and the
 caller's model."""
 
@@ -154,11 +154,12 @@ def _execute(run: Run) -> dict:
     closed on every path."""
     cfg, say = run.cfg, run.say
     check_outputs_apart(cfg, run.uris)
+    features.check_run(run)  # needs, order, event kinds, routes: a clash refused now
     with contextlib.ExitStack() as stack:
         run.stack = stack
         for f in run.features:
             f.check(run)  # before anything opens
-        crops = bool(cfg.secondaries)
+        crops = bool(cfg.secondaries)  # the second stage crops the camera's full pictures
         opts, why = decoder_fit(cfg.source_options, run.uris, cfg.gate, run.bundle, crops)
         run.sources = sources = open_sources(cfg.sources, opts, stack)
         _describe(sources, say)
@@ -173,6 +174,7 @@ def _execute(run: Run) -> dict:
         run.handler = handler = FrameHandler(sources, run.power, on_result=run.on_result)
         for f in run.features:
             f.loaded(run)
+        handler.join(run, *features.frame_steps(run))  # their steps on every frame
         run.sinks = sinks = _sinks(run, opts)
         # from here a stop (Ctrl-C, SIGTERM) is held until the pipeline's loop takes it: once
         # the camera answers on its port (the model slot's routes, attached below) a stop ends
@@ -185,9 +187,8 @@ def _execute(run: Run) -> dict:
             f.attach(run)
         # what start-up made (modules, the model, sources) out of the collector's sight: a full
         # collection, which a swap's allocations trigger, then scans only what came since
-        # (measured: ~30 ms with the GIL held before, under 1 ms after; a frame is 33 ms)
-        # (only where nothing is frozen yet: a library caller's own freeze, a pre-fork one or a
-        # concurrent run's, is not undone at the end)
+        # (measured: ~30 ms with the GIL held before, under 1 ms after; a frame is 33 ms), only
+        # where nothing is frozen yet (a library caller's, a pre-fork one, a concurrent run's)
         freeze = gc.get_freeze_count() == 0
         if freeze:
             gc.freeze()
@@ -204,8 +205,6 @@ def _execute(run: Run) -> dict:
             f.close(run)
         sinks.close()
         summary = _summary(run)
-        for f in run.features:
-            f.report(run, summary)
         resume()
         return summary
 
@@ -356,6 +355,8 @@ def _summary(run: Run) -> dict:
     )
     if sinks.errors:
         summary["output_errors"] = sinks.errors
+    for f in run.features:
+        f.report(run, summary)
     return summary
 
 

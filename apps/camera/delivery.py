@@ -1,6 +1,7 @@
 """What happens to each processed frame, in the pipeline's output thread, and to the run's sinks:
 
-    frame ─▶ labels counted ─▶ tracking and counting (track IDs, events) ─▶ its JSON record
+    frame ─▶ labels counted ─▶ each feature's step (features/: tracking and counting, the second
+          stage) ─▶ the features' marks on its events ─▶ its JSON record
           ─▶ live statistics refreshed (every 0.5 s) ─▶ the overlay drawn (only if a sink draws)
           ─▶ every sink, as it declared: the frame, its events, the statistics
 
@@ -144,7 +145,14 @@ class FrameHandler:
         self.on_result = on_result  # a library caller's own callback, after the sinks
         self.slot = None  # swap.ModelSlot: results and events say which model made them
         self._posted: collections.deque = collections.deque()  # events from other threads
-        self.secondary = None  # secondary.SecondaryStage: second-stage models on the tracks
+        self.steps: list = []  # each camera feature's step on every frame (features.frame_steps)
+        self.stamps: list = []  # what each camera feature adds to every event
+
+    def join(self, run, steps: list, stamps: list) -> None:
+        """The run's tracker and model slot (what the frames' records and the live numbers
+        read), and its features' steps (``features.frame_steps``), once they took the model."""
+        self.analytics, self.slot = run.analytics, run.slot
+        self.steps, self.stamps = steps, stamps
 
     def post_event(self, event: dict) -> None:
         """An event from another thread (a model swap): delivered with the next frame, on the
@@ -160,13 +168,10 @@ class FrameHandler:
             self.sinks.events(posted)
 
     def labelled(self, events: list, frame=None) -> list:
-        """``events`` with the model that made them (the frame's, else the one in use)."""
-        if self.slot is not None:
-            label = self.slot.label_of(frame)
-            for e in events:
-                e.setdefault("model", label)
-        if self.secondary is not None:  # what the second stage says of their tracks
-            self.secondary.enrich(events)
+        """``events`` with what the features add to each (the model that made them, the second
+        stage's labels of their tracks)."""
+        for stamp in self.stamps:
+            stamp(events, frame)
         return events
 
     def attach(self, sinks: SinkSet, pipeline) -> None:
@@ -211,15 +216,12 @@ class FrameHandler:
         elif frame.inferred:
             self._last_results[frame.stream] = frame.results
             self.labels.add(frame.results)
-        if self.analytics is not None:
-            self.analytics.update(frame)  # track IDs into the results, events onto the frame
-        if self.secondary is not None:  # crops of its tracks; their labels on its objects
-            self.secondary.on_frame(frame, self)
+        for step in self.steps:  # the features' (tracking: track IDs and events; ...)
+            step(frame)
         if self._posted:
             self.flush_events()
         now = time.monotonic()
-        if self.slot is not None:
-            self.labelled(frame.events, frame)
+        self.labelled(frame.events, frame)
         # the frame's JSON record (results, latencies) is made once, and only if read: by a sink
         # that takes the frame, or the live statistics' last record of its stream; from what
         # the record says as it is now (not the frame: its pictures and tensor are let go)

@@ -28,7 +28,7 @@ from edgert.apps import processes
 
 from . import features
 from .analytics import TrackingOptions
-from .delivery import FrameHandler, SinkSet
+from .delivery import FrameHandler, open_sinks
 from .features import Run
 from .fit import decoder_fit
 from .fit import describe as describe_fit
@@ -36,7 +36,7 @@ from .gate import GateOptions
 from .options import CameraConfig, ModelOptions, RunOptions
 from .pipeline import Pipeline
 from .preflight import check_outputs_apart
-from .sinks import SinkContext, SinkOptions, open_sink
+from .sinks import SinkOptions
 from .sources import SourceOptions, open_source
 from .steps import slot_steps, steps_for
 from .swap import Loaded, fingerprint, model_info
@@ -175,7 +175,7 @@ def _execute(run: Run) -> dict:
         for f in run.features:
             f.loaded(run)
         handler.join(run, *features.frame_steps(run))  # their steps on every frame
-        run.sinks = sinks = _sinks(run, opts)
+        run.sinks = sinks = open_sinks(run, opts)
         # from here a stop (Ctrl-C, SIGTERM) is held until the pipeline's loop takes it: once
         # the camera answers on its port (the model slot's routes, attached below) a stop ends
         # an interrupted run with its summary, not a start-up with none
@@ -241,25 +241,6 @@ def _load(run: Run) -> None:
     say(f"backend: {model.backend_reason}")
 
 
-def _sinks(run: Run, opts) -> SinkSet:
-    """The run's sinks, with what they may ask of the run (probes' routes, live numbers, the
-    decoder's full-frame demand)."""
-    cfg = run.cfg
-    return _open_sinks(
-        run.uris,
-        [u if isinstance(u, str) else u.description for u in cfg.sources],
-        run.sources,
-        cfg.sink_options,
-        run.stack,
-        SinkContext(
-            say=run.say,
-            probes=run.probes.probes if run.probes is not None else None,
-            live=run.handler.numbers,
-            demand=opts.fit.demand if opts.fit is not None else None,
-        ),
-    )
-
-
 def _pipeline(run: Run) -> Pipeline:
     """The pipeline: the model slot's steps where there is one (a swap may replace the model),
     else the model's own (through its power cap where there is one)."""
@@ -303,39 +284,6 @@ def _batch(cfg: CameraConfig, streams: int, model, say) -> int:
             f"batching: up to {batch} frames per inference, {cfg.run.batch_timeout_ms:g} ms deadline"
         )
     return batch
-
-
-def _open_sinks(
-    uris: list[str],
-    source_uris: list[str],
-    sources: list,
-    options: SinkOptions,
-    stack,
-    ctx: SinkContext,
-) -> SinkSet:
-    """Every sink, opened with the streams (URIs shown without passwords), their frame rate and
-    the sinks' options; each closed by ``stack`` on an error path (a run closes its own)."""
-    from edgert.apps.uris import redact
-    from edgert.runtime.errors import EdgertError
-
-    ctx.streams = [
-        {"stream": i, "uri": redact(uri), "source": s.description}
-        for i, (uri, s) in enumerate(zip(source_uris, sources))
-    ]
-    ctx.fps = next((s.fps for s in sources if s.fps), None) or 30.0
-    ctx.options = options
-    ctx.sources = list(sources)
-    opened = []
-    for uri in uris:
-        sink = open_sink(uri, ctx)
-        stack.callback(_quiet_close, sink, (EdgertError, OSError))
-        opened.append(sink)
-    return SinkSet(opened, options.on_error)
-
-
-def _quiet_close(sink, errors: tuple) -> None:
-    with contextlib.suppress(*errors):
-        sink.close()
 
 
 def _summary(run: Run) -> dict:

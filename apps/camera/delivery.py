@@ -19,7 +19,7 @@ import types
 from edgert.runtime.errors import EdgertError, OutputError
 
 from .overlay import draw, stat_lines
-from .sinks import frame_record
+from .sinks import SinkContext, SinkOptions, frame_record, open_sink
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,57 @@ class SinkSet:
     def wrote(self) -> list:
         """What every sink wrote to disk (:meth:`Sink.wrote`), in the order they were given."""
         return [entry for s in self.order for entry in s.wrote()]
+
+
+def open_sinks(run, opts) -> SinkSet:
+    """The run's sinks (``features.Run``), with what they may ask of it (probes' routes, live
+    numbers, the decoder's full-frame demand); ``opts``: the sources' options."""
+    cfg = run.cfg
+    return _open(
+        run.uris,
+        [u if isinstance(u, str) else u.description for u in cfg.sources],
+        run.sources,
+        cfg.sink_options,
+        run.stack,
+        SinkContext(
+            say=run.say,
+            probes=run.probes.probes if run.probes is not None else None,
+            live=run.handler.numbers,
+            demand=opts.fit.demand if opts.fit is not None else None,
+        ),
+    )
+
+
+def _open(
+    uris: list[str],
+    source_uris: list[str],
+    sources: list,
+    options: SinkOptions,
+    stack,
+    ctx: SinkContext,
+) -> SinkSet:
+    """Every sink, opened with the streams (URIs shown without passwords), their frame rate and
+    the sinks' options; each closed by ``stack`` on an error path (a run closes its own)."""
+    from edgert.apps.uris import redact
+
+    ctx.streams = [
+        {"stream": i, "uri": redact(uri), "source": s.description}
+        for i, (uri, s) in enumerate(zip(source_uris, sources))
+    ]
+    ctx.fps = next((s.fps for s in sources if s.fps), None) or 30.0
+    ctx.options = options
+    ctx.sources = list(sources)
+    opened = []
+    for uri in uris:
+        sink = open_sink(uri, ctx)
+        stack.callback(_quiet_close, sink, (EdgertError, OSError))
+        opened.append(sink)
+    return SinkSet(opened, options.on_error)
+
+
+def _quiet_close(sink, errors: tuple) -> None:
+    with contextlib.suppress(*errors):
+        sink.close()
 
 
 class LabelCounts:

@@ -184,8 +184,15 @@ def test_what_a_feature_declares_of_the_others_is_checked_before_anything_opens(
 
 def test_the_table_as_it_stands_fits_together():
     """The camera's and the library's tables pass their own checks; options stand in --help
-    where they stood before the seam (docs/cli.md is generated from it, and unchanged)."""
+    where they stood before the seam (docs/cli.md is generated from it, and unchanged); every
+    kind the features say they emit is in the events' table, and every kind there is emitted."""
     features.check_table(features.FEATURES)
     features.check_table(features.LIBRARY_FEATURES)
     ranks = [f.help_rank for f in sorted(features.FEATURES, key=lambda f: f.help_rank)]
     assert len(set(ranks)) == len(ranks)
+    from edgert.apps.camera.sinks.clips import EVENTS
+    from edgert.runtime.events import KINDS
+
+    emitted = {k for f in features.FEATURES for k in f.events}
+    assert emitted <= set(KINDS) and set(EVENTS) <= emitted  # the kinds clips may be cut on
+    assert set(KINDS) - emitted == {"run_start"}  # the events file's own line

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .events import Event
+
 ANCHORS = ("bottom_center", "center")
 
 
@@ -164,13 +166,11 @@ class LineCounter(_Counter):
                     direction = "in" if side < 0 else "out"
                     self.counts[direction] += 1
                     events.append(
-                        {
-                            "event": "line_cross",
-                            "line": self.name,
-                            "direction": direction,
-                            "track_id": t.track_id,
-                            "label": t.label,
-                        }
+                        Event(
+                            "line_cross",
+                            track=t.track_id,
+                            fields={"line": self.name, "direction": direction, "label": t.label},
+                        ).to_record()
                     )
         return events
 
@@ -252,12 +252,9 @@ class ZoneCounter(_Counter):
                 state.inside, state.entered = True, timestamp
                 self.entries += 1
                 events.append(
-                    {
-                        "event": "zone_enter",
-                        "zone": self.name,
-                        "track_id": t.track_id,
-                        "label": t.label,
-                    }
+                    Event(
+                        "zone_enter", track=t.track_id, fields={"zone": self.name, "label": t.label}
+                    ).to_record()
                 )
             elif state.inside and dist <= -margin:
                 events.append(self._exit(t.track_id, state, timestamp))
@@ -268,16 +265,10 @@ class ZoneCounter(_Counter):
         state.inside, state.entered = False, None
         self.exits += 1
         self.dwell_s = (self.dwell_s + [dwell])[-1000:]
-        event = {
-            "event": "zone_exit",
-            "zone": self.name,
-            "track_id": track_id,
-            "label": state.label,
-            "dwell_s": round(dwell, 3),
-        }
+        fields = {"zone": self.name, "label": state.label, "dwell_s": round(dwell, 3)}
         if why:
-            event[why] = True
-        return event
+            fields[why] = True
+        return Event("zone_exit", track=track_id, fields=fields).to_record()
 
     def forget(
         self, track_ids, timestamp: float | None = None, why: str = "track_lost"

@@ -27,12 +27,10 @@ COMPLEXITY = 15
 # over the budget on the day the test came, with the size then: may only shrink
 MODULES_OVER: dict = {}
 FUNCTIONS_OVER = {
-    "apps/camera/metrics.py::collect": 90,
     "apps/camera/sinks/__init__.py::add_arguments": 70,
     "apps/camera/sinks/rtsp.py::__init__": 70,
     "apps/commands/bench.py::add_parser": 95,
     "apps/commands/build.py::add_parser": 84,
-    "apps/commands/camera.py::add_parser": 62,
     "apps/commands/export.py::add_parser": 92,
     "apps/commands/export.py::run": 66,
     "apps/telemetry/mqtt.py::__init__": 64,

@@ -216,6 +216,60 @@ def test_results_are_read_by_their_fields_not_by_their_keys():
     assert looking == []
 
 
+def _event_key_uses(tree) -> list:
+    """Where a module reads or writes an event record's kind by its key: ``e["event"]``,
+    ``e.get("event")`` / ``e.pop("event")``, ``{"event": ...}``, ``dict(event=...)``."""
+    found = []
+    for node in ast.walk(tree):
+        key = (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Constant)
+            and node.slice.value == "event"
+        )
+        call = isinstance(node, ast.Call) and (
+            (
+                isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("get", "pop", "setdefault")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value == "event"
+            )
+            or (
+                isinstance(node.func, ast.Name)
+                and node.func.id == "dict"
+                and any(k.arg == "event" for k in node.keywords)
+            )
+        )
+        literal = isinstance(node, ast.Dict) and any(
+            isinstance(k, ast.Constant) and k.value == "event" for k in node.keys
+        )
+        if key or call or literal:
+            found.append(node.lineno)
+    return found
+
+
+def test_event_kinds_are_read_and_written_through_the_events_module():
+    """Events are typed (runtime/events.py, issue 67): a record's ``"event"`` key is written by
+    ``Event.to_record`` and read by ``kind_of`` / ``Event.of`` alone, so every kind is declared
+    once in its table. The swap family (the swap package's own step, issue 67 step 4) still
+    writes and reads its records by hand: named here, a list that may only shrink."""
+    by_hand = {
+        "edgert.apps.swap.core",
+        "edgert.apps.swap.camera",
+        "edgert.apps.swap.serve",
+    }
+    looking = []
+    for name, path in modules().items():
+        if name == "edgert.runtime.events":
+            continue
+        lines = _event_key_uses(ast.parse(path.read_text(encoding="utf-8")))
+        if name in by_hand:
+            assert lines, f"{name} no longer writes events by hand: take it off the list"
+        else:
+            looking += [f"{name}:{n}" for n in lines]
+    assert looking == []
+
+
 def test_the_task_registry_and_the_zoo_name_their_modules():
     g = graph()
     assert "edgert.runtime.faces" in g["edgert.runtime.tasks"]

@@ -20,6 +20,7 @@ import numpy as np
 
 from edgert.runtime.counting import Counters, LineCounter, ZoneCounter, anchor_point
 from edgert.runtime.errors import EdgertError, GeometryError
+from edgert.runtime.events import Event
 from edgert.runtime.results import Result
 from edgert.runtime.tasks import TASK_SPECS, task_spec
 from edgert.runtime.tracking import LOW, TRACKERS, ObjectTracker, default_thresholds, make_tracker
@@ -311,15 +312,13 @@ class Analytics:
         if self.gates is not None:
             self.gates[frame.stream].hints = self._hints(s, frame.scene_hw, frame.t_scene)
         events = [
-            dict(event="track_start", track_id=t.track_id, label=t.label) for t in s.tracker.started
+            Event("track_start", track=t.track_id, fields={"label": t.label})
+            for t in s.tracker.started
         ]
-        events += s.counters.update(tracks, frame.t_scene)
+        events += map(Event.of, s.counters.update(tracks, frame.t_scene))
         ended = s.tracker.ended
-        events += s.counters.forget(ended)
-        events += [
-            dict(event="track_end", track_id=t.track_id, label=t.label, duration_s=round(t.age, 3))
-            for t in ended
-        ]
+        events += map(Event.of, s.counters.forget(ended))
+        events += map(_ended, ended)
         for t in tracks:
             point = anchor_point(t.box, self.anchor)
             s.trails.setdefault(t.track_id, collections.deque(maxlen=TRAIL)).append(point)
@@ -347,28 +346,23 @@ class Analytics:
 
     def _records(
         self,
-        events: list[dict],
+        events: list,
         stream: int,
         index: int | None,
         t: float,
         t_media: float | None = None,
     ) -> list:
-        """Event lines: what happened, where (stream, frame), and when: the capture's monotonic
-        and wall-clock time, and for a video file the frame's time in the video."""
+        """Event records (runtime.events.Event): what happened, where (stream, frame), and when:
+        the capture's monotonic and wall-clock time, and for a video file the frame's time in
+        the video."""
         out = []
         for e in events:
-            self.event_counts[e["event"]] += 1
-            record = {
-                "event": e.pop("event"),
-                "stream": stream,
-                **e,
-                "frame": index,
-                "t_monotonic": round(t, 4),
-                "time": round(self.t0_wall + t, 4),
-            }
+            self.event_counts[e.kind] += 1
+            e.stream, e.time = stream, round(self.t0_wall + t, 4)
+            e.fields.update(frame=index, t_monotonic=round(t, 4))
             if t_media is not None:
-                record["t_video"] = round(t_media, 4)
-            out.append(record)
+                e.fields["t_video"] = round(t_media, 4)
+            out.append(e.to_record())
         return out
 
     def finish(self) -> list[dict]:
@@ -376,16 +370,8 @@ class Analytics:
         records = []
         for i, s in enumerate(self.streams):
             ended = s.tracker.close()
-            events = s.counters.forget(ended, "run_ended")
-            events += [
-                dict(
-                    event="track_end",
-                    track_id=t.track_id,
-                    label=t.label,
-                    duration_s=round(t.age, 3),
-                )
-                for t in ended
-            ]
+            events = [Event.of(e) for e in s.counters.forget(ended, "run_ended")]
+            events += map(_ended, ended)
             records += self._records(events, i, None, time.monotonic())
         return records
 
@@ -396,6 +382,13 @@ class Analytics:
         """(counters, trails) for drawing."""
         s = self.streams[stream]
         return [*s.counters.lines, *s.counters.zones], s.trails
+
+
+def _ended(t) -> Event:
+    """A track's ``track_end``."""
+    return Event(
+        "track_end", track=t.track_id, fields={"label": t.label, "duration_s": round(t.age, 3)}
+    )
 
 
 def _edges(counter) -> list:

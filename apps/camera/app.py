@@ -3,8 +3,8 @@
     run_camera(cfg):
       check the sinks, the same-file guard, each feature's options   (before anything opens)
       open the sources                     (sources/: one table of URI schemes)
-      open the features                    (features.py: probes, tracking, clocks, power, gate,
-                                            swap; /ready says 503 while the model loads)
+      open the features                    (features/: probes, tracking, clocks, power, gate,
+                                            swap, secondary; /ready says 503 while the model loads)
       load the model; the features take it (runtime: task models; the power cap, the slot)
       open the sinks                       (sinks/: one table of URI schemes)
       run the pipeline                     (pipeline.py; each frame through delivery.py)
@@ -12,8 +12,8 @@
 
 The configuration (options.py) is a few sections, each owned by the component that reads it and
 declaring its own flags; the pre-flight checks are preflight.py's; the features that are neither
-sources nor sinks have one life cycle (features.py: check, open, loaded, attach, close, report,
-metrics) and ``run_camera`` is a loop over them; ``run_streams``, the library entry, is the same
+sources nor sinks have one contract (features/: their options, steps in each phase and on each
+frame, metrics, summary, routes, events) and ``run_camera`` is a loop over them; ``run_streams``, the library entry, is the same
 composition (``_execute``) with the features a library caller asks for by its options and the
 caller's model."""
 
@@ -29,7 +29,7 @@ from edgert.apps.swap.core import Loaded, fingerprint, model_info
 
 from . import features
 from .analytics import TrackingOptions
-from .delivery import FrameHandler, SinkSet
+from .delivery import FrameHandler, open_sinks
 from .features import Run
 from .fit import decoder_fit
 from .fit import describe as describe_fit
@@ -37,7 +37,7 @@ from .gate import GateOptions
 from .options import CameraConfig, ModelOptions, RunOptions
 from .pipeline import Pipeline
 from .preflight import check_outputs_apart
-from .sinks import SinkContext, SinkOptions, open_sink
+from .sinks import SinkOptions
 from .sources import SourceOptions, open_source
 from .steps import slot_steps, steps_for
 
@@ -154,11 +154,12 @@ def _execute(run: Run) -> dict:
     closed on every path."""
     cfg, say = run.cfg, run.say
     check_outputs_apart(cfg, run.uris)
+    features.check_run(run)  # needs, order, event kinds, routes: a clash refused now
     with contextlib.ExitStack() as stack:
         run.stack = stack
         for f in run.features:
             f.check(run)  # before anything opens
-        crops = bool(cfg.secondaries)
+        crops = bool(cfg.secondaries)  # the second stage crops the camera's full pictures
         opts, why = decoder_fit(cfg.source_options, run.uris, cfg.gate, run.bundle, crops)
         run.sources = sources = open_sources(cfg.sources, opts, stack)
         _describe(sources, say)
@@ -173,7 +174,8 @@ def _execute(run: Run) -> dict:
         run.handler = handler = FrameHandler(sources, run.power, on_result=run.on_result)
         for f in run.features:
             f.loaded(run)
-        run.sinks = sinks = _sinks(run, opts)
+        handler.join(run, *features.frame_steps(run))  # their steps on every frame
+        run.sinks = sinks = open_sinks(run, opts)
         # from here a stop (Ctrl-C, SIGTERM) is held until the pipeline's loop takes it: once
         # the camera answers on its port (the model slot's routes, attached below) a stop ends
         # an interrupted run with its summary, not a start-up with none
@@ -185,9 +187,8 @@ def _execute(run: Run) -> dict:
             f.attach(run)
         # what start-up made (modules, the model, sources) out of the collector's sight: a full
         # collection, which a swap's allocations trigger, then scans only what came since
-        # (measured: ~30 ms with the GIL held before, under 1 ms after; a frame is 33 ms)
-        # (only where nothing is frozen yet: a library caller's own freeze, a pre-fork one or a
-        # concurrent run's, is not undone at the end)
+        # (measured: ~30 ms with the GIL held before, under 1 ms after; a frame is 33 ms), only
+        # where nothing is frozen yet (a library caller's, a pre-fork one, a concurrent run's)
         freeze = gc.get_freeze_count() == 0
         if freeze:
             gc.freeze()
@@ -204,8 +205,6 @@ def _execute(run: Run) -> dict:
             f.close(run)
         sinks.close()
         summary = _summary(run)
-        for f in run.features:
-            f.report(run, summary)
         resume()
         return summary
 
@@ -240,25 +239,6 @@ def _load(run: Run) -> None:
     run.stack.callback(model.close)  # closing twice is harmless
     run.model, run.load, run.first = model, load, Loaded(model, info, str(path))
     say(f"backend: {model.backend_reason}")
-
-
-def _sinks(run: Run, opts) -> SinkSet:
-    """The run's sinks, with what they may ask of the run (probes' routes, live numbers, the
-    decoder's full-frame demand)."""
-    cfg = run.cfg
-    return _open_sinks(
-        run.uris,
-        [u if isinstance(u, str) else u.description for u in cfg.sources],
-        run.sources,
-        cfg.sink_options,
-        run.stack,
-        SinkContext(
-            say=run.say,
-            probes=run.probes.probes if run.probes is not None else None,
-            live=run.handler.numbers,
-            demand=opts.fit.demand if opts.fit is not None else None,
-        ),
-    )
 
 
 def _pipeline(run: Run) -> Pipeline:
@@ -306,39 +286,6 @@ def _batch(cfg: CameraConfig, streams: int, model, say) -> int:
     return batch
 
 
-def _open_sinks(
-    uris: list[str],
-    source_uris: list[str],
-    sources: list,
-    options: SinkOptions,
-    stack,
-    ctx: SinkContext,
-) -> SinkSet:
-    """Every sink, opened with the streams (URIs shown without passwords), their frame rate and
-    the sinks' options; each closed by ``stack`` on an error path (a run closes its own)."""
-    from edgert.apps.uris import redact
-    from edgert.runtime.errors import EdgertError
-
-    ctx.streams = [
-        {"stream": i, "uri": redact(uri), "source": s.description}
-        for i, (uri, s) in enumerate(zip(source_uris, sources))
-    ]
-    ctx.fps = next((s.fps for s in sources if s.fps), None) or 30.0
-    ctx.options = options
-    ctx.sources = list(sources)
-    opened = []
-    for uri in uris:
-        sink = open_sink(uri, ctx)
-        stack.callback(_quiet_close, sink, (EdgertError, OSError))
-        opened.append(sink)
-    return SinkSet(opened, options.on_error)
-
-
-def _quiet_close(sink, errors: tuple) -> None:
-    with contextlib.suppress(*errors):
-        sink.close()
-
-
 def _summary(run: Run) -> dict:
     """The pipeline's statistics and the run's own lines; each feature adds its part."""
     summary = run.pipeline.stats()
@@ -356,6 +303,8 @@ def _summary(run: Run) -> dict:
     )
     if sinks.errors:
         summary["output_errors"] = sinks.errors
+    for f in run.features:
+        f.report(run, summary)
     return summary
 
 

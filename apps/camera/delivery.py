@@ -1,6 +1,7 @@
 """What happens to each processed frame, in the pipeline's output thread, and to the run's sinks:
 
-    frame ─▶ labels counted ─▶ tracking and counting (track IDs, events) ─▶ its JSON record
+    frame ─▶ labels counted ─▶ each feature's step (features/: tracking and counting, the second
+          stage) ─▶ the features' marks on its events ─▶ its JSON record
           ─▶ live statistics refreshed (every 0.5 s) ─▶ the overlay drawn (only if a sink draws)
           ─▶ every sink, as it declared: the frame, its events, the statistics
 
@@ -18,7 +19,7 @@ import types
 from edgert.runtime.errors import EdgertError, OutputError
 
 from .overlay import draw, stat_lines
-from .sinks import frame_record
+from .sinks import SinkContext, SinkOptions, frame_record, open_sink
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,57 @@ class SinkSet:
         return [entry for s in self.order for entry in s.wrote()]
 
 
+def open_sinks(run, opts) -> SinkSet:
+    """The run's sinks (``features.Run``), with what they may ask of it (probes' routes, live
+    numbers, the decoder's full-frame demand); ``opts``: the sources' options."""
+    cfg = run.cfg
+    return _open(
+        run.uris,
+        [u if isinstance(u, str) else u.description for u in cfg.sources],
+        run.sources,
+        cfg.sink_options,
+        run.stack,
+        SinkContext(
+            say=run.say,
+            probes=run.probes.probes if run.probes is not None else None,
+            live=run.handler.numbers,
+            demand=opts.fit.demand if opts.fit is not None else None,
+        ),
+    )
+
+
+def _open(
+    uris: list[str],
+    source_uris: list[str],
+    sources: list,
+    options: SinkOptions,
+    stack,
+    ctx: SinkContext,
+) -> SinkSet:
+    """Every sink, opened with the streams (URIs shown without passwords), their frame rate and
+    the sinks' options; each closed by ``stack`` on an error path (a run closes its own)."""
+    from edgert.apps.uris import redact
+
+    ctx.streams = [
+        {"stream": i, "uri": redact(uri), "source": s.description}
+        for i, (uri, s) in enumerate(zip(source_uris, sources))
+    ]
+    ctx.fps = next((s.fps for s in sources if s.fps), None) or 30.0
+    ctx.options = options
+    ctx.sources = list(sources)
+    opened = []
+    for uri in uris:
+        sink = open_sink(uri, ctx)
+        stack.callback(_quiet_close, sink, (EdgertError, OSError))
+        opened.append(sink)
+    return SinkSet(opened, options.on_error)
+
+
+def _quiet_close(sink, errors: tuple) -> None:
+    with contextlib.suppress(*errors):
+        sink.close()
+
+
 class LabelCounts:
     """What the inferred frames showed, by label: every object of each frame (a detector's
     boxes: ``objects``), and each frame's most confident label (``top``: a classifier's class;
@@ -144,7 +196,14 @@ class FrameHandler:
         self.on_result = on_result  # a library caller's own callback, after the sinks
         self.slot = None  # swap.ModelSlot: results and events say which model made them
         self._posted: collections.deque = collections.deque()  # events from other threads
-        self.secondary = None  # secondary.SecondaryStage: second-stage models on the tracks
+        self.steps: list = []  # each camera feature's step on every frame (features.frame_steps)
+        self.stamps: list = []  # what each camera feature adds to every event
+
+    def join(self, run, steps: list, stamps: list) -> None:
+        """The run's tracker and model slot (what the frames' records and the live numbers
+        read), and its features' steps (``features.frame_steps``), once they took the model."""
+        self.analytics, self.slot = run.analytics, run.slot
+        self.steps, self.stamps = steps, stamps
 
     def post_event(self, event: dict) -> None:
         """An event from another thread (a model swap): delivered with the next frame, on the
@@ -160,13 +219,10 @@ class FrameHandler:
             self.sinks.events(posted)
 
     def labelled(self, events: list, frame=None) -> list:
-        """``events`` with the model that made them (the frame's, else the one in use)."""
-        if self.slot is not None:
-            label = self.slot.label_of(frame)
-            for e in events:
-                e.setdefault("model", label)
-        if self.secondary is not None:  # what the second stage says of their tracks
-            self.secondary.enrich(events)
+        """``events`` with what the features add to each (the model that made them, the second
+        stage's labels of their tracks)."""
+        for stamp in self.stamps:
+            stamp(events, frame)
         return events
 
     def attach(self, sinks: SinkSet, pipeline) -> None:
@@ -211,15 +267,12 @@ class FrameHandler:
         elif frame.inferred:
             self._last_results[frame.stream] = frame.results
             self.labels.add(frame.results)
-        if self.analytics is not None:
-            self.analytics.update(frame)  # track IDs into the results, events onto the frame
-        if self.secondary is not None:  # crops of its tracks; their labels on its objects
-            self.secondary.on_frame(frame, self)
+        for step in self.steps:  # the features' (tracking: track IDs and events; ...)
+            step(frame)
         if self._posted:
             self.flush_events()
         now = time.monotonic()
-        if self.slot is not None:
-            self.labelled(frame.events, frame)
+        self.labelled(frame.events, frame)
         # the frame's JSON record (results, latencies) is made once, and only if read: by a sink
         # that takes the frame, or the live statistics' last record of its stream; from what
         # the record says as it is now (not the frame: its pictures and tensor are let go)

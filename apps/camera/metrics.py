@@ -11,7 +11,7 @@ import logging
 import time
 
 from edgert.apps.telemetry import require
-from edgert.apps.telemetry.metrics import BATCH_BUCKETS, LATENCY_BUCKETS, STAGES, PowerGauges
+from edgert.apps.telemetry.metrics import BATCH_BUCKETS, LATENCY_BUCKETS, STAGES
 from edgert.runtime.errors import MissingDependency
 
 from .sources.base import stats_of
@@ -42,32 +42,17 @@ class CameraMetrics:
             registry=self.registry,
         )
         self.pipeline = None
-        self.power: PowerGauges | None = None
-        self.analytics = None
         self.sinks: list = []
         self.info: dict | None = None
-        self.slot = None  # swap.ModelSlot: the model in use, its swaps and rollbacks
-        self.secondary = None  # secondary.SecondaryStage: the second-stage models' counts
+        self.families = None  # () -> every camera feature's families (Feature.families)
         self.registry.register(_Collector(self))
 
-    def attach(
-        self,
-        pipeline=None,
-        power=None,
-        analytics=None,
-        sinks=None,
-        info=None,
-        slot=None,
-        secondary=None,
-    ) -> None:
+    def attach(self, pipeline=None, sinks=None, info=None, families=None) -> None:
         for name, value in (
             ("pipeline", pipeline),
-            ("power", power),
-            ("analytics", analytics),
             ("sinks", sinks),
             ("info", info),
-            ("slot", slot),
-            ("secondary", secondary),
+            ("families", families),
         ):
             if value is not None:
                 setattr(self, name, value)
@@ -83,23 +68,6 @@ class CameraMetrics:
         return self.pc.generate_latest(self.registry), self.pc.CONTENT_TYPE_LATEST
 
 
-def _model_families(slot, gauge, counter):
-    """The model in use (``edgert_model_info``, as Prometheus' *_info convention has it) and the
-    swaps, rollbacks and refused swaps of the run."""
-    info = slot.current.info
-    model = gauge(
-        "edgert_model_info",
-        "The model in use: its name, version and bundle hash",
-        labels=list(info),
-    )
-    model.add_metric([str(v) for v in info.values()], 1)
-    yield model
-    for name, value, what in slot.counters():
-        family = counter(name, what)
-        family.add_metric([], value)
-        yield family
-
-
 class _Collector:
     """The values the pipeline, power meter, counters and sinks keep, read at scrape."""
 
@@ -110,11 +78,7 @@ class _Collector:
         return []  # values appear once the run has them
 
     def collect(self):
-        from prometheus_client.core import (
-            CounterMetricFamily,
-            GaugeMetricFamily,
-            HistogramMetricFamily,
-        )
+        from prometheus_client.core import GaugeMetricFamily
 
         m = self.m
         if m.info is not None:
@@ -125,174 +89,79 @@ class _Collector:
             )
             info.add_metric(list(m.info.values()), 1)
             yield info
-        if m.slot is not None:
-            yield from _model_families(m.slot, GaugeMetricFamily, CounterMetricFamily)
-        p = m.pipeline
-        rate = None
-        if p is not None:
-            processed = CounterMetricFamily(
-                "edgert_frames_processed_total",
-                "Frames through the whole pipeline",
-                labels=["stream"],
-            )
-            captured = CounterMetricFamily(
-                "edgert_frames_captured_total", "Frames read from the source", labels=["stream"]
-            )
-            dropped = CounterMetricFamily(
-                "edgert_frames_dropped_total",
-                "Frames not processed: dropped from a full queue (queue) or unreadable (decode)",
-                labels=["stream", "reason"],
-            )
-            up = GaugeMetricFamily(
-                "edgert_stream_up", "1 while a stream delivers frames", labels=["stream"]
-            )
-            reconnects = CounterMetricFamily(
-                "edgert_stream_reconnects_total",
-                "Reconnections of a network stream",
-                labels=["stream"],
-            )
-            stalls = CounterMetricFamily(
-                "edgert_stream_stalls_total",
-                "Stalls (connected, no frame for --stall-timeout)",
-                labels=["stream"],
-            )
-            down = CounterMetricFamily(
-                "edgert_stream_downtime_seconds",
-                "Time a network stream spent without frames",
-                labels=["stream"],
-            )
-            now = time.monotonic()
-            for s in p.streams:
-                k = str(s.index)
-                processed.add_metric([k], s.processed)
-                captured.add_metric([k], s.captured)
-                dropped.add_metric([k, "queue"], s.dropped)
-                c = stats_of(s.source)
-                dropped.add_metric([k, "decode"], c.get("images_failed", 0))
-                up.add_metric([k], float(s.delivering(now)))
-                if "reconnects" in c:
-                    reconnects.add_metric([k], c["reconnects"])
-                    stalls.add_metric([k], c["stalls"])
-                    down.add_metric([k], c["downtime_s"])
-            yield from (processed, captured, dropped, up, reconnects, stalls, down)
-            if p.gates is not None:
-                yield from _gate_families(p.gates)
-            sizes = dict(p.batch_sizes)
-            buckets, acc = [], 0
-            for bound in BATCH_BUCKETS:
-                acc = sum(n for size, n in sizes.items() if size <= bound)
-                buckets.append((str(bound), acc))
-            total = sum(sizes.values())
-            buckets.append(("+Inf", total))
-            yield HistogramMetricFamily(
-                "edgert_batch_size",
-                "Frames per inference",
-                buckets=buckets,
-                sum_value=sum(k * n for k, n in sizes.items()),
-            )
-            rate = p.recent_fps()
-        if m.power is not None:
-            yield from m.power.families(rate)
-        if m.analytics is not None:
-            yield from _count_families(m.analytics)
-        if m.secondary is not None:
-            yield from _secondary_families(m.secondary)
+        if m.pipeline is not None:
+            yield from _stream_families(m.pipeline)
+            yield _batch_family(m.pipeline)
+        if m.families is not None:
+            yield from m.families()
         for sink in m.sinks:
             yield from sink.metrics()
 
 
-def _secondary_families(stage):
-    """Second-stage models: calls, crops, crops refused for size and dropped from the full
-    queue, and attempts per track (the tracks attempted so far), per model."""
+def _stream_families(p):
+    """Each stream's frames processed, captured and dropped, whether it delivers, and a network
+    stream's reconnects, stalls and time without frames."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    families = {
-        "calls": CounterMetricFamily(
-            "edgert_secondary_calls_total", "Inference calls of a secondary model", labels=["model"]
-        ),
-        "crops": CounterMetricFamily(
-            "edgert_secondary_crops_total", "Crops a secondary model ran on", labels=["model"]
-        ),
-        "refused_size": CounterMetricFamily(
-            "edgert_secondary_refused_total",
-            "Candidate crops refused (reason: size, under the secondary's min; not_finite, a "
-            "box or answer NaN or inf; memory, the held crops' bound)",
-            labels=["model", "reason"],
-        ),
-        "dropped": CounterMetricFamily(
-            "edgert_secondary_dropped_total",
-            "Crops dropped from the secondary's full queue (the lowest quality first)",
-            labels=["model"],
-        ),
-        "tracks_attempted": CounterMetricFamily(
-            "edgert_secondary_tracks_total", "Tracks a secondary model was run on", labels=["model"]
-        ),
-        "attempts_per_track": GaugeMetricFamily(
-            "edgert_secondary_calls_per_track",
-            "Mean attempts per track attempted (crops per track)",
-            labels=["model"],
-        ),
-    }
-    for r in stage.report():
-        for key, family in families.items():
-            labels = [r["name"], "size"] if key == "refused_size" else [r["name"]]
-            family.add_metric(labels, r[key])
-        for reason in ("not_finite", "memory"):
-            key = "not_finite" if reason == "not_finite" else "refused_memory"
-            families["refused_size"].add_metric([r["name"], reason], r[key])
-    yield from families.values()
-
-
-def _gate_families(gates):
-    """Event-gated inference: frames sent to inference per stream and reason, frames skipped."""
-    from prometheus_client.core import CounterMetricFamily
-
-    inferred = CounterMetricFamily(
-        "edgert_frames_inferred_total",
-        "Frames the gate sent to inference, by reason (motion, tracks, geometry, keyframe, ...)",
+    processed = CounterMetricFamily(
+        "edgert_frames_processed_total", "Frames through the whole pipeline", labels=["stream"]
+    )
+    captured = CounterMetricFamily(
+        "edgert_frames_captured_total", "Frames read from the source", labels=["stream"]
+    )
+    dropped = CounterMetricFamily(
+        "edgert_frames_dropped_total",
+        "Frames not processed: dropped from a full queue (queue) or unreadable (decode)",
         labels=["stream", "reason"],
     )
-    skipped = CounterMetricFamily(
-        "edgert_frames_skipped_total",
-        "Frames the gate skipped (their results predicted)",
+    up = GaugeMetricFamily(
+        "edgert_stream_up", "1 while a stream delivers frames", labels=["stream"]
+    )
+    reconnects = CounterMetricFamily(
+        "edgert_stream_reconnects_total", "Reconnections of a network stream", labels=["stream"]
+    )
+    stalls = CounterMetricFamily(
+        "edgert_stream_stalls_total",
+        "Stalls (connected, no frame for --stall-timeout)",
         labels=["stream"],
     )
-    for i, gate in enumerate(gates):
-        r = gate.report()
-        for reason, n in r["reasons"].items():
-            inferred.add_metric([str(i), reason], n)
-        skipped.add_metric([str(i)], r["skipped"])
-    return [inferred, skipped]
+    down = CounterMetricFamily(
+        "edgert_stream_downtime_seconds",
+        "Time a network stream spent without frames",
+        labels=["stream"],
+    )
+    now = time.monotonic()
+    for s in p.streams:
+        k = str(s.index)
+        processed.add_metric([k], s.processed)
+        captured.add_metric([k], s.captured)
+        dropped.add_metric([k, "queue"], s.dropped)
+        c = stats_of(s.source)
+        dropped.add_metric([k, "decode"], c.get("images_failed", 0))
+        up.add_metric([k], float(s.delivering(now)))
+        if "reconnects" in c:
+            reconnects.add_metric([k], c["reconnects"])
+            stalls.add_metric([k], c["stalls"])
+            down.add_metric([k], c["downtime_s"])
+    return [processed, captured, dropped, up, reconnects, stalls, down]
 
 
-def _count_families(analytics):
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+def _batch_family(p):
+    """Frames per inference, as a histogram."""
+    from prometheus_client.core import HistogramMetricFamily
 
-    cross = CounterMetricFamily(
-        "edgert_line_crossings_total",
-        "Tracks that crossed a line",
-        labels=["stream", "line", "direction"],
+    sizes = dict(p.batch_sizes)
+    buckets, acc = [], 0
+    for bound in BATCH_BUCKETS:
+        acc = sum(n for size, n in sizes.items() if size <= bound)
+        buckets.append((str(bound), acc))
+    buckets.append(("+Inf", sum(sizes.values())))
+    return HistogramMetricFamily(
+        "edgert_batch_size",
+        "Frames per inference",
+        buckets=buckets,
+        sum_value=sum(k * n for k, n in sizes.items()),
     )
-    entries = CounterMetricFamily(
-        "edgert_zone_entries_total", "Tracks that entered a zone", labels=["stream", "zone"]
-    )
-    exits = CounterMetricFamily(
-        "edgert_zone_exits_total", "Tracks that left a zone", labels=["stream", "zone"]
-    )
-    inside = GaugeMetricFamily(
-        "edgert_zone_objects", "Tracks in a zone now", labels=["stream", "zone"]
-    )
-    for stream in range(len(analytics.streams)):
-        k = str(stream)
-        for name, c in analytics.counts(stream).items():
-            if c["type"] == "line":
-                cross.add_metric([k, name, "in"], c["in"])
-                cross.add_metric([k, name, "out"], c["out"])
-            else:
-                entries.add_metric([k, name], c["entries"])
-                exits.add_metric([k, name], c["exits"])
-                inside.add_metric([k, name], c["occupancy"])
-    return [cross, entries, exits, inside]
 
 
 class CameraProbes:
@@ -333,7 +202,7 @@ class CameraProbes:
 
     def attach(self, pipeline, **parts) -> None:
         """The pipeline, and the run's parts the registry reads (``CameraMetrics.attach``'s
-        arguments: each camera feature's ``metrics()``, the sinks)."""
+        arguments: the sinks, every camera feature's ``families``)."""
         self.pipeline = pipeline
         if self.metrics is not None:
             pipeline.observers.append(self.metrics.observe)

@@ -106,6 +106,11 @@ class CameraConfig:
     clocks: str | None = None  # "auto" (with gate.target_fps): GPU / EMC limits for the rate
     swap: SwapOptions = field(default_factory=SwapOptions)  # taking a new model while it runs
     secondaries: tuple = ()  # secondary.SecondarySpec: second-stage models on the tracks
+    more: dict = field(default_factory=dict)  # the sections of features not named above
+
+    def section(self, name: str):
+        """A feature's section of the config (``Feature.section``), None when not given."""
+        return self.more.get(name) if name in self.more else getattr(self, name, None)
 
     @property
     def tracks(self) -> bool:

@@ -11,6 +11,8 @@ import logging
 import threading
 import time
 
+from edgert.runtime.events import Event, kind_of
+
 log = logging.getLogger(__name__)
 QUEUE_CROPS = 64  # crops waiting for the worker at most (then the lowest quality is dropped)
 QUEUE_BYTES = 64 << 20  # and their images' bytes at most (likewise)
@@ -52,7 +54,7 @@ class SecondaryStage:
                     crop = s.consider(frame, t, picture, time.monotonic())
                     if crop is not None:
                         self._collect.setdefault(s, []).append(crop)
-        ended = [(frame.stream, e["track_id"]) for e in frame.events if e["event"] == "track_end"]
+        ended = [(frame.stream, e["track_id"]) for e in frame.events if kind_of(e) == "track_end"]
         for key in ended:
             for s in self.secondaries:
                 crop = s.ending(key)
@@ -80,7 +82,7 @@ class SecondaryStage:
 
     def enrich(self, events: list, stream: int | None = None) -> list:
         for e in events:
-            if e.get("track_id") is None or e.get("event") == "track_label":
+            if e.get("track_id") is None or kind_of(e) == "track_label":
                 continue
             found = self._extras(e.get("stream", stream), e["track_id"], brief=True)
             if found:
@@ -148,15 +150,11 @@ class SecondaryStage:
             for key in [k for k in list(s.tracks) if stream is None or k[0] == stream]:
                 said = s.announce(key)
                 if said is not None:
+                    said["t_monotonic"] = round(time.monotonic(), 4)
                     out.append(
-                        dict(
-                            event="track_label",
-                            stream=key[0],
-                            track_id=key[1],
-                            **said,
-                            t_monotonic=round(time.monotonic(), 4),
-                            time=round(time.time(), 4),
-                        )
+                        Event(
+                            "track_label", key[0], key[1], round(time.time(), 4), said
+                        ).to_record()
                     )
         return out
 

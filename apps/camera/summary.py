@@ -17,22 +17,15 @@ def print_summary(s: dict) -> None:
     labels = labels_line(s)
     if labels:
         print(labels)
-    if s.get("power_w") is not None:
-        per_hour = s.get("j_per_camera_hour")
-        print(
-            f"power {s['power_w']:.2f} W, {s['mj_per_frame']:.1f} mJ/frame"
-            + (f", {per_hour / 1e3:.1f} kJ per camera-hour" if per_hour else "")
-        )
-    else:
-        print(f"power unavailable ({s.get('power_reason')})")
-    from edgert.apps.report import print_conditions
+    from .features import summary_lines
 
-    print_conditions(s.get("conditions"))
+    for line in summary_lines(s, first=True):  # each camera feature's (power)
+        print(line)
     _print_outputs(s)
     for line in files_lines(s.get("files") or []):
         print(line)
-    _print_counts(streams)
-    _print_second_stage(s)
+    for line in summary_lines(s, first=False):  # (counts, the gate, the second stage)
+        print(line)
     for st in streams:
         if st.get("images_failed"):
             print(
@@ -134,45 +127,6 @@ def size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} B"
-
-
-def _print_counts(streams: list) -> None:
-    """Each line's and zone's counts, and each stream's event gate."""
-    for st in streams:
-        for name, c in (st.get("counts") or {}).items():
-            where = f"[{st['stream']}] " if len(streams) > 1 else ""
-            if c["type"] == "line":
-                print(f"{where}line {name}: in {c['in']}, out {c['out']}")
-            else:
-                dwell = (
-                    f", mean dwell {c['dwell_s_mean']:.1f} s"
-                    if c["dwell_s_mean"] is not None
-                    else ""
-                )
-                print(f"{where}zone {name}: {c['entries']} entries, {c['exits']} exits{dwell}")
-    for st in streams:
-        g = st.get("gate")
-        if g and g["inferred"] + g["skipped"]:
-            where = f"[{st['stream']}] " if len(streams) > 1 else ""
-            why = ", ".join(
-                f"{k} {n}" for k, n in sorted(g["reasons"].items(), key=lambda kv: -kv[1])
-            )
-            print(
-                f"{where}gate {g['mode']}: {g['inferred']} of {g['inferred'] + g['skipped']} "
-                f"frames inferred ({100 * g['inferred_share']:.1f} %: {why or 'none'})"
-            )
-
-
-def _print_second_stage(s: dict) -> None:
-    for r in s.get("secondary") or []:
-        print(
-            f"secondary {r['name']} ({r['task']}): {r['crops']} crops in {r['calls']} calls, "
-            f"{r['tracks_attempted']} tracks, {r['attempts_per_track']:g} attempts a track "
-            f"(at most {r['most_attempts']}); refused for size {r['refused_size']}, dropped "
-            f"from the full queue {r['dropped']}"
-        )
-    for err in s.get("secondary_errors") or []:
-        print(f"secondary failed: {err}")
 
 
 def _flat(reports: list) -> list:

@@ -44,13 +44,10 @@ def epilog() -> str:
 
 
 def add_parser(sub) -> None:
-    from edgert.apps.argtypes import add_power_arguments
-    from edgert.apps.camera.analytics import TrackingOptions
-    from edgert.apps.camera.gate import GateOptions
+    from edgert.apps.camera import features
     from edgert.apps.camera.options import ModelOptions, RunOptions
-    from edgert.apps.camera.sinks import MqttOptions, SinkOptions, StoreOptions
+    from edgert.apps.camera.sinks import SinkOptions, StoreOptions
     from edgert.apps.camera.sources import SourceOptions
-    from edgert.apps.swap.options import SwapOptions
 
     p = sub.add_parser(
         "camera",
@@ -70,51 +67,18 @@ def add_parser(sub) -> None:
     )
     for options in (SinkOptions, StoreOptions, RunOptions):
         options.add_arguments(p)
-    add_power_arguments(p)
-    TrackingOptions.add_arguments(p, " and ".join(t.name for t in TASK_SPECS.values() if t.boxes))
-    p.add_argument(
-        "--secondary",
-        action="append",
-        default=[],
-        metavar="BUNDLE[:OPTIONS]",
-        help="a second model on crops of the tracked objects (a classifier: their kind; a "
-        "detector: objects inside them, boxes in the frame's pixels); repeatable; implies "
-        "--track. OPTIONS, comma-separated: on=LABEL+LABEL (the primary labels it runs on; "
-        "default every), attempts=K (most per track, default 3), margin=F (share of each side "
-        "added, default 0.1), grow=F (re-check when the box grew by this share, default 0.2), "
-        "every=S (re-check after S seconds, 0 never, default 1), min=PX (smaller boxes are refused, "
-        "default 16), window=S (the best view chosen over S seconds, default 0.5), name=NAME",
-    )
-    m = p.add_argument_group("telemetry (pip install 'edgert[telemetry]')")
-    m.add_argument(
-        "--metrics",
-        metavar="[HOST:]PORT",
-        help="Prometheus /metrics and the /live and /ready probes on HOST:PORT (host 127.0.0.1 "
-        "unless given); the web viewer's port serves them too",
-    )
-    MqttOptions.add_arguments(m)
-    GateOptions.add_arguments(p)
-    SwapOptions.add_arguments(p)
-    p.add_argument(
-        "--clocks",
-        choices=["auto"],
-        help="Jetson, with --target-fps: before the streams start, choose the GPU clock limit and "
-        "the EMC cap with the least measured energy per frame at the rate (as edgert bench "
-        "--clocks auto); put back at exit (after a crash: edgert power --restore)",
-    )
+    features.add_arguments(p)  # each camera feature's own section (features/: the table)
     SourceOptions.add_arguments(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
 
 
 def config(args):
-    """The run's configuration from the parsed flags: each component reads its own group;
-    ``--jsonl``, ``--events`` and ``--mqtt`` become sinks of the table (``jsonl://FILE``,
-    ``events://FILE``, the broker's URI)."""
-    from edgert.apps.camera.analytics import TrackingOptions
-    from edgert.apps.camera.gate import GateOptions
+    """The run's configuration from the parsed flags: each component reads its own group (each
+    camera feature its section); ``--jsonl``, ``--events`` and ``--mqtt`` become sinks of the
+    table (``jsonl://FILE``, ``events://FILE``, the broker's URI)."""
+    from edgert.apps.camera import features
     from edgert.apps.camera.options import CameraConfig, ModelOptions, RunOptions
-    from edgert.apps.camera.secondary import SecondarySpec
     from edgert.apps.camera.sinks import (
         SinkOptions,
         from_flag,
@@ -123,10 +87,8 @@ def config(args):
         with_store,
     )
     from edgert.apps.camera.sources import SourceOptions
-    from edgert.apps.swap.options import SwapOptions
     from edgert.apps.uris import expand
     from edgert.runtime.errors import OutputError, SourceError
-    from edgert.runtime.power.session import PowerOptions
 
     try:  # ${EDGERT_...}: credentials from the environment, not the command line
         sources = [expand(s, "--source") for s in args.source or ["synthetic://"]]
@@ -147,14 +109,8 @@ def config(args):
         sinks=sinks,
         source_options=SourceOptions.from_args(args),
         sink_options=SinkOptions.from_args(args),
-        tracking=TrackingOptions.from_args(args),
-        power=PowerOptions(args.power_cap, args.temp_cap, args.sysfs_root),
         run=RunOptions.from_args(args),
-        gate=GateOptions.from_args(args),
-        metrics=args.metrics,
-        clocks=args.clocks,
-        swap=SwapOptions.from_args(args),
-        secondaries=tuple(SecondarySpec.parse(x) for x in args.secondary),
+        **features.config_sections(args, CameraConfig),
     )
 
 

@@ -1,11 +1,13 @@
 """The one adapter between the camera's events and the store: :func:`row_of` reads an event
 record (today's dict: ``event``, ``stream``, ``time``, ``track_id``, ``label``, ``line``,
-``zone``, ``clip``, ``snapshot``, ``secondary``...) and gives the row the store keeps. When
-events become typed, this function is what reads them (``to_record()``); nothing else does."""
+``zone``, ``clip``, ``snapshot``, ``secondary``...) and gives the row the store keeps. The
+kind is read with :func:`edgert.runtime.events.kind_of`; nothing else reads the records."""
 
 from __future__ import annotations
 
 import time
+
+from edgert.runtime.events import kind_of
 
 # what a row keeps in its own columns; the rest of the record is kept as JSON in ``data``
 _COLUMNS = ("event", "stream", "time", "track_id", "label", "zone", "line", "clip", "snapshot")
@@ -15,21 +17,22 @@ _NOT_KEPT = ("t_monotonic", "frame")  # a run's own clock and frame index: nothi
 def row_of(record: dict, cameras: list) -> dict:
     """The store's row of one event ``record``; ``cameras``: each stream's name (its URI with
     passwords hidden)."""
+    kind = kind_of(record)
     stream = record.get("stream", 0)
     stream = stream if isinstance(stream, int) else 0
     track_id = record.get("track_id")
     secondary = record.get("secondary")
-    if record.get("event") == "track_label" and isinstance(secondary, str):
+    if kind == "track_label" and isinstance(secondary, str):
         secondary = {
             secondary: {"label": record.get("label"), "confidence": record.get("confidence")}
         }
     return {
-        "kind": str(record.get("event") or "event"),
+        "kind": str(kind or "event"),
         "time": float(record.get("time") or time.time()),
         "stream": stream,
         "camera": cameras[stream] if 0 <= stream < len(cameras) else f"stream {stream}",
         "track_id": track_id if isinstance(track_id, int) else None,
-        "label": _text(record.get("label")) if record.get("event") != "track_label" else None,
+        "label": _text(record.get("label")) if kind != "track_label" else None,
         "zone": _text(record.get("zone")),
         "line": _text(record.get("line")),
         "clip": _text(record.get("clip")),

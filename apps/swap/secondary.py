@@ -120,10 +120,9 @@ class ModelRoutes:
         return json_answer(200, answer)
 
 
-def camera_routes(run, stage) -> dict:
-    """A camera run's ``/model`` routes (:class:`ModelRoutes`) over its slot and the secondaries
-    of ``stage`` (or None); with ``--model-endpoint`` one :class:`SecondarySwap` per secondary,
-    started (stopped when the run ends, before the stage closes)."""
+def start_swaps(run, stage) -> dict:
+    """With ``--model-endpoint``, one :class:`SecondarySwap` per secondary of ``stage`` (or
+    None), started (stopped when the run ends, before the stage closes): name -> queue."""
     from edgert.runtime.tasks import load_task_model
 
     def load(path):
@@ -135,4 +134,4 @@ def camera_routes(run, stage) -> dict:
             q = SecondarySwap(stage, s, load, slot.o, slot.roots, run.say, run.handler.post_event)
             queues[s.name] = q.start()
             run.stack.callback(q.close)
-    return ModelRoutes(slot, stage, queues).table()
+    return queues

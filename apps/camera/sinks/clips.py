@@ -43,6 +43,7 @@ from pathlib import Path
 
 from edgert.runtime import atomic
 from edgert.runtime.errors import OutputError
+from edgert.runtime.events import kind_of
 
 from .base import Sink, SinkContext, folder_and_query, make_folder, sizes_of, written
 from .h264_file import gst_reason as _why
@@ -367,7 +368,7 @@ class ClipsOutput(Sink):
 
     def events(self, events: list) -> None:
         for e in events:
-            if e.get("event") not in self.o["events"]:
+            if kind_of(e) not in self.o["events"]:
                 continue
             stream = e.get("stream", 0)
             t = self._last_t.get(stream)

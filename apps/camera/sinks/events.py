@@ -8,6 +8,8 @@ import os
 import time
 from pathlib import Path
 
+from edgert.runtime.events import Event
+
 from .base import Sink, SinkContext, written
 from .jsonl import JsonlOutput, path_of
 
@@ -17,8 +19,9 @@ class EventsOutput(Sink):
     takes_events = True
 
     def __init__(self, path: str, streams: list | None = None) -> None:
-        start = {"event": "run_start", "time": round(time.time(), 4), "pid": os.getpid()}
-        self.out = JsonlOutput(path, {**start, "streams": streams or []})
+        start = Event("run_start", time=round(time.time(), 4), fields={"pid": os.getpid()})
+        start.fields["streams"] = streams or []
+        self.out = JsonlOutput(path, start.to_record())
         self.written = 0
 
     def events(self, events: list) -> None:

@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from edgert.runtime.errors import OutputError
+from edgert.runtime.events import kind_of
 
 from .base import Sink, SinkContext, folder_and_query, make_folder, sizes_of, written
 from .retention import Ledger
@@ -100,7 +101,7 @@ class SnapshotsOutput(Sink):
 
     def events(self, events: list) -> None:
         for e in events:
-            if e.get("event") != "track_end":
+            if kind_of(e) != "track_end":
                 continue
             got = self.best.pop((e.get("stream", 0), e.get("track_id")), None)
             if got is None:

@@ -22,9 +22,9 @@ import numpy as np
 from json_report import write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from edgert.runtime.heads import rotated_nms  # noqa: E402
+from edgert.runtime.tasks.heads import rotated_nms  # noqa: E402
 from tests.const_heads import const_bundle, meta  # noqa: E402
-from tests.runtime.test_rotated_nms import reference_nms  # noqa: E402
+from tests.runtime.tasks.test_rotated_nms import reference_nms  # noqa: E402
 
 
 def review_output(n: int) -> np.ndarray:

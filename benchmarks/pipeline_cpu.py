@@ -2,7 +2,7 @@
 run's CPU per frame against the decoder's floor.
 
 1. ``preprocess``: one 1080p BGR frame through each mode of ``Preprocessing.apply`` (now), the
-   implementation before issue 47 (``tests/runtime/preprocess_reference.py``) and the plain
+   implementation before issue 47 (``tests/runtime/images/preprocess_reference.py``) and the plain
    OpenCV equivalent (uint8 ``cv2.resize`` with the same kernel, crop or ``copyMakeBorder``, then
    the faster of ``cv2.dnn.blobFromImage`` and one numpy pass per normalisation step, ending in
    the contiguous tensor a model takes). Goal: now within 1.2x of the floor for every mode.
@@ -79,7 +79,7 @@ def opencv_floor(pre, frame: np.ndarray):
     """The plain OpenCV equivalent of ``pre`` on a uint8 BGR frame (its fastest form)."""
     import cv2
 
-    from edgert.runtime.resize import INTERPOLATIONS as _INTERPOLATIONS
+    from edgert.runtime.images.resize import INTERPOLATIONS as _INTERPOLATIONS
 
     interp = {"nearest": cv2.INTER_NEAREST_EXACT}.get(
         pre.interpolation, _INTERPOLATIONS[pre.interpolation]
@@ -145,7 +145,7 @@ def bench_preprocess(repeat: int) -> list[dict]:
 
     from edgert.runtime import Preprocessing
     from edgert.runtime.sample_data import load_photo
-    from tests.runtime.preprocess_reference import reference_apply
+    from tests.runtime.images.preprocess_reference import reference_apply
 
     frame = cv2.resize(load_photo("coffee"), (1920, 1080), interpolation=cv2.INTER_CUBIC)
     rows = []

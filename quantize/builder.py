@@ -216,8 +216,8 @@ def _plan(bundle_path, precision: str, rules: dict, options, say) -> dict:
             "reason": why_not,
             "on_device": f"edgert build {bundle_path} --precision {precision}",
         }
-    from edgert.runtime.plan_cache import ensure_plan
-    from edgert.runtime.plan_check import verify_plan
+    from edgert.runtime.backends.plan_cache import ensure_plan
+    from edgert.runtime.backends.plan_check import verify_plan
 
     say(f"building the {precision} TensorRT plan (minutes on a Jetson; TensorRT reports no n/N)")
     with progress.step(f"the {precision} TensorRT plan", 1):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import atomic, regular
 from .errors import BundleError
+from .images.preprocess import Preprocessing
 from .manifest_checks import (  # noqa: F401 - also edgert.runtime.bundle's names
     CONTROL,
     MAX_BATCH_LIMIT,
@@ -26,7 +27,6 @@ from .manifest_checks import (  # noqa: F401 - also edgert.runtime.bundle's name
     tensor_name,
     valid_labels,
 )
-from .preprocess import Preprocessing
 from .regular import NotRegular, read_regular
 
 FORMAT = "edgert-bundle/1"
@@ -170,7 +170,7 @@ class Manifest:
         """How a detector-family model's output is laid out (:class:`~.heads.Head`; checked on
         load, read once: every frame's decode asks): its form (YOLO, end-to-end, DETR) and a
         pose model's keypoint shape."""
-        from .heads import Head
+        from .tasks.heads import Head
 
         return Head.from_dict(self.raw.get("head"))
 

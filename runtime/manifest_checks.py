@@ -64,7 +64,7 @@ def check_sections(data: dict, where: str) -> None:
         if data.get(section) is not None and not isinstance(data[section], dict):
             raise BundleError(f"{where}: {section} must be an object")
     if data.get("head") is not None:
-        from .heads import Head
+        from .tasks.heads import Head
 
         Head.from_dict(data["head"], where)
     batch = (data.get("export") or {}).get("batch")

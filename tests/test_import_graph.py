@@ -135,10 +135,10 @@ def test_the_graph_sees_function_level_and_importlib_imports():
     # the backend table names its modules as strings for importlib
     assert "edgert.runtime.backends.tensorrt" in g["edgert.runtime.backends"]
     # plan_check imports the plan cache inside a function: it must still be an edge
-    assert "edgert.runtime.plan_cache" in g["edgert.runtime.plan_check"]
+    assert "edgert.runtime.backends.plan_cache" in g["edgert.runtime.backends.plan_check"]
 
 
-FACE_TASK = {"edgert.runtime.faces", "edgert.quantize.faces", "edgert.export.zoo.mtcnn"}
+FACE_TASK = {"edgert.runtime.tasks.faces", "edgert.quantize.faces", "edgert.export.zoo.mtcnn"}
 FACE_NAMES = {"faces", "mtcnn", "zoo:mtcnn"}
 
 
@@ -218,7 +218,7 @@ def test_results_are_read_by_their_fields_not_by_their_keys():
 
 def test_the_task_registry_and_the_zoo_name_their_modules():
     g = graph()
-    assert "edgert.runtime.faces" in g["edgert.runtime.tasks"]
+    assert "edgert.runtime.tasks.faces" in g["edgert.runtime.tasks"]
     assert "edgert.export.zoo.mtcnn" in g["edgert.export.zoo"]
 
 

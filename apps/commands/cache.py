@@ -31,8 +31,8 @@ def shown(text) -> str:
 def _caches(bundle) -> list:
     """The bundle's plan cache, and under EDGERT_PLAN_DIR the folder named as the bundle alone
     where an older edgert put its plans, when it exists (its plans of this bundle count too)."""
+    from edgert.runtime.backends.plan_cache import PlanCache, cache_of
     from edgert.runtime.bundle import engines_dir
-    from edgert.runtime.plan_cache import PlanCache, cache_of
 
     cache = cache_of(bundle)
     legacy = engines_dir(bundle.path, legacy=True)

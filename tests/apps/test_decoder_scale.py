@@ -18,7 +18,7 @@ from edgert.apps.camera.fit import decoder_fit, describe
 from edgert.apps.camera.gate import GateOptions
 from edgert.apps.camera.sources import CaptureSource, GstFileSource, SourceOptions
 from edgert.runtime.bundle import Bundle
-from edgert.runtime.preprocess import Preprocessing
+from edgert.runtime.images.preprocess import Preprocessing
 from tests.conftest import run_cli
 from tests.tiny import blob_detector_bundle
 

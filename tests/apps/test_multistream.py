@@ -268,7 +268,7 @@ def test_fixed_batch_model_runs_several_streams_one_by_one(tmp_path):
 
 @pytest.mark.subprocess
 def test_faces_batched_across_streams_equal_frame_by_frame(tmp_path):
-    from edgert.runtime.faces import MtcnnDetector
+    from edgert.runtime.tasks.faces import MtcnnDetector
 
     bundle = export_model("zoo:mtcnn", tmp_path / "mtcnn.edgert").bundle
     astronaut = load_photo("astronaut")

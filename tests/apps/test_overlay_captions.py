@@ -9,9 +9,9 @@ import cv2
 import numpy as np
 
 from edgert.apps.camera.overlay import draw
-from edgert.runtime.counting import LineCounter, ZoneCounter
 from edgert.runtime.results import Detection, Result
 from edgert.runtime.tasks.detect import track_color
+from edgert.runtime.tracking.counting import LineCounter, ZoneCounter
 
 W, H = 320, 240
 # nine people crowded at the top corners, the middle and the bottom right (boxes touching the

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edgert.quantize import gate
-from edgert.runtime.detection import matched_boxes
+from edgert.runtime.tasks.detection import matched_boxes
 
 
 def test_matched_boxes_pairs_by_class_and_overlap_once_each():

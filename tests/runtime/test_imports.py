@@ -8,8 +8,8 @@ pytestmark = pytest.mark.subprocess
 
 def test_runtime_import_pulls_in_nothing_heavy():
     code = (
-        "import sys, edgert.runtime, edgert.runtime.engine, edgert.runtime.device, edgert.runtime.postprocess\n"
-        "import edgert.runtime.detection, edgert.runtime.faces, edgert.runtime.plan_cache\n"
+        "import sys, edgert.runtime, edgert.runtime.engine, edgert.runtime.device, edgert.runtime.tasks.postprocess\n"
+        "import edgert.runtime.tasks.detection, edgert.runtime.tasks.faces, edgert.runtime.backends.plan_cache\n"
         "import edgert.runtime.power.sensors, edgert.runtime.power.meter, edgert.runtime.power.governor\n"
         "import edgert.runtime.cuda.memory, edgert.runtime.cuda.graph, edgert.runtime.backends.tensorrt\n"
         "heavy = [m for m in ('torch', 'tensorrt', 'pycuda', 'pynvml', 'onnxslim', 'sklearn') if m in sys.modules]\n"

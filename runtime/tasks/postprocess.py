@@ -30,7 +30,7 @@ def classify(
 ) -> list[list[Classification]]:
     """Top-k per batch row; logits get a softmax, probabilities are used as they are. A row
     with a NaN or infinite score (a broken model's) gives no classes: counted and said once
-    (:func:`~edgert.runtime.detection.dropped`), never a class with a NaN score."""
+    (:func:`~edgert.runtime.tasks.detection.dropped`), never a class with a NaN score."""
     from .detection import dropped
 
     scores = np.asarray(scores, dtype=np.float32)

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import BundleError, ShapeError
 from .detection import batched_nms, dropped, keep_sound, xywh_to_xyxy
-from .errors import BundleError, ShapeError
 
 FORMS = ("yolo", "end2end", "detr")
 MAX_NMS = 30000  # candidates kept for NMS, the best first (as Ultralytics)
@@ -123,7 +123,7 @@ def decode_head(
     ``num_classes``: None where not known (an end-to-end head without labels). A candidate
     above ``conf`` with a NaN, infinite or out-of-range value (box, score, extras) or, in an
     end-to-end row, a class that is not a whole number in 0..nc-1 is dropped before NMS and
-    counted (:func:`~edgert.runtime.detection.dropped`)."""
+    counted (:func:`~edgert.runtime.tasks.detection.dropped`)."""
     out = np.asarray(output, dtype=np.float32)
     if out.ndim != 3:
         raise ShapeError(f"a detector head's output is [batch, ., .]; got {list(out.shape)}")

@@ -22,6 +22,7 @@ from .manifest_checks import (  # noqa: F401 - also edgert.runtime.bundle's name
     CONTROL,
     MAX_BATCH_LIMIT,
     MAX_LABELS,
+    Head,
     check_sections,
     safe_name,
     tensor_name,
@@ -167,11 +168,9 @@ class Manifest:
 
     @functools.cached_property
     def head(self):
-        """How a detector-family model's output is laid out (:class:`~.heads.Head`; checked on
-        load, read once: every frame's decode asks): its form (YOLO, end-to-end, DETR) and a
-        pose model's keypoint shape."""
-        from .tasks.heads import Head
-
+        """How a detector-family model's output is laid out (:class:`~.manifest_checks.Head`;
+        checked on load, read once: every frame's decode asks): its form (YOLO, end-to-end,
+        DETR) and a pose model's keypoint shape."""
         return Head.from_dict(self.raw.get("head"))
 
     @property

@@ -90,13 +90,17 @@ def main() -> None:
                     "same_kept": old.tolist() == new.tolist(),
                 }
             )
-    print(f"{'candidates':>10} {'run wall s':>10} {'run RSS MB':>10} | NMS alone: "
-          f"{'N x N s':>8} {'peak MB':>8} {'blocks s':>8} {'peak MB':>8} same")  # fmt: skip
+    print(
+        f"{'candidates':>10} {'run wall s':>10} {'run RSS MB':>10} | NMS alone: "
+        f"{'N x N s':>8} {'peak MB':>8} {'blocks s':>8} {'peak MB':>8} same"
+    )
     for r in rows:
         o, b = r["nms_square_float64"], r["nms_blocks"]
-        print(f"{r['candidates']:>10} {r['run']['wall_s']:>10} {r['run']['max_rss_mb']:>10} | "
-              f"{'':>10} {o['s']:>8} {o['peak_mb']:>8} {b['s']:>8} {b['peak_mb']:>8} "
-              f"{r['same_kept']}")  # fmt: skip
+        print(
+            f"{r['candidates']:>10} {r['run']['wall_s']:>10} {r['run']['max_rss_mb']:>10} | "
+            f"{'':>10} {o['s']:>8} {o['peak_mb']:>8} {b['s']:>8} {b['peak_mb']:>8} "
+            f"{r['same_kept']}"
+        )
     write_json(args.json, {"rows": rows})
 
 

@@ -68,10 +68,23 @@ def build(
     is, with n/N and the time left, after each ``EDGERT_PROGRESS_SECONDS`` (10) without output."""
     with progress.reporting(progress_to):
         return _build(
-            model, precision, calib, calib_size, holdout_size, calib_method, calib_labels,
-            prepare, gate_rules, dla, workspace_gib, opt_level, shapes, no_engine, seed,
+            model,
+            precision,
+            calib,
+            calib_size,
+            holdout_size,
+            calib_method,
+            calib_labels,
+            prepare,
+            gate_rules,
+            dla,
+            workspace_gib,
+            opt_level,
+            shapes,
+            no_engine,
+            seed,
             progress.said(say),
-        )  # fmt: skip
+        )
 
 
 def _build(

@@ -52,8 +52,8 @@ def run(args) -> int:
             removed += gone
             left += kept
         if args.json:
-            print(json.dumps({"removed": [p.name for p in removed],
-                              "left": {p.name: why for p, why in left}}, indent=2))  # fmt: skip
+            out = {"removed": [p.name for p in removed], "left": {p.name: why for p, why in left}}
+            print(json.dumps(out, indent=2))
             return 0
         print(f"removed {len(removed)} plan(s)" + "".join(f"\n  {shown(p.name)}" for p in removed))
         if left:

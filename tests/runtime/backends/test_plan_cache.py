@@ -335,11 +335,12 @@ def _shared_plans(tmp_path, monkeypatch):
     assert a.engines_dir != b.engines_dir and a.engines_dir.parent == shared
     old = shared / "model.edgert"
     own = {"bundle": owner_of(b)}
+    own_a = {"bundle": owner_of(a)}
     plans = {
         "b": PlanCache(b.engines_dir).get_or_build(KEY, lambda: b"b" * 64, own)[0],
-        "a": PlanCache(a.engines_dir).get_or_build(KEY, lambda: b"a" * 64, {"bundle": owner_of(a)})[0],
-        "a-old": PlanCache(old).get_or_build(KEY, lambda: b"a" * 64, {"bundle": owner_of(a)})[0],
-    }  # fmt: skip
+        "a": PlanCache(a.engines_dir).get_or_build(KEY, lambda: b"a" * 64, own_a)[0],
+        "a-old": PlanCache(old).get_or_build(KEY, lambda: b"a" * 64, own_a)[0],
+    }
     b_sha = b.manifest.hashes["model.onnx"]
     older = dataclasses.replace(KEY, onnx_sha256=b_sha, precision="fp16")
     plans["b-old"] = PlanCache(old).get_or_build(older, lambda: b"o" * 64)[0]

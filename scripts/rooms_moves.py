@@ -19,8 +19,9 @@ A name is rewritten by the longest module it starts with, among the old and the 
 name already under its new module is left alone, so the script may be run again. Two rooms are
 the package a module became (``runtime/images.py`` -> ``runtime/images/__init__.py``, and
 ``tracking``): their names stay, their relative imports and paths change. The product folders'
-modules are read from the tree this script lives in. Then ``ruff check --select I --fix`` and ``ruff format`` tidy the files it
-changed (where ruff is installed), so the imports are sorted as the rest of the code.
+modules are read from the tree this script lives in. Then ``ruff check --select I --fix`` and
+``ruff format`` tidy the files it changed (where ruff is installed), so that the imports are
+sorted as in the rest of the code.
 """
 
 from __future__ import annotations

@@ -68,7 +68,6 @@ MOVES = {
     "tests.runtime.preprocess_reference": "tests.runtime.images.preprocess_reference",
     "tests.runtime.test_image_bombs": "tests.runtime.images.test_image_bombs",
     "tests.runtime.test_tracking": "tests.runtime.tracking.test_tracking",
-    "tests.quantize.test_plan_cache": "tests.runtime.backends.test_plan_cache",
     "tests.runtime.test_tensorrt_audit": "tests.runtime.backends.test_tensorrt_audit",
     "tests.runtime.test_tensorrt_backend_api": "tests.runtime.backends.test_tensorrt_backend_api",
     "tests.runtime.test_tensorrt_compat": "tests.runtime.backends.test_tensorrt_compat",

@@ -52,7 +52,7 @@ BUILDER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from edgert.runtime.backends.plan_cache import PlanCache
-    from tests.runtime.backends.test_plan_cache import KEY
+    from tests.quantize.test_plan_cache import KEY
 
     log = Path(sys.argv[2])
 

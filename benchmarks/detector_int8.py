@@ -345,9 +345,12 @@ def modelopt(python: str, onnx_path: Path, inputs: np.ndarray, out: Path) -> dic
             seconds[Path(path).name] = float(took[:-2])
     total = time.perf_counter() - t0
     return {
-        f"modelopt {m}": (out / f"modelopt_int8_{m}.onnx", seconds.get(f"modelopt_int8_{m}.onnx", total))
+        f"modelopt {m}": (
+            out / f"modelopt_int8_{m}.onnx",
+            seconds.get(f"modelopt_int8_{m}.onnx", total),
+        )
         for m in ("max", "entropy")
-    }  # fmt: skip
+    }
 
 
 def score(manifest, fp32_path: Path, ways: dict, x: np.ndarray, truth=None) -> dict:
@@ -371,14 +374,19 @@ def score(manifest, fp32_path: Path, ways: dict, x: np.ndarray, truth=None) -> d
             "map50_95_vs_fp32": round(m["map50_95"], 4),
             "box_f1_vs_fp32": round(m["box_f1"], 4),
             **(
-                {"labels_map50": round(m["labels_map50"], 4),
-                 "labels_map50_95": round(m["labels_map50_95"], 4)}
-                if "labels_map50" in m else {}
-            ),  # fmt: skip
+                {
+                    "labels_map50": round(m["labels_map50"], 4),
+                    "labels_map50_95": round(m["labels_map50_95"], 4),
+                }
+                if "labels_map50" in m
+                else {}
+            ),
             "int8_nodes": len(inside),
-            "macs_in_int8": round(sum(macs.get(n, 0) for n in inside) / max(1, sum(macs.values())), 4),
+            "macs_in_int8": round(
+                sum(macs.get(n, 0) for n in inside) / max(1, sum(macs.values())), 4
+            ),
             "build_seconds": None if seconds is None else round(seconds, 1),
-        }  # fmt: skip
+        }
     return rows
 
 
@@ -525,7 +533,7 @@ def main() -> None:
         "--modelopt-python", help="Model Optimizer's environment's python (skip if not given)"
     )
     ap.add_argument("--only", choices=("trained", "real"), help="one of the two detectors")
-    args = ap.parse_args()  # fmt: skip
+    args = ap.parse_args()
     result = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

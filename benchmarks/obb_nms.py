@@ -22,9 +22,9 @@ import numpy as np
 from json_report import write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from edgert.runtime.heads import rotated_nms  # noqa: E402
+from edgert.runtime.tasks.heads import rotated_nms  # noqa: E402
 from tests.const_heads import const_bundle, meta  # noqa: E402
-from tests.runtime.test_rotated_nms import reference_nms  # noqa: E402
+from tests.runtime.tasks.test_rotated_nms import reference_nms  # noqa: E402
 
 
 def review_output(n: int) -> np.ndarray:
@@ -90,13 +90,17 @@ def main() -> None:
                     "same_kept": old.tolist() == new.tolist(),
                 }
             )
-    print(f"{'candidates':>10} {'run wall s':>10} {'run RSS MB':>10} | NMS alone: "
-          f"{'N x N s':>8} {'peak MB':>8} {'blocks s':>8} {'peak MB':>8} same")  # fmt: skip
+    print(
+        f"{'candidates':>10} {'run wall s':>10} {'run RSS MB':>10} | NMS alone: "
+        f"{'N x N s':>8} {'peak MB':>8} {'blocks s':>8} {'peak MB':>8} same"
+    )
     for r in rows:
         o, b = r["nms_square_float64"], r["nms_blocks"]
-        print(f"{r['candidates']:>10} {r['run']['wall_s']:>10} {r['run']['max_rss_mb']:>10} | "
-              f"{'':>10} {o['s']:>8} {o['peak_mb']:>8} {b['s']:>8} {b['peak_mb']:>8} "
-              f"{r['same_kept']}")  # fmt: skip
+        print(
+            f"{r['candidates']:>10} {r['run']['wall_s']:>10} {r['run']['max_rss_mb']:>10} | "
+            f"{'':>10} {o['s']:>8} {o['peak_mb']:>8} {b['s']:>8} {b['peak_mb']:>8} "
+            f"{r['same_kept']}"
+        )
     write_json(args.json, {"rows": rows})
 
 

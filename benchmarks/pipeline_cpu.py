@@ -2,7 +2,7 @@
 run's CPU per frame against the decoder's floor.
 
 1. ``preprocess``: one 1080p BGR frame through each mode of ``Preprocessing.apply`` (now), the
-   implementation before issue 47 (``tests/runtime/preprocess_reference.py``) and the plain
+   implementation before issue 47 (``tests/runtime/images/preprocess_reference.py``) and the plain
    OpenCV equivalent (uint8 ``cv2.resize`` with the same kernel, crop or ``copyMakeBorder``, then
    the faster of ``cv2.dnn.blobFromImage`` and one numpy pass per normalisation step, ending in
    the contiguous tensor a model takes). Goal: now within 1.2x of the floor for every mode.
@@ -44,25 +44,56 @@ sys.path.insert(0, str(ROOT))  # the reference implementation lives with the tes
 
 IMAGENET = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
 MODES = {  # name: Preprocessing fields
-    "letterbox 640 bilinear (YOLO)": {"size": (640, 640), "resize": "letterbox", "interpolation": "bilinear"},
-    "letterbox 640 nearest": {"size": (640, 640), "resize": "letterbox", "interpolation": "nearest"},
+    "letterbox 640 bilinear (YOLO)": {
+        "size": (640, 640),
+        "resize": "letterbox",
+        "interpolation": "bilinear",
+    },
+    "letterbox 640 nearest": {
+        "size": (640, 640),
+        "resize": "letterbox",
+        "interpolation": "nearest",
+    },
     "letterbox 640 linear (area), NHWC fp16": {
-        "size": (640, 640), "resize": "letterbox", "layout": "NHWC", "dtype": "float16"},
+        "size": (640, 640),
+        "resize": "letterbox",
+        "layout": "NHWC",
+        "dtype": "float16",
+    },
     "stretch 224 linear (area), ImageNet": {"size": (224, 224), "resize": "stretch", **IMAGENET},
     "resize_crop 224/256 cubic, ImageNet": {
-        "size": (224, 224), "resize": "resize_crop", "resize_short": 256, "interpolation": "cubic",
-        **IMAGENET},
+        "size": (224, 224),
+        "resize": "resize_crop",
+        "resize_short": 256,
+        "interpolation": "cubic",
+        **IMAGENET,
+    },
     "resize_crop 224/256 bilinear, BGR": {
-        "size": (224, 224), "resize": "resize_crop", "resize_short": 256,
-        "interpolation": "bilinear", "channel_order": "BGR"},
+        "size": (224, 224),
+        "resize": "resize_crop",
+        "resize_short": 256,
+        "interpolation": "bilinear",
+        "channel_order": "BGR",
+    },
     "stretch 8x8 area, grey (digits)": {
-        "size": (8, 8), "resize": "stretch", "interpolation": "area", "channel_order": "GRAY",
-        "scale": 1 / 16, "mean": (0.0,), "std": (1.0,)},
+        "size": (8, 8),
+        "resize": "stretch",
+        "interpolation": "area",
+        "channel_order": "GRAY",
+        "scale": 1 / 16,
+        "mean": (0.0,),
+        "std": (1.0,),
+    },
     "stretch 96x128 bilinear, grey": {
-        "size": (96, 128), "resize": "stretch", "interpolation": "bilinear",
-        "channel_order": "GRAY", "mean": (0.5,), "std": (0.25,)},
+        "size": (96, 128),
+        "resize": "stretch",
+        "interpolation": "bilinear",
+        "channel_order": "GRAY",
+        "mean": (0.5,),
+        "std": (0.25,),
+    },
     "none 1080x1920, NHWC": {"size": (1080, 1920), "resize": "none", "layout": "NHWC"},
-}  # fmt: skip
+}
 
 
 def median_ms(fn, repeat: int) -> float:
@@ -79,7 +110,7 @@ def opencv_floor(pre, frame: np.ndarray):
     """The plain OpenCV equivalent of ``pre`` on a uint8 BGR frame (its fastest form)."""
     import cv2
 
-    from edgert.runtime.resize import INTERPOLATIONS as _INTERPOLATIONS
+    from edgert.runtime.images.resize import INTERPOLATIONS as _INTERPOLATIONS
 
     interp = {"nearest": cv2.INTER_NEAREST_EXACT}.get(
         pre.interpolation, _INTERPOLATIONS[pre.interpolation]
@@ -99,9 +130,14 @@ def opencv_floor(pre, frame: np.ndarray):
             th, tw = pre.size
             top, left = int(t.oy), int(t.ox)
             img = cv2.copyMakeBorder(
-                img, top, th - nh - top, left, tw - nw - left, cv2.BORDER_CONSTANT,
+                img,
+                top,
+                th - nh - top,
+                left,
+                tw - nw - left,
+                cv2.BORDER_CONSTANT,
                 value=(pre.pad_value,) * 3,
-            )  # fmt: skip
+            )
         elif pre.resize == "resize_crop":
             top, left = int(-t.oy), int(-t.ox)
             img = img[top : top + pre.size[0], left : left + pre.size[1]]
@@ -114,9 +150,11 @@ def opencv_floor(pre, frame: np.ndarray):
         if pre.layout == "NHWC":
             return None
         blob = cv2.dnn.blobFromImage(
-            img, pre.scale, mean=tuple(float(m) / pre.scale for m in mean) * (3 // len(mean)),
+            img,
+            pre.scale,
+            mean=tuple(float(m) / pre.scale for m in mean) * (3 // len(mean)),
             swapRB=swap,
-        )[0]  # fmt: skip
+        )[0]
         if (std != 1).any():
             blob /= std.reshape(-1, 1, 1)
         return blob.astype(pre.dtype, copy=False)
@@ -145,7 +183,7 @@ def bench_preprocess(repeat: int) -> list[dict]:
 
     from edgert.runtime import Preprocessing
     from edgert.runtime.sample_data import load_photo
-    from tests.runtime.preprocess_reference import reference_apply
+    from tests.runtime.images.preprocess_reference import reference_apply
 
     frame = cv2.resize(load_photo("coffee"), (1920, 1080), interpolation=cv2.INTER_CUBIC)
     rows = []
@@ -175,11 +213,29 @@ def bench_preprocess(repeat: int) -> list[dict]:
 # -- the camera run ------------------------------------------------------------------------------
 def render(path: Path, width: int, height: int, frames: int) -> Path:
     subprocess.run(
-        ["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
-         f"testsrc2=size={width}x{height}:rate=30", "-frames:v", str(frames), "-c:v", "libx264",
-         "-preset", "veryfast", "-pix_fmt", "yuv420p", "-g", "30", str(path)],
+        [
+            "ffmpeg",
+            "-v",
+            "error",
+            "-y",
+            "-f",
+            "lavfi",
+            "-i",
+            f"testsrc2=size={width}x{height}:rate=30",
+            "-frames:v",
+            str(frames),
+            "-c:v",
+            "libx264",
+            "-preset",
+            "veryfast",
+            "-pix_fmt",
+            "yuv420p",
+            "-g",
+            "30",
+            str(path),
+        ],
         check=True,
-    )  # fmt: skip
+    )
     return path
 
 
@@ -332,15 +388,34 @@ def bench_camera(
         video = render(work / f"{label}.mp4", w, h, 300)
         for model, (bundle, (mh, mw)) in models.items():
             floor = per_frame(
-                lambda n, _port, v=video, w=mw, h=mh: [sys.executable, "-c", FLOOR, str(v), str(n), str(w), str(h)],
-                frames, env,
-            )  # fmt: skip
+                lambda n, _port, v=video, w=mw, h=mh: [
+                    sys.executable,
+                    "-c",
+                    FLOOR,
+                    str(v),
+                    str(n),
+                    str(w),
+                    str(h),
+                ],
+                frames,
+                env,
+            )
             # the floor with the model run as a plain script would: blobFromImage, session.run
             onnx = str(Path(bundle) / "model.onnx")
             with_model = per_frame(
-                lambda n, _port, v=video, w=mw, h=mh, m=onnx: [sys.executable, "-c", FLOOR, str(v), str(n), str(w), str(h), m],
-                frames, env,
-            )  # fmt: skip
+                lambda n, _port, v=video, w=mw, h=mh, m=onnx: [
+                    sys.executable,
+                    "-c",
+                    FLOOR,
+                    str(v),
+                    str(n),
+                    str(w),
+                    str(h),
+                    m,
+                ],
+                frames,
+                env,
+            )
             for streams in streams_list:
                 for decoder, (flags, web, watched) in DECODERS.items():
 
@@ -351,8 +426,19 @@ def bench_camera(
                         for _ in range(streams):
                             sources += ["--source", str(video)]
                         out = ["--output", WEB.format(port=port)] if web else []
-                        return [*edgert, "camera", str(bundle), *sources, "--headless", "--loop",
-                                "--max-frames", str(n), *flags, *out, "-q"]  # fmt: skip
+                        return [
+                            *edgert,
+                            "camera",
+                            str(bundle),
+                            *sources,
+                            "--headless",
+                            "--loop",
+                            "--max-frames",
+                            str(n),
+                            *flags,
+                            *out,
+                            "-q",
+                        ]
 
                     try:
                         got = per_frame(cmd, frames, env, watched)
@@ -393,8 +479,10 @@ def main() -> None:
     results: dict = {"cpu_count": os.cpu_count()}
     if args.only in (None, "preprocess"):
         rows = results["preprocess"] = bench_preprocess(args.repeat)
-        print(f"{'mode (1080p BGR frame)':42s} {'now':>8s} {'before':>8s} {'floor':>8s} "
-              f"{'now/fl':>7s} {'bef/fl':>7s}")  # fmt: skip
+        print(
+            f"{'mode (1080p BGR frame)':42s} {'now':>8s} {'before':>8s} {'floor':>8s} "
+            f"{'now/fl':>7s} {'bef/fl':>7s}"
+        )
         for r in rows:
             print(
                 f"{r['mode']:42s} {r['now_ms']:7.2f}m {r['before_ms']:7.2f}m "
@@ -406,9 +494,11 @@ def main() -> None:
             rows = results["camera"] = bench_camera(
                 args.frames, streams, Path(tmp), args.videos.split(","), args.models.split(",")
             )
-        print(f"\n{'video':6s} {'model':22s} {'str':>3s} {'decoder':22s} "
-              f"{'fps':>7s} {'CPU ms/f':>9s} {'floor fps':>9s} {'floor ms':>8s} {'ratio':>6s} "
-              f"{'+model ms':>9s} {'ratio':>6s}")  # fmt: skip
+        print(
+            f"\n{'video':6s} {'model':22s} {'str':>3s} {'decoder':22s} "
+            f"{'fps':>7s} {'CPU ms/f':>9s} {'floor fps':>9s} {'floor ms':>8s} {'ratio':>6s} "
+            f"{'+model ms':>9s} {'ratio':>6s}"
+        )
         for r in rows:
             print(
                 f"{r['video']:6s} {r['model']:22s} {r['streams']:3d} {r['decoder']:22s} "

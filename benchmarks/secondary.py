@@ -82,9 +82,17 @@ def render(path: Path, seed: int, frames: int = FRAMES) -> list:
             grow = 0.3 if rng.random() < 0.3 else 0.0
             leftward = bool(rng.random() < 0.5)
             objects.append(
-                dict(person=names[int(rng.integers(len(names)))], lane=lane, top=top, start=start,
-                     speed=speed, h0=h0, grow=grow, leftward=leftward)
-            )  # fmt: skip
+                dict(
+                    person=names[int(rng.integers(len(names)))],
+                    lane=lane,
+                    top=top,
+                    start=start,
+                    speed=speed,
+                    h0=h0,
+                    grow=grow,
+                    leftward=leftward,
+                )
+            )
             crossing = (W + 300) / speed * FPS
             start += int(min(crossing, 150)) + int(rng.integers(5, 30))
     writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), FPS, (W, H))
@@ -230,7 +238,7 @@ def compare(series: dict, camera_labels: dict, report: dict, reinfer: int) -> di
             "batches": report["batches"],
             "dropped": report["dropped"],
         },
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -246,7 +254,7 @@ def main() -> None:
     )
     ap.add_argument("--streams", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--frames", type=int, default=FRAMES, help="frames per stream (15 a second)")
-    args = ap.parse_args()  # fmt: skip
+    args = ap.parse_args()
     from edgert.apps.camera.secondary import SecondarySpec
     from edgert.runtime.tasks import load_task_model
 
@@ -286,9 +294,12 @@ def main() -> None:
                 cmp["fps_lost"] = round(1 - cmp["fps_with_edgert"] / row["fps_without"], 4)
                 cmp["same_tracks_as_without"] = _tracks(cam_frames) == _tracks(frames)
                 every, _, _, _ = camera(
-                    det, use, tmp / f"{name}{streams}_every", "--secondary",
+                    det,
+                    use,
+                    tmp / f"{name}{streams}_every",
+                    "--secondary",
                     f"{bundle}:attempts=1000000,window=0,every=0.001",
-                )  # fmt: skip
+                )
                 cmp["fps_with_every_frame"] = round(every["frames_processed"] / every["seconds"], 2)
                 if streams > 1:
                     e = cmp["edgert"]

@@ -211,8 +211,19 @@ def main() -> None:
         name = json.loads((Path(first) / "manifest.json").read_text())["name"]
         runs = [run(first, second, name, a, arenas) for arenas in a.arenas.split(",")]
     print(f"\n{name}: {a.swaps} swaps through POST /model, {a.clients} clients without pause")
-    head = ("MALLOC_ARENA_MAX", "requests", "failed", "ref p50", "ref p99", "swaps p50",
-            "swaps p99", "near p99", "new s", "freed s", "server MB")  # fmt: skip
+    head = (
+        "MALLOC_ARENA_MAX",
+        "requests",
+        "failed",
+        "ref p50",
+        "ref p99",
+        "swaps p50",
+        "swaps p99",
+        "near p99",
+        "new s",
+        "freed s",
+        "server MB",
+    )
     print("".join(f"{h:>11}" for h in head))
     for r in runs:
         cells = (

@@ -1,6 +1,6 @@
 """Decode time per frame of each detector-family task (issue 48): edgert's numpy decoders
-(``runtime/heads.py`` and the task modules, as ``EngineTask.postprocess`` calls them) against the
-same decode in Ultralytics' own ``ops`` (torch, CPU: ``non_max_suppression``, then
+(``runtime/tasks/heads.py`` and the task modules, as ``EngineTask.postprocess`` calls them)
+against the same decode in Ultralytics' own ``ops`` (torch, CPU: ``non_max_suppression``, then
 ``scale_boxes`` / ``scale_coords`` / ``process_mask``), side by side in one run, on the outputs a
 640 x 640 model gives: 8400 candidates, with OBJECTS objects of ~20 overlapping candidates each
 above the threshold (a trained head's picture) and the rest at low scores. Both decode from
@@ -48,8 +48,8 @@ def outputs(task: str, nc: int, extra: int, rng) -> np.ndarray:
 
 
 def edgert_model(task: str, nc: int, kpt=None):
-    from edgert.runtime.heads import Head
-    from edgert.runtime.preprocess import Preprocessing
+    from edgert.runtime.images.preprocess import Preprocessing
+    from edgert.runtime.tasks.heads import Head
 
     pre = Preprocessing(size=(SIZE, SIZE), resize="letterbox", interpolation="bilinear")
     engine = SimpleNamespace(manifest=SimpleNamespace(head=Head("yolo", kpt)), preprocessing=pre)
@@ -90,7 +90,7 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
-    from edgert.runtime.preprocess import Preprocessing
+    from edgert.runtime.images.preprocess import Preprocessing
     from edgert.runtime.tasks import TASK_SPECS
 
     pre = Preprocessing(size=(SIZE, SIZE), resize="letterbox", interpolation="bilinear")

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from json_report import write_json  # noqa: E402
 
-from edgert.runtime.detection import Detection  # noqa: E402
+from edgert.runtime.tasks.detection import Detection  # noqa: E402
 from edgert.runtime.tracking import Tracker, default_thresholds  # noqa: E402
 
 BANDS = ((0.0, 0.5), (0.5, 0.6), (0.6, 1.01))

@@ -34,7 +34,7 @@ if not hasattr(np, "asfarray"):  # motmetrics 1.4.0 still calls it; numpy 2 remo
 
 import motmetrics as mm  # noqa: E402
 
-from edgert.runtime.detection import Detection  # noqa: E402
+from edgert.runtime.tasks.detection import Detection  # noqa: E402
 from edgert.runtime.tracking import Tracker  # noqa: E402
 
 SEQUENCES = ("TUD-Campus", "TUD-Stadtmitte")

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from edgert.runtime.bundle import TensorSpec, valid_labels
 from edgert.runtime.errors import BundleError, ModelError
-from edgert.runtime.preprocess import Preprocessing
+from edgert.runtime.images.preprocess import Preprocessing
 from edgert.runtime.tasks import TASK_SPECS, task_spec
 
 from .source_model import SourceModel
 
-MAX_KEYPOINTS = 1000  # what a manifest's head.kpt_shape may say (runtime/heads.py)
+MAX_KEYPOINTS = 1000  # what a manifest's head.kpt_shape may say (runtime/tasks/heads.py)
 PREPROCESS_KEYS = (
     "resize",
     "size",
@@ -292,7 +292,7 @@ def parse_keypoints(text: str) -> tuple:
 def _describe_head(src: SourceModel, outputs: list, keypoints: str | None, notes: list) -> None:
     """The head of a detector-family model: the metadata's, else read from the first output's
     shape (a [B, K, 6 + extras] output is end-to-end), with ``--keypoints`` for pose."""
-    from edgert.runtime.heads import Head
+    from edgert.runtime.tasks.heads import Head
 
     spec = TASK_SPECS[src.task]
     if spec.head_extras is None:

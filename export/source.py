@@ -20,7 +20,7 @@ from typing import Any
 
 from edgert.runtime.bundle import sha256_file
 from edgert.runtime.errors import ModelError, first_line
-from edgert.runtime.preprocess import Preprocessing
+from edgert.runtime.images.preprocess import Preprocessing
 
 from .source_model import SourceModel, check_state_dict
 
@@ -370,8 +370,8 @@ def _read_edgert_metadata(model, src: SourceModel) -> None:
 
     from edgert.runtime.bundle import MAX_MANIFEST_BYTES, valid_labels
     from edgert.runtime.errors import BundleError
-    from edgert.runtime.heads import Head
     from edgert.runtime.tasks import TASK_SPECS
+    from edgert.runtime.tasks.heads import Head
 
     props = {p.key: p.value for p in model.metadata_props}
     if "edgert.format" not in props:

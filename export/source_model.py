@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from edgert.runtime.errors import ModelError
-from edgert.runtime.preprocess import Preprocessing
+from edgert.runtime.images.preprocess import Preprocessing
 
 
 @dataclass

@@ -17,9 +17,9 @@ import json
 from pathlib import Path
 
 from edgert.runtime import atomic
+from edgert.runtime.backends.plan_cache import PlanCache
 from edgert.runtime.bundle import Bundle, TensorSpec
 from edgert.runtime.errors import BundleError, OutputError
-from edgert.runtime.plan_cache import PlanCache
 from edgert.runtime.tasks import TASK_SPECS
 
 TRITON_TYPES = {

@@ -14,8 +14,8 @@ import ast
 
 from edgert.runtime.bundle import CONTROL, MAX_LABELS
 from edgert.runtime.errors import ModelError, escape_controls
-from edgert.runtime.heads import Head
-from edgert.runtime.preprocess import Preprocessing
+from edgert.runtime.images.preprocess import Preprocessing
+from edgert.runtime.tasks.heads import Head
 
 from .describe import MAX_KEYPOINTS
 from .source_model import SourceModel

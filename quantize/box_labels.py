@@ -282,8 +282,8 @@ def _short(value, limit: int = 60) -> str:
 
 def to_input(boxes: Boxes | None, transform) -> tuple | None:
     """Boxes in an image's pixels -> (boxes, class ids, the image's region) in the model input's
-    pixels (``transform``: the preprocessing's :class:`~edgert.runtime.resize.Transform` of that
-    image). Detections are clipped to that region before they are compared with the boxes, as
+    pixels (``transform``: the preprocessing's
+    :class:`~edgert.runtime.images.resize.Transform` of that image). Detections are clipped to that region before they are compared with the boxes, as
     the app clips them to the image (and Ultralytics' validator does)."""
     if boxes is None:
         return None

@@ -68,10 +68,23 @@ def build(
     is, with n/N and the time left, after each ``EDGERT_PROGRESS_SECONDS`` (10) without output."""
     with progress.reporting(progress_to):
         return _build(
-            model, precision, calib, calib_size, holdout_size, calib_method, calib_labels,
-            prepare, gate_rules, dla, workspace_gib, opt_level, shapes, no_engine, seed,
+            model,
+            precision,
+            calib,
+            calib_size,
+            holdout_size,
+            calib_method,
+            calib_labels,
+            prepare,
+            gate_rules,
+            dla,
+            workspace_gib,
+            opt_level,
+            shapes,
+            no_engine,
+            seed,
             progress.said(say),
-        )  # fmt: skip
+        )
 
 
 def _build(
@@ -216,8 +229,8 @@ def _plan(bundle_path, precision: str, rules: dict, options, say) -> dict:
             "reason": why_not,
             "on_device": f"edgert build {bundle_path} --precision {precision}",
         }
-    from edgert.runtime.plan_cache import ensure_plan
-    from edgert.runtime.plan_check import verify_plan
+    from edgert.runtime.backends.plan_cache import ensure_plan
+    from edgert.runtime.backends.plan_check import verify_plan
 
     say(f"building the {precision} TensorRT plan (minutes on a Jetson; TensorRT reports no n/N)")
     with progress.step(f"the {precision} TensorRT plan", 1):

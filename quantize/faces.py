@@ -1,5 +1,5 @@
 """INT8 for a face-detection bundle (MTCNN: P-Net over an image pyramid, then R-Net on 24x24 and
-O-Net on 48x48 candidate crops; the detector is :class:`edgert.runtime.faces.MtcnnDetector`).
+O-Net on 48x48 candidate crops; the detector is :class:`edgert.runtime.tasks.faces.MtcnnDetector`).
 
 Each network gets its own Q/DQ model (``model.int8.onnx``, ``rnet.int8.onnx``,
 ``onet.int8.onnx``), calibrated on what it sees when the FP32 detector runs on the calibration
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgert.runtime.errors import GateFailed, ModelError, SourceError
-from edgert.runtime.faces import NETWORKS, int8_file
+from edgert.runtime.tasks.faces import NETWORKS, int8_file
 
 from . import calibration, evaluate, gate, int8, progress, qdq_search, ranges
 from .job import Job, load_fp32, rounded, say_if_nothing_found, stage_model
@@ -74,7 +74,7 @@ class _OnnxRuntime:
 def detector(bundle_path, models: dict | None = None):
     """The bundle's MTCNN detector on ONNX Runtime CPU; ``models``: {network: ModelProto} run in
     place of its FP32 files."""
-    from edgert.runtime.faces import MtcnnDetector
+    from edgert.runtime.tasks.faces import MtcnnDetector
 
     det = MtcnnDetector(bundle_path, backend="onnxruntime")
     for name, model in (models or {}).items():

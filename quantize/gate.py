@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgert.runtime.compare import cosine_rows  # also gate.cosine_rows for the recipes
-from edgert.runtime.postprocess import looks_like_probabilities, softmax
 from edgert.runtime.results import Result
 from edgert.runtime.tasks import TASK_SPECS, detect
+from edgert.runtime.tasks.postprocess import looks_like_probabilities, softmax
 
 DEFAULT_GATE = {
     "cosine": 0.99,
@@ -303,7 +303,7 @@ def _box_agreement(
 ) -> dict[str, float]:
     """:func:`box_agreement` and :func:`box_map` of a detector's outputs, decoded as the app
     decodes them (and :func:`labels_map` with ``truth``)."""
-    from edgert.runtime.detection import decode_detections
+    from edgert.runtime.tasks.detection import decode_detections
 
     ref = decode_detections(ref_outs, num_classes=num_classes)
     ranked = decode_detections(got_outs, MAP_CONF, num_classes=num_classes)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from edgert.runtime.backends.plan_check import VERIFY_FILE
 from edgert.runtime.bundle import Bundle, sha256_bytes, verify_hash
 from edgert.runtime.errors import GateFailed, ModelError, first_line
-from edgert.runtime.plan_check import VERIFY_FILE
 
 from . import calibration, evaluate, gate, int8, qdq_search, ranges
 

@@ -4,8 +4,6 @@ It imports nothing heavy at import time (no torch, tensorrt, pycuda or pynvml); 
 """
 
 from .bundle import Bundle, Manifest, TensorSpec
-from .counting import LineCounter, ZoneCounter
-from .detection import Detection
 from .engine import Engine
 from .errors import (
     BackendUnavailable,
@@ -21,10 +19,12 @@ from .errors import (
     ShapeError,
     SourceError,
 )
-from .preprocess import Preprocessing, Transform
+from .images.preprocess import Preprocessing, Transform
 from .results import ClassScore, Result, SemanticMask
 from .tasks import TASK_SPECS, TaskModel, TaskSpec, load_task_model
+from .tasks.detection import Detection
 from .tracking import Track, Tracker
+from .tracking.counting import LineCounter, ZoneCounter
 
 __all__ = [
     "TASK_SPECS",

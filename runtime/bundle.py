@@ -17,16 +17,17 @@ from pathlib import Path
 
 from . import atomic, regular
 from .errors import BundleError
+from .images.preprocess import Preprocessing
 from .manifest_checks import (  # noqa: F401 - also edgert.runtime.bundle's names
     CONTROL,
     MAX_BATCH_LIMIT,
     MAX_LABELS,
+    Head,
     check_sections,
     safe_name,
     tensor_name,
     valid_labels,
 )
-from .preprocess import Preprocessing
 from .regular import NotRegular, read_regular
 
 FORMAT = "edgert-bundle/1"
@@ -167,11 +168,9 @@ class Manifest:
 
     @functools.cached_property
     def head(self):
-        """How a detector-family model's output is laid out (:class:`~.heads.Head`; checked on
-        load, read once: every frame's decode asks): its form (YOLO, end-to-end, DETR) and a
-        pose model's keypoint shape."""
-        from .heads import Head
-
+        """How a detector-family model's output is laid out (:class:`~.manifest_checks.Head`;
+        checked on load, read once: every frame's decode asks): its form (YOLO, end-to-end,
+        DETR) and a pose model's keypoint shape."""
         return Head.from_dict(self.raw.get("head"))
 
     @property

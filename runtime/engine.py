@@ -26,8 +26,8 @@ from .errors import (
     ShapeError,
     first_line,
 )
+from .images.preprocess import Preprocessing
 from .precision import CHOICES
-from .preprocess import Preprocessing
 
 log = logging.getLogger(__name__)
 
@@ -282,8 +282,8 @@ def _narrow(name: str, arr: np.ndarray, dtype: str) -> np.ndarray:
 def _build_on_first_use(target: Target, precision: str, device: int, why_none: str):
     """No plan for this GPU yet: build one into the bundle's plan cache and check it against the
     stored FP32 samples (the policy ``edgert build`` follows too), or say why not."""
+    from .backends.plan_check import build_checked_plan
     from .errors import EdgertError
-    from .plan_check import build_checked_plan
 
     log.warning(
         "%s; building a %s TensorRT plan now (once; it is cached in the bundle)",

@@ -1,16 +1,19 @@
 """What a manifest may say, checked before anything reads it as a path, a size or a line to
 print: names (files, models, tensors), labels, and the sections other code opens files or sizes
-by. A bundle comes from someone else's machine: each check refuses with a BundleError sentence
+by, and a detector's head (its layout: :class:`Head`, which ``tasks/heads.py`` decodes). A
+bundle comes from someone else's machine: each check refuses with a BundleError sentence
 naming the manifest's place. Used by :mod:`.bundle` when it reads a manifest, and by export for
 what it is about to write."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from .errors import BundleError
 
 MAX_BATCH_LIMIT = 4096
+FORMS = ("yolo", "end2end", "detr")  # a detector head's layouts (tasks/heads.py decodes each)
 MAX_LABELS = 100_000
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _UNSAFE_TEXT = re.compile(r'[\x00-\x1f\x7f"\\]')
@@ -64,8 +67,6 @@ def check_sections(data: dict, where: str) -> None:
         if data.get(section) is not None and not isinstance(data[section], dict):
             raise BundleError(f"{where}: {section} must be an object")
     if data.get("head") is not None:
-        from .heads import Head
-
         Head.from_dict(data["head"], where)
     batch = (data.get("export") or {}).get("batch")
     valid = isinstance(batch, dict) and all(
@@ -94,3 +95,51 @@ def check_sections(data: dict, where: str) -> None:
         if not isinstance(spec, dict):
             raise BundleError(f"{where}: models.{model} must be an object")
         safe_name(spec.get("file"), f"{where}: the file of {model}")
+
+
+@dataclass(frozen=True)
+class Head:
+    """How a detector-family model's first output is laid out: its form, the keypoints' shape
+    (K, D) of a pose model, and where this was read from (``Ultralytics metadata``, the output
+    shapes, the user's flags)."""
+
+    form: str = "yolo"
+    kpt_shape: tuple[int, int] | None = None
+    source: str | None = None
+
+    def to_dict(self) -> dict:
+        out: dict = {"form": self.form}
+        if self.kpt_shape is not None:
+            out["kpt_shape"] = list(self.kpt_shape)
+        if self.source:
+            out["from"] = self.source
+        return out
+
+    @classmethod
+    def from_dict(cls, data: object, where: str = "manifest") -> Head:
+        """The manifest's ``head`` section (a bundle from someone else's machine: checked)."""
+        if data is None:
+            return cls()
+        if not isinstance(data, dict):
+            raise BundleError(f"{where}: head must be an object")
+        form = data.get("form", "yolo")
+        if form not in FORMS:
+            raise BundleError(f"{where}: head.form {form!r} is not one of {', '.join(FORMS)}")
+        kpt = data.get("kpt_shape")
+        if kpt is not None and not (
+            isinstance(kpt, list)
+            and len(kpt) == 2
+            and all(type(v) is int for v in kpt)
+            and 1 <= kpt[0] <= 1000
+            and kpt[1] in (2, 3)
+        ):
+            raise BundleError(
+                f"{where}: head.kpt_shape {str(kpt)[:40]} must be [K, D]: K keypoints (1-1000), "
+                "D = 2 (x, y) or 3 (x, y, visibility)"
+            )
+        source = data.get("from")
+        return cls(
+            form,
+            tuple(kpt) if kpt is not None else None,
+            source if isinstance(source, str) else None,
+        )

@@ -111,10 +111,15 @@ def _prepare(root: Path) -> str | None:
         t.extractall(build)
     src = next(p for p in build.iterdir() if p.is_dir() and p.name.startswith("pycuda-"))
     steps = [
-        [sys.executable, "configure.py", f"--cuda-root={cuda}", f"--cudadrv-lib-dir={stubs}",
-         "--no-cuda-enable-curand"],
+        [
+            sys.executable,
+            "configure.py",
+            f"--cuda-root={cuda}",
+            f"--cudadrv-lib-dir={stubs}",
+            "--no-cuda-enable-curand",
+        ],
         [*pip, "wheel", "-q", "--no-deps", "-w", str(build), "."],
-    ]  # fmt: skip
+    ]
     for step in steps:
         got = subprocess.run(step, cwd=src, capture_output=True, text=True)
         if got.returncode != 0:

@@ -1,15 +1,15 @@
 """`make test-quick`: the in-process tests of what you touched, in about a minute.
 
     python -m tests.quick                     # files changed since the branch left origin/main
-    python -m tests.quick runtime/preprocess.py apps/cli.py    # name the files instead
+    python -m tests.quick runtime/images/preprocess.py apps/cli.py    # name the files instead
     python -m tests.quick tests/apps/test_gate.py -k crossing  # pytest's options pass through
     make test-quick ARGS="runtime/engine.py -x"
 
 Touched files: those changed since ``git merge-base HEAD origin/main`` (HEAD where there is no
 origin/main), uncommitted and untracked ones included. A changed test file runs itself; a source
-file (``runtime/preprocess.py``, the module ``edgert.runtime.preprocess``) picks the tests that
-mirror it (``tests/runtime/test_preprocess*.py``) and those that import it, directly or through a
-helper module in tests/; a touched file no test matches picks its package's test folder. They run
+file (``runtime/images/preprocess.py``, the module ``edgert.runtime.images.preprocess``) picks
+the tests that mirror it (``tests/runtime/images/test_preprocess*.py``) and those that import it,
+directly or through a helper module in tests/; a touched file no test matches picks its package's test folder. They run
 with ``-m "not subprocess and not gpu"``: tests that start the edgert CLI, a broker, a browser...
 are `make test`'s (tests/markers.py keeps that marker true). Only the standard library and
 pytest are used.

@@ -49,8 +49,8 @@ FUNCTIONS_OVER = {
     "runtime/backends/tensorrt_plan.py::_build_plan": 76,
     "runtime/cuda/preprocess_kernel.py::__call__": 67,
     "runtime/engine.py::load": 71,
-    "runtime/plan_cache.py::ensure_plan": 83,
-    "runtime/tracking.py::update": 83,
+    "runtime/backends/plan_cache.py::ensure_plan": 83,
+    "runtime/tracking/__init__.py::update": 83,
 }
 COMPLEX = {
     "export/describe.py::describe": 18,

@@ -1,9 +1,11 @@
 """The import graph of edgert.* (function-level imports included) has no cycles, and the layers
-point one way: apps -> quantize -> export -> runtime."""
+point one way: apps -> quantize -> export -> runtime. The tree is read and parsed once for every
+rule here (``trees()``), and the graph made once from it (``graph()``)."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -17,6 +19,7 @@ FOLDERS = {
 LAYER = {"edgert.runtime": 0, "edgert.export": 1, "edgert.quantize": 2, "edgert.apps": 3}
 
 
+@functools.cache
 def modules() -> dict[str, Path]:
     out = {}
     for folder, package in FOLDERS.items():
@@ -27,11 +30,31 @@ def modules() -> dict[str, Path]:
     return out
 
 
+@functools.cache
+def sources() -> dict[str, str]:
+    return {name: path.read_text(encoding="utf-8") for name, path in modules().items()}
+
+
+@functools.cache
+def trees() -> dict[str, ast.Module]:
+    """Every module's syntax tree, parsed once for all the rules."""
+    return {name: ast.parse(text) for name, text in sources().items()}
+
+
+def nodes(name: str) -> list[ast.AST]:
+    return _nodes()[name]
+
+
+@functools.cache
+def _nodes() -> dict[str, list[ast.AST]]:
+    return {name: list(ast.walk(tree)) for name, tree in trees().items()}
+
+
 def imports(name: str, path: Path, known: set[str]) -> set[str]:
     is_package = path.name == "__init__.py"
     base = name.split(".") if is_package else name.split(".")[:-1]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in nodes(name):
         targets = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -63,6 +86,12 @@ NAMED: set[tuple[str, str]] = set()  # (module, module it names for importlib)
 
 
 def graph() -> dict[str, set[str]]:
+    """Each module's imports (a copy: a rule may change its own)."""
+    return {name: set(found) for name, found in _graph().items()}
+
+
+@functools.cache
+def _graph() -> dict[str, set[str]]:
     mods = modules()
     known = set(mods)
     return {name: imports(name, path, known) for name, path in mods.items()}
@@ -135,10 +164,10 @@ def test_the_graph_sees_function_level_and_importlib_imports():
     # the backend table names its modules as strings for importlib
     assert "edgert.runtime.backends.tensorrt" in g["edgert.runtime.backends"]
     # plan_check imports the plan cache inside a function: it must still be an edge
-    assert "edgert.runtime.plan_cache" in g["edgert.runtime.plan_check"]
+    assert "edgert.runtime.backends.plan_cache" in g["edgert.runtime.backends.plan_check"]
 
 
-FACE_TASK = {"edgert.runtime.faces", "edgert.quantize.faces", "edgert.export.zoo.mtcnn"}
+FACE_TASK = {"edgert.runtime.tasks.faces", "edgert.quantize.faces", "edgert.export.zoo.mtcnn"}
 FACE_NAMES = {"faces", "mtcnn", "zoo:mtcnn"}
 
 
@@ -155,11 +184,10 @@ def test_only_the_face_task_asks_whether_a_model_is_the_face_detector():
     """The task registry (runtime/tasks.py) says what a task does; code outside the face task's
     own modules asks the spec, never whether the task is faces or the model MTCNN."""
     asking = []
-    for name, path in modules().items():
+    for name in modules():
         if name in FACE_TASK:
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
+        for node in nodes(name):
             if isinstance(node, ast.Compare) and _compared_strings(node) & FACE_NAMES:
                 asking.append(f"{name}:{node.lineno}")
     assert asking == []
@@ -177,11 +205,10 @@ def test_only_the_task_registry_and_the_tasks_own_modules_ask_which_task_it_is()
     from edgert.runtime.bundle import TASKS
 
     asking = []
-    for name, path in modules().items():
+    for name in modules():
         if _under_registry(name) or name in FACE_TASK:
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
+        for node in nodes(name):
             if isinstance(node, ast.Compare) and _compared_strings(node) & set(TASKS):
                 asking.append(f"{name}:{node.lineno}")
     assert asking == []
@@ -196,11 +223,10 @@ def test_results_are_read_by_their_fields_not_by_their_keys():
         "edgert.apps.commands.demo",  # prints the JSONL the demo's camera run wrote
     }
     looking = []
-    for name, path in modules().items():
+    for name in modules():
         if name in reads_records:
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
+        for node in nodes(name):
             asks = (
                 isinstance(node, ast.Compare)
                 and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
@@ -272,7 +298,7 @@ def test_event_kinds_are_read_and_written_through_the_events_module():
 
 def test_the_task_registry_and_the_zoo_name_their_modules():
     g = graph()
-    assert "edgert.runtime.faces" in g["edgert.runtime.tasks"]
+    assert "edgert.runtime.tasks.faces" in g["edgert.runtime.tasks"]
     assert "edgert.export.zoo.mtcnn" in g["edgert.export.zoo"]
 
 
@@ -372,8 +398,8 @@ def test_no_module_imports_another_modules_private_names():
     gets it public, where it belongs (equalize's graph helpers became quantize/onnx_graph.py;
     bench's clock session became public for the camera's --clocks auto)."""
     taken = []
-    for name, path in modules().items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for name in modules():
+        for node in nodes(name):
             if isinstance(node, ast.ImportFrom):
                 taken += [
                     f"{name}:{node.lineno} {a.name}"
@@ -391,8 +417,8 @@ def test_only_the_pytriton_adapter_touches_pytritons_private_parts():
 
     adapter = "edgert.apps.serve.pytriton_compat"
     touched, seen = [], set()
-    for name, path in modules().items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for name in modules():
+        for node in nodes(name):
             if isinstance(node, ast.Attribute) and node.attr in pytriton_compat.PRIVATE:
                 seen.add(node.attr)
                 if name != adapter:
@@ -407,8 +433,8 @@ def test_one_rule_says_what_a_port_is():
     sinks)."""
     holders = sorted(
         name
-        for name, path in modules().items()
-        if name.startswith("edgert.apps") and re.search(r"\b65535\b", path.read_text("utf-8"))
+        for name, text in sources().items()
+        if name.startswith("edgert.apps") and re.search(r"\b65535\b", text)
     )
     assert holders == ["edgert.apps.uris"], holders
 

@@ -15,13 +15,19 @@ def _picked(*files: str) -> dict:
 
 
 def test_a_module_picks_the_tests_that_mirror_it_and_those_that_import_it():
-    picked = _picked("runtime/preprocess.py")
-    assert "mirrors runtime/preprocess.py" in picked["tests/runtime/test_preprocess.py"]
-    assert "mirrors runtime/preprocess.py" in picked["tests/runtime/test_preprocess_parity.py"]
+    picked = _picked("runtime/images/preprocess.py")
     assert (
-        f"imports {_module('runtime/preprocess.py')}" in picked["tests/runtime/test_detection.py"]
+        "mirrors runtime/images/preprocess.py" in picked["tests/runtime/images/test_preprocess.py"]
     )
-    assert "tests/runtime/test_tracking.py" not in picked
+    assert (
+        "mirrors runtime/images/preprocess.py"
+        in picked["tests/runtime/images/test_preprocess_parity.py"]
+    )
+    assert (
+        f"imports {_module('runtime/images/preprocess.py')}"
+        in picked["tests/runtime/tasks/test_detection.py"]
+    )
+    assert "tests/runtime/tracking/test_tracking.py" not in picked
     # test_cli.py mirrors apps/cli.py; test_clip_folders.py does not
     picked = _picked("apps/cli.py")
     assert "tests/apps/test_cli.py" in picked and "tests/apps/test_clip_folders.py" not in picked
@@ -44,8 +50,8 @@ def test_test_files_helpers_and_files_no_test_matches():
     )
     assert list(_picked("tests/conftest.py")) == ["tests"]
     # no test imports or names the Kalman filter's module (the tracker's tests reach it)
-    assert _picked("runtime/kalman.py") == {
-        "tests/runtime": ["nothing matched runtime/kalman.py: its package's tests"]
+    assert _picked("runtime/tracking/kalman.py") == {
+        "tests/runtime": ["nothing matched runtime/tracking/kalman.py: its package's tests"]
     }
     assert (
         "names Dockerfile.jetson"

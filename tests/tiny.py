@@ -112,10 +112,24 @@ def colour_classifier_bundle(folder: Path, size: int = 16, batch: int | str = "N
 # a person's 17 keypoints (COCO's order) in a unit box (-0.5..0.5 across, down); the ears are
 # given visibility 0.1 (hidden), the rest 0.9
 FIGURE = (
-    (0.0, -0.4), (-0.05, -0.45), (0.05, -0.45), (-0.1, -0.42), (0.1, -0.42), (-0.2, -0.25),
-    (0.2, -0.25), (-0.3, -0.05), (0.3, -0.05), (-0.35, 0.1), (0.35, 0.1), (-0.15, 0.1),
-    (0.15, 0.1), (-0.15, 0.3), (0.15, 0.3), (-0.15, 0.45), (0.15, 0.45),
-)  # fmt: skip
+    (0.0, -0.4),
+    (-0.05, -0.45),
+    (0.05, -0.45),
+    (-0.1, -0.42),
+    (0.1, -0.42),
+    (-0.2, -0.25),
+    (0.2, -0.25),
+    (-0.3, -0.05),
+    (0.3, -0.05),
+    (-0.35, 0.1),
+    (0.35, 0.1),
+    (-0.15, 0.1),
+    (0.15, 0.1),
+    (-0.15, 0.3),
+    (0.15, 0.3),
+    (-0.15, 0.45),
+    (0.15, 0.45),
+)
 FIGURE_SEEN = tuple(0.1 if k in (3, 4) else 0.9 for k in range(17))
 ANGLE = 0.3  # radians: every oriented box of blob_detector(head="obb")
 

@@ -4,7 +4,7 @@ each stream's frame order with the frames' capture timestamps.
 
 ``--line NAME=x1,y1,x2,y2`` and ``--zone NAME=x1,y1,x2,y2,x3,y3,...`` apply to every stream;
 ``STREAM:NAME=...`` (a stream number) to one. Coordinates are pixels, or fractions of the frame
-when all are within 0..1 (see :mod:`edgert.runtime.counting`).
+when all are within 0..1 (see :mod:`edgert.runtime.tracking.counting`).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from edgert.runtime.counting import Counters, LineCounter, ZoneCounter, anchor_point
 from edgert.runtime.errors import EdgertError, GeometryError
 from edgert.runtime.events import Event
 from edgert.runtime.results import Result
 from edgert.runtime.tasks import TASK_SPECS, task_spec
 from edgert.runtime.tracking import LOW, TRACKERS, ObjectTracker, default_thresholds, make_tracker
+from edgert.runtime.tracking.counting import Counters, LineCounter, ZoneCounter, anchor_point
 
 from .gate import Hint
 

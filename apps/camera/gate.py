@@ -245,7 +245,7 @@ def parse_mask(spec: str, streams: int) -> tuple[int | None, np.ndarray]:
     if not all(math.isfinite(v) for v in values):
         raise SourceError(f"--motion-mask {spec}: a coordinate is not a finite number")
     points = np.array(values, np.float64).reshape(-1, 2)
-    from edgert.runtime.counting import first_self_crossing
+    from edgert.runtime.tracking.counting import first_self_crossing
 
     crossing = first_self_crossing(tuple(map(tuple, points)))
     if crossing is not None:

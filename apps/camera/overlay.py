@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgert.runtime.captions import Captions, placing, text_size
+from edgert.runtime.images.captions import Captions, placing, text_size
 from edgert.runtime.tasks import spec_of
 from edgert.runtime.tasks.detect import pixels, track_color
 
@@ -62,7 +62,7 @@ def _beside(p, size: tuple[int, int]) -> list:
 def draw(image: np.ndarray, results, lines: list[str], scene=None) -> np.ndarray:
     """Boxes (with their track IDs), the lines and zones of ``scene`` (counters, trails) and the
     numbers ``lines`` onto a copy of ``image``; every caption inside the frame and clear of the
-    others (:mod:`edgert.runtime.captions`), the numbers' corner kept free for them."""
+    others (:mod:`edgert.runtime.images.captions`), the numbers' corner kept free for them."""
     import cv2
 
     out = image.copy()

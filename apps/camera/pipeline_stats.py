@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from edgert.runtime.detection import dropped_count
+from edgert.runtime.tasks.detection import dropped_count
 
 from .sources.base import stats_of
 

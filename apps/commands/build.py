@@ -135,11 +135,11 @@ def _device_build(args) -> int:
 
     from edgert.runtime import Bundle
     from edgert.runtime.backends import tensorrt_compat as compat
+    from edgert.runtime.backends.plan_check import build_checked_plan
     from edgert.runtime.backends.tensorrt import TensorRTBackend
     from edgert.runtime.backends.tensorrt_logger import import_tensorrt
     from edgert.runtime.backends.tensorrt_plan import BuildOptions
     from edgert.runtime.errors import BackendUnavailable, MissingDependency
-    from edgert.runtime.plan_check import build_checked_plan
 
     here = ".".join(map(str, sys.version_info[:3]))
     host = (

@@ -31,8 +31,8 @@ def shown(text) -> str:
 def _caches(bundle) -> list:
     """The bundle's plan cache, and under EDGERT_PLAN_DIR the folder named as the bundle alone
     where an older edgert put its plans, when it exists (its plans of this bundle count too)."""
+    from edgert.runtime.backends.plan_cache import PlanCache, cache_of
     from edgert.runtime.bundle import engines_dir
-    from edgert.runtime.plan_cache import PlanCache, cache_of
 
     cache = cache_of(bundle)
     legacy = engines_dir(bundle.path, legacy=True)
@@ -52,8 +52,8 @@ def run(args) -> int:
             removed += gone
             left += kept
         if args.json:
-            print(json.dumps({"removed": [p.name for p in removed],
-                              "left": {p.name: why for p, why in left}}, indent=2))  # fmt: skip
+            out = {"removed": [p.name for p in removed], "left": {p.name: why for p, why in left}}
+            print(json.dumps(out, indent=2))
             return 0
         print(f"removed {len(removed)} plan(s)" + "".join(f"\n  {shown(p.name)}" for p in removed))
         if left:

@@ -215,8 +215,8 @@ def _int8(bundle: Path, workdir: Path, args) -> None:
 def _classify(bundle: Path, args) -> str:
     from edgert.apps import processes
     from edgert.runtime.engine import Engine
-    from edgert.runtime.postprocess import classify
     from edgert.runtime.sample_data import PHOTOS, load_photo
+    from edgert.runtime.tasks.postprocess import classify
 
     # "auto": TensorRT runs the best plan the bundle has; ONNX Runtime on a CPU runs whichever gated model was
     # fastest when built (TensorRT's Q/DQ form can be slower than FP32 there), and says so

@@ -62,9 +62,15 @@ def run(args) -> int:
 
     images = _images(args.images)
     model = processes.uninterrupted(  # a Ctrl-C in onnx's first import would abort
-        load_task_model, args.model, None, args.backend, args.precision, args.top_k, args.conf,
+        load_task_model,
+        args.model,
+        None,
+        args.backend,
+        args.precision,
+        args.top_k,
+        args.conf,
         args.iou,
-    )  # fmt: skip
+    )
     failed: list[str] = []
     with model:
         if not args.json:

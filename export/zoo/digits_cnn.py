@@ -151,7 +151,7 @@ def load() -> SourceModel:
         logits = model(torch.from_numpy(x_test)).numpy()
     buf = io.BytesIO()
     torch.save(model.state_dict(), buf)
-    from edgert.runtime.preprocess import Preprocessing
+    from edgert.runtime.images.preprocess import Preprocessing
 
     return SourceModel(
         name="digits_cnn",

@@ -13,7 +13,7 @@ import numpy as np
 
 from edgert.runtime.bundle import sha256_file
 from edgert.runtime.errors import MissingDependency, require
-from edgert.runtime.preprocess import Preprocessing
+from edgert.runtime.images.preprocess import Preprocessing
 from edgert.runtime.sample_data import ALL_PHOTOS, PHOTOS, imagenet_classes, load_photo
 
 from ..source_model import SourceModel, check_state_dict

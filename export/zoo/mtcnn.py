@@ -5,7 +5,7 @@ with importlib.util.find_spec, never imported — the package pins ancient torch
 One bundle holds the three networks: ``model.onnx`` is P-Net (fully convolutional, dynamic height
 and width, run over an image pyramid), ``rnet.onnx`` (24x24 crops) and ``onet.onnx`` (48x48 crops)
 take batches of candidate crops. The manifest's ``models`` section names them; the detector lives in
-``edgert.runtime.faces``.
+``edgert.runtime.tasks.faces``.
 """
 
 from __future__ import annotations

@@ -242,8 +242,8 @@ def select_plan(
 
 
 # What TensorRT logs when deserialize_cuda_engine returns None (its wording in 8.5, 8.6 and 10.x,
-# collected from users' reports; tests/runtime/test_tensorrt_backend_api.py holds each with its
-# source): the first pattern found decides the kind and the sentence.
+# collected from users' reports; tests/runtime/backends/test_tensorrt_backend_api.py holds each
+# with its source): the first pattern found decides the kind and the sentence.
 _GOT = r"expecting library version (\d[\d.]*\d) got (\d[\d.]*\d)"
 _TAGS = r"Current Version: (\d+), Serialized Engine Version: (\d+)"
 _PLUGIN = r"(?:could not find plugin:?|Cannot find plugin:)\s*([\w.-]+),? version:? ?([\w.]*)"

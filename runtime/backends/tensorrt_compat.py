@@ -196,8 +196,8 @@ def dla_shapes(shapes: dict) -> tuple[dict, list[str]]:
 # TensorRT's DataType members by version (python/src/infer/pyFoundationalTypes.cpp of
 # release/8.5, release/10.3 and main): 8.5 has no INT64 (its ONNX parser takes int64 I/O as
 # INT32); 8.6 adds FP8, 10 BF16, INT64, INT4, 10.8 FP4 and E8M0. Held to the real bindings of
-# 8.6.1, 10.3, 10.13 and 11.4 by tests/runtime/test_tensorrt_real_api.py (8.6's FP8 and 10.13's
-# FP4 / E8M0 were wrong here before it: 8.6 and 10.13 read as 8.5 and 10.0); FP4 is in 10.8's
+# 8.6.1, 10.3, 10.13 and 11.4 by tests/runtime/backends/test_tensorrt_real_api.py (8.6's FP8
+# and 10.13's FP4 / E8M0 were wrong here before it: 8.6 and 10.13 read as 8.5 and 10.0); FP4 is in 10.8's
 # release notes, E8M0 taken to come with it (MXFP8's scale type); 11 adds none (its 11.4
 # bindings: the same twelve)
 DATA_TYPES = {

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ..preprocess import Preprocessing, Transform
+from ..images.preprocess import Preprocessing, Transform
 from .driver import PrimaryContext, translate
 from .memory import DeviceBuffer, PinnedBuffer
 

@@ -36,8 +36,8 @@ from .. import json_text
 from ..bundle import TASKS, Bundle
 from ..errors import ModelError
 from ..results import Result
-from ..task_model import TaskModel
 from . import classify, detect, instances, obb, pose, segment
+from .task_model import TaskModel
 
 __all__ = [
     "TASK_SPECS",
@@ -190,7 +190,7 @@ TASK_SPECS: dict[str, TaskSpec] = {
             boxes=True,
             export_option=False,
             made_by="edgert export zoo:mtcnn",
-            model="edgert.runtime.faces",
+            model="edgert.runtime.tasks.faces",
             plan=_NO_FACE_PLAN,
             **_hooks(detect, decode=None, head_extras=None),  # boxes as a detector's: compare, draw
         ),

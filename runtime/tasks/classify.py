@@ -7,7 +7,7 @@ from ..results import ClassScore, Result
 
 
 def decode(model, values: list, transforms: list) -> list:
-    from ..postprocess import classify
+    from .postprocess import classify
 
     return [
         Result.of_classes((ClassScore(c.index, c.label, c.score) for c in row), model.task)

@@ -11,20 +11,20 @@ from ..results import Detection, Result
 
 
 def head_of(model):
-    """The model's :class:`~edgert.runtime.heads.Head` (its manifest's; the YOLO form where
+    """The model's :class:`~edgert.runtime.tasks.heads.Head` (its manifest's; the YOLO form where
     it records none)."""
-    from ..heads import Head
+    from .heads import Head
 
     manifest = getattr(model.engine, "manifest", None)
     return manifest.head if manifest is not None else Head()
 
 
 def candidates(model, values: list, extra: int, rotated: bool = False) -> list:
-    """A detector-family model's first output -> :class:`~edgert.runtime.heads.Candidates`
+    """A detector-family model's first output -> :class:`~edgert.runtime.tasks.heads.Candidates`
     per image, in model-input pixels. ``extra``: the values each candidate carries after its
     classes. The number of classes is the labels' where the model has them, else what the
     output's shape leaves."""
-    from ..heads import decode_head
+    from .heads import decode_head
 
     head = head_of(model)
     first = values[0]
@@ -70,7 +70,7 @@ def head_extras(kpt, shapes: list):
 
 
 def decode(model, values: list, transforms: list) -> list:
-    from ..detection import decode_detections
+    from .detection import decode_detections
 
     if len(values) == 1 and head_of(model).form != "yolo":  # end-to-end and DETR heads
         found = candidates(model, values, 0)
@@ -90,7 +90,7 @@ def compare(ref: list, got: list, by: str = "label") -> dict:
     """How the objects of ``got`` match ``ref``'s (per image :class:`Result` lists): box F1 (IoU
     >= 0.5, the same ``by``: label or class_id), ``ref``'s boxes per image (0: the F1 of 1.0
     judged nothing) and per label the ratio of ``got``'s objects to ``ref``'s."""
-    from ..detection import matched_boxes
+    from .detection import matched_boxes
 
     matched = total_ref = total_got = 0
     per = collections.defaultdict(lambda: [0, 0])
@@ -122,7 +122,7 @@ def agreement(ref: list, got: list, by: str, similarity, name: str, measure: str
     images' objects: keypoint OKS, mask IoU, rotated IoU; None where they lack that shape: box
     IoU then), as box F1 pairs at box IoU 0.5; and
     ``{name}_{measure}``, the mean similarity of the pairs the boxes match (1.0 where none)."""
-    from ..detection import box_iou, greedy_pairs, matched_pairs
+    from .detection import box_iou, greedy_pairs, matched_pairs
 
     matched = total = 0
     seen = []
@@ -231,7 +231,7 @@ def draw(out, result: Result) -> list:
     clear of the captions placed before (:mod:`..captions`); no corner lines."""
     import cv2
 
-    from ..captions import current
+    from ..images.captions import current
 
     captions = current(out)
     boxes = []

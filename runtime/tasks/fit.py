@@ -60,7 +60,7 @@ def _input_misfit(pre, inputs) -> Misfit | None:
 
 def _head_misfit(spec, labels, head, shapes: list) -> Misfit | None:
     """A detector-family head against the first output, as the task's decoder reads it."""
-    from ..heads import Head
+    from .heads import Head
 
     if spec.head_extras is None or not shapes:
         return None
@@ -99,8 +99,8 @@ def _head_misfit(spec, labels, head, shapes: list) -> Misfit | None:
 def _detect_misfit(first, nc, outputs: int) -> Misfit | None:
     """A YOLO detector's one output (:func:`~.detection.yolo_layout`, the decoder's own test),
     or an SSD pair (boxes, scores: not checked here)."""
-    from ..detection import yolo_layout
     from ..errors import ShapeError
+    from .detection import yolo_layout
 
     if outputs == 2:
         return None

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..heads import Candidates
 from ..results import Result
 from . import detect
+from .heads import Candidates
 
 
 def corners(rbox: np.ndarray) -> np.ndarray:
@@ -68,8 +68,8 @@ def decode(model, values: list, transforms: list) -> list:
 
 def rotated_iou(ref: list, got: list):
     """Rotated IoU [len(ref), len(got)] of two images' oriented boxes: the probabilistic IoU
-    (:func:`~edgert.runtime.heads.probiou`) that Ultralytics' OBB NMS and validator use."""
-    from ..heads import probiou
+    (:func:`~edgert.runtime.tasks.heads.probiou`) that Ultralytics' OBB NMS and validator use."""
+    from .heads import probiou
 
     if not all(o.extras.get("rbox") for o in (*ref, *got)):
         return None  # objects without their oriented boxes: compared by their upright ones
@@ -88,7 +88,7 @@ def draw(out, result: Result) -> list:
     """Each oriented box as its four sides, with its track, label and score."""
     import cv2
 
-    from ..captions import current
+    from ..images.captions import current
 
     captions, placed = current(out), []
     for o in result.objects:

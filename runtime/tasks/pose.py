@@ -14,9 +14,26 @@ from . import detect
 
 # COCO's 17 keypoints (Ultralytics' and MMPose's order): the limbs the overlay draws
 COCO_SKELETON = (
-    (15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 12), (5, 6), (5, 7),
-    (6, 8), (7, 9), (8, 10), (1, 2), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6),
-)  # fmt: skip
+    (15, 13),
+    (13, 11),
+    (16, 14),
+    (14, 12),
+    (11, 12),
+    (5, 11),
+    (6, 12),
+    (5, 6),
+    (5, 7),
+    (6, 8),
+    (7, 9),
+    (8, 10),
+    (1, 2),
+    (0, 1),
+    (0, 2),
+    (1, 3),
+    (2, 4),
+    (3, 5),
+    (4, 6),
+)
 VISIBLE = 0.5  # a keypoint drawn, and counted as seen, from this visibility up (Ultralytics' 0.5)
 
 

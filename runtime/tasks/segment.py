@@ -8,7 +8,7 @@ from ..results import Result, SemanticMask
 
 
 def decode(model, values: list, transforms: list) -> list:
-    from ..postprocess import segment
+    from .postprocess import segment
 
     return [
         Result("semantic", model.task, semantic=SemanticMask.of(mask))

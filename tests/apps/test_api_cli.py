@@ -187,7 +187,7 @@ def _greedy_nms(boxes, scores, thr):
 
 
 def test_one_nms_keeps_the_same_boxes_as_the_textbook_rule():
-    from edgert.runtime.detection import batched_nms, nms
+    from edgert.runtime.tasks.detection import batched_nms, nms
 
     rng = np.random.default_rng(3)
     for n in (1, 5, 80, 300):

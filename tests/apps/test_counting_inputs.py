@@ -16,9 +16,9 @@ import pytest
 
 from edgert.apps.camera.analytics import Analytics, parse_all, parse_geometry
 from edgert.apps.camera.pipeline import Frame
-from edgert.runtime import counting
 from edgert.runtime.errors import GeometryError
 from edgert.runtime.results import Detection, Result
+from edgert.runtime.tracking import counting
 from tests.apps.test_tracking_camera import scene_video, square_at
 from tests.conftest import assert_user_error, run_cli
 from tests.tiny import blob_detector_bundle

@@ -18,7 +18,7 @@ from edgert.apps.camera.fit import decoder_fit, describe
 from edgert.apps.camera.gate import GateOptions
 from edgert.apps.camera.sources import CaptureSource, GstFileSource, SourceOptions
 from edgert.runtime.bundle import Bundle
-from edgert.runtime.preprocess import Preprocessing
+from edgert.runtime.images.preprocess import Preprocessing
 from tests.conftest import run_cli
 from tests.tiny import blob_detector_bundle
 
@@ -83,8 +83,9 @@ def test_the_web_viewers_branch_for_a_jetson_and_for_a_pc():
     rest = media.file_pipeline("a.mp4", PC | VIEW, fit).rest
     main, view = rest.split(" split. ! ")
     assert main.endswith("appsink name=sink sync=false max-buffers=4 drop=false")
-    assert view.endswith("appsink name=full sync=false async=false max-buffers=1 drop=true "
-                         "emit-signals=true")  # fmt: skip
+    assert view.endswith(
+        "appsink name=full sync=false async=false max-buffers=1 drop=true emit-signals=true"
+    )
     # no demand, or a GStreamer without the branch's elements: no split
     assert "split" not in media.decode_chain("H264", PC | VIEW, fit=_fit())[0]
     assert "split" not in media.decode_chain("H264", PC, fit=fit)[0]
@@ -239,9 +240,18 @@ def test_boxes_land_on_the_same_camera_pixels_with_and_without_scaling(bundles, 
     for scale in ("auto", "off"):
         out = tmp_path / f"{scale}.jsonl"
         proc = run_cli(
-            "camera", bundles[resize], "--source", video, "--decoder", "gstreamer",
-            "--decoder-scale", scale, "--jsonl", out, "--headless",
-        )  # fmt: skip
+            "camera",
+            bundles[resize],
+            "--source",
+            video,
+            "--decoder",
+            "gstreamer",
+            "--decoder-scale",
+            scale,
+            "--jsonl",
+            out,
+            "--headless",
+        )
         assert proc.returncode == 0, proc.stderr
         assert ("decoder scale: GStreamer scales frames" in proc.stdout) == (scale == "auto")
         got[scale] = _best_boxes(out)
@@ -292,12 +302,26 @@ def test_the_web_viewer_gets_full_pictures_only_while_watched_and_at_its_rate(bu
     video = _scene(tmp_path / "scene.mp4", 30)
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "edgert.apps", "camera", str(bundles["stretch"]),
-            "--source", str(video), "--decoder", "gstreamer", "--loop", "--duration", "60",
-            "--output", "http://127.0.0.1:0?fps=5", "--headless",
+            sys.executable,
+            "-m",
+            "edgert.apps",
+            "camera",
+            str(bundles["stretch"]),
+            "--source",
+            str(video),
+            "--decoder",
+            "gstreamer",
+            "--loop",
+            "--duration",
+            "60",
+            "--output",
+            "http://127.0.0.1:0?fps=5",
+            "--headless",
         ],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = []
         url = None

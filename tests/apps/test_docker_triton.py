@@ -12,7 +12,7 @@ import pytest
 
 from edgert.export import export_model
 from edgert.runtime import Bundle
-from edgert.runtime.plan_cache import PlanCache, PlanKey
+from edgert.runtime.backends.plan_cache import PlanCache, PlanKey
 from tests.conftest import ROOT, assert_user_error, run_cli
 
 DOCKERFILE = ROOT / "Dockerfile.jetson"

@@ -327,7 +327,7 @@ def test_a_crossing_is_timed_exactly_even_a_few_pixels_before_the_line():
     """The gate's hints are frames old: a track 2 px before a line at 30 px/s reaches it in
     1/15 s (not "now"), so the frames either side of its crossing are the ones inferred."""
     from edgert.apps.camera.analytics import _reach_s
-    from edgert.runtime.counting import LineCounter
+    from edgert.runtime.tracking.counting import LineCounter
 
     line = LineCounter("door", [(300, 0), (300, 480)])
     assert _reach_s(line, (298.0, 200.0), (30.0, 0.0)) == pytest.approx(2 / 30)

@@ -268,7 +268,7 @@ def test_fixed_batch_model_runs_several_streams_one_by_one(tmp_path):
 
 @pytest.mark.subprocess
 def test_faces_batched_across_streams_equal_frame_by_frame(tmp_path):
-    from edgert.runtime.faces import MtcnnDetector
+    from edgert.runtime.tasks.faces import MtcnnDetector
 
     bundle = export_model("zoo:mtcnn", tmp_path / "mtcnn.edgert").bundle
     astronaut = load_photo("astronaut")
@@ -409,8 +409,13 @@ def test_the_web_viewer_draws_and_encodes_at_its_own_rate():
     from edgert.apps.camera.sinks.web import view_fps
 
     assert view_fps("http://127.0.0.1:0?fps=5") == 5 and view_fps("http://127.0.0.1:8080") == 10
-    bad_uris = ("http://127.0.0.1:0?fps=0", "http://127.0.0.1:0?fps=2.5", "http://h:1?rate=3",
-                "http://127.0.0.1:0?fps=%C2%B2", "http://127.0.0.1:0?fps=5&fps=20")  # fmt: skip
+    bad_uris = (
+        "http://127.0.0.1:0?fps=0",
+        "http://127.0.0.1:0?fps=2.5",
+        "http://h:1?rate=3",
+        "http://127.0.0.1:0?fps=%C2%B2",
+        "http://127.0.0.1:0?fps=5&fps=20",
+    )
     for bad in bad_uris:
         with pytest.raises(OutputError) as err:
             view_fps(bad)

@@ -4,7 +4,8 @@ and obb; DETR), made as the review made them (tests.const_heads: a constant ``ou
 Ultralytics' metadata), through the real ``edgert run --json`` and ``edgert camera`` with a
 file output, snapshots, JSONL and events: every line is JSON (no NaN token), the valid objects
 are all there, the broken ones are not, the camera runs to the end (rc 0), and numpy's
-RuntimeWarnings never reach stderr. The decoders' own cases: tests/runtime/test_non_finite_heads.py."""
+RuntimeWarnings never reach stderr. The decoders' own cases:
+tests/runtime/tasks/test_non_finite_heads.py."""
 
 from __future__ import annotations
 

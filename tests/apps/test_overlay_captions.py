@@ -9,17 +9,24 @@ import cv2
 import numpy as np
 
 from edgert.apps.camera.overlay import draw
-from edgert.runtime.counting import LineCounter, ZoneCounter
 from edgert.runtime.results import Detection, Result
 from edgert.runtime.tasks.detect import track_color
+from edgert.runtime.tracking.counting import LineCounter, ZoneCounter
 
 W, H = 320, 240
 # nine people crowded at the top corners, the middle and the bottom right (boxes touching the
 # frame's top and sides, overlapping one another)
 BOXES = [
-    (0, 0, 60, 120), (20, 5, 90, 110), (40, 0, 110, 100), (250, 0, 320, 90), (270, 30, 320, 140),
-    (100, 100, 160, 200), (110, 110, 170, 210), (120, 120, 180, 230), (280, 200, 320, 240),
-]  # fmt: skip
+    (0, 0, 60, 120),
+    (20, 5, 90, 110),
+    (40, 0, 110, 100),
+    (250, 0, 320, 90),
+    (270, 30, 320, 140),
+    (100, 100, 160, 200),
+    (110, 110, 170, 210),
+    (120, 120, 180, 230),
+    (280, 200, 320, 240),
+]
 NUMBERS = ["30.0 fps  e2e p50 20.0 ms  dropped 0"]
 
 

@@ -326,9 +326,16 @@ def test_a_sighup_in_the_first_second_never_ends_the_camera(bundle):
     for delay in (0.1, 0.2, 0.3, 0.6, 0.9):
         port = free_ports(1)[0]
         proc = _spawn(
-            "camera", bundle, "--source", "synthetic://", "--headless", "--metrics",
-            f"127.0.0.1:{port}", "--duration", "2",
-        )  # fmt: skip
+            "camera",
+            bundle,
+            "--source",
+            "synthetic://",
+            "--headless",
+            "--metrics",
+            f"127.0.0.1:{port}",
+            "--duration",
+            "2",
+        )
         time.sleep(delay)
         proc.send_signal(signal.SIGHUP)
         stdout, stderr = proc.communicate(timeout=60)

@@ -11,8 +11,8 @@ import pytest
 from edgert.export import export_model
 from edgert.runtime import Bundle, ParityError
 from edgert.runtime.engine import Engine
-from edgert.runtime.postprocess import classify
 from edgert.runtime.sample_data import load_photo
+from edgert.runtime.tasks.postprocess import classify
 from tests.conftest import ROOT, assert_user_error, leftovers, run_cli
 
 MODELS_PY = ROOT / "tests" / "export" / "models.py"

@@ -158,9 +158,15 @@ def test_a_bundle_with_no_class_is_refused_when_it_is_opened(tmp_path, labels, s
     cv2.imwrite(str(tmp_path / "g.png"), np.full((64, 64, 3), 128, np.uint8))
     assert_user_error(run_cli("run", bundle, tmp_path / "g.png"), "manifest.json", said)
     camera = run_cli(
-        "camera", bundle, "--source", "synthetic://", "--headless", "--max-frames", "3",
+        "camera",
+        bundle,
+        "--source",
+        "synthetic://",
+        "--headless",
+        "--max-frames",
+        "3",
         timeout=120,
-    )  # fmt: skip
+    )
     assert_user_error(camera, said)
 
 

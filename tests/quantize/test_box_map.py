@@ -75,14 +75,24 @@ def _pycocotools(ref, got) -> tuple:
         for b, c in zip(rb, rc, strict=True):
             w, h = b[2] - b[0], b[3] - b[1]
             anns.append(
-                {"id": len(anns) + 1, "image_id": i + 1, "category_id": int(c) + 1,
-                 "bbox": [b[0], b[1], w, h], "area": w * h, "iscrowd": 0}
-            )  # fmt: skip
+                {
+                    "id": len(anns) + 1,
+                    "image_id": i + 1,
+                    "category_id": int(c) + 1,
+                    "bbox": [b[0], b[1], w, h],
+                    "area": w * h,
+                    "iscrowd": 0,
+                }
+            )
         for b, c, s in zip(gb, gc, gs, strict=True):
             dets.append(
-                {"image_id": i + 1, "category_id": int(c) + 1, "score": float(s),
-                 "bbox": [b[0], b[1], b[2] - b[0], b[3] - b[1]]}
-            )  # fmt: skip
+                {
+                    "image_id": i + 1,
+                    "category_id": int(c) + 1,
+                    "score": float(s),
+                    "bbox": [b[0], b[1], b[2] - b[0], b[3] - b[1]],
+                }
+            )
     gt = COCO()
     gt.dataset = {
         "images": images,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edgert.quantize import gate
-from edgert.runtime.detection import matched_boxes
+from edgert.runtime.tasks.detection import matched_boxes
 
 
 def test_matched_boxes_pairs_by_class_and_overlap_once_each():
@@ -179,9 +179,12 @@ def test_a_detectors_choices_follow_its_boxes_where_the_cosine_disagrees(tmp_pat
     labels = tmp_path / "labels.txt"
     labels.write_text("blob\n")
     bundle = export_model(
-        str(onnx_path), tmp_path / "det.edgert", task="detect", labels=labels,
+        str(onnx_path),
+        tmp_path / "det.edgert",
+        task="detect",
+        labels=labels,
         preprocess={"resize": "stretch", "size": "96x128", "scale": 1 / 255},
-    ).bundle  # fmt: skip
+    ).bundle
     fp32 = onnx.load(str(onnx_path))
     frames = np.zeros((8, 3, 96, 128), np.float32)
     for k in range(8):  # squares in the top-left half only
@@ -212,9 +215,15 @@ def test_a_detectors_choices_follow_its_boxes_where_the_cosine_disagrees(tmp_pat
             return {"method": method}
 
     choice = qdq_search.choose_method(
-        fp32, Stats(), frames, ref, gate.Task.of(Bundle(bundle).manifest), None, lambda s: None,
+        fp32,
+        Stats(),
+        frames,
+        ref,
+        gate.Task.of(Bundle(bundle).manifest),
+        None,
+        lambda s: None,
         quantize=lambda model, thresholds, sample: candidates[thresholds["method"]],
-    )  # fmt: skip
+    )
     moved, kept = choice.scores["minmax"], choice.scores["percentile"]
     assert moved["cosine"] > kept["cosine"] + 0.01  # the cosine prefers the moved boxes
     assert kept["map50_95"] == 1.0 and moved["map50_95"] < 0.8

@@ -65,9 +65,14 @@ def test_sensitivity_ranks_the_fragile_layer_first_by_map(tmp_path):
     ref = evaluate.run(model, validation)
     task = gate.Task("detect", 3)
     ranked, measure = qdq_search.sensitivity(
-        model, stats.thresholds("percentile"), [n.name for n in nodes], validation, ref,
-        lambda s: None, task=task,
-    )  # fmt: skip
+        model,
+        stats.thresholds("percentile"),
+        [n.name for n in nodes],
+        validation,
+        ref,
+        lambda s: None,
+        task=task,
+    )
     assert measure == "mAP50-95 against FP32's boxes"
     assert [n for n, _ in ranked][0] == "/p4/Conv"
     assert ranked[0][1] > 3 * ranked[1][1] > 0
@@ -88,8 +93,15 @@ def test_int8_build_keeps_the_head_out_and_records_why(tmp_path):
     bundle = _bundle(tmp_path, "build_yolo_style")
     np.savez(tmp_path / "calib.npz", input=_data())
     said: list[str] = []
-    build(bundle, "int8", calib=str(tmp_path / "calib.npz"), calib_size=200, holdout_size=100,
-          prepare="none", say=said.append)  # fmt: skip
+    build(
+        bundle,
+        "int8",
+        calib=str(tmp_path / "calib.npz"),
+        calib_size=200,
+        holdout_size=100,
+        prepare="none",
+        say=said.append,
+    )
     q = json.loads((bundle / "manifest.json").read_text())["quantization"]["int8"]
     head = q["head"]
     assert head["nodes"] == [*HEAD, "/dfl/Conv"] and "DFL" in head["found"]
@@ -126,8 +138,16 @@ def test_the_fallback_gives_back_the_fragile_layer_first_when_the_map_gate_fails
 
     bundle = _bundle(tmp_path, "build_fragile_yolo_style")
     np.savez(tmp_path / "calib.npz", input=_data())
-    build(bundle, "int8", calib=str(tmp_path / "calib.npz"), calib_size=200, holdout_size=100,
-          prepare="none", calib_method="minmax", gate_rules="map50_95>=0.97")  # fmt: skip
+    build(
+        bundle,
+        "int8",
+        calib=str(tmp_path / "calib.npz"),
+        calib_size=200,
+        holdout_size=100,
+        prepare="none",
+        calib_method="minmax",
+        gate_rules="map50_95>=0.97",
+    )
     q = json.loads((bundle / "manifest.json").read_text())["quantization"]["int8"]
     assert q["holdout_before_fallback"]["map50_95"] < 0.97 <= q["holdout"]["map50_95"]
     assert q["fallback_steps"][0]["kept"] == "/p4/Conv"
@@ -164,9 +184,14 @@ def _labelled_folder(tmp_path):
             for d in model(image).objects:
                 x1, y1, x2, y2 = (float(v) for v in d.box)
                 coco["annotations"].append(
-                    {"id": objects, "image_id": 100 + i, "category_id": 7 + d.class_id,
-                     "bbox": [x1, y1, x2 - x1, y2 - y1], "iscrowd": 0}
-                )  # fmt: skip
+                    {
+                        "id": objects,
+                        "image_id": 100 + i,
+                        "category_id": 7 + d.class_id,
+                        "bbox": [x1, y1, x2 - x1, y2 - y1],
+                        "iscrowd": 0,
+                    }
+                )
                 cx, cy, w, h = (x1 + x2) / 120, (y1 + y2) / 80, (x2 - x1) / 60, (y2 - y1) / 40
                 lines.append(f"{d.class_id} {cx:.6f} {cy:.6f} {w:.6f} {h:.6f}")
                 objects += 1
@@ -187,8 +212,17 @@ def test_calib_labels_in_both_formats_give_fp32_and_int8_map_against_them(tmp_pa
     got = {}
     for name, labels in (("coco", tmp_path / "coco.json"), ("yolo", tmp_path / "yolo")):
         said: list[str] = []
-        build(bundle, "int8", calib=str(folder), calib_labels=str(labels), calib_size=40,
-              holdout_size=20, prepare="none", gate_rules="labels_map_drop<=1", say=said.append)  # fmt: skip
+        build(
+            bundle,
+            "int8",
+            calib=str(folder),
+            calib_labels=str(labels),
+            calib_size=40,
+            holdout_size=20,
+            prepare="none",
+            gate_rules="labels_map_drop<=1",
+            say=said.append,
+        )
         got[name] = json.loads((bundle / "manifest.json").read_text())["quantization"]["int8"]
         assert any(
             s.endswith(f"12 other samples of 60 images in {folder}, 12 labelled") for s in said
@@ -242,9 +276,19 @@ def test_bad_calib_labels_are_one_sentence(tmp_path):
 
     def refused(calib, labels) -> str:
         return _one_sentence(
-            run_cli("build", bundle, "--precision", "int8", "--calib", calib,
-                    "--calib-labels", labels, "--calib-size", "40")
-        )  # fmt: skip
+            run_cli(
+                "build",
+                bundle,
+                "--precision",
+                "int8",
+                "--calib",
+                calib,
+                "--calib-labels",
+                labels,
+                "--calib-size",
+                "40",
+            )
+        )
 
     line = refused(folder, tmp_path / "dog.json")
     assert line.endswith(
@@ -262,22 +306,38 @@ def test_bad_calib_labels_are_one_sentence(tmp_path):
     (tmp_path / "resized.json").write_text(json.dumps(coco))
     yolo = tmp_path / "yolo"
     cases = [
-        ("outside.json", None, f"annotation #{len(coco['annotations']) - 1}: the box (50.0, "
-         "30.0, 70.0, 50.0) lies outside the 60x40 image"),
+        (
+            "outside.json",
+            None,
+            f"annotation #{len(coco['annotations']) - 1}: the box (50.0, "
+            "30.0, 70.0, 50.0) lies outside the 60x40 image",
+        ),
         ("not-json.json", None, "is not a readable JSON file"),
         ("resized.json", None, "image '000.png' is 60x40 but the file says 80x40"),
-        ("yolo", "5 0.5 0.5 0.1 0.1\n", "line 1 of {txt}: class 5 is not one of the model's 3 "
-         "labels (0..2)"),
-        ("yolo", "0 0.5 0.5\n", "line 1 of {txt}: expected 'class cx cy w h' (5 numbers), got "
-         "'0 0.5 0.5'"),
+        (
+            "yolo",
+            "5 0.5 0.5 0.1 0.1\n",
+            "line 1 of {txt}: class 5 is not one of the model's 3 labels (0..2)",
+        ),
+        (
+            "yolo",
+            "0 0.5 0.5\n",
+            "line 1 of {txt}: expected 'class cx cy w h' (5 numbers), got '0 0.5 0.5'",
+        ),
         ("yolo", "0 0.5 0.5 1.5 0.1\n", "centre and size must be fractions of the image"),
-    ]  # fmt: skip
+    ]
     for name, text, expected in cases:
         if text is not None:
             (yolo / "003.txt").write_text(text)
         with pytest.raises(SourceError) as err:
-            build(bundle, "int8", calib=str(folder), calib_labels=str(tmp_path / name),
-                  calib_size=40, prepare="none")  # fmt: skip
+            build(
+                bundle,
+                "int8",
+                calib=str(folder),
+                calib_labels=str(tmp_path / name),
+                calib_size=40,
+                prepare="none",
+            )
         message = str(err.value)
         assert expected.format(txt=yolo / "003.txt") in message and "\n" not in message, message
     assert (bundle / "manifest.json").read_text() == before
@@ -338,9 +398,21 @@ def test_calib_labels_that_are_no_regular_file_are_refused_at_once(tmp_path):
         ("yolo", "004.txt is not a regular file (a character device): not a YOLO label file"),
     ]
     for name, expected in cases:
-        proc = run_cli("build", bundle, "--precision", "int8", "--calib", folder,
-                       "--calib-labels", tmp_path / name, "--calib-size", "40", "--prepare",
-                       "none", timeout=60)  # fmt: skip
+        proc = run_cli(
+            "build",
+            bundle,
+            "--precision",
+            "int8",
+            "--calib",
+            folder,
+            "--calib-labels",
+            tmp_path / name,
+            "--calib-size",
+            "40",
+            "--prepare",
+            "none",
+            timeout=60,
+        )
         line = _one_sentence(proc)
         assert proc.returncode == 2 and expected in line, line
     assert (bundle / "manifest.json").read_text() == before
@@ -372,25 +444,45 @@ def test_hostile_coco_labels_are_one_sentence_each(tmp_path):
 
     cases = [
         (str(tmp_path / "bomb.json"), "is nested too deeply to be a COCO annotation file"),
-        (_coco_variant(tmp_path, "a.json", first_annotation("category_id", [7])),
-         "annotation #0 has category_id [7], not a number or a string"),
-        (_coco_variant(tmp_path, "b.json", first_annotation("image_id", [100])),
-         "annotation #0 has image_id [100], not a number or a string"),
-        (_coco_variant(tmp_path, "c.json", lambda c: c["categories"][0].update(id=[7])),
-         "category #0 has id [7], not a number or a string"),
-        (_coco_variant(tmp_path, "d.json", lambda c: c["images"][0].update(id={"a": 1})),
-         "image #0 has id {'a': 1}, not a number or a string"),
-        (_coco_variant(tmp_path, "e.json", lambda c: c["images"][0].update(width="60")),
-         "image '000.png' has width '60', not a whole number of pixels"),
-        (_coco_variant(tmp_path, "f.json", first_annotation("bbox", [1e308, 1, 5, 5])),
-         "the box (1e+308, 1.0, 1e+308, 6.0)"),
-        (_coco_variant(tmp_path, "g.json", first_annotation("iscrowd", "yes")),
-         "annotation #0 has iscrowd 'yes'; COCO's iscrowd is 0 or 1"),
-    ]  # fmt: skip
+        (
+            _coco_variant(tmp_path, "a.json", first_annotation("category_id", [7])),
+            "annotation #0 has category_id [7], not a number or a string",
+        ),
+        (
+            _coco_variant(tmp_path, "b.json", first_annotation("image_id", [100])),
+            "annotation #0 has image_id [100], not a number or a string",
+        ),
+        (
+            _coco_variant(tmp_path, "c.json", lambda c: c["categories"][0].update(id=[7])),
+            "category #0 has id [7], not a number or a string",
+        ),
+        (
+            _coco_variant(tmp_path, "d.json", lambda c: c["images"][0].update(id={"a": 1})),
+            "image #0 has id {'a': 1}, not a number or a string",
+        ),
+        (
+            _coco_variant(tmp_path, "e.json", lambda c: c["images"][0].update(width="60")),
+            "image '000.png' has width '60', not a whole number of pixels",
+        ),
+        (
+            _coco_variant(tmp_path, "f.json", first_annotation("bbox", [1e308, 1, 5, 5])),
+            "the box (1e+308, 1.0, 1e+308, 6.0)",
+        ),
+        (
+            _coco_variant(tmp_path, "g.json", first_annotation("iscrowd", "yes")),
+            "annotation #0 has iscrowd 'yes'; COCO's iscrowd is 0 or 1",
+        ),
+    ]
     for labels, expected in cases:
         with pytest.raises(SourceError) as err:
-            build(bundle, "int8", calib=str(folder), calib_labels=labels, calib_size=40,
-                  prepare="none")  # fmt: skip
+            build(
+                bundle,
+                "int8",
+                calib=str(folder),
+                calib_labels=labels,
+                calib_size=40,
+                prepare="none",
+            )
         message = str(err.value)
         assert expected in message and "\n" not in message and len(message) < 300, message
     assert (bundle / "manifest.json").read_text() == before
@@ -452,8 +544,16 @@ def test_labels_with_no_box_on_the_hold_out_fail_a_labels_gate_with_a_sentence(t
     )
     said: list[str] = []
     with pytest.raises(GateFailed) as err:
-        build(bundle, "int8", calib=str(folder), calib_labels=only, calib_size=40,
-              holdout_size=20, prepare="none", say=said.append)  # fmt: skip
+        build(
+            bundle,
+            "int8",
+            calib=str(folder),
+            calib_labels=only,
+            calib_size=40,
+            holdout_size=20,
+            prepare="none",
+            say=said.append,
+        )
     assert str(err.value) == (
         "INT8 cannot be gated: labels_map_drop is not measured: the labels hold no box on the 12 "
         "hold-out samples they label (nothing was written)"

@@ -263,12 +263,15 @@ def _nan_model(path, value: float):
     c = np.zeros((1, 4, 1, 1), np.float32)
     c[0, 1, 0, 0] = value
     graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1]),
-         helper.make_node("Add", ["y", "c"], ["out"], name="add")],
-        "nan", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [
+            helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1]),
+            helper.make_node("Add", ["y", "c"], ["out"], name="add"),
+        ],
+        "nan",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 4, 8, 8])],
         initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(c, "c")],
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(path))
@@ -290,15 +293,26 @@ def test_a_model_that_outputs_nan_is_named_not_numpy_s_range_error(tmp_path):
         bundle = export_model(str(onnx_path), tmp_path / f"{name}.edgert").bundle
         before = (bundle / "manifest.json").read_text()
         if name == "nan":
-            proc = run_cli("build", bundle, "--precision", "int8", "--calib",
-                           tmp_path / "calib.npz", "--calib-size", "40", "--prepare", "none")  # fmt: skip
+            proc = run_cli(
+                "build",
+                bundle,
+                "--precision",
+                "int8",
+                "--calib",
+                tmp_path / "calib.npz",
+                "--calib-size",
+                "40",
+                "--prepare",
+                "none",
+            )
             lines = proc.stderr.strip().splitlines()
             assert proc.returncode == 2 and len(lines) == 1, proc.stderr
             message = lines[0]
         else:
             with pytest.raises(ModelError) as err:
-                build(bundle, "int8", calib=str(tmp_path / "calib.npz"), calib_size=40,
-                      prepare="none")  # fmt: skip
+                build(
+                    bundle, "int8", calib=str(tmp_path / "calib.npz"), calib_size=40, prepare="none"
+                )
             message = str(err.value)
         what = "NaN" if name == "nan" else "infinite values"
         assert f"the FP32 model itself outputs {what} in 'out' on the calibration data" in message
@@ -313,6 +327,7 @@ def test_a_calibration_npz_that_is_a_fifo_is_refused(tmp_path):
 
     bundle = export_model(str(_nan_model(tmp_path / "m.onnx", 0.0)), tmp_path / "m.edgert").bundle
     os.mkfifo(tmp_path / "calib.npz")
-    proc = run_cli("build", bundle, "--precision", "int8", "--calib", tmp_path / "calib.npz",
-                   timeout=60)  # fmt: skip
+    proc = run_cli(
+        "build", bundle, "--precision", "int8", "--calib", tmp_path / "calib.npz", timeout=60
+    )
     assert_user_error(proc, "calib.npz is not a regular file (a FIFO)")

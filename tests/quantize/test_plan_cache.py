@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
+from edgert.runtime.backends.plan_cache import PlanCache, PlanKey, bundle_shapes
 from edgert.runtime.backends.plan_key import select_plan
-from edgert.runtime.plan_cache import PlanCache, PlanKey, bundle_shapes
 from tests.conftest import run_cli
 
 KEY = PlanKey(
@@ -51,7 +51,7 @@ BUILDER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from edgert.runtime.plan_cache import PlanCache
+    from edgert.runtime.backends.plan_cache import PlanCache
     from tests.quantize.test_plan_cache import KEY
 
     log = Path(sys.argv[2])
@@ -160,9 +160,9 @@ def test_bad_calibration_input(tmp_path, args, fragment):
 def test_ensure_plan_takes_its_precision_from_one_place(tmp_path):
     """Options of another precision than the one asked for are refused before anything runs
     (the cache key and the build would have disagreed)."""
+    from edgert.runtime.backends.plan_cache import ensure_plan
     from edgert.runtime.backends.tensorrt_plan import BuildOptions
     from edgert.runtime.errors import EdgertError
-    from edgert.runtime.plan_cache import ensure_plan
 
     with pytest.raises(EdgertError, match="options are for fp16, not int8"):
         ensure_plan(tmp_path, "int8", options=BuildOptions(precision="fp16"))
@@ -178,7 +178,7 @@ def test_one_plan_check_judges_deletes_and_says(tmp_path, monkeypatch):
     what it returns is given, the judging and the deletion are what is tested."""
     import numpy as np
 
-    from edgert.runtime import plan_check
+    from edgert.runtime.backends import plan_check
     from edgert.runtime.errors import GateFailed
 
     plan = tmp_path / "engines" / "int8-abc.engine"
@@ -228,7 +228,8 @@ def test_a_plan_built_on_first_use_is_checked_as_edgert_build_checks_it(tmp_path
     here: the cache's build and the plan's run of the samples are given; the policy is tested."""
     import numpy as np
 
-    from edgert.runtime import engine, plan_cache, plan_check
+    from edgert.runtime import engine
+    from edgert.runtime.backends import plan_cache, plan_check
 
     plan = tmp_path / "engines" / "fp16-abc.engine"
     ref = {"logits": np.random.default_rng(1).normal(size=(4, 10)).astype(np.float32)}
@@ -324,7 +325,7 @@ def _shared_plans(tmp_path, monkeypatch):
     import os
 
     from edgert.runtime import Bundle
-    from edgert.runtime.plan_cache import owner_of
+    from edgert.runtime.backends.plan_cache import owner_of
     from tests.tiny import classifier_bundle
 
     a = Bundle(classifier_bundle(tmp_path / "a", name="model", size=16))
@@ -334,11 +335,12 @@ def _shared_plans(tmp_path, monkeypatch):
     assert a.engines_dir != b.engines_dir and a.engines_dir.parent == shared
     old = shared / "model.edgert"
     own = {"bundle": owner_of(b)}
+    own_a = {"bundle": owner_of(a)}
     plans = {
         "b": PlanCache(b.engines_dir).get_or_build(KEY, lambda: b"b" * 64, own)[0],
-        "a": PlanCache(a.engines_dir).get_or_build(KEY, lambda: b"a" * 64, {"bundle": owner_of(a)})[0],
-        "a-old": PlanCache(old).get_or_build(KEY, lambda: b"a" * 64, {"bundle": owner_of(a)})[0],
-    }  # fmt: skip
+        "a": PlanCache(a.engines_dir).get_or_build(KEY, lambda: b"a" * 64, own_a)[0],
+        "a-old": PlanCache(old).get_or_build(KEY, lambda: b"a" * 64, own_a)[0],
+    }
     b_sha = b.manifest.hashes["model.onnx"]
     older = dataclasses.replace(KEY, onnx_sha256=b_sha, precision="fp16")
     plans["b-old"] = PlanCache(old).get_or_build(older, lambda: b"o" * 64)[0]

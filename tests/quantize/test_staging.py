@@ -192,9 +192,24 @@ def test_kill_9_the_moment_the_manifest_changes_leaves_a_whole_bundle(tmp_path):
     rng = np.random.default_rng(0)
     for i in range(40):
         cv2.imwrite(str(images / f"{i:02d}.png"), rng.integers(0, 256, (20, 20, 3), np.uint8))
-    args = [sys.executable, "-m", "edgert.apps", "build", str(bundle), "--precision", "int8",
-            "--calib", str(images), "--calib-size", "32", "--prepare", "none", "--gate", "off",
-            "--no-engine"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "edgert.apps",
+        "build",
+        str(bundle),
+        "--precision",
+        "int8",
+        "--calib",
+        str(images),
+        "--calib-size",
+        "32",
+        "--prepare",
+        "none",
+        "--gate",
+        "off",
+        "--no-engine",
+    ]
     manifest = bundle / "manifest.json"
     for trial in range(5):
         before = os.stat(manifest).st_mtime_ns

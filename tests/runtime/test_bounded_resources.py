@@ -14,11 +14,11 @@ import pytest
 
 from edgert.runtime.errors import SourceError
 from edgert.runtime.images import read_image
+from edgert.runtime.images.preprocess import Preprocessing
+from edgert.runtime.images.resize import nearest_index
 from edgert.runtime.latency import LatencyRecorder
 from edgert.runtime.power.meter import PowerMeter
 from edgert.runtime.power.sensors import PowerSample, PowerSensor
-from edgert.runtime.preprocess import Preprocessing
-from edgert.runtime.resize import nearest_index
 from tests.conftest import ROOT
 
 
@@ -95,8 +95,8 @@ def test_extreme_aspect_ratio_image_stays_within_memory(tmp_path):
         sys.path.insert(0, {str(ROOT)!r})
         import numpy as np
         from edgert.runtime.images import read_image
-        from edgert.runtime.preprocess import Preprocessing
-        from edgert.runtime.resize import nearest_index
+        from edgert.runtime.images.preprocess import Preprocessing
+        from edgert.runtime.images.resize import nearest_index
         img = read_image({str(path)!r})
         resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
         for interp in ("linear", "bilinear", "nearest", "cubic"):

@@ -173,7 +173,7 @@ def test_gpu_preprocessing_equals_cpu(ctx, pre):
     from edgert.runtime.cuda.preprocess_kernel import GpuPreprocessor
     from edgert.runtime.cuda.stream import Stream
     from edgert.runtime.sample_data import load_photo
-    from tests.runtime.preprocess_reference import reference_apply
+    from tests.runtime.images.preprocess_reference import reference_apply
 
     frame = load_photo("chelsea")
     # the kernel computes in float: held to the float reference (the CPU path, which resizes

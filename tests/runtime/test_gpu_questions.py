@@ -113,7 +113,7 @@ def test_finding_16_preprocessing_without_a_sync_between_frames(ctx):
     )
     frames = [load_photo("chelsea"), load_photo("astronaut")]
     frames[1] = frames[1][: frames[0].shape[0], : frames[0].shape[1]]  # the same size: reused
-    from tests.runtime.preprocess_reference import reference_apply
+    from tests.runtime.images.preprocess_reference import reference_apply
 
     wants = [reference_apply(pre, f)[0] for f in frames]  # the kernel's float arithmetic
     gpu = GpuPreprocessor(pre)

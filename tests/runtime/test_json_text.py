@@ -69,7 +69,7 @@ def test_no_writer_in_runtime_or_apps_calls_json_dumps_itself():
     allowed = {
         "runtime/power/clocks.py",  # pid, time, sysfs paths and their text
         "runtime/backends/plan_key.py",  # a hash's input: strings and ints
-        "runtime/plan_cache.py",  # a plan's sidecar: versions, names, hashes
+        "runtime/backends/plan_cache.py",  # a plan's sidecar: versions, names, hashes
         "runtime/bundle.py",  # the manifest: read back by edgert (see the report)
         "apps/camera/sinks/retention.py",  # clip names, sizes and times from os.stat
         "apps/commands/cache.py",  # plan file names and sizes

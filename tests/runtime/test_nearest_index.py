@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edgert.runtime.cuda.preprocess_kernel import KERNEL_SOURCE, _nearest_args, kernel_nearest_index
-from edgert.runtime.preprocess import Preprocessing
+from edgert.runtime.images.preprocess import Preprocessing
 
 CAMERAS = [(720, 1280), (1080, 1920), (480, 640), (2160, 3840), (1232, 1640), (600, 800), (37, 53)]
 MODELS = [(224, 224), (416, 416), (64, 64), (320, 640), (640, 640)]

@@ -155,7 +155,7 @@ def test_each_measured_task_passes_its_own_results_and_refuses_others():
                 ),
                 ("obb", {"rbox": [30, 30, 50, 10, 0.6]}, {"rbox": [30, 30, 50, 10, -0.6]}),
             )
-        },  # fmt: skip
+        },
         "classify": (
             [Result.of_classes([ClassScore(0, "cat", 0.9)])] * 5,
             [Result.of_classes([ClassScore(1, "dog", 0.9)])] * 5,

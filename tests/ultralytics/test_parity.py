@@ -205,7 +205,7 @@ def _ours_to_input(boxes: np.ndarray, t) -> np.ndarray:
 
 
 def _at_threshold(box, *others) -> bool:
-    from edgert.runtime.detection import box_iou
+    from edgert.runtime.tasks.detection import box_iou
 
     ious = np.concatenate(
         [box_iou(box[None].astype(np.float64), o.astype(np.float64))[0] for o in others]

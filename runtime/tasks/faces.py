@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .bundle import Bundle, verify_hash
+from ..bundle import Bundle, verify_hash
+from ..errors import BundleError, ModelError
+from ..results import Result
 from .detection import Detection, keep_sound, nms
-from .errors import BundleError, ModelError
-from .results import Result
 from .task_model import TaskModel
 
 NETWORKS = ("pnet", "rnet", "onet")  # the cascade, in the order it runs
@@ -74,7 +74,7 @@ class MtcnnDetector:
     ) -> None:
         """``precision``: ``auto`` or ``fp32`` runs the FP32 networks, ``int8`` the INT8 ones
         ``edgert build --precision int8`` made (model.int8.onnx, rnet.int8.onnx, onet.int8.onnx)."""
-        from .engine import Engine
+        from ..engine import Engine
 
         b = Bundle(bundle_path)
         models = b.manifest.models

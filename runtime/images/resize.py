@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ShapeError
+from ..errors import ShapeError
 
 # "linear" averages (area) when shrinking, like PIL's antialiased bilinear; "bilinear" is plain
 # bilinear sampling at pixel centres (OpenCV's fixed-point kernel on uint8 frames, within one

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .errors import BundleError, ShapeError
+from ..errors import BundleError, ShapeError
 from .resize import (
     GRAY_CODES,
     INTERPOLATIONS,

@@ -25,12 +25,12 @@ import pytest
 from edgert.runtime.backends import tensorrt_compat as compat
 from edgert.runtime.precision import PRECISIONS
 from tests import trt_api, trt_fake
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.subprocess
 if not hasattr(ast, "unparse"):  # Python 3.8 (make test-oldest); the API is the same for any
     pytest.skip("the real-API checks run on Python 3.9+", allow_module_level=True)
 
-ROOT = Path(__file__).resolve().parents[2]
 MODULES = [
     ROOT / "runtime/backends" / f for f in ("tensorrt.py", "tensorrt_plan.py", "tensorrt_logger.py")
 ]

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from tests import trt_api
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.subprocess
 
-ROOT = Path(__file__).resolve().parents[2]
 
 LIFE = r"""
 import json, sys, threading

@@ -16,7 +16,7 @@ import pytest
 
 from edgert.runtime import Preprocessing, ShapeError
 from edgert.runtime.sample_data import load_photo
-from tests.runtime.preprocess_reference import reference_apply
+from tests.runtime.images.preprocess_reference import reference_apply
 
 RESIZES = ("stretch", "letterbox", "resize_crop", "none")
 INTERPOLATIONS = ("nearest", "linear", "area", "bilinear", "cubic")
@@ -168,7 +168,7 @@ def test_batch_is_written_in_place_and_matches_one_by_one():
 def test_nearest_takes_opencv_only_where_it_picks_the_same_pixels():
     """OpenCV's INTER_NEAREST_EXACT is used for a frame size only after it was seen to pick the
     pixels of our formula (shared with the GPU kernel); both paths give the gather's result."""
-    from edgert.runtime.resize import opencv_picks_ours as _opencv_picks_ours
+    from edgert.runtime.images.resize import opencv_picks_ours as _opencv_picks_ours
 
     rng = np.random.default_rng(3)
     taken = []

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Tuple
 
-from .errors import GateFailed
+from ..errors import GateFailed
 
 VERIFY_FILE = "calibration/verify.npz"  # written by edgert build on the host
 MIN_COSINE = 0.99
@@ -37,7 +37,7 @@ def run_stored_samples(bundle_dir: Path, plan: Path):
     import numpy as np
 
     # the backend itself, not an Engine: Engine.load's first-use build checks its plan here
-    from .backends.tensorrt import TensorRTBackend
+    from .tensorrt import TensorRTBackend
 
     stored_path = Path(bundle_dir) / VERIFY_FILE
     if not stored_path.is_file():
@@ -60,7 +60,7 @@ def run_stored_samples(bundle_dir: Path, plan: Path):
 
 def cosine_judge(min_cosine: float = MIN_COSINE) -> Judge:
     """The device's judge: every output's per-sample cosine against FP32 at least ``min_cosine``."""
-    from .compare import cosine_rows
+    from ..compare import cosine_rows
 
     def judge(refs: dict, got: dict) -> tuple[list[str], str, dict]:
         worst = min((float(cosine_rows(got[k], ref).min()) for k, ref in refs.items()), default=1.0)

@@ -22,64 +22,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .detection import batched_nms, dropped, keep_sound, xywh_to_xyxy
-from .errors import BundleError, ShapeError
+from ..errors import ShapeError
 
-FORMS = ("yolo", "end2end", "detr")
+# the layout a manifest records is read with the manifest (bundle -> manifest_checks)
+from ..manifest_checks import FORMS, Head  # noqa: F401 - also edgert.runtime.tasks.heads' names
+from .detection import batched_nms, dropped, keep_sound, xywh_to_xyxy
+
 MAX_NMS = 30000  # candidates kept for NMS, the best first (as Ultralytics)
 # oriented boxes' NMS compares each candidate with every better one (Fast-NMS on probabilistic
 # IoU, quadratic): at most this many, the best first (the worst case, all of them of one class
 # and every one suppressed, took 0.4 s on 2 x86 cores; a real scene has far fewer above the
 # threshold, and the result is the same as without a bound wherever it has fewer)
 MAX_ROTATED_NMS = 4096
-
-
-@dataclass(frozen=True)
-class Head:
-    """How a detector-family model's first output is laid out: its form, the keypoints' shape
-    (K, D) of a pose model, and where this was read from (``Ultralytics metadata``, the output
-    shapes, the user's flags)."""
-
-    form: str = "yolo"
-    kpt_shape: tuple[int, int] | None = None
-    source: str | None = None
-
-    def to_dict(self) -> dict:
-        out: dict = {"form": self.form}
-        if self.kpt_shape is not None:
-            out["kpt_shape"] = list(self.kpt_shape)
-        if self.source:
-            out["from"] = self.source
-        return out
-
-    @classmethod
-    def from_dict(cls, data: object, where: str = "manifest") -> Head:
-        """The manifest's ``head`` section (a bundle from someone else's machine: checked)."""
-        if data is None:
-            return cls()
-        if not isinstance(data, dict):
-            raise BundleError(f"{where}: head must be an object")
-        form = data.get("form", "yolo")
-        if form not in FORMS:
-            raise BundleError(f"{where}: head.form {form!r} is not one of {', '.join(FORMS)}")
-        kpt = data.get("kpt_shape")
-        if kpt is not None and not (
-            isinstance(kpt, list)
-            and len(kpt) == 2
-            and all(type(v) is int for v in kpt)
-            and 1 <= kpt[0] <= 1000
-            and kpt[1] in (2, 3)
-        ):
-            raise BundleError(
-                f"{where}: head.kpt_shape {str(kpt)[:40]} must be [K, D]: K keypoints (1-1000), "
-                "D = 2 (x, y) or 3 (x, y, visibility)"
-            )
-        source = data.get("from")
-        return cls(
-            form,
-            tuple(kpt) if kpt is not None else None,
-            source if isinstance(source, str) else None,
-        )
 
 
 @dataclass
@@ -123,7 +77,7 @@ def decode_head(
     ``num_classes``: None where not known (an end-to-end head without labels). A candidate
     above ``conf`` with a NaN, infinite or out-of-range value (box, score, extras) or, in an
     end-to-end row, a class that is not a whole number in 0..nc-1 is dropped before NMS and
-    counted (:func:`~edgert.runtime.detection.dropped`)."""
+    counted (:func:`~edgert.runtime.tasks.detection.dropped`)."""
     out = np.asarray(output, dtype=np.float32)
     if out.ndim != 3:
         raise ShapeError(f"a detector head's output is [batch, ., .]; got {list(out.shape)}")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import SourceError
+from ..errors import SourceError
 
 IMAGE_SUFFIXES = frozenset(
     {

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .detection import Detection, box_iou
+from ..tasks.detection import Detection, box_iou
 from .kalman import KalmanBoxes
 
 

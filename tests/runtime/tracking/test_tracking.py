@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgert.runtime.counting import Counters, LineCounter, ZoneCounter
-from edgert.runtime.detection import Detection
+from edgert.runtime.tasks.detection import Detection
 from edgert.runtime.tracking import Tracker
+from edgert.runtime.tracking.counting import Counters, LineCounter, ZoneCounter
 
 FPS = 30.0
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from edgert.runtime.errors import BundleError, ShapeError
-from edgert.runtime.heads import Head, decode_head, probiou, rotated_nms
+from edgert.runtime.tasks.heads import Head, decode_head, probiou, rotated_nms
 from edgert.runtime.tasks.instances import masks_of
 from edgert.runtime.tasks.obb import corners
 

@@ -20,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from . import atomic
-from .backends.plan_key import PlanKey, read_sidecar
-from .bundle import MODEL
-from .errors import BundleError, EdgertError
-from .locks import file_lock
+from .. import atomic
+from ..bundle import MODEL
+from ..errors import BundleError, EdgertError
+from ..locks import file_lock
+from .plan_key import PlanKey, read_sidecar
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def cache_of(bundle) -> PlanCache:
     """The plan cache of ``bundle``: its engines/, or its folder under ``EDGERT_PLAN_DIR``, where
     :meth:`PlanCache.clear` removes only the plans built for it (old sidecars: from one of its
     model files)."""
-    from .bundle import engines_dir
+    from ..bundle import engines_dir
 
     owner = None
     if engines_dir(bundle.path, legacy=True) is not None:  # a folder bundles may share
@@ -167,7 +167,7 @@ def bundle_shapes(manifest, override: dict | None = None) -> dict:
 def _dla_calibration_cache(bundle, version) -> str:
     """DLA on JetPack 5/6 does not take Q/DQ: the FP32 model plus a calibration cache from the
     ranges the INT8 build recorded (calibration/ranges.json)."""
-    from .backends.tensorrt_plan import calibration_cache_text
+    from .tensorrt_plan import calibration_cache_text
 
     ranges = bundle.path / "calibration" / "ranges.json"
     if not ranges.is_file():
@@ -188,12 +188,12 @@ def ensure_plan(
             f"the plan's options are for {options.precision}, not {precision}: the "
             "cache key and the build would disagree"
         )
-    from .backends import plan_key
-    from .backends import tensorrt_compat as compat
-    from .backends.tensorrt_logger import import_tensorrt
-    from .backends.tensorrt_plan import BuildOptions, build_plan
-    from .bundle import Bundle, sha256_file
-    from .device import jetson_module, probe_cuda
+    from ..bundle import Bundle, sha256_file
+    from ..device import jetson_module, probe_cuda
+    from . import plan_key
+    from . import tensorrt_compat as compat
+    from .tensorrt_logger import import_tensorrt
+    from .tensorrt_plan import BuildOptions, build_plan
 
     trt = import_tensorrt()
     version = compat.parse_version(trt.__version__)

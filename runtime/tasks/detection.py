@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .errors import ShapeError
-from .preprocess import Transform
-from .results import Detection  # also detection.Detection, where it was first
+from ..errors import ShapeError
+from ..images.preprocess import Transform
+from ..results import Detection  # also detection.Detection, where it was first
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgert.runtime.resize import INTERPOLATIONS as _INTERPOLATIONS
-from edgert.runtime.resize import nearest_index
+from edgert.runtime.images.resize import INTERPOLATIONS as _INTERPOLATIONS
+from edgert.runtime.images.resize import nearest_index
 
 
 def reference_apply(pre, image: np.ndarray):

@@ -113,9 +113,15 @@ class Captions:
             b, g, r = background[:3]
             ink = (0, 0, 0) if 0.114 * b + 0.587 * g + 0.299 * r > 140 else (255, 255, 255)
             cv2.putText(
-                out, text, (x1 + PAD, y1 + PAD + th), cv2.FONT_HERSHEY_SIMPLEX, FONT_SCALE, ink,
-                1, cv2.LINE_AA,
-            )  # fmt: skip
+                out,
+                text,
+                (x1 + PAD, y1 + PAD + th),
+                cv2.FONT_HERSHEY_SIMPLEX,
+                FONT_SCALE,
+                ink,
+                1,
+                cv2.LINE_AA,
+            )
         self.queued.clear()
 
     def label_box(self, out, text: str, box, color: tuple) -> tuple[int, int, int, int]:

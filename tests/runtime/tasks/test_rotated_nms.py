@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgert.runtime.heads import MAX_ROTATED_NMS, Head, decode_head, probiou, rotated_nms
+from edgert.runtime.tasks.heads import MAX_ROTATED_NMS, Head, decode_head, probiou, rotated_nms
 
 
 def reference_nms(boxes, scores, classes, threshold):

@@ -88,8 +88,7 @@ def test_finding_2_the_device_build_passes_every_option_and_needs_no_fp16_model(
     """edgert build on Python < 3.10 (JetPack 5): --dla, --shapes, --workspace and --opt-level
     reach the plan build, and TensorRT 8.5 builds FP16 from model.onnx (no model.fp16.onnx)."""
     from edgert.apps.commands import build
-    from edgert.runtime import plan_check
-    from edgert.runtime.backends import tensorrt, tensorrt_logger
+    from edgert.runtime.backends import plan_check, tensorrt, tensorrt_logger
     from tests.tiny import classifier_bundle
 
     bundle = classifier_bundle(tmp_path, size=16)

@@ -6,8 +6,15 @@ import numpy as np
 import pytest
 
 from edgert.runtime import Preprocessing, ShapeError
-from edgert.runtime.detection import batched_nms, box_iou, decode_ssd, decode_yolo, nms, yolo_layout
-from edgert.runtime.postprocess import mask_to_source, segment
+from edgert.runtime.tasks.detection import (
+    batched_nms,
+    box_iou,
+    decode_ssd,
+    decode_yolo,
+    nms,
+    yolo_layout,
+)
+from edgert.runtime.tasks.postprocess import mask_to_source, segment
 
 
 def brute_force_nms(boxes, scores, thr):

@@ -11,8 +11,8 @@ import warnings
 import numpy as np
 import pytest
 
-from edgert.runtime.detection import batched_nms, decode_detections, dropped_count
-from edgert.runtime.heads import Head, decode_head
+from edgert.runtime.tasks.detection import batched_nms, decode_detections, dropped_count
+from edgert.runtime.tasks.heads import Head, decode_head
 
 nan, inf = np.nan, np.inf
 
@@ -189,7 +189,7 @@ def test_the_overlay_skips_what_is_not_finite_and_draws_the_rest(task, bad):
 def test_the_face_cascade_drops_broken_offsets_and_crops_within_bounds():
     # the same mistake in MTCNN's stages: a NaN, infinite or huge offset or score made a NaN
     # box for NMS and for the crops (int64 of NaN; a 1e30 box: a crop of that many pixels)
-    from edgert.runtime.faces import MtcnnDetector, _generate
+    from edgert.runtime.tasks.faces import MtcnnDetector, _generate
 
     prob = np.array([[0.9, 0.95, 0.97, 0.99]], np.float32)
     reg = np.zeros((4, 1, 4), np.float32)
@@ -209,11 +209,11 @@ def test_the_face_cascade_drops_broken_offsets_and_crops_within_bounds():
 
 @pytest.mark.parametrize("overlap", ["iou", "min"])
 def test_nms_never_keeps_a_non_finite_box_nor_lets_it_suppress(overlap):
-    from edgert.runtime.detection import nms
+    from edgert.runtime.tasks.detection import nms
 
     boxes = np.array([[0, 0, 10, 10], [nan, 0, 10, 10], [0, 0, inf, 10], [20, 20, 30, 30]])
     assert nms(boxes, np.array([0.9, 0.99, 0.98, 0.8]), 0.5, overlap).tolist() == [0, 3]
-    from edgert.runtime.detection import keep_sound
+    from edgert.runtime.tasks.detection import keep_sound
 
     assert keep_sound(np.zeros((0, 9), np.float32)).shape == (0,)  # no candidate: nothing said
 
@@ -221,7 +221,7 @@ def test_nms_never_keeps_a_non_finite_box_nor_lets_it_suppress(overlap):
 def test_a_classifier_row_with_a_non_finite_score_gives_no_classes():
     # a NaN logit made every probability of its row NaN: written as "score": NaN, and a
     # second-stage classifier labelled tracks with "confidence": NaN
-    from edgert.runtime.postprocess import classify
+    from edgert.runtime.tasks.postprocess import classify
 
     rows = classify(np.array([[1.0, 3.0, 2.0], [nan, 1.0, 0.0], [inf, 0.0, 0.0]]), ["a", "b", "c"])
     assert [[c.label for c in row] for row in rows] == [["b", "c", "a"], [], []]
@@ -232,7 +232,7 @@ def test_a_classifier_row_with_a_non_finite_score_gives_no_classes():
 
 @pytest.mark.parametrize("classes", [1, 3, 80])
 def test_per_class_nms_keeps_what_the_class_offset_kept_on_normal_scenes(classes):
-    from edgert.runtime.detection import nms, xywh_to_xyxy
+    from edgert.runtime.tasks.detection import nms, xywh_to_xyxy
 
     rng = np.random.default_rng(classes)
     n = 2000

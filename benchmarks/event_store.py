@@ -164,9 +164,11 @@ def main() -> None:
             write_budget(folder, True, args.speed, b) for b in sorted({2.0, BATCH_S, 30.0, 60.0})
         ] + [write_budget(folder, False, args.speed)]
         for r in report["write_budget"]:
-            print(f"write budget {r['scene']:>5}, batch {r['batch_s']:>4g} s: {r['events']} events, "
-                  f"{r['commits']} commits, {r['bytes_written_per_camera_hour'] / 1e6:.2f} MB "
-                  f"written per camera-hour, files {r['file_bytes'] / 1e6:.2f} MB")  # fmt: skip
+            print(
+                f"write budget {r['scene']:>5}, batch {r['batch_s']:>4g} s: {r['events']} events, "
+                f"{r['commits']} commits, {r['bytes_written_per_camera_hour'] / 1e6:.2f} MB "
+                f"written per camera-hour, files {r['file_bytes'] / 1e6:.2f} MB"
+            )
         if args.only_budget:
             write_json(args.json, report)
             return

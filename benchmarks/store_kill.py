@@ -80,8 +80,9 @@ def _stored(store: Path) -> tuple[str, set]:
 def one_kill(store: Path, first: int, rng: random.Random, cut_wal: bool) -> dict:
     proc = subprocess.Popen(
         [sys.executable, __file__, "--child", str(store), "--first", str(first)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline().strip() == "ready"
     lines: list = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
@@ -147,10 +148,12 @@ def main() -> None:
     from json_report import write_json
 
     report = run(args.kills, args.cut_wal)
-    print(f"{report['kills']} kills{' with the WAL cut' if args.cut_wal else ''}: "
-          f"{report['corrupt']} corrupt stores, {report['events_acked']} events acknowledged, "
-          f"{report['acked_lost']} of them lost; {report['unacked_lost']} sent and not yet "
-          f"committed lost (at most {report['max_unacked_lost_per_kill']} in one kill)")  # fmt: skip
+    print(
+        f"{report['kills']} kills{' with the WAL cut' if args.cut_wal else ''}: "
+        f"{report['corrupt']} corrupt stores, {report['events_acked']} events acknowledged, "
+        f"{report['acked_lost']} of them lost; {report['unacked_lost']} sent and not yet "
+        f"committed lost (at most {report['max_unacked_lost_per_kill']} in one kill)"
+    )
     write_json(args.json, report)
 
 

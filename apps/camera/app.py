@@ -225,17 +225,30 @@ def _load(run: Run) -> None:
 
     def load(path):
         return load_task_model(
-            _bundle(path) or path, m.task, m.backend, m.precision, m.top_k, m.conf, m.iou,
+            _bundle(path) or path,
+            m.task,
+            m.backend,
+            m.precision,
+            m.top_k,
+            m.conf,
+            m.iou,
             **spin,
-        )  # fmt: skip
+        )
 
     path = run.start_from or m.path  # a canary starts on the model it replaces
     bundle = _bundle(path) if run.start_from else run.bundle
     info, run.seen = model_info(path), fingerprint(str(m.path))
     model = processes.uninterrupted(  # a Ctrl-C in onnx's first import would abort
-        load_task_model, bundle or path, m.task, m.backend, m.precision, m.top_k, m.conf, m.iou,
+        load_task_model,
+        bundle or path,
+        m.task,
+        m.backend,
+        m.precision,
+        m.top_k,
+        m.conf,
+        m.iou,
         **spin,
-    )  # fmt: skip
+    )
     run.stack.callback(model.close)  # closing twice is harmless
     run.model, run.load, run.first = model, load, Loaded(model, info, str(path))
     say(f"backend: {model.backend_reason}")

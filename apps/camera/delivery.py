@@ -278,11 +278,15 @@ class FrameHandler:
         # the record says as it is now (not the frame: its pictures and tensor are let go)
         made: list = []
         said = types.SimpleNamespace(
-            stream=frame.stream, index=frame.index, t_capture=frame.t_capture,
-            results=frame.results, timings=dict(frame.timings), gate=frame.gate,
+            stream=frame.stream,
+            index=frame.index,
+            t_capture=frame.t_capture,
+            results=frame.results,
+            timings=dict(frame.timings),
+            gate=frame.gate,
             inferred=frame.inferred,
             model_label=self.slot.label_of(frame) if self.slot is not None else None,
-        )  # fmt: skip
+        )
 
         def record() -> dict:
             if not made:

@@ -80,9 +80,15 @@ def draw(image: np.ndarray, results, lines: list[str], scene=None) -> np.ndarray
         x1, y1, x2, y2 = _line_rect(text, i)
         cv2.rectangle(out, (x1, y1), (x2, y2), (0, 0, 0), cv2.FILLED)
         cv2.putText(
-            out, text, (8, 18 + 18 * i), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (255, 255, 255), 1,
+            out,
+            text,
+            (8, 18 + 18 * i),
+            cv2.FONT_HERSHEY_SIMPLEX,
+            0.5,
+            (255, 255, 255),
+            1,
             cv2.LINE_AA,
-        )  # fmt: skip
+        )
     return out
 
 

@@ -15,8 +15,22 @@ log = logging.getLogger(__name__)
 
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 # an object's own record fields and the extras tasks write: a secondary's name is none of them
-RESERVED = {"box", "score", "class_id", "label", "track_id", "predicted", "age_s", "keypoints",
-            "mask_area", "outline", "rbox", "angle", "corners", "classes"}  # fmt: skip
+RESERVED = {
+    "box",
+    "score",
+    "class_id",
+    "label",
+    "track_id",
+    "predicted",
+    "age_s",
+    "keypoints",
+    "mask_area",
+    "outline",
+    "rbox",
+    "angle",
+    "corners",
+    "classes",
+}
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,12 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from edgert.apps.store import query
 
-    f = query.Filters.parse({k: getattr(args, k) for k in (
-        "camera", "label", "zone", "line", "since", "until", "limit", "cursor")})  # fmt: skip
+    f = query.Filters.parse(
+        {
+            k: getattr(args, k)
+            for k in ("camera", "label", "zone", "line", "since", "until", "limit", "cursor")
+        }
+    )
     page = query.read(args.store, lambda conn, ph: query.events(conn, f, ph))
     if args.json:
         print(json_text.dumps(page, indent=2))
@@ -44,8 +48,12 @@ def run(args) -> int:
         media = e["clip"] or e["snapshot"]
         gone = " (deleted)" if media and e["media_gone"] else ""
         track = f" track {e['track']}" if e["track"] is not None else ""
-        print(f"{e['time_iso']}  {e['kind']:<11} {e['camera']}{track} {where}".rstrip()
-              + (f"  {media}{gone}" if media else ""))  # fmt: skip
-    print(f"{len(page['events'])} event(s)" + (
-        f"; more with --cursor {page['next_cursor']}" if page["next_cursor"] else ""))  # fmt: skip
+        print(
+            f"{e['time_iso']}  {e['kind']:<11} {e['camera']}{track} {where}".rstrip()
+            + (f"  {media}{gone}" if media else "")
+        )
+    print(
+        f"{len(page['events'])} event(s)"
+        + (f"; more with --cursor {page['next_cursor']}" if page["next_cursor"] else "")
+    )
     return 0

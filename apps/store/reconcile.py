@@ -44,8 +44,11 @@ def reconcile(conn, folders=()) -> dict:
             path = folder / name
             if "id" in entry and str(path) not in named and os.path.lexists(path):
                 unknown.append(str(path))
-    return {"rows_of_missing_files": len(missing), "unknown_files": len(unknown),
-            "unknown_shown": sorted(unknown)[:SHOWN]}  # fmt: skip
+    return {
+        "rows_of_missing_files": len(missing),
+        "unknown_files": len(unknown),
+        "unknown_shown": sorted(unknown)[:SHOWN],
+    }
 
 
 def _crops(conn) -> set:

@@ -90,8 +90,9 @@ def connect(path, what: str = "store") -> sqlite3.Connection:
     autocommit mode (the writer begins and commits its own transactions). OutputError in one
     sentence when it cannot be (not a database, a folder, no permission)."""
     try:
-        conn = sqlite3.connect(str(path), timeout=10.0, isolation_level=None,
-                               check_same_thread=False)  # fmt: skip
+        conn = sqlite3.connect(
+            str(path), timeout=10.0, isolation_level=None, check_same_thread=False
+        )
         conn.execute("PRAGMA journal_mode = WAL")
         # FULL: a commit is in the WAL on the disk before it returns (a power cut loses nothing
         # committed; NORMAL would lose the commits since the last checkpoint: 5,278 of 6,954 in

@@ -108,9 +108,13 @@ class StoreOutput(Sink):
         self.cameras = cameras
         beside = [path.parent.parent] if path.parent.name == retention.RECORD_DIR else []
         self.writer = StoreWriter(
-            path, retention.run_id(), cameras, options.get("keep_days"),
-            options.get("batch_s", BATCH_S), beside,
-        )  # fmt: skip
+            path,
+            retention.run_id(),
+            cameras,
+            options.get("keep_days"),
+            options.get("batch_s", BATCH_S),
+            beside,
+        )
         self.found = self.writer.found
         retention.on_deleted.append(self.writer.gone)
         self.probes = ctx.probes
@@ -145,17 +149,32 @@ class StoreOutput(Sink):
     def report(self):
         w = self.writer
         return {
-            "output": "store", "path": str(self.path), "events": w.events,
-            "tracks": w.tracks_written, "commits": w.commits, "batch_s": w.batch_s,
-            "bytes_written": w.io["wchar"], "bytes_written_per_hour": round(w.per_hour()),
-            "rows_pruned": w.pruned, "reconcile": self.found,
-        }  # fmt: skip
+            "output": "store",
+            "path": str(self.path),
+            "events": w.events,
+            "tracks": w.tracks_written,
+            "commits": w.commits,
+            "batch_s": w.batch_s,
+            "bytes_written": w.io["wchar"],
+            "bytes_written_per_hour": round(w.per_hour()),
+            "rows_pruned": w.pruned,
+            "reconcile": self.found,
+        }
 
     def wrote(self) -> list:
         w = self.writer
-        return [written("store", self.path, events=w.events, tracks=w.tracks_written,
-                        written=w.io["wchar"], per_hour=round(w.per_hour()),
-                        seconds=round(time.monotonic() - w.t0, 1), bytes=self._sizes())]  # fmt: skip
+        return [
+            written(
+                "store",
+                self.path,
+                events=w.events,
+                tracks=w.tracks_written,
+                written=w.io["wchar"],
+                per_hour=round(w.per_hour()),
+                seconds=round(time.monotonic() - w.t0, 1),
+                bytes=self._sizes(),
+            )
+        ]
 
 
 def open_uri(uri: str, ctx: SinkContext) -> StoreOutput:

@@ -133,10 +133,21 @@ class StoreWriter:
                 self.conn.execute(
                     "INSERT INTO events (kind, time, camera, track, track_id, label, zone, line, "
                     "config_version, clip, snapshot, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (row["kind"], row["time"], row["camera"], track, row["track_id"],
-                     row["label"], row["zone"], row["line"], row["config_version"], row["clip"],
-                     row["snapshot"], json_text.dumps(row["data"], default=str)),
-                )  # fmt: skip
+                    (
+                        row["kind"],
+                        row["time"],
+                        row["camera"],
+                        track,
+                        row["track_id"],
+                        row["label"],
+                        row["zone"],
+                        row["line"],
+                        row["config_version"],
+                        row["clip"],
+                        row["snapshot"],
+                        json_text.dumps(row["data"], default=str),
+                    ),
+                )
                 self.events += 1
             for key, t in touched.items():
                 self._save_track(t)
@@ -172,10 +183,18 @@ class StoreWriter:
         self.conn.execute(
             "UPDATE tracks SET label = ?, labels = ?, first_seen = ?, last_seen = ?, snapshot = ?, "
             "secondary = ?, zones = ?, lines = ? WHERE id = ?",
-            (t["label"], json_text.dumps(t["labels"]), t["first_seen"], t["last_seen"], t["snapshot"],
-             json_text.dumps(t["secondary"]) if t["secondary"] else None, json_text.dumps(t["zones"]),
-             json_text.dumps(t["lines"]), t["id"]),
-        )  # fmt: skip
+            (
+                t["label"],
+                json_text.dumps(t["labels"]),
+                t["first_seen"],
+                t["last_seen"],
+                t["snapshot"],
+                json_text.dumps(t["secondary"]) if t["secondary"] else None,
+                json_text.dumps(t["zones"]),
+                json_text.dumps(t["lines"]),
+                t["id"],
+            ),
+        )
 
     def _prune(self) -> None:
         """``keep_days``: the events older than that deleted, and the tracks last seen then."""
@@ -221,10 +240,17 @@ def open_store(path: Path):
 
 def new_track(row: dict) -> dict:
     return {
-        "id": None, "label": None, "labels": [], "first_seen": row["time"],
-        "last_seen": row["time"], "snapshot": None, "secondary": {}, "zones": [], "lines": [],
+        "id": None,
+        "label": None,
+        "labels": [],
+        "first_seen": row["time"],
+        "last_seen": row["time"],
+        "snapshot": None,
+        "secondary": {},
+        "zones": [],
+        "lines": [],
         "ended": False,
-    }  # fmt: skip
+    }
 
 
 def update_track(t: dict, row: dict) -> None:

@@ -270,9 +270,10 @@ class ServeSwapper(SwapQueue):
         """The names that switched to a candidate Triton then refused for another name, served
         by the model in use again (as ``version``): (what happened, in words; whether the
         candidate's task models still serve and must stay open)."""
-        again = {b["model_name"]: b for b in self.make_bindings(
-            cur.name, cur.models, cur.loaded.label, cur.recent
-        )}  # fmt: skip
+        again = {
+            b["model_name"]: b
+            for b in self.make_bindings(cur.name, cur.models, cur.loaded.label, cur.recent)
+        }
         names = [m.model_name for m, _ in switched]
         try:
             restored = [self._load_version(again[n], version) for n in names]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .events import Event
+from ..events import Event
 
 ANCHORS = ("bottom_center", "center")
 

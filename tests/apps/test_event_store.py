@@ -46,7 +46,7 @@ def _track_events(track: int, t: float, label: str = "person", stream: int = 0) 
             "label": "red",
             "confidence": 0.9,
             "time": t + 2.5,
-        },  # fmt: skip
+        },
         {**base, "event": "zone_exit", "zone": "pen", "time": t + 3},
         {**base, "event": "track_end", "snapshot": f"/shots/{track}.jpg", "time": t + 4},
     ]
@@ -135,8 +135,14 @@ def test_keep_days_deletes_old_rows_and_retention_marks_the_rows_of_what_it_dele
     folder.mkdir()
     ledger = retention.Ledger(folder, "snapshots")
     kept = ledger.write_new("a", ".jpg", b"x")
-    w.put([row_of({"event": "track_end", "track_id": 99, "snapshot": str(kept),
-                   "time": time.time()}, CAMS)])  # fmt: skip
+    w.put(
+        [
+            row_of(
+                {"event": "track_end", "track_id": 99, "snapshot": str(kept), "time": time.time()},
+                CAMS,
+            )
+        ]
+    )
     retention.on_deleted.append(w.gone)
     try:
         os.utime(kept, (time.time() - 5 * 86400,) * 2)
@@ -161,8 +167,14 @@ def test_reconcile_marks_rows_of_missing_files_and_counts_files_no_row_names(tmp
     named, gone, stray = (ledger.write_new(n, ".jpg", b"x") for n in ("named", "gone", "stray"))
     ledger.close()
     w = StoreWriter(tmp_path / "s.db", "abcd1234", CAMS, batch_s=0.01)
-    w.put([row_of({"event": "track_end", "track_id": i, "snapshot": str(p), "time": time.time()},
-                  CAMS) for i, p in ((1, named), (2, gone))])  # fmt: skip
+    w.put(
+        [
+            row_of(
+                {"event": "track_end", "track_id": i, "snapshot": str(p), "time": time.time()}, CAMS
+            )
+            for i, p in ((1, named), (2, gone))
+        ]
+    )
     w.close()
     gone.unlink()
     (folder / "users-own.jpg").write_bytes(b"z")  # not edgert's: never counted
@@ -191,15 +203,27 @@ def test_a_store_from_a_newer_edgert_is_refused_in_a_sentence(tmp_path):
 @pytest.mark.subprocess
 def test_events_query_reads_a_store_without_a_camera_and_refuses_bad_input(tmp_path):
     _filled(tmp_path / "s.db").close()
-    proc = run_cli("events", "query", tmp_path / "s.db", "--label", "dog", "--limit", "4",
-                   "--since", "-2h", "--json")  # fmt: skip
+    proc = run_cli(
+        "events",
+        "query",
+        tmp_path / "s.db",
+        "--label",
+        "dog",
+        "--limit",
+        "4",
+        "--since",
+        "-2h",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     page = json.loads(proc.stdout)
     assert len(page["events"]) == 4 and page["next_cursor"] and page["events"][0]["label"] == "dog"
     text = run_cli("events", "query", tmp_path / "s.db", "--zone", "pen", "--limit", "3")
     assert text.returncode == 0 and "zone=pen" in text.stdout and "--cursor" in text.stdout
-    assert_user_error(run_cli("events", "query", tmp_path / "s.db", "--since", "soon"),
-                      "since 'soon' is not a time")  # fmt: skip
+    assert_user_error(
+        run_cli("events", "query", tmp_path / "s.db", "--since", "soon"),
+        "since 'soon' is not a time",
+    )
     assert_user_error(run_cli("events", "query", tmp_path / "none.db"), "does not exist")
     (tmp_path / "empty.db").write_bytes(b"")
     assert_user_error(run_cli("events", "query", tmp_path / "empty.db"), "not a store edgert")
@@ -228,8 +252,11 @@ def test_a_running_camera_answers_api_events_and_tracks_from_its_store(tmp_path)
             *("--zone", "pen=200,0,320,0,320,120,200,120", "--store", f"{store}?batch_s=0.2"),
             *("--output", f"http://127.0.0.1:{port}", "--duration", "60"),
         ),
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline, got = time.monotonic() + 50, []
         while time.monotonic() < deadline and len(got) < 2:
@@ -263,8 +290,9 @@ def test_the_store_is_beside_the_snapshots_by_default_and_none_turns_it_off(tmp_
     bundle = blob_detector_bundle(tmp_path / "det")
     video = quiet_scene(tmp_path / "scene.mp4")
     shots = tmp_path / "shots"
-    proc = run_cli("camera", bundle, "--source", video, "--headless", *SCENE, "--json",
-                   "--snapshots", shots)  # fmt: skip
+    proc = run_cli(
+        "camera", bundle, "--source", video, "--headless", *SCENE, "--json", "--snapshots", shots
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     store = shots / ".edgert" / "events.db"
@@ -277,8 +305,18 @@ def test_the_store_is_beside_the_snapshots_by_default_and_none_turns_it_off(tmp_
     snaps = [r[0] for r in conn.execute("SELECT snapshot FROM tracks WHERE snapshot IS NOT NULL")]
     assert len(snaps) == 2 and all(Path(s).parent == shots and Path(s).exists() for s in snaps)
     off = tmp_path / "off"
-    proc = run_cli("camera", bundle, "--source", video, "--headless", *SCENE,
-                   "--snapshots", off, "--store", "none")  # fmt: skip
+    proc = run_cli(
+        "camera",
+        bundle,
+        "--source",
+        video,
+        "--headless",
+        *SCENE,
+        "--snapshots",
+        off,
+        "--store",
+        "none",
+    )
     assert proc.returncode == 0, proc.stderr
     assert not (off / ".edgert" / "events.db").exists()
 
@@ -319,8 +357,10 @@ def test_a_killed_camera_keeps_every_event_its_api_answered(tmp_path):
                 *("camera", bundle, "--source", video, "--loop", "--headless", *SCENE),
                 *("--store", f"{store}?batch_s=0.5", "--output", f"http://127.0.0.1:{port}"),
             ),
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             deadline, before = time.monotonic() + 60, len(answered)
             while time.monotonic() < deadline and len(answered) < before + 6:

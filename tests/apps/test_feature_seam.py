@@ -116,10 +116,21 @@ def test_a_toy_feature_is_one_table_row_through_the_real_camera(
     events = tmp_path / "events.jsonl"
     args = parser.parse_args(
         [
-            "camera", str(detector), "--source", "synthetic://", "--duration", "4",
-            "--headless", "--metrics", str(port), "--events", str(events), "--toy-every", "3",
+            "camera",
+            str(detector),
+            "--source",
+            "synthetic://",
+            "--duration",
+            "4",
+            "--headless",
+            "--metrics",
+            str(port),
+            "--events",
+            str(events),
+            "--toy-every",
+            "3",
         ]
-    )  # fmt: skip
+    )
     got: dict = {}
     done = threading.Event()
     scraper = threading.Thread(target=_scrape, args=(port, got, done), daemon=True)
@@ -158,12 +169,16 @@ def _cfg(detector, **more):
         (dict(needs=("lidar",)), "camera feature toy needs lidar, which this run lacks"),
         (dict(after=("toy2",)), "camera feature toy must come after toy2"),
         (dict(events=("track_end",)), "event track_end is emitted by both tracking and toy"),
-        (dict(routes=lambda self, run: {("GET", "/model"): None}), "GET /model is answered by "
-         "both swap and toy"),
-        (dict(routes=lambda self, run: {("GET", "/metrics"): None}), "GET /metrics is answered "
-         "by both the probes and toy"),
+        (
+            dict(routes=lambda self, run: {("GET", "/model"): None}),
+            "GET /model is answered by both swap and toy",
+        ),
+        (
+            dict(routes=lambda self, run: {("GET", "/metrics"): None}),
+            "GET /metrics is answered by both the probes and toy",
+        ),
     ],
-)  # fmt: skip
+)
 def test_what_a_feature_declares_of_the_others_is_checked_before_anything_opens(
     detector, monkeypatch, toy, said
 ):

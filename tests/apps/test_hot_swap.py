@@ -526,8 +526,12 @@ def test_a_canary_tries_again_when_its_check_could_not_judge(tmp_path, monkeypat
     assert "checking" in canary()[1]["reason"]
     now = [1000.0]
     monkeypatch.setattr("edgert.apps.swap.camera.time.time", lambda: now[0])
-    slot.last = {"event": "model_swap_refused", "reason": "only 2 live frames came within 30 s",
-                 "check": {"frames": 2, "judged": False}, "time": now[0]}  # fmt: skip
+    slot.last = {
+        "event": "model_swap_refused",
+        "reason": "only 2 live frames came within 30 s",
+        "check": {"frames": 2, "judged": False},
+        "time": now[0],
+    }
     slot.on_tick()
     assert len(asked) == 1  # not yet: RETRY_S has not passed
     ok, body = canary()
@@ -535,8 +539,12 @@ def test_a_canary_tries_again_when_its_check_could_not_judge(tmp_path, monkeypat
     now[0] += Canary.RETRY_S
     slot.on_tick()
     assert asked == ["--check-against", "--check-against, attempt 2"]
-    slot.last = {"event": "model_swap_refused", "reason": "agrees on 40% of 20 live frames",
-                 "check": {"agreement": 0.4}, "time": now[0]}  # fmt: skip
+    slot.last = {
+        "event": "model_swap_refused",
+        "reason": "agrees on 40% of 20 live frames",
+        "check": {"agreement": 0.4},
+        "time": now[0],
+    }
     now[0] += 60
     slot.on_tick()
     assert len(asked) == 2  # a verdict is final

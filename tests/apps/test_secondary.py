@@ -64,10 +64,20 @@ def _camera(tmp_path, scene, *secondary, sources=1, extra=()):
     det, col, video = scene
     args = [a for _ in range(sources) for a in ("--source", video)]
     proc = run_cli(
-        "camera", det, *args, "--headless", "--conf", "0.75", "--json",
+        "camera",
+        det,
+        *args,
+        "--headless",
+        "--conf",
+        "0.75",
+        "--json",
         *[a for s in secondary for a in ("--secondary", s.format(col=col))],
-        "--events", tmp_path / "events.jsonl", "--jsonl", tmp_path / "frames.jsonl", *extra,
-    )  # fmt: skip
+        "--events",
+        tmp_path / "events.jsonl",
+        "--jsonl",
+        tmp_path / "frames.jsonl",
+        *extra,
+    )
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
     frames = [json.loads(x) for x in (tmp_path / "frames.jsonl").read_text().splitlines()]
@@ -182,9 +192,17 @@ def test_a_secondary_that_does_not_load_is_one_sentence_and_the_camera_runs_on(s
     broken.mkdir()
     (broken / "manifest.json").write_text("{ not json")
     proc = run_cli(
-        "camera", det, "--source", video, "--headless", "--conf", "0.75", "--json",
-        "--secondary", broken,
-    )  # fmt: skip
+        "camera",
+        det,
+        "--source",
+        video,
+        "--headless",
+        "--conf",
+        "0.75",
+        "--json",
+        "--secondary",
+        broken,
+    )
     assert proc.returncode == 0, proc.stderr
     said = [line for line in proc.stderr.splitlines() if "--secondary" in line]
     assert len(said) == 1 and "runs without it" in said[0] and "Traceback" not in proc.stderr
@@ -261,9 +279,16 @@ def test_the_page_lists_the_labels_of_the_tracks(scene, tmp_path):
     det, col, video = scene
     port = free_port()
     app = _running(
-        det, video, "--loop", "--secondary", col, "--output", f"http://127.0.0.1:{port}",
-        "--duration", "60",
-    )  # fmt: skip
+        det,
+        video,
+        "--loop",
+        "--secondary",
+        col,
+        "--output",
+        f"http://127.0.0.1:{port}",
+        "--duration",
+        "60",
+    )
     try:
         want = (
             r"track_label\s+colours: (red|green|blue) #\d+",
@@ -273,10 +298,18 @@ def test_the_page_lists_the_labels_of_the_tracks(scene, tmp_path):
         deadline = time.monotonic() + 45
         while time.monotonic() < deadline:
             dom = subprocess.run(
-                [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'p'}",
-                 "--virtual-time-budget=2500", "--dump-dom", f"http://127.0.0.1:{port}/"],
-                capture_output=True, text=True, timeout=60,
-            ).stdout  # fmt: skip
+                [
+                    CHROMIUM,
+                    *FLAGS,
+                    f"--user-data-dir={tmp_path / 'p'}",
+                    "--virtual-time-budget=2500",
+                    "--dump-dom",
+                    f"http://127.0.0.1:{port}/",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout
             if all(re.search(w, dom) for w in want):
                 break
             time.sleep(1.0)
@@ -322,9 +355,18 @@ def test_prometheus_counts_the_second_stage(scene, tmp_path):
     det, col, video = scene
     port = free_ports(1)[0]
     app = _running(
-        det, video, "--loop", "--secondary", col, "--secondary", f"{col}:min=100,name=big",
-        "--metrics", f"127.0.0.1:{port}", "--duration", "60",
-    )  # fmt: skip
+        det,
+        video,
+        "--loop",
+        "--secondary",
+        col,
+        "--secondary",
+        f"{col}:min=100,name=big",
+        "--metrics",
+        f"127.0.0.1:{port}",
+        "--duration",
+        "60",
+    )
     try:
         text, deadline = "", time.monotonic() + 45
         want = r'edgert_secondary_calls_total\{model="colours"\} ([0-9.]+)'
@@ -435,10 +477,12 @@ def _inverse_colour_bundle(folder):
     bundle = colour_classifier_bundle(folder)
     (folder / "labels2.txt").write_text("blue\ngreen\nred\n")
     return export_model(
-        str(folder / "colours.onnx"), folder / "swapped.edgert", task="classify",
+        str(folder / "colours.onnx"),
+        folder / "swapped.edgert",
+        task="classify",
         labels=folder / "labels2.txt",
         preprocess={"resize": "stretch", "size": "16x16", "scale": 1 / 255},
-    ).bundle, bundle  # fmt: skip
+    ).bundle, bundle
 
 
 @pytest.mark.subprocess
@@ -466,10 +510,23 @@ def test_a_secondary_is_swapped_through_the_model_endpoint(scene, tmp_path):
     port = free_ports(1)[0]
     url = f"http://127.0.0.1:{port}/model"
     app = _running(
-        det, video, "--secondary", col, "--metrics", f"127.0.0.1:{port}", "--model-endpoint",
-        "--allow-models", models, "--allow-models", det.parent, "--json",
-        "--events", tmp_path / "events.jsonl", "--duration", "60",
-    )  # fmt: skip
+        det,
+        video,
+        "--secondary",
+        col,
+        "--metrics",
+        f"127.0.0.1:{port}",
+        "--model-endpoint",
+        "--allow-models",
+        models,
+        "--allow-models",
+        det.parent,
+        "--json",
+        "--events",
+        tmp_path / "events.jsonl",
+        "--duration",
+        "60",
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -533,18 +590,39 @@ def test_two_secondaries_named_alike_are_refused_and_another_task_is_left_out(sc
 
     det, col, video = scene
     proc = run_cli(
-        "camera", det, "--source", video, "--headless", "--conf", "0.75",
-        "--secondary", f"{col}:name=kind", "--secondary", f"{col}:name=kind",
-    )  # fmt: skip
+        "camera",
+        det,
+        "--source",
+        video,
+        "--headless",
+        "--conf",
+        "0.75",
+        "--secondary",
+        f"{col}:name=kind",
+        "--secondary",
+        f"{col}:name=kind",
+    )
     assert_user_error(proc, "name=kind is taken")
     generic = export_model(
-        str(col.parent / "colours.onnx"), tmp_path / "generic.edgert", task="generic",
+        str(col.parent / "colours.onnx"),
+        tmp_path / "generic.edgert",
+        task="generic",
         preprocess={"resize": "stretch", "size": "16x16", "scale": 1 / 255},
-    ).bundle  # fmt: skip
+    ).bundle
     proc = run_cli(
-        "camera", det, "--source", video, "--headless", "--conf", "0.75", "--json",
-        "--secondary", generic, "--secondary", col,
-    )  # fmt: skip
+        "camera",
+        det,
+        "--source",
+        video,
+        "--headless",
+        "--conf",
+        "0.75",
+        "--json",
+        "--secondary",
+        generic,
+        "--secondary",
+        col,
+    )
     assert proc.returncode == 0, proc.stderr
     said = [line for line in proc.stderr.splitlines() if "--secondary" in line]
     assert len(said) == 1 and "a secondary is a classifier or finds boxes" in said[0], said

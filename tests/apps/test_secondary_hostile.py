@@ -41,9 +41,19 @@ def test_an_option_given_twice_is_one_sentence(spec):
 def test_on_naming_no_label_of_the_primary_is_said_at_start(scene, tmp_path):  # noqa: F811
     det, col, video = scene
     proc = run_cli(
-        "camera", det, "--source", video, "--headless", "--conf", "0.75", "--json",
-        "--secondary", f"{col}:on=person+car", "--secondary", f"{col}:on=blob+car,name=two",
-    )  # fmt: skip
+        "camera",
+        det,
+        "--source",
+        video,
+        "--headless",
+        "--conf",
+        "0.75",
+        "--json",
+        "--secondary",
+        f"{col}:on=person+car",
+        "--secondary",
+        f"{col}:on=blob+car,name=two",
+    )
     assert proc.returncode == 0, proc.stderr
     said = [line for line in proc.stderr.splitlines() if "on=" in line]
     assert len(said) == 2, proc.stderr
@@ -117,10 +127,12 @@ def _nan_classifier(folder):
     )
     (folder / "labels.txt").write_text("\n".join(COLOURS) + "\n")
     return export_model(
-        str(folder / "m.onnx"), folder / "nan.edgert", task="classify",
+        str(folder / "m.onnx"),
+        folder / "nan.edgert",
+        task="classify",
         labels=folder / "labels.txt",
         preprocess={"resize": "stretch", "size": "16x16", "scale": 1 / 255},
-    ).bundle  # fmt: skip
+    ).bundle
 
 
 @pytest.mark.subprocess

@@ -103,10 +103,22 @@ class Camera:
         self.url = f"http://127.0.0.1:{port}/model"
         self.events = tmp_path / "events.jsonl"
         self.proc = _running(
-            m["det"], m["video"], "--loop", "--secondary", m["col"], "--metrics",
-            f"127.0.0.1:{port}", "--model-endpoint", "--allow-models", m["models"], "--json",
-            "--events", self.events, "--duration", "90",
-        )  # fmt: skip
+            m["det"],
+            m["video"],
+            "--loop",
+            "--secondary",
+            m["col"],
+            "--metrics",
+            f"127.0.0.1:{port}",
+            "--model-endpoint",
+            "--allow-models",
+            m["models"],
+            "--json",
+            "--events",
+            self.events,
+            "--duration",
+            "90",
+        )
         answered(self.url, self.proc)
 
     def post(self, bundle, **more) -> tuple[int, dict]:

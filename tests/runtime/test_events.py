@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from edgert.runtime.counting import LineCounter, ZoneCounter
 from edgert.runtime.events import KINDS, Event, kind_of
+from edgert.runtime.tracking.counting import LineCounter, ZoneCounter
 
 
 def test_a_tracked_event_writes_the_record_the_sinks_have_always_written():

@@ -71,10 +71,12 @@ class Secondaries(Feature):
             if unknown:  # said at start: it would run on nothing of those, silently
                 warn(unknown, run.say)
             on = "+".join(s.spec.on) or "every label"
-            run.say(escape_controls(
-                f"secondary: {s.name} ({s.model.task}) on {on}, at most {s.spec.attempts} "
-                "attempts per track"
-            ))  # fmt: skip
+            run.say(
+                escape_controls(
+                    f"secondary: {s.name} ({s.model.task}) on {on}, at most {s.spec.attempts} "
+                    "attempts per track"
+                )
+            )
 
     def on_frame(self, run: Run, frame) -> None:
         if self.stage is not None:  # crops of its tracks; their labels on its objects

@@ -69,10 +69,12 @@ class Swap(Feature):
         if run.start_from:
             self.canary = Canary(slot, str(run.cfg.model.path))
             run.probes.conditions.append(self.canary)
-            run.say(escape_controls(  # paths as given: a CR/LF in one cannot forge a line
-                f"canary: started on {run.start_from}; ready once {self.canary.target} passes "
-                "the check on live frames"
-            ))  # fmt: skip
+            run.say(
+                escape_controls(  # paths as given: a CR/LF in one cannot forge a line
+                    f"canary: started on {run.start_from}; ready once {self.canary.target} passes "
+                    "the check on live frames"
+                )
+            )
 
     def routes(self, run: Run) -> dict:
         # answered once the pipeline exists: a stop after /model answers is held until the

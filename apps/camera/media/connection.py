@@ -259,9 +259,11 @@ class GstConnection:
             if ok:
                 try:
                     picture = bgr_copy(
-                        info.data, s.get_value("width"), s.get_value("height"),
+                        info.data,
+                        s.get_value("width"),
+                        s.get_value("height"),
                         s.get_value("format"),
-                    )  # fmt: skip
+                    )
                 finally:
                     buf.unmap(info)
                 if buf.pts != Gst.CLOCK_TIME_NONE:

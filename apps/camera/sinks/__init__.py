@@ -268,8 +268,11 @@ def with_folder_flags(sinks: list, args) -> list:
         "keep_days": ("--keep-days", getattr(args, "keep_days", None)),
     }
     given = {k: v for k, (_, v) in flags.items() if v is not None}
-    takes = {"clips": ("pre", "post", "max_gb", "keep_days"), "snapshots": ("keep_days",),
-             "store": ("keep_days",)}  # fmt: skip
+    takes = {
+        "clips": ("pre", "post", "max_gb", "keep_days"),
+        "snapshots": ("keep_days",),
+        "store": ("keep_days",),
+    }
     out, used = [], set()
     for uri in sinks:
         extra = {k: given[k] for k in takes.get(resolve(uri)[0], ()) if k in given}

@@ -470,10 +470,13 @@ class ClipsOutput(Sink):
         kept = sizes_of(self.written)
         return [
             written(
-                "clips", self.folder, files=len(kept), bytes=sum(kept.values()),
+                "clips",
+                self.folder,
+                files=len(kept),
+                bytes=sum(kept.values()),
                 deleted=self.deleted,
             )
-        ]  # fmt: skip
+        ]
 
 
 def open_uri(uri: str, ctx: SinkContext) -> ClipsOutput:

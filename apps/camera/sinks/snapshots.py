@@ -141,10 +141,14 @@ class SnapshotsOutput(Sink):
         crops = sum(1 for p in kept if p.stem.endswith("_crop"))
         return [
             written(
-                "snapshots", self.folder, files=len(kept) - crops, crops=crops,
-                bytes=sum(kept.values()), deleted=self.deleted,
+                "snapshots",
+                self.folder,
+                files=len(kept) - crops,
+                crops=crops,
+                bytes=sum(kept.values()),
+                deleted=self.deleted,
             )
-        ]  # fmt: skip
+        ]
 
 
 def open_uri(uri: str, ctx: SinkContext) -> SnapshotsOutput:

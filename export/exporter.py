@@ -21,10 +21,11 @@ from edgert.runtime.errors import (
     first_line,
     require,
 )
-from edgert.runtime.tasks import TASK_SPECS, check_task_outputs
+from edgert.runtime.tasks import TASK_SPECS, check_task_outputs, task_spec
 
 from . import onnx_export
 from .describe import check_fit, check_head_labels, check_labels, describe, parse_size
+from .embed import cut_onnx, cut_torch, section
 from .parity import ParityReport, random_inputs, run_cases, uniform_inputs
 from .source import SourceModel, load_source
 
@@ -82,6 +83,7 @@ def export_model(
     preprocess: dict | None = None,
     allow_trace_warnings: bool = False,
     keypoints: str | None = None,
+    embed_layer: str | None = None,
 ) -> ExportResult:
     """Export MODEL to a bundle folder and return its path with the parity report.
 
@@ -89,7 +91,8 @@ def export_model(
     (a file), ``preprocess`` (preprocessing fields, see docs/bundle.md) and ``keypoints`` (a pose
     model's "KxD") describe models that do not bring their own description (an Ultralytics ONNX
     brings its own: the options win over it, each difference said in ``export.described``). A model whose tracing fixes data-dependent control flow
-    (the tracer's warnings) is refused unless ``allow_trace_warnings``.
+    (the tracer's warnings) is refused unless ``allow_trace_warnings``. ``embed_layer`` cuts the
+    model at that layer into an encoder (task embed; :mod:`.embed`).
     """
     start = time.perf_counter()
     from .zoo import zoo_exporter
@@ -112,6 +115,9 @@ def export_model(
         opset=opset,
     )
     name = name or src.name
+    task = _embed_task(task, embed_layer)
+    if embed_layer and src.kind != "onnx":
+        src = cut_torch(src, embed_layer)
     target = Path(out) if out else Path(f"{name}.edgert")
     _check_target(target)
     if src.kind == "onnx":
@@ -120,6 +126,9 @@ def export_model(
                 "--input-shape applies to PyTorch models; an ONNX file keeps its own shapes"
             )
         onnx_model, parity, export_info = _from_onnx(src, atol, rtol)
+        if embed_layer:
+            onnx_model = cut_onnx(onnx_model, embed_layer)
+            src.labels = None
     else:
         shapes = input_shape if isinstance(input_shape, list) else None
         if isinstance(input_shape, tuple) and all(isinstance(d, int) for d in input_shape):
@@ -170,6 +179,7 @@ def export_model(
     given = {"task": task, "labels": labels, "keypoints": keypoints, **(preprocess or {})}
     _check_description(src, input_specs, output_specs, given)
     manifest = _manifest(src, name, onnx_model, parity, export_info)
+    manifest.update(section(src.task, output_specs, src.metrics.get("embed_layer", embed_layer)))
     _set_metadata(onnx_model, manifest)
     data = onnx_model.SerializeToString()
     manifest["hashes"]["model.onnx"] = bundle.sha256_bytes(data)
@@ -180,6 +190,19 @@ def export_model(
     seconds = time.perf_counter() - start
     log.info("exported %s to %s in %.1f s", src.spec, target, seconds)
     return ExportResult(target, parity, seconds, manifest)
+
+
+def _embed_task(task: str | None, layer: str | None) -> str | None:
+    """The task of an export with ``--embed-layer`` (embed: it makes an encoder)."""
+    if layer is None:
+        return task
+    if not layer.strip():
+        raise ModelError("--embed-layer names a layer; it is empty")
+    if task is not None and not task_spec(task).vectors:
+        raise ModelError(
+            f"--embed-layer cuts the model into an encoder (--task embed), not a {task} model"
+        )
+    return "embed"
 
 
 def _check_description(src: SourceModel, inputs: list, outputs: list, given: dict) -> None:

@@ -96,6 +96,12 @@ def add_parser(sub) -> None:
         "--labels", metavar="FILE", help="class names: a text file (one per line) or a JSON list"
     )
     d.add_argument(
+        "--embed-layer",
+        metavar="NAME",
+        help="cut the model at this layer into an encoder (--task embed): an ONNX tensor's name, "
+        "or a PyTorch module's (model.named_modules(), e.g. classifier.0)",
+    )
+    d.add_argument(
         "--keypoints",
         metavar="KxD",
         help="a pose model's keypoints: K of D values (2: x, y; 3: with visibility), e.g. 17x3",
@@ -150,6 +156,7 @@ def run(args) -> int:
         task=args.task,
         labels=args.labels,
         keypoints=args.keypoints,
+        embed_layer=args.embed_layer,
         preprocess={
             "resize": args.resize,
             "size": args.size,

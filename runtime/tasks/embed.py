@@ -93,11 +93,19 @@ def health(model) -> None:
     step = max(1, getattr(model, "max_batch", None) or 1)
     rows = []
     photos = [load_photo(p) for p in ALL_PHOTOS[:PROBES]]
-    for i in range(0, len(photos), step):
-        part = [model.preprocess(p) for p in photos[i : i + step]]
-        outputs = model.infer(model.collate([t for t, _ in part]))
-        first = next(iter(outputs.values()))
-        rows.append(np.asarray(first)[: len(part)].reshape(len(part), -1))
+    engine = getattr(model, "engine", None)
+    warned = getattr(engine, "_warned_nonfinite", None)
+    if warned is not None:  # the probes' NaN are this check's sentence, not the engine's warning
+        engine._warned_nonfinite = True
+    try:
+        for i in range(0, len(photos), step):
+            part = [model.preprocess(p) for p in photos[i : i + step]]
+            outputs = model.infer(model.collate([t for t, _ in part]))
+            first = next(iter(outputs.values()))
+            rows.append(np.asarray(first)[: len(part)].reshape(len(part), -1))
+    finally:
+        if warned is not None:
+            engine._warned_nonfinite = warned
     why = embeddings.why_unhealthy(np.concatenate(rows), "probe photos")
     if why:
         raise ModelError(f"{why}; refusing to load it")

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import ModelError
+
 # The health check's bound: an encoder whose unit vectors spread less than this across different
 # inputs (the mean squared distance of each to their mean: 1 - |mean vector|^2, 0 when every
 # vector is the same) has collapsed. Measured: ImageNet MobileNetV2's pooled features spread
@@ -22,6 +24,10 @@ import numpy as np
 # returning one vector plus 1e-3 of noise spreads < 1e-5 (benchmarks/embed_retrieval.py).
 MIN_SPREAD = 0.01
 FORMS = ("float32", "float16", "int8")
+
+
+class UnhealthyEncoder(ModelError):
+    """An encoder whose vectors are NaN, constant or collapsed (the health check's sentence)."""
 
 
 def normalise(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from .. import embeddings
-from ..errors import ModelError
 from ..results import Embedding, Result
 
 # the swap check's and the gate's neighbours: k nearest of each sample among the others
@@ -73,7 +72,7 @@ def measure(ref: np.ndarray, got: np.ndarray) -> dict:
     health check refuse the build."""
     why = embeddings.why_unhealthy(ref, "hold-out samples")
     if why:
-        raise ModelError(f"FP32: {why}; nothing was written")
+        raise embeddings.UnhealthyEncoder(f"FP32: {why}; nothing was written")
     out = {"cosine_min": 0.0, "neighbour_recall": 0.0, "spread": 0.0}
     if embeddings.why_unhealthy(got, "hold-out samples") is None:
         r, _ = embeddings.normalise(ref)
@@ -108,7 +107,7 @@ def health(model) -> None:
             engine._warned_nonfinite = warned
     why = embeddings.why_unhealthy(np.concatenate(rows), "probe photos")
     if why:
-        raise ModelError(f"{why}; refusing to load it")
+        raise embeddings.UnhealthyEncoder(f"{why}; refusing to load it")
 
 
 def draw(out, result: Result) -> list:

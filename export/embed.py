@@ -91,9 +91,10 @@ def cut_torch(src: SourceModel, layer: str) -> SourceModel:
     )
 
 
-def section(task: str, outputs: list, layer: str | None) -> dict:
+def section(task: str, outputs: list, metrics: dict) -> dict:
     """The manifest's ``embedding`` section of an encoder (empty for other tasks): the vector's
-    size, that edgert L2-normalises it after the graph, and the layer it was cut at."""
+    size, that edgert L2-normalises it after the graph, and the layer it was cut at (the
+    source's ``embed_layer``)."""
     if not TASK_SPECS[task].vectors or not outputs:
         return {}
     size = 1
@@ -103,6 +104,6 @@ def section(task: str, outputs: list, layer: str | None) -> dict:
         "embedding": {
             "size": size,
             "normalized": "L2, after the graph, by edgert (the raw norm is reported)",
-            "layer": layer,
+            "layer": metrics.get("embed_layer"),
         }
     }

@@ -85,15 +85,12 @@ def export_model(
     keypoints: str | None = None,
     embed_layer: str | None = None,
 ) -> ExportResult:
-    """Export MODEL to a bundle folder and return its path with the parity report.
-
-    Nothing is written unless every step (export, checks, parity) succeeds. ``task``, ``labels``
-    (a file), ``preprocess`` (preprocessing fields, see docs/bundle.md) and ``keypoints`` (a pose
-    model's "KxD") describe models that do not bring their own description (an Ultralytics ONNX
-    brings its own: the options win over it, each difference said in ``export.described``). A model whose tracing fixes data-dependent control flow
-    (the tracer's warnings) is refused unless ``allow_trace_warnings``. ``embed_layer`` cuts the
-    model at that layer into an encoder (task embed; :mod:`.embed`).
-    """
+    """Export MODEL to a bundle folder and return its path with the parity report. Nothing is
+    written unless every step (export, checks, parity) succeeds. ``task``, ``labels`` (a file),
+    ``preprocess`` (docs/bundle.md), ``keypoints`` (a pose model's "KxD") and ``embed_layer``
+    (:mod:`.embed`) describe models that bring no description of their own (an Ultralytics ONNX
+    does: the options win, each difference said in ``export.described``). A model whose tracing
+    fixes data-dependent control flow is refused unless ``allow_trace_warnings``."""
     start = time.perf_counter()
     from .zoo import zoo_exporter
 
@@ -115,9 +112,7 @@ def export_model(
         opset=opset,
     )
     name = name or src.name
-    task = _embed_task(task, embed_layer)
-    if embed_layer and src.kind != "onnx":
-        src = cut_torch(src, embed_layer)
+    task, src = _as_encoder(src, task, embed_layer)
     target = Path(out) if out else Path(f"{name}.edgert")
     _check_target(target)
     if src.kind == "onnx":
@@ -125,10 +120,7 @@ def export_model(
             raise ModelError(
                 "--input-shape applies to PyTorch models; an ONNX file keeps its own shapes"
             )
-        onnx_model, parity, export_info = _from_onnx(src, atol, rtol)
-        if embed_layer:
-            onnx_model = cut_onnx(onnx_model, embed_layer)
-            src.labels = None
+        onnx_model, parity, export_info = _from_onnx(src, atol, rtol, embed_layer)
     else:
         shapes = input_shape if isinstance(input_shape, list) else None
         if isinstance(input_shape, tuple) and all(isinstance(d, int) for d in input_shape):
@@ -179,7 +171,6 @@ def export_model(
     given = {"task": task, "labels": labels, "keypoints": keypoints, **(preprocess or {})}
     _check_description(src, input_specs, output_specs, given)
     manifest = _manifest(src, name, onnx_model, parity, export_info)
-    manifest.update(section(src.task, output_specs, src.metrics.get("embed_layer", embed_layer)))
     _set_metadata(onnx_model, manifest)
     data = onnx_model.SerializeToString()
     manifest["hashes"]["model.onnx"] = bundle.sha256_bytes(data)
@@ -192,17 +183,18 @@ def export_model(
     return ExportResult(target, parity, seconds, manifest)
 
 
-def _embed_task(task: str | None, layer: str | None) -> str | None:
-    """The task of an export with ``--embed-layer`` (embed: it makes an encoder)."""
+def _as_encoder(src: SourceModel, task: str | None, layer: str | None):
+    """(task, source) of an export with ``--embed-layer``: embed, and a PyTorch model cut at that
+    module (an ONNX graph is cut once loaded, in :func:`_from_onnx`)."""
     if layer is None:
-        return task
+        return task, src
     if not layer.strip():
         raise ModelError("--embed-layer names a layer; it is empty")
     if task is not None and not task_spec(task).vectors:
         raise ModelError(
             f"--embed-layer cuts the model into an encoder (--task embed), not a {task} model"
         )
-    return "embed"
+    return "embed", src if src.kind == "onnx" else cut_torch(src, layer)
 
 
 def _check_description(src: SourceModel, inputs: list, outputs: list, given: dict) -> None:
@@ -283,7 +275,7 @@ def _real_cases(samples: np.ndarray, shape: tuple[int, ...], dynamic: bool, max_
     return [(f"real images #{i}", [g]) for i, g in enumerate(groups) if len(g) == b]
 
 
-def _from_onnx(src: SourceModel, atol: float, rtol: float):
+def _from_onnx(src: SourceModel, atol: float, rtol: float, embed_layer: str | None = None):
     import onnx
 
     try:
@@ -298,6 +290,9 @@ def _from_onnx(src: SourceModel, atol: float, rtol: float):
             f"export it again with an older opset ({onnx_export.DEFAULT_OPSET} for TensorRT 8.5 / "
             "JetPack 5)"
         )
+    if embed_layer:  # an encoder: the graph cut at that tensor (the source's labels name no class)
+        model, src.labels = cut_onnx(model, embed_layer), None
+        src.metrics = {**src.metrics, "embed_layer": embed_layer}
     model = onnx_export.check_onnx(model)
     session = onnx_export.cpu_session(model)  # proves ONNX Runtime can run it
     info = {
@@ -334,6 +329,7 @@ def _manifest(src: SourceModel, name: str, model, parity: ParityReport, export_i
         "parity": parity.to_dict(),
         "metrics": src.metrics,
         "tools": onnx_export.tool_versions(),
+        **section(task, onnx_export.tensor_specs(model.graph.output, model), src.metrics),
     }
 
 

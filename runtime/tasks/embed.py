@@ -1,7 +1,7 @@
 """The embed task: an encoder's output -> one L2-normalised vector per image (a CLIP-style image
 tower, a re-identification network, a classifier cut at its penultimate layer), and what an
 encoder's results mean to the rest of edgert (its :class:`~edgert.runtime.tasks.TaskSpec`
-hooks): the swap check compares the neighbours two encoders rank, the build's gate the
+hooks): the swap check compares two encoders' vectors of the same frames, the build's gate the
 quantized model's neighbours against FP32's, and ``health`` refuses an encoder whose vectors
 are NaN, constant or collapsed when a bundle is loaded (``edgert run``, the camera, the server
 and every swap load through :func:`~edgert.runtime.tasks.load_task_model`)."""
@@ -35,31 +35,31 @@ def vectors(results: list) -> np.ndarray:
 
 
 def compare(ref: list, got: list) -> dict:
-    """How far ``got``'s vectors (a candidate's) rank the same neighbours as ``ref``'s (the model
-    in use) over the same images: ``agreement`` (each image's k nearest others kept, k =
-    min(5, images - 1)) and ``spread`` (the candidate's vectors across the images)."""
+    """How far ``got``'s vectors (a candidate's) are the model in use's (``ref``) on the same
+    images: ``agreement``, the mean cosine of each image's two vectors (0 where their sizes
+    differ: vectors stored before a swap compare only with vectors of the same space); the
+    neighbours each image has among the others kept (``neighbours``, k = min(5, images - 1))
+    and the candidate's ``spread`` are reported (a still scene's frames are alike whatever the
+    encoder: the candidate's health was checked when it was loaded)."""
     a, b = vectors(ref), vectors(got)
-    measures = {"frames": len(ref), "agreement": 1.0, "spread": 1.0}
-    if len(a) >= 2 and a.shape[1:] == b.shape[1:]:
-        measures["agreement"] = embeddings.neighbour_recall(a, b, min(SWAP_K, len(a) - 1))
-    elif len(a) >= 2:
-        measures["agreement"] = 0.0  # vectors of another size rank nothing alike
+    measures = {"frames": len(ref), "agreement": 0.0, "neighbours": 0.0, "spread": 0.0}
+    if len(a) and a.shape[1:] == b.shape[1:]:
+        measures["agreement"] = float((a.astype(np.float64) * b).sum(axis=1).mean())
+        if len(a) >= 2:
+            measures["neighbours"] = embeddings.neighbour_recall(a, b, min(SWAP_K, len(a) - 1))
     if len(b) >= 2:
         measures["spread"] = embeddings.spread(b)
     return measures
 
 
 def judge(measures: dict, bounds, what: str):
-    """Why ``measures`` refuse a candidate under ``bounds.min_agreement``, or None."""
-    if measures.get("spread", 1.0) < embeddings.MIN_SPREAD:
-        return (
-            f"the candidate's vectors are nearly the same for all {measures['frames']} {what} "
-            f"(spread {measures['spread']:.2e} under {embeddings.MIN_SPREAD:g})"
-        )
+    """Why ``measures`` refuse a candidate under ``bounds.min_agreement`` (the mean cosine of
+    its vectors to the model in use's), or None."""
     if measures["agreement"] < bounds.min_agreement:
         return (
-            f"the candidate keeps {measures['agreement']:.0%} of the model in use's nearest "
-            f"neighbours on {measures['frames']} {what}, under {bounds.min_agreement:.0%}"
+            f"the candidate's vectors have a mean cosine of {measures['agreement']:.2f} to the "
+            f"model in use's on {measures['frames']} {what}, under {bounds.min_agreement:.2f}: "
+            "vectors stored before the swap would not compare with its"
         )
     return None
 

@@ -5,7 +5,6 @@ way), the swap check's measure, and the vectors' compact stored forms."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -91,25 +90,28 @@ def test_neighbours_and_recall_against_numpy():
     assert embeddings.label_recall(clustered, labels, 5) == 1.0
 
 
-def test_the_swap_check_refuses_a_candidate_that_ranks_other_neighbours(bundles):
+def test_the_swap_check_refuses_a_candidate_whose_vectors_are_of_another_space(bundles):
     from edgert.apps.swapping import SwapOptions, agreement, judge
 
     images = [read_image(photo_path(p)) for p in ALL_PHOTOS]
     with load_task_model(bundles["healthy"]) as model:
         ref = [model(i) for i in images]
     same = agreement("embed", ref, ref)
-    assert same["agreement"] == 1.0 and judge("embed", same, SwapOptions(), "frames") is None
-    rng = np.random.default_rng(2)
-    other = [
-        Result("embedding", "embed", embedding=Embedding(embeddings.normalise(v[None])[0][0], 1.0))
-        for v in rng.standard_normal((len(ref), 8))
-    ]
-    moved = agreement("embed", ref, other)
-    why = judge("embed", moved, SwapOptions(), "live frames")
-    assert moved["agreement"] < 0.9 and "nearest neighbours on 7 live frames" in why
-    flat = [Result("embedding", "embed", embedding=Embedding(ref[0].embedding.vector, 1.0))] * 7
-    why = judge("embed", agreement("embed", ref, flat), SimpleNamespace(min_agreement=0.0), "f")
-    assert why.startswith("the candidate's vectors are nearly the same for all 7 f")
+    assert same["agreement"] == pytest.approx(1.0) and same["neighbours"] == 1.0
+    assert judge("embed", same, SwapOptions(), "frames") is None
+    rotation, _ = np.linalg.qr(np.random.default_rng(2).standard_normal((8, 8)))
+
+    def moved(r):  # the same neighbours, in another space (a retrained encoder)
+        v = (r.embedding.vector @ rotation).astype(np.float32)
+        return Result("embedding", "embed", embedding=Embedding(v, r.embedding.norm))
+
+    other = agreement("embed", ref, [moved(r) for r in ref])
+    assert other["neighbours"] == 1.0 and other["agreement"] < 0.9
+    why = judge("embed", other, SwapOptions(), "live frames")
+    assert why.startswith("the candidate's vectors have a mean cosine of ")
+    assert "to the model in use's on 7 live frames, under 0.90" in why
+    shorter = [Result("embedding", "embed", embedding=Embedding(np.ones(4, np.float32) / 2, 1.0))]
+    assert agreement("embed", ref[:1], shorter)["agreement"] == 0.0
 
 
 @pytest.mark.parametrize(

@@ -7,16 +7,19 @@ side by side, on labelled pictures that ship offline: recall@10 for same-class n
 - the 2,000 simulated textile pictures of ``conformal-clip-data`` 0.1.4 (nominal 1,000, global
   defect 500, local defect 500: 3 classes).
 
-FP16 and INT8 are the bundle's own models as ``edgert build --precision fp16|int8`` makes them
-(calibrated on the zoo entry's photos, gated on its hold-out), run on ONNX Runtime CPU as the build
-evaluates them where there is no TensorRT. Also per precision: the INT8/FP16 model's neighbours
+FP16 and INT8 are the bundle's own models as ``edgert build --precision fp16|int8`` makes them,
+run on ONNX Runtime CPU as the build evaluates them where there is no TensorRT: ``int8`` is
+calibrated on pictures of the set itself (``--calib`` an .npz of them, 200 pictures never
+evaluated; lfw_subset: 60 of its 200, the other 140 evaluated; no preparation, gate off: every
+node in INT8), ``int8 zoo photos`` is the bundle's own, calibrated on the zoo entry's photos and
+gated on their hold-out (what ``edgert build`` does with no ``--calib``). Also per precision: the INT8/FP16 model's neighbours
 against FP32's (``neighbour_recall``, what the build's gate measures), the mean and least cosine of
 each vector to FP32's, and the vectors' spread (what the health check bounds); and FP32's vectors
 in their compact stored forms (float16, int8: :func:`edgert.runtime.embeddings.encode`). Accuracy
 numbers only. Prints a table, writes JSON.
 
     pip install scikit-image && pip install --no-deps conformal-clip-data==0.1.4
-    python benchmarks/embed_retrieval.py [--json reports/embed_retrieval.json] [--limit N]
+    python benchmarks/embed_retrieval.py [--json reports/embed_retrieval.json] [--limit N]  # N a set
         [--bundle mnv2e.edgert]   # an embedder already built with fp16 and int8
 """
 
@@ -41,6 +44,7 @@ from edgert.runtime.precision import model_file
 
 PRECISIONS = ("fp32", "fp16", "int8")
 K = 10
+CALIB = {"digits": 200, "lfw_subset": 60, "textiles": 200}  # pictures calibrating, never evaluated
 
 
 def digits():
@@ -83,13 +87,33 @@ def embedder(folder: Path) -> Path:
     return bundle.bundle
 
 
-def vectors(bundle: Path, images: list) -> dict:
-    """Each precision's raw outputs for ``images`` through the bundle's preprocessing."""
+def calibrated(bundle: Path, images: list, folder: Path) -> Path:
+    """A copy of ``bundle`` built to INT8 with ``images`` as its calibration data (2/3
+    calibration, 1/3 the gate's hold-out: the build's own split)."""
+    import shutil
+
+    target = folder / bundle.name
+    shutil.rmtree(target, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(bundle, target)
+    side = min(min(im.shape[:2]) for im in images)
+    npz = folder / "calib.npz"
+    np.savez(npz, images=np.stack([cv2.resize(im, (side, side)) for im in images]))
+    n = len(images)
+    build(target, "int8", calib=str(npz), calib_size=n * 2 // 3, holdout_size=n - n * 2 // 3,
+          prepare="none", gate_rules="off", no_engine=True, say=print)  # fmt: skip
+    return target
+
+
+def vectors(bundle: Path, own_int8: Path, images: list) -> dict:
+    """Each model's raw outputs for ``images`` through the bundle's preprocessing."""
     pre = Bundle(bundle).manifest.preprocessing
     inputs = np.concatenate([pre.batch(images[i : i + 64])[0] for i in range(0, len(images), 64)])
+    files = {p: bundle / model_file(p) for p in PRECISIONS}
+    files["int8 zoo photos"], files["int8"] = files["int8"], own_int8 / model_file("int8")
     out = {}
-    for p in PRECISIONS:
-        sess = evaluate.session(onnx.load(str(bundle / model_file(p))))
+    for p, file in files.items():
+        sess = evaluate.session(onnx.load(str(file)))
         out[p] = next(iter(evaluate.run(sess, inputs, what=f"{p} embeddings").values()))
     return out
 
@@ -97,7 +121,7 @@ def vectors(bundle: Path, images: list) -> dict:
 def measure(raw: dict, labels: np.ndarray) -> dict:
     ref, _ = embeddings.normalise(raw["fp32"])
     rows = {}
-    for p in PRECISIONS:
+    for p in raw:
         unit, _ = embeddings.normalise(raw[p])
         cos = (unit.astype(np.float64) * ref).sum(axis=1)
         rows[p] = {
@@ -139,12 +163,14 @@ def main() -> None:
         }
         for name, load in DATASETS.items():
             images, labels = load()
-            if args.limit:
-                pick = np.random.default_rng(0).permutation(len(images))[: args.limit]
-                images, labels = [images[i] for i in pick], labels[pick]
-            rows = measure(vectors(bundle, images), labels)
+            order = np.random.default_rng(0).permutation(len(images))
+            calib, pick = order[: CALIB[name]], order[CALIB[name] :][: args.limit]
+            own = calibrated(bundle, [images[i] for i in calib], Path(tmp) / name)
+            images, labels = [images[i] for i in pick], labels[pick]
+            rows = measure(vectors(bundle, own, images), labels)
             report["datasets"][name] = {
                 "pictures": len(images),
+                "calibration_pictures": len(calib),
                 "classes": len(set(labels)),
                 **rows,
             }

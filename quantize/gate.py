@@ -17,7 +17,7 @@ drop <= 1 point where labels exist, mAP50-95 against FP32's boxes >= 0.85 for de
 reported; gated, >= 0.9, only for the face detector, which has no mAP), and with labelled boxes
 (``--calib-labels``) mAP50-95 against them at most 1 point below FP32's; for encoders (the embed
 task) the neighbours each hold-out sample's vector has among the others, FP32's 10 nearest kept by
-the candidate >= 0.9, and the vectors' spread >= 0.01 (not collapsed; FP32's own failing the
+the candidate >= 0.8, and the vectors' spread >= 0.01 (not collapsed; FP32's own failing the
 health check refuses the build). Top-1 agreement over all samples
 is reported but not gated by default: on ambiguous inputs FP32's own top-1 is a coin toss.
 """
@@ -53,8 +53,11 @@ DEFAULT_GATE = {
     "labels_map_drop": 0.01,
     # encoders (the embed task): each hold-out sample's 10 nearest others under FP32 kept by the
     # candidate, and its vectors' spread (the health check's bound: not collapsed); the mean
-    # cosine to FP32's vectors is the "cosine" rule above (measured: docs/quantization.md)
-    "neighbour_recall": 0.9,
+    # cosine to FP32's vectors is the "cosine" rule above. Measured on MobileNetV2's pooled
+    # features (benchmarks/embed_retrieval.py): FP16 keeps 0.98-0.998; INT8s whose same-class
+    # recall@10 held (textiles +0.5 point, the zoo photos) keep 0.83 and 0.91, the INT8 that lost
+    # 3.1 points (digits) 0.75
+    "neighbour_recall": 0.8,
     "spread": 0.01,
 }
 LOWER_IS_BETTER = {"accuracy_drop", "max_abs", "labels_map_drop"}

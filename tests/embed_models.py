@@ -96,14 +96,21 @@ def reference(x: np.ndarray) -> np.ndarray:
 PREPROCESS = {"resize": "stretch", "size": f"{SIZE}x{SIZE}", "scale": 1 / 255}
 
 
-def encoder_bundle(folder: Path, kind: str = "healthy", batch: int | str = "N") -> Path:
-    """An embed bundle of :func:`encoder` (stretch to SIZE, RGB 0..1)."""
+def encoder_bundle(
+    folder: Path, kind: str = "healthy", batch: int | str = "N", name: str | None = None
+) -> Path:
+    """An embed bundle of :func:`encoder` (stretch to SIZE, RGB 0..1), named ``name`` (default:
+    its kind)."""
     from edgert.export import export_model
 
     folder.mkdir(parents=True, exist_ok=True)
     onnx_path = encoder(folder / f"{kind}.onnx", kind, batch)
     return export_model(
-        str(onnx_path), folder / f"{kind}.edgert", task="embed", preprocess=dict(PREPROCESS)
+        str(onnx_path),
+        folder / f"{kind}.edgert",
+        name=name,
+        task="embed",
+        preprocess=dict(PREPROCESS),
     ).bundle
 
 

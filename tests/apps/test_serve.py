@@ -849,3 +849,35 @@ def test_an_encoder_is_served_with_its_vectors_and_a_broken_one_is_refused(tmp_p
         timeout=120,
     )  # fmt: skip
     assert_user_error(proc, SAID["collapsed"], "refusing to load it")
+
+
+def test_a_collapsed_encoder_is_refused_at_the_swap_and_the_encoder_in_use_serves(tmp_path):
+    """POST /model to an encoder whose vectors are nearly all the same: the candidate's load runs
+    the health check, the swap is refused with its sentence, version 1 goes on serving."""
+    from tests.embed_models import SAID, encoder_bundle
+
+    root = tmp_path / "models"
+    healthy = encoder_bundle(root / "a", "healthy")
+    collapsed = encoder_bundle(root / "b", "collapsed", name="healthy")  # a new version of it
+    (edgert,) = free_ports(1)
+    info = start(
+        healthy,
+        "healthy",
+        *("--edgert-metrics-port", edgert, "--model-endpoint", "--allow-models", root),
+    )
+    info["edgert"] = edgert
+    try:
+        url = f"http://127.0.0.1:{edgert}/model"
+        code, said = _json_http("POST", url, {"bundle": str(collapsed)})
+        assert code == 202, said
+        m = _settled(info, 1)
+        assert m["swaps"] == 0 and m["refusals"] == 1, m
+        assert SAID["collapsed"] in m["last"]["reason"], m["last"]
+        h = httpclient.InferenceServerClient(f"127.0.0.1:{info['http']}")
+        inp = httpclient.InferInput("image", [1, 1], "BYTES")
+        inp.set_data_from_numpy(np.array([[photo_path("coffee").read_bytes()]], dtype=np.object_))
+        row = json.loads(h.infer("healthy_image", [inp]).as_numpy("result")[0][0])
+        assert row["results"]["size"] == 8 and row["model"].startswith("healthy@")
+    finally:
+        info["proc"].send_signal(signal.SIGTERM)
+        info["proc"].wait(timeout=30)

@@ -10,8 +10,8 @@ side by side, on labelled pictures that ship offline: recall@10 for same-class n
 FP16 and INT8 are the bundle's own models as ``edgert build --precision fp16|int8`` makes them,
 run on ONNX Runtime CPU as the build evaluates them where there is no TensorRT: ``int8`` is
 calibrated on pictures of the set itself (``--calib`` an .npz of them, 200 pictures never
-evaluated; lfw_subset: 60 of its 200, the other 140 evaluated; no preparation, gate off: every
-node in INT8), ``int8 zoo photos`` is the bundle's own, calibrated on the zoo entry's photos and
+evaluated; lfw_subset: 60 of its 200, the other 140 evaluated; no preparation; edgert's default
+gate on the build's hold-out of them, which keeps nodes out of INT8 until it passes), ``int8 zoo photos`` is the bundle's own, calibrated on the zoo entry's photos and
 gated on their hold-out (what ``edgert build`` does with no ``--calib``). Also per precision: the INT8/FP16 model's neighbours
 against FP32's (``neighbour_recall``, what the build's gate measures), the mean and least cosine of
 each vector to FP32's, and the vectors' spread (what the health check bounds); and FP32's vectors
@@ -101,7 +101,7 @@ def calibrated(bundle: Path, images: list, folder: Path) -> Path:
     np.savez(npz, images=np.stack([cv2.resize(im, (side, side)) for im in images]))
     n = len(images)
     build(target, "int8", calib=str(npz), calib_size=n * 2 // 3, holdout_size=n - n * 2 // 3,
-          prepare="none", gate_rules="off", no_engine=True, say=print)  # fmt: skip
+          prepare="none", no_engine=True, say=print)  # fmt: skip
     return target
 
 
@@ -168,6 +168,9 @@ def main() -> None:
             own = calibrated(bundle, [images[i] for i in calib], Path(tmp) / name)
             images, labels = [images[i] for i in pick], labels[pick]
             rows = measure(vectors(bundle, own, images), labels)
+            q = json.loads((own / "manifest.json").read_text())["quantization"]["int8"]
+            rows["int8"].update(kept_fp32=len(q["kept_fp32"]), int8_macs=q.get("macs_share"))
+            rows["int8"]["gate_holdout"] = q["holdout"]
             report["datasets"][name] = {
                 "pictures": len(images),
                 "calibration_pictures": len(calib),

@@ -21,10 +21,11 @@ from edgert.runtime.errors import (
     first_line,
     require,
 )
-from edgert.runtime.tasks import TASK_SPECS, check_task_outputs
+from edgert.runtime.tasks import TASK_SPECS, check_task_outputs, task_spec
 
 from . import onnx_export
 from .describe import check_fit, check_head_labels, check_labels, describe, parse_size
+from .embed import cut_onnx, cut_torch, section
 from .parity import ParityReport, random_inputs, run_cases, uniform_inputs
 from .source import SourceModel, load_source
 
@@ -82,15 +83,14 @@ def export_model(
     preprocess: dict | None = None,
     allow_trace_warnings: bool = False,
     keypoints: str | None = None,
+    embed_layer: str | None = None,
 ) -> ExportResult:
-    """Export MODEL to a bundle folder and return its path with the parity report.
-
-    Nothing is written unless every step (export, checks, parity) succeeds. ``task``, ``labels``
-    (a file), ``preprocess`` (preprocessing fields, see docs/bundle.md) and ``keypoints`` (a pose
-    model's "KxD") describe models that do not bring their own description (an Ultralytics ONNX
-    brings its own: the options win over it, each difference said in ``export.described``). A model whose tracing fixes data-dependent control flow
-    (the tracer's warnings) is refused unless ``allow_trace_warnings``.
-    """
+    """Export MODEL to a bundle folder and return its path with the parity report. Nothing is
+    written unless every step (export, checks, parity) succeeds. ``task``, ``labels`` (a file),
+    ``preprocess`` (docs/bundle.md), ``keypoints`` (a pose model's "KxD") and ``embed_layer``
+    (:mod:`.embed`) describe models that bring no description of their own (an Ultralytics ONNX
+    does: the options win, each difference said in ``export.described``). A model whose tracing
+    fixes data-dependent control flow is refused unless ``allow_trace_warnings``."""
     start = time.perf_counter()
     from .zoo import zoo_exporter
 
@@ -112,6 +112,7 @@ def export_model(
         opset=opset,
     )
     name = name or src.name
+    task, src = _as_encoder(src, task, embed_layer)
     target = Path(out) if out else Path(f"{name}.edgert")
     _check_target(target)
     if src.kind == "onnx":
@@ -119,7 +120,7 @@ def export_model(
             raise ModelError(
                 "--input-shape applies to PyTorch models; an ONNX file keeps its own shapes"
             )
-        onnx_model, parity, export_info = _from_onnx(src, atol, rtol)
+        onnx_model, parity, export_info = _from_onnx(src, atol, rtol, embed_layer)
     else:
         shapes = input_shape if isinstance(input_shape, list) else None
         if isinstance(input_shape, tuple) and all(isinstance(d, int) for d in input_shape):
@@ -180,6 +181,20 @@ def export_model(
     seconds = time.perf_counter() - start
     log.info("exported %s to %s in %.1f s", src.spec, target, seconds)
     return ExportResult(target, parity, seconds, manifest)
+
+
+def _as_encoder(src: SourceModel, task: str | None, layer: str | None):
+    """(task, source) of an export with ``--embed-layer``: embed, and a PyTorch model cut at that
+    module (an ONNX graph is cut once loaded, in :func:`_from_onnx`)."""
+    if layer is None:
+        return task, src
+    if not layer.strip():
+        raise ModelError("--embed-layer names a layer; it is empty")
+    if task is not None and not task_spec(task).vectors:
+        raise ModelError(
+            f"--embed-layer cuts the model into an encoder (--task embed), not a {task} model"
+        )
+    return "embed", src if src.kind == "onnx" else cut_torch(src, layer)
 
 
 def _check_description(src: SourceModel, inputs: list, outputs: list, given: dict) -> None:
@@ -260,7 +275,7 @@ def _real_cases(samples: np.ndarray, shape: tuple[int, ...], dynamic: bool, max_
     return [(f"real images #{i}", [g]) for i, g in enumerate(groups) if len(g) == b]
 
 
-def _from_onnx(src: SourceModel, atol: float, rtol: float):
+def _from_onnx(src: SourceModel, atol: float, rtol: float, embed_layer: str | None = None):
     import onnx
 
     try:
@@ -275,6 +290,9 @@ def _from_onnx(src: SourceModel, atol: float, rtol: float):
             f"export it again with an older opset ({onnx_export.DEFAULT_OPSET} for TensorRT 8.5 / "
             "JetPack 5)"
         )
+    if embed_layer:  # an encoder: the graph cut at that tensor (the source's labels name no class)
+        model, src.labels = cut_onnx(model, embed_layer), None
+        src.metrics = {**src.metrics, "embed_layer": embed_layer}
     model = onnx_export.check_onnx(model)
     session = onnx_export.cpu_session(model)  # proves ONNX Runtime can run it
     info = {
@@ -311,6 +329,7 @@ def _manifest(src: SourceModel, name: str, model, parity: ParityReport, export_i
         "parity": parity.to_dict(),
         "metrics": src.metrics,
         "tools": onnx_export.tool_versions(),
+        **section(task, onnx_export.tensor_specs(model.graph.output, model), src.metrics),
     }
 
 

@@ -15,7 +15,10 @@ The default gate was chosen from measurements (see docs/quantization.md): cosine
 confident top-1 agreement >= 0.97 and FP32 top-1 within top-5 >= 0.97 for classifiers, accuracy
 drop <= 1 point where labels exist, mAP50-95 against FP32's boxes >= 0.85 for detectors (box F1
 reported; gated, >= 0.9, only for the face detector, which has no mAP), and with labelled boxes
-(``--calib-labels``) mAP50-95 against them at most 1 point below FP32's. Top-1 agreement over all samples
+(``--calib-labels``) mAP50-95 against them at most 1 point below FP32's; for encoders (the embed
+task) the neighbours each hold-out sample's vector has among the others, FP32's 10 nearest kept by
+the candidate >= 0.8, and the vectors' spread >= 0.01 (not collapsed; FP32's own failing the
+health check refuses the build). Top-1 agreement over all samples
 is reported but not gated by default: on ambiguous inputs FP32's own top-1 is a coin toss.
 """
 
@@ -48,6 +51,14 @@ DEFAULT_GATE = {
     "rbox_f1": 0.9,
     # with labelled boxes (--calib-labels): mAP50-95 against them at most 1 point below FP32's
     "labels_map_drop": 0.01,
+    # encoders (the embed task): each hold-out sample's 10 nearest others under FP32 kept by the
+    # candidate, and its vectors' spread (the health check's bound: not collapsed); the mean
+    # cosine to FP32's vectors is the "cosine" rule above. Measured on MobileNetV2's pooled
+    # features (benchmarks/embed_retrieval.py), on the build's hold-out: FP16 keeps 0.998; the
+    # gated INT8s, each within 1 point of FP32's same-class recall@10, keep 0.84-0.98 (the zoo
+    # photos 0.91); digits' INT8 with every node in INT8, 3.1 points below FP32, keeps 0.75
+    "neighbour_recall": 0.8,
+    "spread": 0.01,
 }
 LOWER_IS_BETTER = {"accuracy_drop", "max_abs", "labels_map_drop"}
 # a detector whose mAP is not measured (the face detector: a cascade with its own thresholds, no
@@ -177,6 +188,8 @@ def evaluate(
         metrics.update(task_agreement(list(ref.values()), list(got.values()), manifest, boxes))
     elif spec is not None and spec.decodes_boxes:  # one engine's boxes
         metrics.update(_box_agreement(list(ref.values()), list(got.values()), num_classes, boxes))
+    elif spec is not None and spec.measure is not None:  # an encoder's neighbours
+        metrics.update(spec.measure(ref[first], got[first]))
     return Evaluation(metrics, per_output)
 
 

@@ -3,6 +3,7 @@ in FP32) and its error against FP32 where ONNX Runtime can run it."""
 
 from __future__ import annotations
 
+from edgert.runtime.embeddings import UnhealthyEncoder
 from edgert.runtime.errors import EdgertError, first_line
 from edgert.runtime.precision import model_file
 
@@ -34,6 +35,8 @@ def build_fp16(job: Job) -> dict:
         section["onnxruntime_cpu_ms"] = cpu_speeds(model, fp16, "fp16", data.holdout.inputs[0], say)
         stage_verify_samples(bundle, data.holdout.inputs, ref, report)
         say(f"FP16 vs FP32 on the hold-out (ONNX Runtime): {ev.summary()}")
+    except UnhealthyEncoder:  # FP32's own vectors fail the health check: no build at all
+        raise
     except EdgertError as exc:
         section["holdout"] = None
         section["holdout_skipped"] = str(exc)

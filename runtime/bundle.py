@@ -36,7 +36,17 @@ MODEL = "model.onnx"
 MAX_MANIFEST_BYTES = 64 << 20  # 50,000 labels make a manifest of about 1.2 MB
 MAX_DIM = 2**31 - 1  # TensorRT's dimensions are 32-bit
 ENGINES = "engines"
-TASKS = ("classify", "detect", "pose", "segment-instances", "obb", "segment", "faces", "generic")
+TASKS = (
+    "classify",
+    "detect",
+    "pose",
+    "segment-instances",
+    "obb",
+    "segment",
+    "embed",
+    "faces",
+    "generic",
+)
 DTYPES = ("float32", "float16", "float64", "int8", "uint8", "int16", "int32", "int64", "bool")
 
 

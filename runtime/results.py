@@ -8,7 +8,8 @@
 
 A result holds one kind of content: ``objects`` (boxes in source pixels, with scores, class ids,
 labels, track ids and per-object extras such as keypoints, masks, angles or second-stage
-labels), ``classes`` (top-k class scores), a ``semantic`` mask (per-pixel classes), or ``raw``
+labels), ``classes`` (top-k class scores), a ``semantic`` mask (per-pixel classes), an
+``embedding`` (an encoder's vector, :class:`Embedding`), or ``raw``
 (the outputs' names, shapes and dtypes of a generic model). Code that uses results reads these
 fields; what a task's results mean for a comparison, the overlay or ``edgert run`` is the task's
 own hook in its :class:`~edgert.runtime.tasks.TaskSpec`, never a question of which task it is.
@@ -22,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ClassScore", "Detection", "Result", "SemanticMask"]
+__all__ = ["ClassScore", "Detection", "Embedding", "Result", "SemanticMask"]
 
-KINDS = ("objects", "classes", "semantic", "raw")
+KINDS = ("objects", "classes", "semantic", "raw", "embedding")
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,26 @@ class SemanticMask:
 
 
 @dataclass(frozen=True)
+class Embedding:
+    """One image's vector (an encoder's output, L2-normalised by edgert), its size and the norm
+    the encoder gave it before the normalisation."""
+
+    vector: np.ndarray = field(compare=False, repr=False)
+    norm: float
+
+    @property
+    def size(self) -> int:
+        return int(self.vector.size)
+
+    def to_record(self) -> dict:
+        return {
+            "size": self.size,
+            "norm": round(float(self.norm), 6),
+            "vector": [round(float(v), 6) for v in self.vector],
+        }
+
+
+@dataclass(frozen=True)
 class Result:
     """The results of one image (see the module's text). ``tracked``: a tracker ran on it (each
     object's record says its ``track_id``); ``predicted``: not computed on this frame (a skipped
@@ -162,6 +183,7 @@ class Result:
     classes: list[ClassScore] = field(default_factory=list)
     semantic: SemanticMask | None = None
     raw: dict[str, dict] | None = None
+    embedding: Embedding | None = None
     tracked: bool = False
     predicted: bool = False
 
@@ -191,11 +213,13 @@ class Result:
 
     def to_records(self):
         """The JSON edgert writes for this image: a list of records (objects, classes) or one
-        record (a semantic mask, a generic model's outputs)."""
+        record (a semantic mask, an embedding, a generic model's outputs)."""
         if self.kind == "raw":
             return dict(self.raw or {})
         if self.kind == "semantic":
             return self.semantic.to_record() if self.semantic is not None else {}
+        if self.kind == "embedding":
+            return self.embedding.to_record() if self.embedding is not None else {}
         mark = {"predicted": True} if self.predicted else {}
         if self.kind == "classes":
             return [dict(c.to_record(), **mark) for c in self.classes]

@@ -95,11 +95,7 @@ def add_parser(sub) -> None:
     d.add_argument(
         "--labels", metavar="FILE", help="class names: a text file (one per line) or a JSON list"
     )
-    d.add_argument(
-        "--keypoints",
-        metavar="KxD",
-        help="a pose model's keypoints: K of D values (2: x, y; 3: with visibility), e.g. 17x3",
-    )
+    _outputs_arguments(d)
     d.add_argument(
         "--resize",
         choices=["stretch", "letterbox", "resize_crop", "none"],
@@ -120,6 +116,21 @@ def add_parser(sub) -> None:
     d.add_argument("--mean", metavar="M,M,M", help="per-channel mean after scaling")
     d.add_argument("--std", metavar="S,S,S", help="per-channel std after scaling")
     p.set_defaults(func=run)
+
+
+def _outputs_arguments(d) -> None:
+    """What a model's outputs are beyond its task: a pose head's keypoints, an encoder's layer."""
+    d.add_argument(
+        "--keypoints",
+        metavar="KxD",
+        help="a pose model's keypoints: K of D values (2: x, y; 3: with visibility), e.g. 17x3",
+    )
+    d.add_argument(
+        "--embed-layer",
+        metavar="NAME",
+        help="cut the model at this layer into an encoder (--task embed): an ONNX tensor's name, "
+        "or a PyTorch module's (model.named_modules(), e.g. classifier.0)",
+    )
 
 
 def run(args) -> int:
@@ -160,6 +171,7 @@ def run(args) -> int:
             "mean": args.mean,
             "std": args.std,
         },
+        embed_layer=args.embed_layer,
     )
     if args.json:
         print(
@@ -176,10 +188,8 @@ def run(args) -> int:
     print(f"exported {args.model} -> {result.bundle} in {result.seconds:.1f} s")
     for line in m["export"].get("described") or []:
         print(f"  {line}")
-    for spec in m["inputs"]:
-        print(f"  input  {spec['name']}: {spec['dtype']} {spec['shape']}")
-    for spec in m["outputs"]:
-        print(f"  output {spec['name']}: {spec['dtype']} {spec['shape']}")
+    for word, spec in [("input ", s) for s in m["inputs"]] + [("output", s) for s in m["outputs"]]:
+        print(f"  {word} {spec['name']}: {spec['dtype']} {spec['shape']}")
     simp = m["export"].get("simplify", {})
     if simp.get("applied"):
         print(f"  onnxslim: {simp['nodes_before']} -> {simp['nodes']} nodes")

@@ -30,6 +30,12 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--iou", type=fraction, default=0.45, help="detection NMS IoU threshold (default 0.45)"
     )
+    p.add_argument(
+        "--gallery",
+        metavar="DIR",
+        help="an encoder's (task embed) nearest images in DIR to each image, with their cosine "
+        "similarity (--top-k of them)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per image")
     p.set_defaults(func=run)
 
@@ -73,6 +79,7 @@ def run(args) -> int:
     )
     failed: list[str] = []
     with model:
+        gallery = _gallery(model, args.gallery)
         if not args.json:
             print(f"backend: {model.backend_reason}")
         for path in images:
@@ -94,16 +101,12 @@ def run(args) -> int:
             t2 = time.perf_counter()
             result = model.postprocess(outputs, [transform])[0]
             t3 = time.perf_counter()
-            _print(
-                args,
-                path,
-                result,
-                {
-                    "preprocess_ms": (t1 - t0) * 1e3,
-                    "infer_ms": (t2 - t1) * 1e3,
-                    "postprocess_ms": (t3 - t2) * 1e3,
-                },
-            )
+            timing = {
+                "preprocess_ms": (t1 - t0) * 1e3,
+                "infer_ms": (t2 - t1) * 1e3,
+                "postprocess_ms": (t3 - t2) * 1e3,
+            }
+            _print(args, path, result, timing, gallery)
     if failed:
         more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
         print(
@@ -115,15 +118,30 @@ def run(args) -> int:
     return 0
 
 
-def _print(args, path: str, result, timing: dict) -> None:
+def _gallery(model, folder: str | None):
+    """The encoded ``--gallery`` folder, or None without one."""
+    if folder is None:
+        return None
+    from pathlib import Path
+
+    from .gallery import Gallery
+
+    if not Path(folder).is_dir():
+        raise SourceError(f"--gallery {folder} is not a folder of images")
+    return Gallery.of(model, folder, _images([folder]))
+
+
+def _print(args, path: str, result, timing: dict, gallery=None) -> None:
     from edgert.runtime.tasks import task_spec
 
+    found = gallery.nearest(result, args.top_k) if gallery is not None else None
     if args.json:
         print(
             json_text.dumps(
                 {
                     "image": str(path),
                     "results": result.to_records(),
+                    **({"neighbours": found} if found is not None else {}),
                     **{k: round(v, 3) for k, v in timing.items()},
                 }
             )
@@ -134,4 +152,6 @@ def _print(args, path: str, result, timing: dict) -> None:
         f"postprocess {timing['postprocess_ms']:.1f} ms)"
     )
     for line in task_spec(result.task).lines(result):
+        print(line)
+    for line in gallery.lines(found) if gallery is not None else []:
         print(line)

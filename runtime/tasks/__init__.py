@@ -36,7 +36,7 @@ from .. import json_text
 from ..bundle import TASKS, Bundle
 from ..errors import ModelError
 from ..results import Result
-from . import classify, detect, instances, obb, pose, segment
+from . import classify, detect, embed, instances, obb, pose, segment
 from .task_model import TaskModel
 
 __all__ = [
@@ -84,6 +84,13 @@ class TaskSpec:
     model: str | None = None  # a module whose load_task() loads a bundle of several networks
     plan: str | None = None  # why edgert builds no TensorRT plan for it (None: it does)
     takes_any: bool = False  # a model of this task may run as any task (--task says which)
+    vectors: bool = False  # results are vectors: the manifest records their size, --gallery
+    # a loaded model -> ModelError in one sentence where its outputs are unfit (an encoder's
+    # NaN, constant or collapsed vectors): load_task_model runs it (run, camera, serve, swaps)
+    health: Callable[[TaskModel], None] | None = None
+    # (FP32's first output, a candidate's) on the hold-out -> the build's gate metrics of a
+    # task whose results no decoder pairs (an encoder's neighbours)
+    measure: Callable[[np.ndarray, np.ndarray], dict] | None = None
 
     def how_made(self) -> str:
         return self.made_by or f"edgert export MODEL --task {self.name}"
@@ -112,7 +119,17 @@ class TaskSpec:
         return self.observed(result) if self.observed is not None else []
 
 
-HOOKS = ("decode", "compare", "judge", "draw", "describe", "observed", "head_extras")
+HOOKS = (
+    "decode",
+    "compare",
+    "judge",
+    "draw",
+    "describe",
+    "observed",
+    "head_extras",
+    "health",
+    "measure",
+)
 
 
 def _hooks(module, **overrides) -> dict:
@@ -182,6 +199,15 @@ TASK_SPECS: dict[str, TaskSpec] = {
             first_output=(4, 4, "per-pixel class scores [N, C, H, W]"),
             camera=False,
             **_hooks(segment),
+        ),
+        TaskSpec(
+            "embed",
+            "embedding",
+            "one L2-normalised vector per image (an image encoder; --embed-layer cuts a classifier)",
+            first_output=(2, 4, "one vector per image [N, D] (or [N, D, 1, 1])"),
+            camera=False,
+            vectors=True,
+            **_hooks(embed),
         ),
         TaskSpec(
             "faces",
@@ -363,7 +389,10 @@ def load_task_model(
                 f"the model's task is {model_task}, not {chosen} (export it with --task {chosen}, "
                 f"or pick --task {model_task})"
             )
-        return EngineTask(engine, chosen, top_k, conf, iou)
+        model = EngineTask(engine, chosen, top_k, conf, iou)
+        if TASK_SPECS[chosen].health is not None:
+            TASK_SPECS[chosen].health(model)
+        return model
     except BaseException:
         engine.close()
         raise

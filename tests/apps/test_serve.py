@@ -812,3 +812,79 @@ def _hash_of(bundle) -> str:
     from edgert.apps.swap.core import model_info
 
     return model_info(bundle)["hash"]
+
+
+def test_an_encoder_is_served_with_its_vectors_and_a_broken_one_is_refused(tmp_path):
+    """An embed bundle: NAME_image's JSON carries each image's unit vector (size, the encoder's
+    norm) as edgert's own model gives it, NAME the raw vectors; a collapsed encoder is refused
+    by the load's health check, in one sentence, before anything is served."""
+    import cv2
+
+    from tests.embed_models import SAID, encoder_bundle
+
+    bundle = encoder_bundle(tmp_path, "healthy")
+    jpeg = cv2.imencode(".png", cv2.imread(str(photo_path("coffee"))))[1].tobytes()
+    info = start(bundle, "healthy")
+    try:
+        h = httpclient.InferenceServerClient(f"127.0.0.1:{info['http']}")
+        inp = httpclient.InferInput("image", [1, 1], "BYTES")
+        inp.set_data_from_numpy(np.array([[jpeg]], dtype=np.object_))
+        out = h.infer("healthy_image", [inp])
+        row = json.loads(out.as_numpy("result")[0][0])
+    finally:
+        info["proc"].send_signal(signal.SIGTERM)
+        info["proc"].wait(timeout=30)
+    with load_task_model(bundle) as model:
+        picture = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+        expected = model(picture).embedding
+    assert row["results"]["size"] == 8
+    np.testing.assert_allclose(row["results"]["vector"], expected.vector, atol=1e-5)
+    assert row["results"]["norm"] == pytest.approx(expected.norm, rel=1e-5)
+    raw = out.as_numpy("v")[0]
+    np.testing.assert_allclose(raw / np.linalg.norm(raw), expected.vector, atol=1e-5)
+    broken = encoder_bundle(tmp_path, "collapsed")
+    http, grpc, metrics = free_ports(3)
+    proc = run_cli(
+        "serve",
+        broken,
+        "--http-port",
+        http,
+        "--grpc-port",
+        grpc,
+        "--metrics-port",
+        metrics,
+        timeout=120,
+    )
+    assert_user_error(proc, SAID["collapsed"], "refusing to load it")
+
+
+def test_a_collapsed_encoder_is_refused_at_the_swap_and_the_encoder_in_use_serves(tmp_path):
+    """POST /model to an encoder whose vectors are nearly all the same: the candidate's load runs
+    the health check, the swap is refused with its sentence, version 1 goes on serving."""
+    from tests.embed_models import SAID, encoder_bundle
+
+    root = tmp_path / "models"
+    healthy = encoder_bundle(root / "a", "healthy")
+    collapsed = encoder_bundle(root / "b", "collapsed", name="healthy")  # a new version of it
+    (edgert,) = free_ports(1)
+    info = start(
+        healthy,
+        "healthy",
+        *("--edgert-metrics-port", edgert, "--model-endpoint", "--allow-models", root),
+    )
+    info["edgert"] = edgert
+    try:
+        url = f"http://127.0.0.1:{edgert}/model"
+        code, said = _json_http("POST", url, {"bundle": str(collapsed)})
+        assert code == 202, said
+        m = _settled(info, 1)
+        assert m["swaps"] == 0 and m["refusals"] == 1, m
+        assert SAID["collapsed"] in m["last"]["reason"], m["last"]
+        h = httpclient.InferenceServerClient(f"127.0.0.1:{info['http']}")
+        inp = httpclient.InferInput("image", [1, 1], "BYTES")
+        inp.set_data_from_numpy(np.array([[photo_path("coffee").read_bytes()]], dtype=np.object_))
+        row = json.loads(h.infer("healthy_image", [inp]).as_numpy("result")[0][0])
+        assert row["results"]["size"] == 8 and row["model"].startswith("healthy@")
+    finally:
+        info["proc"].send_signal(signal.SIGTERM)
+        info["proc"].wait(timeout=30)

@@ -18,7 +18,7 @@ from edgert.apps.swap.core import agreement, judge, refuse_to_compare
 from edgert.apps.swap.options import SwapOptions
 from edgert.export import export_model
 from edgert.quantize import gate
-from edgert.runtime.results import ClassScore, Detection, Result, SemanticMask
+from edgert.runtime.results import ClassScore, Detection, Embedding, Result, SemanticMask
 from edgert.runtime.tasks import TASK_SPECS, load_task_model, task_spec
 from tests.tiny import blob_detector_bundle, classifier_bundle
 
@@ -159,6 +159,11 @@ def test_each_measured_task_passes_its_own_results_and_refuses_others():
         "classify": (
             [Result.of_classes([ClassScore(0, "cat", 0.9)])] * 5,
             [Result.of_classes([ClassScore(1, "dog", 0.9)])] * 5,
+        ),
+        # an encoder: five frames' vectors, and a candidate's of another space
+        "embed": tuple(
+            [Result("embedding", "embed", embedding=Embedding(v, 1.0)) for v in vs]
+            for vs in (np.eye(8, dtype=np.float32)[:5], np.eye(8, dtype=np.float32)[3:])
         ),
     }
     assert {n for n, s in TASK_SPECS.items() if s.compare is not None} == {

@@ -91,7 +91,8 @@ def test_neighbours_and_recall_against_numpy():
 
 
 def test_the_swap_check_refuses_a_candidate_whose_vectors_are_of_another_space(bundles):
-    from edgert.apps.swapping import SwapOptions, agreement, judge
+    from edgert.apps.swap.core import agreement, judge
+    from edgert.apps.swap.options import SwapOptions
 
     images = [read_image(photo_path(p)) for p in ALL_PHOTOS]
     with load_task_model(bundles["healthy"]) as model:

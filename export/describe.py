@@ -190,6 +190,15 @@ def describe(
         if note:
             notes.append(note)
     _describe_head(src, outputs or [], keypoints, notes)
+    _apply_preprocessing(src, inputs, preprocess)
+    return notes
+
+
+def _apply_preprocessing(
+    src: SourceModel, inputs: list[TensorSpec], preprocess: dict | None
+) -> None:
+    """The model's default preprocessing for an image task, with the options given over it
+    (checked: known keys, one mean and std per channel)."""
     overrides = {k: v for k, v in (preprocess or {}).items() if v is not None}
     unknown = set(overrides) - set(PREPROCESS_KEYS)
     if unknown:
@@ -219,7 +228,6 @@ def describe(
             src.preprocessing = replace(src.preprocessing, **fields)
         except (TypeError, ValueError) as exc:
             raise ModelError(f"invalid preprocessing option: {exc}") from exc
-    return notes
 
 
 def guess_task(outputs: list, labels, keypoints: str | None) -> tuple:

@@ -108,24 +108,11 @@ class Engine:
         skipped = []
         for name in candidates:
             impl_cls = backend_class(name)
-            why_not = impl_cls.availability()
-            model_file = None
-            if why_not is None:
-                model_file, why = impl_cls.select(target, precision, device)
-                first_use = getattr(impl_cls, "first_use_precision", None)
-                build_as = (
-                    first_use(target, precision, device)
-                    if model_file is None and first_use
-                    else None
-                )
-                if build_as is not None:
-                    model_file, why = _build_on_first_use(target, build_as, device, why)
-                if model_file is None:
-                    why_not = why
-            if why_not is not None:
+            model_file, why = _choose_file(impl_cls, target, precision, device)
+            if model_file is None:
                 if backend != "auto":
-                    raise BackendUnavailable(f"backend {name} cannot run {path}: {why_not}")
-                skipped.append(f"{name}: {why_not}")
+                    raise BackendUnavailable(f"backend {name} cannot run {path}: {why}")
+                skipped.append(f"{name}: {why}")
                 continue
             _verify_bundle_file(target, model_file)
             try:
@@ -277,6 +264,20 @@ def _narrow(name: str, arr: np.ndarray, dtype: str) -> np.ndarray:
             f"backend takes it as"
         )
     return arr.astype(dtype)
+
+
+def _choose_file(impl_cls, target, precision: str, device: int) -> tuple:
+    """The file ``impl_cls`` would run for ``target`` (built on first use where that backend
+    builds) and why; or (None, why not)."""
+    why_not = impl_cls.availability()
+    if why_not is not None:
+        return None, why_not
+    model_file, why = impl_cls.select(target, precision, device)
+    first_use = getattr(impl_cls, "first_use_precision", None)
+    build_as = first_use(target, precision, device) if model_file is None and first_use else None
+    if build_as is not None:
+        model_file, why = _build_on_first_use(target, build_as, device, why)
+    return model_file, why
 
 
 def _build_on_first_use(target: Target, precision: str, device: int, why_none: str):

@@ -27,14 +27,6 @@ COMPLEXITY = 15
 # over the budget on the day the test came, with the size then: may only shrink
 MODULES_OVER: dict = {}
 FUNCTIONS_OVER = {
-    "apps/camera/sinks/__init__.py::add_arguments": 70,
-    "apps/camera/sinks/rtsp.py::__init__": 70,
-    "apps/commands/bench.py::add_parser": 95,
-    "apps/commands/build.py::add_parser": 84,
-    "apps/commands/export.py::add_parser": 92,
-    "apps/commands/export.py::run": 66,
-    "apps/telemetry/mqtt.py::__init__": 64,
-    "export/describe.py::describe": 66,
     "export/exporter.py::export_model": 117,
     "export/onnx_export.py::torch_to_onnx": 76,
     "export/triton.py::export_triton": 94,
@@ -48,12 +40,10 @@ FUNCTIONS_OVER = {
     "quantize/shift.py::shift_activations": 102,
     "runtime/backends/tensorrt_plan.py::_build_plan": 76,
     "runtime/cuda/preprocess_kernel.py::__call__": 67,
-    "runtime/engine.py::load": 71,
     "runtime/backends/plan_cache.py::ensure_plan": 83,
     "runtime/tracking/__init__.py::update": 83,
 }
 COMPLEX = {
-    "export/describe.py::describe": 18,
     "export/triton.py::export_triton": 17,
     "runtime/backends/tensorrt_plan.py::_build_plan": 18,
 }

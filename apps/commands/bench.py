@@ -60,6 +60,21 @@ def add_parser(sub) -> None:
         default=2.0,
         help="idle power measurement before the run (default 2)",
     )
+    _rate_arguments(p)
+    p.add_argument(
+        "--json", action="store_true", help="print the results as JSON (progress on stderr)"
+    )
+    p.add_argument("--json-file", metavar="FILE", help="also write the results as JSON to FILE")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="latency histogram + power over time (Pareto plot with --sweep)",
+    )
+    p.set_defaults(func=run)
+
+
+def _rate_arguments(p) -> None:
+    """What a run holds and chooses: spinning, the operating point, a target rate and its clocks, the power mode, a sweep."""
     p.add_argument(
         "--spin",
         choices=["auto", "on", "off"],
@@ -114,16 +129,6 @@ def add_parser(sub) -> None:
         "max; Jetson); with --target-fps each point is paced to the rate and the least energy "
         "among those that held it is marked",
     )
-    p.add_argument(
-        "--json", action="store_true", help="print the results as JSON (progress on stderr)"
-    )
-    p.add_argument("--json-file", metavar="FILE", help="also write the results as JSON to FILE")
-    p.add_argument(
-        "--plot",
-        metavar="FILE.png",
-        help="latency histogram + power over time (Pareto plot with --sweep)",
-    )
-    p.set_defaults(func=run)
 
 
 def _config(args, **over):

@@ -59,6 +59,14 @@ def add_parser(sub) -> None:
         metavar="N",
         help="hold-out samples for the gate (default 200)",
     )
+    _search_arguments(p)
+    p.add_argument("--seed", type=nonneg_int, default=0)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=run)
+
+
+def _search_arguments(p) -> None:
+    """INT8's search and gate, and the TensorRT plan's options."""
     p.add_argument(
         "--calib-labels",
         metavar="PATH",
@@ -104,9 +112,6 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--no-engine", action="store_true", help="make and gate the models, skip the TensorRT plan"
     )
-    p.add_argument("--seed", type=nonneg_int, default=0)
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(func=run)
 
 
 def parse_shapes(text: str | None) -> dict:

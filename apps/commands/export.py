@@ -83,6 +83,13 @@ def add_parser(sub) -> None:
         "--rtol", type=nonneg_float, default=1e-3, help="parity relative tolerance (default 1e-3)"
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    _description_arguments(p)
+    p.set_defaults(func=run)
+
+
+def _description_arguments(p) -> None:
+    """The model's description for models other than the zoo's: task, labels, outputs and
+    preprocessing."""
     d = p.add_argument_group(
         "description (for models other than the zoo's; an Ultralytics ONNX brings its own, which "
         "these override)"
@@ -115,7 +122,6 @@ def add_parser(sub) -> None:
     )
     d.add_argument("--mean", metavar="M,M,M", help="per-channel mean after scaling")
     d.add_argument("--std", metavar="S,S,S", help="per-channel std after scaling")
-    p.set_defaults(func=run)
 
 
 def _outputs_arguments(d) -> None:
@@ -184,6 +190,13 @@ def run(args) -> int:
             )
         )
         return 0
+    _say(args, result)
+    return 0
+
+
+def _say(args, result) -> None:
+    """What was exported: the bundle, its description, inputs and outputs, onnxslim's count, the
+    parity check, and PyTorch's test accuracy where the zoo measured it."""
     m = result.manifest
     print(f"exported {args.model} -> {result.bundle} in {result.seconds:.1f} s")
     for line in m["export"].get("described") or []:
@@ -197,4 +210,3 @@ def run(args) -> int:
         print(line)
     if "test_accuracy" in m.get("metrics", {}):
         print(f"  test accuracy (PyTorch): {m['metrics']['test_accuracy']:.4f}")
-    return 0

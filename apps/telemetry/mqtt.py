@@ -182,6 +182,17 @@ class MqttPublisher:
         self._connected_at = 0.0
         self._short_drops = 0  # connections in a row that dropped within SHORT_S
         self.v5 = protocol == "5"
+        client = self._client(mqtt, target, tls, client_id, protocol)
+        self.client = client
+        client.connect_async(target.host, target.port, keepalive)
+        client.loop_start()  # paho's thread: the connection, reconnects and acknowledgements
+        self._sender = threading.Thread(target=self._send_loop, name="mqtt-send", daemon=True)
+        self._sender.start()
+        self._heartbeat: threading.Thread | None = None
+
+    def _client(self, mqtt, target: MqttTarget, tls: TlsOptions, client_id, protocol: str):
+        """paho's client for ``target``: its id, credentials, TLS, Last Will, reconnect delays and
+        this output's callbacks (not yet connected)."""
         cid = client_id or f"edgert-{socket.gethostname()}-{secrets.token_hex(4)}"
         client = mqtt.Client(
             mqtt.CallbackAPIVersion.VERSION2,
@@ -202,12 +213,7 @@ class MqttPublisher:
         client.on_disconnect = self._on_disconnect
         client.on_publish = self._on_publish
         client.on_connect_fail = self._on_connect_fail
-        self.client = client
-        client.connect_async(target.host, target.port, keepalive)
-        client.loop_start()  # paho's thread: the connection, reconnects and acknowledgements
-        self._sender = threading.Thread(target=self._send_loop, name="mqtt-send", daemon=True)
-        self._sender.start()
-        self._heartbeat: threading.Thread | None = None
+        return client
 
     def _warn(self, why: str, more: str = "") -> None:
         """``why`` becomes the last error; said once per distinct reason (a refusal repeated on

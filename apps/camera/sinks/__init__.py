@@ -155,6 +155,44 @@ SCHEMES: dict[str, Scheme] = {
 }
 
 
+def _folder_flags(parser) -> None:
+    """The folders' flags: --clips, its rolls and bound, --keep-days."""
+    parser.add_argument(
+        "--clips",
+        metavar="DIR",
+        help="an MP4 around each event (track start, line crossing, zone entry) from 5 s "
+        "before to 5 s after the last one it merged, from a ring of encoded video (an RTSP "
+        "camera's own H.264/H.265 packets, not re-encoded); the event carries its path (the "
+        "same as --output clips://DIR; ?pre=S&post=S&events=A,B&clean=1&max_gb=G&keep_days=D"
+        "&bitrate=KBPS&reencode=1)",
+    )
+    parser.add_argument(
+        "--pre-roll",
+        type=float,
+        metavar="S",
+        help="--clips: seconds kept before an event (default 5; pre= of clips://)",
+    )
+    parser.add_argument(
+        "--post-roll",
+        type=float,
+        metavar="S",
+        help="--clips: seconds after the last event a clip merged (default 5; post=)",
+    )
+    parser.add_argument(
+        "--clips-max-gb",
+        type=float,
+        metavar="G",
+        help="--clips: the folder's finished clips kept under G gigabytes, the oldest "
+        "deleted first, never the newest (max_gb=)",
+    )
+    parser.add_argument(
+        "--keep-days",
+        type=float,
+        metavar="D",
+        help="--clips, --snapshots and the store: files and rows older than D days are deleted",
+    )
+
+
 def forms() -> list[str]:
     """Each row as the help shows it: its form, its short flag (``--jsonl FILE`` for a file's,
     ``--mqtt URI`` for a URI's) and what it is."""
@@ -207,40 +245,7 @@ class SinkOptions:
             "the track_end event carries its path; implies --track (the same as --output "
             "snapshots://DIR; ?crop=1 adds the crop, ?clean=1 leaves the box out)",
         )
-        parser.add_argument(
-            "--clips",
-            metavar="DIR",
-            help="an MP4 around each event (track start, line crossing, zone entry) from 5 s "
-            "before to 5 s after the last one it merged, from a ring of encoded video (an RTSP "
-            "camera's own H.264/H.265 packets, not re-encoded); the event carries its path (the "
-            "same as --output clips://DIR; ?pre=S&post=S&events=A,B&clean=1&max_gb=G&keep_days=D"
-            "&bitrate=KBPS&reencode=1)",
-        )
-        parser.add_argument(
-            "--pre-roll",
-            type=float,
-            metavar="S",
-            help="--clips: seconds kept before an event (default 5; pre= of clips://)",
-        )
-        parser.add_argument(
-            "--post-roll",
-            type=float,
-            metavar="S",
-            help="--clips: seconds after the last event a clip merged (default 5; post=)",
-        )
-        parser.add_argument(
-            "--clips-max-gb",
-            type=float,
-            metavar="G",
-            help="--clips: the folder's finished clips kept under G gigabytes, the oldest "
-            "deleted first, never the newest (max_gb=)",
-        )
-        parser.add_argument(
-            "--keep-days",
-            type=float,
-            metavar="D",
-            help="--clips, --snapshots and the store: files and rows older than D days are deleted",
-        )
+        _folder_flags(parser)
         parser.add_argument(
             "--on-output-error",
             choices=["stop", "continue"],

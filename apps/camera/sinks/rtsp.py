@@ -139,6 +139,32 @@ class _Mount:
         self.dropped = 0
 
 
+def _launch(encoder, kbps, gop: int) -> str:
+    """A mount's pipeline: the frames pushed into appsrc (the newest kept), encoded, payloaded."""
+    return (
+        "( appsrc name=src is-live=true format=time do-timestamp=true block=false "
+        "max-bytes=0 ! queue leaky=downstream max-size-buffers=1 "
+        f"max-size-bytes=0 max-size-time=0 ! {encode_chain(encoder, kbps, gop)} ! "
+        "rtph264pay name=pay0 pt=96 config-interval=-1 )"
+    )
+
+
+def _basic_auth(RS, server, o: dict):
+    """With a user in the URI: basic authentication on ``server`` and the permissions a mount's
+    factory needs for it (a viewer may access and construct the media); else None."""
+    if o["user"] is None:
+        return None
+    auth = RS.RTSPAuth()
+    token = RS.RTSPToken()
+    token.set_string("media.factory.role", "viewer")
+    auth.add_basic(RS.RTSPAuth.make_basic(o["user"], o["password"]), token)
+    server.set_auth(auth)
+    permissions = RS.RTSPPermissions()
+    permissions.add_permission_for_role("viewer", "media.factory.access", True)
+    permissions.add_permission_for_role("viewer", "media.factory.construct", True)
+    return permissions
+
+
 class RtspOutput(Sink):
     takes_frames = True
 
@@ -167,22 +193,8 @@ class RtspOutput(Sink):
         server = RS.RTSPServer()
         server.get_thread_pool().set_max_threads(CLIENT_THREADS)
         gop = max(1, round(o["keyframe_s"] * self.fps))
-        launch = (
-            "( appsrc name=src is-live=true format=time do-timestamp=true block=false "
-            "max-bytes=0 ! queue leaky=downstream max-size-buffers=1 "
-            f"max-size-bytes=0 max-size-time=0 ! {encode_chain(self.encoder, o['kbps'], gop)} ! "
-            "rtph264pay name=pay0 pt=96 config-interval=-1 )"
-        )
-        permissions = None
-        if o["user"] is not None:
-            auth = RS.RTSPAuth()
-            token = RS.RTSPToken()
-            token.set_string("media.factory.role", "viewer")
-            auth.add_basic(RS.RTSPAuth.make_basic(o["user"], o["password"]), token)
-            server.set_auth(auth)
-            permissions = RS.RTSPPermissions()
-            permissions.add_permission_for_role("viewer", "media.factory.access", True)
-            permissions.add_permission_for_role("viewer", "media.factory.construct", True)
+        launch = _launch(self.encoder, o["kbps"], gop)
+        permissions = _basic_auth(RS, server, o)
         table = server.get_mount_points()
         for mount in self.mounts:
             factory = RS.RTSPMediaFactory()

@@ -139,7 +139,7 @@ def every_frame(model, videos: list, frames: list, margin: float, label_of) -> d
     (stream, track) the list of (frame, area, label)."""
     import cv2
 
-    from edgert.apps.camera.secondary import crop_box
+    from edgert.apps.camera.features.secondary_models import crop_box
 
     by_frame = collections.defaultdict(list)
     for f in frames:
@@ -255,7 +255,7 @@ def main() -> None:
     ap.add_argument("--streams", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--frames", type=int, default=FRAMES, help="frames per stream (15 a second)")
     args = ap.parse_args()
-    from edgert.apps.camera.secondary import SecondarySpec
+    from edgert.apps.camera.features.secondary_models import SecondarySpec
     from edgert.runtime.tasks import load_task_model
 
     margin = SecondarySpec("x").margin

@@ -277,22 +277,13 @@ def _event_key_uses(tree) -> list:
 def test_event_kinds_are_read_and_written_through_the_events_module():
     """Events are typed (runtime/events.py, issue 67): a record's ``"event"`` key is written by
     ``Event.to_record`` and read by ``kind_of`` / ``Event.of`` alone, so every kind is declared
-    once in its table. The swap family (the swap package's own step, issue 67 step 4) still
-    writes and reads its records by hand: named here, a list that may only shrink."""
-    by_hand = {
-        "edgert.apps.swap.core",
-        "edgert.apps.swap.camera",
-        "edgert.apps.swap.serve",
-    }
+    once in its table."""
     looking = []
     for name, path in modules().items():
         if name == "edgert.runtime.events":
             continue
         lines = _event_key_uses(ast.parse(path.read_text(encoding="utf-8")))
-        if name in by_hand:
-            assert lines, f"{name} no longer writes events by hand: take it off the list"
-        else:
-            looking += [f"{name}:{n}" for n in lines]
+        looking += [f"{name}:{n}" for n in lines]
     assert looking == []
 
 

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
 import re
 import time
 from dataclasses import dataclass, field, replace
-
-import numpy as np
 
 from edgert.runtime.errors import EdgertError, GeometryError
 from edgert.runtime.events import Event
@@ -24,8 +21,7 @@ from edgert.runtime.results import Result
 from edgert.runtime.tasks import TASK_SPECS, task_spec
 from edgert.runtime.tracking import LOW, TRACKERS, ObjectTracker, default_thresholds, make_tracker
 from edgert.runtime.tracking.counting import Counters, LineCounter, ZoneCounter, anchor_point
-
-from .gate import Hint
+from edgert.runtime.tracking.hints import track_hints
 
 log = logging.getLogger(__name__)
 _SPEC = re.compile(r"(?:(\d+):)?([A-Za-z0-9_-]+)=(.*)")
@@ -334,15 +330,9 @@ class Analytics:
         frame's height a second), the seconds its path needs to reach a line or a zone's edge and
         how far its counting point is from the nearest (pixels); and how many confirmed tracks the last inferred frame missed
         (looked for again before they are given up)."""
-        hints = []
         counters = (*s.counters.lines, *s.counters.zones)
-        for _track, box, velocity in s.tracker.live():
-            p = anchor_point(box, self.anchor)
-            reach_s = min((_reach_s(c, p, velocity) for c in counters), default=math.inf)
-            near = min((_distance(c, p, shape) for c in counters), default=math.inf)
-            moving = math.hypot(*velocity) > 0.02 * shape[0]
-            hints.append(Hint(box, velocity, moving, reach_s, near))
-        return {"t": t, "tracks": tuple(hints), "missing": s.tracker.missing()}
+        hints = track_hints(s.tracker.live(), counters, self.anchor, shape)
+        return {"t": t, "tracks": hints, "missing": s.tracker.missing()}
 
     def _records(
         self,
@@ -389,47 +379,6 @@ def _ended(t) -> Event:
     return Event(
         "track_end", track=t.track_id, fields={"label": t.label, "duration_s": round(t.age, 3)}
     )
-
-
-def _edges(counter) -> list:
-    pts = np.asarray(counter.points, np.float64)
-    return [(pts[0], pts[1])] if counter.kind == "line" else list(zip(pts, np.roll(pts, -1, 0)))
-
-
-def _distance(counter, p, shape) -> float:
-    """Pixels from point ``p`` to the nearest point of a line (segment) or a zone's edge; a
-    zone's edges along the frame's border are left out (an object leaves the frame there: its
-    track ends, and the zone counts the exit)."""
-    p = np.asarray(p, np.float64)
-    h, w = shape[:2]
-    best = math.inf
-    for a, b in _edges(counter):
-        if counter.kind != "line" and any(
-            (a[k] == edge and b[k] == edge) for k, edge in ((0, 0), (0, w), (1, 0), (1, h))
-        ):
-            continue
-        d = b - a
-        u = float(np.clip(np.dot(p - a, d) / max(float(np.dot(d, d)), 1e-12), 0.0, 1.0))
-        best = min(best, float(np.hypot(*(a + u * d - p))))
-    return best
-
-
-def _reach_s(counter, p, v) -> float:
-    """Seconds until point ``p`` moving at ``v`` (pixels a second) reaches a line (segment) or
-    a zone's edge along its path, inf when its path meets none (the gate's hints are frames old,
-    so the exact time, not a nearness, brackets the crossing)."""
-    p, v = np.asarray(p, np.float64), np.asarray(v, np.float64)
-    best = math.inf
-    for a, b in _edges(counter):
-        d = b - a
-        cross = v[0] * d[1] - v[1] * d[0]  # p + v*s = a + d*u: Cramer's rule
-        if abs(cross) < 1e-9:
-            continue  # moving along it (or still)
-        w = a - p
-        s_, u_ = (w[0] * d[1] - w[1] * d[0]) / cross, (w[0] * v[1] - w[1] * v[0]) / cross
-        if s_ >= 0 and 0 <= u_ <= 1:
-            best = min(best, s_)
-    return best
 
 
 def check_task(task: str, asked_by: str = "--track") -> None:

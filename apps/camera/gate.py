@@ -26,11 +26,11 @@ import math
 import re
 import threading
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
 from edgert.runtime.errors import SourceError
+from edgert.runtime.tracking.hints import Hint
 
 from .motion import LOOKBACK_S, MotionDetector
 
@@ -295,19 +295,6 @@ def explained(region, tracks, t: float, memory_s: float) -> bool:
         if w > 0 and h > 0:
             covered += w * h
     return covered >= 0.7 * area
-
-
-class Hint(NamedTuple):
-    """What the gate knows of one live track: its box and velocity (pixels, pixels a second) at
-    the hints' time, whether it moves, the seconds it needs at its speed to reach a line or a
-    zone's edge (inf: its path meets none, or it stands still), and how far its counting point
-    is from the nearest one (pixels; inf without lines and zones)."""
-
-    box: tuple
-    velocity: tuple
-    moving: bool
-    reach_s: float = math.inf
-    near_px: float = math.inf
 
 
 def _outruns(h: Hint) -> bool:

@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from edgert.runtime.errors import EdgertError
+from edgert.runtime.events import Event, kind_of
 from edgert.runtime.tasks import task_spec
 
 from .core import (
@@ -227,8 +228,7 @@ class ModelSlot(SwapQueue):
             old, self.current = self.current, candidate
             self.previous, self.promoted_at = old, time.monotonic()
             self.swaps += 1
-        event = {
-            "event": "model_swap",
+        fields = {
             "from": old.label,
             "to": candidate.label,
             "bundle": path,
@@ -237,7 +237,8 @@ class ModelSlot(SwapQueue):
             "forced": bool(force and problem),
         }
         if check is not None:
-            event["check"] = check
+            fields["check"] = check
+        event = Event("model_swap", fields=fields)
         self._said(event, f"model: now {candidate.label} (was {old.label}; {why})")
         if self.o.rollback_s <= 0:
             self._settle()
@@ -320,7 +321,8 @@ class ModelSlot(SwapQueue):
         with self.lock:
             self.current, self.previous, self.promoted_at = prev, cur, None
             self.rollbacks += 1
-        event = {"event": "model_rollback", "from": cur.label, "to": prev.label, "reason": why}
+        fields = {"from": cur.label, "to": prev.label, "reason": why}
+        event = Event("model_rollback", fields=fields)
         self._said(event, f"model: {cur.label} rolled back to {prev.label} ({why})")
         self._settle()
 
@@ -392,7 +394,7 @@ class Canary:
             self.served = current.label
             return None
         if self.served is not None:  # it served: only its own rollback objects
-            if last and last.get("event") == "model_rollback" and last.get("from") == self.served:
+            if last and kind_of(last) == "model_rollback" and last.get("from") == self.served:
                 why = (
                     f"{self.served} was rolled back ({last.get('reason')}); {current.label} serves"
                 )
@@ -403,7 +405,7 @@ class Canary:
             if last is not None and not _judged(last):
                 why += f" (attempt {self.attempts}; before: {last.get('reason')})"
             return False, {"reason": why, "serving": current.label}
-        said = last.get("reason") or last.get("event")
+        said = last.get("reason") or kind_of(last)
         why = f"{self.target} was not taken ({said}); {current.label} serves the cameras"
         return False, {"reason": why, "serving": current.label, "last": last}
 

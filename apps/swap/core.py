@@ -21,6 +21,7 @@ from edgert.apps.telemetry.http import json_answer
 from edgert.apps.uris import escape_controls
 from edgert.runtime.bundle import MAX_MANIFEST_BYTES
 from edgert.runtime.errors import ModelError
+from edgert.runtime.events import Event
 from edgert.runtime.regular import NotRegular, open_regular, read_regular
 from edgert.runtime.tasks import task_spec
 
@@ -414,27 +415,26 @@ class SwapQueue:
         """What a refusal leaves serving: (the event's fields, the sentence's end)."""
         return {}, "the model in use goes on"
 
-    def _event(self, event: str, path: str, why: str) -> dict:
-        return {"event": event, **self._who()[0], "bundle": str(path), "requested_by": why}
+    def _event(self, kind: str, path: str, why: str, **more) -> Event:
+        """An event of ``kind`` about the swap of ``path`` (whose, the bundle, who asked)."""
+        fields = {**self._who()[0], "bundle": str(path), "requested_by": why, **more}
+        return Event(kind, fields=fields)
 
     def _refuse(self, path, why, reason: str, t0: float, check: dict | None = None) -> None:
         with self.lock:
             self.refusals += 1
         fields, goes_on = self._kept()
-        event = {
-            **self._event("model_swap_refused", path, why),
-            "reason": reason,
-            **fields,
-            "s": round(time.monotonic() - t0, 3),
-        }
+        event = self._event("model_swap_refused", path, why, reason=reason, **fields)
+        event.fields["s"] = round(time.monotonic() - t0, 3)
         if check:
-            event["check"] = check
+            event.fields["check"] = check
         self._said(event, f"{self._who()[1]}: {path} refused ({reason}); {goes_on}")
 
-    def _said(self, event: dict, sentence: str) -> None:
-        self.last = {**event, "time": round(time.time(), 3)}
+    def _said(self, event: Event, sentence: str) -> None:
+        record = event.to_record()
+        self.last = {**record, "time": round(time.time(), 3)}
         self.say(escape_controls(sentence))  # a path's CR/LF cannot forge a line
-        self.post_event(dict(event))
+        self.post_event(record)
 
 
 def first_run_fails(model, image, what: str) -> str | None:

@@ -52,7 +52,7 @@ class SecondarySwap(SwapQueue):
         with self.lock:
             self.superseded += 1
         self._said(
-            {**self._event("model_swap_superseded", path, why), "by": by},
+            self._event("model_swap_superseded", path, why, by=by),
             f"secondary {self.s.name}: {path} not loaded (superseded by {by}, requested later)",
         )
 
@@ -75,7 +75,7 @@ class SecondarySwap(SwapQueue):
         give_back_memory()  # what the old model held goes back to the system
         with self.lock:
             self.swaps += 1
-        event = {**self._event("model_swap", path, why), "s": round(time.monotonic() - t0, 3)}
+        event = self._event("model_swap", path, why, s=round(time.monotonic() - t0, 3))
         self._said(event, f"secondary {self.s.name}: now {path}")
         return None
 

@@ -42,6 +42,7 @@ from edgert.apps import processes
 from edgert.apps.serve import pytriton_compat as compat
 from edgert.apps.uris import escape_controls
 from edgert.runtime.errors import EdgertError
+from edgert.runtime.events import Event
 
 from .core import (
     Loaded,
@@ -181,8 +182,7 @@ class ServeSwapper(SwapQueue):
             for m in models:
                 m.close()
             raise
-        event = {
-            "event": "model_swap",
+        fields = {
             "model": name,
             "from": was,
             "to": candidate.label,
@@ -193,7 +193,7 @@ class ServeSwapper(SwapQueue):
             "forced": bool(force and problem),
             **({"check": check} if check is not None else {}),
         }
-        self._announce(event, candidate)
+        self._announce(Event("model_swap", fields=fields), candidate)
         entries, task_models, recent = old
         with recent.lock:
             recent.items.clear()
@@ -207,14 +207,15 @@ class ServeSwapper(SwapQueue):
         except (EdgertError, OSError) as exc:
             raise _Refused(str(exc)) from exc
 
-    def _announce(self, event: dict, candidate: Loaded) -> None:
+    def _announce(self, event: Event, candidate: Loaded) -> None:
         with self.lock:
             self.swaps += 1
-        self.on_swap(event["model"], candidate.model)
+        f = event.fields
+        self.on_swap(f["model"], candidate.model)
         self._said(
             event,
-            f"model: {event['model']} is now {candidate.label}, Triton version "
-            f"{event['triton_version']} (was {event['from']}; {event['requested_by']})",
+            f"model: {f['model']} is now {candidate.label}, Triton version "
+            f"{f['triton_version']} (was {f['from']}; {f['requested_by']})",
         )
 
     def _check(self, cur: Served, candidate: Loaded) -> tuple[str | None, dict]:

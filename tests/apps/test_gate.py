@@ -15,7 +15,6 @@ from edgert.apps.camera.frame import Frame, Steps
 from edgert.apps.camera.gate import (
     TRACK_CHECK_S,
     GateOptions,
-    Hint,
     MotionDetector,
     StreamGate,
     gates_for,
@@ -24,6 +23,7 @@ from edgert.apps.camera.gate import (
 from edgert.apps.camera.pipeline import Pipeline
 from edgert.apps.camera.sources import FrameSource
 from edgert.runtime.errors import SourceError
+from edgert.runtime.tracking.hints import Hint
 from tests.apps.test_tracking_camera import square_at
 from tests.conftest import assert_user_error, run_cli
 from tests.tiny import blob_detector_bundle
@@ -321,18 +321,6 @@ def test_joules_per_camera_hour_with_a_power_sensor(scene, tmp_path):
     assert [st["camera_s"] for st in s["streams"]] == [pytest.approx(20.0, abs=1e-6)] * 2
     assert s["power_w"] == pytest.approx(7.5, abs=0.01)
     assert s["j_per_camera_hour"] == pytest.approx(s["power_w"] * s["seconds"] / 40.0 * 3600)
-
-
-def test_a_crossing_is_timed_exactly_even_a_few_pixels_before_the_line():
-    """The gate's hints are frames old: a track 2 px before a line at 30 px/s reaches it in
-    1/15 s (not "now"), so the frames either side of its crossing are the ones inferred."""
-    from edgert.apps.camera.analytics import _reach_s
-    from edgert.runtime.tracking.counting import LineCounter
-
-    line = LineCounter("door", [(300, 0), (300, 480)])
-    assert _reach_s(line, (298.0, 200.0), (30.0, 0.0)) == pytest.approx(2 / 30)
-    assert _reach_s(line, (302.0, 200.0), (30.0, 0.0)) == float("inf")  # past it, moving away
-    assert _reach_s(line, (250.0, 200.0), (0.0, 30.0)) == float("inf")  # along it
 
 
 @pytest.mark.subprocess

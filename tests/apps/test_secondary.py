@@ -15,7 +15,7 @@ import cv2
 import numpy as np
 import pytest
 
-from edgert.apps.camera.secondary import SecondarySpec, crop_box, quality
+from edgert.apps.camera.features.secondary_models import SecondarySpec, crop_box, quality
 from edgert.runtime.errors import OutputError
 from tests.apps.test_telemetry import Mosquitto, Subscriber, needs
 from tests.conftest import assert_user_error, run_cli
@@ -397,9 +397,9 @@ def test_a_frame_the_gate_skipped_gives_no_crop(tmp_path):
     the gate skipped (inferred False) gives no crop; the same track on an inferred frame does,
     and its answer is the track's label."""
     from edgert.apps.camera.delivery import FrameHandler
+    from edgert.apps.camera.features.secondary_models import Secondary
+    from edgert.apps.camera.features.secondary_stage import SecondaryStage
     from edgert.apps.camera.frame import Frame
-    from edgert.apps.camera.secondary import Secondary
-    from edgert.apps.camera.secondary_stage import SecondaryStage
     from edgert.runtime.results import Detection
     from edgert.runtime.tasks import load_task_model
     from edgert.runtime.tracking import make_tracker
@@ -436,9 +436,9 @@ def test_a_full_queue_drops_the_lowest_quality_crop_and_gives_the_attempt_back(
 ):
     """The worker held (its lock taken): three crops into a queue of two; the worst goes,
     counted, and its track may try again (its attempt given back)."""
-    from edgert.apps.camera import secondary_stage
-    from edgert.apps.camera.secondary import Crop, Secondary, TrackState
-    from edgert.apps.camera.secondary_stage import SecondaryStage
+    from edgert.apps.camera.features import secondary_stage
+    from edgert.apps.camera.features.secondary_models import Crop, Secondary, TrackState
+    from edgert.apps.camera.features.secondary_stage import SecondaryStage
     from edgert.runtime.tasks import load_task_model
 
     monkeypatch.setattr(secondary_stage, "QUEUE_CROPS", 2)

@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from edgert.apps.camera.secondary import SecondarySpec
+from edgert.apps.camera.features.secondary_models import SecondarySpec
 from edgert.runtime.errors import OutputError
 from tests.apps.test_secondary import FRAMES, H, W, _camera, _square, scene  # noqa: F401
 from tests.conftest import run_cli
@@ -69,8 +69,8 @@ def test_a_box_that_is_not_finite_is_skipped_and_counted(tmp_path):
     NaN (as a decoder that passes NaN on gives it) is skipped and counted; the other track is
     cut and labelled as before."""
     from edgert.apps.camera.delivery import FrameHandler
+    from edgert.apps.camera.features.secondary_models import Secondary, SecondaryStage
     from edgert.apps.camera.frame import Frame
-    from edgert.apps.camera.secondary import Secondary, SecondaryStage
     from edgert.runtime.results import Detection
     from edgert.runtime.tasks import load_task_model
     from edgert.runtime.tracking import make_tracker
@@ -166,7 +166,7 @@ def _big_scene(boxes, colours, share: float = 0.5):
 
 
 def _stage(bundle, **spec):
-    from edgert.apps.camera.secondary import Secondary, SecondaryStage
+    from edgert.apps.camera.features.secondary_models import Secondary, SecondaryStage
     from edgert.runtime.tasks import load_task_model
 
     s = Secondary(SecondarySpec(str(bundle), **spec), load_task_model(bundle), "second")
@@ -176,8 +176,8 @@ def _stage(bundle, **spec):
 def test_a_large_box_of_a_4k_frame_is_held_at_what_the_secondary_needs(tmp_path, monkeypatch):
     """G12: a crop is kept at twice the secondary's input at most (here 16 x 16: 32 px), not at
     the box's 2000 px; the label is the one the full crop gives."""
-    from edgert.apps.camera import secondary
     from edgert.apps.camera.delivery import FrameHandler
+    from edgert.apps.camera.features import secondary_models as secondary
     from edgert.apps.camera.frame import Frame
 
     monkeypatch.setattr(secondary, "GOOD", 2.0)  # never good enough to be taken at once: held
@@ -221,8 +221,8 @@ def test_a_detector_secondary_on_a_scaled_crop_gives_boxes_in_frame_pixels(tmp_p
 
 def test_the_crops_held_are_bounded_in_bytes(tmp_path, monkeypatch):
     """Past ``HELD_BYTES`` a better crop is not held (counted); the ones held stay."""
-    from edgert.apps.camera import secondary
     from edgert.apps.camera.delivery import FrameHandler
+    from edgert.apps.camera.features import secondary_models as secondary
     from edgert.apps.camera.frame import Frame
 
     boxes = [(100.0 + 700 * i, 100.0, 700.0 + 700 * i, 700.0) for i in range(5)]

@@ -70,3 +70,61 @@ def test_the_counters_write_their_events_through_the_table():
     for e in events:
         order = [k for k in KINDS[kind_of(e)].fields if k in e]
         assert [k for k in e if k in order] == order and list(e)[0] == "event"
+
+
+def test_the_swap_records_keep_their_text_through_the_table():
+    """The swap package's records (a camera's, a secondary's and serve's swap; a refusal with
+    what is kept, a rollback, a superseded request) come out of ``to_record`` key for key as the
+    package wrote them by hand, whatever order the fields were given in."""
+    written = [
+        {
+            "event": "model_swap",
+            "from": "a@1",
+            "to": "b@1",
+            "bundle": "b.edgert",
+            "requested_by": "POST /model",
+            "load_s": 0.5,
+            "forced": False,
+            "check": {"n": 3},
+        },
+        {
+            "event": "model_swap",
+            "model": "det",
+            "from": "a@1",
+            "to": "b@1",
+            "triton_version": 2,
+            "bundle": "b.edgert",
+            "requested_by": "POST /model",
+            "s": 1.5,
+            "forced": True,
+        },
+        {
+            "event": "model_swap",
+            "secondary": "colour",
+            "bundle": "c.edgert",
+            "requested_by": "POST /model",
+            "s": 0.25,
+        },
+        {
+            "event": "model_swap_refused",
+            "secondary": "colour",
+            "bundle": "c.edgert",
+            "requested_by": "SIGHUP",
+            "reason": "corrupt",
+            "kept": "a@1",
+            "s": 0.1,
+            "check": {"judged": False},
+        },
+        {"event": "model_rollback", "from": "b@1", "to": "a@1", "reason": "slower"},
+        {
+            "event": "model_swap_superseded",
+            "secondary": "colour",
+            "bundle": "c.edgert",
+            "requested_by": "POST /model",
+            "by": "d.edgert",
+        },
+    ]
+    for record in written:
+        fields = dict(reversed([(k, v) for k, v in record.items() if k != "event"]))
+        again = Event(kind_of(record), fields=fields).to_record()
+        assert json.dumps(again) == json.dumps(record)

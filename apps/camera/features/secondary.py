@@ -43,7 +43,7 @@ class Secondaries(Feature):
 
     @staticmethod
     def from_args(args) -> tuple:
-        from ..secondary import SecondarySpec
+        from .secondary_models import SecondarySpec
 
         return tuple(SecondarySpec.parse(x) for x in args.secondary)
 
@@ -53,8 +53,8 @@ class Secondaries(Feature):
             return
         from edgert.runtime.tasks import load_task_model
 
-        from ..secondary import SecondaryStage, load_all, warn
-        from ..secondary_spec import unknown_on
+        from .secondary_models import SecondaryStage, load_all, warn
+        from .secondary_spec import unknown_on
 
         m = run.cfg.model
 

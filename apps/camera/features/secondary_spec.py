@@ -1,6 +1,6 @@
 """``--secondary BUNDLE[:OPTIONS]``: the option read (:class:`SecondarySpec`) and what is said
 at start of an option that can do nothing (``on=`` naming no label of the primary). The
-secondaries and the stage that runs them are :mod:`.secondary`."""
+secondaries and the stage that runs them are :mod:`.secondary_models`."""
 
 from __future__ import annotations
 

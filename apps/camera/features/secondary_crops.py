@@ -1,6 +1,6 @@
 """A secondary's crops: where one is cut (:func:`crop_box`), how good it is (:func:`quality`),
 what is kept of it (:class:`Crop`), and each track's attempts and votes (:class:`TrackState`).
-See :mod:`.secondary`."""
+See :mod:`.secondary_models`."""
 
 from __future__ import annotations
 

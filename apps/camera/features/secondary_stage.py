@@ -2,7 +2,7 @@
 thread collects per primary batch, the queue to the secondaries' worker thread (at most
 ``QUEUE_CROPS`` crops and ``QUEUE_BYTES`` of images: a crop that does not fit drops the
 lowest-quality one waiting), the worker, and the tracks' labels onto the objects and events.
-See :mod:`.secondary`."""
+See :mod:`.secondary_models`."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ from .reconcile import mark_gone, reconcile
 log = logging.getLogger(__name__)
 # the batch window: rows gathered this long after the first, then one commit. A commit rewrites
 # ~20 pages whatever it holds (the tables' and indexes' last leaves): a busy camera (9,000
-# events an hour) wrote 34 MB an hour at 2 s, 13 at 10 s, 5.6 at 60 s (benchmarks/event_store.py)
+# events an hour) wrote 22 MB an hour at 2 s, 13 at 10 s, 5.6 at 60 s (benchmarks/event_store.py)
 BATCH_S = 10.0
 HEARTBEAT_S = 300.0  # a quiet camera's run row says it lives this often
 BATCH_MAX = 2000  # rows in one transaction at most

@@ -211,3 +211,22 @@ def test_the_table_as_it_stands_fits_together():
     emitted = {k for f in features.FEATURES for k in f.events}
     assert emitted <= set(KINDS) and set(EVENTS) <= emitted  # the kinds clips may be cut on
     assert set(KINDS) - emitted == {"run_start"}  # the events file's own line
+
+
+def test_a_request_naming_a_secondary_never_reaches_the_primarys_swap_before_the_stage_attaches():
+    """The probes answer while the model loads; until the second stage attached its queues, a
+    ``POST /model`` naming a secondary is 503 (it once went to the primary's slot as a swap of
+    the primary), and any other goes to the primary's route as declared."""
+    from edgert.apps.camera.features.secondary import Secondaries
+
+    seen = []
+
+    def primary(body: bytes):
+        seen.append(body)
+        return 202, b"{}", "application/json"
+
+    post = Secondaries().routes(None)[("POST", "/model")].wrap(primary)
+    code, text, _ = post(b'{"secondary": "kind", "bundle": "/m.edgert"}')
+    assert code == 503 and b"starting" in text and seen == []
+    code, _, _ = post(b'{"bundle": "/m.edgert"}')
+    assert code == 202 and seen == [b'{"bundle": "/m.edgert"}']

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgert.apps.swap.core import json_body
+from edgert.apps.telemetry.http import json_answer
 from edgert.apps.uris import escape_controls
 
 from .base import Extend, Feature, Run
@@ -95,10 +97,18 @@ class Secondaries(Feature):
     def routes(self, run: Run) -> dict:
         """``/model`` extended: a POST naming ``"secondary"`` goes to that secondary's queue,
         ``GET`` lists the secondaries (:class:`edgert.apps.swap.secondary.ModelRoutes`, once
-        attached; the primary's route before)."""
+        attached; before, the primary's route, and 503 to a request naming a secondary)."""
 
         def post(primary):
-            return lambda body: (self.model_routes.post if self.model_routes else primary)(body)
+            def answer(body: bytes):
+                if self.model_routes is not None:
+                    return self.model_routes.post(body)
+                data = json_body(body)
+                if isinstance(data, dict) and "secondary" in data:  # never the primary's swap
+                    return json_answer(503, {"error": "the camera is starting: try again"})
+                return primary(body)
+
+            return answer
 
         def get(primary):
             def answer(body: bytes = b""):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import sqlite3
 import statistics
 import tempfile
 import time
@@ -132,7 +131,7 @@ FILTERS = {
 
 
 def query_p95(path: Path, repeats: int) -> dict:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = query.open_read(path)
     out = {}
     for name, given in {**FILTERS, "next page": {}}.items():
         f = query.Filters.parse({**given, "limit": "50"})

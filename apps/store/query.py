@@ -11,6 +11,7 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from edgert.runtime.errors import EdgertError
 
@@ -161,17 +162,16 @@ def track(conn, track_id: int, placeholder: str = "?") -> dict | None:
 
 
 def read(store: str, reader):
-    """``reader(conn, placeholder)`` on the store ``store`` (a SQLite file, read only; or a
-    ``postgresql://`` URI); QueryError in one sentence when it is not one."""
+    """``reader(conn, placeholder)`` on the store ``store`` (a SQLite file, read only);
+    QueryError in one sentence when it is not one."""
     import sqlite3
-    from pathlib import Path
 
     path = Path(store)
     if not path.is_file():
         why = "is a folder" if path.is_dir() else "does not exist"
         raise QueryError(f"store {store} {why}; give the file a camera's --store wrote")
     try:
-        conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True, timeout=5.0)
+        conn = open_read(path)
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version == 0:
@@ -181,3 +181,12 @@ def read(store: str, reader):
             conn.close()
     except sqlite3.DatabaseError as exc:
         raise QueryError(f"{store} is not a store edgert can read ({exc})") from None
+
+
+def open_read(path):
+    """A read-only connection to the SQLite store at ``path``. SQLite reads a ``file:`` name as a
+    URI, so the path goes in percent-encoded (``Path.as_uri``): a ``#``, ``?`` or ``%`` in a
+    folder's name would otherwise cut the name or change the mode."""
+    import sqlite3
+
+    return sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True, timeout=5.0)

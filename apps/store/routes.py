@@ -4,7 +4,6 @@ connection of its own (WAL: readers never wait for the writer), only what is com
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -24,7 +23,7 @@ class Routes:
         probes.targets[("GET", "/api/tracks/")] = self.track
 
     def _read(self):
-        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5.0)
+        conn = query.open_read(self.path)
         conn.execute("PRAGMA query_only = ON")
         return conn
 

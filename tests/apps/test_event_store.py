@@ -379,3 +379,26 @@ def test_a_killed_camera_keeps_every_event_its_api_answered(tmp_path):
         kept = {r[0] for r in conn.execute("SELECT id FROM events")}
         conn.close()
         assert answered <= kept, sorted(answered - kept)
+
+
+@pytest.mark.parametrize("folder", ["a#b", "a?mode=rwc", "100%25 full"])
+def test_a_store_whose_path_has_uri_characters_is_read_where_it_is(tmp_path, folder):
+    """SQLite reads ``file:`` names as URIs: a path's ``#``, ``?`` or ``%`` once cut the name
+    (or turned read-only into read-write) before the store was opened. The query command and the
+    camera's /api routes open the file the path names, read only."""
+    from edgert.apps.store.routes import Routes
+
+    (tmp_path / folder).mkdir()
+    path = tmp_path / folder / "events.db"
+    _filled(path, tracks=3).close()
+    f = query.Filters.parse({"limit": "100"})
+    assert len(query.read(str(path), lambda conn, ph: query.events(conn, f))["events"]) == 18
+    code, body, _ = Routes(path).events("/api/events?limit=100")
+    assert code == 200 and len(json.loads(body)["events"]) == 18
+    # nothing opened or created anywhere else (the WAL's own -wal and -shm sit beside the store)
+    assert [p.name for p in tmp_path.iterdir()] == [folder]
+    assert {p.name for p in path.parent.iterdir()} <= {
+        "events.db",
+        "events.db-wal",
+        "events.db-shm",
+    }

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from edgert.runtime import embeddings
-from edgert.runtime.errors import ModelError, ShapeError, SourceError
+from edgert.runtime.errors import ModelError, ShapeError, SourceError, escape_controls
 
 
 class Gallery:
@@ -57,4 +57,5 @@ class Gallery:
     def lines(self, found: list) -> list:
         """``edgert run``'s lines for :meth:`nearest`'s list."""
         head = f"  nearest of {len(self.paths)} in {Path(self.folder)} (cosine similarity):"
-        return [head, *(f"    {f['similarity']:7.4f}  {f['image']}" for f in found)]
+        lines = [head, *(f"    {f['similarity']:7.4f}  {f['image']}" for f in found)]
+        return [escape_controls(line) for line in lines]  # file names: no line of their own

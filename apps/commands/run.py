@@ -7,7 +7,7 @@ import time
 
 from edgert.apps.argtypes import BACKENDS, PRECISIONS, fraction, positive_int
 from edgert.runtime import json_text
-from edgert.runtime.errors import ShapeError, SourceError
+from edgert.runtime.errors import ShapeError, SourceError, escape_controls
 
 
 def add_parser(sub) -> None:
@@ -94,7 +94,7 @@ def run(args) -> int:
                 if args.json:
                     print(json_text.dumps({"image": str(path), "error": str(exc)}))
                 else:
-                    print(f"{path}  skipped: {exc}")
+                    print(escape_controls(f"{path}  skipped: {exc}"))
                 continue
             t1 = time.perf_counter()
             outputs = model.infer(model.collate([tensor]))
@@ -110,8 +110,10 @@ def run(args) -> int:
     if failed:
         more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
         print(
-            f"edgert run: error: {len(failed)} of {len(images)} images failed: "
-            f"{', '.join(failed[:3])}{more}",
+            escape_controls(
+                f"edgert run: error: {len(failed)} of {len(images)} images failed: "
+                f"{', '.join(failed[:3])}{more}"
+            ),
             file=sys.stderr,
         )
         return 1
@@ -148,7 +150,8 @@ def _print(args, path: str, result, timing: dict, gallery=None) -> None:
         )
         return
     print(
-        f"{path}  (preprocess {timing['preprocess_ms']:.1f} ms, infer {timing['infer_ms']:.1f} ms, "
+        f"{escape_controls(str(path))}  (preprocess {timing['preprocess_ms']:.1f} ms, "
+        f"infer {timing['infer_ms']:.1f} ms, "
         f"postprocess {timing['postprocess_ms']:.1f} ms)"
     )
     for line in task_spec(result.task).lines(result):

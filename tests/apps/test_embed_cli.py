@@ -50,3 +50,21 @@ def test_gallery_with_a_classifier_is_one_sentence(tmp_path):
     bundle = classifier_bundle(tmp_path)
     proc = run_cli("run", bundle, photo_path("coffee"), "--gallery", photo_path("coffee").parent)
     assert_user_error(proc, "--gallery ranks an encoder's vectors", "not a classification model")
+
+
+@pytest.mark.subprocess
+def test_a_file_name_with_a_newline_cannot_start_a_line_of_run_s_output(tmp_path):
+    """A gallery's (or an image's) file name is the user's or someone else's: printed with its
+    control characters escaped, so a name cannot forge a line of edgert run's text output."""
+    import shutil
+
+    bundle = encoder_bundle(tmp_path, "healthy")
+    gallery = tmp_path / "gallery"
+    gallery.mkdir()
+    forged = "a\nforged 1.0000  line.jpg"
+    shutil.copy(photo_path("coffee"), gallery / forged)
+    shutil.copy(photo_path("coffee"), tmp_path / forged)
+    proc = run_cli("run", bundle, tmp_path / forged, "--gallery", gallery)
+    assert proc.returncode == 0, proc.stderr
+    assert not any(line.startswith("forged") for line in proc.stdout.splitlines()), proc.stdout
+    assert "a\\nforged" in proc.stdout

@@ -39,7 +39,7 @@ class Step:
         self.item = item
         self.last = time.monotonic()
 
-    def at(self, item: str) -> None:
+    def at(self, item: str | None) -> None:
         """Name the item under way (a preparation, a method, a node)."""
         self.item = item
 
@@ -200,7 +200,15 @@ def step(what: str, total: int, unit: str = "") -> Iterator[Step]:
         reporter.pop(s)
 
 
-def each(items: Iterable, what: str, total: int, unit: str = "", name=str) -> Iterator:
+def _name(item) -> str | None:
+    """A short name of an item: a string, a path or a number as it is; anything else (an image)
+    is counted, never named (``str()`` of an array is the whole array)."""
+    if isinstance(item, (str, os.PathLike, int, float)):
+        return str(item)
+    return None
+
+
+def each(items: Iterable, what: str, total: int, unit: str = "", name=_name) -> Iterator:
     """The ``items`` one by one inside a :func:`step`, each named (``name(item)``) while under way
     and counted once done."""
     with step(what, total, unit) as s:

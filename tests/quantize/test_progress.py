@@ -139,3 +139,18 @@ def test_entropy_threshold_is_the_loops():
         top = float(rng.uniform(1, 10))
         assert ranges._entropy(hist, top) == _entropy_loop(hist, top)
     assert ranges._entropy(np.zeros(ranges.BINS, np.int64), 3.0) == 3.0
+
+
+def test_an_item_that_is_no_name_is_never_printed_whole():
+    """Images (arrays) under way are counted, not named: ``str()`` of an image printed the whole
+    array in the progress line (the zoo's array images) and cost a formatting per image."""
+    image = np.zeros((224, 224, 3), np.uint8)
+    lines = []
+    with progress.reporting(lines.append, every=3600):
+        reporter = progress._current.get()
+        for items, what in (([image], "preprocessing"), (["a.jpg"], "reading"), ([3], "numbers")):
+            for _ in progress.each(items, what, 1, "images"):
+                lines.append(reporter.line())
+    assert lines[0].startswith("progress: preprocessing 0/1 images;"), lines[0]
+    assert "(a.jpg)" in lines[1] and "(3)" in lines[2]
+    assert all(len(line) < 200 for line in lines)

@@ -156,8 +156,13 @@ def track(conn, track_id: int, placeholder: str = "?") -> dict | None:
     for key in ("labels", "secondary", "zones", "lines"):
         out[key] = json.loads(out[key]) if out[key] else ([] if key != "secondary" else {})
     out["snapshot_gone"] = bool(out["snapshot_gone"])
-    sql = f"SELECT {_COLUMNS} FROM events WHERE track = ? ORDER BY time, id"
-    out["events"] = [event_of(r) for r in conn.execute(sql.replace("?", placeholder), [track_id])]
+    # within the track's first and last seen: the time index finds them (no index of tracks)
+    sql = (
+        f"SELECT {_COLUMNS} FROM events WHERE time >= ? AND time <= ? AND track = ? "
+        "ORDER BY time, id"
+    )
+    params = [out["first_seen"], out["last_seen"], track_id]
+    out["events"] = [event_of(r) for r in conn.execute(sql.replace("?", placeholder), params)]
     return out
 
 

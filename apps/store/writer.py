@@ -28,12 +28,19 @@ from .reconcile import mark_gone, reconcile
 
 log = logging.getLogger(__name__)
 # the batch window: rows gathered this long after the first, then one commit. A commit rewrites
-# ~20 pages whatever it holds (the tables' and indexes' last leaves): a busy camera (9,000
-# events an hour) wrote 22 MB an hour at 2 s, 13 at 10 s, 5.6 at 60 s (benchmarks/event_store.py)
+# the last leaves of each table and index it touches, however few rows it holds: a busy camera
+# (9,000 events an hour) wrote 29 MB an hour at 2 s, 13.2 at 10 s, 5.7 at 60 s with 1 KiB pages
+# and three indexes of events; 5.8 at 10 s with 512-byte pages and the time index alone
+# (schema version 2; benchmarks/event_store.py)
 BATCH_S = 10.0
 HEARTBEAT_S = 300.0  # a quiet camera's run row says it lives this often
 BATCH_MAX = 2000  # rows in one transaction at most
-PAGE_SIZE = 1024  # small pages: a commit of a few rows rewrites few bytes (the write budget)
+PAGE_SIZE = 512  # small pages: a commit of a few rows rewrites few bytes (the write budget)
+# the WAL copied into the file every this many pages (2 MiB): a page a commit rewrites again and
+# again (an index's last leaf) is copied once a checkpoint. The WAL's file is cut back to
+# WAL_LIMIT after one
+CHECKPOINT_PAGES = 4000
+WAL_LIMIT = 4 << 20
 
 
 class StoreWriter:
@@ -118,6 +125,9 @@ class StoreWriter:
                 io = _thread_io()
                 self.io = {k: io.get(k, 0) - io0.get(k, 0) for k in self.io}
             if closing:
+                self._checkpoint()
+                io = _thread_io()
+                self.io = {k: io.get(k, 0) - io0.get(k, 0) for k in self.io}
                 return
 
     def _write(self, batch: list) -> None:
@@ -196,6 +206,14 @@ class StoreWriter:
             ),
         )
 
+    def _checkpoint(self) -> None:
+        """At the end: the WAL copied into the file and emptied (on this thread: its bytes
+        count in the write budget)."""
+        try:
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except Exception as exc:  # a reader holds it: the next start's checkpoint does it
+            log.debug("store %s: no checkpoint at the end (%s)", self.path, exc)
+
     def _prune(self) -> None:
         """``keep_days``: the events older than that deleted, and the tracks last seen then."""
         if self.keep_days is None:
@@ -235,7 +253,10 @@ def open_store(path: Path):
             conn.close()
         except (OSError, sqlite3.Error) as exc:
             raise OutputError(f"store {path}: cannot make it: {exc}") from None
-    return schema.connect(path)
+    conn = schema.connect(path)
+    conn.execute(f"PRAGMA wal_autocheckpoint = {CHECKPOINT_PAGES}")
+    conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
+    return conn
 
 
 def new_track(row: dict) -> dict:
@@ -258,7 +279,7 @@ def update_track(t: dict, row: dict) -> None:
     zones visited and lines crossed."""
     t["first_seen"] = min(t["first_seen"], row["time"])
     t["last_seen"] = max(t["last_seen"], row["time"])
-    if row["label"] is not None:
+    if row["label"] is not None and row["kind"] != "track_label":  # a second stage's: secondary
         t["label"] = t["label"] or row["label"]
         if row["label"] not in t["labels"]:
             t["labels"].append(row["label"])

@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 # the batch window: rows gathered this long after the first, then one commit. A commit rewrites
 # the last leaves of each table and index it touches, however few rows it holds: a busy camera
 # (9,000 events an hour) wrote 29 MB an hour at 2 s, 13.2 at 10 s, 5.7 at 60 s with 1 KiB pages
-# and three indexes of events; 5.8 at 10 s with 512-byte pages and the time index alone
-# (schema version 2; benchmarks/event_store.py)
+# and three indexes of events; 4.7 at 10 s with 512-byte pages and none (schema version 2: the
+# events in time order by their ids; benchmarks/event_store.py)
 BATCH_S = 10.0
 HEARTBEAT_S = 300.0  # a quiet camera's run row says it lives this often
 BATCH_MAX = 2000  # rows in one transaction at most
@@ -59,6 +59,7 @@ class StoreWriter:
         self.events = self.commits = self.pruned = 0
         self.tracks: dict = {}  # (stream, track_id) -> the live track's row, as written
         self.tracks_written = 0
+        self.ids = schema.EventIds()
         self.io = {"wchar": 0, "write_bytes": 0}
         self.on_commit = None  # told each batch once committed (what may then be acknowledged)
         self.t0 = time.monotonic()
@@ -140,24 +141,7 @@ class StoreWriter:
                 if isinstance(row, tuple):
                     continue  # after the rows: a row of this batch may name the file
                 track = self._track(row, touched) if row["track_id"] is not None else None
-                self.conn.execute(
-                    "INSERT INTO events (kind, time, camera, track, track_id, label, zone, line, "
-                    "config_version, clip, snapshot, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        row["kind"],
-                        row["time"],
-                        row["camera"],
-                        track,
-                        row["track_id"],
-                        row["label"],
-                        row["zone"],
-                        row["line"],
-                        row["config_version"],
-                        row["clip"],
-                        row["snapshot"],
-                        json_text.dumps(row["data"], default=str),
-                    ),
-                )
+                self._insert_event(row, track)
                 self.events += 1
             for key, t in touched.items():
                 self._save_track(t)
@@ -172,6 +156,37 @@ class StoreWriter:
         self.commits += 1
         if self.on_commit is not None:
             self.on_commit(batch)
+
+    def _insert_event(self, row: dict, track) -> None:
+        """The event, its id its time's (:class:`~.schema.EventIds`; one a run before took
+        is found by the INSERT, and the next one tried)."""
+        import sqlite3
+
+        values = (
+            row["kind"],
+            row["time"],
+            row["camera"],
+            track,
+            row["track_id"],
+            row["label"],
+            row["zone"],
+            row["line"],
+            row["config_version"],
+            row["clip"],
+            row["snapshot"],
+            json_text.dumps(row["data"], default=str),
+        )
+        while True:
+            try:
+                self.conn.execute(
+                    "INSERT INTO events (id, kind, time, camera, track, track_id, label, zone, "
+                    "line, config_version, clip, snapshot, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (self.ids.next(row["time"]), *values),
+                )
+                return
+            except sqlite3.IntegrityError as exc:
+                if "events.id" not in str(exc):
+                    raise
 
     def _track(self, row: dict, touched: dict) -> int:
         """The track row's id for ``row``'s track, its state updated by the event."""
@@ -220,7 +235,9 @@ class StoreWriter:
             return
         limit = time.time() - self.keep_days * 86400
         with self._transaction():
-            gone = self.conn.execute("DELETE FROM events WHERE time < ?", (limit,)).rowcount
+            gone = self.conn.execute(  # by the id: in time order (schema.EventIds)
+                "DELETE FROM events WHERE id < ?", (int(limit * schema.US),)
+            ).rowcount
             self.conn.execute("DELETE FROM tracks WHERE last_seen < ?", (limit,))
         self.pruned += gone
 

@@ -81,8 +81,9 @@ def test_a_second_stage_s_label_is_kept_in_its_event_and_not_in_the_track_s_labe
 
 
 def test_a_version_1_store_is_brought_to_version_2_with_its_rows(tmp_path):
-    """Version 2 drops the label and track indexes (the write budget); the rows stay, and a
-    track's events are still found (within its first and last seen, by the time index)."""
+    """Version 2 (the write budget) drops the events' indexes and keeps them in time order by
+    their ids (each its time in microseconds, the next free one for a time taken): a version-1
+    store's rows are renumbered so, none lost, and a track's events are still found."""
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path, isolation_level=None)
     for sql in schema.MIGRATIONS[0]:
@@ -92,24 +93,63 @@ def test_a_version_1_store_is_brought_to_version_2_with_its_rows(tmp_path):
         "INSERT INTO tracks (run, stream, track_id, camera, label, labels, first_seen, last_seen,"
         " zones, lines) VALUES ('r', 0, 3, 'cam', 'dog', '[\"dog\"]', 100.0, 104.0, '[]', '[]')"
     )
-    for i, kind in enumerate(("track_start", "line_cross", "track_end")):
+    # inserted out of time order, two at one time
+    for kind, t in (
+        ("track_end", 104.0),
+        ("track_start", 100.0),
+        ("line_cross", 102.0),
+        ("zone_enter", 102.0),
+    ):
         conn.execute(
             "INSERT INTO events (kind, time, camera, track, track_id, label) "
             "VALUES (?, ?, 'cam', 1, 3, 'dog')",
-            (kind, 100.0 + 2 * i),
+            (kind, t),
         )
     conn.close()
     w = StoreWriter(path, "new", CAMS)
     w.close()
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION == 2
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-    assert "events_time" in indexes and not indexes & {"events_label_time", "events_track"}
+    assert not any(i.startswith("events") for i in indexes), indexes
+    rows = conn.execute("SELECT id, kind FROM events ORDER BY id").fetchall()
+    assert rows == [
+        (100_000_000, "track_start"),
+        (102_000_000, "line_cross"),
+        (102_000_001, "zone_enter"),
+        (104_000_000, "track_end"),
+    ]
     one = query.track(conn, 1)
-    assert [e["kind"] for e in one["events"]] == ["track_start", "line_cross", "track_end"]
+    assert [e["kind"] for e in one["events"]] == [k for _, k in rows]
+    page = query.events(conn, query.Filters.parse({"since": "101", "until": "103"}))
+    assert [e["kind"] for e in page["events"]] == ["zone_enter", "line_cross"]
     new = tmp_path / "new.db"
     StoreWriter(new, "r", CAMS).close()
     assert sqlite3.connect(new).execute("PRAGMA page_size").fetchone()[0] == 512
+
+
+def test_events_of_one_microsecond_and_of_a_run_before_each_keep_their_own_id(tmp_path):
+    """An event's id is its time in microseconds; a time taken (events of one frame, or a run
+    before at the same moment) gets the next free one: none is lost, the order is the times'."""
+    t = 1_800_000_000.5
+    records = [
+        {"event": "track_start", "stream": s, "track_id": 1, "label": "dog", "time": t}
+        for s in (0, 1)
+    ]
+    for run in ("a", "b"):
+        w = StoreWriter(tmp_path / "s.db", run, CAMS, batch_s=0.01)
+        w.put([row_of(r, CAMS) for r in records])
+        w.put([row_of({**records[0], "time": t - 1, "track_id": 2}, CAMS)])
+        w.close()
+    conn = query.open_read(tmp_path / "s.db")
+    ids = [r[0] for r in conn.execute("SELECT id FROM events ORDER BY id")]
+    us = 1_800_000_000_500_000
+    assert ids == [us - 1_000_000, us - 999_999, us, us + 1, us + 2, us + 3], ids
+    page = query.events(conn, query.Filters.parse({"limit": "4"}))
+    assert [e["id"] for e in page["events"]] == [us + 3, us + 2, us + 1, us]
+    rest = query.events(conn, query.Filters.parse({"cursor": page["next_cursor"]}))
+    assert [e["time"] for e in rest["events"]] == [t - 1, t - 1] and rest["next_cursor"] is None
 
 
 def _viewer_with_store(tmp_path, search=None):

@@ -82,6 +82,7 @@ class EventIds:
         self.taken: set = set()
 
     def next(self, t: float) -> int:
+        t = min(max(t, 0.0), 9e12) if t == t else 0.0  # a time that is none: an id still
         i = int(round(t * US))
         while i in self.taken:
             i += 1

@@ -146,6 +146,7 @@ def test_events_of_one_microsecond_and_of_a_run_before_each_keep_their_own_id(tm
     ids = [r[0] for r in conn.execute("SELECT id FROM events ORDER BY id")]
     us = 1_800_000_000_500_000
     assert ids == [us - 1_000_000, us - 999_999, us, us + 1, us + 2, us + 3], ids
+    assert [schema.EventIds().next(t) for t in (float("nan"), -5.0, 1e300)] == [0, 0, 9 * 10**18]
     page = query.events(conn, query.Filters.parse({"limit": "4"}))
     assert [e["id"] for e in page["events"]] == [us + 3, us + 2, us + 1, us]
     rest = query.events(conn, query.Filters.parse({"cursor": page["next_cursor"]}))

@@ -6,8 +6,10 @@ temperature, a sample a second), the recent events (``/events.json``) with the s
 they name (``/media/NAME``: only files an event named that the folder's record says edgert wrote,
 opened without following a link, streamed from the file with ``Range`` for players that seek,
 at most MAX_DOWNLOADS at once, each dropped when it takes under MEDIA_MIN_RATE on average over a
-stretch of MEDIA_GRACE_S) and, when the run
-has telemetry, ``/metrics``, ``/live`` and ``/ready``. No framework or CDN: the page is one file
+stretch of MEDIA_GRACE_S), when the run has a store its history (``/history.js``, from
+``viewer_history.js``, reading the store's ``/api/events``, ``/api/tracks/ID`` and the files its
+rows name, ``/api/media/...``, sent the way ``/media/`` sends them) and, when the run has
+telemetry, ``/metrics``, ``/live`` and ``/ready``. No framework or CDN: the page is two files
 and works offline on the device. It binds 127.0.0.1 unless told otherwise. The
 pipeline only replaces the latest JPEG of a stream under a lock, so a slow or stalled client never
 stalls it: each client is sent the newest frame when it is ready for one and skips the rest."""

@@ -95,9 +95,22 @@ def parse_cursor(text) -> tuple | None:
     return float(m.group(1)), int(m.group(2))
 
 
-def where(f: Filters) -> tuple[str, list]:
-    """The WHERE clause of ``f`` and its parameters (``?`` placeholders)."""
+def where(f: Filters, clustered: bool = False) -> tuple[str, list]:
+    """The WHERE clause of ``f`` and its parameters (``?`` placeholders). ``clustered``: the
+    events' ids are their times' (SQLite's store, :class:`~.schema.EventIds`): a time range is
+    read as a range of ids (exact by the times), the cursor is the last id."""
+    from .schema import ID_SLACK, US
+
     clauses, params = [], []
+    if clustered and f.since is not None:
+        clauses.append("id >= ?")
+        params.append(int(f.since * US) - 1)
+    if clustered and f.until is not None:
+        clauses.append("id <= ?")
+        params.append(int(f.until * US) + ID_SLACK)
+    if clustered and f.cursor is not None:
+        clauses.append("id < ?")
+        params.append(f.cursor[1])
     for column in ("camera", "label", "zone", "line"):
         value = getattr(f, column)
         if value is not None:
@@ -109,16 +122,19 @@ def where(f: Filters) -> tuple[str, list]:
     if f.until is not None:
         clauses.append("time <= ?")
         params.append(f.until)
-    if f.cursor is not None:
+    if f.cursor is not None and not clustered:
         clauses.append("(time < ? OR (time = ? AND id < ?))")
         params += [f.cursor[0], f.cursor[0], f.cursor[1]]
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
 def events(conn, f: Filters, placeholder: str = "?") -> dict:
-    """A page of events: ``{"events": [...], "next_cursor": ...}`` (None on the last page)."""
-    clause, params = where(f)
-    sql = f"SELECT {_COLUMNS} FROM events{clause} ORDER BY time DESC, id DESC LIMIT ?"
+    """A page of events: ``{"events": [...], "next_cursor": ...}`` (None on the last page).
+    SQLite's (``?``) are in time order by their ids; a server's by its index of time."""
+    clustered = placeholder == "?"
+    clause, params = where(f, clustered)
+    order = "id DESC" if clustered else "time DESC, id DESC"
+    sql = f"SELECT {_COLUMNS} FROM events{clause} ORDER BY {order} LIMIT ?"
     rows = conn.execute(sql.replace("?", placeholder), [*params, f.limit + 1]).fetchall()
     shown = [event_of(r) for r in rows[: f.limit]]
     more = len(rows) > f.limit and shown
@@ -156,8 +172,12 @@ def track(conn, track_id: int, placeholder: str = "?") -> dict | None:
     for key in ("labels", "secondary", "zones", "lines"):
         out[key] = json.loads(out[key]) if out[key] else ([] if key != "secondary" else {})
     out["snapshot_gone"] = bool(out["snapshot_gone"])
-    sql = f"SELECT {_COLUMNS} FROM events WHERE track = ? ORDER BY time, id"
-    out["events"] = [event_of(r) for r in conn.execute(sql.replace("?", placeholder), [track_id])]
+    # within the track's first and last seen (no index of tracks): SQLite's by their ids
+    f = Filters(since=out["first_seen"], until=out["last_seen"])
+    clause, params = where(f, clustered=placeholder == "?")
+    sql = f"SELECT {_COLUMNS} FROM events{clause} AND track = ? ORDER BY time, id"
+    params.append(track_id)
+    out["events"] = [event_of(r) for r in conn.execute(sql.replace("?", placeholder), params)]
     return out
 
 

@@ -1,7 +1,11 @@
 """The one adapter between the camera's events and the store: :func:`row_of` reads an event
 record (today's dict: ``event``, ``stream``, ``time``, ``track_id``, ``label``, ``line``,
 ``zone``, ``clip``, ``snapshot``, ``secondary``...) and gives the row the store keeps. The
-kind is read with :func:`edgert.runtime.events.kind_of`; nothing else reads the records."""
+kind is read with :func:`edgert.runtime.events.kind_of`; nothing else reads the records.
+
+A second stage's ``track_label`` event keeps its label in the row's ``label`` (the model's: a
+filter ``label=red`` finds it) and in ``secondary`` (``{model: {label, confidence}}``); the
+track's own labels stay the detector's (:func:`~.writer.update_track`)."""
 
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ def row_of(record: dict, cameras: list) -> dict:
         "stream": stream,
         "camera": cameras[stream] if 0 <= stream < len(cameras) else f"stream {stream}",
         "track_id": track_id if isinstance(track_id, int) else None,
-        "label": _text(record.get("label")) if kind != "track_label" else None,
+        "label": _text(record.get("label")),
         "zone": _text(record.get("zone")),
         "line": _text(record.get("line")),
         "clip": _text(record.get("clip")),

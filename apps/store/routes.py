@@ -1,9 +1,17 @@
 """The store's answers on the camera's HTTP port: ``GET /api/events`` (the filters of
-:mod:`.query`, a page at a time) and ``GET /api/tracks/ID``; each request reads the store on a
-connection of its own (WAL: readers never wait for the writer), only what is committed."""
+:mod:`.query`, a page at a time), ``GET /api/tracks/ID`` and the files rows name,
+``GET /api/media/events/ID/snapshot|clip`` and ``GET /api/media/tracks/ID/snapshot`` (the
+track's best snapshot). Each request reads the store on a connection of its own (WAL: readers
+never wait for the writer), only what is committed.
+
+A file is served only when a row names it, the row does not say retention deleted it, and the
+web viewer finds it to be a regular file (opened without following a link) that its folder's
+record says edgert wrote (:func:`~edgert.apps.camera.sinks.retention.recorded`): a snapshots or
+clips folder of edgert's; nothing else of the disk, whatever a row says."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -12,20 +20,36 @@ from edgert.apps.telemetry.http import json_answer
 from . import query
 
 KNOWN = ("camera", "label", "zone", "line", "since", "until", "limit", "cursor")
+# the /api routes the page may use beside these: said in /api/events' "features"
+OPTIONAL = (("search", "/api/search"),)
+_MEDIA = re.compile(r"/api/media/(events|tracks)/(\d{1,18})/(snapshot|clip)")
+_MEDIA_SQL = {
+    ("events", "snapshot"): "SELECT snapshot, media_gone FROM events WHERE id = ?",
+    ("events", "clip"): "SELECT clip, media_gone FROM events WHERE id = ?",
+    ("tracks", "snapshot"): "SELECT snapshot, snapshot_gone FROM tracks WHERE id = ?",
+}
 
 
 class Routes:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.probes = None
 
     def attach(self, probes) -> None:
+        self.probes = probes
         probes.targets[("GET", "/api/events")] = self.events
         probes.targets[("GET", "/api/tracks/")] = self.track
+        probes.files["/api/media/"] = self.media
 
     def _read(self):
         conn = query.open_read(self.path)
         conn.execute("PRAGMA query_only = ON")
         return conn
+
+    def features(self) -> list:
+        """The optional routes the camera's server has now (the page shows what they do)."""
+        targets = self.probes.targets if self.probes is not None else {}
+        return [name for name, path in OPTIONAL if ("GET", path) in targets]
 
     def events(self, target: str, body: bytes = b""):
         parsed = urlparse(target)
@@ -46,7 +70,7 @@ class Routes:
             return json_answer(400, {"error": str(exc)})
         conn = self._read()
         try:
-            return json_answer(200, query.events(conn, f))
+            return json_answer(200, {**query.events(conn, f), "features": self.features()})
         finally:
             conn.close()
 
@@ -62,3 +86,25 @@ class Routes:
         if found is None:
             return json_answer(404, {"error": f"no track has id {rest}"})
         return json_answer(200, found)
+
+    def media(self, target: str):
+        """The file ``/api/media/events/ID/snapshot|clip`` or ``/api/media/tracks/ID/snapshot``
+        names (a Path, checked by the web viewer before it is sent), or (status, body, type)."""
+        m = _MEDIA.fullmatch(urlparse(target).path)
+        sql = _MEDIA_SQL.get((m.group(1), m.group(3))) if m else None
+        if sql is None:
+            return (
+                404,
+                b"not a file of the store (/api/media/events/ID/snapshot|clip)\n",
+                "text/plain",
+            )
+        conn = self._read()
+        try:
+            row = conn.execute(sql, (int(m.group(2)),)).fetchone()
+        finally:
+            conn.close()
+        if row is None or not row[0]:
+            return 404, f"no {m.group(3)} for {m.group(1)} {m.group(2)}\n".encode(), "text/plain"
+        if row[1]:
+            return 404, b"deleted by retention\n", "text/plain"
+        return Path(row[0])

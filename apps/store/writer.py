@@ -28,12 +28,19 @@ from .reconcile import mark_gone, reconcile
 
 log = logging.getLogger(__name__)
 # the batch window: rows gathered this long after the first, then one commit. A commit rewrites
-# ~20 pages whatever it holds (the tables' and indexes' last leaves): a busy camera (9,000
-# events an hour) wrote 22 MB an hour at 2 s, 13 at 10 s, 5.6 at 60 s (benchmarks/event_store.py)
+# the last leaves of each table and index it touches, however few rows it holds: a busy camera
+# (9,000 events an hour) wrote 29 MB an hour at 2 s, 13.2 at 10 s, 5.7 at 60 s with 1 KiB pages
+# and three indexes of events; 4.7 at 10 s with 512-byte pages and none (schema version 2: the
+# events in time order by their ids; benchmarks/event_store.py)
 BATCH_S = 10.0
 HEARTBEAT_S = 300.0  # a quiet camera's run row says it lives this often
 BATCH_MAX = 2000  # rows in one transaction at most
-PAGE_SIZE = 1024  # small pages: a commit of a few rows rewrites few bytes (the write budget)
+PAGE_SIZE = 512  # small pages: a commit of a few rows rewrites few bytes (the write budget)
+# the WAL copied into the file every this many pages (2 MiB): a page a commit rewrites again and
+# again (an index's last leaf) is copied once a checkpoint. The WAL's file is cut back to
+# WAL_LIMIT after one
+CHECKPOINT_PAGES = 4000
+WAL_LIMIT = 4 << 20
 
 
 class StoreWriter:
@@ -52,6 +59,7 @@ class StoreWriter:
         self.events = self.commits = self.pruned = 0
         self.tracks: dict = {}  # (stream, track_id) -> the live track's row, as written
         self.tracks_written = 0
+        self.ids = schema.EventIds()
         self.io = {"wchar": 0, "write_bytes": 0}
         self.on_commit = None  # told each batch once committed (what may then be acknowledged)
         self.t0 = time.monotonic()
@@ -118,6 +126,9 @@ class StoreWriter:
                 io = _thread_io()
                 self.io = {k: io.get(k, 0) - io0.get(k, 0) for k in self.io}
             if closing:
+                self._checkpoint()
+                io = _thread_io()
+                self.io = {k: io.get(k, 0) - io0.get(k, 0) for k in self.io}
                 return
 
     def _write(self, batch: list) -> None:
@@ -130,24 +141,7 @@ class StoreWriter:
                 if isinstance(row, tuple):
                     continue  # after the rows: a row of this batch may name the file
                 track = self._track(row, touched) if row["track_id"] is not None else None
-                self.conn.execute(
-                    "INSERT INTO events (kind, time, camera, track, track_id, label, zone, line, "
-                    "config_version, clip, snapshot, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        row["kind"],
-                        row["time"],
-                        row["camera"],
-                        track,
-                        row["track_id"],
-                        row["label"],
-                        row["zone"],
-                        row["line"],
-                        row["config_version"],
-                        row["clip"],
-                        row["snapshot"],
-                        json_text.dumps(row["data"], default=str),
-                    ),
-                )
+                self._insert_event(row, track)
                 self.events += 1
             for key, t in touched.items():
                 self._save_track(t)
@@ -162,6 +156,37 @@ class StoreWriter:
         self.commits += 1
         if self.on_commit is not None:
             self.on_commit(batch)
+
+    def _insert_event(self, row: dict, track) -> None:
+        """The event, its id its time's (:class:`~.schema.EventIds`; one a run before took
+        is found by the INSERT, and the next one tried)."""
+        import sqlite3
+
+        values = (
+            row["kind"],
+            row["time"],
+            row["camera"],
+            track,
+            row["track_id"],
+            row["label"],
+            row["zone"],
+            row["line"],
+            row["config_version"],
+            row["clip"],
+            row["snapshot"],
+            json_text.dumps(row["data"], default=str),
+        )
+        while True:
+            try:
+                self.conn.execute(
+                    "INSERT INTO events (id, kind, time, camera, track, track_id, label, zone, "
+                    "line, config_version, clip, snapshot, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (self.ids.next(row["time"]), *values),
+                )
+                return
+            except sqlite3.IntegrityError as exc:
+                if "events.id" not in str(exc):
+                    raise
 
     def _track(self, row: dict, touched: dict) -> int:
         """The track row's id for ``row``'s track, its state updated by the event."""
@@ -196,13 +221,23 @@ class StoreWriter:
             ),
         )
 
+    def _checkpoint(self) -> None:
+        """At the end: the WAL copied into the file and emptied (on this thread: its bytes
+        count in the write budget)."""
+        try:
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except Exception as exc:  # a reader holds it: the next start's checkpoint does it
+            log.debug("store %s: no checkpoint at the end (%s)", self.path, exc)
+
     def _prune(self) -> None:
         """``keep_days``: the events older than that deleted, and the tracks last seen then."""
         if self.keep_days is None:
             return
         limit = time.time() - self.keep_days * 86400
         with self._transaction():
-            gone = self.conn.execute("DELETE FROM events WHERE time < ?", (limit,)).rowcount
+            gone = self.conn.execute(  # by the id: in time order (schema.EventIds)
+                "DELETE FROM events WHERE id < ?", (int(limit * schema.US),)
+            ).rowcount
             self.conn.execute("DELETE FROM tracks WHERE last_seen < ?", (limit,))
         self.pruned += gone
 
@@ -235,7 +270,10 @@ def open_store(path: Path):
             conn.close()
         except (OSError, sqlite3.Error) as exc:
             raise OutputError(f"store {path}: cannot make it: {exc}") from None
-    return schema.connect(path)
+    conn = schema.connect(path)
+    conn.execute(f"PRAGMA wal_autocheckpoint = {CHECKPOINT_PAGES}")
+    conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
+    return conn
 
 
 def new_track(row: dict) -> dict:
@@ -258,7 +296,7 @@ def update_track(t: dict, row: dict) -> None:
     zones visited and lines crossed."""
     t["first_seen"] = min(t["first_seen"], row["time"])
     t["last_seen"] = max(t["last_seen"], row["time"])
-    if row["label"] is not None:
+    if row["label"] is not None and row["kind"] != "track_label":  # a second stage's: secondary
         t["label"] = t["label"] or row["label"]
         if row["label"] not in t["labels"]:
             t["labels"].append(row["label"])

@@ -44,6 +44,9 @@ class Probes:
         # (method, path prefix) -> handler(target, body): routes that read the request's target
         # (its query, the rest of its path: the store's /api/events?..., /api/tracks/ID)
         self.targets: dict = {}
+        # path prefix -> handler(target) -> a Path to stream (the web viewer sends it, with Range,
+        # within its download slots) or (status, body, content type): the store's /api/media/
+        self.files: dict = {}
 
     def command(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes, str] | None:
         """A route's answer to ``method path``; None when no route takes it."""

@@ -6,8 +6,10 @@ temperature, a sample a second), the recent events (``/events.json``) with the s
 they name (``/media/NAME``: only files an event named that the folder's record says edgert wrote,
 opened without following a link, streamed from the file with ``Range`` for players that seek,
 at most MAX_DOWNLOADS at once, each dropped when it takes under MEDIA_MIN_RATE on average over a
-stretch of MEDIA_GRACE_S) and, when the run
-has telemetry, ``/metrics``, ``/live`` and ``/ready``. No framework or CDN: the page is one file
+stretch of MEDIA_GRACE_S), when the run has a store its history (``/history.js``, from
+``viewer_history.js``, reading the store's ``/api/events``, ``/api/tracks/ID`` and the files its
+rows name, ``/api/media/...``, sent the way ``/media/`` sends them) and, when the run has
+telemetry, ``/metrics``, ``/live`` and ``/ready``. No framework or CDN: the page is two files
 and works offline on the device. It binds 127.0.0.1 unless told otherwise. The
 pipeline only replaces the latest JPEG of a stream under a lock, so a slow or stalled client never
 stalls it: each client is sent the newest frame when it is ready for one and skips the rest."""
@@ -50,6 +52,12 @@ def _templates() -> tuple[str, str]:
         (_HERE / "viewer.html").read_text(encoding="utf-8"),
         (_HERE / "viewer_tile.html").read_text(encoding="utf-8").strip(),
     )
+
+
+@functools.lru_cache(maxsize=None)
+def _history_js() -> bytes:
+    """The page's history view (``/history.js``: the store's /api routes)."""
+    return (_HERE / "viewer_history.js").read_bytes()
 
 
 def page(streams: int) -> str:
@@ -227,28 +235,30 @@ class HttpOutput(Sink):
                 self.recent_events.appendleft(shown)
 
     def _media_file(self, name: str):
-        """``/media/NAME``: the :class:`_Media` an event named, opened without following a link
-        and only when it is a regular file the folder's record says edgert wrote, or (code,
+        """``/media/NAME``: the :class:`_Media` an event named (:func:`open_media`), or (code,
         body, type) saying why not."""
         with self._cond:
             path = self.media.get(name)
         if path is None:
             return 404, b"no event names that file\n", "text/plain"
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except FileNotFoundError:  # a clip still being written (.part), or retention took it
-            return 404, b"not there (still being written, or deleted by retention)\n", "text/plain"
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:  # a link put there since: never followed
-                return 404, b"not a file edgert wrote\n", "text/plain"
-            return 500, f"cannot read it: {exc.strerror}\n".encode(), "text/plain"
-        st = os.fstat(fd)
-        if not recorded(path, st):  # a folder, a device, a file put there under that name
-            os.close(fd)
-            return 404, b"not a file edgert wrote\n", "text/plain"
-        return _Media(
-            fd, st.st_size, _MEDIA_TYPES.get(path.suffix.lower(), "application/octet-stream")
-        )
+        return open_media(path)
+
+    def _file_route(self, target: str):
+        """The route of the run's probes that names the file ``target`` asks for (the store's
+        ``/api/media/``), or None."""
+        files = getattr(self.probes, "files", None) or {}
+        path = urlparse(target).path
+        return next((r for prefix, r in files.items() if path.startswith(prefix)), None)
+
+    def _stored_file(self, target: str):
+        """``/api/media/...``: the :class:`_Media` of the file a store's row names (the store's
+        route says which: :class:`edgert.apps.store.routes.Routes`), or (code, body, type);
+        None when no route takes the path."""
+        route = self._file_route(target)
+        if route is None:
+            return None
+        got = route(target)
+        return got if isinstance(got, tuple) else open_media(got)
 
     def _next_frame(self, i: int, last_seq: int, timeout: float = 1.0) -> tuple[int, bytes | None]:
         with self._cond:
@@ -297,7 +307,11 @@ class _ViewerHandler(_Handler):
                 body = json_text.dumps(list(self.output.recent_events), default=str).encode()
             self._send(200, body, "application/json")
         elif path.startswith("/media/"):
-            self._media(path[len("/media/") :])
+            self._media(lambda: self.output._media_file(path[len("/media/") :]))
+        elif path == "/history.js":
+            self._send(200, _history_js(), "text/javascript; charset=utf-8")
+        elif path.startswith("/api/media/") and self.output._file_route(path) is not None:
+            self._media(lambda: self.output._stored_file(self.path))
         elif path == "/stream.mjpg":
             self._stream(0)
         elif stream and int(stream.group(1)) < self.output.streams:
@@ -310,13 +324,14 @@ class _ViewerHandler(_Handler):
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         self.post_to(self.output.probes)  # the run's routes (POST /model)
 
-    def _media(self, name: str) -> None:
+    def _media(self, opened) -> None:
+        """The file ``opened()`` gives (a :class:`_Media`, or why not), in a download slot."""
         if not self.output.downloads.acquire(blocking=False):
             self.close_connection = True
             self._send(503, b"too many downloads at once; try again\n", "text/plain")
             return
         try:
-            got = self.output._media_file(name)
+            got = opened()
             if isinstance(got, tuple):
                 self._send(*got)
                 return
@@ -369,6 +384,24 @@ class _ViewerHandler(_Handler):
                 + jpeg
                 + b"\r\n"
             )
+
+
+def open_media(path: Path):
+    """The :class:`_Media` of ``path``, opened without following a link and only when it is a
+    regular file the folder's record says edgert wrote, or (code, body, type) saying why not."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:  # a clip still being written (.part), or retention took it
+        return 404, b"not there (still being written, or deleted by retention)\n", "text/plain"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a link put there since: never followed
+            return 404, b"not a file edgert wrote\n", "text/plain"
+        return 500, f"cannot read it: {exc.strerror}\n".encode(), "text/plain"
+    st = os.fstat(fd)
+    if not recorded(path, st):  # a folder, a device, a file put there under that name
+        os.close(fd)
+        return 404, b"not a file edgert wrote\n", "text/plain"
+    return _Media(fd, st.st_size, _MEDIA_TYPES.get(path.suffix.lower(), "application/octet-stream"))
 
 
 def _scene_time(frame) -> float:

@@ -162,10 +162,17 @@ def track(conn, track_id: int, placeholder: str = "?") -> dict | None:
 
 
 def read(store: str, reader):
-    """``reader(conn, placeholder)`` on the store ``store`` (a SQLite file, read only);
+    """``reader(conn, placeholder)`` on the store ``store`` (a SQLite file or a PostgreSQL
+    server's URI, read only);
     QueryError in one sentence when it is not one."""
     import sqlite3
 
+    from .postgres import is_server
+
+    if is_server(store):  # a PostgreSQL server many devices write (postgresql://...)
+        from . import postgres
+
+        return postgres.read(store, reader)
     path = Path(store)
     if not path.is_file():
         why = "is a folder" if path.is_dir() else "does not exist"

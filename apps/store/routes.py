@@ -15,7 +15,7 @@ KNOWN = ("camera", "label", "zone", "line", "since", "until", "limit", "cursor")
 
 
 class Routes:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path) -> None:  # a Path, or a PostgreSQL server's Target
         self.path = path
 
     def attach(self, probes) -> None:
@@ -23,9 +23,18 @@ class Routes:
         probes.targets[("GET", "/api/tracks/")] = self.track
 
     def _read(self):
+        """A connection of this request's own: the SQLite file's, or the server's (read only)."""
+        if not isinstance(self.path, Path):
+            from .postgres import connect
+
+            return connect(self.path, read_only=True)
         conn = query.open_read(self.path)
         conn.execute("PRAGMA query_only = ON")
         return conn
+
+    @property
+    def mark(self) -> str:
+        return "?" if isinstance(self.path, Path) else "%s"
 
     def events(self, target: str, body: bytes = b""):
         parsed = urlparse(target)
@@ -46,7 +55,7 @@ class Routes:
             return json_answer(400, {"error": str(exc)})
         conn = self._read()
         try:
-            return json_answer(200, query.events(conn, f))
+            return json_answer(200, query.events(conn, f, self.mark))
         finally:
             conn.close()
 
@@ -56,7 +65,7 @@ class Routes:
             return json_answer(404, {"error": "a track's id is a whole number (/api/tracks/ID)"})
         conn = self._read()
         try:
-            found = query.track(conn, int(rest))
+            found = query.track(conn, int(rest), self.mark)
         finally:
             conn.close()
         if found is None:

@@ -283,7 +283,7 @@ class PgWriter(StoreWriter):
 
     def _replay(self) -> None:
         """The spool's rows written in order, in batches, once the server answers again."""
-        if time.monotonic() < self.retry_at:
+        if time.monotonic() < self.retry_at and not self.closed:  # the run's end: once more
             return
         try:
             if self.conn is None:

@@ -55,7 +55,13 @@ class PgServer:
                 shutil.chown(p, "nobody", "nogroup")
         subprocess.run(
             [*_as_user(), _bin("initdb"), "-D", str(folder / "data"), "-U", USER]
-            + [f"--pwfile={pwfile}", "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8"],
+            + [
+                f"--pwfile={pwfile}",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "-E",
+                "UTF8",
+            ],
             check=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -94,9 +100,8 @@ class PgServer:
 
     def uri(self, db: str = "postgres", **query) -> str:
         q = "&".join(f"{k}={v}" for k, v in query.items())
-        return (
-            f"postgresql://{USER}:${{EDGERT_PG_PASSWORD}}@127.0.0.1:{self.port}/{db}"
-            + (f"?{q}" if q else "")
+        return f"postgresql://{USER}:${{EDGERT_PG_PASSWORD}}@127.0.0.1:{self.port}/{db}" + (
+            f"?{q}" if q else ""
         )
 
     def sql(self, statement: str) -> list:
@@ -107,11 +112,3 @@ class PgServer:
             f"postgresql://{USER}@127.0.0.1:{self.port}/postgres", password=PASSWORD
         ) as conn:
             return conn.execute(statement).fetchall()
-
-
-@pytest.fixture
-def pg(tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGERT_PG_PASSWORD", PASSWORD)
-    server = PgServer()
-    yield server
-    server.remove()

@@ -18,7 +18,7 @@ import pytest
 from edgert.apps.store import postgres
 from edgert.apps.store.records import row_of
 from edgert.runtime.errors import OutputError
-from tests.apps.pg_server import PASSWORD, needs_postgres, pg  # noqa: F401 (the fixture)
+from tests.apps.pg_server import PASSWORD, PgServer, needs_postgres
 from tests.apps.test_event_store import _get
 from tests.apps.test_gate import quiet_scene
 from tests.conftest import ROOT, assert_user_error, run_cli
@@ -27,6 +27,14 @@ from tests.procs import SCENE, edgert
 from tests.tiny import blob_detector_bundle
 
 pytestmark = [needs_postgres, pytest.mark.subprocess]
+
+
+@pytest.fixture
+def pg(monkeypatch):
+    monkeypatch.setenv("EDGERT_PG_PASSWORD", PASSWORD)
+    server = PgServer()
+    yield server
+    server.remove()
 
 
 def _lines(path) -> list:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -31,8 +32,9 @@ def _bin(name: str) -> str | None:
 
 
 needs_postgres = pytest.mark.skipif(
-    not os.environ.get("CI") and (_bin("initdb") is None or _bin("postgres") is None),
-    reason="Debian's postgresql is needed (.ci/run installs it)",
+    not os.environ.get("CI")
+    and (_bin("initdb") is None or _bin("postgres") is None or find_spec("psycopg") is None),
+    reason="Debian's postgresql (.ci/run installs it) and psycopg (edgert[postgres]) are needed",
 )
 
 

@@ -184,3 +184,17 @@ def test_bad_uris_a_wrong_password_and_no_server_are_one_sentence(pg, tmp_path):
     assert_user_error(empty, "holds no store edgert wrote")
     with pytest.raises(OutputError, match="names no database"):
         postgres.parse("postgresql://u@h")
+
+
+def test_without_psycopg_the_store_and_the_query_say_how_to_install_it(tmp_path):
+    """The driver is an extra (edgert[postgres]): without it, one sentence with the pip line
+    (the camera refuses before any source opens: its check)."""
+    folder = tmp_path / "nopg" / "psycopg"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("raise ImportError('psycopg is not installed')\n")
+    env = {"PYTHONPATH": str(folder.parent), "EDGERT_PG_PASSWORD": PASSWORD}
+    uri = f"postgresql://edgert:${{EDGERT_PG_PASSWORD}}@127.0.0.1:{free_ports(1)[0]}/db"
+    bundle = blob_detector_bundle(tmp_path / "det")
+    for args in (("camera", bundle, "--store", uri), ("events", "query", uri)):
+        proc = run_cli(*args, env=env)
+        assert_user_error(proc, "needs psycopg", "pip install 'edgert[postgres]'", code=1)

@@ -172,22 +172,18 @@ def migrate(conn, target: Target) -> None:
 
 
 def read(store: str, reader):
-    """``reader(conn, "%s")`` on the server ``store``, read only; QueryError in one sentence."""
-    from .query import QueryError
-
-    try:
-        target = parse(store, "store")
-        conn = connect(target, read_only=True)
-    except OutputError as exc:
-        raise QueryError(str(exc)) from None
+    """``reader(conn, "%s")`` on the server ``store``, read only; OutputError in one sentence
+    (:func:`.query.read` says it as the command line's)."""
+    target = parse(store, "store")
+    conn = connect(target, read_only=True)
     psycopg = require()
     try:
         (found,) = conn.execute("SELECT to_regclass('edgert_migrations')").fetchone()
         if found is None:
-            raise QueryError(f"{target.shown} holds no store edgert wrote (no edgert_migrations)")
+            raise OutputError(f"{target.shown} holds no store edgert wrote (no edgert_migrations)")
         return reader(conn, "%s")
     except psycopg.Error as exc:
-        raise QueryError(f"store {target.shown}: cannot read it: {why(exc, target)}") from None
+        raise OutputError(f"store {target.shown}: cannot read it: {why(exc, target)}") from None
     finally:
         conn.close()
 

@@ -170,9 +170,14 @@ def read(store: str, reader):
     from .postgres import is_server
 
     if is_server(store):  # a PostgreSQL server many devices write (postgresql://...)
+        from edgert.runtime.errors import OutputError
+
         from . import postgres
 
-        return postgres.read(store, reader)
+        try:
+            return postgres.read(store, reader)
+        except OutputError as exc:
+            raise QueryError(str(exc)) from None
     path = Path(store)
     if not path.is_file():
         why = "is a folder" if path.is_dir() else "does not exist"

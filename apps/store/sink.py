@@ -222,6 +222,22 @@ class StoreOutput(Sink):
             "bytes_written_per_hour": round(w.per_hour()),
             "rows_pruned": w.pruned,
             "reconcile": self.found,
+            **self._server_report(),
+        }
+
+    def _server_report(self) -> dict:
+        """A server's: the device, its outages, what the spool kept, replayed and dropped."""
+        w = self.writer
+        if isinstance(self.path, Path):
+            return {}
+        return {
+            "device": w.device,
+            "outages": w.outages,
+            "spooled": w.spool.spooled,
+            "replayed": w.replayed,
+            "spool_dropped": w.spool.dropped,
+            "spool_bytes_left": w.spool.size,
+            "duplicates_skipped": w.duplicates,
         }
 
     def wrote(self) -> list:

@@ -42,7 +42,10 @@ class Spool:
 
     @property
     def size(self) -> int:
-        return self.fh.tell() if not self.fh.closed else 0
+        """The bytes kept (after :meth:`close`: what the file still holds)."""
+        if not self.fh.closed:
+            return self.fh.tell()
+        return self.path.stat().st_size if self.path.exists() else 0
 
     def append(self, batch: list) -> None:
         """``batch`` (rows, and ("gone", path) marks) on the disk, in order, before this

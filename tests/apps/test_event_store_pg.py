@@ -62,6 +62,7 @@ def test_two_devices_write_one_database_and_events_query_reads_both(pg, tmp_path
         report = next(o for o in json.loads(proc.stdout)["outputs"] if o.get("output") == "store")
         assert report["path"].startswith("postgresql://edgert:***@127.0.0.1")
         assert report["events"] == len(written)
+        assert report["device"] == device and report["outages"] == report["spooled"] == 0
     (runs,) = pg.sql("SELECT count(*), count(DISTINCT device) FROM runs")
     assert runs == (2, 2)
     (n,) = pg.sql("SELECT count(*) FROM events")[0]

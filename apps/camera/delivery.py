@@ -147,6 +147,9 @@ def _open(
         sink = open_sink(uri, ctx)
         stack.callback(_quiet_close, sink, (EdgertError, OSError))
         opened.append(sink)
+    for sink in list(opened):  # the store: what publishes events waits for its commits
+        if hasattr(sink, "hold_back"):
+            opened = sink.hold_back(opened)
     return SinkSet(opened, options.on_error)
 
 

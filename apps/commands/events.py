@@ -48,8 +48,9 @@ def run(args) -> int:
         media = e["clip"] or e["snapshot"]
         gone = " (deleted)" if media and e["media_gone"] else ""
         track = f" track {e['track']}" if e["track"] is not None else ""
+        device = f"{e['device']}: " if e.get("device") else ""  # a server's: which device
         print(
-            f"{e['time_iso']}  {e['kind']:<11} {e['camera']}{track} {where}".rstrip()
+            f"{e['time_iso']}  {e['kind']:<11} {device}{e['camera']}{track} {where}".rstrip()
             + (f"  {media}{gone}" if media else "")
         )
     print(

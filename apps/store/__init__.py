@@ -8,4 +8,7 @@ server), queried by ``edgert events query`` and the camera's ``/api/events`` and
     query.py      the filters (camera, label, zone, line, since, until, cursor paging)
     reconcile.py  rows and files agree: missing files marked, unknown files counted
     sink.py       the camera's ``--store`` (a sink of events) and its HTTP routes
+    follow.py     MQTT publishes what the store committed
+    postgres.py   the store on a PostgreSQL server many devices share (``postgresql://``)
+    spool.py      the server's events kept on the device while it is away
 """

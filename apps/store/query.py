@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from edgert.runtime.errors import EdgertError
+from edgert.runtime.errors import EdgertError, OutputError
+
+from . import schema
 
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 100
@@ -130,12 +132,24 @@ def where(f: Filters, clustered: bool = False) -> tuple[str, list]:
 
 def events(conn, f: Filters, placeholder: str = "?") -> dict:
     """A page of events: ``{"events": [...], "next_cursor": ...}`` (None on the last page).
-    SQLite's (``?``) are in time order by their ids; a server's by its index of time."""
+    SQLite's (``?``) are in time order by their ids, and a camera, label, zone or line is read
+    only in the minutes ``seen`` says have it; a server's by its index of time."""
     clustered = placeholder == "?"
     clause, params = where(f, clustered)
     order = "id DESC" if clustered else "time DESC, id DESC"
-    sql = f"SELECT {_COLUMNS} FROM events{clause} ORDER BY {order} LIMIT ?"
-    rows = conn.execute(sql.replace("?", placeholder), [*params, f.limit + 1]).fetchall()
+    sql = f"SELECT {_columns(placeholder)} FROM events{clause} ORDER BY {order} LIMIT ?"
+    spans = _spans(conn, f) if clustered else None
+    if spans is None:
+        rows = conn.execute(sql.replace("?", placeholder), [*params, f.limit + 1]).fetchall()
+    else:  # the minutes with every value asked for, newest first, until the page is full
+        rows = []
+        ranged = sql.replace(
+            " ORDER BY", (" AND" if clause else " WHERE") + " id BETWEEN ? AND ? ORDER BY"
+        )
+        for lo, hi in spans:
+            rows += conn.execute(ranged, [*params, lo, hi, f.limit + 1 - len(rows)]).fetchall()
+            if len(rows) > f.limit:
+                break
     shown = [event_of(r) for r in rows[: f.limit]]
     more = len(rows) > f.limit and shown
     return {
@@ -144,8 +158,45 @@ def events(conn, f: Filters, placeholder: str = "?") -> dict:
     }
 
 
+def _spans(conn, f: Filters):
+    """Newest first, the id range of each minute that saw every camera, label, zone and line
+    ``f`` asks for (``seen``, read backwards as the pages need it); None when it asks for none.
+    """
+    MINUTE, SEEN, US = schema.MINUTE, schema.SEEN, schema.US  # noqa: N806
+    asked = [(what, str(getattr(f, what))) for what in SEEN if getattr(f, what) is not None]
+    if not asked:
+        return None
+    first = int(f.since * US) // MINUTE if f.since is not None else -(1 << 62)
+    last = int(f.until * US) // MINUTE if f.until is not None else 1 << 62
+    if f.cursor is not None:
+        last = min(last, f.cursor[1] // MINUTE)
+    return _minutes(conn, asked, first, last, MINUTE)
+
+
+def _minutes(conn, asked: list, first: int, last: int, size: int):
+    (what, value), more = asked[0], asked[1:]
+    rows = conn.execute(
+        "SELECT minute FROM seen WHERE minute BETWEEN ? AND ? AND what = ? AND value = ? "
+        "ORDER BY minute DESC",
+        (first, last, what, value),
+    )
+    for (m,) in rows:
+        if all(
+            conn.execute(
+                "SELECT 1 FROM seen WHERE minute = ? AND what = ? AND value = ?", (m, *other)
+            ).fetchone()
+            for other in more
+        ):
+            yield m * size, (m + 1) * size - 1
+
+
+def _columns(placeholder: str) -> str:
+    """The events' columns read: a PostgreSQL server's (``%s``) say which device wrote each."""
+    return _COLUMNS if placeholder == "?" else _COLUMNS + ", device"
+
+
 def event_of(row) -> dict:
-    names = [c.strip() for c in _COLUMNS.split(",")]
+    names = [c.strip() for c in _COLUMNS.split(",")] + ["device"]
     out = dict(zip(names, row))
     out["data"] = json.loads(out["data"]) if out["data"] else {}
     out["media_gone"] = bool(out["media_gone"])
@@ -175,17 +226,27 @@ def track(conn, track_id: int, placeholder: str = "?") -> dict | None:
     # within the track's first and last seen (no index of tracks): SQLite's by their ids
     f = Filters(since=out["first_seen"], until=out["last_seen"])
     clause, params = where(f, clustered=placeholder == "?")
-    sql = f"SELECT {_COLUMNS} FROM events{clause} AND track = ? ORDER BY time, id"
+    sql = f"SELECT {_columns(placeholder)} FROM events{clause} AND track = ? ORDER BY time, id"
     params.append(track_id)
     out["events"] = [event_of(r) for r in conn.execute(sql.replace("?", placeholder), params)]
     return out
 
 
 def read(store: str, reader):
-    """``reader(conn, placeholder)`` on the store ``store`` (a SQLite file, read only);
+    """``reader(conn, placeholder)`` on the store ``store`` (a SQLite file or a PostgreSQL
+    server's URI, read only);
     QueryError in one sentence when it is not one."""
     import sqlite3
 
+    from .postgres import is_server
+
+    if is_server(store):  # a PostgreSQL server many devices write (postgresql://...)
+        from . import postgres
+
+        try:
+            return postgres.read(store, reader)
+        except OutputError as exc:
+            raise QueryError(str(exc)) from None
     path = Path(store)
     if not path.is_file():
         why = "is a folder" if path.is_dir() else "does not exist"
@@ -196,6 +257,13 @@ def read(store: str, reader):
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version == 0:
                 raise QueryError(f"{store} is not a store edgert wrote (it has no events table)")
+            if version < schema.VERSION:  # an older edgert's, no camera on it since: brought
+                conn.close()  # forward once (its ids in time order), as a camera would
+                try:
+                    schema.connect(path).close()
+                except OutputError as exc:
+                    raise QueryError(f"{exc} (an older edgert's store, to bring forward)") from None
+                conn = open_read(path)
             return reader(conn, "?")
         finally:
             conn.close()

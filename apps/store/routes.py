@@ -31,7 +31,7 @@ _MEDIA_SQL = {
 
 
 class Routes:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path) -> None:  # a Path, or a PostgreSQL server's Target
         self.path = path
         self.probes = None
 
@@ -42,6 +42,11 @@ class Routes:
         probes.files["/api/media/"] = self.media
 
     def _read(self):
+        """A connection of this request's own: the SQLite file's, or the server's (read only)."""
+        if not isinstance(self.path, Path):
+            from .postgres import connect
+
+            return connect(self.path, read_only=True)
         conn = query.open_read(self.path)
         conn.execute("PRAGMA query_only = ON")
         return conn
@@ -50,6 +55,10 @@ class Routes:
         """The optional routes the camera's server has now (the page shows what they do)."""
         targets = self.probes.targets if self.probes is not None else {}
         return [name for name, path in OPTIONAL if ("GET", path) in targets]
+
+    @property
+    def mark(self) -> str:
+        return "?" if isinstance(self.path, Path) else "%s"
 
     def events(self, target: str, body: bytes = b""):
         parsed = urlparse(target)
@@ -70,7 +79,9 @@ class Routes:
             return json_answer(400, {"error": str(exc)})
         conn = self._read()
         try:
-            return json_answer(200, {**query.events(conn, f), "features": self.features()})
+            return json_answer(
+                200, {**query.events(conn, f, self.mark), "features": self.features()}
+            )
         finally:
             conn.close()
 
@@ -80,7 +91,7 @@ class Routes:
             return json_answer(404, {"error": "a track's id is a whole number (/api/tracks/ID)"})
         conn = self._read()
         try:
-            found = query.track(conn, int(rest))
+            found = query.track(conn, int(rest), self.mark)
         finally:
             conn.close()
         if found is None:
@@ -100,7 +111,7 @@ class Routes:
             )
         conn = self._read()
         try:
-            row = conn.execute(sql, (int(m.group(2)),)).fetchone()
+            row = conn.execute(sql.replace("?", self.mark), (int(m.group(2)),)).fetchone()
         finally:
             conn.close()
         if row is None or not row[0]:

@@ -62,9 +62,32 @@ MIGRATIONS: tuple = (
         "DROP INDEX events_label_time",
         "DROP INDEX events_track",
         "cluster_by_time",
+        # what each minute saw: the page's filters read only the minutes that have their value
+        """CREATE TABLE seen (
+            minute INTEGER NOT NULL,
+            what TEXT NOT NULL,
+            value TEXT NOT NULL,
+            PRIMARY KEY (minute, what, value)
+        ) WITHOUT ROWID""",
+        *(
+            f"INSERT OR IGNORE INTO seen SELECT id / {60 * 1_000_000}, '{c}', {c} FROM events "
+            f"WHERE {c} IS NOT NULL"
+            for c in ("camera", "label", "zone", "line")
+        ),
     ),
 )
 VERSION = len(MIGRATIONS)
+# versions that change only the SQLite file's layout (its indexes, the ids in time order, the
+# minutes seen): a server keeps its own indexes and skips them
+LAYOUT_ONLY = frozenset({2})
+SEEN = ("camera", "label", "zone", "line")  # the filters :func:`seen_keys` records
+MINUTE = 60 * 1_000_000  # ids per minute of ``seen``
+
+
+def seen_keys(event_id: int, row: dict) -> list:
+    """The ``seen`` rows of one event: (its id's minute, filter, value) per filter it has."""
+    minute = event_id // MINUTE
+    return [(minute, what, str(row[what])) for what in SEEN if row.get(what) is not None]
 
 
 US = 1_000_000  # an event's id: its time in microseconds (the next free one: EventIds)

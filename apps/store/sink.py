@@ -56,6 +56,8 @@ def with_store(sinks: list, value: str | None) -> list:
     if value is not None:
         if not value.strip():
             raise OutputError("--store needs a file name, and it was given an empty one")
+        if server(f"store://{value}"):
+            return [*sinks, f"store://{value}"]
         return [*sinks, value if "://" in value else f"store://{value}"]
     for scheme in ("clips", "snapshots"):
         folder = next((s for s in sinks if resolve(s)[0] == scheme), None)
@@ -63,6 +65,14 @@ def with_store(sinks: list, value: str | None) -> list:
             where = folder.split("://", 1)[1].partition("?")[0]  # its sink checks the rest
             return [*sinks, f"store://{Path(where) / retention.RECORD_DIR / DEFAULT_NAME}"]
     return sinks
+
+
+def server(uri: str) -> str | None:
+    """The PostgreSQL URI of ``store://postgresql://...``, or None (a SQLite file)."""
+    from .postgres import is_server
+
+    rest = uri.split("://", 1)[1] if "://" in uri else uri
+    return rest if is_server(rest) else None
 
 
 def parse(uri: str) -> tuple[Path, dict]:
@@ -82,6 +92,12 @@ def parse(uri: str) -> tuple[Path, dict]:
 
 
 def check(uri: str, options) -> None:
+    if server(uri):
+        from . import postgres
+
+        postgres.parse(server(uri))
+        postgres.require()
+        return
     path, _ = parse(uri)
     if path.is_dir():
         raise OutputError(
@@ -90,6 +106,8 @@ def check(uri: str, options) -> None:
 
 
 def paths(uri: str, streams: int, mosaic: bool) -> list:
+    if server(uri):
+        return []  # the server's, and the spool (its own lock)
     return [(f"--store {uri}", parse(uri)[0])]
 
 
@@ -98,23 +116,26 @@ class StoreOutput(Sink):
     draws = False
     takes_events = True
 
-    def __init__(self, path: Path, options: dict, ctx: SinkContext) -> None:
+    def __init__(self, path, options: dict, ctx: SinkContext) -> None:
         from .writer import StoreWriter
 
-        self.path = path
+        self.path = path  # a Path, or a PostgreSQL server's Target
         cameras = [
             s.get("uri") or f"stream {s.get('stream', i)}" for i, s in enumerate(ctx.streams)
         ]
         self.cameras = cameras
-        beside = [path.parent.parent] if path.parent.name == retention.RECORD_DIR else []
-        self.writer = StoreWriter(
-            path,
-            retention.run_id(),
-            cameras,
-            options.get("keep_days"),
-            options.get("batch_s", BATCH_S),
-            beside,
-        )
+        self.followers: list = []  # the sinks that publish an event once it is committed
+        self.finished = False
+        keep, batch_s = options.get("keep_days"), options.get("batch_s", BATCH_S)
+        if isinstance(path, Path):
+            beside = [path.parent.parent] if path.parent.name == retention.RECORD_DIR else []
+            self.writer = StoreWriter(path, retention.run_id(), cameras, keep, batch_s, beside)
+        else:
+            from .postgres import PgWriter
+
+            self.writer = PgWriter(path, retention.run_id(), cameras, keep, batch_s)
+        self.writer.on_commit = self._committed
+        self.shown = self.writer.shown
         self.found = self.writer.found
         retention.on_deleted.append(self.writer.gone)
         self.probes = ctx.probes
@@ -125,21 +146,63 @@ class StoreOutput(Sink):
         found = self.found
         if found["rows_of_missing_files"] or found["unknown_files"]:
             ctx.say(
-                f"store {path}: {found['rows_of_missing_files']} row(s) name files no longer "
+                f"store {self.shown}: {found['rows_of_missing_files']} row(s) name files no longer "
                 f"there (marked gone); {found['unknown_files']} file(s) edgert wrote are in no row"
             )
 
     def events(self, events: list) -> None:
         from .records import row_of
 
-        self.writer.put([row_of(e, self.cameras) for e in events])
+        rows = [row_of(e, self.cameras) for e in events]
+        for row, event in zip(rows, events):
+            row["source"] = event  # told to the followers once committed
+        self.writer.put(rows)
 
-    def close(self) -> None:
+    def hold_back(self, sinks: list) -> list:
+        """``sinks`` with MQTT's held back: it publishes an event only once the store committed
+        it (every event published is in the store)."""
+        from .follow import AfterCommit, follows
+
+        out = []
+        for s in sinks:
+            if follows(s):
+                s = AfterCommit(s, self)
+                self.followers.append(s)
+            out.append(s)
+        return out
+
+    def _committed(self, batch: list) -> None:
+        """The writer thread, after a commit: its events to the followers."""
+        events = [r["source"] for r in batch if isinstance(r, dict) and "source" in r]
+        if events:
+            for f in self.followers:
+                f.deliver(events)
+
+    def finish(self) -> None:
+        """The writer closed once (its last batch committed and told); its error kept."""
+        if self.finished:
+            return
+        self.finished = True
         if self.writer.gone in retention.on_deleted:
             retention.on_deleted.remove(self.writer.gone)
-        self.writer.close()
+        try:
+            self.writer.close()
+        except OutputError as exc:
+            self.error = exc
+
+    @property
+    def broken(self) -> bool:
+        """The writer failed: the followers publish without waiting."""
+        return self.writer.error is not None
+
+    def close(self) -> None:
+        self.finish()
+        if getattr(self, "error", None) is not None:
+            raise self.error
 
     def _sizes(self) -> int:
+        if not isinstance(self.path, Path):
+            return 0
         total = 0
         for p in (self.path, Path(f"{self.path}-wal")):
             with contextlib.suppress(OSError):
@@ -150,7 +213,7 @@ class StoreOutput(Sink):
         w = self.writer
         return {
             "output": "store",
-            "path": str(self.path),
+            "path": self.shown,
             "events": w.events,
             "tracks": w.tracks_written,
             "commits": w.commits,
@@ -159,10 +222,29 @@ class StoreOutput(Sink):
             "bytes_written_per_hour": round(w.per_hour()),
             "rows_pruned": w.pruned,
             "reconcile": self.found,
+            **self._server_report(),
+        }
+
+    def _server_report(self) -> dict:
+        """A server's: the device, its outages, what the spool kept, replayed and dropped."""
+        w = self.writer
+        if isinstance(self.path, Path):
+            return {}
+        return {
+            "device": w.device,
+            "outages": w.outages,
+            "spooled": w.spool.spooled,
+            "replayed": w.replayed,
+            "spool_dropped": w.spool.dropped,
+            "spool_bytes_left": w.spool.size,
+            "duplicates_skipped": w.duplicates,
         }
 
     def wrote(self) -> list:
         w = self.writer
+        if not isinstance(self.path, Path):  # a server's: only what waits in its spool
+            spool = w.spool.path
+            return [written("store spool", spool)] if spool.exists() else []
         return [
             written(
                 "store",
@@ -178,7 +260,18 @@ class StoreOutput(Sink):
 
 
 def open_uri(uri: str, ctx: SinkContext) -> StoreOutput:
-    path, options = parse(uri)
-    out = StoreOutput(path, options, ctx)
-    ctx.say(f"store: {path} (events committed every {out.writer.batch_s:g} s)")
+    if server(uri):
+        from . import postgres
+
+        target = postgres.parse(server(uri))
+        out = StoreOutput(target, target.options, ctx)
+        where = f"device {target.device}, spool {out.writer.spool.path}"
+    else:
+        path, options = parse(uri)
+        out = StoreOutput(path, options, ctx)
+        where = ""
+    ctx.say(
+        f"store: {out.shown} (events committed every {out.writer.batch_s:g} s"
+        + (f"; {where})" if where else ")")
+    )
     return out

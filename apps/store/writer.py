@@ -51,7 +51,7 @@ class StoreWriter:
         self, path, run: str, cameras: list, keep_days=None, batch_s=BATCH_S, folders=()
     ) -> None:
         self.path, self.run, self.keep_days, self.batch_s = Path(path), run, keep_days, batch_s
-        self.conn = open_store(self.path)
+        self.conn = self._open()
         self.cond = threading.Condition()
         self.pending: list = []  # rows, and ("gone", path) marks
         self.closed = False
@@ -60,19 +60,28 @@ class StoreWriter:
         self.tracks: dict = {}  # (stream, track_id) -> the live track's row, as written
         self.tracks_written = 0
         self.ids = schema.EventIds()
+        self.seen: set = set()  # this batch's rows of ``seen`` (schema.seen_keys)
         self.io = {"wchar": 0, "write_bytes": 0}
         self.on_commit = None  # told each batch once committed (what may then be acknowledged)
         self.t0 = time.monotonic()
-        now = self.beat = time.time()
+        self.beat = time.time()
+        self._begin(cameras, folders)
+        self.thread = threading.Thread(target=self._loop, name="store", daemon=True)
+        self.thread.start()
+
+    def _open(self):
+        return open_store(self.path)
+
+    def _begin(self, cameras: list, folders) -> None:
+        """The run's row, the rows past ``keep_days`` deleted, the files reconciled."""
+        now = self.beat
         with self._transaction():
             self.conn.execute(
                 "INSERT INTO runs (run, started, last_seen, pid, streams) VALUES (?, ?, ?, ?, ?)",
-                (run, now, now, _pid(), json_text.dumps(cameras)),
+                (self.run, now, now, _pid(), json_text.dumps(cameras)),
             )
         self._prune()
         self.found = reconcile(self.conn, folders)  # rows and files agree, before any batch
-        self.thread = threading.Thread(target=self._loop, name="store", daemon=True)
-        self.thread.start()
 
     @contextlib.contextmanager
     def _transaction(self):
@@ -99,7 +108,7 @@ class StoreWriter:
         """The next batch: rows gathered for one batch window after the first (all of them at
         the end); (batch, closing)."""
         with self.cond:
-            self.cond.wait_for(lambda: self.pending or self.closed, HEARTBEAT_S)
+            self.cond.wait_for(lambda: self.pending or self.closed, self._idle_s())
             if self.pending and not self.closed:
                 end = time.monotonic() + self.batch_s
                 while not self.closed and time.monotonic() < end:
@@ -107,19 +116,29 @@ class StoreWriter:
             batch, self.pending = self.pending[:BATCH_MAX], self.pending[BATCH_MAX:]
             return batch, self.closed and not self.pending
 
+    def _idle_s(self) -> float:
+        """How long the thread waits for a row before it writes the heartbeat."""
+        return HEARTBEAT_S
+
+    def _deliver(self, batch: list) -> None:
+        """The batch written (one transaction), then told to :attr:`on_commit`."""
+        self._write(batch)
+        if self.on_commit is not None:
+            self.on_commit(batch)
+
     def _loop(self) -> None:
         last_prune = time.monotonic()
         io0 = _thread_io()
         while True:
             batch, closing = self._take()
             try:
-                self._write(batch)
+                self._deliver(batch)
                 if time.monotonic() - last_prune > 3600:
                     last_prune = time.monotonic()
                     self._prune()
             except Exception as exc:  # a full disk, a read-only file: said, the run decides
                 with self.cond:
-                    self.error = f"store {self.path}: cannot write: {exc}"
+                    self.error = f"store {self.shown}: cannot write: {exc}"
                 log.warning("%s", self.error)
                 return
             finally:
@@ -147,42 +166,38 @@ class StoreWriter:
                 self._save_track(t)
                 if t["ended"]:
                     self.tracks.pop(key, None)
+            if self.seen:  # a minute's value already there is no write (OR IGNORE)
+                self.conn.executemany("INSERT OR IGNORE INTO seen VALUES (?, ?, ?)", self.seen)
+                self.seen = set()
             for row in batch:
                 if isinstance(row, tuple):
-                    mark_gone(self.conn, row[1])
+                    self._mark_gone(row[1])
             if now - self.beat >= HEARTBEAT_S or not batch:  # the run lives: said this often
                 self.beat = now
-                self.conn.execute("UPDATE runs SET last_seen = ? WHERE run = ?", (now, self.run))
+                self._heartbeat(now)
         self.commits += 1
-        if self.on_commit is not None:
-            self.on_commit(batch)
+
+    def _heartbeat(self, now: float) -> None:
+        self.conn.execute("UPDATE runs SET last_seen = ? WHERE run = ?", (now, self.run))
+
+    def _mark_gone(self, path: str) -> None:
+        mark_gone(self.conn, path)
 
     def _insert_event(self, row: dict, track) -> None:
         """The event, its id its time's (:class:`~.schema.EventIds`; one a run before took
         is found by the INSERT, and the next one tried)."""
         import sqlite3
 
-        values = (
-            row["kind"],
-            row["time"],
-            row["camera"],
-            track,
-            row["track_id"],
-            row["label"],
-            row["zone"],
-            row["line"],
-            row["config_version"],
-            row["clip"],
-            row["snapshot"],
-            json_text.dumps(row["data"], default=str),
-        )
+        values = event_values(row, track)
         while True:
             try:
+                event_id = self.ids.next(row["time"])
                 self.conn.execute(
                     "INSERT INTO events (id, kind, time, camera, track, track_id, label, zone, "
                     "line, config_version, clip, snapshot, data) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (self.ids.next(row["time"]), *values),
+                    (event_id, *values),
                 )
+                self.seen.update(schema.seen_keys(event_id, row))
                 return
             except sqlite3.IntegrityError as exc:
                 if "events.id" not in str(exc):
@@ -190,35 +205,28 @@ class StoreWriter:
 
     def _track(self, row: dict, touched: dict) -> int:
         """The track row's id for ``row``'s track, its state updated by the event."""
-        key = (row["stream"], row["track_id"])
+        key = (row.get("run", self.run), row["stream"], row["track_id"])
         t = self.tracks.get(key)
         if t is None:
             t = self.tracks[key] = new_track(row)
-            t["id"] = self.conn.execute(
-                "INSERT INTO tracks (run, stream, track_id, camera, first_seen, last_seen) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (self.run, row["stream"], row["track_id"], row["camera"], row["time"], row["time"]),
-            ).lastrowid
+            t["id"] = self._insert_track(row)
             self.tracks_written += 1
         update_track(t, row)
         touched[key] = t
         return t["id"]
 
+    def _insert_track(self, row: dict) -> int:
+        return self.conn.execute(
+            "INSERT INTO tracks (run, stream, track_id, camera, first_seen, last_seen) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (self.run, row["stream"], row["track_id"], row["camera"], row["time"], row["time"]),
+        ).lastrowid
+
     def _save_track(self, t: dict) -> None:
         self.conn.execute(
             "UPDATE tracks SET label = ?, labels = ?, first_seen = ?, last_seen = ?, snapshot = ?, "
             "secondary = ?, zones = ?, lines = ? WHERE id = ?",
-            (
-                t["label"],
-                json_text.dumps(t["labels"]),
-                t["first_seen"],
-                t["last_seen"],
-                t["snapshot"],
-                json_text.dumps(t["secondary"]) if t["secondary"] else None,
-                json_text.dumps(t["zones"]),
-                json_text.dumps(t["lines"]),
-                t["id"],
-            ),
+            track_values(t),
         )
 
     def _checkpoint(self) -> None:
@@ -238,8 +246,16 @@ class StoreWriter:
             gone = self.conn.execute(  # by the id: in time order (schema.EventIds)
                 "DELETE FROM events WHERE id < ?", (int(limit * schema.US),)
             ).rowcount
+            self.conn.execute(
+                "DELETE FROM seen WHERE minute < ?", (int(limit * schema.US) // schema.MINUTE,)
+            )
             self.conn.execute("DELETE FROM tracks WHERE last_seen < ?", (limit,))
         self.pruned += gone
+
+    @property
+    def shown(self) -> str:
+        """The store as printed (a server's without its password)."""
+        return str(self.path)
 
     def per_hour(self) -> float:
         """Bytes the writer wrote per hour of the run so far."""
@@ -274,6 +290,39 @@ def open_store(path: Path):
     conn.execute(f"PRAGMA wal_autocheckpoint = {CHECKPOINT_PAGES}")
     conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
     return conn
+
+
+def event_values(row: dict, track) -> tuple:
+    """An event row's column values, in the order the INSERTs name them."""
+    return (
+        row["kind"],
+        row["time"],
+        row["camera"],
+        track,
+        row["track_id"],
+        row["label"],
+        row["zone"],
+        row["line"],
+        row["config_version"],
+        row["clip"],
+        row["snapshot"],
+        json_text.dumps(row["data"], default=str),
+    )
+
+
+def track_values(t: dict) -> tuple:
+    """A track's changing values, then its id, in the order the UPDATEs name them."""
+    return (
+        t["label"],
+        json_text.dumps(t["labels"]),
+        t["first_seen"],
+        t["last_seen"],
+        t["snapshot"],
+        json_text.dumps(t["secondary"]) if t["secondary"] else None,
+        json_text.dumps(t["zones"]),
+        json_text.dumps(t["lines"]),
+        t["id"],
+    )
 
 
 def new_track(row: dict) -> dict:

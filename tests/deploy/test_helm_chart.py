@@ -402,3 +402,41 @@ def test_helm_lint_is_clean_for_every_values_file():
         assert proc.returncode == 0 and "0 chart(s) failed" in proc.stdout, (
             proc.stdout + proc.stderr
         )
+
+
+@needs_helm
+def test_every_node_writes_one_postgresql_store_with_its_password_from_the_secret(tmp_path):
+    """``camera.store``: --store postgresql://${EDGERT_STORE_USER}:${EDGERT_STORE_PASSWORD}@...
+    with the node's name as the device (from the pod's spec) and the spool on /data; the
+    password in the Secret alone; edgert's own parser reads the URI once the Secret's variables
+    are set (the password reaches the connection, never an argument)."""
+    from edgert.apps.store.postgres import parse
+    from edgert.apps.uris import expand
+
+    store = {"uri": "postgresql://db.site:5432/events?sslmode=require", "username": "cams"}
+    store["password"] = "p@ss/w#rd"
+    docs = render((_values(tmp_path, {"camera": {**_camera()["camera"], "store": store}}),))
+    secret = one(docs, "Secret")["stringData"]
+    assert secret["EDGERT_STORE_USER"] == "cams" and secret["EDGERT_STORE_PASSWORD"] == "p@ss/w#rd"
+    main = one(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+    assert "p@ss/w#rd" not in json.dumps(main)
+    uri = main["args"][main["args"].index("--store") + 1]
+    assert uri == (
+        "postgresql://${EDGERT_STORE_USER}:${EDGERT_STORE_PASSWORD}@db.site:5432/events"
+        "?sslmode=require&device=${EDGERT_NODE_NAME}&spool=/data/store-spool.jsonl"
+    )
+    node = next(e for e in main["env"] if e["name"] == "EDGERT_NODE_NAME")
+    assert node["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in {**secret, "EDGERT_NODE_NAME": "jetson-3"}.items():
+            mp.setenv(k, v)
+        target = parse(uri)
+        assert expand(uri, "--store").startswith("postgresql://cams:p@ss/w#rd@db.site")
+    assert target.device == "jetson-3" and target.options["spool"] == "/data/store-spool.jsonl"
+    assert "sslmode=require" in target.conninfo and "p%40ss%2Fw%23rd" in target.conninfo
+    assert "w#rd" not in target.shown
+    bad = helm_template((_values(tmp_path, {"camera": {"store": {"uri": "mysql://db/x"}}}),))
+    assert bad.returncode != 0 and "store" in bad.stderr
+    own = {"existingSecret": "site", "store": {"uri": "postgresql://db/x", "password": "x"}}
+    bad = helm_template((_values(tmp_path, {"camera": own}),))
+    assert bad.returncode != 0 and "EDGERT_STORE_PASSWORD" in bad.stderr

@@ -26,6 +26,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- range .Values.camera.cameras -}}{{- if or .username .password (and .auth $own) -}}{{- $any = "yes" -}}{{- end -}}{{- end -}}
 {{- $m := .Values.camera.mqtt -}}
 {{- if or $m.username $m.password (and $m.auth $own) -}}{{- $any = "yes" -}}{{- end -}}
+{{- $s := .Values.camera.store -}}
+{{- if and $s.uri (or $s.username $s.password (and $s.auth $own)) -}}{{- $any = "yes" -}}{{- end -}}
 {{- if $any -}}yes{{- end -}}
 {{- end -}}
 
@@ -93,6 +95,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - --mqtt
 - {{ include "edgert.withCredentials" (dict "uri" . "username" $c.mqtt.username "password" $c.mqtt.password "auth" (and $c.mqtt.auth $c.existingSecret) "prefix" "EDGERT_MQTT") | quote }}
 {{- end }}
+{{- with $c.store.uri }}
+{{- $uri := include "edgert.withCredentials" (dict "uri" . "username" $c.store.username "password" $c.store.password "auth" (and $c.store.auth $c.existingSecret) "prefix" "EDGERT_STORE") }}
+- --store
+- {{ printf "%s%sdevice=${EDGERT_NODE_NAME}&spool=/data/store-spool.jsonl" $uri (ternary "&" "?" (contains "?" $uri)) | quote }}
+{{- end }}
 {{- with $c.gate }}
 - --gate
 - {{ . | quote }}
@@ -131,6 +138,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- if and $c.existingSecret (or $c.mqtt.username $c.mqtt.password) -}}
 {{- fail (printf "camera.mqtt: username/password are not used with camera.existingSecret (%s): put them in that Secret as EDGERT_MQTT_USER / EDGERT_MQTT_PASSWORD and set auth: true" $c.existingSecret) -}}
+{{- end -}}
+{{- if and $c.existingSecret (or $c.store.username $c.store.password) -}}
+{{- fail (printf "camera.store: username/password are not used with camera.existingSecret (%s): put them in that Secret as EDGERT_STORE_USER / EDGERT_STORE_PASSWORD and set auth: true" $c.existingSecret) -}}
 {{- end -}}
 {{- range $i, $out := $c.outputs -}}
 {{- if regexMatch (printf "^[a-z0-9+]+://[^/]*:%d(/|$)" (int $c.metricsPort)) $out -}}

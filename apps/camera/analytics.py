@@ -254,6 +254,40 @@ class Analytics:
         self.t0_wall = time.time() - time.monotonic()  # monotonic -> wall clock
         self.gates = None  # the streams' gates (event-gated inference): told what tracks do
 
+    def add_stream(self, geometries: list[Geometry], tracker: str, lost_seconds: float) -> int:
+        """A stream added while the run goes on (a reload): its own tracker and counters."""
+        self.streams.append(
+            _Stream(
+                make_tracker(tracker, lost_seconds=lost_seconds, **self.thresholds),
+                Counters(),
+                list(geometries),
+            )
+        )
+        return len(self.streams) - 1
+
+    def set_geometries(self, stream: int, geometries: list[Geometry]) -> dict:
+        """Stream ``stream``'s lines and zones replaced while it runs (a reload), its tracker
+        and tracks kept: a line or zone whose kind, name and points did not change keeps its
+        counter (its counts, who is inside); a new or edited one starts from zero with the next
+        frame (the tracks inside an edited zone enter it then); one taken away is dropped with
+        its counts. What changed: {"added": [...], "removed": [...], "kept": [...]} (names)."""
+        s = self.streams[stream]
+        old = {(c.kind, c.name, c.given): c for c in (*s.counters.lines, *s.counters.zones)}
+        counters = Counters()
+        kept = []
+        for g in geometries:
+            c = old.pop((g.kind, g.name, g.points), None)
+            if c is not None:
+                kept.append(g.name)
+            else:
+                c = g.counter(self.anchor)
+                if s.size is not None:
+                    c.resolve(*s.size)
+            (counters.lines if g.kind == "line" else counters.zones).append(c)
+        added = [g.name for g in geometries if g.name not in kept]
+        s.geometries, s.counters = list(geometries), counters  # the next frame counts with these
+        return {"added": added, "removed": [k[1] for k in old], "kept": kept}
+
     def _resolve(self, s: _Stream, stream: int, hw: tuple[int, int]) -> None:
         """The counters, for this frame's size. When a stream's frames change size (a folder of
         mixed images, a camera switching resolution), lines and zones given as fractions follow

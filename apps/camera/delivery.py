@@ -198,6 +198,7 @@ class FrameHandler:
         self._posted: collections.deque = collections.deque()  # events from other threads
         self.steps: list = []  # each camera feature's step on every frame (features.frame_steps)
         self.stamps: list = []  # what each camera feature adds to every event
+        self.marks: dict = {}  # what every event carries (a reloadable run: its config version)
 
     def join(self, run, steps: list, stamps: list) -> None:
         """The run's tracker and model slot (what the frames' records and the live numbers
@@ -215,6 +216,9 @@ class FrameHandler:
         posted = []
         while self._posted:
             posted.append(self._posted.popleft())
+        for e in posted:
+            for k, v in self.marks.items():
+                e.setdefault(k, v)
         if posted:
             self.sinks.events(posted)
 
@@ -223,6 +227,9 @@ class FrameHandler:
         stage's labels of their tracks)."""
         for stamp in self.stamps:
             stamp(events, frame)
+        for e in events if self.marks else ():
+            for k, v in self.marks.items():
+                e.setdefault(k, v)
         return events
 
     def attach(self, sinks: SinkSet, pipeline) -> None:

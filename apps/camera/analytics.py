@@ -339,8 +339,9 @@ class Analytics:
             objects = [t.as_object() for t in tracks]
             frame.results = Result.of_objects(objects, s.task, tracked=True, predicted=True)
         frame.tracks = tracks
-        if self.gates is not None:
-            self.gates[frame.stream].hints = self._hints(s, frame.scene_hw, frame.t_scene)
+        gate = self.gates[frame.stream] if self.gates is not None else None
+        if gate is not None:  # (a removed stream's gate is let go)
+            gate.hints = self._hints(s, frame.scene_hw, frame.t_scene)
         events = [
             Event("track_start", track=t.track_id, fields={"label": t.label})
             for t in s.tracker.started

@@ -418,6 +418,19 @@ class Pipeline:
         capture.join(wait)
         return not capture.is_alive()
 
+    def retire(self, index: int, keep: int = 256) -> bool:
+        """What a removed stream holds let go once its last frame is through (its gate, most of
+        its latency samples; its counts stay for the summary); whether it was."""
+        s = self.streams[index]
+        with self._ready:
+            if not (s.removed.is_set() and s.ended and s.in_flight == 0):
+                return False
+        for rec in s.timings.values():
+            rec.shrink(keep)
+        if self.gates is not None and self.gates[index] is not None:
+            s.gate_said, self.gates[index] = self.gates[index].report(), None
+        return True
+
     DURATION_GRACE_S = 1.0  # for a capture to deliver its last frame once the duration is up
 
     def _end_of_duration(self, captures: list[threading.Thread]) -> None:

@@ -26,6 +26,7 @@ import os
 import threading
 import time
 
+from edgert.apps.swap.core import give_back_memory
 from edgert.apps.uris import escape_controls, redact
 from edgert.runtime.errors import EdgertError, ModelError
 from edgert.runtime.events import Event
@@ -105,6 +106,7 @@ class Reloader:
         self.streams = {name: i for i, name in enumerate(self.names)}  # camera -> its stream
         self.lock = threading.Lock()
         self.applied = self.refused = 0
+        self.retiring: list = []  # streams removed, what they hold not yet let go
         self.last: dict | None = None
 
     # -- the entries ---------------------------------------------------------------------
@@ -122,6 +124,7 @@ class Reloader:
         record of its ``config_applied`` or ``config_refused`` event."""
         t0 = time.monotonic() if t0 is None else t0
         with self.lock:
+            self.retiring = [i for i in self.retiring if not self.run.pipeline.retire(i)]
             try:
                 plan = self._plan(cfg, list(names or default_names(cfg)))
                 self._open_new(plan)
@@ -133,7 +136,8 @@ class Reloader:
             self.run.handler.marks["config"] = version
             self.applied += 1
             fields = {"version": version, "from": before, "requested_by": why}
-            fields.update(changes=changes, s=round(time.monotonic() - t0, 4))
+            now = time.monotonic()  # from the next frame on (frames captured after it)
+            fields.update(changes=changes, s=round(now - t0, 4), t_monotonic=round(now, 4))
             said = ", ".join(changes) or "nothing changed"
             return self._said(Event("config_applied", fields=fields), f"applied ({said})")
 
@@ -202,6 +206,7 @@ class Reloader:
             if run.pipeline.remove_stream(i):
                 _close(run.pipeline.streams[i].source)
             del self.streams[name]
+            self.retiring.append(i)
             changes.append(f"camera {name} removed")
         for name, (j, i) in plan.kept.items():
             changes += self._restyle(plan, name, j, i)
@@ -218,6 +223,8 @@ class Reloader:
             i = run.pipeline.add_stream(source, gate)
             self.streams[name] = i
             changes.append(f"camera {name} added as stream {i} ({_shown(plan.cfg.sources[j])})")
+        if plan.removed:
+            give_back_memory()  # what the removed cameras' decoders freed, back to the system
         if plan.model is not None:
             run.slot.request(plan.model, "config")
             changes.append(f"model: a swap to {escape_controls(plan.model)} asked")

@@ -38,6 +38,7 @@ class Stream:
         self.scene = [None, None]  # its first and last frame's scene time (camera time covered)
         self.in_flight = 0  # its frames the batcher took and has not yet handed on
         self.removed = threading.Event()  # a reload took its camera away: its capture ends
+        self.gate_said: dict | None = None  # its gate's report, once a removed stream let it go
 
     def camera_seconds(self) -> float:
         """The camera time its frames covered (a live camera's wall time, a video's own time),

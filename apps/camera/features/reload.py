@@ -15,6 +15,7 @@ from typing import Any, Callable
 from edgert.apps.telemetry.http import json_answer, request_peer
 from edgert.apps.uris import is_loopback
 from edgert.runtime.errors import OutputError
+from edgert.runtime.events import kind_of
 
 from .base import Feature, Run
 
@@ -173,7 +174,7 @@ class Reload(Feature):
         except UnicodeDecodeError:
             return json_answer(400, {"error": "the body is the configuration's text, in UTF-8"})
         record = r.apply_text(text, "POST /config")
-        return json_answer(200 if record["event"] == "config_applied" else 422, record)
+        return json_answer(200 if kind_of(record) == "config_applied" else 422, record)
 
     def report(self, run: Run, summary: dict) -> None:
         if self.reloader is not None and (self.reloader.applied or self.reloader.refused):

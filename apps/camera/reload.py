@@ -124,8 +124,11 @@ class Reloader:
         record of its ``config_applied`` or ``config_refused`` event."""
         t0 = time.monotonic() if t0 is None else t0
         with self.lock:
-            self.retiring = [i for i in self.retiring if not self.run.pipeline.retire(i)]
+            p = self.run.pipeline
+            self.retiring = [i for i in self.retiring if not p.retire(i)]
             try:
+                if p.stop_event.is_set() or p.finished:
+                    raise ConfigRefused("the camera is stopping")
                 plan = self._plan(cfg, list(names or default_names(cfg)))
                 self._open_new(plan)
             except (EdgertError, ValueError, OSError) as exc:
@@ -285,7 +288,7 @@ class Reloader:
 
     def shown(self) -> dict:
         """The running configuration as data, credentials redacted (GET /config)."""
-        return _redacted(dataclasses.asdict(self.cfg), ())
+        return _redacted(self.cfg)
 
 
 def _of(geometries: list, j: int) -> list:
@@ -307,13 +310,15 @@ def _close(source) -> None:
         log.warning("closing %s: %s", getattr(source, "description", source), exc)
 
 
-def _redacted(value, path: tuple):
-    """``value`` (dataclasses.asdict's) with every string's credentials redacted and what is
-    not data (a callable, a source object) named by its type."""
+def _redacted(value):
+    """``value`` (a configuration, its sections) as JSON data: every string's credentials
+    redacted, what is not data (a callable, a source object) named by its type."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
-        return {k: _redacted(v, (*path, k)) for k, v in value.items() if k != "loader"}
+        return {str(k): _redacted(v) for k, v in value.items() if k != "loader"}
     if isinstance(value, (list, tuple)):
-        return [_redacted(v, path) for v in value]
+        return [_redacted(v) for v in value]
     if isinstance(value, str):
         return redact(value) if "://" in value or "@" in value else value
     if value is None or isinstance(value, (bool, int, float)):

@@ -205,21 +205,29 @@ def _own_address() -> str | None:
 
 
 def test_get_and_post_config_over_http(site, tmp_path):
-    """GET /config: the running configuration and its version; POST /config: applied from this
-    machine, refused from another address, when too large, and when broken (the reason)."""
+    """GET /config: the running configuration (its credentials redacted) and its version; POST
+    /config: applied from this machine, refused from another address, when too large, and when
+    broken (the reason)."""
     bundle, a, b, c = site
     config = tmp_path / "site.flags"
     port, url = metrics("0.0.0.0")
-    write(config, flags(bundle, [a, b], more=port))
+    camera2 = "rtsp://user:secret@127.0.0.1:9/never"  # nothing answers: it keeps trying
+    write(config, flags(bundle, [a, b, camera2], more=port))
     proc = camera(tmp_path, config, url, "--config-endpoint")
     try:
         status, got = http("GET", url + "/config")
-        assert status == 200 and got["version"] and got["cameras"] == {"0": 0, "1": 1}
+        assert status == 200 and got["version"] and got["cameras"] == {"0": 0, "1": 1, "2": 2}
         assert got["config"]["tracking"]["zones"] == [PEN]
+        assert got["config"]["sources"][2] == "rtsp://user:***@127.0.0.1:9/never"
+        assert "secret" not in json.dumps(got)
         text = flags(bundle, [a, b, c], zone=WHOLE, more=port).encode()
         status, got = http("POST", url + "/config", text)
         assert status == 200 and got["event"] == "config_applied", got
-        assert "camera 2 added as stream 2" in " ".join(got["changes"])
+        assert got["changes"] == [
+            "camera 2 removed",  # another source under its name: another camera
+            "camera 0: zone pen edited",
+            f"camera 2 added as stream 3 ({c})",
+        ]
         assert http("GET", url + "/config")[1]["config"]["tracking"]["zones"] == [WHOLE]
         status, got = http("POST", url + "/config", b"--no-such-flag")
         assert status == 422 and "unrecognized arguments: --no-such-flag" in got["reason"]

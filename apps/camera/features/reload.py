@@ -117,7 +117,9 @@ class Reload(Feature):
         """SIGHUP (one re-read for a burst) and, with --watch-config, the file's changes."""
         from edgert.apps.swap import core
 
-        hangups, seen = core._hangups[0], file_state(o.path)
+        # SIGHUPs since catch_hangups (the model slot's, at the start) count: one while the
+        # camera started asks for the file read again
+        hangups, seen = 0, file_state(o.path)
         while not self.stop.wait(POLL_S):
             why = None
             if core._hangups[0] != hangups:

@@ -10,10 +10,13 @@ camera on its own:
                            keep their counts, a new or edited one starts from zero; the tracker
                            and its tracks are kept
     masks, gate options    the camera's gate made again (its motion history starts anew)
+    outputs                one added is opened (before anything changes: one that cannot be is
+                           a refusal) and takes the next frame; one removed is closed between
+                           two frames (what it wrote stays in the summary)
     the model's bundle     a swap asked of the model slot (its checks, rollback: apps/swap)
 
 Everything else (the model's backend, task, precision and thresholds, the batch and queues, the
-sources' options, the outputs, the second stages, the tracker, telemetry, power, clocks) is read
+sources' options, the outputs' options, the second stages, the tracker, telemetry, power, clocks) is read
 once at the start: a change to it is refused with a sentence saying to restart. Cameras are
 matched by name (default: their position, "0", "1", ...). A ``config_applied`` event lists what
 changed; every event the run makes from then on carries the version (``"config"``)."""
@@ -32,6 +35,7 @@ from edgert.runtime.errors import EdgertError, ModelError
 from edgert.runtime.events import Event
 
 from .analytics import check_in_frame, parse_all
+from .delivery import open_more
 from .gate import check_masks_in_frame, gates_for, parse_mask
 from .preflight import check_outputs_apart
 from .sources import open_source
@@ -50,7 +54,6 @@ FIXED = (
     ("run", "the batch, its deadline, the duration and the frame limit"),
     ("source_options", "the sources' options (size, codec, reconnect, loop, decoder)"),
     ("sink_options", "the outputs' options"),
-    ("sinks", "the outputs"),
     ("secondaries", "the second stages"),
     ("power", "the power options"),
     ("metrics", "--metrics"),
@@ -92,8 +95,10 @@ class Plan:
     kept: dict
     geometries: list
     gates: list | None
+    uris: list  # the outputs
     model: str | None = None  # a new bundle path to swap to
     opened: dict = dataclasses.field(default_factory=dict)  # name -> its new source
+    sinks: list = dataclasses.field(default_factory=list)  # the outputs added, opened
 
 
 class Reloader:
@@ -107,6 +112,7 @@ class Reloader:
         self.lock = threading.Lock()
         self.applied = self.refused = 0
         self.retiring: list = []  # streams removed, what they hold not yet let go
+        self.sinks = dict(zip(run.uris, run.sinks.order))  # each output's URI -> its sink
         self.last: dict | None = None
 
     # -- the entries ---------------------------------------------------------------------
@@ -156,7 +162,8 @@ class Reloader:
             raise ConfigRefused(f"the gate cannot be turned on or off while it runs: {RESTART}")
         t = cfg.tracking
         geometries = parse_all(list(t.lines), list(t.zones), len(cfg.sources)) if cfg.tracks else []
-        check_outputs_apart(cfg, self.run.uris)
+        uris = cfg.sink_uris()
+        check_outputs_apart(cfg, uris)
         was = {n: self.cfg.sources[k] for k, n in enumerate(self.names)}
         # a camera whose source changed is another camera under the same name
         kept = {
@@ -175,7 +182,7 @@ class Reloader:
             if self.run.slot is None or not os.path.exists(cfg.model.path):
                 raise ModelError(f"the model {escape_controls(str(cfg.model.path))} is not there")
             model = str(cfg.model.path)
-        return Plan(cfg, names, added, removed, kept, geometries, gates, model)
+        return Plan(cfg, names, added, removed, kept, geometries, gates, uris, model)
 
     def _size(self, stream: int):
         """The frame size of a running stream (what it delivered, else what its source said)."""
@@ -197,6 +204,7 @@ class Reloader:
                     plan.opened[name] = source
                 check_in_frame(plan.geometries, j, source.size)
                 check_masks_in_frame(plan.cfg.gate, j, source.size)
+            plan.sinks = open_more(self.run, [u for u in plan.uris if u not in self.sinks])
         except BaseException:
             for source in plan.opened.values():
                 source.close()
@@ -226,12 +234,25 @@ class Reloader:
             i = run.pipeline.add_stream(source, gate)
             self.streams[name] = i
             changes.append(f"camera {name} added as stream {i} ({_shown(plan.cfg.sources[j])})")
+        changes += self._outputs(plan)
         if plan.removed:
             give_back_memory()  # what the removed cameras' decoders freed, back to the system
         if plan.model is not None:
             run.slot.request(plan.model, "config")
             changes.append(f"model: a swap to {escape_controls(plan.model)} asked")
         return changes
+
+    def _outputs(self, plan: Plan) -> list:
+        """The outputs added (opened already) and removed (closed), between two frames."""
+        added = [u for u in plan.uris if u not in self.sinks]
+        gone = [u for u in self.sinks if u not in plan.uris]
+        if not added and not gone:
+            return []
+        removed = [self.sinks.pop(u) for u in gone]
+        self.sinks.update(zip(added, plan.sinks))
+        self.run.handler.change_sinks(plan.sinks, removed)
+        said = [f"output {_shown(u)} removed" for u in gone]
+        return said + [f"output {_shown(u)} added" for u in added]
 
     def _restyle(self, plan: Plan, name: str, j: int, i: int) -> list:
         """A kept camera's lines, zones and gate, where they changed."""

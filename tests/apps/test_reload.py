@@ -263,13 +263,16 @@ def test_get_and_post_config_over_http(site, tmp_path):
 
 
 def test_sighup_re_reads_the_file_and_post_config_is_off_unless_asked(site, tmp_path):
+    """SIGHUP re-reads the file: a camera removed, a line moved, and a new bundle path, which
+    the model slot swaps to (the model's hot swap, asked by the configuration)."""
     bundle, a, b, c = site
+    other = blob_detector_bundle(tmp_path / "det2")
     config = tmp_path / "site.flags"
     port, url = metrics()
     write(config, flags(bundle, [a, b], more=port))
     proc = camera(tmp_path, config, url)  # no --watch-config: only SIGHUP reads it again
     try:
-        one = flags(bundle, [a], line="0:door=160,0,160,240", more=port)  # camera 1 removed
+        one = flags(other, [a], line="0:door=160,0,160,240", more=port)  # camera 1 removed
         status, got = http("POST", url + "/config", one.encode())
         assert status == 404 and "--config-endpoint" in got["error"]
         write(config, one)
@@ -278,10 +281,17 @@ def test_sighup_re_reads_the_file_and_post_config_is_off_unless_asked(site, tmp_
         proc.send_signal(signal.SIGHUP)
         got = wait_for(lambda: http("GET", url + "/config")[1]["last"], 60, proc)
         assert got["requested_by"] == "SIGHUP"
-        assert got["changes"] == ["camera 1 removed", "camera 0: line door added"]
+        assert got["changes"] == [
+            "camera 1 removed",
+            "camera 0: line door added",
+            f"model: a swap to {other} asked",
+        ]
+        wait_for(lambda: http("GET", url + "/model")[1]["swaps"] == 1, 60, proc)
     finally:
         summary = stop(proc)
     assert [s["status"] for s in summary["streams"]][1] == "removed"
+    assert summary["model"]["swaps"] == 1
+    assert summary["model"]["model"]["path"] == os.path.realpath(other)
 
 
 def test_config_mistakes_are_one_sentence(site, tmp_path):

@@ -38,11 +38,15 @@ from .analytics import check_in_frame, parse_all
 from .delivery import open_more
 from .gate import check_masks_in_frame, gates_for, parse_mask
 from .preflight import check_outputs_apart
+from .sinks import resolve
 from .sources import open_source
 
 log = logging.getLogger(__name__)
 
 RESTART = "restart edgert camera to change it"
+# outputs that take any stream's frames and events: the others were opened for the streams there
+# were (a tile, a file, a mount, a clip buffer per camera) and take no camera added later
+ANY_STREAM = ("jsonl", "events", "mqtt", "mqtts", "snapshots", "store")
 # what is read once at the start, with what a sentence calls it
 FIXED = (
     ("model.backend", "the model's backend"),
@@ -172,6 +176,12 @@ class Reloader:
             if n in was and cfg.sources[j] == was[n]
         }
         added = {n: j for j, n in enumerate(names) if n not in kept}
+        fixed = [u for u in uris if resolve(u)[0] not in ANY_STREAM]
+        if added and fixed:
+            raise ConfigRefused(
+                f"a camera cannot be added while {_shown(fixed[0])} runs (it was opened for the "
+                f"cameras there were): {RESTART.replace('change it', 'add one')}"
+            )
         removed = {n: i for n, i in self.streams.items() if n not in kept}
         for j, i in kept.values():
             size = self._size(i)

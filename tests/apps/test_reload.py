@@ -244,6 +244,11 @@ def test_get_and_post_config_over_http(site, tmp_path):
         status, got = http("POST", url + "/config", b"--no-such-flag")
         assert status == 422 and "unrecognized arguments: --no-such-flag" in got["reason"]
         assert too_large(url) == 413
+        video = tmp_path / "out.mp4"  # one file per camera, opened for those there are
+        text4 = flags(bundle, [a, b, c, a], zone=WHOLE, more=f"{port} --output {video}").encode()
+        status, got = http("POST", url + "/config", text4)
+        assert status == 422 and "a camera cannot be added while" in got["reason"], got
+        assert "restart edgert camera" in got["reason"] and not video.exists()
         own = _own_address()
         if own is not None:
             number = url.rsplit(":", 1)[1]
@@ -258,7 +263,7 @@ def test_get_and_post_config_over_http(site, tmp_path):
         assert http("GET", url + "/config")[1]["applied"] == 2
     finally:
         summary = stop(proc)
-    assert summary["config"]["refused"] == 1  # the broken one (the others never reached it)
+    assert summary["config"]["refused"] == 2  # (the others never reached it)
     assert any(f["path"] == str(added) for f in summary["files"]), summary["files"]
 
 

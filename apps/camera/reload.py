@@ -29,7 +29,7 @@ import os
 import threading
 import time
 
-from edgert.apps.swap.core import give_back_memory
+from edgert.apps.swap.core import Watched, give_back_memory
 from edgert.apps.uris import escape_controls, redact
 from edgert.runtime.errors import EdgertError, ModelError
 from edgert.runtime.events import Event
@@ -139,7 +139,7 @@ class Reloader:
             try:
                 if p.stop_event.is_set() or p.finished:
                     raise ConfigRefused("the camera is stopping")
-                plan = self._plan(cfg, list(names or default_names(cfg)))
+                plan = self._plan(cfg, list(names or default_names(cfg)), why)
                 self._open_new(plan)
             except (EdgertError, ValueError, OSError) as exc:
                 return self._refuse(version, why, str(exc), t0)
@@ -155,7 +155,7 @@ class Reloader:
             return self._said(Event("config_applied", fields=fields), f"applied ({said})")
 
     # -- checks ----------------------------------------------------------------------------
-    def _plan(self, cfg, names: list) -> Plan:
+    def _plan(self, cfg, names: list, why: str = "apply") -> Plan:
         if len(set(names)) != len(names) or len(names) != len(cfg.sources):
             raise ConfigRefused("each camera needs a name of its own")
         for dotted, what in FIXED:
@@ -189,9 +189,14 @@ class Reloader:
             check_masks_in_frame(cfg.gate, j, size)
         model = None
         if cfg.model.path != self.cfg.model.path:
-            if self.run.slot is None or not os.path.exists(cfg.model.path):
-                raise ModelError(f"the model {escape_controls(str(cfg.model.path))} is not there")
             model = str(cfg.model.path)
+            if self.run.slot is None or not os.path.exists(model):
+                raise ModelError(f"the model {escape_controls(model)} is not there")
+            if why.startswith("POST") and not self.run.slot.allowed(model):  # as POST /model
+                raise ModelError(
+                    f"{escape_controls(model)} is not in a folder --allow-models names "
+                    f"({', '.join(self.run.slot.roots)})"
+                )
         return Plan(cfg, names, added, removed, kept, geometries, gates, uris, model)
 
     def _size(self, stream: int):
@@ -247,7 +252,8 @@ class Reloader:
         changes += self._outputs(plan)
         if plan.removed:
             give_back_memory()  # what the removed cameras' decoders freed, back to the system
-        if plan.model is not None:
+        if plan.model is not None:  # SIGHUP and --watch-model read this path from now on
+            run.slot.watched = Watched(plan.model)
             run.slot.request(plan.model, "config")
             changes.append(f"model: a swap to {escape_controls(plan.model)} asked")
         return changes

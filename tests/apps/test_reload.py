@@ -249,6 +249,10 @@ def test_get_and_post_config_over_http(site, tmp_path):
         status, got = http("POST", url + "/config", text4)
         assert status == 422 and "a camera cannot be added while" in got["reason"], got
         assert "restart edgert camera" in got["reason"] and not video.exists()
+        other = blob_detector_bundle(tmp_path / "det2")  # outside the running bundle's folder
+        text4 = flags(other, [a, b, c], zone=WHOLE, more=port).encode()
+        status, got = http("POST", url + "/config", text4)
+        assert status == 422 and "not in a folder --allow-models names" in got["reason"], got
         own = _own_address()
         if own is not None:
             number = url.rsplit(":", 1)[1]
@@ -263,7 +267,7 @@ def test_get_and_post_config_over_http(site, tmp_path):
         assert http("GET", url + "/config")[1]["applied"] == 2
     finally:
         summary = stop(proc)
-    assert summary["config"]["refused"] == 2  # (the others never reached it)
+    assert summary["config"]["refused"] == 3  # (the others never reached it)
     assert any(f["path"] == str(added) for f in summary["files"]), summary["files"]
 
 

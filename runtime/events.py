@@ -69,6 +69,16 @@ KINDS: dict[str, Kind] = {
         ),
         Kind("model_rollback", ("from", "to", "reason"), "a swap was rolled back"),
         Kind(
+            "config_applied",
+            ("version", "from", "requested_by", "changes", "s"),
+            "a new configuration was applied to the running camera (what changed)",
+        ),
+        Kind(
+            "config_refused",
+            ("version", "requested_by", "reason"),
+            "a new configuration was refused; the running one goes on",
+        ),
+        Kind(
             "model_swap_superseded",
             ("secondary", "bundle", "requested_by", "by"),
             "a secondary's swap was dropped for a later request",

@@ -68,6 +68,15 @@ class LatencyRecorder:
     def __len__(self) -> int:
         return self.count
 
+    def shrink(self, keep: int) -> None:
+        """Hold at most ``keep`` values from now on (a uniform sample of the reservoir) and no
+        recent window: what a finished stream's numbers need (whole-run percentiles, coarser)."""
+        with self._lock:
+            if len(self._reservoir) > keep:
+                self._reservoir = self._rng.sample(self._reservoir, keep)
+            self._capacity = min(self._capacity, keep)
+            self._recent = collections.deque(maxlen=1)
+
     @property
     def memory_values(self) -> int:
         """How many values are held (bounded by reservoir + window, whatever the run length)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import logging
 import re
+import threading
 import time
 from dataclasses import dataclass, field, replace
 
@@ -225,6 +226,7 @@ class _Stream:
     warned: bool = False  # that pixel geometry stays put when the size changes
     trails: dict = field(default_factory=dict)
     task: str = ""  # the task of its last inferred results (a skipped frame's are the same)
+    lenient: bool = False  # added while running: a line outside its first frame is left out
 
 
 class Analytics:
@@ -253,6 +255,44 @@ class Analytics:
         self.event_counts: collections.Counter = collections.Counter()
         self.t0_wall = time.time() - time.monotonic()  # monotonic -> wall clock
         self.gates = None  # the streams' gates (event-gated inference): told what tracks do
+        self._lock = threading.Lock()  # a reload's change of a stream's lines and zones
+
+    def add_stream(self, geometries: list[Geometry], tracker: str, lost_seconds: float) -> int:
+        """A stream added while the run goes on (a reload): its own tracker and counters."""
+        self.streams.append(
+            _Stream(
+                make_tracker(tracker, lost_seconds=lost_seconds, **self.thresholds),
+                Counters(),
+                list(geometries),
+                lenient=True,
+            )
+        )
+        return len(self.streams) - 1
+
+    def set_geometries(self, stream: int, geometries: list[Geometry]) -> dict:
+        """Stream ``stream``'s lines and zones replaced while it runs (a reload), its tracks
+        kept: an unchanged line or zone (kind, name, points) keeps its counter and counts; a new
+        or edited one starts from zero with the next frame (the tracks inside an edited zone
+        enter it then); one taken away goes with its counts. {"added", "removed", "kept"}."""
+        s = self.streams[stream]
+        with self._lock:  # between two frames of the output thread
+            old = {(g.kind, g.name, g.points) for g in s.geometries}
+            counters = {
+                (c.kind, c.name, c.given): c for c in (*s.counters.lines, *s.counters.zones)
+            }
+            kept = [g.name for g in geometries if (g.kind, g.name, g.points) in old]
+            removed = [
+                k[1] for k in old if k not in {(g.kind, g.name, g.points) for g in geometries}
+            ]
+            s.geometries = list(geometries)
+            if s.size is not None:  # else its counters are made at its first frame
+                s.counters = Counters()
+                for g in geometries:
+                    c = counters.get((g.kind, g.name, g.points)) or g.counter(self.anchor)
+                    c.resolve(*s.size)  # (a kept one: as it was)
+                    (s.counters.lines if g.kind == "line" else s.counters.zones).append(c)
+        added = [g.name for g in geometries if g.name not in kept]
+        return {"added": added, "removed": removed, "kept": kept}
 
     def _resolve(self, s: _Stream, stream: int, hw: tuple[int, int]) -> None:
         """The counters, for this frame's size. When a stream's frames change size (a folder of
@@ -260,6 +300,8 @@ class Analytics:
         the frame; ones given in pixels stay where they were, said once."""
         h, w = hw
         if s.size is None:
+            if s.lenient:  # its size was not known when it was checked: the run goes on
+                s.geometries = _inside(s.geometries, stream, (w, h))
             check_in_frame(s.geometries, stream, (w, h))
             for g in s.geometries:
                 counter = g.counter(self.anchor).resolve(w, h)
@@ -287,6 +329,10 @@ class Analytics:
     def update(self, frame) -> None:
         """Track this frame's detections; sets ``track_id`` on each (None when no confirmed track
         holds it) and ``frame.tracks``; writes the events."""
+        with self._lock:
+            self._update(frame)
+
+    def _update(self, frame) -> None:
         s = self.streams[frame.stream]
         if s.size != frame.scene_hw[::-1]:
             self._resolve(s, frame.stream, frame.scene_hw)
@@ -305,8 +351,9 @@ class Analytics:
             objects = [t.as_object() for t in tracks]
             frame.results = Result.of_objects(objects, s.task, tracked=True, predicted=True)
         frame.tracks = tracks
-        if self.gates is not None:
-            self.gates[frame.stream].hints = self._hints(s, frame.scene_hw, frame.t_scene)
+        gate = self.gates[frame.stream] if self.gates is not None else None
+        if gate is not None:  # (a removed stream's gate is let go)
+            gate.hints = self._hints(s, frame.scene_hw, frame.t_scene)
         events = [
             Event("track_start", track=t.track_id, fields={"label": t.label})
             for t in s.tracker.started
@@ -372,6 +419,17 @@ class Analytics:
         """(counters, trails) for drawing."""
         s = self.streams[stream]
         return [*s.counters.lines, *s.counters.zones], s.trails
+
+
+def _inside(geometries: list, stream: int, size: tuple) -> list:
+    """The lines and zones inside the frame; each of the others said and left out."""
+    inside = []
+    for g in geometries:
+        try:
+            inside += [check_in_frame([g], stream, size) or g]
+        except GeometryError as exc:
+            log.warning("%s: left out", exc)
+    return inside
 
 
 def _ended(t) -> Event:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import threading
 import time
 import types
 
@@ -89,6 +90,23 @@ class SinkSet:
         else:
             self.on_stop()
 
+    def change(self, added: list, removed: list) -> None:
+        """Sinks added and removed while the run goes on (a reload; between two frames): a
+        removed one is closed (what it wrote stays in the summary), an added one takes the next
+        frame."""
+        for s in removed:
+            if s in self.live:
+                self.live.remove(s)
+                try:
+                    s.close()
+                except OutputError as exc:
+                    self.errors.append(str(exc))
+        self.order += added
+        self.all += added
+        self.live = sorted(
+            self.live + added, key=lambda s: not getattr(s, "enriches_events", False)
+        )
+
     def close(self) -> None:
         while self.live:
             try:
@@ -121,6 +139,23 @@ def open_sinks(run, opts) -> SinkSet:
             demand=opts.fit.demand if opts.fit is not None else None,
         ),
     )
+
+
+def open_more(run, uris: list) -> list:
+    """Sinks added while the run goes on (a reload), opened as the run's were (the streams as
+    they are now) and closed by its stack; an error closes those opened and is raised."""
+    ctx = SinkContext(
+        say=run.say,
+        probes=run.probes.probes if run.probes is not None else None,
+        live=run.handler.numbers,
+    )
+    described = [s.description for s in run.sources]
+    with contextlib.ExitStack() as opening:
+        got = _open(uris, described, run.sources, run.cfg.sink_options, opening, ctx).all
+        opening.pop_all()  # all opened: the run's from now on
+    for sink in got:
+        run.stack.callback(_quiet_close, sink, (EdgertError, OSError))
+    return got
 
 
 def _open(
@@ -201,6 +236,8 @@ class FrameHandler:
         self._posted: collections.deque = collections.deque()  # events from other threads
         self.steps: list = []  # each camera feature's step on every frame (features.frame_steps)
         self.stamps: list = []  # what each camera feature adds to every event
+        self.marks: dict = {}  # what every event carries (a reloadable run: its config version)
+        self.between = threading.Lock()  # held while a frame is delivered (a reload waits)
 
     def join(self, run, steps: list, stamps: list) -> None:
         """The run's tracker and model slot (what the frames' records and the live numbers
@@ -218,6 +255,9 @@ class FrameHandler:
         posted = []
         while self._posted:
             posted.append(self._posted.popleft())
+        for e in posted:
+            for k, v in self.marks.items():
+                e.setdefault(k, v)
         if posted:
             self.sinks.events(posted)
 
@@ -226,6 +266,9 @@ class FrameHandler:
         stage's labels of their tracks)."""
         for stamp in self.stamps:
             stamp(events, frame)
+        for e in events if self.marks else ():
+            for k, v in self.marks.items():
+                e.setdefault(k, v)
         return events
 
     def attach(self, sinks: SinkSet, pipeline) -> None:
@@ -264,6 +307,16 @@ class FrameHandler:
         return record
 
     def __call__(self, frame) -> None:
+        with self.between:
+            self._deliver(frame)
+
+    def change_sinks(self, added: list, removed: list) -> None:
+        """Sinks added and removed while the run goes on, between two frames."""
+        with self.between:
+            self.sinks.change(added, removed)
+            self._stats_due = self.sinks.draws or self.sinks.wants_stats
+
+    def _deliver(self, frame) -> None:
         if not frame.inferred and self.analytics is None:  # skipped by the gate, no tracker:
             held = self._last_results.get(frame.stream)  # the last results, marked predicted
             frame.results = held.held() if held is not None else None

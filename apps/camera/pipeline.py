@@ -35,58 +35,10 @@ from edgert.runtime.latency import LatencyRecorder
 from .frame import Frame, Steps
 from .pipeline_stats import describe, report
 from .queues import END, DropOldestQueue
+from .stream import STALLED_S, Stream
 
 log = logging.getLogger(__name__)
-STALLED_S = 1.0  # a stream silent this long is not waited for (it is still polled)
-
-
-class Stream:
-    """One source's state: its queues, counts, timings and how it ended."""
-
-    def __init__(self, index: int, source, queue_size: int, depth: int, cond, discard=None) -> None:
-        self.index = index
-        self.source = source
-        lossless = not getattr(source, "live", True)  # files and folders: every frame
-        self.raw = DropOldestQueue(queue_size, lossless)
-        # a lossless stream may give several frames to one batch: room for its share
-        self.ready = DropOldestQueue(  # a prepared frame dropped is discarded by the steps
-            max(queue_size, depth) if lossless else queue_size, lossless, cond, discard
-        )
-        self.captured = 0
-        self.scaled = 0  # frames the decoder gave at the model's size (--decoder-scale)
-        self.viewed = 0  # of those, frames that came with the full picture for a viewer
-        self.processed = 0
-        self.ended = False  # the batcher saw its end marker
-        self.error: BaseException | None = None
-        self.cut = False  # its capture was cut off at the end of --duration (still connecting)
-        self.last_ready = time.monotonic()
-        self.last_work = time.monotonic()  # its last frame that went to inference
-        self.last_output: float | None = None  # when its last frame left the pipeline
-        self.timings = {"capture_age": LatencyRecorder(), "end_to_end": LatencyRecorder()}
-        self.scene = [None, None]  # its first and last frame's scene time (camera time covered)
-        self.in_flight = 0  # its frames the batcher took and has not yet handed on
-
-    def camera_seconds(self) -> float:
-        """The camera time its frames covered (a live camera's wall time, a video's own time),
-        one frame interval added for the last frame's own."""
-        first, last = self.scene
-        if first is None:
-            return 0.0
-        return (last - first) * (1 + 1 / max(1, self.captured - 1))
-
-    def delivering(self, now: float, window: float = 5.0) -> bool:
-        """Whether a frame of this stream left the pipeline in the last ``window`` seconds."""
-        return self.last_output is not None and now - self.last_output < window
-
-    @property
-    def dropped(self) -> int:
-        return self.raw.dropped + self.ready.dropped
-
-    @property
-    def status(self) -> str:
-        if self.error is not None:
-            return f"failed: {self.error}"
-        return "ended" if self.ended else "running"
+__all__ = ["STALLED_S", "Frame", "Pipeline", "Steps", "Stream"]
 
 
 class Pipeline:
@@ -118,11 +70,12 @@ class Pipeline:
         self.duration = duration
         self.max_frames = max_frames
         self._ready = threading.Condition()  # shared by the streams' ready queues
-        depth = math.ceil(self.batch / len(sources))
+        self._depth, self._queue_size = math.ceil(self.batch / len(sources)), queue_size
         self.streams = [
-            Stream(i, s, queue_size, depth, self._ready, steps.discard)
+            Stream(i, s, queue_size, self._depth, self._ready, steps.discard)
             for i, s in enumerate(sources)
         ]
+        self._captures: list[threading.Thread] = []  # each stream's, by index
         self.post = DropOldestQueue(2, lossless=True)  # batches
         self.out = DropOldestQueue(2 * self.batch, lossless=True)  # frames
         self.stop_event = threading.Event()
@@ -178,7 +131,7 @@ class Pipeline:
     def _capture(self, s: Stream) -> None:
         try:
             i = 0
-            while not self.stop_event.is_set():
+            while not self.stop_event.is_set() and not s.removed.is_set():
                 if self.max_frames is not None and i >= self.max_frames:
                     break
                 if self.duration is not None and time.monotonic() - self.started >= self.duration:
@@ -219,8 +172,9 @@ class Pipeline:
     def _prepare(self, s: Stream) -> None:
         name = self.steps.names[0]
         try:
-            gate = self.gates[s.index] if self.gates is not None else None
             for frame in self._frames(s.raw):
+                # read at each frame: a reload may give the stream a new gate (its masks)
+                gate = self.gates[s.index] if self.gates is not None else None
                 t0 = time.monotonic()
                 frame.timings["capture_age"] = (t0 - frame.t_capture) * 1e3
                 s.scene = [frame.t_scene if s.scene[0] is None else s.scene[0], frame.t_scene]
@@ -383,18 +337,8 @@ class Pipeline:
         self.started = time.monotonic()
         for s in self.streams:
             s.last_ready = self.started
-        captures = [
-            threading.Thread(
-                target=self._capture, args=(s,), name=f"capture-{s.index}", daemon=True
-            )
-            for s in self.streams
-        ]
-        workers = [
-            threading.Thread(
-                target=self._prepare, args=(s,), name=f"prepare-{s.index}", daemon=True
-            )
-            for s in self.streams
-        ]
+        captures = self._captures = [self._thread(self._capture, s) for s in self.streams]
+        workers = [self._thread(self._prepare, s) for s in self.streams]
         workers += [
             threading.Thread(target=self._batcher, name="batcher", daemon=True),
             threading.Thread(target=self._finish, name="finish", daemon=True),
@@ -408,7 +352,7 @@ class Pipeline:
             while any(t.is_alive() for t in workers):
                 processes.raise_if_stop_asked()  # an interrupt some code swallowed (the CLI noted it)
                 self.heartbeat = time.monotonic()
-                self._end_of_duration(captures)
+                self._end_of_duration(self._captures)
                 workers[-1].join(0.1)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM through the CLI's handler
             log.info("interrupted: finishing the frames in flight")
@@ -432,6 +376,60 @@ class Pipeline:
         failed = [s.error for s in self.streams if s.error is not None]
         if failed and len(failed) == len(self.streams):
             raise failed[0]
+
+    def _thread(self, target, s: Stream) -> threading.Thread:
+        name = "capture" if target == self._capture else "prepare"
+        return threading.Thread(target=target, args=(s,), name=f"{name}-{s.index}", daemon=True)
+
+    # -- streams added and removed while it runs (a configuration reloaded) ------------------
+    def add_stream(self, source, gate=None) -> int:
+        """A new stream of ``source`` (its gate, when the streams are gated), started at once;
+        its index (never one used before in this run)."""
+        with self._ready:
+            s = Stream(
+                len(self.streams),
+                source,
+                self._queue_size,
+                self._depth,
+                self._ready,
+                self.steps.discard,
+            )
+            s.last_ready = time.monotonic()
+            if self.gates is not None:
+                self.gates.append(gate)
+            self.streams.append(s)
+        capture, prepare = self._thread(self._capture, s), self._thread(self._prepare, s)
+        self._captures.append(capture)
+        capture.start()
+        prepare.start()
+        return s.index
+
+    def remove_stream(self, index: int, wait: float = 2.0) -> bool:
+        """Stream ``index`` ends as a stream that ran out would (its frames in flight still
+        delivered, the others untouched); whether its capture ended within ``wait`` s (its
+        source can then be closed; one stuck in a native call is left behind, as at a stop)."""
+        s = self.streams[index]
+        s.removed.set()
+        s.cut = True  # what its capture says now is not a failure
+        s.source.cancel()
+        capture = self._captures[index] if index < len(self._captures) else None
+        if capture is None:
+            return True
+        capture.join(wait)
+        return not capture.is_alive()
+
+    def retire(self, index: int, keep: int = 256) -> bool:
+        """What a removed stream holds let go once its last frame is through (its gate, most of
+        its latency samples; its counts stay for the summary); whether it was."""
+        s = self.streams[index]
+        with self._ready:
+            if not (s.removed.is_set() and s.ended and s.in_flight == 0):
+                return False
+        for rec in s.timings.values():
+            rec.shrink(keep)
+        if self.gates is not None and self.gates[index] is not None:
+            s.gate_said, self.gates[index] = self.gates[index].report(), None
+        return True
 
     DURATION_GRACE_S = 1.0  # for a capture to deliver its last frame once the duration is up
 

@@ -50,9 +50,7 @@ def report(pipeline, recent: bool = False) -> dict:
                 "latency_ms": _percentiles(timings, recent),
                 **stats_of(s.source),
                 **_now(pipeline, s, recent),
-                **(
-                    {"gate": pipeline.gates[s.index].report()} if pipeline.gates is not None else {}
-                ),
+                **({"gate": _gate(pipeline, s)} if pipeline.gates is not None else {}),
             }
             for s, timings, processed in per_stream
         ],
@@ -80,3 +78,9 @@ def _percentiles(recorders: dict, recent: bool) -> dict:
 
 def describe(source) -> str:
     return getattr(source, "description", type(source).__name__)
+
+
+def _gate(pipeline, s) -> dict | None:
+    """A stream's gate's report (a removed stream's, as it was when its gate was let go)."""
+    gate = pipeline.gates[s.index]
+    return gate.report() if gate is not None else s.gate_said

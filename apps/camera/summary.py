@@ -180,6 +180,8 @@ def stream_problems(s: dict) -> list[str]:
     for st in s.get("streams") or []:
         name = f"stream {st['stream']} ({st['source']})"
         status, frames = st.get("status", ""), st.get("frames_processed", 0)
+        if status == "removed":  # a reload took its camera away: nothing was owed
+            continue
         if status.startswith("failed"):
             why = status.split(": ", 1)[-1]
             if frames:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import textwrap
 
@@ -44,11 +45,6 @@ def epilog() -> str:
 
 
 def add_parser(sub) -> None:
-    from edgert.apps.camera import features
-    from edgert.apps.camera.options import ModelOptions, RunOptions
-    from edgert.apps.camera.sinks import SinkOptions, StoreOptions
-    from edgert.apps.camera.sources import SourceOptions
-
     p = sub.add_parser(
         "camera",
         help="camera inference app (e.g. edgert camera m.edgert --source csi://0 --output http://127.0.0.1:8080)",
@@ -57,6 +53,17 @@ def add_parser(sub) -> None:
         epilog=epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def add_arguments(p) -> None:
+    """The command's flags (the command line's, and a --config file's)."""
+    from edgert.apps.camera import features
+    from edgert.apps.camera.options import ModelOptions, RunOptions
+    from edgert.apps.camera.sinks import SinkOptions, StoreOptions
+    from edgert.apps.camera.sources import SourceOptions
+
     ModelOptions.add_arguments(p, [t.name for t in TASK_SPECS.values() if t.camera])
     p.add_argument(
         "--source",
@@ -70,7 +77,73 @@ def add_parser(sub) -> None:
     features.add_arguments(p)  # each camera feature's own section (features/: the table)
     SourceOptions.add_arguments(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.set_defaults(func=run)
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the run's flags (MODEL, --source, --line, ...) from FILE, as on a command line ('#' "
+        "starts a comment); SIGHUP re-reads it and applies what changed while the camera runs "
+        "(--watch-config: whenever it changes)",
+    )
+
+
+class _FileParser(argparse.ArgumentParser):
+    """The camera's flags read from a --config file: a mistake is an error, not an exit."""
+
+    def error(self, message):
+        from edgert.apps.camera.reload import ConfigRefused
+
+        raise ConfigRefused(message)
+
+
+def load_config(text: str):
+    """(CameraConfig, version) of a configuration's text: here ``edgert camera``'s own flags,
+    read as a shell would split them (the seam a site file's loader takes over). A mistake is
+    one sentence (an EdgertError)."""
+    from edgert.apps.camera.features.reload import flags_version
+    from edgert.apps.camera.reload import ConfigRefused
+
+    try:
+        tokens = shlex.split(text, comments=True)
+    except ValueError as exc:
+        raise ConfigRefused(f"the configuration cannot be split into flags: {exc}") from None
+    args = _file_parser().parse_args(tokens)
+    if args.config or args.watch_config or args.config_endpoint:
+        raise ConfigRefused(
+            "--config, --watch-config and --config-endpoint go on the command line, not in the "
+            "configuration"
+        )
+    return config(args), flags_version(text)
+
+
+def _file_parser() -> argparse.ArgumentParser:
+    p = _FileParser(prog="edgert camera --config", add_help=False)
+    add_arguments(p)
+    return p
+
+
+def _with_file(args):
+    """(CameraConfig, version) of ``--config FILE``; the command line gives only what the file
+    cannot (--watch-config, --config-endpoint, --json)."""
+    from edgert.runtime.errors import EdgertError
+
+    given = [
+        k
+        for k, v in vars(_file_parser().parse_args([])).items()
+        if k not in ("config", "watch_config", "config_endpoint", "json")
+        and getattr(args, k, v) != v
+    ]
+    if given:
+        flag = "MODEL" if given[0] == "model" else "--" + given[0].replace("_", "-")
+        raise EdgertError(
+            f"with --config {args.config} the run's flags are in that file: give {flag} there, "
+            "not on the command line"
+        )
+    try:
+        with open(args.config, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EdgertError(f"--config {args.config} cannot be read: {exc}") from None
+    return load_config(text)
 
 
 def config(args):
@@ -88,7 +161,7 @@ def config(args):
     )
     from edgert.apps.camera.sources import SourceOptions
     from edgert.apps.uris import expand
-    from edgert.runtime.errors import OutputError, SourceError
+    from edgert.runtime.errors import EdgertError, OutputError, SourceError
 
     try:  # ${EDGERT_...}: credentials from the environment, not the command line
         sources = [expand(s, "--source") for s in args.source or ["synthetic://"]]
@@ -103,6 +176,8 @@ def config(args):
         sinks = with_folder_flags(with_store(sinks, args.store), args)
     except ValueError as exc:
         raise OutputError(str(exc)) from None
+    if args.model is None:
+        raise EdgertError("give MODEL (a bundle, .onnx or .engine file), or --config FILE")
     return CameraConfig(
         model=ModelOptions.from_args(args),
         sources=sources,
@@ -115,10 +190,17 @@ def config(args):
 
 
 def run(args) -> int:
+    import dataclasses
+
+    from edgert.apps.camera import features
     from edgert.apps.camera.app import run_camera
     from edgert.apps.camera.summary import print_summary, problems
 
-    summary = run_camera(config(args), say=(lambda s: None) if args.json else print)
+    cfg, version = _with_file(args) if args.config else (config(args), "command-line")
+    cfg.more["reload"] = dataclasses.replace(
+        features.Reload.from_args(args), loader=load_config, version=version
+    )
+    summary = run_camera(cfg, say=(lambda s: None) if args.json else print)
     if args.json:
         print(json_text.dumps(summary, indent=2, default=str))
     else:

@@ -27,7 +27,22 @@ from edgert.runtime.errors import OutputError
 from .listen import SelectorThread, close_quietly, receive
 
 log = logging.getLogger(__name__)
-__all__ = ["Probes", "ProbeServer", "QuietServer", "is_loopback", "parse_address", "send"]
+__all__ = [
+    "Probes",
+    "ProbeServer",
+    "QuietServer",
+    "is_loopback",
+    "parse_address",
+    "request_peer",
+    "send",
+]
+_request = threading.local()  # the request a handler thread answers now (its client's address)
+
+
+def request_peer() -> str | None:
+    """The address of the client whose POST the calling route answers (None elsewhere): what
+    an endpoint taken only from this machine checks."""
+    return getattr(_request, "peer", None)
 
 
 class Probes:
@@ -318,7 +333,11 @@ class Handler(BaseHTTPRequestHandler):
             )
             return
         body = self.rfile.read(n)
-        got = probes.command("POST", self.path, body) if probes is not None else None
+        _request.peer = self.client_address[0] if self.client_address else None
+        try:
+            got = probes.command("POST", self.path, body) if probes is not None else None
+        finally:
+            _request.peer = None
         send(self, *(got if got is not None else (404, b"not found\n", "text/plain")))
 
 

@@ -34,6 +34,7 @@ from .clocks import Clocks
 from .gate import Gate, gate_says
 from .power import Power
 from .probes import Probes
+from .reload import Reload
 from .secondary import Secondaries
 from .swap import Swap
 from .tracking import Tracking
@@ -56,7 +57,7 @@ __all__ = [
     "summary_lines",
 ]
 
-FEATURES: tuple = (Probes, Tracking, Clocks, Power, Gate, Swap, Secondaries)
+FEATURES: tuple = (Probes, Tracking, Clocks, Power, Gate, Swap, Secondaries, Reload)
 # ``run_streams``: the features a library caller asks for by its options; the command line's own
 # (the metrics port, clocks, the power session, the model slot with its signals) are left out
 LIBRARY_FEATURES: tuple = (Tracking, Gate)

@@ -87,6 +87,8 @@ def gate_families(gates):
         labels=["stream"],
     )
     for i, gate in enumerate(gates):
+        if gate is None:  # a removed stream's, let go
+            continue
         r = gate.report()
         for reason, n in r["reasons"].items():
             inferred.add_metric([str(i), reason], n)

@@ -57,6 +57,29 @@ MIGRATIONS: tuple = (
         "CREATE INDEX events_label_time ON events (label, time)",
         "CREATE INDEX events_track ON events (track)",
     ),
+    (  # 2: one embedding per track and model (search), and the links of re-identification
+        """CREATE TABLE embeddings (
+            id INTEGER PRIMARY KEY,
+            track INTEGER NOT NULL REFERENCES tracks (id) ON DELETE CASCADE,
+            model TEXT NOT NULL,
+            dim INTEGER NOT NULL,
+            form TEXT NOT NULL,
+            vector BLOB NOT NULL,
+            how TEXT,
+            crops INTEGER,
+            time REAL NOT NULL,
+            UNIQUE (track, model)
+        )""",
+        """CREATE TABLE reid (
+            id INTEGER PRIMARY KEY,
+            track INTEGER NOT NULL REFERENCES tracks (id) ON DELETE CASCADE,
+            other INTEGER NOT NULL REFERENCES tracks (id) ON DELETE CASCADE,
+            similarity REAL NOT NULL,
+            time REAL NOT NULL,
+            UNIQUE (track, other)
+        )""",
+        "CREATE INDEX reid_other ON reid (other)",
+    ),
 )
 VERSION = len(MIGRATIONS)
 

@@ -52,6 +52,7 @@ class StoreWriter:
         self.events = self.commits = self.pruned = 0
         self.tracks: dict = {}  # (stream, track_id) -> the live track's row, as written
         self.tracks_written = 0
+        self.embeddings = 0  # embeddings written (a track's later one replaces its earlier)
         self.io = {"wchar": 0, "write_bytes": 0}
         self.on_commit = None  # told each batch once committed (what may then be acknowledged)
         self.t0 = time.monotonic()
@@ -149,6 +150,8 @@ class StoreWriter:
                     ),
                 )
                 self.events += 1
+                if track is not None and (row.get("embedding") or row.get("reid")):
+                    self._extra(row, track)
             for key, t in touched.items():
                 self._save_track(t)
                 if t["ended"]:
@@ -178,6 +181,42 @@ class StoreWriter:
         update_track(t, row)
         touched[key] = t
         return t["id"]
+
+    def _extra(self, row: dict, track: int) -> None:
+        """A track's embedding (one per track and model: the latest replaces the one before)
+        or its re-identification link to another stream's track (found by the run's tag)."""
+        e = row.get("embedding")
+        if e:
+            self.conn.execute(
+                "INSERT OR REPLACE INTO embeddings (track, model, dim, form, vector, how, crops, "
+                "time) VALUES (?,?,?,?,?,?,?,?)",
+                (
+                    track,
+                    e["model"],
+                    e["dim"],
+                    e["form"],
+                    e["vector"],
+                    e["how"],
+                    e["crops"],
+                    row["time"],
+                ),
+            )
+            self.embeddings += 1
+        link = row.get("reid")
+        if link:
+            live = self.tracks.get((link["stream"], link["track_id"]))
+            other = live["id"] if live is not None else None
+            if other is None:
+                found = self.conn.execute(
+                    "SELECT id FROM tracks WHERE run = ? AND stream = ? AND track_id = ?",
+                    (self.run, link["stream"], link["track_id"]),
+                ).fetchone()
+                other = found[0] if found else None
+            if other is not None and other != track:
+                self.conn.execute(
+                    "INSERT OR REPLACE INTO reid (track, other, similarity, time) VALUES (?,?,?,?)",
+                    (track, other, link["similarity"], row["time"]),
+                )
 
     def _save_track(self, t: dict) -> None:
         self.conn.execute(

@@ -44,6 +44,8 @@ class Probes:
         # (method, path prefix) -> handler(target, body): routes that read the request's target
         # (its query, the rest of its path: the store's /api/events?..., /api/tracks/ID)
         self.targets: dict = {}
+        # model name -> image (BGR) -> unit vector: the camera's embedders (POST /api/search)
+        self.embedders: dict = {}
 
     def command(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes, str] | None:
         """A route's answer to ``method path``; None when no route takes it."""

@@ -51,6 +51,8 @@ class Vectors:
             scale, values = 1.0, v.astype(np.float16)
         if len(values) != self.dim:
             return
+        norm = float(np.linalg.norm(values.astype(np.float32))) * scale
+        scale = scale / norm if norm > 0 else 0.0  # cosines of the vectors as stored: self is 1
         row = self.where.get(track_id)
         if row is None:
             row = self.where[track_id] = self.n
@@ -71,9 +73,7 @@ class Vectors:
             part = take[i : i + BLOCK]
             block = self.rows[part] if rows is not None else self.rows[i : i + len(part)]
             out[i : i + len(part)] = block.astype(np.float32) @ q
-        if self.int8:
-            out *= self.scale[take]
-        # a stored vector is unit before its compact form: its norm after it is ~1 (int8: 1e-2)
+        out *= self.scale[take]
         return out
 
 
@@ -179,8 +179,7 @@ def search(conn, index: Index, f: Filters, query=None, similar_to=None, model=No
             raise NoEmbeddings(
                 f"track {similar_to} has no embedding of model {model!r} in the store"
             )
-        q = v.rows[row].astype(np.float32) * (v.scale[row] if v.int8 else 1.0)
-        q /= max(float(np.linalg.norm(q)), 1e-12)
+        q = v.rows[row].astype(np.float32) * v.scale[row]
     else:
         q = np.asarray(query, np.float32).ravel()
         if len(q) != v.dim:
@@ -192,6 +191,8 @@ def search(conn, index: Index, f: Filters, query=None, similar_to=None, model=No
     k = min(f.limit, len(sims))
     if k == 0:
         return {"results": [], "model": model}
+    if similar_to is not None:  # the track itself first, before any of the same vector
+        sims = np.where(ids == similar_to, np.nextafter(sims, np.float32(np.inf)), sims)
     top = np.argpartition(-sims, k - 1)[:k]
     top = top[np.argsort(-sims[top], kind="stable")]
     results = []

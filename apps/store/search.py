@@ -76,9 +76,10 @@ class Vectors:
         if self.int8 and _int8_gemv() is not None:
             peak = float(np.abs(q).max()) or 1.0
             q8 = np.clip(np.round(q / peak * 127), -127, 127).astype(np.int8)
-            a = self.rows[: self.n] if rows is None else self.rows[rows]
-            out = _int8_gemv().run(None, {"a": a, "b": q8[:, None]})[0][:, 0].astype(np.float32)
-            return out * (self.scale[take] * (peak / 127))
+            # every row, then those asked for: a pass over the matrix costs less than its copy
+            out = _int8_gemv().run(None, {"a": self.rows[: self.n], "b": q8[:, None]})[0][:, 0]
+            out = out if rows is None else out[rows]
+            return out.astype(np.float32) * (self.scale[take] * (peak / 127))
         out = np.empty(len(take), np.float32)
         for i in range(0, len(take), BLOCK):
             part = take[i : i + BLOCK]
@@ -227,8 +228,10 @@ def candidates(conn, f: Filters, v: Vectors) -> np.ndarray | None:
         params.append(f.until)
     if not clauses:
         return None
-    sql = "SELECT id FROM tracks WHERE " + " AND ".join(clauses)
-    ids = np.fromiter((r[0] for r in conn.execute(sql, params)), np.int64)
+    # one row of text parsed in C: a Python row per track cost 46 ms at 50k tracks
+    sql = "SELECT group_concat(id) FROM tracks WHERE " + " AND ".join(clauses)
+    text = conn.execute(sql, params).fetchone()[0]
+    ids = np.fromstring(text, np.int64, sep=",") if text else np.zeros(0, np.int64)
     return np.flatnonzero(np.isin(v.tracks[: v.n], ids))
 
 

@@ -258,3 +258,28 @@ def test_reid_links_once_within_the_window_and_one_to_one():
     assert late.offer((1, 1), v[0], 10.5) == []  # seen 10.5 s ago: outside the window
     late.seen((0, 1), 5.0)
     assert late.offer((1, 2), v[0], 14.0)[0][0] == (0, 1)  # seen again at 5 s: within it
+
+
+def test_the_route_answers_404_with_a_sentence_when_the_store_holds_no_embeddings(tmp_path):
+    from edgert.apps.store.routes import Routes
+
+    path = tmp_path / "s.db"
+    w = StoreWriter(path, "r", CAMS, batch_s=0.01)
+    w.put([row_of({"event": "track_start", "stream": 0, "track_id": 1, "time": 1.0}, CAMS)])
+    w.close()
+    status, body, ctype = Routes(path).search("/api/search?similar_to=1")
+    assert (status, ctype) == (404, "application/json")
+    assert json.loads(body)["error"].startswith("the store holds no embeddings")
+    old = tmp_path / "old.db"  # a store of version 1: no embeddings table at all
+    conn = sqlite3.connect(old)
+    for sql in schema.MIGRATIONS[0]:
+        conn.execute(sql)
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    status, body, _ = Routes(old).search("/api/search?similar_to=1")
+    assert status == 404 and json.loads(body) == {"error": "the store holds no embeddings"}
+    status, body, _ = Routes(path).search("/api/search")
+    assert status == 400 and "give similar_to=TRACK, or POST" in json.loads(body)["error"]
+    status, body, _ = Routes(path).search("/api/search", b"\x89PNG\r\n\x1a\n...")
+    assert status == 404 and "runs no embedder" in json.loads(body)["error"]

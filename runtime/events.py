@@ -46,6 +46,16 @@ KINDS: dict[str, Kind] = {
         ),
         Kind("track_label", (TRACK,), "a second stage's consensus on a track, or its change"),
         Kind(
+            "track_embedding",
+            (TRACK, "secondary", "dim", "form", "how", "crops", "primary", "vector"),
+            "an embedder secondary's vector of a track (base64 of its compact form), or its update",
+        ),
+        Kind(
+            "track_reid",
+            (TRACK, "other_stream", "other_track_id", "similarity", "secondary"),
+            "a track re-identified as another stream's recent track (its embedding's cosine)",
+        ),
+        Kind(
             "model_swap",
             (
                 "secondary",

@@ -27,12 +27,53 @@ def add_parser(sub) -> None:
     q.add_argument("--limit", default="100", metavar="N", help="at most N events (default 100)")
     q.add_argument("--cursor", metavar="C", help="the next page: the next_cursor a page gave")
     q.add_argument("--json", action="store_true", help="print the page as JSON")
+    q.add_argument(
+        "--similar-to",
+        metavar="TRACK",
+        help="the tracks most similar to this one (their stored embeddings, exact cosine), "
+        "most similar first, under --camera, --label, --since, --until and --limit (default 20)",
+    )
     p.set_defaults(func=run)
+
+
+def similar(args) -> int:
+    """``--similar-to TRACK``: the search of ``GET /api/search`` on the store's file."""
+    from edgert.apps.store import query, search
+
+    given = {k: getattr(args, k) for k in ("camera", "label", "since", "until")}
+    given = {k: v for k, v in given.items() if v is not None}
+    if args.zone or args.line or args.cursor:
+        raise query.QueryError("--similar-to takes --camera, --label, --since, --until, --limit")
+    given["similar_to"] = args.similar_to
+    given["limit"] = args.limit if args.limit != "100" else "20"
+    f, own = search.parse(given)
+
+    def reader(conn, ph):
+        try:
+            return search.search(conn, search.Index(), f, similar_to=own["similar_to"])
+        except search.NoEmbeddings as exc:
+            raise query.QueryError(f"{args.store}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - a store of version 1: no embeddings table
+            if "embeddings" not in str(exc):
+                raise
+            raise query.QueryError(f"{args.store}: the store holds no embeddings") from None
+
+    found = query.read(args.store, reader)
+    if args.json:
+        print(json_text.dumps(found, indent=2))
+        return 0
+    for r in found["results"]:
+        t = r["track"]
+        print(f"{r['similarity']:.4f}  track {t['id']}  {t['camera']}  {t['label'] or ''}".rstrip())
+    print(f"{len(found['results'])} track(s) by model {found['model']}")
+    return 0
 
 
 def run(args) -> int:
     from edgert.apps.store import query
 
+    if args.similar_to is not None:
+        return similar(args)
     f = query.Filters.parse(
         {
             k: getattr(args, k)

@@ -193,6 +193,8 @@ def read(store: str, reader):
 class PgWriter(StoreWriter):
     """:class:`StoreWriter` on the server ``target``: the same batching, this SQL, the spool."""
 
+    mark = "%s"
+
     def __init__(self, target: Target, run: str, cameras: list, keep_days=None, batch_s=BATCH_S):
         self.target, self.device = target, target.device
         self.lost = require().OperationalError, require().InterfaceError

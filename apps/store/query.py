@@ -229,7 +229,25 @@ def track(conn, track_id: int, placeholder: str = "?") -> dict | None:
     sql = f"SELECT {_columns(placeholder)} FROM events{clause} AND track = ? ORDER BY time, id"
     params.append(track_id)
     out["events"] = [event_of(r) for r in conn.execute(sql.replace("?", placeholder), params)]
+    out["reid"] = links(conn, track_id, placeholder)
     return out
+
+
+def links(conn, track_id: int, placeholder: str = "?") -> list:
+    """The track's re-identification links, both ways: ``[{"track": ID, "camera": C,
+    "similarity": S, "time": T}]`` (the other track's); empty in a store older than them."""
+    sql = (
+        "SELECT r.other, t.camera, r.similarity, r.time FROM reid r JOIN tracks t ON t.id = "
+        "r.other WHERE r.track = ? UNION ALL SELECT r.track, t.camera, r.similarity, r.time "
+        "FROM reid r JOIN tracks t ON t.id = r.track WHERE r.other = ? ORDER BY 4"
+    )
+    try:
+        rows = conn.execute(sql.replace("?", placeholder), [track_id, track_id]).fetchall()
+    except Exception as exc:  # noqa: BLE001 - a store of version 1 has no reid table
+        if "reid" not in str(exc):
+            raise
+        return []
+    return [{"track": a, "camera": c, "similarity": s, "time": t} for a, c, s, t in rows]
 
 
 def read(store: str, reader):

@@ -16,6 +16,8 @@ from edgert.runtime.events import kind_of
 # what a row keeps in its own columns; the rest of the record is kept as JSON in ``data``
 _COLUMNS = ("event", "stream", "time", "track_id", "label", "zone", "line", "clip", "snapshot")
 _NOT_KEPT = ("t_monotonic", "frame")  # a run's own clock and frame index: nothing after it
+# a track_embedding's vector goes to the embeddings table, not into the event's JSON
+_VECTOR = ("vector",)
 
 
 def row_of(record: dict, cameras: list) -> dict:
@@ -43,8 +45,45 @@ def row_of(record: dict, cameras: list) -> dict:
         "snapshot": _text(record.get("snapshot")),
         "secondary": secondary if isinstance(secondary, dict) else None,
         "config_version": _text(record.get("config_version")),
-        "data": {k: v for k, v in record.items() if k not in _COLUMNS and k not in _NOT_KEPT},
+        "data": {
+            k: v
+            for k, v in record.items()
+            if k not in _COLUMNS and k not in _NOT_KEPT and k not in _VECTOR
+        },
+        "embedding": _embedding(record) if kind == "track_embedding" else None,
+        "reid": _reid(record) if kind == "track_reid" else None,
     }
+
+
+def _embedding(record: dict) -> dict | None:
+    """A ``track_embedding``'s vector as the store keeps it (the compact blob of
+    :func:`edgert.runtime.embeddings.encode`, base64 in the record), or None when it has none."""
+    import base64
+    import binascii
+
+    try:
+        blob = base64.b64decode(str(record.get("vector") or ""), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    dim = record.get("dim")
+    if not blob or not isinstance(dim, int):
+        return None
+    return {
+        "model": str(record.get("secondary") or "embedder"),
+        "dim": dim,
+        "form": str(record.get("form") or ""),
+        "vector": blob,
+        "how": _text(record.get("how")),
+        "crops": record.get("crops") if isinstance(record.get("crops"), int) else None,
+    }
+
+
+def _reid(record: dict) -> dict | None:
+    """A ``track_reid``'s link: the other stream's track and the similarity."""
+    other, stream = record.get("other_track_id"), record.get("other_stream")
+    if not isinstance(other, int) or not isinstance(stream, int):
+        return None
+    return {"stream": stream, "track_id": other, "similarity": float(record.get("similarity") or 0)}
 
 
 def _text(value) -> str | None:

@@ -1,5 +1,8 @@
 """The store's answers on the camera's HTTP port: ``GET /api/events`` (the filters of
-:mod:`.query`, a page at a time), ``GET /api/tracks/ID`` and the files rows name,
+:mod:`.query`, a page at a time), ``GET /api/tracks/ID``, ``GET /api/search?similar_to=TRACK``
+and ``POST /api/search`` with a JPEG or PNG picture as the body (:mod:`.search`; the body's
+bound is the port's, 64 KiB), ``GET /api/counts`` (tracks per zone, and the people they are
+once re-identified across cameras), and the files rows name,
 ``GET /api/media/events/ID/snapshot|clip`` and ``GET /api/media/tracks/ID/snapshot`` (the
 track's best snapshot). Each request reads the store on a connection of its own (WAL: readers
 never wait for the writer), only what is committed.
@@ -12,12 +15,13 @@ clips folder of edgert's; nothing else of the disk, whatever a row says."""
 from __future__ import annotations
 
 import re
+import sqlite3
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 from edgert.apps.telemetry.http import json_answer
 
-from . import query
+from . import query, search
 
 KNOWN = ("camera", "label", "zone", "line", "since", "until", "limit", "cursor")
 # the /api routes the page may use beside these: said in /api/events' "features"
@@ -33,6 +37,7 @@ _MEDIA_SQL = {
 class Routes:
     def __init__(self, path) -> None:  # a Path, or a PostgreSQL server's Target
         self.path = path
+        self.index = search.Index()  # the vectors, read once and then what was added
         self.probes = None
 
     def attach(self, probes) -> None:
@@ -40,6 +45,9 @@ class Routes:
         probes.targets[("GET", "/api/events")] = self.events
         probes.targets[("GET", "/api/tracks/")] = self.track
         probes.files["/api/media/"] = self.media
+        probes.targets[("GET", "/api/search")] = self.search
+        probes.targets[("POST", "/api/search")] = self.search
+        probes.targets[("GET", "/api/counts")] = self.counts
 
     def _read(self):
         """A connection of this request's own: the SQLite file's, or the server's (read only)."""
@@ -119,3 +127,108 @@ class Routes:
         if row[1]:
             return 404, b"deleted by retention\n", "text/plain"
         return Path(row[0])
+
+    def search(self, target: str, body: bytes = b""):
+        """``similar_to=TRACK`` (GET), or the picture of the body (POST) through the camera's
+        embedder, under the history's filters."""
+        parsed = urlparse(target)
+        if parsed.path != "/api/search":
+            return json_answer(404, {"error": "not found"})
+        if not isinstance(self.path, Path):
+            return json_answer(
+                404,
+                {"error": "search reads a SQLite store; a PostgreSQL store is not searched yet"},
+            )
+        given, why = _given(parsed.query)
+        if why:
+            return json_answer(400, {"error": why})
+        try:
+            f, own = search.parse(given)
+            vector = None
+            if body:
+                if own.get("similar_to") is not None:
+                    raise query.QueryError("give similar_to= or a picture, not both")
+                own["model"], vector = self._embed(body, own.get("model"))
+            elif own.get("similar_to") is None:
+                raise query.QueryError(
+                    "give similar_to=TRACK, or POST a JPEG or PNG picture (at most 64 KiB)"
+                )
+        except search.NoEmbeddings as exc:
+            return json_answer(404, {"error": str(exc)})
+        except query.QueryError as exc:
+            return json_answer(400, {"error": str(exc)})
+        conn = self._read()
+        try:
+            found = search.search(conn, self.index, f, vector, own.get("similar_to"), own["model"])
+        except search.NoEmbeddings as exc:
+            return json_answer(404, {"error": str(exc)})
+        except query.QueryError as exc:
+            return json_answer(400, {"error": str(exc)})
+        except sqlite3.OperationalError as exc:  # a store of version 1 read as it is
+            if "embeddings" not in str(exc):
+                raise
+            return json_answer(404, {"error": "the store holds no embeddings"})
+        finally:
+            conn.close()
+        return json_answer(200, found)
+
+    def _embed(self, body: bytes, model):
+        """(model, unit vector) of the uploaded picture; QueryError in one sentence."""
+        embedders = getattr(self.probes, "embedders", None) or {}
+        if not embedders:
+            raise search.NoEmbeddings(
+                "this camera runs no embedder: searching by picture needs --secondary "
+                "EMBEDDER.edgert"
+            )
+        if model is not None and model not in embedders:
+            raise query.QueryError(f"model {model!r} is not an embedder of this camera")
+        if not (body[:3] == b"\xff\xd8\xff" or body[:8] == b"\x89PNG\r\n\x1a\n"):
+            raise query.QueryError("the body is not a JPEG or PNG picture")
+        import cv2
+        import numpy as np
+
+        image = cv2.imdecode(np.frombuffer(body, np.uint8), cv2.IMREAD_COLOR)
+        if image is None or min(image.shape[:2]) < 2:
+            raise query.QueryError("the body is not a picture OpenCV can decode")
+        name = model or next(iter(embedders))
+        return name, embedders[name](image)
+
+    def counts(self, target: str, body: bytes = b""):
+        parsed = urlparse(target)
+        if parsed.path != "/api/counts":
+            return json_answer(404, {"error": "not found"})
+        if not isinstance(self.path, Path):
+            return json_answer(
+                404, {"error": "counts read a SQLite store; a PostgreSQL store is not counted yet"}
+            )
+        given, why = _given(parsed.query)
+        if not why:
+            extra = sorted(set(given) - {"camera", "label", "since", "until"})
+            why = (
+                f"unknown filter {extra[0]!r} (filters: camera, label, since, until)"
+                if extra
+                else ""
+            )
+        if why:
+            return json_answer(400, {"error": why})
+        try:
+            f = query.Filters.parse(given)
+        except query.QueryError as exc:
+            return json_answer(400, {"error": str(exc)})
+        conn = self._read()
+        try:
+            return json_answer(200, search.counts(conn, f))
+        finally:
+            conn.close()
+
+
+def _given(text: str) -> tuple[dict, str]:
+    """A query string's values (one each), or the sentence why not."""
+    try:
+        given = parse_qs(text, keep_blank_values=True, strict_parsing=False)
+    except ValueError:
+        given = {}
+    twice = sorted(k for k, v in given.items() if len(v) > 1)
+    if twice:
+        return {}, f"{twice[0]}= is given twice"
+    return {k: v[0] for k, v in given.items()}, ""

@@ -75,6 +75,29 @@ MIGRATIONS: tuple = (
             for c in ("camera", "label", "zone", "line")
         ),
     ),
+    (  # 3: one embedding per track and model (search), and the links of re-identification
+        """CREATE TABLE embeddings (
+            id INTEGER PRIMARY KEY,
+            track INTEGER NOT NULL REFERENCES tracks (id) ON DELETE CASCADE,
+            model TEXT NOT NULL,
+            dim INTEGER NOT NULL,
+            form TEXT NOT NULL,
+            vector BLOB NOT NULL,
+            how TEXT,
+            crops INTEGER,
+            time REAL NOT NULL,
+            UNIQUE (track, model)
+        )""",
+        """CREATE TABLE reid (
+            id INTEGER PRIMARY KEY,
+            track INTEGER NOT NULL REFERENCES tracks (id) ON DELETE CASCADE,
+            other INTEGER NOT NULL REFERENCES tracks (id) ON DELETE CASCADE,
+            similarity REAL NOT NULL,
+            time REAL NOT NULL,
+            UNIQUE (track, other)
+        )""",
+        "CREATE INDEX reid_other ON reid (other)",
+    ),
 )
 VERSION = len(MIGRATIONS)
 # versions that change only the SQLite file's layout (its indexes, the ids in time order, the

@@ -216,6 +216,7 @@ class StoreOutput(Sink):
             "path": self.shown,
             "events": w.events,
             "tracks": w.tracks_written,
+            "embeddings": w.embeddings,
             "commits": w.commits,
             "batch_s": w.batch_s,
             "bytes_written": w.io["wchar"],

@@ -47,6 +47,8 @@ class StoreWriter:
     """The writer thread of the store at ``path`` for the run ``run`` (its tag) with the
     cameras ``cameras``; ``keep_days``: rows older than that are deleted (at start and hourly)."""
 
+    mark = "?"  # the driver's placeholder (PostgreSQL's is %s)
+
     def __init__(
         self, path, run: str, cameras: list, keep_days=None, batch_s=BATCH_S, folders=()
     ) -> None:
@@ -61,6 +63,7 @@ class StoreWriter:
         self.tracks_written = 0
         self.ids = schema.EventIds()
         self.seen: set = set()  # this batch's rows of ``seen`` (schema.seen_keys)
+        self.embeddings = 0  # embeddings written (a track's later one replaces its earlier)
         self.io = {"wchar": 0, "write_bytes": 0}
         self.on_commit = None  # told each batch once committed (what may then be acknowledged)
         self.t0 = time.monotonic()
@@ -162,6 +165,8 @@ class StoreWriter:
                 track = self._track(row, touched) if row["track_id"] is not None else None
                 self._insert_event(row, track)
                 self.events += 1
+                if track is not None and (row.get("embedding") or row.get("reid")):
+                    self._extra(row, track)
             for key, t in touched.items():
                 self._save_track(t)
                 if t["ended"]:
@@ -221,6 +226,52 @@ class StoreWriter:
             "VALUES (?, ?, ?, ?, ?, ?)",
             (self.run, row["stream"], row["track_id"], row["camera"], row["time"], row["time"]),
         ).lastrowid
+
+    def _extra(self, row: dict, track: int) -> None:
+        """A track's embedding (one per track and model: the latest replaces the one before)
+        or its re-identification link to another stream's track (found by the run's tag)."""
+        e = row.get("embedding")
+        if e:
+            self.conn.execute(  # SQLite's and PostgreSQL's upsert alike
+                (
+                    "INSERT INTO embeddings (track, model, dim, form, vector, how, crops, time) "
+                    "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (track, model) DO UPDATE SET "
+                    "dim = excluded.dim, form = excluded.form, vector = excluded.vector, "
+                    "how = excluded.how, crops = excluded.crops, time = excluded.time"
+                ).replace("?", self.mark),
+                (
+                    track,
+                    e["model"],
+                    e["dim"],
+                    e["form"],
+                    e["vector"],
+                    e["how"],
+                    e["crops"],
+                    row["time"],
+                ),
+            )
+            self.embeddings += 1
+        link = row.get("reid")
+        if link:
+            live = self.tracks.get((link["stream"], link["track_id"]))
+            other = live["id"] if live is not None else None
+            if other is None:
+                found = self.conn.execute(
+                    "SELECT id FROM tracks WHERE run = ? AND stream = ? AND track_id = ?".replace(
+                        "?", self.mark
+                    ),
+                    (self.run, link["stream"], link["track_id"]),
+                ).fetchone()
+                other = found[0] if found else None
+            if other is not None and other != track:
+                self.conn.execute(
+                    (
+                        "INSERT INTO reid (track, other, similarity, time) VALUES (?,?,?,?) "
+                        "ON CONFLICT (track, other) DO UPDATE SET similarity = excluded.similarity,"
+                        " time = excluded.time"
+                    ).replace("?", self.mark),
+                    (track, other, link["similarity"], row["time"]),
+                )
 
     def _save_track(self, t: dict) -> None:
         self.conn.execute(

@@ -62,6 +62,8 @@ class Probes:
         # path prefix -> handler(target) -> a Path to stream (the web viewer sends it, with Range,
         # within its download slots) or (status, body, content type): the store's /api/media/
         self.files: dict = {}
+        # model name -> image (BGR) -> unit vector: the camera's embedders (POST /api/search)
+        self.embedders: dict = {}
 
     def command(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes, str] | None:
         """A route's answer to ``method path``; None when no route takes it."""

@@ -625,7 +625,7 @@ def test_two_secondaries_named_alike_are_refused_and_another_task_is_left_out(sc
     )
     assert proc.returncode == 0, proc.stderr
     said = [line for line in proc.stderr.splitlines() if "--secondary" in line]
-    assert len(said) == 1 and "a secondary is a classifier or finds boxes" in said[0], said
+    assert len(said) == 1 and "a secondary is a classifier, finds boxes or embeds" in said[0], said
     (r,) = json.loads(proc.stdout)["secondary"]
     assert r["name"] == "colours" and r["calls"] >= 1
 

@@ -22,6 +22,8 @@ HELP = (
     "0 never, default 1), min=PX (smaller boxes are refused, default 16), window=S (the best "
     "view chosen over S seconds, default 0.5), name=NAME"
 )
+# an embedder's options (embed=, form=, reid=, reid_window=: secondary_spec.SecondarySpec) are
+# left out of HELP until docs/cli.md is generated again with them
 
 
 class Secondaries(Feature):
@@ -32,7 +34,7 @@ class Secondaries(Feature):
     help_rank = 30
     needs = ("tracking", "swap")  # the tracks' crops; the primary's /model it extends
     after = ("tracking", "swap")
-    events = ("track_label", "model_swap_superseded")
+    events = ("track_label", "track_embedding", "track_reid", "model_swap_superseded")
 
     stage: Any = None  # secondary.SecondaryStage
     model_routes: Any = None  # apps.swap.secondary.ModelRoutes, once attached
@@ -89,6 +91,11 @@ class Secondaries(Feature):
             self.stage.enrich(events)
 
     def attach(self, run: Run) -> None:
+        probes = getattr(run.probes, "probes", None)
+        if self.stage is not None and probes is not None:  # POST /api/search's pictures
+            for s in self.stage.secondaries:
+                if s.embeds:
+                    probes.embedders[s.name] = s.embed_image
         if run.slot is not None:  # with --model-endpoint a swap queue and thread per secondary
             from edgert.apps.swap.secondary import ModelRoutes, start_swaps
 

@@ -136,6 +136,7 @@ class TrackState:
     said: str = ""  # the consensus last announced (an event when it changes)
     ended: bool = False  # the track ended (its state goes once its answers are in and said)
     counted: bool = False  # among the tracks attempted (counted once)
+    vectors: list = field(default_factory=list)  # an embedder's: (quality, unit vector) each
 
     def consensus(self) -> tuple[str, float] | None:
         if not self.votes or self.weight <= 0:

@@ -71,6 +71,7 @@ class Secondary:
         self.use(model)
         self.tracks: dict = {}
         self.lock = threading.Lock()
+        self.calling = threading.Lock()  # the model's calls: the worker's, a search's picture
         self.calls = 0
         self.crops = 0
         self.batches = 0  # queue items (a primary batch's crops) it ran
@@ -93,6 +94,7 @@ class Secondary:
         kind = task_spec(model.task)
         self.model = model
         self.classifies, self.boxes = bool(kind.class_scores), bool(kind.boxes)
+        self.embeds = bool(kind.vectors)  # an embedder: one vector per track, no label
         self.input_side = input_side(model)
         self.need = needs(model)  # what a crop is scaled down to (twice that)
 
@@ -184,7 +186,7 @@ class Secondary:
                 self._drop_ended(key, st)
 
     def _drop_ended(self, key, st: TrackState) -> None:
-        if st.ended and st.pending == 0 and (st.consensus() or ("",))[0] == st.said:
+        if st.ended and st.pending == 0 and self._current(st) == st.said:
             del self.tracks[key]
             if st.counted:
                 self.ended_tracks += 1
@@ -220,7 +222,8 @@ class Secondary:
         results = []
         for i in range(0, len(crops), step):
             part = prepared[i : i + step]
-            out = m.infer(m.collate([t for t, _ in part]))
+            with self.calling:  # one call at a time (an uploaded picture's, POST /api/search)
+                out = m.infer(m.collate([t for t, _ in part]))
             results += m.postprocess(out, [tr for _, tr in part])
             with self.lock:
                 self.calls += 1
@@ -244,6 +247,13 @@ class Secondary:
             return
         st.pending -= 1
         st.answered += 1
+        if self.embeds:
+            e = getattr(result, "embedding", None)
+            if e is None or not np.isfinite(e.vector).all():
+                self.not_finite += 1
+                return
+            st.vectors.append((max(crop.quality, 1e-6), np.asarray(e.vector, np.float32)))
+            return
         given = result.classes if self.classifies else result.objects
         if self.classifies:
             classes = [c for c in given if math.isfinite(c.score)]
@@ -280,8 +290,16 @@ class Secondary:
                 for d in objects
             ]
 
+    def _current(self, st: TrackState) -> str:
+        """What was last said of the track: its label, or (an embedder) its vectors' count."""
+        if self.embeds:
+            return str(len(st.vectors)) if st.vectors else ""
+        return (st.consensus() or ("",))[0]
+
     def announce(self, key) -> dict | None:
         """The track's consensus when it changed since it was last said (an event's fields)."""
+        if self.embeds:
+            return self._announce_vector(key)
         with self.lock:
             st = self.tracks.get(key)
             c = st.consensus() if st is not None else None
@@ -299,6 +317,47 @@ class Secondary:
                 "primary": st.label,
             }
 
+    def _announce_vector(self, key) -> dict | None:
+        """An embedder's track: its vector when a crop was added since it was last said (the
+        fields of a ``track_embedding``; ``unit``: the float32 vector, for re-identification)."""
+        import base64
+
+        from edgert.runtime import embeddings
+
+        with self.lock:
+            st = self.tracks.get(key)
+            if st is None or not st.vectors or self._current(st) == st.said:
+                if st is not None:
+                    self._drop_ended(key, st)
+                return None
+            st.said = self._current(st)
+            vectors = list(st.vectors)
+            self._drop_ended(key, st)
+        if self.spec.embed == "best":
+            unit = max(vectors, key=lambda qv: qv[0])[1]
+        else:  # the quality-weighted mean of the unit vectors, made unit again
+            unit = embeddings.normalise(sum(q * v for q, v in vectors)[None])[0][0]
+        blob = embeddings.encode(unit, self.spec.form)
+        return {
+            "secondary": self.name,
+            "dim": int(unit.size),
+            "form": self.spec.form,
+            "how": self.spec.embed,
+            "crops": len(vectors),
+            "primary": st.label,
+            "vector": base64.b64encode(blob).decode("ascii"),
+            "unit": unit,
+        }
+
+    def embed_image(self, image) -> np.ndarray:
+        """The unit vector of one picture (POST /api/search), called beside the worker."""
+        m = self.model
+        tensor, transform = m.preprocess(image)
+        with self.calling:
+            out = m.infer(m.collate([tensor]))
+        (result,) = m.postprocess(out, [transform])
+        return np.asarray(result.embedding.vector, np.float32)
+
     def reset(self) -> None:
         """A new model: every live track's votes start again (its labels came from the model
         replaced) and so does its budget, less the crops still waiting (the new model answers
@@ -308,6 +367,7 @@ class Secondary:
                 st.attempts, st.answered = st.pending, 0
                 st.votes.clear()
                 st.weight, st.objects, st.best, st.said = 0.0, [], -1.0, ""
+                st.vectors = []
 
     def counters(self) -> dict:
         with self.lock:
@@ -339,7 +399,9 @@ def load_all(specs, load, say) -> list:
             continue
         if not _takes(model):
             _not_loaded(
-                spec, f"a {model.task} model: a secondary is a classifier or finds boxes", say
+                spec,
+                f"a {model.task} model: a secondary is a classifier, finds boxes or embeds",
+                say,
             )
             model.close()
             continue
@@ -365,7 +427,7 @@ def _takes(model) -> bool:
     from edgert.runtime.tasks import task_spec
 
     kind = task_spec(model.task)
-    return bool(kind.class_scores or kind.boxes)
+    return bool(kind.class_scores or kind.boxes or kind.vectors)
 
 
 def _not_loaded(spec, why: str, say) -> None:

@@ -46,6 +46,17 @@ class SecondarySpec:
     every_s: float = 1.0  # re-check after this long (0: never): the budget spread over a track
     min_size: int = 16  # a box's shorter side under this (pixels) is refused
     window_s: float = 0.5  # the best crop is chosen over this long before an attempt
+    # an embedder's: the track's vector (mean: quality-weighted over its crops; best: the best
+    # crop's), its stored form, and re-identification across streams (reid: the least cosine,
+    # 0 off; reid_window: how recent the other stream's track was, seconds). Measured on
+    # vtest.avi as two cameras (benchmarks/reid.py, MobileNetV2's features): the mean retrieves
+    # better (recall@1 0.67 against the best crop's 0.51); links at 0.86 have precision 0.95 and
+    # recall 0.78 (0.84 to 0.87 keep both above 0.9 / 0.7); int8 costs recall@10 at most 0.1
+    # point against float32 (benchmarks/embed_retrieval.py)
+    embed: str = "mean"
+    form: str = "int8"
+    reid: float = 0.86
+    reid_window_s: float = 30.0
 
     KEYS = {
         "name": ("name", str),
@@ -56,6 +67,10 @@ class SecondarySpec:
         "every": ("every_s", float),
         "min": ("min_size", int),
         "window": ("window_s", float),
+        "embed": ("embed", str),
+        "form": ("form", str),
+        "reid": ("reid", float),
+        "reid_window": ("reid_window_s", float),
     }
 
     @classmethod
@@ -89,6 +104,10 @@ class SecondarySpec:
             (spec.grow <= 0, "grow is a share of the area, above 0"),
             (spec.every_s < 0 or spec.window_s < 0, "times are seconds, 0 or more"),
             (spec.min_size < 1, "min is pixels, at least 1"),
+            (spec.embed not in ("mean", "best"), "embed= is mean or best"),
+            (spec.form not in ("int8", "float16", "float32"), "form= is int8, float16 or float32"),
+            (not 0 <= spec.reid <= 1, "reid= is a cosine similarity, 0 (off) to 1"),
+            (spec.reid_window_s <= 0, "reid_window= is seconds, above 0"),
             (
                 spec.name and (not NAME.fullmatch(spec.name) or spec.name in RESERVED),
                 f"name={spec.name}: a name is a letter then letters, digits, '_' or '-', and not "

@@ -34,6 +34,13 @@ class SecondaryStage:
         self._batch = None  # the primary batch the output thread is collecting for
         self._seen = 0
         self._collect: dict = {}  # secondary -> crops of the current primary batch
+        self.now: dict = {}  # stream -> its latest frame's scene time (re-identification's clock)
+        self.reids: dict = {}  # an embedder secondary -> its re-identification across streams
+        for s in secondaries:
+            if getattr(s, "embeds", False) and s.spec.reid > 0:
+                from .reid import Reid
+
+                self.reids[s] = Reid(s.spec.reid, s.spec.reid_window_s)
         self.thread = threading.Thread(target=self._work, name="secondary", daemon=True)
         self.thread.start()
 
@@ -46,6 +53,7 @@ class SecondaryStage:
             self._batch, self._seen = frame.batch, 0
         self._seen += 1
         picture = frame.picture
+        self._seen_now(frame)
         if frame.inferred and picture is not None:
             for t in frame.tracks:
                 if t.detection is None or t.predicted:
@@ -68,6 +76,13 @@ class SecondaryStage:
                 s.forget(key)
         for event in self.announcements(frame.stream):  # consensus reached or changed
             handler.post_event(event)
+
+    def _seen_now(self, frame) -> None:
+        """Re-identification's clock (the stream's scene time) and the tracks on the frame."""
+        self.now[frame.stream] = frame.t_scene
+        for reid in self.reids.values():
+            for t in frame.tracks:
+                reid.seen((frame.stream, t.track_id), frame.t_scene)
 
     def label(self, frame) -> None:
         """Each tracked object and each event of a track with the tracks' consensus so far."""
@@ -144,18 +159,37 @@ class SecondaryStage:
         return self.announcements()
 
     def announcements(self, stream: int | None = None) -> list:
-        """``track_label`` events of the tracks (of ``stream``) whose consensus changed."""
+        """``track_label`` events of the tracks (of ``stream``) whose consensus changed (an
+        embedder's: ``track_embedding``, and ``track_reid`` for the links it makes)."""
         out = []
         for s in self.secondaries:
             for key in [k for k in list(s.tracks) if stream is None or k[0] == stream]:
                 said = s.announce(key)
-                if said is not None:
-                    said["t_monotonic"] = round(time.monotonic(), 4)
-                    out.append(
-                        Event(
-                            "track_label", key[0], key[1], round(time.time(), 4), said
-                        ).to_record()
-                    )
+                if said is None:
+                    continue
+                said["t_monotonic"] = round(time.monotonic(), 4)
+                unit = said.pop("unit", None)
+                kind = "track_embedding" if unit is not None else "track_label"
+                out.append(Event(kind, key[0], key[1], round(time.time(), 4), said).to_record())
+                reid = self.reids.get(s)
+                if reid is not None and unit is not None:
+                    out += self._links(s, reid, key, unit)
+        return out
+
+    def _links(self, s, reid, key, unit) -> list:
+        """``track_reid`` events of the links ``key``'s new vector makes (see :mod:`.reid`)."""
+        out = []
+        for other, sim in reid.offer(key, unit, self.now.get(key[0], 0.0)):
+            fields = {
+                "other_stream": other[0],
+                "other_track_id": other[1],
+                "similarity": round(sim, 4),
+                "secondary": s.name,
+                "t_monotonic": round(time.monotonic(), 4),
+            }
+            out.append(
+                Event("track_reid", key[0], key[1], round(time.time(), 4), fields).to_record()
+            )
         return out
 
     def find(self, name: str):

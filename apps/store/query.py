@@ -226,7 +226,8 @@ def track(conn, track_id: int, placeholder: str = "?") -> dict | None:
     # within the track's first and last seen (no index of tracks): SQLite's by their ids
     f = Filters(since=out["first_seen"], until=out["last_seen"])
     clause, params = where(f, clustered=placeholder == "?")
-    sql = f"SELECT {_columns(placeholder)} FROM events{clause} AND track = ? ORDER BY time, id"
+    clause += " AND track = ?" if clause else " WHERE track = ?"  # a track never seen: all
+    sql = f"SELECT {_columns(placeholder)} FROM events{clause} ORDER BY time, id"
     params.append(track_id)
     out["events"] = [event_of(r) for r in conn.execute(sql.replace("?", placeholder), params)]
     out["reid"] = links(conn, track_id, placeholder)

@@ -59,10 +59,25 @@ class Routes:
         conn.execute("PRAGMA query_only = ON")
         return conn
 
-    def features(self) -> list:
-        """The optional routes the camera's server has now (the page shows what they do)."""
+    def features(self, conn) -> list:
+        """The optional routes the camera's server has and can answer now (the page shows what
+        they do): search when the camera runs an embedder or the store holds vectors."""
         targets = self.probes.targets if self.probes is not None else {}
-        return [name for name, path in OPTIONAL if ("GET", path) in targets]
+        return [
+            name
+            for name, path in OPTIONAL
+            if ("GET", path) in targets and (name != "search" or self._searchable(conn))
+        ]
+
+    def _searchable(self, conn) -> bool:
+        if getattr(self.probes, "embedders", None):
+            return True
+        if not isinstance(self.path, Path):
+            return False  # a server's store is not searched yet
+        try:
+            return conn.execute("SELECT 1 FROM embeddings LIMIT 1").fetchone() is not None
+        except sqlite3.OperationalError:  # a store older than the embeddings
+            return False
 
     @property
     def mark(self) -> str:
@@ -88,7 +103,7 @@ class Routes:
         conn = self._read()
         try:
             return json_answer(
-                200, {**query.events(conn, f, self.mark), "features": self.features()}
+                200, {**query.events(conn, f, self.mark), "features": self.features(conn)}
             )
         finally:
             conn.close()

@@ -25,7 +25,7 @@ from edgert.apps.store import query, schema
 from edgert.apps.store.records import row_of
 from edgert.apps.store.routes import Routes
 from edgert.apps.store.writer import StoreWriter
-from edgert.apps.telemetry.http import Probes, json_answer
+from edgert.apps.telemetry.http import Probes
 from tests.apps.test_page_chromium import CHROMIUM, FLAGS
 from tests.conftest import ROOT
 from tests.ports import free_ports
@@ -153,9 +153,11 @@ def test_events_of_one_microsecond_and_of_a_run_before_each_keep_their_own_id(tm
     assert [e["time"] for e in rest["events"]] == [t - 1, t - 1] and rest["next_cursor"] is None
 
 
-def _viewer_with_store(tmp_path, search=None):
+def _viewer_with_store(tmp_path, vectors: bool = False):
     """A web viewer whose probes carry the store's routes over a real store (tracks with real
-    recorded snapshots and clips), and ``search`` as GET /api/search when given."""
+    recorded snapshots and clips; with ``vectors`` an embedding per track, the dogs' alike)."""
+    from tests.apps.test_search_store import _embedding
+
     for folder in ("snaps", "clips"):
         (tmp_path / folder).mkdir()
     snaps = retention.Ledger(tmp_path / "snaps", "snapshots")
@@ -169,15 +171,15 @@ def _viewer_with_store(tmp_path, search=None):
         img = np.full((48, 64, 3), 40 * i, np.uint8)
         shot = snaps.write_new(f"t{i}", ".jpg", cv2.imencode(".jpg", img)[1].tobytes())
         base = {"stream": i % 2, "track_id": i + 1, "label": "dog" if i % 2 else "person"}
-        w.put(
-            [
-                row_of(r, CAMS)
-                for r in (
-                    {**base, "event": "track_start", "time": t0 + 10 * i},
-                    {**base, "event": "track_end", "time": t0 + 10 * i + 3, "snapshot": str(shot)},
-                )
-            ]
-        )
+        records = [
+            {**base, "event": "track_start", "time": t0 + 10 * i},
+            {**base, "event": "track_end", "time": t0 + 10 * i + 3, "snapshot": str(shot)},
+        ]
+        if vectors:  # the dogs (odd i) near one direction, the people near another
+            v = np.eye(64, dtype=np.float32)[1 if i % 2 else 2] + 0.05 * i * np.eye(64)[0]
+            unit = v / np.linalg.norm(v)
+            records.insert(1, _embedding(i % 2, i + 1, unit, t0 + 10 * i + 1, "int8"))
+        w.put([row_of(r, CAMS) for r in records])
     clip = clips.write_new("c", ".mp4", b"\x00\x00\x00\x18ftypisom" + bytes(1000))
     outside = tmp_path / "outside.jpg"
     outside.write_bytes(b"\xff\xd8 not edgert's")
@@ -195,8 +197,6 @@ def _viewer_with_store(tmp_path, search=None):
     clips.close()
     probes = Probes()
     Routes(tmp_path / "s.db").attach(probes)
-    if search is not None:
-        probes.targets[("GET", "/api/search")] = search
     return HttpOutput("127.0.0.1", 0, streams=1, probes=probes)
 
 
@@ -243,37 +243,6 @@ def test_the_store_s_files_are_only_those_its_rows_name_that_edgert_wrote(tmp_pa
         out.close()
 
 
-def _stand_in_search(store: Path):
-    """GET /api/search's contract (the search engineer's route: {"results": [{"track": the
-    /api/tracks/ID object, "similarity": float}]}, 404 when there are no embeddings), answered
-    from the store's rows: the tracks of the same label, nearer in time more similar. Swap it
-    for the real route once it is registered by the store."""
-    from urllib.parse import parse_qs, urlparse
-
-    def search(target: str, body: bytes = b""):
-        given = {k: v[0] for k, v in parse_qs(urlparse(target).query).items()}
-        conn = query.open_read(store)
-        try:
-            me = query.track(conn, int(given["similar_to"]))
-            ids = [
-                r[0] for r in conn.execute("SELECT id FROM tracks WHERE label = ?", [me["label"]])
-            ]
-            found = [query.track(conn, i) for i in ids]
-        finally:
-            conn.close()
-        near = sorted(found, key=lambda t: abs(t["first_seen"] - me["first_seen"]))
-        results = [
-            {
-                "track": t,
-                "similarity": round(1.0 / (1.0 + abs(t["first_seen"] - me["first_seen"])), 4),
-            }
-            for t in near
-        ]
-        return json_answer(200, {"results": results})
-
-    return search
-
-
 @pytest.mark.subprocess
 @pytest.mark.browser
 @needs_chromium
@@ -281,8 +250,7 @@ def _stand_in_search(store: Path):
 def test_find_similar_shows_only_when_the_server_has_search(tmp_path, with_search):
     from tests.cdp import Browser
 
-    search = _stand_in_search(tmp_path / "s.db") if with_search else None
-    out = _viewer_with_store(tmp_path, search)
+    out = _viewer_with_store(tmp_path, vectors=with_search)
     try:
         with Browser(CHROMIUM, FLAGS, tmp_path / "profile") as br:
             br.open(f"http://127.0.0.1:{out.port}/")
@@ -298,8 +266,8 @@ def test_find_similar_shows_only_when_the_server_has_search(tmp_path, with_searc
             rows = br.wait(
                 "[...document.querySelectorAll('#hsimilar .htr span')].map(s=>s.textContent)"
             )
-            assert len(rows) == 3 and rows[0].startswith("1.000 ") and "dog" in me, (me, rows)
-            assert all(" dog #" in r for r in rows)
+            assert len(rows) == 6 and rows[0].startswith("1.000 ") and "dog" in me, (me, rows)
+            assert all(" dog #" in r for r in rows[:3]) and all(" dog #" not in r for r in rows[3:])
     finally:
         out.close()
 

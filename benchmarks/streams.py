@@ -45,6 +45,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -82,12 +84,76 @@ def render_scene(seconds: float) -> Path:
     return path
 
 
-def stub_bundle(folder: Path) -> Path:
-    """A 640 letterbox detector whose graph is tiny: the I/O of a YOLOv8 head (benchmarks/
-    pipeline_cpu.py's, one class)."""
-    from benchmarks.pipeline_cpu import detector_bundle
+def sampler_detector(path: Path) -> Path:
+    """YOLOv8s's I/O with almost no work: [1, 3, 640, 640] in, [1, 6, 8400] out (boxes, two class
+    scores) over its three strides (8, 16, 32). Each anchor's first score is the red value of the
+    one pixel at its cell's centre above 0.995 (times 100): a real scene gives a few candidates at
+    most, as a detector on a quiet street does; the second class scores 0. The pipeline around
+    inference is what is measured (the model costs microseconds)."""
+    import onnx
+    from onnx import TensorProto, helper
 
-    return detector_bundle(folder)
+    nodes, inits, parts, boxes = [], [], [], []
+    for stride in (8, 16, 32):
+        cells = 640 // stride
+        name = f"s{stride}"
+        for k, v in (
+            ("starts", [0, 0, stride // 2, stride // 2]),
+            ("steps", [1, 1, stride, stride]),
+        ):
+            inits.append(helper.make_tensor(f"{name}_{k}", TensorProto.INT64, [4], v))
+        nodes += [
+            helper.make_node(
+                "Slice", ["images", f"{name}_starts", "ends", "axes", f"{name}_steps"], [name]
+            ),
+            helper.make_node("Reshape", [name, "flat"], [f"{name}_flat"]),
+        ]
+        parts.append(f"{name}_flat")
+        ys, xs = np.meshgrid(np.arange(cells), np.arange(cells), indexing="ij")
+        centre = lambda i, s=stride: (i + 0.5) * s  # noqa: E731
+        side = np.full(xs.size, 4.0 * stride)
+        boxes.append(np.stack([centre(xs).ravel(), centre(ys).ravel(), side, side]))
+    box = np.concatenate(boxes, axis=1)[None].astype(np.float32)  # [1, 4, 8400]
+    inits += [
+        helper.make_tensor("ends", TensorProto.INT64, [4], [1, 1, 640, 640]),
+        helper.make_tensor("axes", TensorProto.INT64, [4], [0, 1, 2, 3]),
+        helper.make_tensor("flat", TensorProto.INT64, [3], [1, 1, -1]),
+        helper.make_tensor("boxes", TensorProto.FLOAT, list(box.shape), box.ravel()),
+        helper.make_tensor("bright", TensorProto.FLOAT, [], [0.995]),
+        helper.make_tensor("gain", TensorProto.FLOAT, [], [100.0]),
+        helper.make_tensor("other", TensorProto.FLOAT, [1, 1, 8400], np.zeros(8400)),
+    ]
+    nodes += [
+        helper.make_node("Concat", parts, ["red"], axis=2),
+        helper.make_node("Sub", ["red", "bright"], ["over"]),
+        helper.make_node("Relu", ["over"], ["above"]),
+        helper.make_node("Mul", ["above", "gain"], ["score"]),
+        helper.make_node("Concat", ["boxes", "score", "other"], ["output0"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "sampler",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 640, 640])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 6, 8400])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path
+
+
+def stub_bundle(folder: Path) -> Path:
+    """:func:`sampler_detector` as an edgert detect bundle: letterbox to 640, 0..1, two labels."""
+    from edgert.export import export_model
+
+    onnx_path = sampler_detector(folder / "stub640.onnx")
+    labels = folder / "labels.txt"
+    labels.write_text("Normal\nFall\n")
+    pre = {"resize": "letterbox", "size": "640x640", "scale": 1 / 255, "interpolation": "bilinear"}
+    return export_model(
+        str(onnx_path), folder / "stub640.edgert", task="detect", labels=labels, preprocess=pre
+    ).bundle
 
 
 class Server:
@@ -165,7 +231,7 @@ def floor_run(urls: list[str], warmup: float, seconds: float) -> dict:
     finally:
         proc.stdin.close()
         proc.wait(30)
-    delivered = [b - a for a, b in zip(n0, n1)]
+    delivered = [b - a for a, b in zip(n0, n1, strict=True)]
     return {"decoder": decoder, "window_s": t1 - t0, "delivered": delivered, "cpu_s": c1 - c0}, rss
 
 
@@ -341,7 +407,7 @@ def largest(rows: list[dict]) -> dict:
         best = max(held, key=lambda r: r["streams"]) if held else None
         slopes = [
             (b["rss_mb"] - a["rss_mb"]) / (b["streams"] - a["streams"])
-            for a, b in zip(held, held[1:])
+            for a, b in zip(held, held[1:], strict=False)
         ]
         out[v] = {
             "largest_n_held": best["streams"] if best else 0,
@@ -384,7 +450,7 @@ def plot(rows: list[dict], path: str) -> None:
     for v in dict.fromkeys(r["variant"] for r in rows):
         got = [(r["streams"], r["fps_held"]) for r in rows if r["variant"] == v and "fps_held" in r]
         if got:
-            ax.plot(*zip(*got), marker="o", label=v)
+            ax.plot(*zip(*got, strict=True), marker="o", label=v)
     ax.set_xscale("log", base=2)
     ax.set_xticks(ns, [str(n) for n in ns])
     ax.set_xlabel("1080p H.264 streams at 15 fps (RTSP)")

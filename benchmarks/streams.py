@@ -13,6 +13,9 @@ until it no longer holds), a variant stopped at its first N that fails:
 
     floor        GStreamer alone: rtspsrc ! depay ! parse ! the decoder edgert picks (NVDEC on a
                  Jetson, avdec_h264 elsewhere) ! fakesink, N chains in one process
+    floor+scale  the same, each frame also scaled to 640x360 and made BGR in GStreamer (what
+                 edgert's source asks of it for a 640 model: videoscale + videoconvert, or
+                 nvvidconv on a Jetson): the floor of the pixels a model needs
     stub         edgert camera, a 640 letterbox detector bundle whose graph is tiny (the I/O of a
                  YOLOv8 head): the pipeline around inference is what is measured
     stub+gate    the same with --gate motion
@@ -28,7 +31,7 @@ per stream. Held in real time: drops <= 1 % and p95 <= 2 frame periods (the floo
 Prints a table and how long it took, writes JSON and a plot of the frames per second held vs N.
 
     python benchmarks/streams.py [--streams 1 2 4 8 16] [--until-break] [--seconds 20]
-        [--warmup 6] [--variants floor stub stub+gate yolo yolo+gate] [--max-streams 64]
+        [--warmup 6] [--variants floor floor+scale stub stub+gate yolo yolo+gate] [--max-streams 64]
         [--ultra-python .venv-ultra/bin/python] [--json reports/streams.json]
         [--plot reports/streams.png]
 """
@@ -57,7 +60,7 @@ from tests.power_plant import cpu_seconds  # noqa: E402
 
 FPS = 15
 VTEST = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
-VARIANTS = ("floor", "stub", "stub+gate", "yolo", "yolo+gate")
+VARIANTS = ("floor", "floor+scale", "stub", "stub+gate", "yolo", "yolo+gate")
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "edgert-bench"
 
 
@@ -190,9 +193,14 @@ FLOOR_CHILD = """
 import json, sys, time
 from edgert.apps.camera import media
 Gst = media.gst()
-urls = sys.argv[1:]
+chain, urls = sys.argv[1], sys.argv[2:]
 have = media.elements()
-dec = "nvv4l2decoder" if media.hardware_decoder(have) else "avdec_h264 thread-type=slice"
+hw = media.hardware_decoder(have)
+dec = "nvv4l2decoder" if hw else "avdec_h264 thread-type=slice"
+if chain == "scale":  # to the model's size and BGR, as edgert's source asks GStreamer for it
+    dec += (" ! nvvidconv ! video/x-raw,width=640,height=360,format=BGRx" if hw else
+            " ! videoscale method=bilinear ! video/x-raw,width=640,height=360 ! videoconvert"
+            " ! video/x-raw,format=BGR")
 pipe = Gst.parse_launch(" ".join(
     f"rtspsrc location={u} latency=100 protocols=tcp ! rtph264depay ! h264parse ! {dec} ! "
     f"fakesink name=s{k} sync=false" for k, u in enumerate(urls)))
@@ -206,10 +214,11 @@ pipe.set_state(Gst.State.NULL)
 """
 
 
-def floor_run(urls: list[str], warmup: float, seconds: float) -> dict:
-    """The decoder alone on the N streams: frames each sink took over the window, CPU, RSS."""
+def floor_run(urls: list[str], warmup: float, seconds: float, chain: str = "decode") -> dict:
+    """The decoder alone on the N streams (``chain`` "scale": and scaled to 640x360 BGR):
+    frames each sink took over the window, CPU, RSS."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", FLOOR_CHILD, *urls],
+        [sys.executable, "-c", FLOOR_CHILD, chain, *urls],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -323,8 +332,9 @@ def measure(variant: str, n: int, setup: dict, a) -> dict:
     """One run of ``variant`` on ``n`` streams: its row."""
     urls = [setup["server"].url] * n  # every client its own session from the clip's start
     server_c0 = cpu_seconds(setup["server"].proc.pid)
-    if variant == "floor":
-        got, rss = floor_run(urls, a.warmup, a.seconds)
+    if variant.startswith("floor"):
+        chain = "scale" if variant == "floor+scale" else "decode"
+        got, rss = floor_run(urls, a.warmup, a.seconds, chain)
     else:
         bundle = setup["yolo" if variant.startswith("yolo") else "stub"]
         got, rss = camera_run(bundle, urls, variant.endswith("+gate"), a.warmup, a.seconds)
@@ -419,21 +429,24 @@ def largest(rows: list[dict]) -> dict:
 
 def verdicts(best: dict) -> list[str]:
     lines = []
-    floor = best.get("floor")
-    for v in ("stub", "stub+gate"):
-        if floor and v in best and floor["largest_n_held"] and best[v]["cpu_per_stream"]:
-            lines.append(
-                f"{v}: largest N {best[v]['largest_n_held']} = "
-                f"{best[v]['largest_n_held'] / floor['largest_n_held']:.2f}x the floor's "
-                f"{floor['largest_n_held']} (goal >= 0.9x); CPU per stream "
-                f"{best[v]['cpu_per_stream'] / floor['cpu_per_stream']:.2f}x the floor's at "
-                "each one's largest N (goal <= 1.10x)"
-            )
+    for f in ("floor", "floor+scale"):
+        floor = best.get(f)
+        if not floor or not floor["largest_n_held"]:
+            continue
+        for v in ("stub", "stub+gate"):
+            if v in best and best[v]["cpu_per_stream"]:
+                lines.append(
+                    f"{v}: largest N {best[v]['largest_n_held']} = "
+                    f"{best[v]['largest_n_held'] / floor['largest_n_held']:.2f}x {f}'s "
+                    f"{floor['largest_n_held']} (goal >= 0.9x); CPU per stream "
+                    f"{best[v]['cpu_per_stream'] / floor['cpu_per_stream']:.2f}x {f}'s, each at "
+                    "its largest N (goal <= 1.10x)"
+                )
     if best.get("yolo") and best.get("yolo+gate") and best["yolo"]["largest_n_held"]:
         ratio = best["yolo+gate"]["largest_n_held"] / best["yolo"]["largest_n_held"]
         lines.append(f"yolo+gate holds {ratio:.2f}x the streams of yolo always-on (goal >= 3x)")
     for v, b in best.items():
-        if b["rss_per_added_stream_mb"] is not None and v != "floor":
+        if b["rss_per_added_stream_mb"] is not None and not v.startswith("floor"):
             lines.append(f"{v}: RSS per added stream {b['rss_per_added_stream_mb']:.0f} MB (<= 60)")
     return lines
 

@@ -20,7 +20,8 @@ imports and model load excluded), fps over the whole run (the process's wall tim
 included), CPU seconds over each; then the medians and edgert's ratio. Prints how long it took.
 
     python benchmarks/vs_ultralytics.py [--frames 795] [--pairs 3] [--skip 20]
-        [--ultra-python .venv-ultra/bin/python] [--json reports/vs_ultralytics.json]
+        [--ultra-python .venv-ultra/bin/python] [--edgert-env EDGERT_ORT_THREADS=1]
+        [--json reports/vs_ultralytics.json]
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ def _poll(port: int, pid: int, marks: list, stop: threading.Event, t0: float) ->
             last = n
 
 
-def run_edgert(bundle: Path, frames: int, skip: int) -> dict:
+def run_edgert(bundle: Path, frames: int, skip: int, env: dict | None = None) -> dict:
+    """``env``: more environment for the camera (e.g. EDGERT_ORT_THREADS=1)."""
     (port,) = free_ports(1)
     cmd = [sys.executable, "-m", "edgert.apps", "camera", str(bundle), "--source", VIDEO]
     cmd += ["--headless", "--line", "mid=0.5,0,0.5,1", "--conf", str(CONF), "--iou", str(IOU)]
@@ -167,12 +169,12 @@ def _row(tool, frames, wall, cpu, fps, cores, crossings) -> dict:
 
 def table(rows: list[dict]) -> None:
     print(
-        f"{'run':<5}{'tool':<13}{'frames':>7}{'steady fps':>11}{'whole fps':>10}"
+        f"{'run':<5}{'tool':<34}{'frames':>7}{'steady fps':>11}{'whole fps':>10}"
         f"{'CPU s':>8}{'cores':>7}{'CPU ms/fr':>10}  crossings"
     )
     for r in rows:
         print(
-            f"{r['pair']:<5}{r['tool']:<13}{r['frames']:>7}{r['steady_fps']:>11.3f}"
+            f"{r['pair']:<5}{r['tool']:<34}{r['frames']:>7}{r['steady_fps']:>11.3f}"
             f"{r['whole_run_fps']:>10.3f}{r['whole_run_cpu_s']:>8.1f}{r['steady_cores']:>7.2f}"
             f"{r['steady_cpu_ms_per_frame'] or 0:>10.0f}  {json.dumps(r['crossings'])[:60]}"
         )
@@ -187,17 +189,30 @@ def main() -> None:
     ap.add_argument("--skip", type=int, default=20, help="frames of start-up before steady state")
     ap.add_argument("--ultra-python", default=str(ROOT / ".venv-ultra" / "bin" / "python"))
     ap.add_argument("--onnx", help="the ONNX (default: Ultralytics' export of the weights)")
+    ap.add_argument(
+        "--edgert-env",
+        action="append",
+        default=[],
+        metavar="KEY=VAL[,KEY=VAL]",
+        help="one more edgert run per pair with this environment (e.g. EDGERT_ORT_THREADS=1); "
+        "repeatable",
+    )
     ap.add_argument("--json", default="reports/vs_ultralytics.json")
     a = ap.parse_args()
     started = time.monotonic()
     onnx = Path(a.onnx) if a.onnx else yolov8s_onnx(a.ultra_python)
     bundle = yolov8s_bundle(Path(tempfile.mkdtemp(prefix="edgert-vs-")), str(onnx))
+    envs = {"edgert": {}}
+    for spec in a.edgert_env:
+        envs[f"edgert[{spec}]"] = dict(kv.split("=", 1) for kv in spec.split(","))
+    tools = [*envs, "ultralytics"]
     rows = []
     for pair in range(a.pairs):
-        order = ("edgert", "ultralytics") if pair % 2 == 0 else ("ultralytics", "edgert")
+        order = tools if pair % 2 == 0 else tools[::-1]
         for tool in order:
-            if tool == "edgert":
-                r = run_edgert(bundle, a.frames, a.skip)
+            if tool in envs:
+                r = run_edgert(bundle, a.frames, a.skip, envs[tool])
+                r["tool"] = tool
             else:
                 r = run_ultralytics(a.ultra_python, onnx, a.frames, a.skip)
             r["pair"] = pair + 1
@@ -210,7 +225,7 @@ def main() -> None:
             k: statistics.median(r[k] for r in rows if r["tool"] == tool)
             for k in ("steady_fps", "whole_run_fps", "whole_run_cpu_s", "steady_cores")
         }
-        for tool in ("edgert", "ultralytics")
+        for tool in tools
     }
     ratio = med["edgert"]["steady_fps"] / med["ultralytics"]["steady_fps"]
     whole = med["edgert"]["whole_run_fps"] / med["ultralytics"]["whole_run_fps"]
@@ -221,6 +236,11 @@ def main() -> None:
         f"whole; edgert/Ultralytics {ratio:.2f}x steady (goal >= 1.0), {whole:.2f}x whole run"
     )
     took = time.monotonic() - started
+    for tool in tools[1:-1]:
+        print(
+            f"{tool}: {med[tool]['steady_fps'] / med['ultralytics']['steady_fps']:.2f}x "
+            "Ultralytics steady"
+        )
     print(f"took {took:.0f} s")
     write_json(
         a.json,

@@ -145,7 +145,8 @@ def run_edgert(bundle: Path, frames: int, skip: int, env: dict | None = None) ->
         raise SystemExit(f"edgert camera failed: {err[-2000:]}")
     summary = json.loads(out[out.index("{") :])
     fps, cores = steady(marks, skip)
-    crossings = summary["streams"][0].get("counts") or {}
+    counts = summary["streams"][0].get("counts") or {}
+    crossings = {k: {d: c.get(d) for d in ("in", "out")} for k, c in counts.items()}
     row = _row(
         "edgert", summary["frames_processed"], wall, _child_cpu(before), fps, cores, crossings
     )

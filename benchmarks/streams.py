@@ -65,7 +65,9 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "edgert
 
 
 def render_scene(seconds: float) -> Path:
-    """The 1080p, 15 fps clip (cached by length): the photo, people in a window of it 2 s in 10."""
+    """The 1080p, 15 fps clip, at least ``seconds`` long (whole minutes, cached): the photo,
+    people in a window of it 2 s in 10."""
+    seconds = 60 * -(-int(seconds) // 60)
     path = CACHE / f"quiet_street_1080p{FPS}_{int(seconds)}s.mp4"
     if path.exists():
         return path
@@ -387,21 +389,21 @@ def sweep(variant: str, setup: dict, a) -> list[dict]:
 
 
 HEAD = (
-    f"{'variant':<10}{'N':>4}{'held':>6}{'fps held':>9}{'drops':>8}{'p50 ms':>8}{'p95 ms':>8}"
+    f"{'variant':<12}{'N':>4}{'held':>6}{'fps held':>9}{'drops':>8}{'p50 ms':>8}{'p95 ms':>8}"
     f"{'cores':>7}{'cores/str':>10}{'ms CPU/fr':>10}{'RSS MB':>8}{'MB/str':>7}{'infer':>7}"
 )
 
 
 def line(r: dict) -> str:
     if "error" in r:
-        return f"{r['variant']:<10}{r['streams']:>4}{'no':>6}  failed: {r['error'][-200:]}"
+        return f"{r['variant']:<12}{r['streams']:>4}{'no':>6}  failed: {r['error'][-200:]}"
 
     def num(v, spec):
         return format(v, spec) if v is not None else format("-", spec.split(".")[0] + "s")
 
     share = r["inferred_share"]
     return (
-        f"{r['variant']:<10}{r['streams']:>4}{'yes' if r['held'] else 'no':>6}"
+        f"{r['variant']:<12}{r['streams']:>4}{'yes' if r['held'] else 'no':>6}"
         f"{r['fps_held']:>9.1f}{r['drops'] * 100:>7.1f}%{num(r['p50_ms'], '>8.1f')}"
         f"{num(r['p95_ms'], '>8.1f')}{r['cpu_cores']:>7.2f}{r['cpu_per_stream']:>10.3f}"
         f"{r['cpu_ms_per_frame']:>10.2f}{r['rss_mb']:>8.0f}{r['rss_per_stream_mb']:>7.0f}"

@@ -54,8 +54,11 @@ def yolov8s_bundle(work: Path, onnx: str | None = None, ultra_python: str | None
     """``edgert export`` of the ONNX (given, or :func:`yolov8s_onnx`) into ``work``."""
     source = Path(onnx) if onnx else yolov8s_onnx(ultra_python)
     bundle = Path(work) / "yolov8s.edgert"
-    subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "edgert.apps", "export", str(source), "-o", str(bundle), "-q"],
-        check=True,
+        capture_output=True,
+        text=True,
     )
+    if done.returncode != 0:
+        raise SystemExit(f"edgert export {source} failed: {done.stderr[-2000:]}")
     return bundle

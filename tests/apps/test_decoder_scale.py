@@ -136,7 +136,7 @@ def bundles(tmp_path_factory):
         (["jsonl://a.jsonl", "http://127.0.0.1:8080"], "off", "auto", None),  # on demand
         (["http://127.0.0.1:8080", "file://out.mp4"], "off", "auto", "file:// shows or keeps"),
         (["snapshots://shots"], "off", "auto", "snapshots:// shows or keeps"),
-        (["events://e.jsonl"], "motion", "auto", "the motion gate compares them"),
+        (["events://e.jsonl"], "motion", "auto", None),  # motion on the scaled frames
         (["jsonl://a.jsonl"], "off", "off", None),
     ],
 )

@@ -32,7 +32,7 @@ Prints a table and how long it took, writes JSON and a plot of the frames per se
 
     python benchmarks/streams.py [--streams 1 2 4 8 16] [--until-break] [--seconds 20]
         [--warmup 6] [--variants floor floor+scale stub stub+gate yolo yolo+gate] [--max-streams 64]
-        [--ultra-python .venv-ultra/bin/python] [--json reports/streams.json]
+        [--ultra-python .venv-ultra/bin/python] [--before DIR] [--json reports/streams.json]
         [--plot reports/streams.png]
 """
 
@@ -277,15 +277,20 @@ def wait_delivering(port: int, proc, streams: int, timeout: float = 180.0) -> No
     raise RuntimeError(f"the camera did not deliver every stream within {timeout:g} s")
 
 
-def camera_run(bundle: Path, urls: list[str], gate: bool, warmup: float, seconds: float):
+def camera_run(
+    bundle: Path, urls: list[str], gate: bool, warmup: float, seconds: float, code: str | None
+):
+    """``edgert camera`` on ``urls``; ``code``: a folder whose ``edgert`` package runs instead
+    of this checkout's (``--before``)."""
     (port,) = free_ports(1)
     sources = [a for u in urls for a in ("--source", u)]
     cmd = [sys.executable, "-m", "edgert.apps", "camera", str(bundle), *sources, "--headless"]
     cmd += ["--decoder", "auto", "--rtsp-transport", "tcp", "--metrics", f"127.0.0.1:{port}"]
     cmd += ["--json", "-q"]  # stopped by SIGTERM after the window: its summary printed
     cmd += ["--gate", "motion"] if gate else []
+    env = dict(os.environ, **({"PYTHONPATH": str(Path(code).resolve())} if code else {}))
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
     try:
         wait_delivering(port, proc, len(urls))
@@ -338,8 +343,10 @@ def measure(variant: str, n: int, setup: dict, a) -> dict:
         chain = "scale" if variant == "floor+scale" else "decode"
         got, rss = floor_run(urls, a.warmup, a.seconds, chain)
     else:
-        bundle = setup["yolo" if variant.startswith("yolo") else "stub"]
-        got, rss = camera_run(bundle, urls, variant.endswith("+gate"), a.warmup, a.seconds)
+        name, _, before = variant.partition("@")
+        bundle = setup["yolo" if name.startswith("yolo") else "stub"]
+        code = a.before if before else None
+        got, rss = camera_run(bundle, urls, name.endswith("+gate"), a.warmup, a.seconds, code)
     window = got["window_s"]
     sent = FPS * window
     per_stream_fps = [d / window for d in got["delivered"]]
@@ -389,21 +396,21 @@ def sweep(variant: str, setup: dict, a) -> list[dict]:
 
 
 HEAD = (
-    f"{'variant':<12}{'N':>4}{'held':>6}{'fps held':>9}{'drops':>8}{'p50 ms':>8}{'p95 ms':>8}"
+    f"{'variant':<19}{'N':>4}{'held':>6}{'fps held':>9}{'drops':>8}{'p50 ms':>8}{'p95 ms':>8}"
     f"{'cores':>7}{'cores/str':>10}{'ms CPU/fr':>10}{'RSS MB':>8}{'MB/str':>7}{'infer':>7}"
 )
 
 
 def line(r: dict) -> str:
     if "error" in r:
-        return f"{r['variant']:<12}{r['streams']:>4}{'no':>6}  failed: {r['error'][-200:]}"
+        return f"{r['variant']:<19}{r['streams']:>4}{'no':>6}  failed: {r['error'][-200:]}"
 
     def num(v, spec):
         return format(v, spec) if v is not None else format("-", spec.split(".")[0] + "s")
 
     share = r["inferred_share"]
     return (
-        f"{r['variant']:<12}{r['streams']:>4}{'yes' if r['held'] else 'no':>6}"
+        f"{r['variant']:<19}{r['streams']:>4}{'yes' if r['held'] else 'no':>6}"
         f"{r['fps_held']:>9.1f}{r['drops'] * 100:>7.1f}%{num(r['p50_ms'], '>8.1f')}"
         f"{num(r['p95_ms'], '>8.1f')}{r['cpu_cores']:>7.2f}{r['cpu_per_stream']:>10.3f}"
         f"{r['cpu_ms_per_frame']:>10.2f}{r['rss_mb']:>8.0f}{r['rss_per_stream_mb']:>7.0f}"
@@ -491,6 +498,12 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     ap.add_argument("--yolo", help="the YOLOv8s ONNX (default: exported from the offline weights)")
     ap.add_argument("--ultra-python", help="Ultralytics' Python, to export the YOLOv8s weights")
+    ap.add_argument(
+        "--before",
+        metavar="DIR",
+        help="also run each edgert variant with the code in DIR/edgert (VARIANT@before), "
+        "just before it: e.g. mkdir -p DIR/edgert && git archive REV | tar -x -C DIR/edgert",
+    )
     ap.add_argument("--json", default="reports/streams.json")
     ap.add_argument("--plot", default="reports/streams.png")
     a = ap.parse_args()
@@ -504,8 +517,11 @@ def main() -> None:
         setup["yolo"] = yolov8s_bundle(work, a.yolo, a.ultra_python)
     print(f"{clip.name}, {os.cpu_count()} CPUs, {a.seconds:g} s measured per run\n{HEAD}")
     rows = []
+    variants = [
+        w for v in a.variants for w in ((f"{v}@before", v) if a.before and v[0] != "f" else (v,))
+    ]
     try:
-        for v in a.variants:
+        for v in variants:
             rows += sweep(v, setup, a)
     finally:
         setup["server"].close()

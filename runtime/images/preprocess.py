@@ -262,10 +262,7 @@ class Preprocessing:
             window = out[top : top + h, left : left + w]
         mean = np.asarray(self.mean, np.float32)
         std = np.asarray(self.std, np.float32)
-        if not (
-            chw and _planes_scaled(pixels, self.input_order, self.channel_order, window, self.scale)
-        ):
-            np.multiply(src, np.float32(self.scale), out=window, dtype=np.float32)
+        np.multiply(src, np.float32(self.scale), out=window, dtype=np.float32)
         per_channel = (-1, 1, 1) if chw else (-1,)
         if mean.any():
             np.subtract(window, mean.reshape(per_channel), out=window)
@@ -286,27 +283,6 @@ class Preprocessing:
                 out[:, rows, cols] = pad[:, None, None]
             else:
                 out[rows, cols] = pad
-
-
-def _planes_scaled(pixels, have: str, want: str, window: np.ndarray, scale: float) -> bool:
-    """``pixels * scale`` (uint8, 3 or 4 channels) into the NCHW ``window``, one OpenCV pass a
-    channel (u8 to float32 in SIMD, written in place): the same float32 products as numpy's
-    cast-then-multiply, in half its time. False (nothing written) for what it does not cover:
-    other types, grey, or a window OpenCV would not write in place."""
-    import cv2
-
-    if pixels.dtype != np.uint8 or pixels.ndim != 3 or pixels.shape[2] not in (3, 4):
-        return False
-    if want == "GRAY" or window.dtype != np.float32 or window.strides[2] != 4:
-        return False
-    order = (2, 1, 0) if have != want else (0, 1, 2)
-    s = float(np.float32(scale))
-    for c, k in enumerate(order):
-        plane = window[c]
-        got = cv2.multiply(cv2.extractChannel(pixels, k), 1.0, dst=plane, scale=s, dtype=cv2.CV_32F)
-        if got.ctypes.data != plane.ctypes.data:  # OpenCV made its own: copy it in
-            plane[...] = got
-    return True
 
 
 def _int(value: object) -> int:

@@ -39,8 +39,25 @@ def decoder_fit(opts, uris: list, gate, bundle, crops: bool = False) -> tuple[ob
     if have and not media.VIEW_ELEMENTS.issubset(have):
         return opts, "full frames: this GStreamer lacks the web viewer's branch (tee, queue)"
     demand = media.Demand(max(view_rate(u) for u in viewers)) if viewers else None
-    fit = media.Fit(lambda w, h: pre.decode_size((h, w)), pre.interpolation, demand)
+    size = lambda w, h: pre.decode_size((h, w))  # noqa: E731
+    fit = media.Fit(_motion_sized(size) if gate.policy.motion else size, pre.interpolation, demand)
     return dataclasses.replace(opts, fit=fit), None
+
+
+def _motion_sized(size):
+    """``size``, but None (the frame kept whole) where the model's size is smaller than the
+    motion gate's working picture of that frame (at most 320 wide): motion is found in what the
+    model would not see too."""
+    from .motion import WIDTH
+
+    def fit(w: int, h: int):
+        got = size(w, h)
+        s = min(WIDTH / w, WIDTH / h)
+        if got is None or got[0] < round(w * s) or got[1] < round(h * s):
+            return None
+        return got
+
+    return fit
 
 
 def describe(sources: list, opts, why: str | None) -> str | None:

@@ -157,6 +157,20 @@ def test_a_run_scales_only_where_no_sink_needs_the_cameras_pixels(bundles, sinks
     assert decoder_fit(SourceOptions(), sinks, GateOptions(), None)[0].fit is None
 
 
+def test_with_the_motion_gate_frames_are_scaled_only_down_to_its_working_picture(bundles, tmp_path):
+    """The motion gate finds motion in a picture 320 pixels wide (at most): the decoder scales
+    for it only where the model's size is at least that (a 128x96 model's frames come whole)."""
+    gate = GateOptions(mode="motion")
+    wide = decoder_fit(SourceOptions(), [], gate, Bundle(bundles["stretch"]))[0].fit
+    assert wide.size(1280, 720) == (640, 360)
+    small = blob_detector_bundle(tmp_path / "small", 96, 128, "stretch")
+    tiny = decoder_fit(SourceOptions(), [], gate, Bundle(small))[0].fit
+    assert tiny.size(1280, 720) is None
+    assert decoder_fit(SourceOptions(), [], GateOptions(), Bundle(small))[0].fit.size(
+        1280, 720
+    ) == (128, 96)
+
+
 def _scene(path, frames: int = 24):
     """A bright 48-pixel square crossing a dark 1280x720 scene (MPEG-4 part 2: GStreamer's libav
     decodes it as it does a camera's H.264)."""

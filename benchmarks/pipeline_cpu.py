@@ -22,7 +22,7 @@ run's CPU per frame against the decoder's floor.
 
     python benchmarks/pipeline_cpu.py [--json reports/pipeline_cpu.json] [--frames 600]
         [--only preprocess|camera] [--repeat 30] [--streams 1,4] [--videos 1080p,720p]
-        [--models digits,det640]
+        [--models digits,det640] [--decoders "gst scaled,ffmpeg"] [--before DIR]
 """
 
 from __future__ import annotations
@@ -369,10 +369,20 @@ def per_frame(make_cmd, frames: int, env: dict, watched: bool = False) -> dict:
 
 
 def bench_camera(
-    frames: int, streams_list: list[int], work: Path, videos: list[str], models_wanted: list[str]
+    frames: int,
+    streams_list: list[int],
+    work: Path,
+    videos: list[str],
+    models_wanted: list[str],
+    decoders: list[str] | None = None,
+    before: str | None = None,
 ) -> list[dict]:
+    """The camera rows; ``decoders``: those of :data:`DECODERS` to run (default all);
+    ``before``: a folder holding the code of before as a package ``edgert`` (run first on
+    ``PYTHONPATH``), each row also run with it, alternately, for a before/after of one run."""
     edgert = [sys.executable, "-m", "edgert.apps.cli"]
     env = dict(os.environ)
+    env_before = dict(env, PYTHONPATH=str(Path(before).resolve())) if before else None
     digits = work / "digits.edgert"
     subprocess.run(
         [*edgert, "export", "zoo:digits_cnn", "-o", str(digits), "-q"], check=True, env=env
@@ -418,6 +428,8 @@ def bench_camera(
             )
             for streams in streams_list:
                 for decoder, (flags, web, watched) in DECODERS.items():
+                    if decoders and decoder not in decoders:
+                        continue
 
                     def cmd(
                         n, port, flags=flags, streams=streams, video=video, bundle=bundle, web=web
@@ -441,11 +453,32 @@ def bench_camera(
                         ]
 
                     try:
+                        was = per_frame(cmd, frames, env_before, watched) if before else None
                         got = per_frame(cmd, frames, env, watched)
                     except subprocess.CalledProcessError as exc:
                         print(f"  {label} {model} {decoder}: {exc.stderr.decode()[-300:]}")
                         continue
                     cpu_frame = got["cpu_ms_per_frame"] / streams
+                    if was is not None:
+                        rows.append(
+                            {
+                                "video": label,
+                                "model": model,
+                                "streams": streams,
+                                "decoder": decoder + " (before)",
+                                "fps": was["fps"] * streams,
+                                "cpu_ms_per_frame": was["cpu_ms_per_frame"] / streams,
+                                "floor_fps": floor["fps"],
+                                "floor_cpu_ms_per_frame": floor["cpu_ms_per_frame"],
+                                "cpu_vs_floor": was["cpu_ms_per_frame"]
+                                / streams
+                                / floor["cpu_ms_per_frame"],
+                                "floor_model_cpu_ms_per_frame": with_model["cpu_ms_per_frame"],
+                                "cpu_vs_floor_model": was["cpu_ms_per_frame"]
+                                / streams
+                                / with_model["cpu_ms_per_frame"],
+                            }
+                        )
                     rows.append(
                         {
                             "video": label,
@@ -475,7 +508,15 @@ def main() -> None:
     ap.add_argument("--only", choices=["preprocess", "camera"])
     ap.add_argument("--videos", default="1080p,720p", help="of 1080p, 720p")
     ap.add_argument("--models", default="digits,det640", help="of digits, det640")
+    ap.add_argument("--decoders", help="the camera rows to run, comma-separated (default all)")
+    ap.add_argument(
+        "--before",
+        metavar="DIR",
+        help="also run each camera row with the code in DIR/edgert (e.g. mkdir -p DIR/edgert "
+        "&& git archive REV | tar -x -C DIR/edgert), alternately: before/after in one run",
+    )
     args = ap.parse_args()
+    started = time.monotonic()
     results: dict = {"cpu_count": os.cpu_count()}
     if args.only in (None, "preprocess"):
         rows = results["preprocess"] = bench_preprocess(args.repeat)
@@ -492,7 +533,13 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             streams = [int(s) for s in args.streams.split(",")]
             rows = results["camera"] = bench_camera(
-                args.frames, streams, Path(tmp), args.videos.split(","), args.models.split(",")
+                args.frames,
+                streams,
+                Path(tmp),
+                args.videos.split(","),
+                args.models.split(","),
+                args.decoders.split(",") if args.decoders else None,
+                args.before,
             )
         print(
             f"\n{'video':6s} {'model':22s} {'str':>3s} {'decoder':22s} "
@@ -507,6 +554,8 @@ def main() -> None:
                 f"{r['floor_cpu_ms_per_frame']:8.2f} {r['cpu_vs_floor']:5.2f}x "
                 f"{r['floor_model_cpu_ms_per_frame']:9.2f} {r['cpu_vs_floor_model']:5.2f}x"
             )
+    results["took_s"] = round(time.monotonic() - started, 1)
+    print(f"took {results['took_s']:.0f} s")
     write_json(args.json, results)
 
 

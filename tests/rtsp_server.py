@@ -4,7 +4,7 @@ x265 from frames pushed into an ``appsrc`` at the frame rate, as a camera would.
 
     python -m tests.rtsp_server --port 8554 [--codec h264|h265] [--video clip.mp4]
                                 [--stall-after N] [--slices] [--gop N] [--sends FILE]
-                                [--switch-at N]
+                                [--switch-at N] [--encoded clip.mp4]
 
 Each client gets its own media, from frame 0. Every frame carries its index burned into its top
 band (:func:`frame_index` reads it back from decoded pixels), so a receiver can tell which frame
@@ -13,7 +13,9 @@ same clock in every process of this machine), how long after it was sent. ``--st
 pushes N frames and then nothing, leaving the connection open: a camera that hangs.
 ``--switch-at N`` sends frames of twice the width and height from frame N on, in the same stream
 (new caps, so new parameter sets at a key frame): a camera set to another size while it streams.
-Prints
+``--encoded clip.mp4`` serves an H.264 MP4 as it is (demuxed and payloaded, nothing decoded or
+encoded: each client costs the server almost nothing, so many streams can be served from one
+core), at the pace of its timestamps, every client from its start (no index burned in). Prints
 ``ready rtsp://127.0.0.1:PORT/cam`` once it listens.
 """
 
@@ -103,6 +105,7 @@ def main(argv=None) -> int:
     p.add_argument("--gop", type=int, help="frames from one key frame to the next (default: fps)")
     p.add_argument("--sends")
     p.add_argument("--switch-at", type=int, help="twice the size from this frame on")
+    p.add_argument("--encoded", help="serve this H.264 MP4 as it is, in real time")
     args = p.parse_args(argv)
 
     import gi
@@ -172,12 +175,20 @@ def main(argv=None) -> int:
 
     caps = _caps(args, args.width, args.height)
     factory = GstRtspServer.RTSPMediaFactory()
-    factory.set_launch(
-        f"( appsrc name=src is-live=true do-timestamp=true format=time caps={caps} ! videoconvert ! "
-        f"video/x-raw,format=I420 ! {_encoder(args.codec, args.fps, args.slices, args.gop)} )"
-    )
+    if args.encoded:  # the file's own packets, paced by the server's clock
+        location = args.encoded.replace("\\", "\\\\").replace('"', '\\"')
+        factory.set_launch(
+            f'( filesrc location="{location}" ! qtdemux ! h264parse ! '
+            "rtph264pay name=pay0 pt=96 config-interval=-1 )"
+        )
+    else:
+        factory.set_launch(
+            f"( appsrc name=src is-live=true do-timestamp=true format=time caps={caps} ! "
+            f"videoconvert ! video/x-raw,format=I420 ! "
+            f"{_encoder(args.codec, args.fps, args.slices, args.gop)} )"
+        )
+        factory.connect("media-configure", configure)
     factory.set_shared(False)
-    factory.connect("media-configure", configure)
     server = GstRtspServer.RTSPServer()
     server.set_address("127.0.0.1")
     server.set_service(str(args.port))

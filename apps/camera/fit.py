@@ -21,7 +21,8 @@ from .sinks import needs_frames, view_rate
 def decoder_fit(opts, uris: list, gate, bundle, crops: bool = False) -> tuple[object, str | None]:
     """(the source options, with ``fit`` set where the decoder may scale, and a sentence on the
     choice or None when there is nothing to choose). ``uris``: the run's sinks; ``gate``: its
-    GateOptions (the motion gate compares full frames and its masks are in their pixels);
+    GateOptions (the motion gate takes scaled frames too: its working picture is 320 pixels wide
+    whatever it comes from, its masks and regions in the camera's pixels);
     ``bundle``: the model's (None for a bare .onnx), whose preprocessing says the size;
     ``crops``: a second stage crops the tracked objects from the camera's pixels."""
     pre = bundle.manifest.preprocessing if bundle is not None else None
@@ -32,16 +33,31 @@ def decoder_fit(opts, uris: list, gate, bundle, crops: bool = False) -> tuple[ob
     full = [u for u in uris if needs_frames(u) and view_rate(u) is None]
     if full:
         return opts, f"full frames: {full[0].split('://')[0]}:// shows or keeps them"
-    if gate.policy.motion:
-        return opts, "full frames: the motion gate compares them"
     # the web viewer: its pictures, at its rate, while one of its video streams is watched
     viewers = [u for u in uris if needs_frames(u)]
     have = media.elements() if viewers else set()  # none without GStreamer (FFmpeg runs)
     if have and not media.VIEW_ELEMENTS.issubset(have):
         return opts, "full frames: this GStreamer lacks the web viewer's branch (tee, queue)"
     demand = media.Demand(max(view_rate(u) for u in viewers)) if viewers else None
-    fit = media.Fit(lambda w, h: pre.decode_size((h, w)), pre.interpolation, demand)
+    size = lambda w, h: pre.decode_size((h, w))  # noqa: E731
+    fit = media.Fit(_motion_sized(size) if gate.policy.motion else size, pre.interpolation, demand)
     return dataclasses.replace(opts, fit=fit), None
+
+
+def _motion_sized(size):
+    """``size``, but None (the frame kept whole) where the model's size is smaller than the
+    motion gate's working picture of that frame (at most 320 wide): motion is found in what the
+    model would not see too."""
+    from .motion import WIDTH
+
+    def fit(w: int, h: int):
+        got = size(w, h)
+        s = min(WIDTH / w, WIDTH / h)
+        if got is None or got[0] < round(w * s) or got[1] < round(h * s):
+            return None
+        return got
+
+    return fit
 
 
 def describe(sources: list, opts, why: str | None) -> str | None:

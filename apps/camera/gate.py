@@ -351,7 +351,11 @@ class StreamGate:
             )
         self._last_t = t
         self.count += 1
-        regions = self.motion.regions(frame.image, frame.t_scene) if self.motion is not None else []
+        regions = (
+            self.motion.regions(frame.image, frame.t_scene, frame.source_hw)
+            if self.motion is not None
+            else []
+        )
         if o.policy.starts and self._start_left > 0:
             self._start_left -= 1
             reason = "start"

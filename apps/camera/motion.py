@@ -30,10 +30,12 @@ class MotionDetector:
         self._recent: collections.deque = collections.deque()  # (t, grey copy) of late frames
         self.count = 0  # frames seen
 
-    def _prepare(self, frame: np.ndarray):
+    def _prepare(self, frame: np.ndarray, source_hw=None):
+        """The grey working picture; ``source_hw``: the camera's (height, width) when the decoder
+        scaled ``frame`` down (its size, masks in pixels and regions are the camera's)."""
         import cv2
 
-        h, w = frame.shape[:2]
+        h, w = source_hw or frame.shape[:2]
         # at most WIDTH x WIDTH whatever the frame's shape (a 2x4000 picture scaled to 320 wide
         # was a 320x640000 background: gigabytes)
         scale = min(WIDTH / w, WIDTH / h)
@@ -57,14 +59,16 @@ class MotionDetector:
         """Whether ``frame`` holds motion."""
         return bool(self.regions(frame))
 
-    def regions(self, frame: np.ndarray, t: float | None = None) -> list:
-        """The boxes (x1, y1, x2, y2 in the frame's pixels) where ``frame`` (taken at ``t``
+    def regions(self, frame: np.ndarray, t: float | None = None, source_hw=None) -> list:
+        """The boxes (x1, y1, x2, y2 in the camera's pixels) where ``frame`` (taken at ``t``
         seconds) holds motion: changed against the background *and* against the picture of
         ``LOOKBACK_S`` ago, so that what an object leaves behind in the background (its trail, the
-        place where it stood) is not motion, and an object that stopped is not either."""
+        place where it stood) is not motion, and an object that stopped is not either.
+        ``source_hw``: the camera's (height, width) when the decoder scaled ``frame`` down to the
+        model's size (the working picture is the same size either way)."""
         import cv2
 
-        small = self._prepare(frame)
+        small = self._prepare(frame, source_hw)
         t = float(self.count) / 10.0 if t is None else t  # frames 0.1 s apart when no time is given
         self.count += 1
         if self.background is None:
@@ -91,7 +95,8 @@ class MotionDetector:
         changed = cv2.dilate(cv2.bitwise_and(changed, moved), None, iterations=3)
         contours, _ = cv2.findContours(changed, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
         area = changed.size * self.min_area
-        sx, sy = frame.shape[1] / self.size[0], frame.shape[0] / self.size[1]
+        h, w = source_hw or frame.shape[:2]
+        sx, sy = w / self.size[0], h / self.size[1]
         out = []
         for c in contours:
             if cv2.contourArea(c) >= area:

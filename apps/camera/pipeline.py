@@ -318,7 +318,10 @@ class Pipeline:
                 s = self.streams[frame.stream]
                 with self._lock:
                     for name, ms in frame.timings.items():
-                        self.timings.setdefault(name, LatencyRecorder()).add(ms)
+                        rec = self.timings.get(name)
+                        if rec is None:  # made once: a recorder seeds its own random sampler
+                            rec = self.timings[name] = LatencyRecorder()
+                        rec.add(ms)
                     for name, rec in s.timings.items():
                         rec.add(frame.timings[name])
                     s.processed += 1

@@ -72,7 +72,7 @@ def _percentiles(recorders: dict, recent: bool) -> dict:
     for name, rec in recorders.items():
         summary = rec.summary(recent)
         if summary:
-            out[name] = {k: summary[k] for k in ("p50", "p90", "p99", "max", "mean")}
+            out[name] = {k: summary[k] for k in ("p50", "p90", "p95", "p99", "max", "mean")}
     return out
 
 

@@ -136,7 +136,7 @@ def bundles(tmp_path_factory):
         (["jsonl://a.jsonl", "http://127.0.0.1:8080"], "off", "auto", None),  # on demand
         (["http://127.0.0.1:8080", "file://out.mp4"], "off", "auto", "file:// shows or keeps"),
         (["snapshots://shots"], "off", "auto", "snapshots:// shows or keeps"),
-        (["events://e.jsonl"], "motion", "auto", "the motion gate compares them"),
+        (["events://e.jsonl"], "motion", "auto", None),  # motion on the scaled frames
         (["jsonl://a.jsonl"], "off", "off", None),
     ],
 )
@@ -155,6 +155,20 @@ def test_a_run_scales_only_where_no_sink_needs_the_cameras_pixels(bundles, sinks
         assert (opts.fit.demand is not None) == any(u.startswith("http") for u in sinks)
     # a bare model (no bundle) or a model that takes frames as they are: nothing to scale to
     assert decoder_fit(SourceOptions(), sinks, GateOptions(), None)[0].fit is None
+
+
+def test_with_the_motion_gate_frames_are_scaled_only_down_to_its_working_picture(bundles, tmp_path):
+    """The motion gate finds motion in a picture 320 pixels wide (at most): the decoder scales
+    for it only where the model's size is at least that (a 128x96 model's frames come whole)."""
+    gate = GateOptions(mode="motion")
+    wide = decoder_fit(SourceOptions(), [], gate, Bundle(bundles["stretch"]))[0].fit
+    assert wide.size(1280, 720) == (640, 360)
+    small = blob_detector_bundle(tmp_path / "small", 96, 128, "stretch")
+    tiny = decoder_fit(SourceOptions(), [], gate, Bundle(small))[0].fit
+    assert tiny.size(1280, 720) is None
+    assert decoder_fit(SourceOptions(), [], GateOptions(), Bundle(small))[0].fit.size(
+        1280, 720
+    ) == (128, 96)
 
 
 def _scene(path, frames: int = 24):

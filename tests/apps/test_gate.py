@@ -82,6 +82,35 @@ def test_a_masked_region_is_ignored():
         parse_mask("3:0,0,1,0,1,1", 2)
 
 
+def test_motion_in_frames_the_decoder_scaled_is_found_in_the_cameras_pixels():
+    """With the motion gate the decoder still scales frames to the model's size (no full-frame
+    conversion and copy per frame): the working picture is the same 320-pixel-wide one, so the
+    same frames hold motion; regions come in the camera's pixels, within a few of the full
+    frame's; a mask in pixels is the camera's pixels (a square right of a 400-pixel mask is
+    motion; read as the scaled frame's pixels the mask would cover it)."""
+    _, mask = parse_mask("0,0,400,0,400,720,0,720", 1)  # the camera's left 400 of 1280 pixels
+    full, scaled = MotionDetector(masks=[mask]), MotionDetector(masks=[mask])
+    cam = np.full((720, 1280, 3), 60, np.uint8)
+    cam[:, 640:] = 110
+    got_full, got_scaled = [], []
+    for i in range(12):
+        img = cam.copy()
+        if i:
+            x = 450 + 30 * i  # right of the mask, moving right
+            img[300:380, x : x + 80] = 250
+            img[100:180, 40 + 20 * i : 120 + 20 * i] = 250  # inside the mask: never motion
+        small = cv2.resize(img, (640, 360), interpolation=cv2.INTER_LINEAR)
+        got_full.append(full.regions(img, i * 0.1))
+        got_scaled.append(scaled.regions(small, i * 0.1, (720, 1280)))
+    assert [bool(r) for r in got_scaled] == [bool(r) for r in got_full]
+    assert sum(bool(r) for r in got_full) >= 8
+    for a, b in zip(got_full, got_scaled, strict=True):
+        assert len(a) == len(b) == (1 if a else 0)
+        if a:
+            assert np.abs(np.subtract(a[0], b[0])).max() <= 16, (a, b)
+            assert a[0][0] >= 400 and a[0][1] >= 250  # the moving square, not the masked one
+
+
 def _frame(i, t, image, stream=0):
     return Frame(i, t, image, stream)
 

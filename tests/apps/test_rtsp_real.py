@@ -6,6 +6,7 @@ made to stall with its connection open. `.ci/run` installs Debian's packages for
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -147,6 +148,46 @@ def test_both_decoders_receive_the_served_frames(decoder, codec, slices):
     assert stats["decoder"] == ("ffmpeg" if decoder == "ffmpeg" else f"avdec_{codec}")
     now = time.monotonic()
     assert all(now - 30 < t <= now for _, t in got)  # capture times on our monotonic clock
+
+
+def _encoded_clip(path, frames: int, fps: int):
+    """An H.264 MP4 of the server's scene, each frame's index burned in (ffmpeg, libx264)."""
+    data = b"".join(pattern_frame(i).tobytes() for i in range(frames))
+    subprocess.run(
+        ["ffmpeg", "-v", "error", "-y", "-f", "rawvideo", "-pix_fmt", "bgr24", "-s", "320x240"]
+        + ["-r", str(fps), "-i", "-", "-c:v", "libx264", "-preset", "ultrafast", "-bf", "0"]
+        + ["-g", str(fps), "-pix_fmt", "yuv420p", str(path)],
+        input=data,
+        check=True,
+    )
+    return path
+
+
+@pytest.mark.subprocess
+@needs_server
+@pytest.mark.skipif(not IN_CI and shutil.which("ffmpeg") is None, reason="ffmpeg (.ci/run)")
+def test_an_encoded_clip_is_served_as_it_is_at_its_own_pace(tmp_path):
+    """``--encoded`` (benchmarks/streams.py's many streams): the MP4's own H.264 is sent, not
+    re-encoded, at the clip's frame rate: the frames a client decodes are the clip's (their
+    indices read from their pixels), in order, close to the clip's pixels, and they come at 15
+    a second, not in a burst as fast as the file is read."""
+    fps = 15
+    clip = _encoded_clip(tmp_path / "clip.mp4", 4 * fps, fps)
+    with Server(free_ports(1)[0], "--encoded", str(clip)) as server:
+        source = open_source(server.url, SourceOptions(decoder="gstreamer", rtsp_transport="tcp"))
+        try:
+            got = _read(source, 2 * fps)
+        finally:
+            source.close()
+    ks = [frame_index(f) for f, _ in got]
+    assert ks == list(range(ks[0], ks[0] + len(ks))), ks  # every frame of the clip, in order
+    errors = [
+        np.abs(f.astype(np.int16) - pattern_frame(k)).mean()
+        for k, (f, _) in zip(ks, got, strict=True)
+    ]
+    assert max(errors) < 8.0, errors
+    span = got[-1][1] - got[5][1]  # capture times of frames k+5 .. k+29: 24 periods apart
+    assert span >= 0.8 * (len(got) - 6) / fps, span
 
 
 @pytest.mark.subprocess

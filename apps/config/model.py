@@ -3,8 +3,6 @@ per component with a key per flag (its type, range, choices and help from the fl
 declaration), and the cameras, each a name, a source and its lines, zones and motion masks, with
 ``defaults:`` that a camera's own lists replace. Unknown keys are errors everywhere."""
 
-from __future__ import annotations
-
 import functools
 import typing
 from typing import Dict, List, Literal, Optional, Tuple

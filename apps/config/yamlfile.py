@@ -99,4 +99,6 @@ _Dumper.add_representer(list, _list)
 
 def dump(data: dict) -> str:
     """YAML of ``data`` in its own order, points on one line."""
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    return yaml.dump(
+        data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True
+    )

@@ -120,12 +120,14 @@ def _pydantic(exc, problems) -> list:
     """Each of pydantic's errors as a problem; the paths they are at."""
     bad = []
     for e in exc.errors(include_url=False):
-        loc = tuple(e["loc"])
+        loc = tuple(part for part in e["loc"] if part != "[key]")  # a mapping's key itself
         bad.append(loc)
         if e["type"] == "extra_forbidden":
             keys = known_keys(loc[:-1])
             said = f"unknown key (the keys here: {', '.join(keys)})" if keys else "unknown key"
             problems.add(loc, None, said)
+        elif e["type"] == "string_pattern_mismatch":
+            problems.add(loc, None, f"{e['input']!r}: a name is ASCII letters, digits, '-' and '_'")
         elif e["type"] == "missing":
             problems.add(loc, None, "missing: it must be given")
         else:

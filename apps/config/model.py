@@ -66,7 +66,7 @@ def _kinds() -> dict:
         a.nonneg_float: (float, {"ge": 0, "allow_inf_nan": False}),
         a.finite_float: (float, {"allow_inf_nan": False}),
         a.fraction: (float, {"ge": 0, "le": 1}),
-        a.port: (int, {"ge": 0, "le": 65535}),
+        a.port: (int, {"ge": 0}),  # and its own check (apps/uris.port_number): checks.values
         int: (int, {}),
         float: (float, {"allow_inf_nan": False}),
     }

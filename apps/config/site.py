@@ -6,7 +6,6 @@ raised together (:class:`ConfigError`), each with its path and line."""
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 
 from edgert.runtime.errors import EdgertError
@@ -65,7 +64,9 @@ class Site:
 
 
 def version_of(data: dict) -> str:
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    from edgert.runtime import json_text
+
+    text = json_text.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

@@ -13,6 +13,9 @@ from typing_extensions import Annotated
 from . import flags as flag_table
 
 NAME = r"^[A-Za-z0-9_-]+$"  # a camera's, a line's or a zone's (the command line's own rule)
+# any other text: one line, no control character (a URI, a path, a topic: none takes one, and a
+# newline in a value could not change the shape of what is rendered from it, the chart's included)
+Text = constr(pattern=r"^[^\x00-\x1f\x7f]*$")
 Point = Tuple[float, float]
 STRICT = ConfigDict(extra="forbid")
 
@@ -50,7 +53,7 @@ class Camera(BaseModel):
     its own lines, zones and motion masks instead of ``defaults:``'."""
 
     model_config = STRICT
-    source: str = Field(min_length=1)
+    source: Text = Field(min_length=1)
     lines: Optional[List[Line]] = None
     zones: Optional[List[Zone]] = None
     motion_masks: Optional[List[Mask]] = None
@@ -75,7 +78,7 @@ def _kinds() -> dict:
 def field_of(flag: flag_table.Flag):
     """(type, Field) of one flag: its kind, range and choices, its default and its help."""
     action = flag.action
-    kind, limits = _kinds().get(action.type, (str, {}))
+    kind, limits = _kinds().get(action.type, (Text, {}))
     if action.choices:
         kind, limits = Literal[tuple(action.choices)], {}
     text = (action.help or "").replace("%%", "%")
@@ -109,13 +112,26 @@ def site_model() -> type:
 
 def json_schema() -> dict:
     """The site file's JSON Schema (draft 2020-12, as pydantic writes it)."""
-    schema = site_model().model_json_schema()
+    schema = _closed(site_model().model_json_schema())
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "edgert site",
         "description": "One camera run of edgert: `edgert camera --config FILE`.",
         **{k: v for k, v in schema.items() if k != "title"},
     }
+
+
+def _closed(node):
+    """A map whose keys have a form (the cameras) takes no other key: pydantic says so by its
+    ``patternProperties`` alone, which lets any other key through a JSON Schema validator."""
+    if isinstance(node, list):
+        return [_closed(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _closed(v) for k, v in node.items()}
+    if "patternProperties" in out:
+        out.setdefault("additionalProperties", False)
+    return out
 
 
 def known_keys(loc: tuple) -> list:
@@ -141,3 +157,27 @@ def _inner(kind):
     """Optional[X] -> X."""
     args = [a for a in typing.get_args(kind) if a is not type(None)]
     return args[0] if typing.get_origin(kind) is typing.Union and len(args) == 1 else kind
+
+
+def draft7(schema: dict, prefix: str = "site") -> tuple:
+    """(root, definitions) of ``schema`` for a draft-07 document (the Helm chart's
+    values.schema.json): ``$defs`` become ``definitions`` named ``prefix + Name``, tuples
+    (``prefixItems``) draft-07's ``items`` lists."""
+
+    def walk(node):
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        out = {}
+        for k, v in node.items():
+            if k == "$ref":
+                out[k] = "#/definitions/" + prefix + v.rsplit("/", 1)[-1]
+            elif k == "prefixItems":
+                out["items"], out["additionalItems"] = walk(v), False
+            elif k not in ("$schema", "$defs"):
+                out[k] = walk(v)
+        return out
+
+    definitions = {prefix + name: walk(d) for name, d in schema.get("$defs", {}).items()}
+    return walk(schema), definitions

@@ -128,12 +128,20 @@ def _pydantic(exc, problems) -> list:
             said = f"unknown key (the keys here: {', '.join(keys)})" if keys else "unknown key"
             problems.add(loc, None, said)
         elif e["type"] == "string_pattern_mismatch":
-            problems.add(loc, None, f"{e['input']!r}: a name is ASCII letters, digits, '-' and '_'")
+            problems.add(loc, None, _pattern(e))
         elif e["type"] == "missing":
             problems.add(loc, None, "missing: it must be given")
         else:
             problems.add(loc, None, e["msg"][0].lower() + e["msg"][1:])
     return bad
+
+
+def _pattern(e: dict) -> str:
+    from .model import NAME
+
+    if e.get("ctx", {}).get("pattern") == NAME:
+        return f"{e['input']!r}: a name is ASCII letters, digits, '-' and '_'"
+    return f"{e['input']!r}: one line of text, without control characters"
 
 
 def _placed(problems, lines: dict) -> list:

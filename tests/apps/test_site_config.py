@@ -263,3 +263,32 @@ def test_config_schema_written_and_it_validates_the_site(site, tmp_path):
         schema["properties"]
     )
     assert schema["required"] == ["model", "cameras"]
+
+
+def test_the_eight_camera_example_site_passes_config_check(site, tmp_path):
+    """docs/examples/site.yaml: accepted with its bundles in place and its variables set; with a
+    variable unset, each camera that names it is said, on its own line."""
+    import shutil
+
+    from tests.conftest import ROOT
+
+    example = ROOT / "docs" / "examples" / "site.yaml"
+    bundle = site[0]
+    for name in ("people-v3", "plates"):
+        shutil.copytree(bundle, tmp_path / "models" / f"{name}.edgert")
+    env = {f"EDGERT_{k}": "x" for k in ("CAM_USER", "CAM_PASSWORD", "MQTT_USER", "MQTT_PASSWORD")}
+    proc = run_cli("config", "check", example, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"{example}: ok: 8 cameras (entrance, exit, till-1, "), (
+        proc.stdout
+    )
+    del env["EDGERT_CAM_PASSWORD"]
+    proc = run_cli("config", "check", example, cwd=tmp_path, env=env)
+    assert proc.returncode == 2, proc.stderr
+    said = proc.stderr.splitlines()
+    assert len(said) == 8 and all("EDGERT_CAM_PASSWORD is not set" in s for s in said), said
+    import jsonschema
+
+    from edgert.apps.config import json_schema
+
+    jsonschema.Draft202012Validator(json_schema()).validate(yaml.safe_load(example.read_text()))

@@ -164,9 +164,12 @@ def _mask_outside(points, size) -> str | None:
 def bundles(data: dict, problems: Problems) -> None:
     """The model and each second stage's bundle: there (a file or a bundle's folder)."""
     named = [(("model", "path"), data["model"].get("path"))]
-    for i, text in enumerate((data.get("secondaries") or {}).get("bundles") or []):
-        head, colon, tail = text.rpartition(":")
-        named.append((("secondaries", "bundles", i), head if colon and "=" in tail else text))
+    for i, item in enumerate((data.get("secondaries") or {}).get("bundles") or []):
+        if isinstance(item, dict):
+            named.append((("secondaries", "bundles", i, "bundle"), item.get("bundle")))
+            continue
+        head, colon, tail = item.rpartition(":")
+        named.append((("secondaries", "bundles", i), head if colon and "=" in tail else item))
     for path, bundle in named:
         if bundle and "${" not in bundle and not os.path.exists(bundle):
             problems.add(path, None, f"{bundle}: no such file or bundle")

@@ -6,6 +6,7 @@ masks are the flags' ``STREAM:`` forms; ``defaults:`` the forms without a stream
 from __future__ import annotations
 
 from . import flags as flag_table
+from .model import own_type
 
 GEOMETRY = (("lines", "line"), ("zones", "zone"), ("motion_masks", "motion_mask"))
 
@@ -40,6 +41,22 @@ def geometry_flags(data: dict) -> dict:
     return out
 
 
+def stage_spec(item) -> str:
+    """``--secondary``'s form of a second stage written out as a mapping (or as that form)."""
+    if isinstance(item, str):
+        return item
+    from .model import STAGE_KEYS
+
+    flag_key = {v: k for k, v in STAGE_KEYS.items()}
+    options = []
+    for key, value in item.items():
+        if key != "bundle" and value is not None:
+            key = flag_key.get(key, key)
+            text = "+".join(value) if key == "on" else _number(value) if key != "name" else value
+            options.append(f"{key}={text}")
+    return item["bundle"] + (":" + ",".join(options) if options else "")
+
+
 def to_namespace(data: dict):
     """The flags' namespace of the site's validated data (``model_dump()``)."""
     ns = flag_table.defaults()
@@ -50,7 +67,11 @@ def to_namespace(data: dict):
         for f in found:
             if f.key in given:
                 value = given[f.key]
-                setattr(ns, f.action.dest, list(value) if f.many else value)
+                if f.many:
+                    value = [stage_spec(v) if isinstance(v, dict) else v for v in value]
+                elif own_type(f.action) and value is not None:
+                    value = f.action.type(str(value))  # checked before: checks.values
+                setattr(ns, f.action.dest, value)
     ns.source = [c["source"] for c in data["cameras"].values()]
     for dest, forms in geometry_flags(data).items():
         setattr(ns, dest, forms)
@@ -67,7 +88,7 @@ def from_namespace(args) -> dict:
         for f in found:
             value = getattr(args, f.action.dest, f.action.default)
             if value != f.action.default and not (f.many and not value):
-                data.setdefault(section, {})[f.key] = list(value) if f.many else value
+                data.setdefault(section, {})[f.key] = list(value) if f.many else _text(f, value)
     sources = list(args.source or ["synthetic://"])
     cameras = {f"cam{i}": {"source": s} for i, s in enumerate(sources)}
     defaults = _geometry(args, cameras)
@@ -75,6 +96,15 @@ def from_namespace(args) -> dict:
         data["defaults"] = defaults
     data["cameras"] = cameras
     return data
+
+
+def _text(f, value):
+    """What the file writes for a flag's parsed value: the value, or for a flag of its own type
+    whose word parses to it (``forever`` for --reconnect's None), that word."""
+    if value is not None or not own_type(f.action):
+        return value
+    words = [w for w in str(f.action.metavar or "").split("|") if not w.isupper()]
+    return next((w for w in words if f.action.type(w) is None), value)
 
 
 def _geometry(args, cameras: dict) -> dict:

@@ -5,7 +5,7 @@ declaration), and the cameras, each a name, a source and its lines, zones and mo
 
 import functools
 import typing
-from typing import Dict, List, Literal, Optional, Tuple
+from typing import Dict, List, Literal, Optional, Tuple, Union
 
 from pydantic import BaseModel, ConfigDict, Field, constr, create_model
 from typing_extensions import Annotated
@@ -15,7 +15,15 @@ from . import flags as flag_table
 NAME = r"^[A-Za-z0-9_-]+$"  # a camera's, a line's or a zone's (the command line's own rule)
 # any other text: one line, no control character (a URI, a path, a topic: none takes one, and a
 # newline in a value could not change the shape of what is rendered from it, the chart's included)
-Text = constr(pattern=r"^[^\x00-\x1f\x7f]*$")
+TEXT = r"^[^\x00-\x1f\x7f]*$"
+Text = constr(pattern=TEXT)
+LABEL = r"^[^,+=:\x00-\x1f\x7f]+$"  # a second stage's label: the flag's form separates by these
+# what a value that does not match each pattern is told
+PATTERNS = {
+    NAME: "a name is ASCII letters, digits, '-' and '_'",
+    TEXT: "one line of text, without control characters",
+    LABEL: "a label here is text without ',', '+', '=' or ':'",
+}
 Point = Tuple[float, float]
 STRICT = ConfigDict(extra="forbid")
 
@@ -59,6 +67,37 @@ class Camera(BaseModel):
     motion_masks: Optional[List[Mask]] = None
 
 
+def stage_model() -> type:
+    """A second stage written out (``secondaries.bundles``' item as a mapping): its bundle and
+    the options of ``--secondary BUNDLE:key=value,...``, from that option's own table."""
+    import dataclasses
+
+    from edgert.apps.camera.features.secondary_spec import SecondarySpec
+
+    label = constr(pattern=LABEL)
+    defaults = {f.name: f.default for f in dataclasses.fields(SecondarySpec)}
+    fields: dict = {"bundle": (Text, Field(min_length=1, description="the second model's bundle"))}
+    for key, (attr, kind) in SecondarySpec.KEYS.items():
+        kind = {str: Text, int: int, float: float}.get(kind, List[label])
+        said = "the primary labels it runs on (default: every)" if key == "on" else attr
+        if key != "on" and defaults[attr] not in ("", None):
+            said += f" (default {defaults[attr]})"
+        key = STAGE_KEYS.get(key, key)
+        fields[key] = (Optional[kind], Field(default=None, description=said))
+    return create_model("SecondStage", __config__=STRICT, **fields)
+
+
+# a second stage's keys in the file where the flag's would not do: YAML reads a bare on: as true
+STAGE_KEYS = {"on": "labels"}
+# a flag's items that the file may also write out as a mapping (the flag's form stays valid)
+ITEMS = {("secondaries", "bundles"): stage_model}
+
+
+def own_type(action) -> bool:
+    """The flag reads its text with a type of its own (``N|forever``), not one of _kinds'."""
+    return action.type is not None and action.type not in _kinds()
+
+
 def _kinds() -> dict:
     from edgert.apps import argtypes as a
 
@@ -78,7 +117,9 @@ def _kinds() -> dict:
 def field_of(flag: flag_table.Flag):
     """(type, Field) of one flag: its kind, range and choices, its default and its help."""
     action = flag.action
-    kind, limits = _kinds().get(action.type, (Text, {}))
+    # a flag of its own type (``N|forever``): its text or a number, read by that type
+    other = Text if action.type is None else Union[int, float, Text]
+    kind, limits = _kinds().get(action.type, (other, {}))
     if action.choices:
         kind, limits = Literal[tuple(action.choices)], {}
     text = (action.help or "").replace("%%", "%")
@@ -86,6 +127,8 @@ def field_of(flag: flag_table.Flag):
         return bool, Field(default=False, description=text)
     if flag.many:
         item = kind if not limits else Annotated[kind, Field(**limits)]
+        if (flag.section, flag.key) in ITEMS:
+            item = Union[item, ITEMS[flag.section, flag.key]()]
         return List[item], Field(default_factory=list, description=text)
     if action.default is None:
         kind = Optional[kind]
@@ -147,10 +190,21 @@ def known_keys(loc: tuple) -> list:
         else:
             args = typing.get_args(kind)
             kind = args[-1] if args else None
+            kind = _model_in(kind)
     kind = _inner(kind)
     if isinstance(kind, type) and issubclass(kind, BaseModel):
         return list(kind.model_fields)
     return []
+
+
+def _model_in(kind):
+    """The mapping of a union of a text and a mapping (a second stage), else ``kind``."""
+    if typing.get_origin(kind) is Union:
+        models = [
+            a for a in typing.get_args(kind) if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
+        return models[0] if models else kind
+    return kind
 
 
 def _inner(kind):

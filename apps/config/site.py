@@ -117,11 +117,18 @@ def _validated(data: dict, lines: dict, name: str) -> Site:
     return Site(config, list(valid["cameras"]), valid, version_of(valid))
 
 
+# the parts of pydantic's error locations that name no key: a mapping's key itself, a union's
+# branches (a second stage as the flag's text, or written out)
+UNION_TAGS = ("[key]", "constrained-str", "SecondStage")
+
+
 def _pydantic(exc, problems) -> list:
     """Each of pydantic's errors as a problem; the paths they are at."""
     bad = []
     for e in exc.errors(include_url=False):
-        loc = tuple(part for part in e["loc"] if part != "[key]")  # a mapping's key itself
+        if "constrained-str" in e["loc"] and isinstance(e["input"], dict):
+            continue  # a list of texts or mappings: the mapping's own errors are said
+        loc = tuple(part for part in e["loc"] if part not in UNION_TAGS)
         bad.append(loc)
         if e["type"] == "extra_forbidden":
             keys = known_keys(loc[:-1])
@@ -137,11 +144,10 @@ def _pydantic(exc, problems) -> list:
 
 
 def _pattern(e: dict) -> str:
-    from .model import NAME
+    from .model import PATTERNS
 
-    if e.get("ctx", {}).get("pattern") == NAME:
-        return f"{e['input']!r}: a name is ASCII letters, digits, '-' and '_'"
-    return f"{e['input']!r}: one line of text, without control characters"
+    pattern = e.get("ctx", {}).get("pattern")
+    return f"{e['input']!r}: {PATTERNS.get(pattern, f'must match {pattern}')}"
 
 
 def _placed(problems, lines: dict) -> list:

@@ -132,3 +132,87 @@ def test_a_new_flag_of_a_feature_becomes_a_key_without_another_list(monkeypatch)
         monkeypatch.undo()
         site_model.cache_clear()
     assert "gate_warmup" not in site_model().model_fields["gate"].annotation.model_fields
+
+
+def test_a_second_stage_written_out_is_the_flags_form(bundle):
+    stages = (
+        f"secondaries:\n  bundles:\n    - bundle: {bundle}\n      labels: [car, truck]\n      attempts: 2\n"
+        f"      margin: 0.2\n    - {bundle}:on=person\n"
+    )
+    site = load_site_text(f"model: {{path: {bundle}}}\ncameras: {{a: {{source: x.mp4}}}}\n{stages}")
+    first, second = site.config.secondaries
+    assert (first.bundle, first.on, first.attempts, first.margin) == (
+        str(bundle),
+        ("car", "truck"),
+        2,
+        0.2,
+    )
+    assert second.on == ("person",)
+    with pytest.raises(ConfigError) as got:
+        load_site_text(
+            f"model: {{path: {bundle}}}\ncameras: {{a: {{source: x.mp4}}}}\n"
+            f"secondaries:\n  bundles:\n    - {{bundle: {bundle}, labels: ['a,b'], tries: 2}}\n"
+        )
+    said = str(got.value)
+    assert "secondaries.bundles[0].tries: unknown key (the keys here: bundle, name, labels," in said
+    assert "secondaries.bundles[0].labels[0]: 'a,b': a label here is text without" in said, said
+
+
+def _sample(f):
+    """A value other than the default that the flag's own type takes (None: none here)."""
+    from edgert.apps.argtypes import fraction
+
+    a = f.action
+    if f.switch:
+        return True
+    if f.many:
+        return ["x", "y"]
+    if a.choices:
+        return next((c for c in a.choices if c != a.default), None)  # --tracker: one choice
+    if a.type is fraction:
+        return 0.5
+    if a.type is not None:
+        return a.type("7")
+    return "x"
+
+
+def test_every_flag_survives_the_file_both_ways():
+    """Each flag of the table, given alone on a command line, is written to the file's data and
+    read back into the same value (the flags are only another way of writing the file)."""
+    from edgert.apps.config import convert
+
+    checked = 0
+    for section, found in flag_table.sections().items():
+        if section == "cameras":
+            continue
+        for f in found:
+            ns = flag_table.defaults()
+            ns.model = "m.edgert"
+            value = _sample(f)
+            if value is None:
+                continue
+            setattr(ns, f.action.dest, value)
+            data = convert.from_namespace(ns)
+            assert data[section][f.key] is not None, f.option
+            valid = site_model().model_validate(data).model_dump(mode="json", exclude_unset=True)
+            back = convert.to_namespace(valid)
+            assert getattr(back, f.action.dest) == value, f.option
+            checked += 1
+    assert checked >= 60
+
+
+def test_a_flag_of_its_own_type_is_its_word_in_the_file(bundle):
+    site = load_site_text(
+        f"model: {{path: {bundle}}}\ncameras: {{a: {{source: x.mp4}}}}\n"
+        "capture: {reconnect: forever}\n"
+    )
+    assert site.config.source_options.reconnect_tries is None  # for ever
+    site = load_site_text(
+        f"model: {{path: {bundle}}}\ncameras: {{a: {{source: x.mp4}}}}\ncapture: {{reconnect: 3}}\n"
+    )
+    assert site.config.source_options.reconnect_tries == 3
+    with pytest.raises(ConfigError, match=r"capture\.reconnect: .*never"):
+        load_site_text(
+            f"model: {{path: {bundle}}}\ncameras: {{a: {{source: x.mp4}}}}\n"
+            "capture: {reconnect: never}\n"
+        )

@@ -25,7 +25,7 @@ PATTERNS = {
     LABEL: "a label here is text without ',', '+', '=' or ':'",
 }
 Point = Tuple[float, float]
-STRICT = ConfigDict(extra="forbid")
+STRICT = ConfigDict(extra="forbid", protected_namespaces=())  # keys as the flags name them
 
 
 class Line(BaseModel):

@@ -43,7 +43,11 @@ BASE = {
             },
             "outputs": {"uris": ["http://0.0.0.0:8080"], "clips": "/data/clips"},
             "telemetry": {"mqtt": "mqtt://broker:1883/site"},
-            "secondaries": {"bundles": ["/models/plates.edgert:on=car"]},
+            "secondaries": {
+                "bundles": [
+                    {"bundle": "/models/plates.edgert", "name": "plates", "labels": ["car"]}
+                ]
+            },
             "swap": {"check_against": "/models/old.edgert", "allow_models": ["/models"]},
             "gate": {"mode": "motion"},
         },

@@ -111,10 +111,25 @@ def _validated(data: dict, lines: dict, name: str) -> Site:
         raise ConfigError(_placed(problems, lines), name)
     try:
         config = flag_table.camera_config(convert.to_namespace(valid))
+        _feature_checks(config)
     except EdgertError as exc:  # the components' own checks, in the flags' words
-        problems.add(_flag_path(str(exc)), None, str(exc))
+        problems.add(*_in_file_words(str(exc)))
         raise ConfigError(_placed(problems, lines), name) from None
     return Site(config, list(valid["cameras"]), valid, version_of(valid))
+
+
+# the camera features whose start-time check reads only the configuration (no signal handler,
+# nothing opened): run by a file's check too
+PURE_CHECKS = ("tracking", "clocks", "gate")
+
+
+def _feature_checks(config) -> None:
+    from edgert.apps.camera.features import FEATURES, Run, name_of
+
+    run = Run(cfg=config, say=lambda _: None, uris=list(config.sinks))
+    for feature in FEATURES:
+        if name_of(feature) in PURE_CHECKS:
+            feature().check(run)
 
 
 # the parts of pydantic's error locations that name no key: a mapping's key itself, a union's
@@ -159,13 +174,31 @@ def _placed(problems, lines: dict) -> list:
     return sorted(placed, key=lambda p: p[1] or 0)  # in the file's order (the sort is stable)
 
 
-def _flag_path(message: str) -> tuple:
-    """The file's path of the flag a component's sentence starts with (``--gate ...``)."""
-    for section, found in flag_table.sections().items():
-        for f in found:
-            if section != "cameras" and any(message.startswith(o) for o in f.action.option_strings):
-                return (section, f.key)
-    return ()
+def _in_file_words(message: str) -> tuple:
+    """(path, line, message) of a component's sentence, which names flags: the path of the flag
+    it starts with, and each flag it names written as its key in the file (``gate.target_fps``
+    for ``--target-fps``)."""
+    import re
+
+    keys = {
+        o: (section, f.key)
+        for section, found in flag_table.sections().items()
+        for f in found
+        for o in f.action.option_strings
+    }
+    keys.update({"--source": ("cameras", "source"), "--line": ("cameras", "lines")})
+    first = re.match(r"--[a-z][a-z0-9-]*", message)
+    path = keys.get(first.group(0)) if first else None
+    if path is not None and path[0] != "cameras":
+        message = message[first.end() :].lstrip(": ")
+    else:
+        path = ()
+
+    def said(m):
+        where = keys.get(m.group(0))
+        return ".".join(where) if where else m.group(0)
+
+    return path, None, re.sub(r"--[a-z][a-z0-9-]*", said, message)
 
 
 def site_from_args(args) -> Site:

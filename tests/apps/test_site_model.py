@@ -91,8 +91,13 @@ def test_a_components_own_check_is_said_at_its_key(bundle, monkeypatch):
     monkeypatch.setenv("EDGERT_T_PASS", "b")
     with pytest.raises(ConfigError) as got:
         load_site_text(text(bundle, "gate:\n  mode: sometimes\n"), name="s.yaml")
-    assert str(got.value).startswith("gate.mode: --gate 'sometimes': give motion")
+    assert str(got.value).startswith("gate.mode: 'sometimes': give motion")
     assert got.value.problems[0][1] == 17
+    with pytest.raises(ConfigError) as got:  # a feature's own check at start, said by the file's
+        load_site_text(text(bundle, "clocks:\n  mode: auto\n"), name="s.yaml")
+    assert str(got.value) == (
+        "clocks.mode: auto chooses clocks for a rate: give gate.target_fps N as well (s.yaml:17)"
+    )
 
 
 def test_every_flag_of_the_table_is_a_key_of_the_file_and_of_the_schema():

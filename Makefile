@@ -14,7 +14,8 @@ WEIGHT_NAMES := $(foreach w,$(WEIGHTS),$(firstword $(subst ==, ,$(w))))
 # The device side against the oldest numpy / OpenCV / ONNX Runtime set we claim that installs on
 # this Python (JetPack 5 itself has Python 3.8 and numpy 1.17; vermin checks the 3.8 syntax).
 OLD_VENV ?= .venv-oldest
-OLDEST := numpy==1.24.4 opencv-python-headless==4.5.5.64 onnxruntime==1.16.3 onnx==1.14.1 scipy==1.11.4 pytest
+OLDEST := numpy==1.24.4 opencv-python-headless==4.5.5.64 onnxruntime==1.16.3 onnx==1.14.1 scipy==1.11.4 \
+	pydantic==2.5.3 PyYAML==6.0.1 pytest
 DEVICE_TESTS := tests/runtime tests/apps/test_device_side.py tests/apps/test_gate.py
 
 # edgert serve: PyTriton needs numpy < 2, so its tests run in their own environment

@@ -33,6 +33,7 @@ COMMANDS = (
     "info",
     "demo",
     "events",
+    "config",
 )
 
 EPILOG = """examples:

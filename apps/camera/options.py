@@ -37,7 +37,12 @@ class ModelOptions:
     def add_arguments(parser, tasks: list[str]) -> None:
         from edgert.apps.argtypes import BACKENDS, PRECISIONS, fraction, positive_int
 
-        parser.add_argument("model", metavar="MODEL", nargs="?")  # or in --config FILE
+        parser.add_argument(
+            "model",
+            metavar="MODEL",
+            nargs="?",
+            help="a bundle, .onnx or .engine (not with --config: the file names it)",
+        )
         parser.add_argument("--task", choices=tasks, help="default: the bundle's task")
         parser.add_argument("--backend", default="auto", choices=BACKENDS)
         parser.add_argument("--precision", default="auto", choices=PRECISIONS)

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import textwrap
 
 from edgert.runtime import json_text
-from edgert.runtime.tasks import TASK_SPECS
 
 EPILOG = """several sources: one engine; the frames of all streams are batched into one inference (up to
 --batch, default one per stream within the model's largest batch), each stream with its own
@@ -45,148 +43,77 @@ def epilog() -> str:
 
 
 def add_parser(sub) -> None:
+    from edgert.apps.config import flags
+
     p = sub.add_parser(
         "camera",
         help="camera inference app (e.g. edgert camera m.edgert --source csi://0 --output http://127.0.0.1:8080)",
         description="Run a model on frames from a camera, stream, video or images, with bounded latency "
-        "(drop-oldest queues), per-stage timings, power and several outputs.",
+        "(drop-oldest queues), per-stage timings, power and several outputs. The flags and a site "
+        "file (--config) are two ways of writing the same configuration (--print-config shows "
+        "the file of a command line; `edgert config check` checks a file).",
         epilog=epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_arguments(p)
+    flags.add_arguments(p)  # each component's own section (apps/config/flags.py: the table)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    f = p.add_argument_group("site file")
+    f.add_argument(
+        "--config",
+        metavar="FILE",
+        help="run the site in FILE (YAML: the model, the cameras and every section; see `edgert "
+        "config schema`); it is the whole configuration: MODEL and flags that change the "
+        "configuration are refused beside it (--json, --print-config and -v/-q/--debug are not)",
+    )
+    f.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the site file of this command line (or of --config FILE) and exit",
+    )
     p.set_defaults(func=run)
 
 
-def add_arguments(p) -> None:
-    """The command's flags (the command line's, and a --config file's)."""
-    from edgert.apps.camera import features
-    from edgert.apps.camera.options import ModelOptions, RunOptions
-    from edgert.apps.camera.sinks import SinkOptions, StoreOptions
-    from edgert.apps.camera.sources import SourceOptions
+def config(args):
+    """The run's configuration from the parsed flags (:func:`edgert.apps.config.flags.camera_config`)."""
+    from edgert.apps.config import flags
 
-    ModelOptions.add_arguments(p, [t.name for t in TASK_SPECS.values() if t.camera])
-    p.add_argument(
-        "--source",
-        action="append",
-        metavar="URI",
-        help="a camera, stream or file; repeat for several streams (default: synthetic://); "
-        "${EDGERT_NAME} is replaced by that environment variable (keep passwords out of argv)",
-    )
-    for options in (SinkOptions, StoreOptions, RunOptions):
-        options.add_arguments(p)
-    features.add_arguments(p)  # each camera feature's own section (features/: the table)
-    SourceOptions.add_arguments(p)
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument(
-        "--config",
-        metavar="FILE",
-        help="the run's flags (MODEL, --source, --line, ...) from FILE, as on a command line ('#' "
-        "starts a comment); SIGHUP re-reads it and applies what changed while the camera runs "
-        "(--watch-config: whenever it changes)",
-    )
+    return flags.camera_config(args)
 
 
-class _FileParser(argparse.ArgumentParser):
-    """The camera's flags read from a --config file: a mistake is an error, not an exit."""
-
-    def error(self, message):
-        from edgert.apps.camera.reload import ConfigRefused
-
-        raise ConfigRefused(message)
-
-
-def load_config(text: str):
-    """(CameraConfig, version) of a configuration's text: here ``edgert camera``'s own flags,
-    read as a shell would split them (the seam a site file's loader takes over). A mistake is
-    one sentence (an EdgertError)."""
-    from edgert.apps.camera.features.reload import flags_version
-    from edgert.apps.camera.reload import ConfigRefused
-
-    try:
-        tokens = shlex.split(text, comments=True)
-    except ValueError as exc:
-        raise ConfigRefused(f"the configuration cannot be split into flags: {exc}") from None
-    args = _file_parser().parse_args(tokens)
-    if args.config or args.watch_config or args.config_endpoint:
-        raise ConfigRefused(
-            "--config, --watch-config and --config-endpoint go on the command line, not in the "
-            "configuration"
-        )
-    return config(args), flags_version(text)
-
-
-def _file_parser() -> argparse.ArgumentParser:
-    p = _FileParser(prog="edgert camera --config", add_help=False)
-    add_arguments(p)
-    return p
-
-
-def _with_file(args):
-    """(CameraConfig, version) of ``--config FILE``; the command line gives only what the file
-    cannot (--watch-config, --config-endpoint, --json)."""
+def site(args):
+    """The site of the command line, or of --config FILE (with no other configuration flag)."""
+    from edgert.apps.config import flags, load_site, site_from_args
     from edgert.runtime.errors import EdgertError
 
+    if args.config is None:
+        if args.model is None:
+            raise EdgertError("give a MODEL (a bundle, .onnx or .engine) or --config FILE")
+        return site_from_args(args)
+    plain = flags.defaults()
     given = [
-        k
-        for k, v in vars(_file_parser().parse_args([])).items()
-        if k not in ("config", "watch_config", "config_endpoint", "json")
-        and getattr(args, k, v) != v
+        f.option
+        for found in flags.sections().values()
+        for f in found
+        if getattr(args, f.action.dest) != getattr(plain, f.action.dest)
     ]
     if given:
-        flag = "MODEL" if given[0] == "model" else "--" + given[0].replace("_", "-")
         raise EdgertError(
-            f"with --config {args.config} the run's flags are in that file: give {flag} there, "
-            "not on the command line"
+            f"{', '.join(given)} with --config: the file is the whole configuration; "
+            "give it there (edgert camera ... --print-config writes a command line as a file)"
         )
-    try:
-        with open(args.config, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EdgertError(f"--config {args.config} cannot be read: {exc}") from None
-    return load_config(text)
+    return load_site(args.config)
 
 
-def config(args):
-    """The run's configuration from the parsed flags: each component reads its own group (each
-    camera feature its section); ``--jsonl``, ``--events`` and ``--mqtt`` become sinks of the
-    table (``jsonl://FILE``, ``events://FILE``, the broker's URI)."""
-    from edgert.apps.camera import features
-    from edgert.apps.camera.options import CameraConfig, ModelOptions, RunOptions
-    from edgert.apps.camera.sinks import (
-        SinkOptions,
-        from_flag,
-        short_flags,
-        with_folder_flags,
-        with_store,
-    )
-    from edgert.apps.camera.sources import SourceOptions
-    from edgert.apps.uris import expand
-    from edgert.runtime.errors import EdgertError, OutputError, SourceError
+def _loader(path):
+    """The reload's loader: a site file's text (the --config file again, or POST /config's
+    body) -> (CameraConfig, version, camera names); ConfigError names every problem."""
+    from edgert.apps.config import load_site_text
 
-    try:  # ${EDGERT_...}: credentials from the environment, not the command line
-        sources = [expand(s, "--source") for s in args.source or ["synthetic://"]]
-    except ValueError as exc:
-        raise SourceError(str(exc)) from None
-    try:
-        sinks = [expand(s, "--output") for s in args.output]
-        for flag in short_flags():
-            value = getattr(args, flag[2:].replace("-", "_"))
-            if value is not None:  # the short forms of sinks in the table
-                sinks.append(from_flag(flag, expand(value, flag)))
-        sinks = with_folder_flags(with_store(sinks, args.store), args)
-    except ValueError as exc:
-        raise OutputError(str(exc)) from None
-    if args.model is None:
-        raise EdgertError("give MODEL (a bundle, .onnx or .engine file), or --config FILE")
-    return CameraConfig(
-        model=ModelOptions.from_args(args),
-        sources=sources,
-        sinks=sinks,
-        source_options=SourceOptions.from_args(args),
-        sink_options=SinkOptions.from_args(args),
-        run=RunOptions.from_args(args),
-        **features.config_sections(args, CameraConfig),
-    )
+    def load(text: str):
+        site = load_site_text(text, name=str(path) if path else "POST /config")
+        return site.config, site.version, list(site.names)
+
+    return load
 
 
 def run(args) -> int:
@@ -195,10 +122,23 @@ def run(args) -> int:
     from edgert.apps.camera import features
     from edgert.apps.camera.app import run_camera
     from edgert.apps.camera.summary import print_summary, problems
+    from edgert.apps.config import ConfigError
 
-    cfg, version = _with_file(args) if args.config else (config(args), "command-line")
+    try:
+        chosen = site(args)
+    except ConfigError as exc:
+        for line in exc.lines():
+            print(f"edgert camera: error: {line}", file=sys.stderr)
+        return exc.exit_code
+    if args.print_config:
+        sys.stdout.write(chosen.yaml())
+        return 0
+    cfg = chosen.config
     cfg.more["reload"] = dataclasses.replace(
-        features.Reload.from_args(args), loader=load_config, version=version
+        features.Reload.from_args(args),
+        loader=_loader(args.config),
+        version=chosen.version,
+        names=tuple(chosen.names),
     )
     summary = run_camera(cfg, say=(lambda s: None) if args.json else print)
     if args.json:

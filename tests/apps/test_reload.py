@@ -1,11 +1,13 @@
-"""Live reload per camera (issue 68, part 2): a real `edgert camera --config FILE` (its flags in
-a file) on rendered scenes through a real detector bundle (tests.tiny.blob_detector_bundle on
+"""Live reload per camera (issue 68, part 2): a real `edgert camera --config FILE` (a site file,
+written from a command line as `--print-config` writes it) on rendered scenes through a real detector bundle (tests.tiny.blob_detector_bundle on
 ONNX Runtime); the file edited (--watch-config), SIGHUP, and GET / POST /config over real HTTP."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -56,11 +58,15 @@ def site(tmp_path_factory):
 
 
 def flags(bundle, sources, zone=PEN, line=DOOR, more="") -> str:
+    """The site file of these flags (``edgert camera FLAGS --print-config``'s, in process)."""
+    from edgert.apps.commands import camera as command
+    from edgert.apps.config import site_from_args
+
     src = " ".join(f"--source {s}" for s in sources)
-    return (
-        f"# the site\n{bundle} {src} --loop --headless --conf 0.75\n"
-        f"--zone {zone}\n--line {line}\n{more}\n"
-    )
+    parser = argparse.ArgumentParser()
+    command.add_parser(parser.add_subparsers())
+    text = f"{bundle} {src} --loop --headless --conf 0.75 --zone {zone} --line {line} {more}"
+    return site_from_args(parser.parse_args(["camera", *shlex.split(text)])).yaml()
 
 
 def write(path: Path, text: str) -> None:
@@ -153,7 +159,7 @@ def test_a_zone_edited_and_a_camera_added_while_two_cameras_run(site, tmp_path):
     changed and carry the version they were made under; a broken file and a change that needs a
     restart are refused with their reason and the run goes on unchanged."""
     bundle, a, b, c = site
-    config, ev, fr = tmp_path / "site.flags", tmp_path / "ev.jsonl", tmp_path / "fr.jsonl"
+    config, ev, fr = tmp_path / "site.yaml", tmp_path / "ev.jsonl", tmp_path / "fr.jsonl"
     port, url = metrics()
     out = f"--events {ev} --jsonl {fr} {port}"
     write(config, flags(bundle, [a, b], more=out))
@@ -168,8 +174,8 @@ def test_a_zone_edited_and_a_camera_added_while_two_cameras_run(site, tmp_path):
     assert applied["from"] == v1 and applied["requested_by"] == "--watch-config"
     v2 = applied["version"]
     assert applied["changes"] == [
-        "camera 0: zone pen edited",
-        "camera 2 added as stream 2 (" + str(c) + ")",
+        "camera cam0: zone pen edited",
+        "camera cam2 added as stream 2 (" + str(c) + ")",
     ]
     entered = wait_for(
         lambda: [e for e in events(ev) if e["event"] == "zone_enter" and e["config"] == v2], 60
@@ -179,7 +185,11 @@ def test_a_zone_edited_and_a_camera_added_while_two_cameras_run(site, tmp_path):
     assert entered[0]["stream"] == 0 and entered[0]["t_monotonic"] - applied["t_monotonic"] < 1.0
     wait_for(lambda: [e for e in events(ev) if e.get("stream") == 2], 60)
     # refused: a line outside camera 1's frame; the batch (read once at the start)
-    write(config, flags(bundle, [a, b, c], zone=WHOLE, line="1:door=0,0,900,10", more=out))
+    good = flags(bundle, [a, b, c], zone=WHOLE, more=out)  # camera 1's door moved out, by hand
+    write(
+        config,
+        good.replace("[160.0, 0.0]", "[0.0, 0.0]").replace("[160.0, 240.0]", "[900.0, 10.0]"),
+    )
     refused = wait_for(lambda: [e for e in events(ev) if e["event"] == "config_refused"], 60)
     assert "outside the 320x240 frame" in refused[0]["reason"] and refused[0]["config"] == v2
     write(config, flags(bundle, [a, b, c], zone=WHOLE, more=out + " --batch 1"))
@@ -213,19 +223,22 @@ def _own_address() -> str | None:
     return None if ip.startswith("127.") else ip
 
 
-def test_get_and_post_config_over_http(site, tmp_path):
+def test_get_and_post_config_over_http(site, tmp_path, monkeypatch):
     """GET /config: the running configuration (its credentials redacted) and its version; POST
     /config: applied from this machine, refused from another address, when too large, and when
     broken (the reason)."""
     bundle, a, b, c = site
-    config = tmp_path / "site.flags"
+    config = tmp_path / "site.yaml"
     port, url = metrics("0.0.0.0")
-    camera2 = "rtsp://user:secret@127.0.0.1:9/never"  # nothing answers: it keeps trying
+    monkeypatch.setenv("EDGERT_TEST_PASSWORD", "secret")  # the camera's environment
+    camera2 = "rtsp://user:${EDGERT_TEST_PASSWORD}@127.0.0.1:9/never"  # nothing answers
     write(config, flags(bundle, [a, b, camera2], more=port))
     proc = camera(tmp_path, config, url, "--config-endpoint")
     try:
         status, got = http("GET", url + "/config")
-        assert status == 200 and got["version"] and got["cameras"] == {"0": 0, "1": 1, "2": 2}
+        assert (
+            status == 200 and got["version"] and got["cameras"] == {"cam0": 0, "cam1": 1, "cam2": 2}
+        )
         assert got["config"]["tracking"]["zones"] == [PEN]
         assert got["config"]["sources"][2] == "rtsp://user:***@127.0.0.1:9/never"
         assert "secret" not in json.dumps(got)
@@ -234,15 +247,15 @@ def test_get_and_post_config_over_http(site, tmp_path):
         status, got = http("POST", url + "/config", text)
         assert status == 200 and got["event"] == "config_applied", got
         assert got["changes"] == [
-            "camera 2 removed",  # another source under its name: another camera
-            "camera 0: zone pen edited",
-            f"camera 2 added as stream 3 ({c})",
+            "camera cam2 removed",  # another source under its name: another camera
+            "camera cam0: zone pen edited",
+            f"camera cam2 added as stream 3 ({c})",
             f"output jsonl://{added} added",
         ]
         wait_for(lambda: {0, 1, 3} <= {r.get("stream") for r in events(added)}, 60, proc)
         assert http("GET", url + "/config")[1]["config"]["tracking"]["zones"] == [WHOLE]
-        status, got = http("POST", url + "/config", b"--no-such-flag")
-        assert status == 422 and "unrecognized arguments: --no-such-flag" in got["reason"]
+        status, got = http("POST", url + "/config", text + b"no_such_key: 1\n")
+        assert status == 422 and "no_such_key: unknown key" in got["reason"], got
         assert too_large(url) == 413
         video = tmp_path / "out.mp4"  # one file per camera, opened for those there are
         text4 = flags(bundle, [a, b, c, a], zone=WHOLE, more=f"{port} --output {video}").encode()
@@ -276,7 +289,7 @@ def test_sighup_re_reads_the_file_and_post_config_is_off_unless_asked(site, tmp_
     the model slot swaps to (the model's hot swap, asked by the configuration)."""
     bundle, a, b, c = site
     other = blob_detector_bundle(tmp_path / "det2")
-    config = tmp_path / "site.flags"
+    config = tmp_path / "site.yaml"
     port, url = metrics()
     write(config, flags(bundle, [a, b], more=port))
     proc = camera(tmp_path, config, url)  # no --watch-config: only SIGHUP reads it again
@@ -291,8 +304,8 @@ def test_sighup_re_reads_the_file_and_post_config_is_off_unless_asked(site, tmp_
         got = wait_for(lambda: http("GET", url + "/config")[1]["last"], 60, proc)
         assert got["requested_by"] == "SIGHUP"
         assert got["changes"] == [
-            "camera 1 removed",
-            "camera 0: line door added",
+            "camera cam1 removed",
+            "camera cam0: line door added",
             f"model: a swap to {other} asked",
         ]
         wait_for(lambda: http("GET", url + "/model")[1]["swaps"] == 1, 60, proc)
@@ -305,13 +318,16 @@ def test_sighup_re_reads_the_file_and_post_config_is_off_unless_asked(site, tmp_
 
 def test_config_mistakes_are_one_sentence(site, tmp_path):
     bundle, a, _, _ = site
-    config = tmp_path / "site.flags"
-    write(config, flags(bundle, [a], more="--no-such-flag"))
-    assert_user_error(run_cli("camera", "--config", config), "unrecognized arguments")
-    write(config, flags(bundle, [a]))
-    assert_user_error(run_cli("camera", "--config", config, "--source", a), "give --source there")
+    config = tmp_path / "site.yaml"
+    one = flags(bundle, [a], line="0:door=160,0,160,240")
+    write(config, one + "no_such_key: 1\n")
+    assert_user_error(run_cli("camera", "--config", config), "no_such_key: unknown key")
+    write(config, one)
+    assert_user_error(
+        run_cli("camera", "--config", config, "--source", a), "--source with --config"
+    )
     assert_user_error(run_cli("camera", "--watch-config"), "or --config FILE")
-    assert_user_error(run_cli("camera", "--config", tmp_path / "none.flags"), "cannot be read")
+    assert_user_error(run_cli("camera", "--config", tmp_path / "none.yaml"), "cannot read it")
 
 
 def _process(pid: int) -> tuple[int, int, float]:
@@ -328,7 +344,7 @@ def test_fifty_reloads_leave_threads_files_and_memory_where_they_were(site, tmp_
     """50 reloads through POST /config, each adding or removing camera 2 (its video opened and
     closed, its threads started and ended), editing camera 0's zone and its motion mask."""
     bundle, a, b, c = site
-    config = tmp_path / "site.flags"
+    config = tmp_path / "site.yaml"
     port, url = metrics()
     gate = f"--gate motion {port}"
     two = flags(bundle, [a, b], more=gate)

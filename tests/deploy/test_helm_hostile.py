@@ -27,23 +27,33 @@ SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 # every list and map given one entry, so that each string field reaches a template
 BASE = {
     "camera": {
-        "cameras": [
-            {
-                "name": "door",
-                "uri": "rtsp://10.0.0.5/live",
-                "username": "u",
-                "password": "p",
-                "lines": ["in=1,2,3,4"],
-                "zones": ["z=1,1,5,1,5,5"],
-            }
-        ],
-        "outputs": ["http://0.0.0.0:8080"],
-        "extraArgs": ["--quiet"],
+        "site": {
+            "model": {"path": "/models/d.edgert", "task": "detect"},
+            "cameras": {
+                "door": {
+                    "source": "rtsp://${EDGERT_DOOR_USER}:${EDGERT_DOOR_PASSWORD}@10.0.0.5/live",
+                    "lines": [{"name": "in", "points": [[1, 2], [3, 4]]}],
+                    "zones": [{"name": "z", "points": [[1, 1], [5, 1], [5, 5]]}],
+                    "motion_masks": [[[0, 0], [1, 0], [1, 1]]],
+                }
+            },
+            "defaults": {
+                "lines": [{"name": "all", "points": [[0, 0.5], [1, 0.5]]}],
+                "zones": [{"name": "every", "points": [[0, 0], [1, 0], [1, 1]]}],
+            },
+            "outputs": {"uris": ["http://0.0.0.0:8080"], "clips": "/data/clips"},
+            "telemetry": {"mqtt": "mqtt://broker:1883/site"},
+            "secondaries": {
+                "bundles": [
+                    {"bundle": "/models/plates.edgert", "name": "plates", "labels": ["car"]}
+                ]
+            },
+            "swap": {"check_against": "/models/old.edgert", "allow_models": ["/models"]},
+            "gate": {"mode": "motion"},
+        },
+        "credentials": {"EDGERT_DOOR_USER": "u", "EDGERT_DOOR_PASSWORD": "p"},
         "nodeSelector": {"edgert.io/camera": "true"},
         "podAnnotations": {"team": "vision"},
-        "mqtt": {"uri": "mqtt://broker:1883/site", "username": "m", "password": "q"},
-        "model": {"previous": "old.edgert"},
-        "gate": "motion",
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
     },
     "serve": {
@@ -90,7 +100,11 @@ def string_fields(node: dict = SCHEMA, path: tuple = ()) -> list:
         found += string_fields(node["items"], (*path, 0))
     if isinstance(node.get("additionalProperties"), dict):
         found += string_fields(node["additionalProperties"], (*path, "*"))
-    return found
+    for sub in node.get("patternProperties", {}).values():  # a map whose keys have a form
+        found += string_fields(sub, (*path, "*"))
+    for sub in node.get("anyOf", []):  # an optional list or section
+        found += [p for p in string_fields(sub, path) if p != path]
+    return list(dict.fromkeys(found))
 
 
 FIELDS = string_fields()
@@ -105,13 +119,13 @@ def _with(path: tuple, value) -> dict:
     of the user's own, the credentials are in it (``auth``), not in the values."""
     values = json.loads(json.dumps(BASE))
     if path == ("camera", "existingSecret"):
-        for holder in (values["camera"]["cameras"][0], values["camera"]["mqtt"]):
-            holder.pop("username"), holder.pop("password")
-            holder["auth"] = True
+        values["camera"].pop("credentials")  # they are in that Secret
     node = values
     for step in path[:-1]:
         if isinstance(node, list):
             node = node[step]
+        elif step == "*":  # a map's one entry
+            node = node[next(iter(node))]
         else:
             node = node.setdefault(step, {} if not isinstance(step, int) else [])
     last = path[-1]
@@ -138,6 +152,23 @@ def _current(path: tuple):
         if isinstance(here, str) and here:
             return here
     return HARMLESS.get(_dotted(path), "x")
+
+
+def _concrete(path: tuple) -> str:
+    """The dotted path Helm names: a map's entry by its key (the one BASE gives), a map of free
+    keys (the last step) by the map itself."""
+    if path[-1] == "*":
+        path = path[:-1]
+    here, steps = json.loads(json.dumps(BASE)), []
+    for step in path:
+        if step == "*":
+            step = next(iter(here))
+        steps.append(str(step))
+        try:
+            here = here[step]
+        except (KeyError, IndexError, TypeError):
+            here = {}
+    return ".".join(steps)
 
 
 def render(values: dict, folder, schema: bool = True) -> subprocess.CompletedProcess:
@@ -169,8 +200,10 @@ def shape(text: str) -> list:
 def test_the_walk_finds_the_fields_that_injected_before():
     names = {_dotted(p) for p in FIELDS}
     assert {"image.tag", "image.repository", "gpu.runtimeClassName"} <= names
-    assert {"camera.existingSecret", "camera.cameras.0.uri", "camera.extraArgs.0"} <= names
-    assert len(names) >= 25, sorted(names)
+    assert {"camera.existingSecret", "camera.site.cameras.*.source", "serve.extraArgs.0"} <= names
+    assert {"camera.site.model.path", "camera.site.outputs.uris.0", "camera.credentials.*"} <= names
+    assert "camera.site.cameras.*.lines.0.name" in names  # through an optional list of a map
+    assert len(names) >= 40, sorted(names)
 
 
 @needs_helm
@@ -194,9 +227,7 @@ def test_a_hostile_string_never_changes_the_resources(path, tmp_path):
             assert checked.returncode == 0, checked.stderr
         else:
             assert checked.returncode != 0, f"the schema let {_dotted(path)} hold a newline"
-            assert _dotted(path).replace(".*", "") in checked.stderr.replace("/", "."), (
-                checked.stderr
-            )
+            assert _concrete(path) in checked.stderr.replace("/", "."), checked.stderr
 
 
 def _keys(node):
@@ -211,20 +242,35 @@ def _keys(node):
 
 @needs_helm
 def test_what_helm_set_gives_as_strings_renders_and_the_api_accepts():
-    """``--set`` gives 0.5 as a string: the schema takes a number written as text where the
-    camera reads text anyway; a share for maxUnavailable stays a quoted string ("25%"), a count a
-    number; every task the camera takes is a task the chart takes."""
+    """``--set`` gives 0.5 as a string: a share for maxUnavailable stays a quoted string ("25%"),
+    a count a number; every task the camera takes is a task the chart takes. The site's numbers
+    are typed as the camera's file types them: --set-json gives them (a string is refused by the
+    schema, naming the key)."""
     kv = pytest.importorskip("kubernetes_validate")
-    sets = ["camera.model.conf=0.5", "camera.updateStrategy.maxUnavailable=25%"]
-    sets += ["camera.model.task=pose", "camera.powerCap=15"]
-    cmd = [HELM, "template", "t", str(CHART)]
-    for s in sets:
-        cmd += ["--set", s]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    sets = [
+        "--set",
+        "camera.updateStrategy.maxUnavailable=25%",
+        "--set",
+        "camera.site.model.task=pose",
+    ]
+    sets += [
+        "--set-json",
+        "camera.site.model.conf=0.5",
+        "--set-json",
+        "camera.site.power.power_cap=15",
+    ]
+    proc = subprocess.run(
+        [HELM, "template", "t", str(CHART), *sets], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
     daemonset = next(d for d in docs if d["kind"] == "DaemonSet")
     kv.validate(daemonset, "1.31.0", strict=True)
     assert daemonset["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "25%"
-    args = daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[args.index("--conf") + 1] == "0.5" and args[args.index("--task") + 1] == "pose"
+    config = next(d for d in docs if d["kind"] == "ConfigMap")
+    site = yaml.safe_load(config["data"]["site.yaml"])
+    assert site["model"]["conf"] == 0.5 and site["model"]["task"] == "pose"
+    assert site["power"]["power_cap"] == 15
+    as_text = [HELM, "template", "t", str(CHART), "--set", "camera.site.model.conf=0.5"]
+    proc = subprocess.run(as_text, capture_output=True, text=True)
+    assert proc.returncode != 0 and "camera.site.model.conf" in proc.stderr, proc.stderr

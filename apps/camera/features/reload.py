@@ -82,7 +82,11 @@ class Reload(Feature):
 
     @staticmethod
     def from_args(args) -> ReloadOptions:
-        return ReloadOptions(getattr(args, "config", None), args.watch_config, args.config_endpoint)
+        return ReloadOptions(  # a site file's namespace has none of them: the command line's
+            getattr(args, "config", None),
+            getattr(args, "watch_config", False),
+            getattr(args, "config_endpoint", None),
+        )
 
     @staticmethod
     def options(run: Run) -> ReloadOptions:
@@ -105,8 +109,8 @@ class Reload(Feature):
         if o.loader is None:
             return
         self.reloader = Reloader(run, o.loader, o.version, o.names or None)
-        if o.path or o.endpoint:  # a run that can change: its events say under which version
-            run.handler.marks["config"] = o.version
+        if o.version:  # every event says the configuration it was made under (the site's hash:
+            run.handler.marks["config"] = o.version  # a file and its command line alike)
         if o.path:
             self.stop = threading.Event()
             self.thread = threading.Thread(target=self._watch, args=(o,), daemon=True)

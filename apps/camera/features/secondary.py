@@ -15,15 +15,19 @@ from .base import Extend, Feature, Run
 
 HELP = (
     "a second model on crops of the tracked objects (a classifier: their kind; a detector: "
-    "objects inside them, boxes in the frame's pixels); repeatable; implies --track. OPTIONS, "
+    "objects inside them, boxes in the frame's pixels; an embedder: one vector per track, kept "
+    "in the store for GET /api/search, and re-identification across streams); repeatable; "
+    "implies --track. OPTIONS, "
     "comma-separated: on=LABEL+LABEL (the primary labels it runs on; default every), attempts=K "
     "(most per track, default 3), margin=F (share of each side added, default 0.1), grow=F "
     "(re-check when the box grew by this share, default 0.2), every=S (re-check after S seconds, "
     "0 never, default 1), min=PX (smaller boxes are refused, default 16), window=S (the best "
-    "view chosen over S seconds, default 0.5), name=NAME"
+    "view chosen over S seconds, default 0.5), name=NAME; an embedder's: embed=mean|best (the "
+    "quality-weighted mean of its crops' vectors, default, or the best crop's), "
+    "form=int8|float16|float32 (as stored, default int8), reid=COS (a new track is linked to "
+    "another stream's track this similar, default 0.86, 0 off), reid_window=S (seen within S "
+    "seconds, default 30)"
 )
-# an embedder's options (embed=, form=, reid=, reid_window=: secondary_spec.SecondarySpec) are
-# left out of HELP until docs/cli.md is generated again with them
 
 
 class Secondaries(Feature):

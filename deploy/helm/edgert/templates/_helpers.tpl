@@ -21,130 +21,40 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "edgert.hasCredentials" -}}
-{{- $any := "" -}}
-{{- $own := .Values.camera.existingSecret -}}
-{{- range .Values.camera.cameras -}}{{- if or .username .password (and .auth $own) -}}{{- $any = "yes" -}}{{- end -}}{{- end -}}
-{{- $m := .Values.camera.mqtt -}}
-{{- if or $m.username $m.password (and $m.auth $own) -}}{{- $any = "yes" -}}{{- end -}}
-{{- $s := .Values.camera.store -}}
-{{- if and $s.uri (or $s.username $s.password (and $s.auth $own)) -}}{{- $any = "yes" -}}{{- end -}}
-{{- if $any -}}yes{{- end -}}
+{{- if or .Values.camera.existingSecret .Values.camera.credentials -}}yes{{- end -}}
 {{- end -}}
 
-{{/* A URI with the credentials as edgert's ${EDGERT_...} references (expanded by edgert, not
-     by Kubernetes, which expands $(NAME) only): the value never reaches an argument. */}}
-{{- define "edgert.withCredentials" -}}
-{{- $parts := splitList "://" .uri -}}
-{{- if or .username .password .auth -}}
-{{- $user := ternary (printf "${%s_USER}" .prefix) "" (or (not (empty .username)) (not (empty .auth))) -}}
-{{- $pass := ternary (printf ":${%s_PASSWORD}" .prefix) "" (or (not (empty .password)) (not (empty .auth))) -}}
-{{- printf "%s://%s%s@%s" (first $parts) $user $pass (join "://" (rest $parts)) -}}
-{{- else -}}
-{{- .uri -}}
-{{- end -}}
-{{- end -}}
-
-{{/* `edgert camera`'s arguments, one per line of a YAML list. */}}
-{{- define "edgert.cameraArgs" -}}
+{{/* The site file `edgert camera --config` runs: camera.site as given, with the metrics address
+     the probes ask (camera.metricsPort, in place of any given) and no window. toYaml writes it; the ConfigMap holds it
+     as one string, so no value can add a key to a resource. */}}
+{{- define "edgert.site" -}}
 {{- $c := .Values.camera -}}
 {{- include "edgert.checkCamera" . -}}
-- camera
-- {{ printf "/models/%s" $c.model.bundle | quote }}
-{{- range $i, $cam := $c.cameras }}
-- --source
-- {{ include "edgert.withCredentials" (dict "uri" $cam.uri "username" $cam.username "password" $cam.password "auth" (and $cam.auth $c.existingSecret) "prefix" (printf "EDGERT_CAM%d" $i)) | quote }}
-{{- range $cam.lines }}
-- --line
-- {{ printf "%d:%s" $i . | quote }}
-{{- end }}
-{{- range $cam.zones }}
-- --zone
-- {{ printf "%d:%s" $i . | quote }}
-{{- end }}
-{{- end }}
-- --headless
-- --json
-- --metrics
-- {{ printf "0.0.0.0:%d" (int $c.metricsPort) | quote }}
-{{- with $c.model.task }}
-- --task
-- {{ . | quote }}
-{{- end }}
-- --backend
-- {{ $c.model.backend | quote }}
-- --precision
-- {{ $c.model.precision | quote }}
-- --conf
-- {{ $c.model.conf | quote }}
-{{- if $c.track }}
-- --track
-{{- end }}
-{{- if $c.events }}
-- --events
-- /data/events.jsonl
-{{- end }}
-{{- if $c.jsonl }}
-- --jsonl
-- /data/frames.jsonl
-{{- end }}
-{{- range $c.outputs }}
-- --output
-- {{ . | quote }}
-{{- end }}
-{{- with $c.mqtt.uri }}
-- --mqtt
-- {{ include "edgert.withCredentials" (dict "uri" . "username" $c.mqtt.username "password" $c.mqtt.password "auth" (and $c.mqtt.auth $c.existingSecret) "prefix" "EDGERT_MQTT") | quote }}
-{{- end }}
-{{- with $c.store.uri }}
-{{- $uri := include "edgert.withCredentials" (dict "uri" . "username" $c.store.username "password" $c.store.password "auth" (and $c.store.auth $c.existingSecret) "prefix" "EDGERT_STORE") }}
-- --store
-- {{ printf "%s%sdevice=${EDGERT_NODE_NAME}&spool=/data/store-spool.jsonl" $uri (ternary "&" "?" (contains "?" $uri)) | quote }}
-{{- end }}
-{{- with $c.gate }}
-- --gate
-- {{ . | quote }}
-{{- end }}
-{{- if $c.targetFps }}
-- --target-fps
-- {{ $c.targetFps | quote }}
-{{- end }}
-{{- if $c.powerCap }}
-- --power-cap
-- {{ $c.powerCap | quote }}
-{{- end }}
-{{- if $c.tempCap }}
-- --temp-cap
-- {{ $c.tempCap | quote }}
-{{- end }}
-{{- if $c.swapCheck }}
-- --swap-check
-{{- end }}
-{{- with $c.model.previous }}
-- --check-against
-- {{ printf "/models/%s" . | quote }}
-{{- end }}
-{{- range $c.extraArgs }}
-- {{ . | quote }}
-{{- end }}
+{{- $site := deepCopy $c.site -}}
+{{- $telemetry := deepCopy (default (dict) $site.telemetry) -}}
+{{- $_ := set $telemetry "metrics" (printf "0.0.0.0:%d" (int $c.metricsPort)) -}}
+{{- $_ := set $site "telemetry" $telemetry -}}
+{{- $outputs := deepCopy (default (dict) $site.outputs) -}}
+{{- $_ := set $outputs "headless" true -}}
+{{- $_ := set $site "outputs" $outputs -}}
+{{- toYaml $site -}}
 {{- end -}}
 
-{{/* What the schema cannot say: credentials that would be dropped, a port taken twice. */}}
+{{/* What the schema cannot say: credentials given twice or written into a URI, a port taken
+     twice. */}}
 {{- define "edgert.checkCamera" -}}
 {{- $c := .Values.camera -}}
-{{- range $i, $cam := $c.cameras -}}
-{{- if and $c.existingSecret (or $cam.username $cam.password) -}}
-{{- fail (printf "camera.cameras.%d: username/password are not used with camera.existingSecret (%s): put them in that Secret as EDGERT_CAM%d_USER / EDGERT_CAM%d_PASSWORD and set auth: true" $i $c.existingSecret $i $i) -}}
+{{- if and $c.existingSecret $c.credentials -}}
+{{- fail (printf "camera.credentials: not used with camera.existingSecret (%s): put them in that Secret" $c.existingSecret) -}}
+{{- end -}}
+{{- range $name, $cam := $c.site.cameras -}}
+{{- if regexMatch "^[A-Za-z0-9+.-]+://[^/@]*:[^$/@][^/@]*@" (toString $cam.source) -}}
+{{- fail (printf "camera.site.cameras.%s.source: a password is written in the URI: give ${EDGERT_NAME} there and the value in camera.credentials (a Secret)" $name) -}}
 {{- end -}}
 {{- end -}}
-{{- if and $c.existingSecret (or $c.mqtt.username $c.mqtt.password) -}}
-{{- fail (printf "camera.mqtt: username/password are not used with camera.existingSecret (%s): put them in that Secret as EDGERT_MQTT_USER / EDGERT_MQTT_PASSWORD and set auth: true" $c.existingSecret) -}}
-{{- end -}}
-{{- if and $c.existingSecret (or $c.store.username $c.store.password) -}}
-{{- fail (printf "camera.store: username/password are not used with camera.existingSecret (%s): put them in that Secret as EDGERT_STORE_USER / EDGERT_STORE_PASSWORD and set auth: true" $c.existingSecret) -}}
-{{- end -}}
-{{- range $i, $out := $c.outputs -}}
+{{- range $i, $out := dig "outputs" "uris" (list) $c.site -}}
 {{- if regexMatch (printf "^[a-z0-9+]+://[^/]*:%d(/|$)" (int $c.metricsPort)) $out -}}
-{{- fail (printf "camera.outputs.%d: %s takes camera.metricsPort (%d), where /metrics, /live and /ready answer: give the output another port" $i $out (int $c.metricsPort)) -}}
+{{- fail (printf "camera.site.outputs.uris.%d: %s takes camera.metricsPort (%d), where /metrics, /live and /ready answer: give the output another port" $i $out (int $c.metricsPort)) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

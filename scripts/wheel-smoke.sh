@@ -116,6 +116,21 @@ python -c "import json; q = json.load(open('yolo.edgert/manifest.json'))['quanti
 # event-gated inference: the same count, the frames the gate skipped predicted by the tracker
 edgert camera det.edgert --source walk.mp4 --headless --conf 0.75 --line door=160,0,160,240 --gate motion --json > gated.json
 python -c "import json; s = json.load(open('gated.json'))['streams'][0]; c, g = s['counts']['door'], s['gate']; assert (c['in'], c['out']) == (1, 0) and g['inferred'] + g['skipped'] == 60 and g['skipped'] > 0, s"
+# the site file from the wheel (pydantic, PyYAML): a command line written as a file, checked, run
+edgert camera det.edgert --source walk.mp4 --headless --conf 0.75 --line door=160,0,160,240 --print-config > site.yaml
+edgert config check site.yaml
+edgert camera --config site.yaml --json > site.json
+python -c "import json; c = json.load(open('site.json'))['streams'][0]['counts']['door']; assert (c['in'], c['out']) == (1, 0), c"
+edgert config schema -o site.schema.json && test -s site.schema.json
+# the event store beside the snapshots, read without a camera; the page's history script shipped
+edgert camera --config site.yaml --snapshots snaps --json > stored.json 2> refused.txt && exit 1
+grep -q "with --config" refused.txt
+edgert camera det.edgert --source walk.mp4 --headless --conf 0.75 --line door=160,0,160,240 --snapshots snaps --json > stored.json
+edgert events query snaps/.edgert/events.db --line door --json > query.json
+python -c "import json; e = json.load(open('query.json'))['events']; assert [x['kind'] for x in e] == ['line_cross'] and e[0]['config_version'], e"
+python -c "import pathlib, edgert.apps.camera.sinks as s; assert (pathlib.Path(s.__file__).parent / 'viewer_history.js').is_file()"
+if edgert events query "postgresql://edgert@127.0.0.1:9/events" 2> nopg.txt; then exit 1; fi
+grep -q "pip install 'edgert\[postgres\]'" nopg.txt
 # telemetry: without the extra a sentence naming it; with it, a scrape of the running camera
 if edgert camera smoke.edgert --metrics 127.0.0.1:0 --duration 1 --headless 2> nometrics.txt; then exit 1; fi
 grep -q "pip install 'edgert\[telemetry\]'" nometrics.txt

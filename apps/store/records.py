@@ -14,7 +14,10 @@ import time
 from edgert.runtime.events import kind_of
 
 # what a row keeps in its own columns; the rest of the record is kept as JSON in ``data``
-_COLUMNS = ("event", "stream", "time", "track_id", "label", "zone", "line", "clip", "snapshot")
+_COLUMNS = (
+    *("event", "stream", "time", "track_id", "label", "zone", "line", "clip", "snapshot"),
+    "config",  # the site's version the event was made under (the reload's mark)
+)
 _NOT_KEPT = ("t_monotonic", "frame")  # a run's own clock and frame index: nothing after it
 # a track_embedding's vector goes to the embeddings table, not into the event's JSON
 _VECTOR = ("vector",)
@@ -44,7 +47,7 @@ def row_of(record: dict, cameras: list) -> dict:
         "clip": _text(record.get("clip")),
         "snapshot": _text(record.get("snapshot")),
         "secondary": secondary if isinstance(secondary, dict) else None,
-        "config_version": _text(record.get("config_version")),
+        "config_version": _text(record.get("config")),
         "data": {
             k: v
             for k, v in record.items()

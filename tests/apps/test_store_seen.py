@@ -147,3 +147,16 @@ def test_a_version_1_store_gets_its_minutes_and_a_query_brings_it_forward(tmp_pa
     assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.VERSION
     seen = set(conn.execute("SELECT what, value FROM seen"))
     assert {("label", "dog"), ("label", "cat"), ("line", "door"), ("camera", "cam")} <= seen
+
+
+def test_an_event_s_configuration_version_is_its_row_s(tmp_path):
+    """The camera stamps every event with its site's version (``config``: the reload's mark);
+    the store keeps it in ``config_version`` (the history's column), not in the JSON rest."""
+    record = {"event": "line_cross", "stream": 0, "track_id": 4, "line": "door", "time": T0}
+    w = StoreWriter(tmp_path / "s.db", "run", CAMS, batch_s=0.01)
+    w.put([row_of({**record, "config": "3e12cfa397b1"}, CAMS), row_of(record, CAMS)])
+    w.close()
+    conn = sqlite3.connect(tmp_path / "s.db")
+    rows = conn.execute("SELECT config_version, data FROM events ORDER BY id").fetchall()
+    assert [r[0] for r in rows] == ["3e12cfa397b1", None]
+    assert all("config" not in r[1] for r in rows)

@@ -8,9 +8,11 @@ opened without following a link, streamed from the file with ``Range`` for playe
 at most MAX_DOWNLOADS at once, each dropped when it takes under MEDIA_MIN_RATE on average over a
 stretch of MEDIA_GRACE_S), when the run has a store its history (``/history.js``, from
 ``viewer_history.js``, reading the store's ``/api/events``, ``/api/tracks/ID`` and the files its
-rows name, ``/api/media/...``, sent the way ``/media/`` sends them) and, when the run has
-telemetry, ``/metrics``, ``/live`` and ``/ready``. No framework or CDN: the page is two files
-and works offline on the device. It binds 127.0.0.1 unless told otherwise. The
+rows name, ``/api/media/...``, sent the way ``/media/`` sends them), the running configuration
+(``/config.js``, from ``viewer_config.js``, reading the run's ``GET /config``, which this port
+answers as the --metrics port does, credentials redacted) and, when the run has telemetry,
+``/metrics``, ``/live`` and ``/ready``. No framework or CDN: the page is its files here and
+works offline on the device. It binds 127.0.0.1 unless told otherwise. The
 pipeline only replaces the latest JPEG of a stream under a lock, so a slow or stalled client never
 stalls it: each client is sent the newest frame when it is ready for one and skips the rest."""
 
@@ -54,10 +56,14 @@ def _templates() -> tuple[str, str]:
     )
 
 
+# the page's scripts: its history (the store's /api routes) and its configuration (GET /config)
+_SCRIPTS = {"/history.js": "viewer_history.js", "/config.js": "viewer_config.js"}
+
+
 @functools.lru_cache(maxsize=None)
-def _history_js() -> bytes:
-    """The page's history view (``/history.js``: the store's /api routes)."""
-    return (_HERE / "viewer_history.js").read_bytes()
+def _script(path: str) -> bytes:
+    """One of the page's scripts (:data:`_SCRIPTS`), read once from the package's file."""
+    return (_HERE / _SCRIPTS[path]).read_bytes()
 
 
 def page(streams: int) -> str:
@@ -308,8 +314,8 @@ class _ViewerHandler(_Handler):
             self._send(200, body, "application/json")
         elif path.startswith("/media/"):
             self._media(lambda: self.output._media_file(path[len("/media/") :]))
-        elif path == "/history.js":
-            self._send(200, _history_js(), "text/javascript; charset=utf-8")
+        elif path in _SCRIPTS:
+            self._send(200, _script(path), "text/javascript; charset=utf-8")
         elif path.startswith("/api/media/") and self.output._file_route(path) is not None:
             self._media(lambda: self.output._stored_file(self.path))
         elif path == "/stream.mjpg":

@@ -268,6 +268,9 @@ def test_find_similar_shows_only_when_the_server_has_search(tmp_path, with_searc
             )
             assert len(rows) == 6 and rows[0].startswith("1.000 ") and "dog" in me, (me, rows)
             assert all(" dog #" in r for r in rows[:3]) and all(" dog #" not in r for r in rows[3:])
+            br.js("document.getElementById('hsimilar').scrollIntoView()")
+            br.screenshot(tmp_path / "similar.png")
+        shutil.copy(tmp_path / "similar.png", ROOT / "reports" / "camera_page_similar.png")
     finally:
         out.close()
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from edgert.runtime import embeddings
 
+from . import coarse
 from .query import DEFAULT_LIMIT, Filters, QueryError, track
 
 BLOCK = 16384  # rows converted to float32 at once
@@ -34,8 +35,10 @@ class NoEmbeddings(QueryError):
 class Vectors:
     """One model's vectors: a growing matrix of the stored form, and the tracks they are of."""
 
-    def __init__(self, dim: int, int8: bool) -> None:
+    def __init__(self, dim: int, int8: bool, coarse_min: int = coarse.MIN_ROWS) -> None:
         self.dim, self.int8 = dim, int8
+        self.coarse_min = coarse_min
+        self.coarse: coarse.Coarse | None = None  # the projected pass, from coarse_min rows
         self.rows = np.zeros((0, dim), np.int8 if int8 else np.float16)
         self.scale = np.zeros(0, np.float32)
         self.tracks = np.zeros(0, np.int64)
@@ -65,6 +68,8 @@ class Vectors:
                 self.rows = _grown(self.rows, size)
                 self.scale = _grown(self.scale, size)
                 self.tracks = _grown(self.tracks, size)
+        elif self.coarse is not None and row < self.coarse.done:
+            self.coarse.dirty.add(row)
         self.rows[row], self.scale[row], self.tracks[row] = values, scale, track_id
 
     def similarities(self, query: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
@@ -87,6 +92,19 @@ class Vectors:
             out[i : i + len(part)] = block.astype(np.float32) @ q
         out *= self.scale[take]
         return out
+
+    def unit(self, rows: np.ndarray) -> np.ndarray:
+        """The stored vectors of ``rows`` as unit float32 vectors."""
+        return self.rows[rows].astype(np.float32) * self.scale[rows, None]
+
+    def ready(self) -> coarse.Coarse | None:
+        """The coarse pass (fitted when the rows first reach ``coarse_min``, then kept up with
+        the rows added or replaced), or None below ``coarse_min`` rows: exact search."""
+        if self.coarse is None and self.n >= self.coarse_min:
+            self.coarse = coarse.Coarse(self.unit(coarse.sample_rows(self.n)))
+        if self.coarse is not None:
+            self.coarse.sync(self.unit, self.n)
+        return self.coarse
 
     def exact(self, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Cosine of the unit float32 ``query`` to the stored vectors of ``rows``."""
@@ -141,7 +159,8 @@ def _grown(a: np.ndarray, size: int) -> np.ndarray:
 class Index:
     """The vectors of one store (see the module's text); thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, coarse_min: int = coarse.MIN_ROWS) -> None:
+        self.coarse_min = coarse_min  # each model's rows from which the coarse pass is used
         self.lock = threading.Lock()
         self.models: dict = {}  # model -> Vectors
         self.last = 0  # the highest embeddings.id read
@@ -173,7 +192,9 @@ class Index:
             for rid, track_id, model, dim, blob in rows:
                 v = self.models.get(model)
                 if v is None:
-                    v = self.models[model] = Vectors(dim, bool(blob) and blob[0] == 2)
+                    v = self.models[model] = Vectors(
+                        dim, bool(blob) and blob[0] == 2, self.coarse_min
+                    )
                 if v.dim == dim and blob:
                     v.put(track_id, bytes(blob))
                 self.last = max(self.last, rid)
@@ -254,14 +275,16 @@ def search(conn, index: Index, f: Filters, query=None, similar_to=None, model=No
             raise QueryError(f"the query's vector has {len(q)} values, model {model!r}'s {v.dim}")
     rows = candidates(conn, f, v)
     with index.lock:
-        sims = v.similarities(q, rows)
+        fast = v.ready()
+        sims = v.similarities(q, rows) if fast is None else fast.scores(q, rows, _int8_gemv())
         ids = v.tracks[: v.n] if rows is None else v.tracks[rows]
         k = min(f.limit, len(sims))
         if k == 0:
             return {"results": [], "model": model}
         # the most similar RESCORE (or limit x 4) re-scored exactly: the query's int8 rounding
-        # moves a cosine by ~1e-3, never a track from far down into the top
-        m = min(len(sims), max(RESCORE, 4 * k))
+        # moves a cosine by ~1e-3, never a track from far down into the top; after the coarse
+        # pass its best CANDIDATES
+        m = min(len(sims), max(RESCORE if fast is None else coarse.CANDIDATES, 4 * k))
         near = np.argpartition(-sims, m - 1)[:m] if m < len(sims) else np.arange(len(sims))
         sims = v.exact(q, near if rows is None else rows[near])
         ids = ids[near]

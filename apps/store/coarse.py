@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-MIN_ROWS = 32768  # below this the exact pass is fast enough (and exact)
+MIN_ROWS = 20000  # below this the exact pass is fast enough (and exact): 3.5 ms at 10k
 DIMS = 128  # projected size
 SAMPLE = 16384  # rows the projection is fitted on
 CANDIDATES = 1024  # best coarse rows re-scored exactly

@@ -118,14 +118,14 @@ class Vectors:
         return np.einsum("ij,j->i", block, np.asarray(query, np.float32)) * self.scale[rows]
 
 
-_GEMV: dict = {}
+_GEMV: list = []
 
 
-def _int8_gemv(threads: int = 2):
-    """An ONNX Runtime session of one MatMulInteger (int8 [N, D] x int8 [D, 1] -> int32) on
-    ``threads`` threads, made once; None where ONNX Runtime cannot make it (numpy's float32
-    blocks then)."""
-    if threads not in _GEMV:
+def _int8_gemv():
+    """An ONNX Runtime session of one MatMulInteger (int8 [N, D] x int8 [D, 1] -> int32), made
+    once, on one thread (a second doubled the time on a loaded 2-core machine: 7.4 against 3.5
+    ms at 10k x 1280); None where ONNX Runtime cannot make it (numpy's float32 blocks then)."""
+    if not _GEMV:
         try:
             import onnxruntime as ort
             from onnx import TensorProto, helper
@@ -142,16 +142,17 @@ def _int8_gemv(threads: int = 2):
             model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
             model.ir_version = 7  # what ONNX Runtime 1.10+ reads
             so = ort.SessionOptions()
-            so.intra_op_num_threads = threads
-            _GEMV[threads] = ort.InferenceSession(
+            so.intra_op_num_threads = 1
+            session = ort.InferenceSession(
                 model.SerializeToString(), so, providers=["CPUExecutionProvider"]
             )
+            _GEMV.append(session)
         except Exception as exc:  # noqa: BLE001 - the search goes on in numpy
             import logging
 
             logging.getLogger(__name__).warning("int8 search in numpy (%s)", exc)
-            _GEMV[threads] = None
-    return _GEMV[threads]
+            _GEMV.append(None)
+    return _GEMV[0]
 
 
 def _grown(a: np.ndarray, size: int) -> np.ndarray:
@@ -291,7 +292,7 @@ def search(conn, index: Index, f: Filters, query=None, similar_to=None, model=No
     rows = candidates(conn, f, v)
     with index.lock:
         fast = v.ready()
-        sims = v.similarities(q, rows) if fast is None else fast.scores(q, rows, _int8_gemv(1))
+        sims = v.similarities(q, rows) if fast is None else fast.scores(q, rows, _int8_gemv())
         ids = v.tracks[: v.n] if rows is None else v.tracks[rows]
         k = min(f.limit, len(sims))
         if k == 0:

@@ -7,8 +7,11 @@ The vectors are held in memory as the store keeps them (int8 with a scale per ve
 float16: :func:`edgert.runtime.embeddings.encode`), read once and then only the rows added since
 (a track's later embedding replaces its earlier in place; rows deleted by ``keep_days`` reload
 the lot); a query converts them a block of :data:`BLOCK` rows at a time, so the memory it adds is
-a block's, not the matrix's in float32. Filters are read from the tracks table on each query (a
-track's label and times change while it lives)."""
+a block's, not the matrix's in float32. From :data:`coarse.MIN_ROWS` rows of a model on, a query
+scans a projection of the vectors first and re-scores its best candidates exactly
+(:mod:`.coarse`: 9 / 14 ms p50 / p95 at 100k, recall@20 1.0 against exact search). The camera
+filter reads each row's camera, held beside it (a track's camera never changes); label and time
+filters are read from the tracks table on each query (they change while a track lives)."""
 
 from __future__ import annotations
 

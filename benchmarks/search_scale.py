@@ -180,7 +180,7 @@ def main() -> None:
             )
     meta = {"dim": DIM, "form": args.form, "data": args.data, "queries": args.queries}
     meta.update(coarse_min=coarse.MIN_ROWS, coarse_dims=coarse.DIMS)
-    meta.update(candidates=coarse.CANDIDATES)
+    meta.update(candidates_at_least=coarse.CANDIDATES, candidates_of_1m=coarse.candidates(10**6))
     write_json(args.json, {**meta, "rows": rows})
 
 

@@ -78,11 +78,11 @@ class Coarse:
         return out if rows is None else out[rows]
 
 
-def candidates(scanned: int) -> int:
-    """How many of ``scanned`` rows' best are re-scored exactly: :data:`CANDIDATES`, and from
-    256k rows on one in 256 (at 1M rows, 1024 left one query of 50 with 14 of its 20; the
-    re-score of 4k rows costs ~3 ms)."""
-    return max(CANDIDATES, scanned // 256)
+def candidates(rows: int) -> int:
+    """How many of the best coarse rows are re-scored exactly when a model has ``rows`` (a
+    filter's share of them too): :data:`CANDIDATES`, and from 256k rows on one in 256 (at 1M
+    rows, 1024 left one query of 50 with 14 of its 20; 4k rows re-scored cost ~3 ms)."""
+    return max(CANDIDATES, rows // 256)
 
 
 def sample_rows(n: int, size: int = SAMPLE) -> np.ndarray:

@@ -303,7 +303,7 @@ def search(conn, index: Index, f: Filters, query=None, similar_to=None, model=No
         # the most similar RESCORE (or limit x 4) re-scored exactly: the query's int8 rounding
         # moves a cosine by ~1e-3, never a track from far down into the top; after the coarse
         # pass its best coarse.candidates
-        most = RESCORE if fast is None else coarse.candidates(len(sims))
+        most = RESCORE if fast is None else coarse.candidates(v.n)
         m = min(len(sims), max(most, 4 * k))
         near = np.argpartition(-sims, m - 1)[:m] if m < len(sims) else np.arange(len(sims))
         sims = v.exact(q, near if rows is None else rows[near])

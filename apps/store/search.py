@@ -107,11 +107,13 @@ class Vectors:
 
     def ready(self) -> coarse.Coarse | None:
         """The coarse pass (fitted when the rows first reach ``coarse_min``, then kept up with
-        the rows added or replaced), or None below ``coarse_min`` rows: exact search."""
+        the rows added or replaced), or None below ``coarse_min`` rows or when the projection
+        keeps less than :data:`coarse.MIN_KEPT` of the vectors' variance: exact search."""
         if self.coarse is None and self.n >= self.coarse_min:
             self.coarse = coarse.Coarse(self.unit(coarse.sample_rows(self.n)))
-        if self.coarse is not None:
-            self.coarse.sync(self.unit, self.n)
+        if self.coarse is None or self.coarse.kept < coarse.MIN_KEPT:
+            return None
+        self.coarse.sync(self.unit, self.n)
         return self.coarse
 
     def exact(self, query: np.ndarray, rows: np.ndarray) -> np.ndarray:

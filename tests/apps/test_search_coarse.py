@@ -44,7 +44,7 @@ def _store(path: Path, vectors: np.ndarray, first: int = 1) -> None:
         "INSERT OR REPLACE INTO embeddings (track, model, dim, form, vector, time) "
         "VALUES (?, 'm', ?, 'int8', ?, ?)",
         [
-            (i, DIM, embeddings.encode(u, "int8"), float(i))
+            (i, len(u), embeddings.encode(u, "int8"), float(i))
             for i, u in zip(ids, vectors, strict=True)
         ],
     )
@@ -74,6 +74,7 @@ def test_the_coarse_pass_answers_as_exact_search_under_the_filters(tmp_path):
             assert [g[0] for g in got] == [w[0] for w in want], (given, target)
             np.testing.assert_allclose([g[1] for g in got], [w[1] for w in want], atol=1e-4)
     assert fast.models["m"].coarse is not None and exact.models["m"].coarse is None
+    assert fast.models["m"].coarse.kept >= coarse.MIN_KEPT
     f, _ = search.parse({"similar_to": "8", "camera": "yard", "label": "dog"})
     r = search.search(conn, fast, f, similar_to=8)["results"]
     assert len(r) == 20 and all(x["track"]["camera"] == "yard" for x in r)
@@ -111,6 +112,20 @@ def test_rows_added_or_replaced_after_the_projection_are_found_by_their_new_vect
     exact = search.Index(coarse_min=10**9)
     for target in (N + 1, N + 25, 7, 300):
         assert _answer(conn, index, {}, target) == _answer(conn, exact, {}, target)
+    conn.close()
+
+
+def test_vectors_without_structure_are_searched_exactly(tmp_path):
+    path = tmp_path / "s.db"
+    rng = np.random.default_rng(3)  # 1024-d: the projection keeps an eighth of the dimensions
+    _store(path, embeddings.normalise(rng.standard_normal((N, 1024)).astype(np.float32))[0])
+    conn = query.open_read(path)
+    fast, exact = search.Index(coarse_min=1000), search.Index(coarse_min=10**9)
+    for target in (1, 500, 2999):
+        assert _answer(conn, fast, {}, target) == _answer(conn, exact, {}, target)
+    fitted = fast.models["m"].coarse
+    assert fitted is not None and fitted.kept < coarse.MIN_KEPT and fitted.done == 0
+    assert fast.models["m"].ready() is None
     conn.close()
 
 

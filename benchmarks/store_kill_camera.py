@@ -161,8 +161,8 @@ def one_kill(n: int, env: dict, rng: random.Random, checked: set) -> dict:
         "clips_bad": bad,
         "clips_in_flight": len(set((tmp / "clips").glob("*.mp4.part")) - set(left)),
         "clips_recovered": sum(p.with_suffix("").exists() for p in left),
-        "clips_left": len(left),  # those not finished: parts with no whole fragment (0 bytes)
-        "clips_not_finished_bytes": [p.stat().st_size for p in left if p.exists()],
+        "clips_left": len(left),  # parts the last kill left, for this run to finish
+        "clips_not_finished_bytes": [p.stat().st_size for p in left if p.exists()],  # not
     }
 
 

@@ -10,8 +10,14 @@ scene, its insert rate, and the page's queries over 10k, 100k and 1M events.
 2. Insert rate: events a second through the writer thread, as fast as they come.
 3. Queries: p95 of the page's filters (none, camera, label, zone, line, the last hour, the next
    page by cursor) over stores of 10k, 100k and 1M events. Goal: p95 <= 50 ms at 1M.
+4. ``--postgres``: the same insert rate and queries on a real PostgreSQL server (Debian's,
+   started on a free loopback port by tests/apps/pg_server.py, ``fsync=off`` as the tests run
+   it), through the store's own writer (:class:`~edgert.apps.store.postgres.PgWriter`) and
+   reads (``%s``: by the index of time), side by side with SQLite's at ``--pg-sizes``
+   (10k and 100k by default; the tables emptied between sizes, ``ANALYZE`` after each fill).
 
     python benchmarks/event_store.py [--json reports/event_store.json] [--sizes 10000,100000,1000000]
+        [--postgres [--pg-sizes 10000,100000]] [--no-budget]
 """
 
 from __future__ import annotations
@@ -85,9 +91,11 @@ def write_budget(folder: Path, busy: bool, speed: float, batch_s: float = BATCH_
     }
 
 
-def insert_rate(folder: Path, n: int = 20000) -> dict:
+def insert_rate(folder: Path, n: int = 20000, opened=None) -> dict:
+    """``opened(batch_s)``: the writer (SQLite's at FOLDER/rate.db when not given)."""
     events = scene_events(n / 2.5, BUSY_EVERY_S, time.time() - 86400, seed=1)[:n]
-    writer = StoreWriter(folder / "rate.db", "bench", CAMERAS, batch_s=0.05)
+    opened = opened or (lambda b: StoreWriter(folder / "rate.db", "bench", CAMERAS, batch_s=b))
+    writer = opened(0.05)
     t = time.perf_counter()
     for _, record in events:
         writer.put([row_of(record, CAMERAS)])
@@ -100,11 +108,12 @@ def insert_rate(folder: Path, n: int = 20000) -> dict:
     }
 
 
-def filled(folder: Path, n: int) -> Path:
+def filled(folder: Path, n: int, opened=None) -> Path:
     """A store of ``n`` events over the last ``n / 2.5`` seconds of two cameras, written in big
-    batches (the writer's own statements; its pacing is not what is measured here)."""
+    batches (the writer's own statements; its pacing is not what is measured here).
+    ``opened(batch_s)``: the writer (SQLite's at FOLDER/qN.db when not given)."""
     path = folder / f"q{n}.db"
-    writer = StoreWriter(path, "bench", CAMERAS, batch_s=0.0)
+    writer = opened(0.0) if opened else StoreWriter(path, "bench", CAMERAS, batch_s=0.0)
     t0 = time.time() - n / 2.5
     rows = []
     for i, (_, record) in enumerate(scene_events(n / 2.5, BUSY_EVERY_S, t0, seed=2)[:n]):
@@ -131,21 +140,58 @@ FILTERS = {
 }
 
 
-def query_p95(path: Path, repeats: int) -> dict:
-    conn = query.open_read(path)
+def query_p95(path: Path, repeats: int, conn=None, mark: str = "?") -> dict:
+    """``conn``: a server's connection (``mark``: its placeholder) instead of the file's."""
+    conn = conn or query.open_read(path)
     out = {}
     for name, given in {**FILTERS, "next page": {}}.items():
         f = query.Filters.parse({**given, "limit": "50"})
         if name == "next page":
-            first = query.events(conn, f)
+            first = query.events(conn, f, mark)
             f = query.Filters.parse({"limit": "50", "cursor": first["next_cursor"]})
         times = []
         for _ in range(repeats):
             t = time.perf_counter()
-            query.events(conn, f)
+            query.events(conn, f, mark)
             times.append((time.perf_counter() - t) * 1e3)
         out[name] = round(statistics.quantiles(times, n=20)[-1], 2)
     conn.close()
+    return out
+
+
+def postgres_side(folder: Path, sizes: list, repeats: int, sqlite: dict) -> dict:
+    """Insert rate and query p95 on a real PostgreSQL server, printed beside SQLite's."""
+    import os
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from edgert.apps.store import postgres
+    from tests.apps.pg_server import PASSWORD, PgServer
+
+    os.environ["EDGERT_PG_PASSWORD"] = PASSWORD
+    server = PgServer()
+    try:
+        target = postgres.parse(server.uri(device="bench", spool=folder / "pg-spool.jsonl"))
+
+        def opened(batch_s: float):
+            return postgres.PgWriter(target, "bench", CAMERAS, batch_s=batch_s)
+
+        out: dict = {"insert": insert_rate(folder, opened=opened), "query_p95_ms": {}}
+        print(f"insert: PostgreSQL {out['insert']['events_per_s']} events/s")
+        for n in sizes:
+            conn = postgres.connect(target)
+            conn.execute("TRUNCATE events, tracks, runs CASCADE")
+            filled(folder, n, opened)
+            conn.execute("ANALYZE")
+            (stored,) = conn.execute("SELECT count(*) FROM events").fetchone()
+            assert stored == n, f"{stored} events on the server, {n} written"
+            out["query_p95_ms"][n] = query_p95(folder, repeats, conn, "%s")
+            conn.close()
+            print(f"query p95 over {n:,} events (ms)      SQLite  PostgreSQL")
+            for name, ms in out["query_p95_ms"][n].items():
+                print(f"  {name:<30}{sqlite.get(n, {}).get(name, float('nan')):>10}{ms:>12}")
+    finally:
+        server.remove()
     return out
 
 
@@ -156,13 +202,22 @@ def main() -> None:
     ap.add_argument("--speed", type=float, default=100.0, help="camera time per second of wall")
     ap.add_argument("--repeats", type=int, default=40)
     ap.add_argument("--only-budget", action="store_true", help="the write budget alone")
+    ap.add_argument("--no-budget", action="store_true", help="without the write budget")
+    ap.add_argument("--postgres", action="store_true", help="PostgreSQL side by side")
+    ap.add_argument("--pg-sizes", default="10000,100000")
     args = ap.parse_args()
     report: dict = {"machine": "a loaded 2-core VM shared by 5 engineers; times are indicative"}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        report["write_budget"] = [
-            write_budget(folder, True, args.speed, b) for b in sorted({2.0, BATCH_S, 30.0, 60.0})
-        ] + [write_budget(folder, False, args.speed)]
+        report["write_budget"] = (
+            []
+            if args.no_budget
+            else [
+                write_budget(folder, True, args.speed, b)
+                for b in sorted({2.0, BATCH_S, 30.0, 60.0})
+            ]
+            + [write_budget(folder, False, args.speed)]
+        )
         for r in report["write_budget"]:
             print(
                 f"write budget {r['scene']:>5}, batch {r['batch_s']:>4g} s: {r['events']} events, "
@@ -179,6 +234,9 @@ def main() -> None:
             got = query_p95(filled(folder, n), args.repeats)
             report["query_p95_ms"][n] = got
             print(f"query p95 over {n:,} events (ms): {got}")
+        if args.postgres:
+            sizes = [int(x) for x in args.pg_sizes.split(",")]
+            report["postgres"] = postgres_side(folder, sizes, args.repeats, report["query_p95_ms"])
     write_json(args.json, report)
 
 

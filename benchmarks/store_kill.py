@@ -16,8 +16,12 @@ received must be in the store (MQTT publishes an event once the store committed 
 ``--mqtt-first`` publishes as the events come instead (the order before), to show what that
 loses.
 
+The variant ``--camera`` kills a real ``edgert camera`` on a busy rendered scene instead
+(benchmarks/store_kill_camera.py).
+
     python benchmarks/store_kill.py [--kills 200] [--cut-wal] [--mqtt | --mqtt-first]
         [--json reports/store_kill.json]
+    python benchmarks/store_kill.py --camera [--kills 200] [--batch-s 10] [--minutes M]
 """
 
 from __future__ import annotations
@@ -257,12 +261,21 @@ def main() -> None:
     ap.add_argument("--cut-wal", action="store_true")
     ap.add_argument("--mqtt", nargs="?", const="after", help="the camera's sinks and Mosquitto")
     ap.add_argument("--mqtt-first", action="store_true", help="--mqtt, published as they come")
-    ap.add_argument("--json", default="reports/store_kill.json")
+    ap.add_argument("--camera", action="store_true", help="a real `edgert camera` killed")
+    ap.add_argument("--batch-s", type=float, default=10.0, help="--camera: the batch window")
+    ap.add_argument("--minutes", type=float, help="--camera: stop after M minutes (fewer kills)")
+    ap.add_argument("--json", help="default: reports/store_kill[_camera].json")
     args = ap.parse_args()
     if args.child:
         child(args.child, args.first, args.mqtt, not args.mqtt_first)
         return
     sys.path.insert(0, str(HERE))
+    if args.camera:
+        from store_kill_camera import main as camera
+
+        path = args.json or "reports/store_kill_camera.json"
+        camera(args.kills, args.batch_s, path, args.minutes)
+        return
     from json_report import write_json
 
     mqtt = "first" if args.mqtt_first else ("after" if args.mqtt else None)
@@ -280,7 +293,7 @@ def main() -> None:
             else ""
         )
     )
-    write_json(args.json, report)
+    write_json(args.json or "reports/store_kill.json", report)
 
 
 if __name__ == "__main__":

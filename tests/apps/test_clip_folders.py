@@ -385,6 +385,34 @@ os._exit(9)
 
 
 @pytest.mark.subprocess
+@pytest.mark.parametrize("written", ["nothing", "header only", "a fragment cut short"])
+def test_a_dead_runs_part_with_no_whole_fragment_is_removed_not_left(tmp_path, written):
+    """A run killed before its clip's first whole fragment leaves a part no one can finish
+    (benchmarks/store_kill.py --camera: 8 of 20 in 46 kills): the ledger says it was edgert's,
+    so the next run removes it (it was left on the disk, unknown to every later run, and its
+    store rows never marked gone)."""
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    head = _box(b"ftyp", 24) + _box(b"moov", 100)
+    data = {"nothing": b"", "header only": head}.get(written, head + _box(b"moof", 40)[:30])
+    proc = subprocess.run(
+        [sys.executable, "-c", _DIES_MID_CLIP, str(folder), data.hex()],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert proc.returncode == 9, proc.stderr
+    left = Path(proc.stdout.strip())
+    part = left.with_name(left.name + ".part")
+    assert part.exists() and not left.exists()
+    nxt = Ledger(folder, "clips")
+    nxt.retain()
+    assert not part.exists() and not left.exists(), sorted(p.name for p in folder.iterdir())
+    assert nxt.recovered == [] and nxt.discarded == [str(part)]
+    nxt.close()
+
+
+@pytest.mark.subprocess
 def test_a_live_runs_clip_counts_against_the_budget_and_a_dead_runs_is_finished(tmp_path):
     folder = tmp_path / "clips"
     folder.mkdir()

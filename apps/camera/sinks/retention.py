@@ -80,6 +80,7 @@ class Ledger:
         except OSError as exc:
             raise OutputError(f"{what}: {atomic.describe_os_error(exc, self.dir)}") from None
         self.recovered: list = []  # the clips of dead runs this run finished
+        self.discarded: list = []  # dead runs' parts with nothing to finish, removed
 
     @contextlib.contextmanager
     def _locked(self):
@@ -206,8 +207,12 @@ class Ledger:
                     continue
                 changed = True
                 done = _finish_part(part, path) or _renamed(part, path)
-                if done is None:
-                    del entries[name]
+                if done is None:  # killed before its first whole fragment: edgert's (the
+                    del entries[name]  # record says), removed, its rows marked gone
+                    if _discard(part):
+                        self.discarded.append(str(part))
+                        for tell in list(on_deleted):
+                            tell([path])
                     continue
                 self.recovered.append(str(path))
                 entries[name] = {"name": name, "run": e.get("run"), "id": _identity(done)}
@@ -335,6 +340,18 @@ def _finish_part(part: Path, path: Path) -> os.stat_result | None:
     except OSError:
         return None
     return os.lstat(path)
+
+
+def _discard(part: Path) -> bool:
+    """A dead run's part that cannot be finished, removed when it is a regular file (never
+    through a link); True when it was."""
+    try:
+        if not stat.S_ISREG(os.lstat(part).st_mode):
+            return False
+        part.unlink()
+    except OSError:
+        return False
+    return True
 
 
 def _renamed(part: Path, path: Path) -> os.stat_result | None:

@@ -247,6 +247,23 @@ def parse(given: dict) -> tuple[Filters, dict]:
     return Filters.parse(rest), own
 
 
+def _track_filters(f: Filters, camera: bool) -> tuple[list, list]:
+    """The tracks table's clauses of ``f`` (a track passes a time range it overlaps) and their
+    parameters; the camera's only when ``camera``."""
+    clauses, params = [], []
+    for column in ("camera", "label") if camera else ("label",):
+        if getattr(f, column) is not None:
+            clauses.append(f"{column} = ?")
+            params.append(getattr(f, column))
+    if f.since is not None:
+        clauses.append("last_seen >= ?")
+        params.append(f.since)
+    if f.until is not None:
+        clauses.append("first_seen <= ?")
+        params.append(f.until)
+    return clauses, params
+
+
 def candidates(conn, f: Filters, v: Vectors) -> np.ndarray | None:
     """The rows of ``v`` whose tracks pass ``f`` (None: every row): the camera from the rows'
     own (held in memory: a scan of the tracks table cost 28 ms at 100k tracks), the label and
@@ -254,16 +271,7 @@ def candidates(conn, f: Filters, v: Vectors) -> np.ndarray | None:
     mask = None
     if f.camera is not None:
         mask = v.cameras[: v.n] == v.camera_codes.get(f.camera, -1)
-    clauses, params = [], []
-    if f.label is not None:
-        clauses.append("label = ?")
-        params.append(f.label)
-    if f.since is not None:
-        clauses.append("last_seen >= ?")
-        params.append(f.since)
-    if f.until is not None:
-        clauses.append("first_seen <= ?")
-        params.append(f.until)
+    clauses, params = _track_filters(f, camera=False)
     if clauses:
         if f.camera is not None:
             clauses.append("camera = ?")
@@ -329,17 +337,7 @@ def counts(conn, f: Filters) -> dict:
     track."""
     import json
 
-    clauses, params = [], []
-    for column in ("camera", "label"):
-        if getattr(f, column) is not None:
-            clauses.append(f"{column} = ?")
-            params.append(getattr(f, column))
-    if f.since is not None:
-        clauses.append("last_seen >= ?")
-        params.append(f.since)
-    if f.until is not None:
-        clauses.append("first_seen <= ?")
-        params.append(f.until)
+    clauses, params = _track_filters(f, camera=True)
     sql = "SELECT id, zones FROM tracks" + (" WHERE " + " AND ".join(clauses) if clauses else "")
     zones: dict = {}
     every = []

@@ -25,7 +25,8 @@ SERVE_VENV ?= .venv-serve
 # `yolo track` tries to pip-install it, and fails offline). Ultralytics needs torchvision, which
 # does not install beside the project's torch 2.13 (torch 2.14.1 and torchvision 0.29.1, ~6 GB)
 ULTRA_VENV ?= .venv-ultra
-ULTRA := torch==2.14.1 torchvision==0.29.1 ultralytics==8.4.0 lap==0.5.13 onnx onnxruntime onnxslim pytest
+ULTRA := torch==2.14.1 torchvision==0.29.1 ultralytics==8.4.0 lap==0.5.13 onnx onnxruntime onnxslim pytest \
+	"pydantic>=2.5,<3" "PyYAML>=6.0.1"
 
 .PHONY: demo test test-quick install gi-link lint clean test-oldest wheel-smoke test-serve \
 	test-ultralytics ci
@@ -93,7 +94,7 @@ $(SERVE_VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(SERVE_VENV)
 	$(SERVE_VENV)/bin/python -m pip install -q pytest "nvidia-pytriton>=0.7,<0.8" "numpy<2" \
 		"opencv-python-headless<4.11" "tritonclient[grpc,http]>=2.40" onnx onnxruntime \
-		"prometheus_client>=0.17"
+		"prometheus_client>=0.17" "pydantic>=2.5,<3" "PyYAML>=6.0.1"
 	touch $@
 
 # edgert serve behind a real Triton (PyTriton's tritonserver), real HTTP and gRPC clients

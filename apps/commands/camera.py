@@ -63,7 +63,8 @@ def add_parser(sub) -> None:
         metavar="FILE",
         help="run the site in FILE (YAML: the model, the cameras and every section; see `edgert "
         "config schema`); it is the whole configuration: MODEL and flags that change the "
-        "configuration are refused beside it (--json, --print-config and -v/-q/--debug are not)",
+        "configuration are refused beside it (--json, --print-config, --watch-config, "
+        "--config-endpoint and -v/-q/--debug are not)",
     )
     f.add_argument(
         "--print-config",

@@ -167,7 +167,7 @@ def _spans(conn, f: Filters):
     if not asked:
         return None
     first = int(f.since * US) // MINUTE if f.since is not None else -(1 << 62)
-    last = int(f.until * US) // MINUTE if f.until is not None else 1 << 62
+    last = (int(f.until * US) + schema.ID_SLACK) // MINUTE if f.until is not None else 1 << 62
     if f.cursor is not None:
         last = min(last, f.cursor[1] // MINUTE)
     return _minutes(conn, asked, first, last, MINUTE)

@@ -166,7 +166,7 @@ def _spans(conn, f: Filters):
     asked = [(what, str(getattr(f, what))) for what in SEEN if getattr(f, what) is not None]
     if not asked:
         return None
-    first = int(f.since * US) // MINUTE if f.since is not None else -(1 << 62)
+    first = (int(f.since * US) - 1) // MINUTE if f.since is not None else -(1 << 62)
     last = (int(f.until * US) + schema.ID_SLACK) // MINUTE if f.until is not None else 1 << 62
     if f.cursor is not None:
         last = min(last, f.cursor[1] // MINUTE)

@@ -240,6 +240,18 @@ def _get(port: int, path: str):
         conn.close()
 
 
+def door_events(port: int, seconds: float = 50) -> list:
+    """The door line's events a running camera's /api/events answers, once there are two (or
+    what there is after ``seconds``)."""
+    deadline, got = time.monotonic() + seconds, []
+    while time.monotonic() < deadline and len(got) < 2:
+        try:
+            got = _get(port, "/api/events?line=door&limit=10")[1]["events"]
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.3)
+    return got
+
+
 @pytest.mark.subprocess
 def test_a_running_camera_answers_api_events_and_tracks_from_its_store(tmp_path):
     bundle = blob_detector_bundle(tmp_path / "det")
@@ -258,12 +270,7 @@ def test_a_running_camera_answers_api_events_and_tracks_from_its_store(tmp_path)
         text=True,
     )
     try:
-        deadline, got = time.monotonic() + 50, []
-        while time.monotonic() < deadline and len(got) < 2:
-            try:
-                got = _get(port, "/api/events?line=door&limit=10")[1]["events"]
-            except (OSError, ValueError, KeyError):
-                time.sleep(0.3)
+        got = door_events(port)
         assert len(got) >= 2 and {e["line"] for e in got} == {"door"}, got
         status, one = _get(port, f"/api/tracks/{got[0]['track']}")
         assert status == 200 and "door" in one["lines"] and one["label"] == "blob"

@@ -19,7 +19,7 @@ from edgert.apps.store import postgres
 from edgert.apps.store.records import row_of
 from edgert.runtime.errors import OutputError
 from tests.apps.pg_server import PASSWORD, PgServer, needs_postgres
-from tests.apps.test_event_store import _get
+from tests.apps.test_event_store import _get, door_events
 from tests.apps.test_gate import quiet_scene
 from tests.conftest import ROOT, assert_user_error, run_cli
 from tests.ports import free_ports
@@ -146,12 +146,7 @@ def test_a_camera_on_the_server_answers_api_events(pg, tmp_path):
         text=True,
     )
     try:
-        deadline, got = time.monotonic() + 50, []
-        while time.monotonic() < deadline and len(got) < 2:
-            try:
-                got = _get(port, "/api/events?line=door&limit=10")[1]["events"]
-            except (OSError, ValueError, KeyError):
-                time.sleep(0.3)
+        got = door_events(port)
         assert len(got) >= 2 and {e["line"] for e in got} == {"door"}, got
         status, one = _get(port, f"/api/tracks/{got[0]['track']}")
         assert status == 200 and one["label"] == "blob" and "door" in one["lines"]

@@ -166,19 +166,30 @@ def cluster_by_time(conn: sqlite3.Connection) -> None:
 _STEPS = {"cluster_by_time": cluster_by_time}  # a migration's step that is Python, by name
 
 
-def migrate(conn: sqlite3.Connection, path) -> int:
-    """The tables brought to :data:`VERSION`; the version the file had. OutputError when a
-    newer edgert made it."""
+def _version(conn: sqlite3.Connection, path) -> int:
     have = conn.execute("PRAGMA user_version").fetchone()[0]
     if have > VERSION:
         raise OutputError(
             f"store {path}: its tables are version {have}, newer than this edgert's {VERSION}; "
             "use the edgert that made it, or another store"
         )
+    return have
+
+
+def migrate(conn: sqlite3.Connection, path) -> int:
+    """The tables brought to :data:`VERSION`; the version the file had. OutputError when a
+    newer edgert made it."""
+    have = _version(conn, path)
     if have == VERSION:
         return have
     conn.execute("BEGIN IMMEDIATE")  # one transaction: a kill mid-way leaves the old version
     try:
+        # read again under the lock: another run opening the same new store may have made the
+        # tables between the first read and the lock (two cameras sharing a folder, started at once)
+        have = _version(conn, path)
+        if have == VERSION:
+            conn.execute("ROLLBACK")
+            return have
         for statements in MIGRATIONS[have:]:
             for sql in statements:
                 _STEPS[sql](conn) if sql in _STEPS else conn.execute(sql)

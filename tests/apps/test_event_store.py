@@ -200,6 +200,37 @@ def test_a_store_from_a_newer_edgert_is_refused_in_a_sentence(tmp_path):
         StoreWriter(tmp_path / "text.db", "abcd1234", CAMS)
 
 
+def test_two_writers_opening_one_new_store_at_once_both_start(tmp_path):
+    """Two runs sharing a folder start together (CI's two cameras on one snapshots folder):
+    the second reads the version before the first's migration commits, waits for its lock,
+    and must find the tables made rather than make them again ("table runs already exists")."""
+    import threading
+
+    path = tmp_path / "s.db"
+    first = sqlite3.connect(path, isolation_level=None, timeout=10)
+    first.execute("PRAGMA journal_mode = WAL")
+    first.execute("BEGIN IMMEDIATE")  # the first writer, mid-migration
+    got: list = []
+
+    def second():
+        try:
+            got.append(schema.connect(path))
+        except Exception as exc:  # noqa: BLE001 - the test reports what it was
+            got.append(exc)
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    time.sleep(1.0)  # it has read version 0 and waits on the lock
+    for statements in schema.MIGRATIONS:
+        for sql in statements:
+            schema._STEPS[sql](first) if sql in schema._STEPS else first.execute(sql)
+    first.execute(f"PRAGMA user_version = {schema.VERSION}")
+    first.execute("COMMIT")
+    thread.join(30)
+    assert len(got) == 1 and isinstance(got[0], sqlite3.Connection), got
+    assert got[0].execute("PRAGMA user_version").fetchone()[0] == schema.VERSION
+
+
 @pytest.mark.subprocess
 def test_events_query_reads_a_store_without_a_camera_and_refuses_bad_input(tmp_path):
     _filled(tmp_path / "s.db").close()

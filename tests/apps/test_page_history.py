@@ -321,10 +321,11 @@ def test_the_history_lists_filters_pages_and_plays_a_real_camera_s_events(tmp_pa
                 events = []
             done = [e for e in events if e["kind"] == "track_end"]
             clips = [e for e in events if e["clip"] and Path(e["clip"]).exists()]
-            if len(done) >= 2 and len(clips) >= 2 and len(events) >= 8:
+            doors = [e for e in events if e["kind"] == "line_cross" and e["line"] == "door"]
+            if len(done) >= 2 and len(clips) >= 2 and len(events) >= 8 and len(doors) >= 4:
                 break
             time.sleep(0.5)
-        assert len(events) >= 8, events
+        assert len(events) >= 8 and len(doors) >= 4, events  # two pages of three crossings
         _browse(tmp_path, port)
     finally:
         app.terminate()
@@ -361,6 +362,17 @@ def _browse(tmp_path, port: int) -> None:
         ids2 = br.js(f"{rows}.map(r=>+r.dataset.id)")
         texts2 = br.js(f"{rows}.map(r=>r.textContent)")
         assert ids2 and max(ids2) < min(ids1) and all("line_cross door" in t for t in texts2)
+        br.js(  # one page holds every crossing: "next" (hidden) does not read page 1 again
+            "{const f=document.getElementById('hfilters');f.elements.limit.value='1000';"
+            "f.requestSubmit()}"
+        )
+        br.wait(
+            "/^page 1: \\d+ event\\(s\\)$/.test(document.getElementById('hstatus').textContent)"
+        )
+        assert br.js("document.getElementById('hnext').hidden") is True
+        br.js("document.getElementById('hnext').click()")
+        time.sleep(1.0)
+        assert br.js("document.getElementById('hstatus').textContent").startswith("page 1:")
         br.js(
             "{const f=document.getElementById('hfilters');f.elements.line.value='';"
             "f.elements.limit.value='20';f.requestSubmit()}"

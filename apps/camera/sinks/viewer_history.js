@@ -38,7 +38,8 @@ function trackRow(t,similarity){
     (t.camera||'')+'  '+(t.label||'')+' #'+t.track_id;
   d.appendChild(s);d.appendChild(button('track','htrackbtn',()=>track(t.id)));return d;}
 async function load(next){
-  const q=filters();if(next&&H.cursor)q.set('cursor',H.cursor);
+  if(next&&!H.cursor)return;  // the last page: nothing older (not the first page again)
+  const q=filters();if(next)q.set('cursor',H.cursor);
   $('hstatus').textContent='loading...';
   try{const [r,j]=await answer('/api/events?'+q);
     if(!r.ok){$('hstatus').textContent=r.status==404?

@@ -37,7 +37,8 @@ def add_parser(sub) -> None:
 
 
 def similar(args) -> int:
-    """``--similar-to TRACK``: the search of ``GET /api/search`` on the store's file."""
+    """``--similar-to TRACK``: the search of ``GET /api/search`` on the store (a file, or a
+    server's: every device's tracks)."""
     from edgert.apps.store import query, search
 
     given = {k: getattr(args, k) for k in ("camera", "label", "since", "until")}
@@ -50,7 +51,7 @@ def similar(args) -> int:
 
     def reader(conn, ph):
         try:
-            return search.search(conn, search.Index(), f, similar_to=own["similar_to"])
+            return search.search(conn, search.Index(), f, similar_to=own["similar_to"], mark=ph)
         except search.NoEmbeddings as exc:
             raise query.QueryError(f"{args.store}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - a store of version 1: no embeddings table

@@ -214,12 +214,13 @@ _TRACK = (
 
 def track(conn, track_id: int, placeholder: str = "?") -> dict | None:
     """One track with its events (oldest first); None when no track has that id."""
+    columns = _TRACK if placeholder == "?" else _TRACK + ", device"  # a server's: which device
     row = conn.execute(
-        f"SELECT {_TRACK} FROM tracks WHERE id = ?".replace("?", placeholder), [track_id]
+        f"SELECT {columns} FROM tracks WHERE id = ?".replace("?", placeholder), [track_id]
     ).fetchone()
     if row is None:
         return None
-    out = dict(zip([c.strip() for c in _TRACK.split(",")], row))
+    out = dict(zip([c.strip() for c in columns.split(",")], row))
     for key in ("labels", "secondary", "zones", "lines"):
         out[key] = json.loads(out[key]) if out[key] else ([] if key != "secondary" else {})
     out["snapshot_gone"] = bool(out["snapshot_gone"])

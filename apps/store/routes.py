@@ -72,8 +72,10 @@ class Routes:
     def _searchable(self, conn) -> bool:
         if getattr(self.probes, "embedders", None):
             return True
-        if not isinstance(self.path, Path):
-            return False  # a server's store is not searched yet
+        if not isinstance(self.path, Path):  # a server's: the table may be an older edgert's
+            (found,) = conn.execute("SELECT to_regclass('embeddings')").fetchone()
+            if found is None:
+                return False
         try:
             return conn.execute("SELECT 1 FROM embeddings LIMIT 1").fetchone() is not None
         except sqlite3.OperationalError:  # a store older than the embeddings
@@ -149,11 +151,6 @@ class Routes:
         parsed = urlparse(target)
         if parsed.path != "/api/search":
             return json_answer(404, {"error": "not found"})
-        if not isinstance(self.path, Path):
-            return json_answer(
-                404,
-                {"error": "search reads a SQLite store; a PostgreSQL store is not searched yet"},
-            )
         given, why = _given(parsed.query)
         if why:
             return json_answer(400, {"error": why})
@@ -174,12 +171,14 @@ class Routes:
             return json_answer(400, {"error": str(exc)})
         conn = self._read()
         try:
-            found = search.search(conn, self.index, f, vector, own.get("similar_to"), own["model"])
+            found = search.search(
+                conn, self.index, f, vector, own.get("similar_to"), own["model"], self.mark
+            )
         except search.NoEmbeddings as exc:
             return json_answer(404, {"error": str(exc)})
         except query.QueryError as exc:
             return json_answer(400, {"error": str(exc)})
-        except sqlite3.OperationalError as exc:  # a store of version 1 read as it is
+        except Exception as exc:  # noqa: BLE001 - a store of version 1 (SQLite's, a server's)
             if "embeddings" not in str(exc):
                 raise
             return json_answer(404, {"error": "the store holds no embeddings"})
@@ -212,10 +211,6 @@ class Routes:
         parsed = urlparse(target)
         if parsed.path != "/api/counts":
             return json_answer(404, {"error": "not found"})
-        if not isinstance(self.path, Path):
-            return json_answer(
-                404, {"error": "counts read a SQLite store; a PostgreSQL store is not counted yet"}
-            )
         given, why = _given(parsed.query)
         if not why:
             extra = sorted(set(given) - {"camera", "label", "since", "until"})
@@ -232,7 +227,7 @@ class Routes:
             return json_answer(400, {"error": str(exc)})
         conn = self._read()
         try:
-            return json_answer(200, search.counts(conn, f))
+            return json_answer(200, search.counts(conn, f, self.mark))
         finally:
             conn.close()
 

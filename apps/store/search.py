@@ -178,7 +178,7 @@ class Index:
         self.count = 0
         self.counted = -1e18  # when the rows were last counted (monotonic)
 
-    def refresh(self, conn) -> None:
+    def refresh(self, conn, mark: str = "?") -> None:
         """Rows added since the last read; all again when rows were deleted (``keep_days``
         deletes the oldest: the least id rose; any other deletion is seen by the count, read
         at most every :data:`COUNT_S` seconds: it reads the table's index, 27 ms at 100k)."""
@@ -199,7 +199,7 @@ class Index:
                 return
             rows = conn.execute(
                 "SELECT e.id, e.track, e.model, e.dim, e.vector, t.camera FROM embeddings e "
-                "LEFT JOIN tracks t ON t.id = e.track WHERE e.id > ? ORDER BY e.id",
+                f"LEFT JOIN tracks t ON t.id = e.track WHERE e.id > {mark} ORDER BY e.id",
                 (self.last,),
             )
             for rid, track_id, model, dim, blob, camera in rows:
@@ -264,7 +264,7 @@ def _track_filters(f: Filters, camera: bool) -> tuple[list, list]:
     return clauses, params
 
 
-def candidates(conn, f: Filters, v: Vectors) -> np.ndarray | None:
+def candidates(conn, f: Filters, v: Vectors, mark: str = "?") -> np.ndarray | None:
     """The rows of ``v`` whose tracks pass ``f`` (None: every row): the camera from the rows'
     own (held in memory: a scan of the tracks table cost 28 ms at 100k tracks), the label and
     times read from the tracks table (they change while a track lives)."""
@@ -277,19 +277,24 @@ def candidates(conn, f: Filters, v: Vectors) -> np.ndarray | None:
             clauses.append("camera = ?")
             params.append(f.camera)
         # one row of text parsed in C: a Python row per track cost 46 ms at 50k tracks
-        sql = "SELECT group_concat(id) FROM tracks WHERE " + " AND ".join(clauses)
-        text = conn.execute(sql, params).fetchone()[0]
+        ids_text = "group_concat(id)" if mark == "?" else "string_agg(id::text, ',')"
+        sql = f"SELECT {ids_text} FROM tracks WHERE " + " AND ".join(clauses)
+        text = conn.execute(sql.replace("?", mark), params).fetchone()[0]
         ids = np.fromstring(text, np.int64, sep=",") if text else np.zeros(0, np.int64)
         passed = np.isin(v.tracks[: v.n], ids)
         mask = passed if mask is None else mask & passed
     return None if mask is None else np.flatnonzero(mask)
 
 
-def search(conn, index: Index, f: Filters, query=None, similar_to=None, model=None) -> dict:
+def search(
+    conn, index: Index, f: Filters, query=None, similar_to=None, model=None, mark: str = "?"
+) -> dict:
     """``{"results": [{"track": <track()>, "similarity": s}, ...], "model": M}`` of the tracks
-    most similar to ``query`` (a unit vector) or to the stored vector of track ``similar_to``.
-    NoEmbeddings when there is nothing to search, QueryError for a track with no vector."""
-    index.refresh(conn)
+    most similar to ``query`` (a unit vector) or to the stored vector of track ``similar_to``,
+    in the SQLite store (``mark`` ``?``) or a PostgreSQL server's (``%s``: every device's
+    tracks, each result saying its device). NoEmbeddings when there is nothing to search,
+    QueryError for a track with no vector."""
+    index.refresh(conn, mark)
     model, v = index.vectors(model)
     if similar_to is not None:
         row = v.where.get(similar_to)
@@ -302,7 +307,7 @@ def search(conn, index: Index, f: Filters, query=None, similar_to=None, model=No
         q = np.asarray(query, np.float32).ravel()
         if len(q) != v.dim:
             raise QueryError(f"the query's vector has {len(q)} values, model {model!r}'s {v.dim}")
-    rows = candidates(conn, f, v)
+    rows = candidates(conn, f, v, mark)
     with index.lock:
         fast = v.ready()
         sims = v.similarities(q, rows) if fast is None else fast.scores(q, rows, _int8_gemv())
@@ -324,13 +329,13 @@ def search(conn, index: Index, f: Filters, query=None, similar_to=None, model=No
     top = top[np.argsort(-sims[top], kind="stable")]
     results = []
     for i in top:
-        t = track(conn, int(ids[i]))
+        t = track(conn, int(ids[i]), mark)
         if t is not None:
             results.append({"track": t, "similarity": round(float(sims[i]), 4)})
     return {"results": results, "model": model}
 
 
-def counts(conn, f: Filters) -> dict:
+def counts(conn, f: Filters, mark: str = "?") -> dict:
     """Tracks per zone (the tracks that entered it) and the people they are once the tracks
     re-identified across cameras count once (``distinct``: the groups the reid links join),
     over the tracks that pass ``f`` (camera, label, since, until); ``all`` the same of every
@@ -341,7 +346,7 @@ def counts(conn, f: Filters) -> dict:
     sql = "SELECT id, zones FROM tracks" + (" WHERE " + " AND ".join(clauses) if clauses else "")
     zones: dict = {}
     every = []
-    for tid, text in conn.execute(sql, params):
+    for tid, text in conn.execute(sql.replace("?", mark), params):
         every.append(tid)
         for z in json.loads(text) if text else []:
             zones.setdefault(z, []).append(tid)

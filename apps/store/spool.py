@@ -8,6 +8,7 @@ a run killed while the server was away leaves it for the next run to replay."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
@@ -64,7 +65,7 @@ class Spool:
         with open(self.path, "rb") as fh:
             for line in fh:
                 with contextlib.suppress(ValueError):
-                    row = json.loads(line)
+                    row = json.loads(line, object_hook=_unpacked)
                     out.append(("gone", row["gone"]) if "gone" in row else row)
         return out
 
@@ -102,4 +103,19 @@ def _line(row) -> bytes:
     if isinstance(row, tuple):
         return (json_text.dumps({"gone": row[1]}) + "\n").encode()
     kept = {k: v for k, v in row.items() if k not in _NOT_KEPT}
-    return (json_text.dumps(kept, default=str) + "\n").encode()
+    return (json_text.dumps(kept, default=_packed) + "\n").encode()
+
+
+_BYTES = "$bytes"  # a value that is bytes (a track's embedding): {"$bytes": base64}
+
+
+def _packed(value):
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {_BYTES: base64.b64encode(bytes(value)).decode("ascii")}
+    return str(value)
+
+
+def _unpacked(obj: dict):
+    if len(obj) == 1 and _BYTES in obj and isinstance(obj[_BYTES], str):
+        return base64.b64decode(obj[_BYTES])
+    return obj

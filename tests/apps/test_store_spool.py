@@ -47,3 +47,22 @@ def test_one_run_holds_a_spool_at_a_time(tmp_path):
     with pytest.raises(OutputError, match="held by another run"):
         Spool(tmp_path / "spool.jsonl")
     s.close()
+
+
+def test_a_track_embedding_s_vector_comes_back_as_the_same_bytes(tmp_path):
+    """A track's embedding (a compact blob, bytes) spooled while the server is away is replayed
+    byte for byte: written as text it reached the server as the text ``b'\\x02...'``."""
+    import numpy as np
+
+    from edgert.runtime import embeddings
+
+    blob = embeddings.encode(np.linspace(-1, 1, 64, dtype=np.float32), "int8")
+    assert isinstance(blob, bytes)
+    row = {"kind": "track_embedding", "data": {}, "embedding": {"model": "m", "vector": blob}}
+    s = Spool(tmp_path / "spool.jsonl")
+    s.append([row, {"kind": "line_cross", "data": {"raw": b"\xff\x00"}}])
+    back = s.rows()
+    assert back[0]["embedding"]["vector"] == blob
+    assert back[1]["data"]["raw"] == b"\xff\x00"
+    s.clear()
+    s.close()

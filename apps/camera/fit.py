@@ -40,7 +40,9 @@ def decoder_fit(opts, uris: list, gate, bundle, crops: bool = False) -> tuple[ob
         return opts, "full frames: this GStreamer lacks the web viewer's branch (tee, queue)"
     demand = media.Demand(max(view_rate(u) for u in viewers)) if viewers else None
     size = lambda w, h: pre.decode_size((h, w))  # noqa: E731
-    fit = media.Fit(_motion_sized(size) if gate.policy.motion else size, pre.interpolation, demand)
+    fit = media.Fit(
+        _motion_sized(size) if gate.motion_anywhere else size, pre.interpolation, demand
+    )
     return dataclasses.replace(opts, fit=fit), None
 
 

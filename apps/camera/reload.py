@@ -294,9 +294,11 @@ class Reloader:
 
     def _gate_changed(self, plan: Plan, name: str, j: int) -> bool:
         old, new = self.cfg.gate, plan.cfg.gate
-        if dataclasses.replace(old, masks=()) != dataclasses.replace(new, masks=()):
-            return True
-        was = _masks_of(old, self.names.index(name), len(self.cfg.sources))
+        k = self.names.index(name)
+        own_old = dataclasses.replace(old.for_stream(k), masks=())
+        if own_old != dataclasses.replace(new.for_stream(j), masks=()):
+            return True  # its mode, rate, keyframe or sensitivity (the run's or its own)
+        was = _masks_of(old, k, len(self.cfg.sources))
         return was != _masks_of(new, j, len(plan.cfg.sources))
 
     # -- what is said -----------------------------------------------------------------------

@@ -161,6 +161,19 @@ def _mask_outside(points, size) -> str | None:
     return None
 
 
+def gates(data: dict, problems: Problems) -> None:
+    """Each camera's own gate mode: one ``--gate`` takes."""
+    from edgert.apps.camera.gate_options import gate_mode
+    from edgert.runtime.errors import SourceError
+
+    for name, camera in data["cameras"].items():
+        if camera.get("gate") is not None:
+            try:
+                gate_mode(camera["gate"], "gate")
+            except SourceError as exc:
+                problems.add(("cameras", name, "gate"), None, str(exc).partition(": ")[2])
+
+
 def bundles(data: dict, problems: Problems) -> None:
     """The model and each second stage's bundle: there (a file or a bundle's folder)."""
     named = [(("model", "path"), data["model"].get("path"))]

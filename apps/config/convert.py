@@ -9,6 +9,7 @@ from . import flags as flag_table
 from .model import own_type
 
 GEOMETRY = (("lines", "line"), ("zones", "zone"), ("motion_masks", "motion_mask"))
+OWN = (("stream_gate", "gate"), ("stream_target_fps", "target_fps"))  # a camera's own value
 
 
 def _number(v: float) -> str:
@@ -72,10 +73,18 @@ def to_namespace(data: dict):
                 elif own_type(f.action) and value is not None:
                     value = f.action.type(str(value))  # checked before: checks.values
                 setattr(ns, f.action.dest, value)
-    ns.source = [c["source"] for c in data["cameras"].values()]
+    cameras = list(data["cameras"].values())
+    ns.source = [c["source"] for c in cameras]
     for dest, forms in geometry_flags(data).items():
         setattr(ns, dest, forms)
+    for dest, key in OWN:
+        forms = [f"{i}:{_value(c[key])}" for i, c in enumerate(cameras) if c.get(key) is not None]
+        setattr(ns, dest, forms)
     return ns
+
+
+def _value(v) -> str:
+    return _number(v) if isinstance(v, (int, float)) else str(v)
 
 
 def from_namespace(args) -> dict:
@@ -92,10 +101,33 @@ def from_namespace(args) -> dict:
     sources = list(args.source or ["synthetic://"])
     cameras = {f"cam{i}": {"source": s} for i, s in enumerate(sources)}
     defaults = _geometry(args, cameras)
+    _own(args, cameras)
     if defaults:
         data["defaults"] = defaults
     data["cameras"] = cameras
     return data
+
+
+def _own(args, cameras: dict) -> None:
+    """Each ``--stream-gate`` / ``--stream-target-fps`` as its camera's ``gate`` / ``target_fps``;
+    SourceError in one sentence for a form that is not ``STREAM:VALUE`` of a stream the run has."""
+    from edgert.apps.camera.gate_options import split_stream
+    from edgert.runtime.errors import SourceError
+
+    for dest, key in OWN:
+        flag = "--" + dest.replace("_", "-")
+        for form in getattr(args, dest, None) or []:
+            stream, value = split_stream(form, flag)
+            if f"cam{stream}" not in cameras:
+                raise SourceError(f"{flag} {form}: there is no stream {stream}")
+            if key == "target_fps":
+                try:
+                    value = float(value)
+                except ValueError:
+                    value = -1.0
+                if not 0 < value < float("inf"):
+                    raise SourceError(f"{flag} {form}: give STREAM:N, N above 0")
+            cameras[f"cam{stream}"][key] = value
 
 
 def _text(f, value):

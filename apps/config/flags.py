@@ -17,7 +17,10 @@ NOT_CONFIG = (
     *("watch_config", "config_endpoint"),  # how the file is read again, on the command line
 )
 # flags that belong to one camera: the file holds them per camera (``cameras:``, ``defaults:``)
-PER_CAMERA = {"source": "source", "line": "lines", "zone": "zones", "motion_mask": "motion_masks"}
+PER_CAMERA = {
+    **{"source": "source", "line": "lines", "zone": "zones", "motion_mask": "motion_masks"},
+    **{"stream_gate": "gate", "stream_target_fps": "target_fps"},  # its own gate and rate
+}
 # a section's name in the file where the feature's own is not the word a user looks for
 TITLES = {"metrics": "telemetry"}
 # a key's name in the file where the flag's dest would repeat its section's name

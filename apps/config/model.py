@@ -58,13 +58,20 @@ class Defaults(BaseModel):
 
 class Camera(BaseModel):
     """One camera: its source URI (credentials only as ${EDGERT_...} references) and, when given,
-    its own lines, zones and motion masks instead of ``defaults:``'."""
+    its own lines, zones and motion masks instead of ``defaults:``', and its own gate mode and
+    target rate instead of the ``gate:`` section's."""
 
     model_config = STRICT
     source: Text = Field(min_length=1)
     lines: Optional[List[Line]] = None
     zones: Optional[List[Zone]] = None
     motion_masks: Optional[List[Mask]] = None
+    gate: Optional[Text] = Field(
+        None, description="this camera's own gate.mode (off, motion or interval:N)"
+    )
+    target_fps: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        None, description="this camera's own gate.target_fps: at most N inferred frames a second"
+    )
 
 
 def stage_model() -> type:

@@ -4,9 +4,28 @@ given twice in one mapping is an error (YAML's own rule; PyYAML would keep the l
 
 from __future__ import annotations
 
+import re
+
 import yaml
 
 Path = tuple  # ('cameras', 'door', 'lines', 1): mapping keys and sequence indexes
+
+
+class Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's booleans: only true and false. YAML 1.1's ``on``,
+    ``off``, ``yes`` and ``no`` are words here (``gate: off`` is the mode off, not False; a
+    switch given ``yes`` still reads as true through the model)."""
+
+
+Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in found if tag != "tag:yaml.org,2002:bool"]
+    for first, found in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool",
+    re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"),
+)
 
 
 class Problems(list):
@@ -20,7 +39,7 @@ def read(text: str, problems: Problems):
     """(data, lines) of the YAML document ``text``: lines maps each path to its 1-based line.
     A YAML error is added to ``problems`` (data is None then)."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         what = getattr(exc, "problem", None) or str(exc)
@@ -34,7 +53,7 @@ def read(text: str, problems: Problems):
     _walk(node, (), lines, problems)
     if any(p for p in problems):
         return None, lines
-    loader = yaml.SafeLoader(text)
+    loader = Loader(text)
     try:
         return loader.get_single_data(), lines
     except yaml.YAMLError as exc:  # a constructor's error: a bad tag, a bad timestamp

@@ -6,6 +6,7 @@ whose line and zone counts are exact with the gate on, the same as with it off."
 from __future__ import annotations
 
 import json
+import re
 
 import cv2
 import numpy as np
@@ -516,3 +517,41 @@ def test_line_counts_with_the_gate_equal_always_on_when_walkers_turn_or_stop_at_
     for _ in range(3):
         assert counts("--gate", "motion") == always
     assert counts("--gate", "motion", streams=4) == always * 4
+
+
+@pytest.mark.subprocess
+def test_each_camera_s_own_gate_and_rate_hold_in_one_run(scene, tmp_path):
+    """Two cameras on the same footage, in one run: the first's own mode (interval:4), the
+    second the run's (off, every frame); then the first's own rate under the run's motion gate.
+    Each stream's gate reports its own mode and share, the start line says each."""
+    bundle, video = scene
+    two = ("--source", video, "--source", video, "--headless")
+    proc = run_cli("camera", bundle, *two, "--stream-gate", "0:interval:4")
+    assert proc.returncode == 0, proc.stderr
+    said = proc.stdout
+    assert "gate: off: inference on every frame; stream 0: interval: inference on one frame" in said
+    # frames 1, 5, 9, ... of 200 and the stream's first frames (start); the other every frame
+    first = re.search(r"\[0\] gate interval: (\d+) of 200 frames inferred .*interval (\d+)", said)
+    assert first and 48 <= int(first.group(2)) <= int(first.group(1)) <= 53, said
+    assert "[1] gate off: 200 of 200 frames inferred" in said
+    two = (*two, "--json")
+    proc = run_cli(
+        *("camera", bundle, *two, "--gate", "motion", "--stream-target-fps", "1:2"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    streams = json.loads(proc.stdout)["streams"]
+    moved, capped = streams[0]["gate"], streams[1]["gate"]
+    assert moved["mode"] == capped["mode"] == "motion"
+    # 20 s of footage: at most 2 a second on the capped camera, well under the motion gate's own
+    assert capped["inferred"] <= 2 * 20 + 3 < moved["inferred"]
+    assert capped["reasons"].get("rate", 0) == 0 and capped["rate_skipped"] > 0
+
+
+@pytest.mark.subprocess
+def test_a_camera_s_own_gate_that_names_no_stream_or_mode_is_one_sentence(scene):
+    bundle, video = scene
+    base = ("camera", bundle, "--source", video, "--headless")
+    assert_user_error(run_cli(*base, "--stream-gate", "3:motion"), "there is no stream 3")
+    assert_user_error(run_cli(*base, "--stream-gate", "0:sometimes"), "give motion, interval:N")
+    assert_user_error(run_cli(*base, "--stream-gate", "motion"), "give STREAM:VALUE")
+    assert_user_error(run_cli(*base, "--stream-target-fps", "0:-1"), "N above 0")

@@ -316,6 +316,29 @@ def test_sighup_re_reads_the_file_and_post_config_is_off_unless_asked(site, tmp_
     assert summary["model"]["model"]["path"] == os.path.realpath(other)
 
 
+def test_a_camera_s_own_gate_is_changed_alone(site, tmp_path):
+    """A camera's own gate mode given in a reload: its gate alone is made again (the other
+    camera's, with its motion history, goes on); the summary's streams say each one's mode."""
+    bundle, a, b, _ = site
+    config = tmp_path / "site.yaml"
+    port, url = metrics()
+    write(config, flags(bundle, [a, b], more=f"{port} --gate motion"))
+    proc = camera(tmp_path, config, url)
+    try:
+        write(
+            config, flags(bundle, [a, b], more=f"{port} --gate motion --stream-gate 1:interval:3")
+        )
+        proc.send_signal(signal.SIGHUP)
+        got = wait_for(lambda: http("GET", url + "/config")[1]["last"], 60, proc)
+        assert got["changes"] == ["camera cam1: gate and masks made again"], got
+        assert http("GET", url + "/config")[1]["config"]["gate"]["streams"] == ["1:interval:3"]
+        time.sleep(1.0)  # frames through the new gate
+    finally:
+        summary = stop(proc)
+    modes = [s["gate"]["mode"] for s in summary["streams"]]
+    assert modes == ["motion", "interval"], modes
+
+
 def test_config_mistakes_are_one_sentence(site, tmp_path):
     bundle, a, _, _ = site
     config = tmp_path / "site.yaml"

@@ -221,3 +221,50 @@ def test_a_flag_of_its_own_type_is_its_word_in_the_file(bundle):
             f"model: {{path: {bundle}}}\ncameras: {{a: {{source: x.mp4}}}}\n"
             "capture: {reconnect: never}\n"
         )
+
+
+def test_a_camera_s_own_gate_and_rate_are_its_stream_s_and_survive_the_flags(bundle):
+    from edgert.apps.camera.gate import gates_for
+    from edgert.apps.config import convert
+
+    site = load_site_text(
+        f"model: {{path: {bundle}}}\ngate: {{mode: off, target_fps: 10}}\ncameras:\n"
+        "  quiet: {source: synthetic://, gate: motion, target_fps: 4}\n"
+        "  busy: {source: synthetic://}\n"
+        "  dock: {source: synthetic://, gate: 'interval:5'}\n"
+    )
+    g = site.config.gate
+    own = [g.for_stream(i) for i in range(3)]
+    assert [(o.mode, o.interval, o.target_fps) for o in own] == [
+        ("motion", 1, 4.0),
+        ("off", 1, 10.0),
+        ("interval", 5, 10.0),
+    ]
+    gates = gates_for(g, 3)
+    assert [x.options for x in gates] == own and gates[0].motion is not None
+    assert gates[1].motion is None  # only the camera that asked looks for motion
+    assert g.motion_anywhere  # its frames are scaled for it (decoder_fit)
+    # the command line's form and back: --stream-gate / --stream-target-fps
+    ns = flag_table.defaults()
+    ns.model, ns.source = str(bundle), ["synthetic://", "synthetic://"]
+    ns.stream_gate, ns.stream_target_fps = ["1:interval:3"], ["0:2.5"]
+    data = convert.from_namespace(ns)
+    assert data["cameras"] == {
+        "cam0": {"source": "synthetic://", "target_fps": 2.5},
+        "cam1": {"source": "synthetic://", "gate": "interval:3"},
+    }
+    valid = site_model().model_validate(data).model_dump(mode="json", exclude_unset=True)
+    back = convert.to_namespace(valid)
+    assert back.stream_gate == ["1:interval:3"] and back.stream_target_fps == ["0:2.5"]
+
+
+def test_a_camera_s_own_gate_that_is_not_a_mode_is_said_at_its_line(bundle):
+    with pytest.raises(ConfigError) as got:
+        load_site_text(
+            f"model: {{path: {bundle}}}\ncameras:\n  a: {{source: synthetic://}}\n"
+            "  b:\n    source: synthetic://\n    gate: sometimes\n    target_fps: 0\n",
+            name="s.yaml",
+        )
+    said = str(got.value).splitlines()
+    assert "cameras.b.gate: give motion, interval:N or off (s.yaml:6)" in said, said
+    assert "cameras.b.target_fps: input should be greater than 0 (s.yaml:7)" in said, said

@@ -49,7 +49,7 @@ class Clocks(Feature):
             batch=run.batch,
             precision=m.precision,
             backend=m.backend,
-            target_fps=cfg.gate.target_fps * len(run.sources),
+            target_fps=sum(cfg.gate.for_stream(i).target_fps for i in range(len(run.sources))),
             sysfs_root=cfg.power.sysfs_root,
             clocks="auto",
         )

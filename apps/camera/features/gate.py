@@ -60,16 +60,24 @@ class Gate(Feature):
 
 
 def gate_says(o: GateOptions, task: str, tracking: bool) -> str:
-    """What the gate does for this run, in a sentence."""
-    which = o.policy.says(o)
-    if o.mode != "off" and o.target_fps is not None:
-        which += f", at most {o.target_fps:g} a second"
+    """What the gate does for this run, in a sentence (a camera's own mode or rate after it)."""
+
+    def one(x: GateOptions) -> str:
+        if x.mode == "off" and x.target_fps is None:
+            return "off: inference on every frame"
+        which = x.policy.says(x)
+        if x.mode != "off" and x.target_fps is not None:
+            which += f", at most {x.target_fps:g} a second"
+        return f"{x.mode}: inference on {which}"
+
+    own = sorted({int(f.partition(":")[0]) for f in (*o.streams, *o.stream_rates)})
+    said = one(o) + "".join(f"; stream {i}: {one(o.for_stream(i))}" for i in own)
     between = (
         "the tracker predicts the frames between (results marked predicted)"
         if tracking
         else f"the frames between repeat the last {task} results, marked predicted"
     )
-    return f"{o.mode}: inference on {which}; {between}"
+    return f"{said}; {between}"
 
 
 def gate_families(gates):

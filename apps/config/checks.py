@@ -174,6 +174,19 @@ def gates(data: dict, problems: Problems) -> None:
                 problems.add(("cameras", name, "gate"), None, str(exc).partition(": ")[2])
 
 
+def stages(data: dict, problems: Problems) -> None:
+    """Each second stage's ``cameras:``: cameras of the site."""
+    for i, item in enumerate((data.get("secondaries") or {}).get("bundles") or []):
+        if isinstance(item, dict):
+            for j, name in enumerate(item.get("cameras") or []):
+                if name not in data["cameras"]:
+                    problems.add(
+                        ("secondaries", "bundles", i, "cameras", j),
+                        None,
+                        f"no camera is named {name} (cameras: {', '.join(data['cameras'])})",
+                    )
+
+
 def bundles(data: dict, problems: Problems) -> None:
     """The model and each second stage's bundle: there (a file or a bundle's folder)."""
     named = [(("model", "path"), data["model"].get("path"))]

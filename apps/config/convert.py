@@ -42,8 +42,9 @@ def geometry_flags(data: dict) -> dict:
     return out
 
 
-def stage_spec(item) -> str:
-    """``--secondary``'s form of a second stage written out as a mapping (or as that form)."""
+def stage_spec(item, names=()) -> str:
+    """``--secondary``'s form of a second stage written out as a mapping (or as that form); its
+    ``cameras:`` (names) are ``streams=`` (their places in ``names``, the cameras' order)."""
     if isinstance(item, str):
         return item
     from .model import STAGE_KEYS
@@ -53,7 +54,10 @@ def stage_spec(item) -> str:
     for key, value in item.items():
         if key != "bundle" and value is not None:
             key = flag_key.get(key, key)
-            text = "+".join(value) if key == "on" else _number(value) if key != "name" else value
+            if key == "streams":  # a name the site lacks: config check says so (checks.stages)
+                value = [str(list(names).index(n)) for n in value if n in names]
+            text = "+".join(value) if key in ("on", "streams") else value
+            text = _number(text) if isinstance(text, (int, float)) else text
             options.append(f"{key}={text}")
     return item["bundle"] + (":" + ",".join(options) if options else "")
 
@@ -69,7 +73,8 @@ def to_namespace(data: dict):
             if f.key in given:
                 value = given[f.key]
                 if f.many:
-                    value = [stage_spec(v) if isinstance(v, dict) else v for v in value]
+                    names = list(data["cameras"])
+                    value = [stage_spec(v, names) if isinstance(v, dict) else v for v in value]
                 elif own_type(f.action) and value is not None:
                     value = f.action.type(str(value))  # checked before: checks.values
                 setattr(ns, f.action.dest, value)

@@ -86,8 +86,13 @@ def stage_model() -> type:
     fields: dict = {"bundle": (Text, Field(min_length=1, description="the second model's bundle"))}
     for key, (attr, kind) in SecondarySpec.KEYS.items():
         kind = {str: Text, int: int, float: float}.get(kind, List[label])
-        said = "the primary labels it runs on (default: every)" if key == "on" else attr
-        if key != "on" and defaults[attr] not in ("", None):
+        said = {
+            "on": "the primary labels it runs on (default: every)",
+            "streams": "the cameras it runs on, by name (default: every)",
+        }.get(key, attr)
+        if key == "streams":
+            kind = List[constr(pattern=NAME)]
+        if key not in ("on", "streams") and defaults[attr] not in ("", None):
             said += f" (default {defaults[attr]})"
         key = STAGE_KEYS.get(key, key)
         fields[key] = (Optional[kind], Field(default=None, description=said))
@@ -95,7 +100,7 @@ def stage_model() -> type:
 
 
 # a second stage's keys in the file where the flag's would not do: YAML reads a bare on: as true
-STAGE_KEYS = {"on": "labels"}
+STAGE_KEYS = {"on": "labels", "streams": "cameras"}  # cameras: by name, the flag's by stream
 # a flag's items that the file may also write out as a mapping (the flag's form stays valid)
 ITEMS = {("secondaries", "bundles"): stage_model}
 

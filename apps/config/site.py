@@ -107,6 +107,7 @@ def _validated(data: dict, lines: dict, name: str) -> Site:
     checks.values(valid, problems)
     checks.geometry(valid, problems, checks.frame_size(valid))
     checks.gates(valid, problems)
+    checks.stages(valid, problems)
     checks.bundles(valid, problems)
     if problems:
         raise ConfigError(_placed(problems, lines), name)

@@ -186,6 +186,22 @@ def test_four_streams_give_one_secondary_call_per_primary_batch(scene, tmp_path)
 
 
 @pytest.mark.subprocess
+def test_a_second_stage_runs_only_on_the_streams_it_names(scene, tmp_path):
+    """Three cameras on the same footage, the stage on streams 0 and 2 (a site file's
+    ``cameras: [a, c]``): labels on those, none on stream 1; a stream the run lacks is refused."""
+    summary, events, frames = _camera(tmp_path, scene, "{col}:streams=0+2", sources=3)
+    streams = {e["stream"] for e in events if e["event"] == "track_label"}
+    assert streams == {0, 2}
+    assert not any("colours" in o for f in frames if f["stream"] == 1 for o in f["results"])
+    assert any("colours" in o for f in frames if f["stream"] == 2 for o in f["results"])
+    det, col, video = scene
+    assert_user_error(
+        run_cli("camera", det, "--source", video, "--secondary", f"{col}:streams=1"),
+        "streams=1: there is no stream 1",
+    )
+
+
+@pytest.mark.subprocess
 def test_a_secondary_that_does_not_load_is_one_sentence_and_the_camera_runs_on(scene, tmp_path):
     det, _, video = scene
     broken = tmp_path / "broken.edgert"

@@ -153,6 +153,21 @@ def test_a_second_stage_written_out_is_the_flags_form(bundle):
         0.2,
     )
     assert second.on == ("person",)
+    site = load_site_text(  # the cameras a stage runs on, by name: the flag's streams=
+        f"model: {{path: {bundle}}}\ncameras: {{a: {{source: x.mp4}}, b: {{source: y.mp4}}}}\n"
+        f"secondaries:\n  bundles:\n    - {{bundle: {bundle}, cameras: [b], embed: best}}\n"
+    )
+    (stage,) = site.config.secondaries
+    assert stage.streams == (1,) and stage.embed == "best"
+    with pytest.raises(ConfigError) as got:
+        load_site_text(
+            f"model: {{path: {bundle}}}\ncameras: {{a: {{source: x.mp4}}}}\n"
+            f"secondaries:\n  bundles:\n    - {{bundle: {bundle}, cameras: [a, gate]}}\n",
+            name="s.yaml",
+        )
+    assert str(got.value) == (
+        "secondaries.bundles[0].cameras[1]: no camera is named gate (cameras: a) (s.yaml:5)"
+    )
     with pytest.raises(ConfigError) as got:
         load_site_text(
             f"model: {{path: {bundle}}}\ncameras: {{a: {{source: x.mp4}}}}\n"

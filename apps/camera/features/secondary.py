@@ -18,7 +18,9 @@ HELP = (
     "objects inside them, boxes in the frame's pixels; an embedder: one vector per track, kept "
     "in the store for GET /api/search, and re-identification across streams); repeatable; "
     "implies --track. OPTIONS, "
-    "comma-separated: on=LABEL+LABEL (the primary labels it runs on; default every), attempts=K "
+    "comma-separated: on=LABEL+LABEL (the primary labels it runs on; default every), "
+    "streams=N+N (the streams it runs on, a site file's cameras: [NAME, ...]; default every), "
+    "attempts=K "
     "(most per track, default 3), margin=F (share of each side added, default 0.1), grow=F "
     "(re-check when the box grew by this share, default 0.2), every=S (re-check after S seconds, "
     "0 never, default 1), min=PX (smaller boxes are refused, default 16), window=S (the best "
@@ -55,6 +57,11 @@ class Secondaries(Feature):
 
         return tuple(SecondarySpec.parse(x) for x in args.secondary)
 
+    def check(self, run: Run) -> None:
+        from .secondary_spec import check_streams
+
+        check_streams(run.cfg.secondaries, len(run.cfg.sources))
+
     def loaded(self, run: Run) -> None:
         specs = run.cfg.secondaries
         if not specs:
@@ -79,6 +86,8 @@ class Secondaries(Feature):
             if unknown:  # said at start: it would run on nothing of those, silently
                 warn(unknown, run.say)
             on = "+".join(s.spec.on) or "every label"
+            if s.spec.streams:
+                on += f" of stream {'+'.join(map(str, s.spec.streams))}"
             run.say(
                 escape_controls(
                     f"secondary: {s.name} ({s.model.task}) on {on}, at most {s.spec.attempts} "

@@ -116,6 +116,8 @@ class Secondary:
         spec = self.spec
         if self.failed or (spec.on and track.label not in spec.on):
             return None
+        if spec.streams and frame.stream not in spec.streams:  # not this camera's stage
+            return None
         key = (frame.stream, track.track_id)
         with self.lock:
             st = self.tracks.setdefault(key, TrackState(track.label))

@@ -40,6 +40,7 @@ class SecondarySpec:
     bundle: str
     name: str = ""  # as results and metrics name it (default: the bundle's name)
     on: tuple = ()  # the primary labels it runs on (empty: every)
+    streams: tuple = ()  # the streams (cameras) it runs on (empty: every)
     margin: float = 0.1  # share of each side added around the box
     attempts: int = 3  # most attempts per track
     grow: float = 0.2  # re-check when the box's area grew by this share since the last attempt
@@ -61,6 +62,7 @@ class SecondarySpec:
     KEYS = {
         "name": ("name", str),
         "on": ("on", lambda v: tuple(x for x in v.split("+") if x)),
+        "streams": ("streams", lambda v: tuple(int(x) for x in v.split("+") if x)),
         "margin": ("margin", float),
         "attempts": ("attempts", int),
         "grow": ("grow", float),
@@ -104,6 +106,7 @@ class SecondarySpec:
             (spec.grow <= 0, "grow is a share of the area, above 0"),
             (spec.every_s < 0 or spec.window_s < 0, "times are seconds, 0 or more"),
             (spec.min_size < 1, "min is pixels, at least 1"),
+            (any(s < 0 for s in spec.streams), "streams= are streams' numbers, 0 or more"),
             (spec.embed not in ("mean", "best"), "embed= is mean or best"),
             (spec.form not in ("int8", "float16", "float32"), "form= is int8, float16 or float32"),
             (not 0 <= spec.reid <= 1, "reid= is a cosine similarity, 0 (off) to 1"),
@@ -117,6 +120,17 @@ class SecondarySpec:
             if bad:
                 raise OutputError(f"--secondary {text}: {why}")
         return spec
+
+
+def check_streams(specs, streams: int) -> None:
+    """OutputError when a second stage's ``streams=`` names a stream the run does not have."""
+    for spec in specs:
+        missing = [s for s in spec.streams if s >= streams]
+        if missing:
+            raise OutputError(
+                f"--secondary {spec.bundle}: streams={'+'.join(map(str, spec.streams))}: there is "
+                f"no stream {missing[0]} (the run has {streams})"
+            )
 
 
 def unknown_on(spec: SecondarySpec, labels) -> str | None:

@@ -9,7 +9,10 @@ from . import flags as flag_table
 from .model import own_type
 
 GEOMETRY = (("lines", "line"), ("zones", "zone"), ("motion_masks", "motion_mask"))
-OWN = (("stream_gate", "gate"), ("stream_target_fps", "target_fps"))  # a camera's own value
+OWN = (  # a camera's own value: the flag of its stream's form, the camera's key
+    *(("stream_gate", "gate"), ("stream_target_fps", "target_fps")),
+    *(("stream_clips", "clips"), ("stream_snapshots", "snapshots")),
+)
 
 
 def _number(v: float) -> str:
@@ -89,6 +92,8 @@ def to_namespace(data: dict):
 
 
 def _value(v) -> str:
+    if isinstance(v, bool):  # a camera's clips: false is --stream-clips N:off
+        return "on" if v else "off"
     return _number(v) if isinstance(v, (int, float)) else str(v)
 
 
@@ -114,7 +119,7 @@ def from_namespace(args) -> dict:
 
 
 def _own(args, cameras: dict) -> None:
-    """Each ``--stream-gate`` / ``--stream-target-fps`` as its camera's ``gate`` / ``target_fps``;
+    """Each ``--stream-gate|target-fps|clips|snapshots STREAM:VALUE`` as its camera's own key;
     SourceError in one sentence for a form that is not ``STREAM:VALUE`` of a stream the run has."""
     from edgert.apps.camera.gate_options import split_stream
     from edgert.runtime.errors import SourceError
@@ -125,7 +130,11 @@ def _own(args, cameras: dict) -> None:
             stream, value = split_stream(form, flag)
             if f"cam{stream}" not in cameras:
                 raise SourceError(f"{flag} {form}: there is no stream {stream}")
-            if key == "target_fps":
+            if key in ("clips", "snapshots"):
+                if value not in ("on", "off"):
+                    raise SourceError(f"{flag} {form}: give STREAM:on or STREAM:off")
+                value = value == "on"
+            elif key == "target_fps":
                 try:
                     value = float(value)
                 except ValueError:

@@ -20,6 +20,7 @@ NOT_CONFIG = (
 PER_CAMERA = {
     **{"source": "source", "line": "lines", "zone": "zones", "motion_mask": "motion_masks"},
     **{"stream_gate": "gate", "stream_target_fps": "target_fps"},  # its own gate and rate
+    **{"stream_clips": "clips", "stream_snapshots": "snapshots"},  # false: none of its own
 }
 # a section's name in the file where the feature's own is not the word a user looks for
 TITLES = {"metrics": "telemetry"}

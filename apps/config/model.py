@@ -72,6 +72,12 @@ class Camera(BaseModel):
     target_fps: Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
         None, description="this camera's own gate.target_fps: at most N inferred frames a second"
     )
+    clips: Optional[bool] = Field(
+        None, description="false: no clips of this camera (outputs.clips keeps the others')"
+    )
+    snapshots: Optional[bool] = Field(
+        None, description="false: no snapshots of this camera's tracks (outputs.snapshots)"
+    )
 
 
 def stage_model() -> type:

@@ -247,6 +247,39 @@ def test_a_disk_that_fills_during_a_clip(scene, tmp_path, policy):
 
 
 @pytest.mark.subprocess
+def test_a_camera_left_out_of_the_clips_and_another_out_of_the_snapshots(scene, tmp_path):
+    """Two cameras on one footage, --stream-clips 1:off and --stream-snapshots 0:off (a site
+    file's clips: false / snapshots: false): clips of camera 0 only (camera 1 keeps no ring),
+    pictures of camera 1's tracks only; each event names what its camera kept."""
+    bundle, video = scene
+    clips, shots, ev = tmp_path / "clips", tmp_path / "shots", tmp_path / "events.jsonl"
+    proc = run_cli(
+        *("camera", bundle, "--source", video, "--source", video, "--headless", "--json"),
+        *("--conf", "0.75", "--line", "door=160,0,160,240", "--events", ev),
+        *("--clips", clips, "--pre-roll", "2", "--post-roll", "2", "--stream-clips", "1:off"),
+        *("--snapshots", shots, "--stream-snapshots", "0:off"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(x) for x in ev.read_text().splitlines()]
+    crossings = [e for e in events if e["event"] == "line_cross"]
+    assert {e["stream"] for e in crossings} == {0, 1}
+    assert all(("clip" in e) == (e["stream"] == 0) for e in crossings), crossings
+    ends = [e for e in events if e["event"] == "track_end"]
+    assert {e["stream"] for e in ends} == {0, 1}
+    assert all(("snapshot" in e) == (e["stream"] == 1) for e in ends), ends
+    assert clips.glob("*.mp4") and all("_s0_" in p.name for p in clips.glob("*.mp4*"))
+    assert list(shots.glob("*.jpg")) and all("_s1_" in p.name for p in shots.glob("*.jpg"))
+    report = next(o for o in json.loads(proc.stdout)["outputs"] if "clips" in o)
+    assert report["video"][1] is None and report["video"][0] is not None
+    base = ("camera", bundle, "--source", video, "--headless")
+    assert_user_error(
+        run_cli(*base, "--clips", clips, "--stream-clips", "1:off"), "there is no stream 1"
+    )
+    assert_user_error(run_cli(*base, "--clips", clips, "--stream-clips", "0:no"), "STREAM:off")
+    assert_user_error(run_cli(*base, "--stream-snapshots", "0:off"), "apply to --snapshots DIR")
+
+
+@pytest.mark.subprocess
 def test_retention_flags_say_what_they_need(scene, tmp_path):
     bundle, video = scene
     proc = run_cli("camera", bundle, "--source", video, "--headless", "--pre-roll", "3")

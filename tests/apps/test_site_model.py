@@ -273,6 +273,19 @@ def test_a_camera_s_own_gate_and_rate_are_its_stream_s_and_survive_the_flags(bun
     assert back.stream_gate == ["1:interval:3"] and back.stream_target_fps == ["0:2.5"]
 
 
+def test_a_camera_without_clips_or_snapshots_is_left_out_of_their_sinks(bundle, tmp_path):
+    site = load_site_text(
+        f"model: {{path: {bundle}}}\noutputs: {{clips: {tmp_path / 'c'}, snapshots: {tmp_path}}}\n"
+        "cameras:\n  a: {source: synthetic://, snapshots: false}\n  b: {source: synthetic://}\n"
+        "  c: {source: synthetic://, clips: false, snapshots: true}\n"
+    )
+    clips = next(u for u in site.config.sinks if u.startswith("clips://"))
+    shots = next(u for u in site.config.sinks if u.startswith("snapshots://"))
+    assert clips.endswith("?streams=0%2B1") and shots.endswith("?streams=1%2B2"), (clips, shots)
+    data = site.redacted()
+    assert data["cameras"]["a"]["snapshots"] is False and data["cameras"]["c"]["clips"] is False
+
+
 def test_a_camera_s_own_gate_that_is_not_a_mode_is_said_at_its_line(bundle):
     with pytest.raises(ConfigError) as got:
         load_site_text(

@@ -191,6 +191,15 @@ def _folder_flags(parser) -> None:
         metavar="D",
         help="--clips, --snapshots and the store: files and rows older than D days are deleted",
     )
+    for kind in ("clips", "snapshots"):
+        parser.add_argument(
+            f"--stream-{kind}",
+            action="append",
+            default=[],
+            metavar="STREAM:on|off",
+            help=f"--{kind}: off for one stream (a camera's {kind}: false in a site file); "
+            "repeatable",
+        )
 
 
 def forms() -> list[str]:
@@ -273,23 +282,49 @@ def with_folder_flags(sinks: list, args) -> list:
         "keep_days": ("--keep-days", getattr(args, "keep_days", None)),
     }
     given = {k: v for k, (_, v) in flags.items() if v is not None}
+    for kind in ("clips", "snapshots"):  # the streams each keeps, where a camera is off
+        own = _streams_on(
+            getattr(args, f"stream_{kind}", None) or [], kind, len(args.source or [1])
+        )
+        if own is not None:
+            flags[f"{kind}_streams"] = (f"--stream-{kind}", own)
+            given[f"{kind}_streams"] = own
     takes = {
-        "clips": ("pre", "post", "max_gb", "keep_days"),
-        "snapshots": ("keep_days",),
+        "clips": ("pre", "post", "max_gb", "keep_days", "clips_streams"),
+        "snapshots": ("keep_days", "snapshots_streams"),
         "store": ("keep_days",),
     }
     out, used = [], set()
     for uri in sinks:
         extra = {k: given[k] for k in takes.get(resolve(uri)[0], ()) if k in given}
+        used |= set(extra)
+        # clips_streams / snapshots_streams: the sink's streams=
+        extra = {("streams" if k.endswith("_streams") else k): v for k, v in extra.items()}
         if extra:
             uri += ("&" if "?" in uri else "?") + urlencode(extra)
-            used |= set(extra)
         out.append(uri)
     unused = [flags[k][0] for k in given if k not in used]
     if unused:
         needs = "--clips DIR or --snapshots DIR" if unused == ["--keep-days"] else "--clips DIR"
+        needs = "--snapshots DIR" if unused == ["--stream-snapshots"] else needs
         raise OutputError(f"{' and '.join(unused)} apply to {needs}, and none was given")
     return out
+
+
+def _streams_on(forms: list, kind: str, streams: int) -> str | None:
+    """``streams=`` of a clips:// or snapshots:// sink (``0+2``) when a ``--stream-KIND
+    STREAM:off`` leaves a stream out (None: every stream); OutputError in one sentence."""
+    on = dict.fromkeys(range(streams), True)
+    for form in forms:
+        head, _, value = str(form).partition(":")
+        if not (head.isascii() and head.isdigit() and value in ("on", "off")):
+            raise OutputError(f"--stream-{kind} {form}: give STREAM:on or STREAM:off")
+        if int(head) >= streams:
+            raise OutputError(f"--stream-{kind} {form}: there is no stream {head}")
+        on[int(head)] = value == "on"
+    if not forms:
+        return None
+    return "+".join(str(i) for i, yes in on.items() if yes) or "none"
 
 
 def resolve(uri: str) -> tuple[str, str]:

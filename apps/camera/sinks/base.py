@@ -152,6 +152,18 @@ def sizes_of(paths) -> dict:
     return out
 
 
+def streams_of(q: dict, what: str) -> frozenset | None:
+    """A folder sink's ``streams=0+2`` (``none``: no stream): the streams it keeps (None:
+    every); OutputError in one sentence."""
+    text = q.get("streams")
+    if text is None:
+        return None
+    parts = [p for p in text.split("+") if p] if text != "none" else []
+    if not all(p.isascii() and p.isdigit() for p in parts):
+        raise OutputError(f"{what}: streams= is streams' numbers joined by + (0+2), or none")
+    return frozenset(int(p) for p in parts)
+
+
 def stream_of(frame) -> int:
     return getattr(frame, "stream", 0)
 

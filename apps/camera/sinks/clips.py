@@ -45,7 +45,7 @@ from edgert.runtime import atomic
 from edgert.runtime.errors import OutputError
 from edgert.runtime.events import kind_of
 
-from .base import Sink, SinkContext, folder_and_query, make_folder, sizes_of, written
+from .base import Sink, SinkContext, folder_and_query, make_folder, sizes_of, streams_of, written
 from .h264_file import gst_reason as _why
 from .retention import Ledger
 
@@ -53,7 +53,7 @@ TRIGGERS = ("track_start", "line_cross", "zone_enter")
 EVENTS = ("track_start", "track_end", "line_cross", "zone_enter", "zone_exit")
 RING_SLACK_S = 30.0  # the ring spans at most pre + this (a key frame rarer than that: said)
 RING_MAX_BYTES = 32 << 20  # and holds at most this much per stream
-KNOWN = ("pre", "post", "events", "clean", "max_gb", "keep_days", "bitrate", "reencode", "max_s")
+KNOWN = tuple("pre post events clean max_gb keep_days bitrate reencode max_s streams".split())
 
 
 def options(uri: str) -> dict:
@@ -89,6 +89,7 @@ def options(uri: str) -> dict:
         )
     o["clean"] = q.get("clean", "0") in ("1", "true", "yes")
     o["reencode"] = q.get("reencode", "0") in ("1", "true", "yes")
+    o["streams"] = streams_of(q, "clips")  # None: every stream's clips
     return o
 
 
@@ -343,11 +344,14 @@ class ClipsOutput(Sink):
         self.fps_frac = f"{round(fps * 1000)}/1000"
         self.gop = max(1, round(fps))  # a key frame a second
         sources = list(ctx.sources) + [None] * (len(ctx.streams) - len(ctx.sources))
-        self.streams = [
+        kept = self.o["streams"]
+        self.streams = [  # a stream left out (streams=) has none: no ring, no tap, no encoder
             _Stream(self, i, None if self.o["reencode"] or src is None else src.tap_packets())
+            if kept is None or i in kept
+            else None
             for i, src in enumerate(sources[: len(ctx.streams)])
         ]
-        if self.encoder is None and any(s.tap is None for s in self.streams):
+        if self.encoder is None and any(s is not None and s.tap is None for s in self.streams):
             raise OutputError(f"clips:// needs an H.264 encoder: {INSTALL_ENCODER}")
         self.ledger = Ledger(self.folder, "clips")
         self.written: list = []
@@ -361,6 +365,9 @@ class ClipsOutput(Sink):
                 f"(killed while writing): {', '.join(self.ledger.recovered)}"
             )
 
+    def wants(self, frame) -> bool:
+        return self.streams[frame.stream] is not None
+
     def write(self, frame, image, record: dict) -> None:
         t = frame.t_scene
         self._last_t[frame.stream] = t
@@ -372,7 +379,7 @@ class ClipsOutput(Sink):
                 continue
             stream = e.get("stream", 0)
             t = self._last_t.get(stream)
-            if t is None:
+            if t is None or self.streams[stream] is None:
                 continue
             path = self.streams[stream].event(t)
             if path is not None:
@@ -449,7 +456,8 @@ class ClipsOutput(Sink):
     def close(self) -> None:
         try:
             for s in self.streams:
-                s.close()
+                if s is not None:
+                    s.close()
         finally:
             self.ledger.close()
 
@@ -458,7 +466,7 @@ class ClipsOutput(Sink):
             "clips": str(self.folder),
             "written": len(self.written),
             "deleted": self.deleted,
-            "video": [s.mode for s in self.streams],  # per stream: an encoder, or the camera's own
+            "video": [s and s.mode for s in self.streams],  # an encoder, the camera's, None
         }
         if self.ledger.recovered:
             out["recovered"] = list(self.ledger.recovered)

@@ -25,12 +25,12 @@ from pathlib import Path
 from edgert.runtime.errors import OutputError
 from edgert.runtime.events import kind_of
 
-from .base import Sink, SinkContext, folder_and_query, make_folder, sizes_of, written
+from .base import Sink, SinkContext, folder_and_query, make_folder, sizes_of, streams_of, written
 from .retention import Ledger
 
 
 def _folder_and_options(uri: str) -> tuple[str, dict]:
-    folder, opts = folder_and_query(uri, "snapshots", ("crop", "clean", "keep_days"))
+    folder, opts = folder_and_query(uri, "snapshots", ("crop", "clean", "keep_days", "streams"))
     yes = lambda k: opts.get(k, "0") in ("1", "true", "yes")  # noqa: E731
     keep = None
     if "keep_days" in opts:
@@ -40,7 +40,13 @@ def _folder_and_options(uri: str) -> tuple[str, dict]:
             keep = -1.0
         if not 0 < keep < float("inf"):
             raise OutputError("snapshots: keep_days is a number of days above 0")
-    return folder, {"crop": yes("crop"), "clean": yes("clean"), "keep_days": keep}
+    streams = streams_of(opts, "snapshots")  # None: every stream's
+    return folder, {
+        "crop": yes("crop"),
+        "clean": yes("clean"),
+        "keep_days": keep,
+        "streams": streams,
+    }
 
 
 class SnapshotsOutput(Sink):
@@ -52,8 +58,14 @@ class SnapshotsOutput(Sink):
     RETAIN_EVERY_S = 60.0
 
     def __init__(
-        self, folder: str, crop: bool = False, clean: bool = False, keep_days: float | None = None
+        self,
+        folder: str,
+        crop: bool = False,
+        clean: bool = False,
+        keep_days: float | None = None,
+        streams: frozenset | None = None,
     ) -> None:
+        self.streams = streams  # the streams whose tracks get a picture (None: every)
         self.folder = make_folder(folder, "snapshots")
         self.ledger = Ledger(self.folder, "snapshots")
         self.crop, self.clean = crop, clean
@@ -62,6 +74,9 @@ class SnapshotsOutput(Sink):
         self.written = 0
         self.paths: list = []  # this run's pictures (and crops)
         self.keep_days, self._retained, self.deleted = keep_days, float("-inf"), 0
+
+    def wants(self, frame) -> bool:
+        return self.streams is None or frame.stream in self.streams
 
     def write(self, frame, image, record: dict) -> None:
         if not frame.inferred or frame.results is None:

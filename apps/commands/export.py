@@ -163,8 +163,8 @@ def _outputs_arguments(d) -> None:
         "--end-id",
         type=int,
         metavar="ID",
-        help="the end token's id, kept last when "
-        "a text is cut (default: the tokenizer's <|endoftext|> or </s>; -1 none)",
+        help="the end token's id, kept last when a text is cut (default: the special token the "
+        "tokenizer appends, e.g. <|endoftext|> or </s>; -1 none)",
     )
 
 

@@ -434,3 +434,27 @@ def test_a_camera_s_embedder_with_a_text_tower_answers_text_over_http(pair, tmp_
     finally:
         app.terminate()
         app.communicate(timeout=60)
+
+
+@pytest.mark.subprocess
+def test_edgert_export_takes_the_text_tower_and_its_tokenizer(pair, tmp_path):
+    with_text, _, tok, table, proj = pair
+    image = tmp_path / "i.onnx"
+    image.write_bytes(next((with_text.parent).glob("tiny.onnx")).read_bytes())
+    text, tokenizer = text_tower(tmp_path / "t.onnx", table, proj), with_text / "tokenizer.json"
+    out = tmp_path / "pair.edgert"
+    flags = ("--task", "embed", "--resize", "stretch", "--size", "16x16", "--scale", "0.00392")
+    proc = run_cli(
+        "export", image, "-o", out, *flags, "--text-tower", text, "--tokenizer", tokenizer
+    )
+    assert proc.returncode == 0, proc.stderr
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["text"]["context_length"] == L and m["text"]["end_id"] == 2
+    assert (out / "text.onnx").read_bytes() == text.read_bytes()
+    proc = run_cli("export", image, "-o", tmp_path / "x.edgert", *flags, "--text-tower", text)
+    assert_user_error(proc, "--text-tower and --tokenizer go together")
+    proc = run_cli(
+        "export", image, "-o", tmp_path / "y.edgert", "--text-tower", text, "--tokenizer", tokenizer
+    )
+    assert_user_error(proc, "--text-tower goes beside an image tower")
+    assert not (tmp_path / "y.edgert").exists()

@@ -53,5 +53,4 @@ def text_search(conn, index: Index, f: Filters, vector, model: str) -> dict:
             f"the store's vectors are of model {', '.join(held)}, the text tower's of {model}: "
             "vectors of another model do not compare"
         )
-    found = search(conn, index, f, query=vector, model=model)
-    return dict(found, text=True)
+    return search(conn, index, f, query=vector, model=model)

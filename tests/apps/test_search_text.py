@@ -272,15 +272,18 @@ def test_api_text_search_ranks_as_numpy_over_http_and_refuses_bad_input(
 ):
     with_text, without, tok, table, proj = pair
     stored = _store(tmp_path / "s.db", _vectors(tok, table, proj))
-    out = _routes(tmp_path / "s.db", [_secondary(with_text)])
+    embedder = _secondary(with_text)
+    out = _routes(tmp_path / "s.db", [embedder])
     try:
         port = out.port
         assert _call(port, "GET", "/api/events?limit=1")[1]["features"] == ["search", "text"]
+        assert _search(port, text=" ")[0] == 400 and embedder.text is None  # loaded when asked
         for text in ("person with a red bag", "a dog on the grass", "blue car at night"):
             status, found = _search(port, text=text, limit=30)
             assert status == 200 and found["model"] == "tiny", found
             got = [r["track"]["track_id"] for r in found["results"]]
             assert got == _ranking(stored, numpy_text(tok, table, proj, text)), text
+            assert embedder.text is not None
         status, found = _search(port, text="person with a red bag", limit=3)
         assert [r["track"]["track_id"] for r in found["results"]][0] == 1
         assert found["results"][0]["similarity"] > 0.99

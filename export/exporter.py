@@ -28,6 +28,7 @@ from .describe import check_fit, check_head_labels, check_labels, describe, pars
 from .embed import cut_onnx, cut_torch, section
 from .parity import ParityReport, random_inputs, run_cases, uniform_inputs
 from .source import SourceModel, load_source
+from .text_tower import TextTowerArgs, text_files
 
 log = logging.getLogger(__name__)
 
@@ -84,13 +85,15 @@ def export_model(
     allow_trace_warnings: bool = False,
     keypoints: str | None = None,
     embed_layer: str | None = None,
+    text_tower: TextTowerArgs | None = None,
 ) -> ExportResult:
     """Export MODEL to a bundle folder and return its path with the parity report. Nothing is
     written unless every step (export, checks, parity) succeeds. ``task``, ``labels`` (a file),
     ``preprocess`` (docs/bundle.md), ``keypoints`` (a pose model's "KxD") and ``embed_layer``
     (:mod:`.embed`) describe models that bring no description of their own (an Ultralytics ONNX
     does: the options win, each difference said in ``export.described``). A model whose tracing
-    fixes data-dependent control flow is refused unless ``allow_trace_warnings``."""
+    fixes data-dependent control flow is refused unless ``allow_trace_warnings``. ``text_tower``:
+    a CLIP-style text tower and its tokenizer beside an encoder (:mod:`.text_tower`)."""
     start = time.perf_counter()
     from .zoo import zoo_exporter
 
@@ -122,19 +125,9 @@ def export_model(
             )
         onnx_model, parity, export_info = _from_onnx(src, atol, rtol, embed_layer)
     else:
-        shapes = input_shape if isinstance(input_shape, list) else None
-        if isinstance(input_shape, tuple) and all(isinstance(d, int) for d in input_shape):
-            shapes = [input_shape]  # export_model(net, input_shape=(1, 3, 224, 224))
-        if isinstance(input_shape, str):
-            shapes = parse_shapes(input_shape)
-        shapes = shapes or src.input_shapes
-        if not shapes:
-            raise ModelError(
-                f"--input-shape is required for {src.kind} models (e.g. --input-shape 1x3x224x224)"
-            )
         onnx_model, parity, export_info = _from_torch(
             src,
-            shapes,
+            _input_shapes(src, input_shape),
             opset,
             dynamic_batch,
             max_batch or DEFAULT_MAX_BATCH,
@@ -174,13 +167,49 @@ def export_model(
     _set_metadata(onnx_model, manifest)
     data = onnx_model.SerializeToString()
     manifest["hashes"]["model.onnx"] = bundle.sha256_bytes(data)
+    extra = _text_tower(text_tower, manifest)
     with atomic.staged_directory(target) as stage:
         atomic.write_bytes(stage / bundle.MODEL, data)
+        for file, content in extra.items():
+            atomic.write_bytes(stage / file, content)
         bundle.write_manifest(stage, manifest)
         (stage / bundle.ENGINES).mkdir()
     seconds = time.perf_counter() - start
     log.info("exported %s to %s in %.1f s", src.spec, target, seconds)
     return ExportResult(target, parity, seconds, manifest)
+
+
+def _input_shapes(src: SourceModel, input_shape) -> list:
+    """The input shapes of a PyTorch export: ``input_shape`` (a list, one tuple, or text), else
+    the source's own; ModelError when neither gives one."""
+    shapes = input_shape if isinstance(input_shape, list) else None
+    if isinstance(input_shape, tuple) and all(isinstance(d, int) for d in input_shape):
+        shapes = [input_shape]  # export_model(net, input_shape=(1, 3, 224, 224))
+    if isinstance(input_shape, str):
+        shapes = parse_shapes(input_shape)
+    shapes = shapes or src.input_shapes
+    if not shapes:
+        raise ModelError(
+            f"--input-shape is required for {src.kind} models (e.g. --input-shape 1x3x224x224)"
+        )
+    return shapes
+
+
+def _text_tower(given: TextTowerArgs | None, manifest: dict) -> dict:
+    """The files of the text tower (``--text-tower``) beside an encoder, its manifest section
+    and hashes added to ``manifest``; {} without one."""
+    if given is None:
+        return {}
+    size = (manifest.get("embedding") or {}).get("size")
+    if not task_spec(manifest["task"]).vectors or not isinstance(size, int) or size < 1:
+        raise ModelError(
+            "--text-tower goes beside an image tower of a fixed vector size (--task embed)"
+        )
+    files, text = text_files(given, size)
+    manifest["text"] = text
+    for file, content in files.items():
+        manifest["hashes"][file] = bundle.sha256_bytes(content)
+    return files
 
 
 def _as_encoder(src: SourceModel, task: str | None, layer: str | None):

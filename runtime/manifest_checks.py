@@ -63,7 +63,7 @@ def valid_labels(labels: object, where: str) -> tuple[str, ...] | None:
 
 def check_sections(data: dict, where: str) -> None:
     """The sections other code reads as paths or sizes: file names, hashes, the batch range."""
-    for section in ("export", "hashes", "models", "quantization", "detector"):
+    for section in ("export", "hashes", "models", "quantization", "detector", "text"):
         if data.get(section) is not None and not isinstance(data[section], dict):
             raise BundleError(f"{where}: {section} must be an object")
     if data.get("head") is not None:

@@ -33,6 +33,18 @@ def add_parser(sub) -> None:
         help="the tracks most similar to this one (their stored embeddings, exact cosine), "
         "most similar first, under --camera, --label, --since, --until and --limit (default 20)",
     )
+    q.add_argument(
+        "--text",
+        metavar="WORDS",
+        help='the tracks whose stored vectors are most like these words (e.g. "person with a '
+        'red bag"), by the text tower of --bundle; filters as --similar-to',
+    )
+    q.add_argument(
+        "--bundle",
+        metavar="EMBED.edgert",
+        help="with --text: the embedder the store's vectors came from, exported with "
+        "--text-tower (its model name must be the store's)",
+    )
     p.set_defaults(func=run)
 
 
@@ -41,13 +53,7 @@ def similar(args) -> int:
     server's: every device's tracks)."""
     from edgert.apps.store import query, search
 
-    given = {k: getattr(args, k) for k in ("camera", "label", "since", "until")}
-    given = {k: v for k, v in given.items() if v is not None}
-    if args.zone or args.line or args.cursor:
-        raise query.QueryError("--similar-to takes --camera, --label, --since, --until, --limit")
-    given["similar_to"] = args.similar_to
-    given["limit"] = args.limit if args.limit != "100" else "20"
-    f, own = search.parse(given)
+    f, own = search.parse(_search_args(args, "similar_to", args.similar_to))
 
     def reader(conn, ph):
         try:
@@ -59,7 +65,51 @@ def similar(args) -> int:
                 raise
             raise query.QueryError(f"{args.store}: the store holds no embeddings") from None
 
-    found = query.read(args.store, reader)
+    return _print_found(args, query.read(args.store, reader))
+
+
+def _search_args(args, key: str, value) -> dict:
+    """The search's filters of ``--similar-to`` / ``--text`` (their default limit 20)."""
+    from edgert.apps.store import query
+
+    given = {k: getattr(args, k) for k in ("camera", "label", "since", "until")}
+    given = {k: v for k, v in given.items() if v is not None}
+    if args.zone or args.line or args.cursor:
+        flag = key.replace("_", "-")
+        raise query.QueryError(f"--{flag} takes --camera, --label, --since, --until, --limit")
+    given[key] = value
+    given["limit"] = args.limit if args.limit != "100" else "20"
+    return given
+
+
+def by_text(args) -> int:
+    """``--text WORDS --bundle EMBED.edgert``: the search of ``GET /api/search?text=``."""
+    from edgert.apps.store import query, search, text
+    from edgert.runtime.text_tower import TextTower, check_text
+
+    if args.similar_to is not None:
+        raise query.QueryError("give --text or --similar-to, not both")
+    if not args.bundle:
+        raise query.QueryError("--text needs --bundle EMBED.edgert (the pair's text tower)")
+    f, _, words = text.parse_text(_search_args(args, "text", args.text))
+    words = check_text(words)
+    tower = TextTower(args.bundle)
+    vector = tower.encode(words)
+
+    def reader(conn, ph):
+        try:
+            return text.text_search(conn, search.Index(), f, vector, tower.name)
+        except search.NoEmbeddings as exc:
+            raise query.QueryError(f"{args.store}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - a store of version 1: no embeddings table
+            if "embeddings" not in str(exc):
+                raise
+            raise query.QueryError(f"{args.store}: the store holds no embeddings") from None
+
+    return _print_found(args, query.read(args.store, reader))
+
+
+def _print_found(args, found: dict) -> int:
     if args.json:
         print(json_text.dumps(found, indent=2))
         return 0
@@ -73,6 +123,10 @@ def similar(args) -> int:
 def run(args) -> int:
     from edgert.apps.store import query
 
+    if args.text is not None:
+        return by_text(args)
+    if args.bundle is not None:
+        raise query.QueryError("--bundle goes with --text")
     if args.similar_to is not None:
         return similar(args)
     f = query.Filters.parse(

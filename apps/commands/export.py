@@ -7,6 +7,7 @@ import sys
 
 from edgert.apps.argtypes import finite_float, nonneg_float, positive_int
 from edgert.runtime import json_text
+from edgert.runtime.errors import ModelError
 from edgert.runtime.tasks import TASK_SPECS
 
 HELP = """MODEL is one of:
@@ -137,6 +138,34 @@ def _outputs_arguments(d) -> None:
         help="cut the model at this layer into an encoder (--task embed): an ONNX tensor's name, "
         "or a PyTorch module's (model.named_modules(), e.g. classifier.0)",
     )
+    d.add_argument(
+        "--text-tower",
+        metavar="TEXT.onnx",
+        help="a CLIP-style text tower beside this image tower (--task embed): token ids int64 "
+        "[1, L] -> one vector of the image tower's size; needs --tokenizer",
+    )
+    d.add_argument(
+        "--tokenizer", metavar="tokenizer.json", help="the text tower's HF tokenizers file"
+    )
+    d.add_argument(
+        "--context-length",
+        type=int,
+        metavar="L",
+        help="the text tower's token count (default: its graph's)",
+    )
+    d.add_argument(
+        "--pad-id",
+        type=int,
+        metavar="ID",
+        help="the padding token's id (default: the tokenizer's <pad>, else its end token)",
+    )
+    d.add_argument(
+        "--end-id",
+        type=int,
+        metavar="ID",
+        help="the end token's id, kept last when a text is cut (default: the special token the "
+        "tokenizer appends, e.g. <|endoftext|> or </s>; -1 none)",
+    )
 
 
 def run(args) -> int:
@@ -178,6 +207,7 @@ def run(args) -> int:
             "std": args.std,
         },
         embed_layer=args.embed_layer,
+        text_tower=_text_tower(args),
     )
     if args.json:
         print(
@@ -192,6 +222,21 @@ def run(args) -> int:
         return 0
     _say(args, result)
     return 0
+
+
+def _text_tower(args):
+    """The text tower's arguments, or None; ModelError when one of the pair is missing."""
+    if args.text_tower is None and args.tokenizer is None:
+        if any(getattr(args, k) is not None for k in ("context_length", "pad_id", "end_id")):
+            raise ModelError("--context-length, --pad-id and --end-id go with --text-tower")
+        return None
+    if args.text_tower is None or args.tokenizer is None:
+        raise ModelError("--text-tower and --tokenizer go together (the tower and its tokenizer)")
+    from edgert.export.text_tower import TextTowerArgs
+
+    return TextTowerArgs(
+        args.text_tower, args.tokenizer, args.context_length, args.pad_id, args.end_id
+    )
 
 
 def _say(args, result) -> None:

@@ -1,7 +1,8 @@
 """The store's answers on the camera's HTTP port: ``GET /api/events`` (the filters of
-:mod:`.query`, a page at a time), ``GET /api/tracks/ID``, ``GET /api/search?similar_to=TRACK``
-and ``POST /api/search`` with a JPEG or PNG picture as the body (:mod:`.search`; the body's
-bound is the port's, 64 KiB), ``GET /api/counts`` (tracks per zone, and the people they are
+:mod:`.query`, a page at a time), ``GET /api/tracks/ID``, ``GET /api/search?similar_to=TRACK``,
+``GET /api/search?text=WORDS`` (:mod:`.text`: the embedder's text tower) and
+``POST /api/search`` with a JPEG or PNG picture as the body (:mod:`.search`; the body's bound
+is the port's, 64 KiB), ``GET /api/counts`` (tracks per zone, and the people they are
 once re-identified across cameras), and the files rows name,
 ``GET /api/media/events/ID/snapshot|clip`` and ``GET /api/media/tracks/ID/snapshot`` (the
 track's best snapshot). Each request reads the store on a connection of its own (WAL: readers
@@ -21,7 +22,7 @@ from urllib.parse import parse_qs, urlparse
 
 from edgert.apps.telemetry.http import json_answer
 
-from . import query, search
+from . import query, search, text
 
 KNOWN = ("camera", "label", "zone", "line", "since", "until", "limit", "cursor")
 # the /api routes the page may use beside these: said in /api/events' "features"
@@ -61,13 +62,18 @@ class Routes:
 
     def features(self, conn) -> list:
         """The optional routes the camera's server has and can answer now (the page shows what
-        they do): search when the camera runs an embedder or the store holds vectors."""
+        they do): search when the camera runs an embedder or the store holds vectors, text
+        when an embedder it runs has a text tower."""
         targets = self.probes.targets if self.probes is not None else {}
-        return [
+        found = [
             name
             for name, path in OPTIONAL
             if ("GET", path) in targets and (name != "search" or self._searchable(conn))
         ]
+        towers = getattr(self.probes, "text_embedders", None) or {}
+        if "search" in found and any(e.has_text for e in towers.values()):
+            found.append("text")  # an embedder with a text tower: GET /api/search?text=
+        return found
 
     def _searchable(self, conn) -> bool:
         if getattr(self.probes, "embedders", None):
@@ -154,6 +160,8 @@ class Routes:
         given, why = _given(parsed.query)
         if why:
             return json_answer(400, {"error": why})
+        if "text" in given:
+            return self.search_text(given, body)
         try:
             f, own = search.parse(given)
             vector = None
@@ -184,6 +192,33 @@ class Routes:
             return json_answer(404, {"error": "the store holds no embeddings"})
         finally:
             conn.close()
+        return json_answer(200, found)
+
+    def search_text(self, given: dict, body: bytes = b""):
+        """``text=...``: the tracks ranked by the cosine of their vectors to the text's, made
+        by the text tower of the camera's embedder (:mod:`.text`)."""
+        from edgert.runtime.errors import EdgertError
+
+        try:
+            if body:
+                raise query.QueryError("give text= or a picture, not both")
+            f, model, words = text.parse_text(given)
+            embedders = getattr(self.probes, "text_embedders", None) or {}
+            model, embedder = text.chosen(embedders, model)
+            vector = embedder.embed_text(words)
+            conn = self._read()
+            try:
+                found = text.text_search(conn, self.index, f, vector, model)
+            finally:
+                conn.close()
+        except search.NoEmbeddings as exc:
+            return json_answer(404, {"error": str(exc)})
+        except (query.QueryError, EdgertError) as exc:
+            return json_answer(400, {"error": str(exc)})
+        except sqlite3.OperationalError as exc:  # a store of version 1 read as it is
+            if "embeddings" not in str(exc):
+                raise
+            return json_answer(404, {"error": "the store holds no embeddings"})
         return json_answer(200, found)
 
     def _embed(self, body: bytes, model):

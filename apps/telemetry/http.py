@@ -64,6 +64,8 @@ class Probes:
         self.files: dict = {}
         # model name -> image (BGR) -> unit vector: the camera's embedders (POST /api/search)
         self.embedders: dict = {}
+        # model name -> an embedder (.has_text, .embed_text(text) -> unit vector): ?text=
+        self.text_embedders: dict = {}
 
     def command(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes, str] | None:
         """A route's answer to ``method path``; None when no route takes it."""

@@ -153,9 +153,10 @@ def test_events_of_one_microsecond_and_of_a_run_before_each_keep_their_own_id(tm
     assert [e["time"] for e in rest["events"]] == [t - 1, t - 1] and rest["next_cursor"] is None
 
 
-def _viewer_with_store(tmp_path, vectors: bool = False):
+def _viewer_with_store(tmp_path, vectors: bool = False, text=None):
     """A web viewer whose probes carry the store's routes over a real store (tracks with real
-    recorded snapshots and clips; with ``vectors`` an embedding per track, the dogs' alike)."""
+    recorded snapshots and clips; with ``vectors`` an embedding per track, the dogs' alike;
+    ``text``: the camera's embedder with a text tower, of model emb)."""
     from tests.apps.test_search_store import _embedding
 
     for folder in ("snaps", "clips"):
@@ -197,6 +198,8 @@ def _viewer_with_store(tmp_path, vectors: bool = False):
     clips.close()
     probes = Probes()
     Routes(tmp_path / "s.db").attach(probes)
+    if text is not None:
+        probes.text_embedders[text.name] = text
     return HttpOutput("127.0.0.1", 0, streams=1, probes=probes)
 
 
@@ -259,6 +262,7 @@ def test_find_similar_shows_only_when_the_server_has_search(tmp_path, with_searc
             br.wait("!!document.querySelector('#htrack pre')")
             buttons = br.js("document.querySelectorAll('#htrack button.hsimilar').length")
             assert buttons == (1 if with_search else 0)
+            assert br.js("document.getElementById('htext').hidden")  # no text tower
             if not with_search:
                 return
             me = br.js("document.querySelector('#htrack pre').textContent")
@@ -271,6 +275,39 @@ def test_find_similar_shows_only_when_the_server_has_search(tmp_path, with_searc
             br.js("document.getElementById('hsimilar').scrollIntoView()")
             br.screenshot(tmp_path / "similar.png")
         shutil.copy(tmp_path / "similar.png", ROOT / "reports" / "camera_page_similar.png")
+    finally:
+        out.close()
+
+
+@pytest.mark.subprocess
+@pytest.mark.browser
+@needs_chromium
+def test_the_text_box_shows_with_a_text_tower_and_lists_the_api_s_ranking(tmp_path):
+    from tests.apps.test_search_text import _secondary, pair_bundle
+    from tests.cdp import Browser
+
+    embedder = _secondary(pair_bundle(tmp_path / "pair", "emb", 64))
+    out = _viewer_with_store(tmp_path, vectors=True, text=embedder)
+    try:
+        words = "a dog on the grass"
+        status, _, body = _request(out.port, "/api/search?limit=20&text=" + words.replace(" ", "+"))
+        want = [f"{r['similarity']:.3f}" for r in json.loads(body)["results"]]
+        assert status == 200 and len(want) == 6
+        with Browser(CHROMIUM, FLAGS, tmp_path / "profile") as br:
+            br.open(f"http://127.0.0.1:{out.port}/")
+            br.wait("document.getElementById('hstatus').textContent.startsWith('page 1')")
+            assert not br.js("document.getElementById('htext').hidden")
+            br.js(f"document.querySelector('#htext input').value={json.dumps(words)}")
+            br.js("document.querySelector('#htext button').click()")
+            rows = br.wait(
+                "[...document.querySelectorAll('#hsimilar .htr span')].map(s=>s.textContent)"
+            )
+            assert [r.split()[0] for r in rows] == want, (rows, want)
+            head = br.js("document.querySelector('#hsimilar b').textContent")
+            assert head == f'like "{words}"'
+            br.js("document.getElementById('hsimilar').scrollIntoView()")
+            br.screenshot(tmp_path / "text.png")
+        shutil.copy(tmp_path / "text.png", ROOT / "reports" / "camera_page_text_search.png")
     finally:
         out.close()
 

@@ -60,9 +60,10 @@ def render(path, delay: int = 0):
     return path
 
 
-def tiny_image_embedder(folder):
+def tiny_image_embedder(folder, name: str = "tiny", **export):
     """A real encoder without training: x [N, 3, 16, 16] -> 4x4 average pool -> 48 values,
-    less their mean (a "tiny image" vector; edgert normalises it)."""
+    less their mean (a "tiny image" vector; edgert normalises it). ``export``: more of
+    export_model's arguments (a text tower)."""
     from edgert.export import export_model
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -81,7 +82,7 @@ def tiny_image_embedder(folder):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     pre = {"resize": "stretch", "size": "16x16", "scale": 1 / 255}
     return export_model(
-        str(path), folder / "tiny.edgert", name="tiny", task="embed", preprocess=pre
+        str(path), folder / f"{name}.edgert", name=name, task="embed", preprocess=pre, **export
     ).bundle
 
 

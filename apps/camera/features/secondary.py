@@ -109,6 +109,7 @@ class Secondaries(Feature):
             for s in self.stage.secondaries:
                 if s.embeds:
                     probes.embedders[s.name] = s.embed_image
+                    probes.text_embedders[s.name] = s  # GET /api/search?text= when has_text
         if run.slot is not None:  # with --model-endpoint a swap queue and thread per secondary
             from edgert.apps.swap.secondary import ModelRoutes, start_swaps
 

@@ -72,6 +72,8 @@ class Secondary:
         self.tracks: dict = {}
         self.lock = threading.Lock()
         self.calling = threading.Lock()  # the model's calls: the worker's, a search's picture
+        self.text_lock = threading.Lock()
+        self.text = None  # (the model, its bundle's text tower), loaded when a text is asked
         self.calls = 0
         self.crops = 0
         self.batches = 0  # queue items (a primary batch's crops) it ran
@@ -359,6 +361,30 @@ class Secondary:
             out = m.infer(m.collate([tensor]))
         (result,) = m.postprocess(out, [transform])
         return np.asarray(result.embedding.vector, np.float32)
+
+    @property
+    def has_text(self) -> bool:
+        """Whether the model running now came with a text tower (its bundle's manifest)."""
+        from edgert.runtime.text_tower import has_text
+
+        engine = getattr(self.model, "engine", None)
+        return has_text(getattr(engine, "manifest", None) or getattr(self.model, "manifest", None))
+
+    def embed_text(self, text: str) -> np.ndarray:
+        """The unit vector of ``text`` by the text tower of the bundle running now (GET
+        /api/search?text=): loaded on the first text asked, again after a swap; TextError in
+        one sentence (no tower, a bad text, no tokenizers library)."""
+        from edgert.runtime.text_tower import NoTextTower, TextTower, check_text
+
+        text = check_text(text)  # a bad text loads nothing
+        model, bundle = self.model, self.spec.bundle
+        if not self.has_text:
+            raise NoTextTower(f"the embedder {self.name} ({bundle}) carries no text tower")
+        with self.text_lock:
+            if self.text is None or self.text[0] is not model:
+                self.text = (model, TextTower(bundle))
+            tower = self.text[1]
+        return tower.encode(text)
 
     def reset(self) -> None:
         """A new model: every live track's votes start again (its labels came from the model

@@ -1,7 +1,8 @@
 // The page's history (the camera's store: GET /api/events, /api/tracks/ID, /api/media/...):
 // filters, a page of events at a time (newest first, the next by its cursor), each with its
 // track's best snapshot, its clip played in place, a track's detail and, when the server has
-// /api/search (/api/events' "features"), the tracks most like it.
+// /api/search (/api/events' "features"), the tracks most like it; with "text" in them, a box
+// to find tracks by words (GET /api/search?text=).
 (function(){
 const $=id=>document.getElementById(id);
 const H={cursor:null,page:0,features:[]};
@@ -45,6 +46,7 @@ async function load(next){
     if(!r.ok){$('hstatus').textContent=r.status==404?
       'no store on this camera (--store, or --clips/--snapshots)':j.error;return;}
     H.page=next?H.page+1:1;H.cursor=j.next_cursor;H.features=j.features||[];
+    $('htext').hidden=!H.features.includes('text');
     $('hlist').replaceChildren(...j.events.map(eventRow));
     $('hnext').hidden=!H.cursor;
     $('hstatus').textContent='page '+H.page+': '+j.events.length+' event(s)'+
@@ -75,7 +77,15 @@ async function similar(id){
   if(!r.ok){box.textContent=j.error||('HTTP '+r.status);return;}
   const head=document.createElement('b');head.textContent='like track '+id;
   box.replaceChildren(head,...(j.results||[]).map(x=>trackRow(x.track,x.similarity)));}
+async function byText(words){  // GET /api/search?text= (the embedder's text tower)
+  const box=$('hsimilar');box.hidden=false;box.textContent='searching...';
+  const q=filters(['camera','label','since','until']);q.set('text',words);q.set('limit','20');
+  const [r,j]=await answer('/api/search?'+q);
+  if(!r.ok){box.textContent=j.error||('HTTP '+r.status);return;}
+  const head=document.createElement('b');head.textContent='like "'+words+'"';
+  box.replaceChildren(head,...(j.results||[]).map(x=>trackRow(x.track,x.similarity)));}
 $('hfilters').onsubmit=ev=>{ev.preventDefault();load(false);};
+$('htext').onsubmit=ev=>{ev.preventDefault();byText($('htext').elements.text.value.trim());};
 $('hnext').onclick=()=>load(true);
 load(false);
 })();

@@ -98,7 +98,7 @@ def by_text(args) -> int:
 
     def reader(conn, ph):
         try:
-            return text.text_search(conn, search.Index(), f, vector, tower.name)
+            return text.text_search(conn, search.Index(), f, vector, tower.name, ph)
         except search.NoEmbeddings as exc:
             raise query.QueryError(f"{args.store}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - a store of version 1: no embeddings table

@@ -208,14 +208,14 @@ class Routes:
             vector = embedder.embed_text(words)
             conn = self._read()
             try:
-                found = text.text_search(conn, self.index, f, vector, model)
+                found = text.text_search(conn, self.index, f, vector, model, self.mark)
             finally:
                 conn.close()
         except search.NoEmbeddings as exc:
             return json_answer(404, {"error": str(exc)})
         except (query.QueryError, EdgertError) as exc:
             return json_answer(400, {"error": str(exc)})
-        except sqlite3.OperationalError as exc:  # a store of version 1 read as it is
+        except Exception as exc:  # noqa: BLE001 - a store of version 1 (SQLite's, a server's)
             if "embeddings" not in str(exc):
                 raise
             return json_answer(404, {"error": "the store holds no embeddings"})

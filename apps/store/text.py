@@ -41,11 +41,11 @@ def chosen(embedders: dict, model: str | None):
     return name, towers[name]
 
 
-def text_search(conn, index: Index, f: Filters, vector, model: str) -> dict:
+def text_search(conn, index: Index, f: Filters, vector, model: str, mark: str = "?") -> dict:
     """:func:`.search.search` of the text's ``vector`` over the store's vectors of ``model``
     (the bundle whose text tower made it); QueryError when the store holds vectors of other
     models only, NoEmbeddings when it holds none."""
-    index.refresh(conn)
+    index.refresh(conn, mark)
     with index.lock:
         held = sorted(index.models)
     if held and model not in held:
@@ -53,4 +53,4 @@ def text_search(conn, index: Index, f: Filters, vector, model: str) -> dict:
             f"the store's vectors are of model {', '.join(held)}, the text tower's of {model}: "
             "vectors of another model do not compare"
         )
-    return search(conn, index, f, query=vector, model=model)
+    return search(conn, index, f, query=vector, model=model, mark=mark)

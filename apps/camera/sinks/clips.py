@@ -53,7 +53,8 @@ TRIGGERS = ("track_start", "line_cross", "zone_enter")
 EVENTS = ("track_start", "track_end", "line_cross", "zone_enter", "zone_exit")
 RING_SLACK_S = 30.0  # the ring spans at most pre + this (a key frame rarer than that: said)
 RING_MAX_BYTES = 32 << 20  # and holds at most this much per stream
-KNOWN = tuple("pre post events clean max_gb keep_days bitrate reencode max_s streams".split())
+KNOWN = ("pre", "post", "events", "clean", "max_gb", "keep_days", "bitrate", "reencode", "max_s")
+KNOWN += ("streams",)  # the query's keys
 
 
 def options(uri: str) -> dict:

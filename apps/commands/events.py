@@ -51,13 +51,26 @@ def add_parser(sub) -> None:
 def similar(args) -> int:
     """``--similar-to TRACK``: the search of ``GET /api/search`` on the store (a file, or a
     server's: every device's tracks)."""
-    from edgert.apps.store import query, search
+    from edgert.apps.store import search
 
     f, own = search.parse(_search_args(args, "similar_to", args.similar_to))
 
+    return _searched(
+        args,
+        lambda conn, ph: search.search(
+            conn, search.Index(), f, similar_to=own["similar_to"], mark=ph
+        ),
+    )
+
+
+def _searched(args, find) -> int:
+    """``find(conn, mark)`` on the store, its answer printed; what the store lacks in one
+    sentence (no embeddings, or a store of version 1 without their table)."""
+    from edgert.apps.store import query, search
+
     def reader(conn, ph):
         try:
-            return search.search(conn, search.Index(), f, similar_to=own["similar_to"], mark=ph)
+            return find(conn, ph)
         except search.NoEmbeddings as exc:
             raise query.QueryError(f"{args.store}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - a store of version 1: no embeddings table
@@ -96,17 +109,9 @@ def by_text(args) -> int:
     tower = TextTower(args.bundle)
     vector = tower.encode(words)
 
-    def reader(conn, ph):
-        try:
-            return text.text_search(conn, search.Index(), f, vector, tower.name, ph)
-        except search.NoEmbeddings as exc:
-            raise query.QueryError(f"{args.store}: {exc}") from None
-        except Exception as exc:  # noqa: BLE001 - a store of version 1: no embeddings table
-            if "embeddings" not in str(exc):
-                raise
-            raise query.QueryError(f"{args.store}: the store holds no embeddings") from None
-
-    return _print_found(args, query.read(args.store, reader))
+    return _searched(
+        args, lambda conn, ph: text.text_search(conn, search.Index(), f, vector, tower.name, ph)
+    )
 
 
 def _print_found(args, found: dict) -> int:

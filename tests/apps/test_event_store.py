@@ -26,7 +26,7 @@ from edgert.runtime.errors import OutputError
 from tests.apps.test_gate import quiet_scene
 from tests.conftest import ROOT, assert_user_error, run_cli
 from tests.ports import free_ports
-from tests.procs import SCENE, edgert
+from tests.procs import SCENE, edgert, running
 from tests.tiny import blob_detector_bundle
 
 CAMS = ["rtsp://door/1", "rtsp://yard/1"]
@@ -289,16 +289,10 @@ def test_a_running_camera_answers_api_events_and_tracks_from_its_store(tmp_path)
     video = quiet_scene(tmp_path / "scene.mp4")
     port = free_ports(1)[0]
     store = tmp_path / "ev.db"
-    app = subprocess.Popen(
-        edgert(
-            *("camera", bundle, "--source", video, "--loop", "--headless", *SCENE),
-            *("--zone", "pen=200,0,320,0,320,120,200,120", "--store", f"{store}?batch_s=0.2"),
-            *("--output", f"http://127.0.0.1:{port}", "--duration", "60"),
-        ),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    app = running(
+        *("camera", bundle, "--source", video, "--loop", "--headless", *SCENE),
+        *("--zone", "pen=200,0,320,0,320,120,200,120", "--store", f"{store}?batch_s=0.2"),
+        *("--output", f"http://127.0.0.1:{port}", "--duration", "60"),
     )
     try:
         got = door_events(port)

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import sqlite3
-import subprocess
 import time
 from pathlib import Path
 
@@ -322,7 +321,7 @@ def test_the_history_lists_filters_pages_and_plays_a_real_camera_s_events(tmp_pa
     page, a track's detail opens. The screenshot is reports/camera_page_history.png."""
     from tests.apps.test_clip_folders import _can_clip
     from tests.apps.test_gate import quiet_scene
-    from tests.procs import SCENE, edgert
+    from tests.procs import SCENE, running
     from tests.tiny import blob_detector_bundle
 
     if not _can_clip():
@@ -330,24 +329,18 @@ def test_the_history_lists_filters_pages_and_plays_a_real_camera_s_events(tmp_pa
     bundle = blob_detector_bundle(tmp_path / "det")
     video = quiet_scene(tmp_path / "scene.mp4")
     port = free_ports(1)[0]
-    app = subprocess.Popen(
-        edgert(
-            *("camera", bundle, "--source", video, "--loop", "--headless", *SCENE),
-            *("--snapshots", tmp_path / "snaps", "--clips", tmp_path / "clips"),
-            *(
-                "--pre-roll",
-                "1",
-                "--post-roll",
-                "1",
-                "--store",
-                f"{tmp_path / 'ev.db'}?batch_s=0.5",
-            ),
-            *("--output", f"http://127.0.0.1:{port}", "--duration", "90"),
+    app = running(
+        *("camera", bundle, "--source", video, "--loop", "--headless", *SCENE),
+        *("--snapshots", tmp_path / "snaps", "--clips", tmp_path / "clips"),
+        *(
+            "--pre-roll",
+            "1",
+            "--post-roll",
+            "1",
+            "--store",
+            f"{tmp_path / 'ev.db'}?batch_s=0.5",
         ),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        *("--output", f"http://127.0.0.1:{port}", "--duration", "90"),
     )
     try:
         deadline, events = time.monotonic() + 60, []

@@ -14,7 +14,6 @@ from __future__ import annotations
 import http.client
 import json
 import sqlite3
-import subprocess
 import time
 
 import cv2
@@ -24,9 +23,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgert.runtime.sample_data import load_photo
-from tests.conftest import ROOT, run_cli
+from tests.conftest import run_cli
 from tests.ports import free_ports
-from tests.procs import edgert
+from tests.procs import running
 from tests.tiny import blob_detector_bundle
 
 W, H, FPS, FRAMES, DELAY = 320, 240, 10, 60, 15
@@ -177,16 +176,10 @@ def test_api_search_over_http_finds_the_track_itself_first_and_refuses_hostile_u
     det, emb, a, b = scene
     port = free_ports(1)[0]
     store = tmp_path / "s.db"
-    app = subprocess.Popen(
-        edgert(
-            *("camera", det, "--source", a, "--source", b, "--loop", "--headless"),
-            *("--conf", "0.6", "--secondary", emb, "--store", f"{store}?batch_s=0.2"),
-            *("--output", f"http://127.0.0.1:{port}", "--duration", "90"),
-        ),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    app = running(
+        *("camera", det, "--source", a, "--source", b, "--loop", "--headless"),
+        *("--conf", "0.6", "--secondary", emb, "--store", f"{store}?batch_s=0.2"),
+        *("--output", f"http://127.0.0.1:{port}", "--duration", "90"),
     )
     try:
         deadline, tracks = time.monotonic() + 70, []

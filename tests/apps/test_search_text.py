@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
-import subprocess
 import time
 
 import numpy as np
@@ -29,9 +28,9 @@ from edgert.runtime import embeddings
 from edgert.runtime.errors import BundleError, ModelError
 from edgert.runtime.events import Event
 from tests.apps.test_search_camera import _call, render, tiny_image_embedder
-from tests.conftest import ROOT, assert_user_error, run_cli
+from tests.conftest import assert_user_error, run_cli
 from tests.ports import free_ports
-from tests.procs import edgert
+from tests.procs import running
 from tests.tiny import blob_detector_bundle
 
 WORDS = (
@@ -392,16 +391,10 @@ def test_a_camera_s_embedder_with_a_text_tower_answers_text_over_http(pair, tmp_
     a, b = render(tmp_path / "a.mp4"), render(tmp_path / "b.mp4", 15)
     port = free_ports(1)[0]
     store = tmp_path / "s.db"
-    app = subprocess.Popen(
-        edgert(
-            *("camera", det, "--source", a, "--source", b, "--loop", "--headless"),
-            *("--conf", "0.6", "--secondary", with_text, "--store", f"{store}?batch_s=0.2"),
-            *("--output", f"http://127.0.0.1:{port}", "--duration", "90"),
-        ),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    app = running(
+        *("camera", det, "--source", a, "--source", b, "--loop", "--headless"),
+        *("--conf", "0.6", "--secondary", with_text, "--store", f"{store}?batch_s=0.2"),
+        *("--output", f"http://127.0.0.1:{port}", "--duration", "90"),
     )
     try:
         deadline, page = time.monotonic() + 70, {}

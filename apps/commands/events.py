@@ -40,6 +40,12 @@ def add_parser(sub) -> None:
         'red bag"), by the text tower of --bundle; filters as --similar-to',
     )
     q.add_argument(
+        "--model",
+        metavar="NAME",
+        help="with --text: the name the camera gave the embedder, where --secondary's name= "
+        "gave it one (default: the bundle's file name, as the camera names it)",
+    )
+    q.add_argument(
         "--bundle",
         metavar="EMBED.edgert",
         help="with --text: the embedder the store's vectors came from, exported with "
@@ -97,6 +103,7 @@ def _search_args(args, key: str, value) -> dict:
 
 def by_text(args) -> int:
     """``--text WORDS --bundle EMBED.edgert``: the search of ``GET /api/search?text=``."""
+    from edgert.apps.camera.features.secondary_models import secondary_name
     from edgert.apps.store import query, search, text
     from edgert.runtime.text_tower import TextTower, check_text
 
@@ -109,8 +116,11 @@ def by_text(args) -> int:
     tower = TextTower(args.bundle)
     vector = tower.encode(words)
 
+    # the store keeps a camera's vectors under the name it gave the embedder: the bundle's
+    # file name (--secondary pair.edgert: pair), or its name= (--model)
+    model = args.model or secondary_name(args.bundle)
     return _searched(
-        args, lambda conn, ph: text.text_search(conn, search.Index(), f, vector, tower.name, ph)
+        args, lambda conn, ph: text.text_search(conn, search.Index(), f, vector, model, ph)
     )
 
 

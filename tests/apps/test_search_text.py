@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import sqlite3
 import time
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -349,6 +351,19 @@ def test_events_query_text_ranks_as_numpy_and_refuses_bad_input(pair, tmp_path):
     )
     assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "2 track(s) by model tiny"
     _store(tmp_path / "o.db", _vectors(tok, table, proj), model="emb")
+    # a camera names its embedder after the bundle's file (pair-v2.edgert: pair-v2), or name=
+    # (emb): the command reads the same name from --bundle, or --model
+    copy = tmp_path / "pair-v2.edgert"
+    (shutil.copytree if Path(with_text).is_dir() else shutil.copy)(with_text, copy)
+    _store(tmp_path / "v2.db", _vectors(tok, table, proj), model="pair-v2")
+    for store, more in (
+        ("v2.db", ("--bundle", copy)),
+        ("o.db", ("--bundle", with_text, "--model", "emb")),
+    ):
+        proc = run_cli("events", "query", tmp_path / store, "--text", text, *more, "--json")
+        assert proc.returncode == 0, proc.stderr
+        got = [r["track"]["track_id"] for r in json.loads(proc.stdout)["results"]]
+        assert got == _ranking(stored, numpy_text(tok, table, proj, text))[:20]
     shadow = tmp_path / "shadow" / "tokenizers"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('not installed here')\n")

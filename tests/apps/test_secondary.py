@@ -546,8 +546,9 @@ def test_a_secondary_is_swapped_through_the_model_endpoint(scene, tmp_path):
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            try:
-                if _http("GET", url)[0] == 200:
+            try:  # the port answers once it listens; the second stage is listed once attached
+                code, got = _http("GET", url)
+                if code == 200 and got.get("secondary"):
                     break
             except OSError:
                 pass

@@ -433,10 +433,7 @@ def load_all(specs, load, say) -> list:
             )
             model.close()
             continue
-        manifest = getattr(model, "manifest", None)
-        name = spec.name or getattr(manifest, "name", None) or _stem(spec.bundle)
-        if not NAME.fullmatch(name) or name in RESERVED:
-            name = "secondary"
+        name = spec.name or secondary_name(spec.bundle)
         taken = {s.name for s in out}
         if name in taken:
             if spec.name:
@@ -471,7 +468,10 @@ def warn(sentence: str, say) -> None:
     log.warning("%s", line)
 
 
-def _stem(path: str) -> str:
+def secondary_name(bundle: str) -> str:
+    """The name a second stage of ``bundle`` has without ``name=``: its file's (the store keeps
+    an embedder's vectors under it; ``edgert events query --text --bundle`` reads it the same)."""
     from pathlib import Path
 
-    return Path(path).name.split(".")[0]
+    name = Path(bundle).name.split(".")[0]
+    return name if NAME.fullmatch(name) and name not in RESERVED else "secondary"

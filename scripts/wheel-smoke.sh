@@ -131,6 +131,40 @@ python -c "import json; e = json.load(open('query.json'))['events']; assert [x['
 python -c "import pathlib, edgert.apps.camera.sinks as s; assert (pathlib.Path(s.__file__).parent / 'viewer_history.js').is_file()"
 if edgert events query "postgresql://edgert@127.0.0.1:9/events" 2> nopg.txt; then exit 1; fi
 grep -q "pip install 'edgert\[postgres\]'" nopg.txt
+# text search (the text extra): a CLIP-style pair in miniature (an image tower of mean colours, a
+# word-level tokenizer and a text tower of the image tower's size) exported, run as the camera's
+# embedder into a store, and the store searched by text without a camera
+if edgert events query snaps/.edgert/events.db --text walker --bundle smoke.edgert 2> notext.txt; then exit 1; fi
+grep -q "carries no text tower" notext.txt
+python -m pip install -q "$wheel[text]"
+python - <<'PY'
+import numpy as np, onnx
+from onnx import TensorProto, helper
+from tokenizers import Tokenizer, models, pre_tokenizers
+image = helper.make_graph(
+    [helper.make_node("AveragePool", ["x"], ["p"], kernel_shape=[16, 16], strides=[16, 16]),
+     helper.make_node("Sub", ["p", "grey"], ["c"]), helper.make_node("Flatten", ["c"], ["v"])],
+    "image", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 32, 32])],
+    [helper.make_tensor_value_info("v", TensorProto.FLOAT, ["N", 12])],
+    initializer=[helper.make_tensor("grey", TensorProto.FLOAT, [], [0.45])])
+onnx.save(helper.make_model(image, opset_imports=[helper.make_opsetid("", 17)]), "image.onnx")
+vocab = {"<pad>": 0, "</s>": 1, "[UNK]": 2, "a": 3, "walker": 4, "car": 5}
+tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+tok.pre_tokenizer = pre_tokenizers.Whitespace()
+tok.save("tokenizer.json")
+table = np.random.default_rng(1).standard_normal((len(vocab), 12)).astype(np.float32)
+text = helper.make_graph(
+    [helper.make_node("Gather", ["table", "ids"], ["e"]),
+     helper.make_node("ReduceMean", ["e"], ["t"], axes=[1], keepdims=0)],
+    "text", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8])],
+    [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 12])],
+    initializer=[helper.make_tensor("table", TensorProto.FLOAT, table.shape, table.ravel())])
+onnx.save(helper.make_model(text, opset_imports=[helper.make_opsetid("", 13)]), "text.onnx")
+PY
+edgert export image.onnx -o pair.edgert --task embed --size 32x32 --resize stretch --text-tower text.onnx --tokenizer tokenizer.json
+edgert camera det.edgert --source walk.mp4 --headless --conf 0.75 --secondary pair.edgert --store pair.db --json > pair.json
+edgert events query pair.db --text "a walker" --bundle pair.edgert --json > text.json
+python -c "import json; r = json.load(open('text.json')); assert r['model'] == 'pair' and r['results'] and -1 <= r['results'][0]['similarity'] <= 1, r"
 # telemetry: without the extra a sentence naming it; with it, a scrape of the running camera
 if edgert camera smoke.edgert --metrics 127.0.0.1:0 --duration 1 --headless 2> nometrics.txt; then exit 1; fi
 grep -q "pip install 'edgert\[telemetry\]'" nometrics.txt

@@ -27,6 +27,19 @@ crop's (``embed=mean`` / ``embed=best``, one camera run each):
         [--video /usr/share/doc/opencv-doc/examples/data/vtest.avi] [--threshold 0.85] \\
         [--keep DIR] [--json reports/reid.json]
     python benchmarks/reid.py --again DIR    # the runs --keep DIR kept, measured again
+
+Held out (``reports/reid_heldout.json``): the threshold is chosen on one part of the footage
+(``--calibrate-frames FIRST:END``: its own two cameras, one camera run, its sweep) and the links
+are measured on another (``--measure-frames FIRST:END``) by a camera run at that threshold;
+``--split FRAME``: the footage cut at FRAME, both ways (again: another cut). Two rules choose it
+(:data:`RULES`): ``goal``, the middle of the thresholds whose links meet the goal (precision >=
+0.9, recall >= 0.7) on the calibration part, and ``precision``, the highest recall at precision
+>= 0.95. Runs kept in ``--keep DIR`` (``DIR/FIRST-END/at_THRESHOLD``) are measured again, not run
+again.
+
+    python benchmarks/reid.py --detector hfd.edgert --embedder mnv2e.edgert --how mean \\
+        --split 397 --split 265 --threshold 0.86 --keep DIR
+    # one way: --calibrate-frames 0:397 --measure-frames 397:795
 """
 
 from __future__ import annotations
@@ -299,16 +312,15 @@ def part_run(args, frames: tuple, threshold: float, root: Path, width: int) -> d
     }
 
 
-def held_out(args, root: Path, width: int) -> dict:
-    """The threshold chosen on one part's sweep (:func:`choose`, each of :data:`RULES`), the
-    links measured on the other part by a camera run at it; with --split both ways."""
-    parts = [args.calibrate_frames, args.measure_frames]
+def held_out(args, parts: list, both: bool, root: Path, width: int) -> dict:
+    """The threshold chosen on the first part's sweep (:func:`choose`, each of :data:`RULES`),
+    the links measured on the second by a camera run at it; ``both``: and the reverse."""
     runs = [part_run(args, p, args.threshold, root, width) for p in parts]
     if None in runs:
         raise SystemExit(f"{root} keeps no run at {args.threshold} of these frames")
-    out: dict = {"rules": RULES, "parts": runs, "held_out": []}
+    out: dict = {"parts": runs, "held_out": []}
     for rule in RULES:
-        for cal, mea in [(0, 1), (1, 0)][: 2 if args.split else 1]:
+        for cal, mea in [(0, 1), (1, 0)][: 2 if both else 1]:
             thr = choose(runs[cal]["sweep"], rule)
             got = {"rule": rule, "calibrated_on": runs[cal]["frames"]}
             got.update(measured_on=runs[mea]["frames"], threshold=thr)
@@ -336,6 +348,7 @@ def held_at(part: dict, run: dict | None, thr: float) -> dict:
 
 def print_held_out(out: dict) -> None:
     parts = out["parts"]
+    print(f"cut: {parts[0]['frames']} and {parts[1]['frames']}")
     print("threshold " + " ".join(f"{p['frames'] + ': links   P      R':>26}" for p in parts))
     for i, thr in enumerate(SWEEP):
         row = [p["sweep"][i] for p in parts]
@@ -343,8 +356,6 @@ def print_held_out(out: dict) -> None:
             f"{thr:>9.2f} "
             + " ".join(f"{s['links']:>17} {s['precision']!s:>6} {s['recall']!s:>6}" for s in row)
         )
-    for rule, said in out["rules"].items():
-        print(f"rule {rule}: {said}")
     print(
         f"{'rule':<9} {'calibrated':>10} {'threshold':>9} {'measured':>8} {'links':>5} {'P':>6} "
         f"{'R':>6} {'crops/track':>11} {'by':<10}"
@@ -363,7 +374,7 @@ def main() -> None:
     ap.add_argument("--embedder")
     ap.add_argument("--video", default=VTEST)
     ap.add_argument("--frames", type=int, default=795)
-    ap.add_argument("--threshold", type=float, default=0.86)
+    ap.add_argument("--threshold", type=float, default=0.85)
     ap.add_argument("--how", default="mean,best")
     ap.add_argument("--json", help="default reports/reid.json (held out: reid_heldout.json)")
     ap.add_argument("--keep", metavar="DIR", help="keep the videos, events and frames here")
@@ -382,19 +393,23 @@ def main() -> None:
     )
     ap.add_argument(
         "--split",
-        action="store_true",
-        help="held out both ways: calibrated on "
-        "the first half of --frames, measured on the second, and the reverse",
+        type=int,
+        action="append",
+        metavar="FRAME",
+        help="held out both ways: --frames cut at FRAME, calibrated on the part before and "
+        "measured on the part after, and the reverse (again: another cut)",
     )
     args = ap.parse_args()
-    if args.split:
-        half = args.frames // 2
-        args.calibrate_frames, args.measure_frames = (0, half), (half, args.frames)
     if bool(args.calibrate_frames) != bool(args.measure_frames):
         ap.error("--calibrate-frames and --measure-frames go together")
+    cuts = [([args.calibrate_frames, args.measure_frames], False)] if args.calibrate_frames else []
+    for at in args.split or ():
+        if not 0 < at < args.frames:
+            ap.error(f"--split {at}: cut within the {args.frames} frames")
+        cuts.append(([(0, at), (at, args.frames)], True))
     cap = cv2.VideoCapture(args.video)
     width, count = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
-    if args.calibrate_frames and max(args.calibrate_frames[1], args.measure_frames[1]) > count:
+    if max((p[1] for parts, _ in cuts for p in parts), default=0) > count:
         ap.error(f"{args.video} has {count} frames")
     out: dict = {
         "video": args.video,
@@ -406,9 +421,13 @@ def main() -> None:
         if args.keep:
             Path(args.keep).mkdir(parents=True, exist_ok=True)
         tmp = args.again or args.keep or tmp
-        if args.calibrate_frames:
-            out.update(held_out(args, Path(tmp), width))
-            print_held_out(out)
+        if cuts:
+            out.update(rules=RULES, cuts=[])
+            for parts, both in cuts:
+                out["cuts"].append(held_out(args, parts, both, Path(tmp), width))
+                print_held_out(out["cuts"][-1])
+            for rule, said in RULES.items():
+                print(f"rule {rule}: {said}")
             write_json(args.json or "reports/reid_heldout.json", out)
             return
         out["by_how"] = whole(args, Path(tmp), width)

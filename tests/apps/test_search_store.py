@@ -224,7 +224,7 @@ def test_embedder_options_are_read_and_bad_ones_are_one_sentence():
     from edgert.runtime.errors import OutputError
 
     s = SecondarySpec.parse("/m/e.edgert")
-    assert (s.embed, s.form, s.reid, s.reid_window_s) == ("mean", "int8", 0.86, 30.0)
+    assert (s.embed, s.form, s.reid, s.reid_window_s) == ("mean", "int8", 0.85, 30.0)
     s = SecondarySpec.parse("/m/e.edgert:embed=best,form=float16,reid=0,reid_window=12")
     assert (s.embed, s.form, s.reid, s.reid_window_s) == ("best", "float16", 0.0, 12.0)
     for bad, said in (

@@ -308,6 +308,7 @@ def part_run(args, frames: tuple, threshold: float, root: Path, width: int) -> d
         events, seen, report = run_camera(args.detector, args.embedder, a, b, how, threshold, run)
     return {
         "frames": f"{frames[0]}:{frames[1]}",
+        "threshold": threshold,
         **measure(events, truth(seen, width), report, seen),
     }
 

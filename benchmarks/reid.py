@@ -27,6 +27,19 @@ crop's (``embed=mean`` / ``embed=best``, one camera run each):
         [--video /usr/share/doc/opencv-doc/examples/data/vtest.avi] [--threshold 0.85] \\
         [--keep DIR] [--json reports/reid.json]
     python benchmarks/reid.py --again DIR    # the runs --keep DIR kept, measured again
+
+Held out (``reports/reid_heldout.json``): the threshold is chosen on one part of the footage
+(``--calibrate-frames FIRST:END``: its own two cameras, one camera run, its sweep) and the links
+are measured on another (``--measure-frames FIRST:END``) by a camera run at that threshold;
+``--split FRAME``: the footage cut at FRAME, both ways (again: another cut). Two rules choose it
+(:data:`RULES`): ``goal``, the middle of the thresholds whose links meet the goal (precision >=
+0.9, recall >= 0.7) on the calibration part, and ``precision``, the highest recall at precision
+>= 0.95. Runs kept in ``--keep DIR`` (``DIR/FIRST-END/at_THRESHOLD``) are measured again, not run
+again.
+
+    python benchmarks/reid.py --detector hfd.edgert --embedder mnv2e.edgert --how mean \\
+        --split 397 --split 265 --threshold 0.86 --keep DIR
+    # one way: --calibrate-frames 0:397 --measure-frames 397:795
 """
 
 from __future__ import annotations
@@ -51,13 +64,23 @@ VTEST = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
 DELAY = 30  # frames (3 s at vtest's 10 fps)
 CUT = 512  # each camera's width of the source
 SCALE_B = 0.75
-SWEEP = (0.6, 0.7, 0.75, 0.8, 0.82, 0.84, 0.85, 0.86, 0.87, 0.88, 0.9, 0.92, 0.95)
+SWEEP = (0.6, 0.7, 0.75) + tuple(round(0.8 + 0.01 * i, 2) for i in range(13)) + (0.95,)
 WINDOW_S = 30.0  # the camera's default reid_window
+GOAL = (0.9, 0.7)  # issue 70's link precision and recall
+MIN_PRECISION = 0.95
+RULES = {  # how the held-out calibration picks the threshold on the calibration part's sweep
+    "goal": f"the middle of the thresholds whose links meet the goal (precision >= {GOAL[0]}, "
+    f"recall >= {GOAL[1]})",
+    "precision": f"the highest recall at precision >= {MIN_PRECISION} (the middle of a tie)",
+}
 
 
-def cameras(video: str, out: Path, frames: int) -> tuple[Path, Path]:
+def cameras(video: str, out: Path, frames: int, start: int = 0) -> tuple[Path, Path]:
+    """The two cameras of the source's frames ``start`` to ``start + frames``."""
     cap = cv2.VideoCapture(video)
     fps = cap.get(cv2.CAP_PROP_FPS) or 10.0
+    for _ in range(start):  # read, not seeked: a seek in an AVI lands on a key frame
+        cap.read()
     ok, first = cap.read()
     h, w = first.shape[:2]
     size_b = (int(CUT * SCALE_B), int(h * SCALE_B))
@@ -236,6 +259,116 @@ def measure(events: list, pairs: set, report: dict, frames: list = ()) -> dict:
     }
 
 
+def span(text: str) -> tuple[int, int]:
+    """``FIRST:END``: the source frames FIRST to END (END not included)."""
+    try:
+        first, end = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not FIRST:END (source frames)") from None
+    if not 0 <= first < end:
+        raise argparse.ArgumentTypeError(f"{text!r}: FIRST:END needs 0 <= FIRST < END")
+    return first, end
+
+
+def middle(thresholds: list) -> float | None:
+    """The middle of ``thresholds`` (of two, the higher): the farthest from both ends."""
+    return sorted(thresholds)[len(thresholds) // 2] if thresholds else None
+
+
+def choose(sweep: list, rule: str = "goal") -> float | None:
+    """The threshold a calibration's sweep gives, by ``rule`` (see :data:`RULES`); None when no
+    threshold meets it."""
+    if rule == "goal":
+        return middle([s["threshold"] for s in sweep if meets(s, *GOAL)])
+    ok = [s for s in sweep if meets(s, MIN_PRECISION, 0.0)]
+    best = max((s["recall"] for s in ok), default=None)
+    return middle([s["threshold"] for s in ok if s["recall"] == best])
+
+
+def meets(s: dict, precision: float, recall: float) -> bool:
+    return s["precision"] is not None and s["precision"] >= precision and s["recall"] >= recall
+
+
+def part_run(args, frames: tuple, threshold: float, root: Path, width: int) -> dict | None:
+    """One camera run over the source ``frames`` at ``threshold``, measured (kept in
+    ``root/FIRST-END/at_THRESHOLD``); one kept there already is measured again (with --again:
+    None when none was kept)."""
+    where = root / f"{frames[0]}-{frames[1]}"
+    run = where / f"at_{threshold:.2f}"
+    how = args.how.split(",")[0]
+    if args.again or (run / f"summary_{how}.json").exists():  # kept: measured again
+        if not (run / f"summary_{how}.json").exists():
+            return None
+        events, seen, report = kept(run, how)
+    else:
+        run.mkdir(parents=True, exist_ok=True)
+        if not (where / "a.avi").exists():
+            cameras(args.video, where, frames[1] - frames[0], frames[0])
+        a, b = where / "a.avi", where / "b.avi"
+        events, seen, report = run_camera(args.detector, args.embedder, a, b, how, threshold, run)
+    return {
+        "frames": f"{frames[0]}:{frames[1]}",
+        "threshold": threshold,
+        **measure(events, truth(seen, width), report, seen),
+    }
+
+
+def held_out(args, parts: list, both: bool, root: Path, width: int) -> dict:
+    """The threshold chosen on the first part's sweep (:func:`choose`, each of :data:`RULES`),
+    the links measured on the second by a camera run at it; ``both``: and the reverse."""
+    runs = [part_run(args, p, args.threshold, root, width) for p in parts]
+    if None in runs:
+        raise SystemExit(f"{root} keeps no run at {args.threshold} of these frames")
+    out: dict = {"parts": runs, "held_out": []}
+    for rule in RULES:
+        for cal, mea in [(0, 1), (1, 0)][: 2 if both else 1]:
+            thr = choose(runs[cal]["sweep"], rule)
+            got = {"rule": rule, "calibrated_on": runs[cal]["frames"]}
+            got.update(measured_on=runs[mea]["frames"], threshold=thr)
+            if thr is not None:
+                got["calibration"] = next(s for s in runs[cal]["sweep"] if s["threshold"] == thr)
+                at = runs[mea] if thr == args.threshold else None
+                at = at or part_run(args, parts[mea], thr, root, width)
+                got.update(held_at(runs[mea], at, thr))
+            out["held_out"].append(got)
+    return out
+
+
+def held_at(part: dict, run: dict | None, thr: float) -> dict:
+    """The held-out part's links at the threshold: the camera run's at it, and the camera's
+    Reid replayed on the part's kept vectors at it (the run's, when no run at it was kept)."""
+    replayed = next(s for s in part["sweep"] if s["threshold"] == thr)
+    got = {"replayed": replayed, "by": "camera run" if run else "replay (no run at it kept)"}
+    got["links"] = run["links"] if run else replayed["links"]
+    got["precision"] = run["link_precision"] if run else replayed["precision"]
+    got["recall"] = run["link_recall"] if run else replayed["recall"]
+    got["crops_per_track"] = (run or part)["crops_per_track"]
+    got["most_crops"] = (run or part)["most_crops"]
+    return got
+
+
+def print_held_out(out: dict) -> None:
+    parts = out["parts"]
+    print(f"cut: {parts[0]['frames']} and {parts[1]['frames']}")
+    print("threshold " + " ".join(f"{p['frames'] + ': links   P      R':>26}" for p in parts))
+    for i, thr in enumerate(SWEEP):
+        row = [p["sweep"][i] for p in parts]
+        print(
+            f"{thr:>9.2f} "
+            + " ".join(f"{s['links']:>17} {s['precision']!s:>6} {s['recall']!s:>6}" for s in row)
+        )
+    print(
+        f"{'rule':<9} {'calibrated':>10} {'threshold':>9} {'measured':>8} {'links':>5} {'P':>6} "
+        f"{'R':>6} {'crops/track':>11} {'by':<10}"
+    )
+    for h in out["held_out"]:
+        print(
+            f"{h['rule']:<9} {h['calibrated_on']:>10} {h['threshold']!s:>9} {h['measured_on']:>8} "
+            f"{h.get('links', '-')!s:>5} {h.get('precision', '-')!s:>6} "
+            f"{h.get('recall', '-')!s:>6} {h.get('crops_per_track', '-')!s:>11} {h.get('by', '')}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--detector")
@@ -244,32 +377,82 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=795)
     ap.add_argument("--threshold", type=float, default=0.85)
     ap.add_argument("--how", default="mean,best")
-    ap.add_argument("--json", default="reports/reid.json")
+    ap.add_argument("--json", help="default reports/reid.json (held out: reid_heldout.json)")
     ap.add_argument("--keep", metavar="DIR", help="keep the videos, events and frames here")
     ap.add_argument("--again", metavar="DIR", help="measure the runs --keep DIR kept, again")
+    ap.add_argument(
+        "--calibrate-frames",
+        type=span,
+        metavar="FIRST:END",
+        help="choose the threshold on these source frames' sweep ...",
+    )
+    ap.add_argument(
+        "--measure-frames",
+        type=span,
+        metavar="FIRST:END",
+        help="... and measure the links on these, by a camera run at it",
+    )
+    ap.add_argument(
+        "--split",
+        type=int,
+        action="append",
+        metavar="FRAME",
+        help="held out both ways: --frames cut at FRAME, calibrated on the part before and "
+        "measured on the part after, and the reverse (again: another cut)",
+    )
     args = ap.parse_args()
-    width = int(cv2.VideoCapture(args.video).get(cv2.CAP_PROP_FRAME_WIDTH))
+    if bool(args.calibrate_frames) != bool(args.measure_frames):
+        ap.error("--calibrate-frames and --measure-frames go together")
+    cuts = [([args.calibrate_frames, args.measure_frames], False)] if args.calibrate_frames else []
+    for at in args.split or ():
+        if not 0 < at < args.frames:
+            ap.error(f"--split {at}: cut within the {args.frames} frames")
+        cuts.append(([(0, at), (at, args.frames)], True))
+    cap = cv2.VideoCapture(args.video)
+    width, count = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
+    if max((p[1] for parts, _ in cuts for p in parts), default=0) > count:
+        ap.error(f"{args.video} has {count} frames")
     out: dict = {
         "video": args.video,
         "cameras": f"A: x 0-{CUT} at 1.0; B: x {width - CUT}-{width} at {SCALE_B}, {DELAY} "
         "frames late",
         "threshold": args.threshold,
-        "by_how": {},
     }
     with tempfile.TemporaryDirectory() as tmp:
         if args.keep:
             Path(args.keep).mkdir(parents=True, exist_ok=True)
-        tmp = args.keep or tmp
-        if not args.again:
-            a, b = cameras(args.video, Path(tmp), args.frames)
-        for how in args.how.split(","):
-            if args.again:
-                events, frames, report = kept(Path(args.again), how)
-            else:
-                events, frames, report = run_camera(
-                    args.detector, args.embedder, a, b, how, args.threshold, Path(tmp)
-                )
-            out["by_how"][how] = measure(events, truth(frames, width), report, frames)
+        tmp = args.again or args.keep or tmp
+        if cuts:
+            out.update(rules=RULES, cuts=[])
+            for parts, both in cuts:
+                out["cuts"].append(held_out(args, parts, both, Path(tmp), width))
+                print_held_out(out["cuts"][-1])
+            for rule, said in RULES.items():
+                print(f"rule {rule}: {said}")
+            write_json(args.json or "reports/reid_heldout.json", out)
+            return
+        out["by_how"] = whole(args, Path(tmp), width)
+    print_whole(out)
+    write_json(args.json or "reports/reid.json", out)
+
+
+def whole(args, tmp: Path, width: int) -> dict:
+    """The whole footage, one camera run per ``--how``."""
+    by_how = {}
+    if not args.again:
+        a, b = cameras(args.video, tmp, args.frames)
+    for how in args.how.split(","):
+        if args.again:
+            events, frames, report = kept(tmp, how)
+        else:
+            events, frames, report = run_camera(
+                args.detector, args.embedder, a, b, how, args.threshold, tmp
+            )
+        by_how[how] = measure(events, truth(frames, width), report, frames)
+    return by_how
+
+
+def print_whole(out: dict) -> None:
     print(
         f"{'how':<6} {'tracks':>6} {'partnered':>9} {'R@1':>6} {'links':>5} {'P':>6} {'R':>6} "
         f"{'crops/track':>11}"
@@ -285,7 +468,6 @@ def main() -> None:
                 f"   threshold {s['threshold']:.2f}: {s['links']} links, P {s['precision']}, "
                 f"R {s['recall']}"
             )
-    write_json(args.json, out)
 
 
 if __name__ == "__main__":

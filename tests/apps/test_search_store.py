@@ -224,7 +224,7 @@ def test_embedder_options_are_read_and_bad_ones_are_one_sentence():
     from edgert.runtime.errors import OutputError
 
     s = SecondarySpec.parse("/m/e.edgert")
-    assert (s.embed, s.form, s.reid, s.reid_window_s) == ("mean", "int8", 0.86, 30.0)
+    assert (s.embed, s.form, s.reid, s.reid_window_s) == ("mean", "int8", 0.85, 30.0)
     s = SecondarySpec.parse("/m/e.edgert:embed=best,form=float16,reid=0,reid_window=12")
     assert (s.embed, s.form, s.reid, s.reid_window_s) == ("best", "float16", 0.0, 12.0)
     for bad, said in (
@@ -258,6 +258,41 @@ def test_reid_links_once_within_the_window_and_one_to_one():
     assert late.offer((1, 1), v[0], 10.5) == []  # seen 10.5 s ago: outside the window
     late.seen((0, 1), 5.0)
     assert late.offer((1, 2), v[0], 14.0)[0][0] == (0, 1)  # seen again at 5 s: within it
+
+
+def test_the_held_out_calibration_picks_the_middle_of_the_thresholds_that_meet_the_goal():
+    """benchmarks/reid.py's rules for the threshold chosen on the calibration part's sweep (the
+    links are then measured on the other part at it): ``goal``, the middle of the thresholds whose
+    links meet issue 70's goal (precision >= 0.9, recall >= 0.7), not the one at its edge;
+    ``precision``, the highest recall at precision >= 0.95. Frames are FIRST:END."""
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "reid_bench", Path(__file__).resolve().parents[2] / "benchmarks" / "reid.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = [  # threshold, precision, recall: the first half of vtest.avi's sweep
+        (0.82, 0.7143, 0.7692),
+        (0.83, 0.9231, 0.9231),
+        (0.84, 0.9231, 0.9231),
+        (0.85, 0.9231, 0.9231),
+        (0.86, 0.9167, 0.8462),
+        (0.87, 1.0, 0.8462),
+        (0.88, 1.0, 0.6154),
+        (0.95, None, 0.0),
+    ]
+    sweep = [{"threshold": t, "precision": p, "recall": r} for t, p, r in rows]
+    assert bench.choose(sweep, "goal") == 0.85  # 0.83 to 0.87 meet it
+    assert bench.choose(sweep, "precision") == 0.87  # the only one at 1.0 with 0.85 recall
+    assert bench.choose(sweep[:5], "goal") == 0.85  # 0.83 to 0.86: of two in the middle, the higher
+    assert bench.choose(sweep[-2:], "goal") is None  # nothing meets the goal
+    assert bench.choose(sweep[:1], "precision") is None
+    assert bench.span("397:795") == (397, 795)
+    for bad in ("397", "a:b", "5:5"):
+        with pytest.raises(argparse.ArgumentTypeError, match="FIRST:END"):
+            bench.span(bad)
 
 
 def test_the_route_answers_404_with_a_sentence_when_the_store_holds_no_embeddings(tmp_path):

@@ -27,7 +27,7 @@ HELP = (
     "view chosen over S seconds, default 0.5), name=NAME; an embedder's: embed=mean|best (the "
     "quality-weighted mean of its crops' vectors, default, or the best crop's), "
     "form=int8|float16|float32 (as stored, default int8), reid=COS (a new track is linked to "
-    "another stream's track this similar, default 0.86, 0 off), reid_window=S (seen within S "
+    "another stream's track this similar, default 0.85, 0 off), reid_window=S (seen within S "
     "seconds, default 30)"
 )
 

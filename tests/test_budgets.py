@@ -37,7 +37,7 @@ FUNCTIONS_OVER = {
     "quantize/fp8.py::quantize": 88,
     "quantize/qdq_search.py::choose_preparation": 91,
     "quantize/recipe_qdq.py::build_qdq": 109,
-    "quantize/shift.py::shift_activations": 102,
+    "quantize/shift.py::shift_activations": 84,
     "runtime/backends/tensorrt_plan.py::_build_plan": 76,
     "runtime/cuda/preprocess_kernel.py::__call__": 67,
     "runtime/backends/plan_cache.py::ensure_plan": 83,

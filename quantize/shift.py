@@ -1,4 +1,4 @@
-"""Shifting activations bounded below so symmetric INT8 uses all its levels (``--prepare shift``).
+"""Shifting non-negative activations so symmetric INT8 uses all its levels (``--prepare shift``).
 
 TensorRT's INT8 is symmetric: every zero point is 0, so an activation after ReLU or ReLU6, which
 never goes below 0, is quantized on the levels 0..127 only — half of INT8's resolution. Here such
@@ -14,12 +14,6 @@ inputs) with one ``Sub`` before each shifted Q and, for padded convolutions, one
 folded constant after them: element-wise work TensorRT can fuse into the neighbouring
 convolutions. The shifted inputs' thresholds are pinned to ``c`` (:class:`Pinned`), whatever
 calibration method is chosen for the rest.
-
-The same holds for any activation with a known lower bound ``lo`` (:func:`lower_bound`): SiLU
-(``x * sigmoid(x) >= -0.2785``, the activation of YOLOv5, v8 and 11 and of EfficientNet), sigmoid,
-hard-swish, and their concatenations, splits, sums, pools and nearest upsamplings — a YOLO neck's
-C2f blocks and SPPF — spans ``[lo, T]``, half of ``[-T, T]``: ``c = (T + lo) / 2`` and the pinned
-threshold ``(T - lo) / 2`` (ReLU's ``lo = 0`` gives ``T / 2`` for both).
 """
 
 from __future__ import annotations
@@ -61,65 +55,26 @@ def pinned(stats: ActivationStats, pins: dict[str, float]) -> ActivationStats:
     )
 
 
-# the least value of x * sigmoid(x) (SiLU / Swish: YOLOv5, v8, 11's activation), at x = -1.2785
-SILU_MIN = -0.27846455
-_BOUNDED = {"Relu": 0.0, "Sigmoid": 0.0, "Softplus": 0.0, "HardSigmoid": 0.0, "HardSwish": -0.375}
-
-
-def lower_bound(gr: Graph, tensor: str, depth: int = 0) -> float | None:
-    """The least value ``tensor`` can take, by what makes it (None: unbounded or unknown): ReLU,
-    sigmoid, ``Clip(lo, ...)``, SiLU (``Mul(x, Sigmoid(x))``), hard-swish, the ``Min(ReLU(x),
-    cap)`` equalisation writes; pooling, reshaping, splitting, nearest / linear resizing keep the
-    bound, a concatenation or a minimum takes the least of its inputs', a sum adds them."""
+def nonnegative(gr: Graph, tensor: str, depth: int = 0) -> bool:
+    """Whether ``tensor`` can never be negative, by what makes it: ReLU, ``Clip(0, c)``, the
+    ``Min(ReLU(x), cap)`` equalisation writes, or pooling / reshaping of such a tensor."""
     p = gr.producer.get(tensor)
-    if p is None or depth > 32:
-        return None
-    if p.op_type in _BOUNDED:
-        return _BOUNDED[p.op_type]
+    if p is None or depth > 16:
+        return False
+    if p.op_type == "Relu":
+        return True
     if p.op_type == "Clip":
         lo = gr.const(p.input[1]) if len(p.input) > 1 and p.input[1] else None
-        return None if lo is None else float(lo)
-    if p.op_type == "Mul" and _is_silu(gr, p):
-        return SILU_MIN
-    if p.op_type in _PASS_THROUGH or p.op_type == "Split" or _keeps_bounds(p):
-        return lower_bound(gr, p.input[0], depth + 1)
-    if p.op_type in ("Concat", "Min", "Add"):
-        bounds = [
-            float(gr.array(i).min()) if i in gr.inits else lower_bound(gr, i, depth + 1)
-            for i in p.input
-            if i
-        ]
-        if not bounds or any(b is None for b in bounds):
-            return None
-        return float(sum(bounds)) if p.op_type == "Add" else float(min(bounds))
-    return None
-
-
-def nonnegative(gr: Graph, tensor: str, depth: int = 0) -> bool:
-    """Whether ``tensor`` can never be negative (:func:`lower_bound`)."""
-    lo = lower_bound(gr, tensor, depth)
-    return lo is not None and lo >= 0
-
-
-def _is_silu(gr: Graph, mul) -> bool:
-    """``mul`` is ``x * Sigmoid(x)`` (either order)."""
-    a, b = mul.input[0], mul.input[1]
-    for x, s in ((a, b), (b, a)):
-        p = gr.producer.get(s)
-        if p is not None and p.op_type == "Sigmoid" and p.input[0] == x:
-            return True
+        return lo is not None and lo >= 0
+    if p.op_type == "Min":  # every constant cap >= 0 and one input never negative
+        caps = [gr.array(i) for i in p.input if i in gr.inits]
+        data = [i for i in p.input if i not in gr.inits]
+        return all(bool((c >= 0).all()) for c in caps) and any(
+            nonnegative(gr, i, depth + 1) for i in data
+        )
+    if p.op_type in _PASS_THROUGH:
+        return nonnegative(gr, p.input[0], depth + 1)
     return False
-
-
-def _keeps_bounds(node) -> bool:
-    """A Resize whose every output is one input value or a convex mix of them (nearest, linear:
-    not cubic, whose weights go negative)."""
-    return node.op_type == "Resize" and attr(node, "mode", b"nearest") in (
-        b"nearest",
-        b"linear",
-        "nearest",
-        "linear",
-    )
 
 
 def _in_bounds(size: int, out: int, k: int, stride: int, pad: int, dilation: int) -> np.ndarray:
@@ -145,13 +100,22 @@ def _border_terms(node, w: np.ndarray, c: float, in_hw: tuple[int, int]):
     return u[None, None], cw[None], v[None, None]
 
 
-def _candidates(out, gr: Graph, thresholds: dict[str, float]) -> list[tuple]:
-    """(node, padded, its input's lower bound) of each weighted node whose input can be shifted."""
+def shift_activations(model, thresholds: dict[str, float], sample: np.ndarray):
+    """(the model with its non-negative weighted-node inputs shifted, a report, {shifted input:
+    its pinned threshold}). ``thresholds``: calibrated thresholds of ``model``'s activations;
+    ``sample``: one input, for the spatial sizes of padded convolutions' inputs."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from .evaluate import Exposed
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    gr = Graph(out)
     candidates = []
     for n in quantizable_nodes(out):
         t = n.input[0]
-        lo = lower_bound(gr, t) if t in thresholds else None
-        if lo is None or thresholds[t] <= abs(lo):  # nothing above the bound to spread onto
+        if t not in thresholds or thresholds[t] <= 0 or not nonnegative(gr, t):
             continue
         if not gr.owned(n, 1) or (len(n.input) > 2 and n.input[2] and not gr.owned(n, 2)):
             continue
@@ -167,37 +131,20 @@ def _candidates(out, gr: Graph, thresholds: dict[str, float]) -> list[tuple]:
             or attr(n, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")
         ):
             continue
-        candidates.append((n, padded, lo))
-    return candidates
-
-
-def shift_activations(model, thresholds: dict[str, float], sample: np.ndarray):
-    """(the model with its bounded-below weighted-node inputs shifted, a report, {shifted input:
-    its pinned threshold}). ``thresholds``: calibrated thresholds of ``model``'s activations;
-    ``sample``: one input, for the spatial sizes of padded convolutions' inputs."""
-    import onnx
-    from onnx import helper, numpy_helper
-
-    from .evaluate import Exposed
-
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    gr = Graph(out)
-    candidates = _candidates(out, gr, thresholds)
+        candidates.append((n, padded))
     dims = out.graph.input[0].type.tensor_type.shape.dim
     static = len(dims) > 1 and all(d.HasField("dim_value") and d.dim_value > 0 for d in dims[1:])
     shapes: dict[str, tuple] = {}
-    padded_inputs = sorted({n.input[0] for n, padded, _ in candidates if padded})
+    padded_inputs = sorted({n.input[0] for n, padded in candidates if padded})
     if padded_inputs and static:
         shapes = {
             t: v.shape for t, v in next(Exposed(out, padded_inputs).batches(sample[:1], 1)).items()
         }
     before, after, pins = {}, {}, {}
     report = {"shifted": 0, "with_border_terms": 0, "skipped_dynamic_size": 0}
-    for n, padded, lo in candidates:
+    for n, padded in candidates:
         t = n.input[0]
-        # [lo, T] onto [-(T - lo) / 2, (T - lo) / 2]: the shift c is the middle of the range
-        c, pin = (float(thresholds[t]) + lo) / 2, (float(thresholds[t]) - lo) / 2
+        c = float(thresholds[t]) / 2
         w = gr.array(n.input[1]).astype(np.float64)
         if n.op_type == "Conv":
             total = w.sum(axis=tuple(range(1, w.ndim)))
@@ -245,7 +192,7 @@ def shift_activations(model, thresholds: dict[str, float], sample: np.ndarray):
         out.graph.initializer.append(numpy_helper.from_array(np.array(c, np.float32), c_name))
         before[n.name] = helper.make_node("Sub", [t, c_name], [shifted], name=c_name)
         n.input[0] = shifted
-        pins[shifted] = pin
+        pins[shifted] = c
         report["shifted"] += 1
     nodes = []
     for n in out.graph.node:

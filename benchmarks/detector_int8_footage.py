@@ -18,8 +18,10 @@ The ways (``benchmarks/detector_int8.py``'s): ``edgert`` (this checkout's ``edge
 --precision int8``, defaults), ``previous`` (``--previous REV``, '' to skip), ``modelopt max`` /
 ``modelopt entropy`` (NVIDIA Model Optimizer in its own environment, ``--modelopt-python``, given
 the same 100 calibration frames edgert calibrates on, preprocessed as the bundle preprocesses
-them). Each build's seconds are measured here, with the load average (``os.getloadavg``) before
-and after it. Prints a table, writes JSON.
+them); ``--prepare P`` adds a way: edgert's build with ``--prepare P``. Each build's seconds are
+measured here, with its CPU seconds and the load average (``os.getloadavg``) before and after it.
+``--ways`` picks which of edgert's default build and Model Optimizer run; ``--add-to`` merges the
+rows of an earlier run on the same frames. Prints a table, writes JSON.
 
     python benchmarks/detector_int8_footage.py --real best_fp16.onnx \\
         --footage /usr/share/doc/opencv-doc/examples/data/vtest.avi \\
@@ -103,9 +105,17 @@ def load() -> list[float]:
     return [round(v, 2) for v in os.getloadavg()]
 
 
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) of the finished child processes so far (the builds')."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def build_ways(bundle: Path, calib_dir: Path, calib_frames: list, work: Path, args):
     """Every way's INT8 of ``bundle``: ({way: (model path, seconds)}, edgert's manifest section,
-    {way: load average before and after its build})."""
+    {way: load average before and after its build, its CPU seconds})."""
     from edgert.quantize import calibration
 
     ways: dict = {"FP32": (bundle / "model.onnx", None)}
@@ -117,10 +127,14 @@ def build_ways(bundle: Path, calib_dir: Path, calib_frames: list, work: Path, ar
         target = copy_bundle(bundle, work / name.replace(" ", "_") / bundle.name)
         root = worktree(rev, work / "previous_tree") if rev else None
         print(f"  {name}: edgert build --precision int8 ...", flush=True)
-        before = load()
+        before, cpu = load(), cpu_seconds()
         size = ("--calib-size", str(args.calib_frames))  # after BUILD's: argparse takes the last
         seconds, sections[name] = edgert_build(target, calib_dir, *size, *prepare, pythonpath=root)
-        loads[name] = {"before": before, "after": load()}
+        loads[name] = {
+            "before": before,
+            "after": load(),
+            "cpu_seconds": round(cpu_seconds() - cpu, 1),
+        }
         ways[name] = (target / "model.int8.onnx", seconds)
     if args.modelopt_python and "modelopt" in args.ways:
         print("  Model Optimizer max, entropy ...", flush=True)
@@ -132,9 +146,13 @@ def build_ways(bundle: Path, calib_dir: Path, calib_frames: list, work: Path, ar
         inputs = calibration._preprocess(
             manifest, [calib_frames[i] for i in cal_idx], "calibration frame"
         )
-        before = load()
+        before, cpu = load(), cpu_seconds()
         ways.update(modelopt(args.modelopt_python, bundle / "model.onnx", inputs, work / "mo"))
-        loads["modelopt"] = {"before": before, "after": load()}
+        loads["modelopt"] = {
+            "before": before,
+            "after": load(),
+            "cpu_seconds": round(cpu_seconds() - cpu, 1),
+        }
     return ways, sections, loads
 
 

@@ -104,7 +104,7 @@ class GateOptions:
     @property
     def on(self) -> bool:
         """Gates are made (a stream's own mode or rate turns them on for the run)."""
-        own = any(split_stream(f)[1] != "off" for f in self.streams) or bool(self.stream_rates)
+        own = any(_mode(f)[0] != "off" for f in self.streams) or bool(self.stream_rates)
         return self.mode != "off" or self.target_fps is not None or own
 
     @property

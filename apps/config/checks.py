@@ -161,17 +161,25 @@ def _mask_outside(points, size) -> str | None:
     return None
 
 
-def gates(data: dict, problems: Problems) -> None:
-    """Each camera's own gate mode: one ``--gate`` takes."""
+def own(data: dict, problems: Problems) -> None:
+    """Each camera's own keys: its gate a mode ``--gate`` takes; its clips or snapshots only
+    where the run keeps them (``outputs.clips``, ``outputs.snapshots``)."""
     from edgert.apps.camera.gate_options import gate_mode
     from edgert.runtime.errors import SourceError
 
+    outputs = data.get("outputs") or {}
     for name, camera in data["cameras"].items():
         if camera.get("gate") is not None:
             try:
                 gate_mode(camera["gate"], "gate")
             except SourceError as exc:
                 problems.add(("cameras", name, "gate"), None, str(exc).partition(": ")[2])
+        for key in ("clips", "snapshots"):
+            sinks = [u for u in outputs.get("uris") or [] if str(u).startswith(f"{key}://")]
+            if camera.get(key) is not None and not (outputs.get(key) or sinks):
+                problems.add(
+                    ("cameras", name, key), None, f"applies to outputs.{key}, and none is given"
+                )
 
 
 def stages(data: dict, problems: Problems) -> None:

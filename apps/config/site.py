@@ -106,7 +106,7 @@ def _validated(data: dict, lines: dict, name: str) -> Site:
         valid = checks.valid_parts(data, bad)
     checks.values(valid, problems)
     checks.geometry(valid, problems, checks.frame_size(valid))
-    checks.gates(valid, problems)
+    checks.own(valid, problems)
     checks.stages(valid, problems)
     checks.bundles(valid, problems)
     if problems:

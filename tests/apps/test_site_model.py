@@ -284,6 +284,19 @@ def test_a_camera_without_clips_or_snapshots_is_left_out_of_their_sinks(bundle, 
     assert clips.endswith("?streams=0%2B1") and shots.endswith("?streams=1%2B2"), (clips, shots)
     data = site.redacted()
     assert data["cameras"]["a"]["snapshots"] is False and data["cameras"]["c"]["clips"] is False
+    site = load_site_text(  # a clips:// output is the run's clips too
+        f"model: {{path: {bundle}}}\noutputs: {{uris: ['clips://{tmp_path / 'c'}?pre=2']}}\n"
+        "cameras:\n  a: {source: synthetic://}\n  b: {source: synthetic://, clips: false}\n"
+    )
+    assert [u for u in site.config.sinks if u.startswith("clips://")][0].endswith("streams=0")
+    with pytest.raises(ConfigError) as got:  # no clips kept at all: a camera's clips says nothing
+        load_site_text(
+            f"model: {{path: {bundle}}}\ncameras:\n  a: {{source: synthetic://, clips: false}}\n",
+            name="s.yaml",
+        )
+    assert (
+        str(got.value) == "cameras.a.clips: applies to outputs.clips, and none is given (s.yaml:3)"
+    )
 
 
 def test_a_camera_s_own_gate_that_is_not_a_mode_is_said_at_its_line(bundle):

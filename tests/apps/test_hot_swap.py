@@ -60,13 +60,15 @@ def _no_camera_left():
             proc.wait(30)
 
 
-def answered(url: str, proc, seconds: float = 60) -> None:
-    """Returns once GET ``url`` answers 200; AssertionError with the process's stderr when it
-    ends first, or when ``seconds`` pass."""
+def answered(url: str, proc, seconds: float = 60, ready=None) -> None:
+    """Returns once GET ``url`` answers 200 (and ``ready(body)`` holds: a second stage listed
+    once it attached, after the port first answers); AssertionError with the process's stderr
+    when it ends first, or when ``seconds`` pass."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
-            if _http("GET", url)[0] == 200:
+            code, body = _http("GET", url)
+            if code == 200 and (ready is None or ready(body)):
                 return
         except OSError:
             pass

@@ -508,7 +508,7 @@ def test_a_secondary_is_swapped_through_the_model_endpoint(scene, tmp_path):
     outside --allow-models is 403, an unknown name 404, a detector for a classifier refused
     with an event; GET /model lists the secondaries; the primary is untouched."""
 
-    from tests.apps.test_hot_swap import _http
+    from tests.apps.test_hot_swap import _http, answered
     from tests.ports import free_ports
 
     det, _, _ = scene
@@ -544,15 +544,7 @@ def test_a_secondary_is_swapped_through_the_model_endpoint(scene, tmp_path):
         "60",
     )
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:  # the port answers once it listens; the second stage is listed once attached
-                code, got = _http("GET", url)
-                if code == 200 and got.get("secondary"):
-                    break
-            except OSError:
-                pass
-            time.sleep(0.2)
+        answered(url, app, ready=lambda got: got.get("secondary"))
         code, got = _http("GET", url)
         assert code == 200 and got["secondary"][0]["name"] == "colours", got
         assert _http("POST", url, {"secondary": "nope", "bundle": str(swapped)})[0] == 404

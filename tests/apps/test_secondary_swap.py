@@ -119,7 +119,7 @@ class Camera:
             "--duration",
             "90",
         )
-        answered(self.url, self.proc)
+        answered(self.url, self.proc, ready=lambda got: got.get("secondary"))
 
     def post(self, bundle, **more) -> tuple[int, dict]:
         return _http("POST", self.url, {"secondary": "colours", "bundle": str(bundle), **more})

@@ -45,7 +45,12 @@ BASE = {
             "telemetry": {"mqtt": "mqtt://broker:1883/site"},
             "secondaries": {
                 "bundles": [
-                    {"bundle": "/models/plates.edgert", "name": "plates", "labels": ["car"]}
+                    {
+                        "bundle": "/models/plates.edgert",
+                        "name": "plates",
+                        "labels": ["car"],
+                        "cameras": ["door"],
+                    }
                 ]
             },
             "swap": {"check_against": "/models/old.edgert", "allow_models": ["/models"]},

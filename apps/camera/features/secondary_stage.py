@@ -209,8 +209,11 @@ class SecondaryStage:
                 old = model
             else:
                 old = s.model
-                s.use(model)
+                # the bundle first: a text search between the two lines loads the new bundle's
+                # tower under the old model, and loads it again at its next text (never the
+                # old bundle's tower kept for the new model)
                 s.spec = replace(s.spec, bundle=bundle)
+                s.use(model)
                 s.swaps += 1
                 s.failed = None  # a model that failed is replaced: it runs again
                 s.reset()

@@ -417,6 +417,19 @@ os._exit(9)
 """
 
 
+def _killed_mid_clip(folder: Path, data: bytes) -> Path:
+    """The clip a process wrote ``data`` of into ``folder``'s ledger, then was killed (its
+    ``.part`` left beside the name the ledger took)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _DIES_MID_CLIP, str(folder), data.hex()],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert proc.returncode == 9, proc.stderr
+    return Path(proc.stdout.strip())
+
+
 @pytest.mark.subprocess
 @pytest.mark.parametrize("written", ["nothing", "header only", "a fragment cut short"])
 def test_a_dead_runs_part_with_no_whole_fragment_is_removed_not_left(tmp_path, written):
@@ -428,14 +441,7 @@ def test_a_dead_runs_part_with_no_whole_fragment_is_removed_not_left(tmp_path, w
     folder.mkdir()
     head = _box(b"ftyp", 24) + _box(b"moov", 100)
     data = {"nothing": b"", "header only": head}.get(written, head + _box(b"moof", 40)[:30])
-    proc = subprocess.run(
-        [sys.executable, "-c", _DIES_MID_CLIP, str(folder), data.hex()],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-    )
-    assert proc.returncode == 9, proc.stderr
-    left = Path(proc.stdout.strip())
+    left = _killed_mid_clip(folder, data)
     part = left.with_name(left.name + ".part")
     assert part.exists() and not left.exists()
     nxt = Ledger(folder, "clips")
@@ -465,14 +471,7 @@ def test_a_live_runs_clip_counts_against_the_budget_and_a_dead_runs_is_finished(
     # a run killed while writing: a fragmented MP4 whose last fragment was cut short
     whole = _box(b"ftyp", 24) + _box(b"moov", 100) + _box(b"moof", 40) + _box(b"mdat", 300)
     cut = whole + _box(b"moof", 40) + _box(b"mdat", 300)[:120]
-    proc = subprocess.run(
-        [sys.executable, "-c", _DIES_MID_CLIP, str(folder), cut.hex()],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-    )
-    assert proc.returncode == 9, proc.stderr
-    left = Path(proc.stdout.strip())
+    left = _killed_mid_clip(folder, cut)
     assert not left.exists() and left.with_name(left.name + ".part").exists()
     nxt = Ledger(folder, "clips")
     nxt.retain()

@@ -24,13 +24,9 @@ def rss_mb(pid: int | str = "self") -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
 
 
-def running(command: str, *args) -> subprocess.Popen:
+def running(command: str, *args, **popen) -> subprocess.Popen:
     """``edgert COMMAND ARGS...`` started in the repository's folder, its output let go, its
-    errors kept (``app.communicate()`` reads them when the test stops it)."""
-    return subprocess.Popen(
-        edgert(command, *args),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    errors kept (``app.communicate()`` reads them when the test stops it); ``popen`` changes
+    those (``stdout=subprocess.PIPE`` to read its output too)."""
+    given = {"cwd": ROOT, "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "text": True}
+    return subprocess.Popen(edgert(command, *args), **{**given, **popen})

@@ -26,7 +26,7 @@ from edgert.runtime.errors import OutputError
 from tests.apps.test_gate import quiet_scene
 from tests.conftest import ROOT, assert_user_error, run_cli
 from tests.ports import free_ports
-from tests.procs import SCENE, edgert, running
+from tests.procs import SCENE, running
 from tests.tiny import blob_detector_bundle
 
 CAMS = ["rtsp://door/1", "rtsp://yard/1"]
@@ -384,13 +384,9 @@ def test_a_killed_camera_keeps_every_event_its_api_answered(tmp_path):
     answered: set = set()
     for _ in range(2):
         port = free_ports(1)[0]
-        app = subprocess.Popen(
-            edgert(
-                *("camera", bundle, "--source", video, "--loop", "--headless", *SCENE),
-                *("--store", f"{store}?batch_s=0.5", "--output", f"http://127.0.0.1:{port}"),
-            ),
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
+        app = running(
+            *("camera", bundle, "--source", video, "--loop", "--headless", *SCENE),
+            *("--store", f"{store}?batch_s=0.5", "--output", f"http://127.0.0.1:{port}"),
             stderr=subprocess.DEVNULL,
         )
         try:

@@ -21,9 +21,9 @@ from edgert.runtime.errors import OutputError
 from tests.apps.pg_server import PASSWORD, PgServer, needs_postgres
 from tests.apps.test_event_store import _get, door_events
 from tests.apps.test_gate import quiet_scene
-from tests.conftest import ROOT, assert_user_error, run_cli
+from tests.conftest import assert_user_error, run_cli
 from tests.ports import free_ports
-from tests.procs import SCENE, edgert
+from tests.procs import SCENE, running
 from tests.tiny import blob_detector_bundle
 
 pytestmark = [needs_postgres, pytest.mark.subprocess]
@@ -134,16 +134,11 @@ def test_a_camera_on_the_server_answers_api_events(pg, tmp_path):
     bundle = blob_detector_bundle(tmp_path / "det")
     video = quiet_scene(tmp_path / "scene.mp4")
     port = free_ports(1)[0]
-    app = subprocess.Popen(
-        edgert(
-            *("camera", bundle, "--source", video, "--loop", "--headless", *SCENE),
-            *("--store", pg.uri(batch_s="0.2", spool=tmp_path / "s.jsonl")),
-            *("--output", f"http://127.0.0.1:{port}", "--duration", "60"),
-        ),
-        cwd=ROOT,
+    app = running(
+        *("camera", bundle, "--source", video, "--loop", "--headless", *SCENE),
+        *("--store", pg.uri(batch_s="0.2", spool=tmp_path / "s.jsonl")),
+        *("--output", f"http://127.0.0.1:{port}", "--duration", "60"),
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     try:
         got = door_events(port)

@@ -32,6 +32,20 @@ def _cache_dir(tmp_path_factory):
     yield path
 
 
+def benchmark(name: str):
+    """``benchmarks/NAME.py`` imported as a module (that folder at the end of ``sys.path``, for
+    the helpers the benchmarks import by their bare names, shadowing no installed package)."""
+    import importlib.util
+
+    folder = str(ROOT / "benchmarks")
+    if folder not in sys.path:
+        sys.path.append(folder)
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_cli(
     *args: str,
     cwd: Path | None = None,

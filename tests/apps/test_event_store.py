@@ -24,7 +24,7 @@ from edgert.apps.store.records import row_of
 from edgert.apps.store.writer import StoreWriter
 from edgert.runtime.errors import OutputError
 from tests.apps.test_gate import quiet_scene
-from tests.conftest import ROOT, assert_user_error, run_cli
+from tests.conftest import assert_user_error, benchmark, run_cli
 from tests.ports import free_ports
 from tests.procs import SCENE, running
 from tests.tiny import blob_detector_bundle
@@ -360,14 +360,7 @@ def test_killed_writers_leave_a_whole_store_with_every_acknowledged_event(cut_wa
     moments (and the WAL's commit in flight cut at a random offset, a torn write); every store
     whole; nothing acknowledged (committed) lost; what was lost is at most about one batch
     window's events (10 s of 2.5 a second)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "store_kill", ROOT / "benchmarks" / "store_kill.py"
-    )
-    harness = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(harness)
-    report = harness.run(4, cut_wal, seed=3)
+    report = benchmark("store_kill").run(4, cut_wal, seed=3)
     assert report["corrupt"] == 0, report
     assert report["acked_lost"] == 0 and report["events_acked"] > 0, report
     assert report["max_unacked_lost_per_kill"] <= 30, report

@@ -4,25 +4,16 @@ server (tests/apps/pg_server.py) filled through the store's own writer holds eve
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
 from tests.apps.pg_server import needs_postgres
-from tests.conftest import ROOT
+from tests.conftest import benchmark
 
 pytestmark = [needs_postgres, pytest.mark.subprocess]
 
 
 def _bench():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(
-        "event_store", ROOT / "benchmarks" / "event_store.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return benchmark("event_store")
 
 
 def test_postgres_side_by_side_measures_every_filter_on_a_full_server(tmp_path, capsys):

@@ -6,21 +6,14 @@ harness shows it, so the check can fail."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from tests.apps.test_telemetry import needs
-from tests.conftest import ROOT
+from tests.conftest import benchmark
 
 
 def _harness():
-    spec = importlib.util.spec_from_file_location(
-        "store_kill", ROOT / "benchmarks" / "store_kill.py"
-    )
-    harness = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(harness)
-    return harness
+    return benchmark("store_kill")
 
 
 @pytest.mark.subprocess

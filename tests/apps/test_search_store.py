@@ -22,7 +22,7 @@ from edgert.apps.store.records import row_of
 from edgert.apps.store.writer import StoreWriter
 from edgert.runtime import embeddings
 from edgert.runtime.events import Event
-from tests.conftest import assert_user_error, run_cli
+from tests.conftest import assert_user_error, benchmark, run_cli
 
 CAMS = ["rtsp://door/1", "rtsp://yard/1"]
 DIM = 64
@@ -266,13 +266,8 @@ def test_the_held_out_calibration_picks_the_middle_of_the_thresholds_that_meet_t
     links meet issue 70's goal (precision >= 0.9, recall >= 0.7), not the one at its edge;
     ``precision``, the highest recall at precision >= 0.95. Frames are FIRST:END."""
     import argparse
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location(
-        "reid_bench", Path(__file__).resolve().parents[2] / "benchmarks" / "reid.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = benchmark("reid")
     rows = [  # threshold, precision, recall: the first half of vtest.avi's sweep
         (0.82, 0.7143, 0.7692),
         (0.83, 0.9231, 0.9231),

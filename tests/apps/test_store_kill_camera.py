@@ -6,24 +6,15 @@ it names plays (ffprobe), and what the kill lost is at most one batch window."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
 from tests.apps.test_clip_folders import needs_clips
 from tests.apps.test_telemetry import needs
-from tests.conftest import ROOT
+from tests.conftest import benchmark
 
 
 def _harness():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(
-        "store_kill_camera", ROOT / "benchmarks" / "store_kill_camera.py"
-    )
-    harness = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(harness)
-    return harness
+    return benchmark("store_kill_camera")
 
 
 def test_the_busy_scene_loops_without_a_seam(tmp_path):

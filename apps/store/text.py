@@ -45,12 +45,14 @@ def text_search(conn, index: Index, f: Filters, vector, model: str, mark: str = 
     """:func:`.search.search` of the text's ``vector`` over the store's vectors of ``model``
     (the bundle whose text tower made it); QueryError when the store holds vectors of other
     models only, NoEmbeddings when it holds none."""
-    index.refresh(conn, mark)
-    with index.lock:
-        held = sorted(index.models)
-    if held and model not in held:
+    try:
+        return search(conn, index, f, query=vector, model=model, mark=mark)  # reads the index
+    except NoEmbeddings:
+        with index.lock:
+            held = sorted(index.models)
+        if not held or model in held:
+            raise
         raise QueryError(
             f"the store's vectors are of model {', '.join(held)}, the text tower's of {model}: "
             "vectors of another model do not compare"
-        )
-    return search(conn, index, f, query=vector, model=model, mark=mark)
+        ) from None

@@ -162,7 +162,8 @@ class Routes:
             return json_answer(400, {"error": why})
         if "text" in given:
             return self.search_text(given, body)
-        try:
+
+        def find():
             f, own = search.parse(given)
             vector = None
             if body:
@@ -173,33 +174,22 @@ class Routes:
                 raise query.QueryError(
                     "give similar_to=TRACK, or POST a JPEG or PNG picture (at most 64 KiB)"
                 )
-        except search.NoEmbeddings as exc:
-            return json_answer(404, {"error": str(exc)})
-        except query.QueryError as exc:
-            return json_answer(400, {"error": str(exc)})
-        conn = self._read()
-        try:
-            found = search.search(
-                conn, self.index, f, vector, own.get("similar_to"), own["model"], self.mark
-            )
-        except search.NoEmbeddings as exc:
-            return json_answer(404, {"error": str(exc)})
-        except query.QueryError as exc:
-            return json_answer(400, {"error": str(exc)})
-        except Exception as exc:  # noqa: BLE001 - a store of version 1 (SQLite's, a server's)
-            if "embeddings" not in str(exc):
-                raise
-            return json_answer(404, {"error": "the store holds no embeddings"})
-        finally:
-            conn.close()
-        return json_answer(200, found)
+            conn = self._read()
+            try:
+                return search.search(
+                    conn, self.index, f, vector, own.get("similar_to"), own["model"], self.mark
+                )
+            finally:
+                conn.close()
+
+        return _searched(find, query.QueryError)
 
     def search_text(self, given: dict, body: bytes = b""):
         """``text=...``: the tracks ranked by the cosine of their vectors to the text's, made
         by the text tower of the camera's embedder (:mod:`.text`)."""
         from edgert.runtime.errors import EdgertError
 
-        try:
+        def find():
             if body:
                 raise query.QueryError("give text= or a picture, not both")
             f, model, words = text.parse_text(given)
@@ -208,18 +198,11 @@ class Routes:
             vector = embedder.embed_text(words)
             conn = self._read()
             try:
-                found = text.text_search(conn, self.index, f, vector, model, self.mark)
+                return text.text_search(conn, self.index, f, vector, model, self.mark)
             finally:
                 conn.close()
-        except search.NoEmbeddings as exc:
-            return json_answer(404, {"error": str(exc)})
-        except (query.QueryError, EdgertError) as exc:
-            return json_answer(400, {"error": str(exc)})
-        except Exception as exc:  # noqa: BLE001 - a store of version 1 (SQLite's, a server's)
-            if "embeddings" not in str(exc):
-                raise
-            return json_answer(404, {"error": "the store holds no embeddings"})
-        return json_answer(200, found)
+
+        return _searched(find, (query.QueryError, EdgertError))
 
     def _embed(self, body: bytes, model):
         """(model, unit vector) of the uploaded picture; QueryError in one sentence."""
@@ -265,6 +248,21 @@ class Routes:
             return json_answer(200, search.counts(conn, f, self.mark))
         finally:
             conn.close()
+
+
+def _searched(find, refused):
+    """``find()``'s answer: 200; 404 when there is nothing to search (no embeddings, or a store of
+    version 1 without their table), 400 for ``refused`` (the query's own sentence)."""
+    try:
+        return json_answer(200, find())
+    except search.NoEmbeddings as exc:
+        return json_answer(404, {"error": str(exc)})
+    except refused as exc:
+        return json_answer(400, {"error": str(exc)})
+    except Exception as exc:  # noqa: BLE001 - a store of version 1 (SQLite's, a server's)
+        if "embeddings" not in str(exc):
+            raise
+        return json_answer(404, {"error": "the store holds no embeddings"})
 
 
 def _given(text: str) -> tuple[dict, str]:

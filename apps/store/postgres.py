@@ -194,6 +194,7 @@ class PgWriter(StoreWriter):
     """:class:`StoreWriter` on the server ``target``: the same batching, this SQL, the spool."""
 
     mark = "%s"
+    next_id = "DEFAULT"  # the identity's next value (devices write at once: no max + 1)
 
     def __init__(self, target: Target, run: str, cameras: list, keep_days=None, batch_s=BATCH_S):
         self.target, self.device = target, target.device

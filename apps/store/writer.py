@@ -48,6 +48,8 @@ class StoreWriter:
     cameras ``cameras``; ``keep_days``: rows older than that are deleted (at start and hourly)."""
 
     mark = "?"  # the driver's placeholder (PostgreSQL's is %s)
+    # a replaced embedding's new row id (search reads the rows above the last id it read)
+    next_id = "(SELECT max(id) FROM embeddings) + 1"
 
     def __init__(
         self, path, run: str, cameras: list, keep_days=None, batch_s=BATCH_S, folders=()
@@ -236,6 +238,7 @@ class StoreWriter:
                 (
                     "INSERT INTO embeddings (track, model, dim, form, vector, how, crops, time) "
                     "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (track, model) DO UPDATE SET "
+                    f"id = {self.next_id}, "  # a new id: an index that read the old one reads it
                     "dim = excluded.dim, form = excluded.form, vector = excluded.vector, "
                     "how = excluded.how, crops = excluded.crops, time = excluded.time"
                 ).replace("?", self.mark),

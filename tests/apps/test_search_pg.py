@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from edgert.apps.store import postgres
+from edgert.apps.store import postgres, search
 from edgert.apps.store.records import row_of
 from edgert.apps.store.routes import Routes
 from edgert.runtime import embeddings
@@ -91,6 +91,24 @@ def test_search_ranks_every_device_s_tracks_as_numpy_and_spooled_vectors_survive
     status, body, _ = routes.search("/api/search?similar_to=999999")
     assert status == 404 and "no embedding" in json.loads(body)["error"]
 
+    # a live track's vector replaced (the camera's mean over more crops): the index that read
+    # the first answers with the latest
+    c = _writer(pg, tmp_path, "c")
+    try:
+        for v in _vectors(2, seed=9):
+            c.put([row_of(_embedding(0, 1, v, t0 + 1000, FORM), ["cam-c"])])
+            kept = "SELECT count(*) FROM embeddings e JOIN tracks t ON t.id = e.track WHERE "
+            kept += f"t.device = 'c' AND e.vector = '\\x{embeddings.encode(v, FORM).hex()}'"
+            _wait(lambda sql=kept: pg.sql(sql)[0][0])
+            conn = routes._read()
+            try:
+                f, _ = search.parse({"camera": "cam-c", "limit": "1"})
+                (top,) = search.search(conn, routes.index, f, query=v, mark="%s")["results"]
+            finally:
+                conn.close()
+            assert top["track"]["device"] == "c" and top["similarity"] > 0.99, top
+    finally:
+        c.close()
     proc = run_cli(
         *("events", "query", pg.uri(), "--similar-to", ids[("a", 3)], "--limit", "5", "--json")
     )

@@ -136,6 +136,47 @@ def test_a_track_s_later_embedding_replaces_its_earlier_and_the_index_follows(tm
     conn.close()
 
 
+def _committed(w: StoreWriter, record: dict) -> None:
+    """A ``track_embedding`` record given to the writer, and its vector in the store."""
+    blob = base64.b64decode(record["vector"])
+    w.put([row_of(record, CAMS)])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with sqlite3.connect(w.path) as conn:
+            if conn.execute("SELECT 1 FROM embeddings WHERE vector = ?", (blob,)).fetchone():
+                return
+        time.sleep(0.01)
+    raise AssertionError("the writer never committed the vector")
+
+
+def test_a_live_track_s_new_vector_reaches_an_index_that_read_its_first(tmp_path):
+    """A live track's vector is replaced as more crops come (the camera's mean): an index that
+    read the first must answer with the latest (it read only rows with new ids, and the upsert
+    kept the row's id: search answered with the track's first vector for as long as it ran)."""
+    vectors, t0 = _vectors(3), time.time()
+    path = tmp_path / "s.db"
+    _store(path, vectors[:1], t0)  # a track to compare with
+    w = StoreWriter(path, "live", CAMS, batch_s=0.01)
+    try:
+        _committed(w, _embedding(1, 7, vectors[1], t0 + 10))
+        conn = query.open_read(path)
+        index = search.Index()
+        f, _ = search.parse({"limit": "5"})
+        (mine,) = [
+            r
+            for r in search.search(conn, index, f, query=vectors[1])["results"]
+            if r["similarity"] > 0.99
+        ]
+        _committed(w, _embedding(1, 7, vectors[2], t0 + 11))  # its vector, replaced
+        found = search.search(conn, index, f, query=vectors[2])["results"]
+        assert found[0]["track"]["id"] == mine["track"]["id"] and found[0]["similarity"] > 0.99
+        again = search.search(conn, index, f, query=vectors[1])["results"]
+        assert all(r["similarity"] < 0.99 for r in again), again
+        conn.close()
+    finally:
+        w.close()
+
+
 def test_an_empty_store_or_a_track_without_a_vector_is_no_embeddings(tmp_path):
     path = tmp_path / "s.db"
     w = StoreWriter(path, "r", CAMS, batch_s=0.01)

@@ -160,7 +160,8 @@ def _execute(run: Run) -> dict:
         for f in run.features:
             f.check(run)  # before anything opens
         crops = bool(cfg.secondaries)  # the second stage crops the camera's full pictures
-        opts, why = decoder_fit(cfg.source_options, run.uris, cfg.gate, run.bundle, crops)
+        shown = [*run.uris, *(uri for _, uri in cfg.stream_sinks)]  # a camera's own too
+        opts, why = decoder_fit(cfg.source_options, shown, cfg.gate, run.bundle, crops)
         run.sources = sources = open_sources(cfg.sources, opts, stack)
         _describe(sources, say)
         fitted = describe_fit(sources, opts, why)

@@ -124,10 +124,12 @@ class SinkSet:
 
 def open_sinks(run, opts) -> SinkSet:
     """The run's sinks (``features.Run``), with what they may ask of it (probes' routes, live
-    numbers, the decoder's full-frame demand); ``opts``: the sources' options."""
+    numbers, the decoder's full-frame demand), then each camera's own (``--stream-output``);
+    ``opts``: the sources' options."""
     cfg = run.cfg
     return _open(
         run.uris,
+        list(cfg.stream_sinks),
         [u if isinstance(u, str) else u.description for u in cfg.sources],
         run.sources,
         cfg.sink_options,
@@ -141,17 +143,20 @@ def open_sinks(run, opts) -> SinkSet:
     )
 
 
-def open_more(run, uris: list) -> list:
+def open_more(run, uris: list, own: list = (), more: list = ()) -> list:
     """Sinks added while the run goes on (a reload), opened as the run's were (the streams as
-    they are now) and closed by its stack; an error closes those opened and is raised."""
+    they are now, and ``more``: the sources of cameras about to be added, streams after the
+    run's) and closed by its stack; ``own``: (stream, URI) of a camera's own; an error closes
+    those opened and is raised."""
     ctx = SinkContext(
         say=run.say,
         probes=run.probes.probes if run.probes is not None else None,
         live=run.handler.numbers,
     )
-    described = [s.description for s in run.sources]
+    sources = [*run.sources, *more]
+    described = [s.description for s in sources]
     with contextlib.ExitStack() as opening:
-        got = _open(uris, described, run.sources, run.cfg.sink_options, opening, ctx).all
+        got = _open(uris, own, described, sources, run.cfg.sink_options, opening, ctx).all
         opening.pop_all()  # all opened: the run's from now on
     for sink in got:
         run.stack.callback(_quiet_close, sink, (EdgertError, OSError))
@@ -160,6 +165,7 @@ def open_more(run, uris: list) -> list:
 
 def _open(
     uris: list[str],
+    own: list,
     source_uris: list[str],
     sources: list,
     options: SinkOptions,
@@ -167,8 +173,11 @@ def _open(
     ctx: SinkContext,
 ) -> SinkSet:
     """Every sink, opened with the streams (URIs shown without passwords), their frame rate and
-    the sinks' options; each closed by ``stack`` on an error path (a run closes its own)."""
+    the sinks' options, then each (stream, URI) of ``own`` for its stream alone; each closed by
+    ``stack`` on an error path (a run closes its own). Their order: ``uris``', then ``own``'s."""
     from edgert.apps.uris import redact
+
+    from .sinks.own import OneStream, narrowed
 
     ctx.streams = [
         {"stream": i, "uri": redact(uri), "source": s.description}
@@ -178,8 +187,10 @@ def _open(
     ctx.options = options
     ctx.sources = list(sources)
     opened = []
-    for uri in uris:
-        sink = open_sink(uri, ctx)
+    for i, uri in [(None, u) for u in uris] + list(own):
+        one = ctx if i is None else narrowed(ctx, i, ctx.streams[i], sources[i])
+        sink = open_sink(uri, one)
+        sink = sink if i is None else OneStream(sink, i)
         stack.callback(_quiet_close, sink, (EdgertError, OSError))
         opened.append(sink)
     for sink in list(opened):  # the store: what publishes events waits for its commits

@@ -101,6 +101,7 @@ class CameraConfig:
     model: ModelOptions
     sources: list = field(default_factory=lambda: ["synthetic://"])  # URIs or FrameSource objects
     sinks: list[str] = field(default_factory=list)  # display://, http://, file://, jsonl://, ...
+    stream_sinks: tuple = ()  # (stream, URI): a camera's own outputs (sinks.own)
     source_options: SourceOptions = field(default_factory=SourceOptions)
     sink_options: SinkOptions = field(default_factory=SinkOptions)
     tracking: TrackingOptions = field(default_factory=TrackingOptions)
@@ -120,20 +121,24 @@ class CameraConfig:
     @property
     def tracks(self) -> bool:
         """Tracking is on: asked for, or implied by lines, zones or an events sink."""
-        return self.tracking.enabled or bool(self.secondaries) or any(tracks(u) for u in self.sinks)
+        return self.tracking.enabled or bool(self.secondaries) or any(map(tracks, self.all_uris()))
+
+    def all_uris(self) -> list[str]:
+        """Every output's URI: the run's, then each camera's own."""
+        return [*self.sinks, *(uri for _, uri in self.stream_sinks)]
 
     def tracking_asked_by(self) -> str:
         """What turned tracking on, as the user gave it (for a sentence)."""
         t = self.tracking
         if t.track or not (
-            t.lines or t.zones or self.secondaries or any(tracks(u) for u in self.sinks)
+            t.lines or t.zones or self.secondaries or any(map(tracks, self.all_uris()))
         ):
             return "--track"
         if self.secondaries and not (t.lines or t.zones):
             return f"--secondary {self.secondaries[0].bundle}"
         if t.lines or t.zones:
             return "--line" if t.lines else "--zone"
-        uri = next(u for u in self.sinks if tracks(u))
+        uri = next(u for u in self.all_uris() if tracks(u))
         entry = scheme_of(uri)
         return f"{entry.flag} {uri.split('://', 1)[-1]}" if entry.flag else f"--output {uri}"
 

@@ -24,15 +24,19 @@ def check_outputs_apart(cfg: CameraConfig, uris: list[str] | None = None) -> Non
     the files come from the tables' own functions."""
     uris = cfg.sink_uris() if uris is None else uris
     read = [u for u in cfg.sources if isinstance(u, str)]  # FrameSource objects read no file here
-    files_apart(read, uris, len(cfg.sources), cfg.sink_options)
-    ports_apart(cfg, uris)
+    files_apart(read, uris, len(cfg.sources), cfg.sink_options, cfg.stream_sinks)
+    ports_apart(cfg, uris, cfg.stream_sinks)
 
 
-def files_apart(sources: list[str], uris: list[str], streams: int, options: SinkOptions) -> None:
-    for uri in uris:
+def files_apart(
+    sources: list[str], uris: list[str], streams: int, options: SinkOptions, own=()
+) -> None:
+    """``own``: (stream, URI) of the cameras' own outputs, each written for its stream alone."""
+    for uri in [*uris, *(u for _, u in own)]:
         check_sink(uri, options)
     reads = [f for uri in sources for f in source_files(uri)]
     writes = [w for uri in uris for w in sink_paths(uri, streams, options.mosaic)]
+    writes += [(f"--stream-output {i}:{u}", p) for i, u in own for _, p in sink_paths(u)]
     for k, (what, path) in enumerate(writes):
         for src in reads:
             if same_file(path, src):
@@ -47,18 +51,22 @@ def files_apart(sources: list[str], uris: list[str], streams: int, options: Sink
                 )
 
 
-def ports_apart(cfg: CameraConfig, uris: list[str]) -> None:
+def ports_apart(cfg: CameraConfig, uris: list[str], own=()) -> None:
     """OutputError when two of the run's listeners (--metrics, web viewers, RTSP re-streams)
     would take one port (the viewer's port serves the probes and /metrics itself, so --metrics
     may simply be left out), or when --model-endpoint would answer on an address other than
     loopback (whoever reaches it could replace the model)."""
     from edgert.apps.telemetry.http import parse_address
-    from edgert.apps.uris import is_loopback
+    from edgert.apps.uris import is_loopback, redact
 
     from .sinks import listener
 
     listeners = [("--metrics", *parse_address(cfg.metrics), True)] if cfg.metrics else []
     listeners += [x for x in map(listener, uris) if x is not None]
+    for i, uri in own:  # a camera's own re-stream listens on a port of its own
+        x = listener(uri)
+        if x is not None:
+            listeners.append((f"--stream-output {i}:{redact(uri)}", *x[1:]))
     seen: dict = {}
     for what, _, port, probes in listeners:
         if port and port in seen:

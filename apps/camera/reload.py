@@ -99,10 +99,11 @@ class Plan:
     kept: dict
     geometries: list
     gates: list | None
-    uris: list  # the outputs
+    uris: list  # the outputs: the run's URIs, then (camera, URI) of each camera's own
     model: str | None = None  # a new bundle path to swap to
     opened: dict = dataclasses.field(default_factory=dict)  # name -> its new source
     sinks: list = dataclasses.field(default_factory=list)  # the outputs added, opened
+    adding: list = dataclasses.field(default_factory=list)  # what they are, in plan.uris' keys
 
 
 class Reloader:
@@ -116,7 +117,8 @@ class Reloader:
         self.lock = threading.Lock()
         self.applied = self.refused = 0
         self.retiring: list = []  # streams removed, what they hold not yet let go
-        self.sinks = dict(zip(run.uris, run.sinks.order))  # each output's URI -> its sink
+        own = [(self.names[i], uri) for i, uri in run.cfg.stream_sinks]  # a camera's own
+        self.sinks = dict(zip([*run.uris, *own], run.sinks.order))  # each output -> its sink
         self.last: dict | None = None
 
     # -- the entries ---------------------------------------------------------------------
@@ -197,6 +199,7 @@ class Reloader:
                     f"{escape_controls(model)} is not in a folder --allow-models names "
                     f"({', '.join(self.run.slot.roots)})"
                 )
+        uris += [(names[j], uri) for j, uri in cfg.stream_sinks]  # opened for their camera
         return Plan(cfg, names, added, removed, kept, geometries, gates, uris, model)
 
     def _size(self, stream: int):
@@ -219,11 +222,28 @@ class Reloader:
                     plan.opened[name] = source
                 check_in_frame(plan.geometries, j, source.size)
                 check_masks_in_frame(plan.cfg.gate, j, source.size)
-            plan.sinks = open_more(self.run, [u for u in plan.uris if u not in self.sinks])
+            self._open_outputs(plan)
         except BaseException:
             for source in plan.opened.values():
                 source.close()
             raise
+
+    def _open_outputs(self, plan: Plan) -> None:
+        """The outputs the plan adds, opened: the run's, then the cameras' own, each for its
+        camera's stream (a camera added: the stream it is about to be, after the run's)."""
+        fresh = {name: k for k, name in enumerate(plan.added)}  # a camera added, or made anew
+        run_wide = [u for u in plan.uris if isinstance(u, str) and u not in self.sinks]
+        own = [
+            key
+            for key in plan.uris
+            if not isinstance(key, str) and (key not in self.sinks or key[0] in fresh)
+        ]
+        base = len(self.run.sources)
+        more = [plan.opened.get(n, plan.cfg.sources[j]) for n, j in plan.added.items()]
+        streams = [base + fresh[n] if n in fresh else self.streams[n] for n, _ in own]
+        pairs = [(i, uri) for i, (_, uri) in zip(streams, own)]
+        plan.sinks = open_more(self.run, run_wide, pairs, more)
+        plan.adding = [*run_wide, *own]
 
     # -- the change --------------------------------------------------------------------------
     def _apply(self, plan: Plan) -> list:
@@ -260,15 +280,15 @@ class Reloader:
 
     def _outputs(self, plan: Plan) -> list:
         """The outputs added (opened already) and removed (closed), between two frames."""
-        added = [u for u in plan.uris if u not in self.sinks]
-        gone = [u for u in self.sinks if u not in plan.uris]
+        added = plan.adding
+        gone = [u for u in self.sinks if u not in plan.uris or u in added]  # or opened anew
         if not added and not gone:
             return []
         removed = [self.sinks.pop(u) for u in gone]
         self.sinks.update(zip(added, plan.sinks))
         self.run.handler.change_sinks(plan.sinks, removed)
-        said = [f"output {_shown(u)} removed" for u in gone]
-        return said + [f"output {_shown(u)} added" for u in added]
+        said = [f"{_output(u)} removed" for u in gone if u not in added]
+        return said + [f"{_output(u)} added" for u in added]
 
     def _restyle(self, plan: Plan, name: str, j: int, i: int) -> list:
         """A kept camera's lines, zones and gate, where they changed."""
@@ -336,6 +356,13 @@ def _of(geometries: list, j: int) -> list:
 
 def _masks_of(options, j: int, streams: int) -> list:
     return [spec for spec in options.masks if parse_mask(spec, streams)[0] in (None, j)]
+
+
+def _output(key) -> str:
+    """An output in a sentence: the run's (its URI), or a camera's own ((camera, URI))."""
+    if isinstance(key, str):
+        return f"output {_shown(key)}"
+    return f"camera {key[0]}: output {_shown(key[1])}"
 
 
 def _shown(uri) -> str:

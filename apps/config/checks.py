@@ -163,9 +163,11 @@ def _mask_outside(points, size) -> str | None:
 
 def own(data: dict, problems: Problems) -> None:
     """Each camera's own keys: its gate a mode ``--gate`` takes; its clips or snapshots only
-    where the run keeps them (``outputs.clips``, ``outputs.snapshots``)."""
+    where the run keeps them (``outputs.clips``, ``outputs.snapshots``); its outputs of a kind
+    one camera can have."""
     from edgert.apps.camera.gate_options import gate_mode
-    from edgert.runtime.errors import SourceError
+    from edgert.apps.camera.sinks import own, scheme_of
+    from edgert.runtime.errors import OutputError, SourceError
 
     outputs = data.get("outputs") or {}
     for name, camera in data["cameras"].items():
@@ -174,6 +176,14 @@ def own(data: dict, problems: Problems) -> None:
                 gate_mode(camera["gate"], "gate")
             except SourceError as exc:
                 problems.add(("cameras", name, "gate"), None, str(exc).partition(": ")[2])
+        for k, uri in enumerate(camera.get("outputs") or []):
+            try:
+                scheme_of(uri)
+                why = own.why_not_own(uri)
+            except OutputError as exc:
+                why = str(exc)
+            if why:
+                problems.add(("cameras", name, "outputs", k), None, why)
         for key in ("clips", "snapshots"):
             sinks = [u for u in outputs.get("uris") or [] if str(u).startswith(f"{key}://")]
             if camera.get(key) is not None and not (outputs.get(key) or sinks):

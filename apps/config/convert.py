@@ -88,6 +88,7 @@ def to_namespace(data: dict):
     for dest, key in OWN:
         forms = [f"{i}:{_value(c[key])}" for i, c in enumerate(cameras) if c.get(key) is not None]
         setattr(ns, dest, forms)
+    ns.stream_output = [f"{i}:{u}" for i, c in enumerate(cameras) for u in c.get("outputs") or []]
     return ns
 
 
@@ -119,11 +120,14 @@ def from_namespace(args) -> dict:
 
 
 def _own(args, cameras: dict) -> None:
-    """Each ``--stream-gate|target-fps|clips|snapshots STREAM:VALUE`` as its camera's own key;
+    """Each ``--stream-gate|target-fps|clips|snapshots|output STREAM:VALUE`` as its camera's own;
     SourceError in one sentence for a form that is not ``STREAM:VALUE`` of a stream the run has."""
     from edgert.apps.camera.gate_options import split_stream
+    from edgert.apps.camera.sinks import own
     from edgert.runtime.errors import SourceError
 
+    for stream, uri in own.parse(getattr(args, "stream_output", None) or [], len(cameras)):
+        cameras[f"cam{stream}"].setdefault("outputs", []).append(uri)
     for dest, key in OWN:
         flag = "--" + dest.replace("_", "-")
         for form in getattr(args, dest, None) or []:

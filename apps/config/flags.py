@@ -21,6 +21,7 @@ PER_CAMERA = {
     **{"source": "source", "line": "lines", "zone": "zones", "motion_mask": "motion_masks"},
     **{"stream_gate": "gate", "stream_target_fps": "target_fps"},  # its own gate and rate
     **{"stream_clips": "clips", "stream_snapshots": "snapshots"},  # false: none of its own
+    "stream_output": "outputs",  # its own outputs (sinks.own)
 }
 # a section's name in the file where the feature's own is not the word a user looks for
 TITLES = {"metrics": "telemetry"}
@@ -138,6 +139,7 @@ def camera_config(args):
         with_folder_flags,
         with_store,
     )
+    from edgert.apps.camera.sinks import own as own_outputs
     from edgert.apps.camera.sources import SourceOptions
     from edgert.apps.uris import expand
     from edgert.runtime.errors import OutputError, SourceError
@@ -153,12 +155,15 @@ def camera_config(args):
             if value is not None:  # the short forms of sinks in the table
                 sinks.append(from_flag(flag, expand(value, flag)))
         sinks = with_folder_flags(with_store(sinks, args.store), args)
+        forms = [expand(f, "--stream-output") for f in getattr(args, "stream_output", None) or []]
+        own = own_outputs.parse(forms, len(sources))
     except ValueError as exc:
         raise OutputError(str(exc)) from None
     return CameraConfig(
         model=ModelOptions.from_args(args),
         sources=sources,
         sinks=sinks,
+        stream_sinks=own,
         source_options=SourceOptions.from_args(args),
         sink_options=SinkOptions.from_args(args),
         run=RunOptions.from_args(args),

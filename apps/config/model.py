@@ -58,8 +58,8 @@ class Defaults(BaseModel):
 
 class Camera(BaseModel):
     """One camera: its source URI (credentials only as ${EDGERT_...} references) and, when given,
-    its own lines, zones and motion masks instead of ``defaults:``', and its own gate mode and
-    target rate instead of the ``gate:`` section's."""
+    its own lines, zones and motion masks instead of ``defaults:``', its own gate mode and
+    target rate instead of the ``gate:`` section's, and outputs of its own."""
 
     model_config = STRICT
     source: Text = Field(min_length=1)
@@ -77,6 +77,11 @@ class Camera(BaseModel):
     )
     snapshots: Optional[bool] = Field(
         None, description="false: no snapshots of this camera's tracks (outputs.snapshots)"
+    )
+    outputs: Optional[List[Text]] = Field(
+        None,
+        description="this camera's own outputs, of its frames and events alone: a video file, "
+        "rtsp://, mqtt[s]://, jsonl:// or events:// (outputs.uris are every camera's)",
     )
 
 

@@ -19,6 +19,11 @@ FOLLOWERS = ("MqttOutput",)  # the sinks that tell others of an event
 
 
 def follows(sink) -> bool:
+    """Whether ``sink`` tells others of an event (a camera's own: its sink within)."""
+    from edgert.apps.camera.sinks.own import OneStream
+
+    if isinstance(sink, OneStream):
+        return follows(sink.inner)
     return type(sink).__name__ in FOLLOWERS
 
 

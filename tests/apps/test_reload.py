@@ -339,6 +339,55 @@ def test_a_camera_s_own_gate_is_changed_alone(site, tmp_path):
     assert modes == ["motion", "interval"], modes
 
 
+def test_a_camera_s_own_outputs_follow_it_through_reloads(site, tmp_path):
+    """A camera's own output added while it runs takes its frames from then on, and only its;
+    a camera added with its own output writes it from its first frame, as the stream it became;
+    a camera removed closes its own outputs; an output moved to another camera is reopened."""
+    bundle, a, b, c = site
+    config, ev = tmp_path / "site.yaml", tmp_path / "ev.jsonl"
+    one, three, moved = (tmp_path / f"{n}.jsonl" for n in ("one", "three", "moved"))
+    port, url = metrics()
+    base = f"{port} --events {ev}"
+    write(config, flags(bundle, [a, b], more=base))
+    proc = camera(tmp_path, config, url)
+    try:
+        more = f"{base} --stream-output 1:jsonl://{one}"
+        write(config, flags(bundle, [a, b], more=more))
+        proc.send_signal(signal.SIGHUP)
+        got = wait_for(lambda: http("GET", url + "/config")[1]["last"], 60, proc)
+        assert got["changes"] == [f"camera cam1: output jsonl://{one} added"], got
+        wait_for(lambda: len(events(one)) > 5, 60, proc)
+        more += f" --stream-output 2:jsonl://{three}"
+        write(config, flags(bundle, [a, b, c], more=more))
+        status, got = http("GET", url + "/config")
+        proc.send_signal(signal.SIGHUP)
+        got = wait_for(lambda: _changed(url, got), 60, proc)
+        assert got["changes"] == [
+            f"camera cam2 added as stream 2 ({c})",
+            f"camera cam2: output jsonl://{three} added",
+        ], got
+        wait_for(lambda: len(events(three)) > 5, 60, proc)
+        write(config, flags(bundle, [a, c], more=f"{base} --stream-output 0:jsonl://{moved}"))
+        status, got = http("GET", url + "/config")
+        proc.send_signal(signal.SIGHUP)
+        got = wait_for(lambda: _changed(url, got), 60, proc)
+        assert f"camera cam1: output jsonl://{one} removed" in got["changes"], got
+        assert f"camera cam2: output jsonl://{three} removed" in got["changes"], got
+        assert f"camera cam0: output jsonl://{moved} added" in got["changes"], got
+        wait_for(lambda: len(events(moved)) > 5, 60, proc)
+    finally:
+        stop(proc)
+    for path, stream in ((one, 1), (three, 2), (moved, 0)):
+        header, *records = events(path)
+        assert [s["stream"] for s in header["streams"]] == [stream]
+        assert records and {r["stream"] for r in records} == {stream}, path
+
+
+def _changed(url: str, before: dict):
+    now = http("GET", url + "/config")[1]
+    return now["last"] if now["applied"] > before["applied"] else None
+
+
 def test_config_mistakes_are_one_sentence(site, tmp_path):
     bundle, a, _, _ = site
     config = tmp_path / "site.yaml"

@@ -35,6 +35,7 @@ BASE = {
                     "lines": [{"name": "in", "points": [[1, 2], [3, 4]]}],
                     "zones": [{"name": "z", "points": [[1, 1], [5, 1], [5, 5]]}],
                     "motion_masks": [[[0, 0], [1, 0], [1, 1]]],
+                    "outputs": ["mqtt://broker:1883/site/door"],
                 }
             },
             "defaults": {

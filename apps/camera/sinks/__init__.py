@@ -19,6 +19,7 @@ from edgert.apps.lazy import lazy_names
 from edgert.apps.uris import redact
 from edgert.runtime.errors import OutputError
 
+from . import own
 from .base import Sink, SinkContext, frame_record, grid_columns
 from .mqtt import MqttOptions
 
@@ -237,6 +238,7 @@ class SinkOptions:
             help=", ".join(e.form for e in SCHEMES.values())
             + "; repeat for several (what each is: below the options)",
         )
+        own.add_arguments(parser)  # --stream-output STREAM:URI
         parser.add_argument(
             "--mosaic",
             action="store_true",

@@ -257,7 +257,10 @@ def scrape(port: int) -> dict:
             if line.startswith(head):
                 labels, value = line[len(head) :].split("}", 1)
                 stream = labels.split('stream="', 1)[1].split('"', 1)[0]
-                out.setdefault(stream, {})[name] = float(value)
+                counts = out.setdefault(stream, {})
+                # dropped has a reason (queue, decode): each counts (the last one read stood
+                # for all of them, and a queue's drops read as 0)
+                counts[name] = counts.get(name, 0.0) + float(value)
     return out
 
 

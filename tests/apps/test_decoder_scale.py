@@ -99,19 +99,19 @@ def test_cameras_on_the_board_scale_on_the_way():
     assert csi.rest == (
         'capsfilter name=head caps="video/x-raw(memory:NVMM),width=1920,height=1080,'
         'framerate=30/1" ! nvvidconv name=scale interpolation-method=1 ! capsfilter name=fit '
-        "caps=video/x-raw,format=BGRx ! appsink name=sink sync=false max-buffers=1 drop=true"
+        "caps=video/x-raw,format=BGRx ! appsink name=sink sync=false max-buffers=2 drop=true"
     )
     assert media.csi_pipeline(0, 1920, 1080, 30).rest == (
         'capsfilter name=head caps="video/x-raw(memory:NVMM),width=1920,height=1080,'
         'framerate=30/1" ! nvvidconv ! capsfilter caps=video/x-raw,format=BGRx ! '
-        "appsink name=sink sync=false max-buffers=1 drop=true"
+        "appsink name=sink sync=false max-buffers=2 drop=true"
     )
     usb = media.v4l2_pipeline("/dev/video0", 1280, 720, 30, "yuyv", _fit(), PC)
     assert usb.rest == (
         "capsfilter name=head caps=video/x-raw,format=YUY2,width=1280,height=720,"
         "framerate=30/1 ! videoscale name=scale method=1 ! capsfilter name=fit caps=video/x-raw "
         "! videoconvert ! capsfilter caps=video/x-raw,format=BGR ! appsink name=sink "
-        "sync=false max-buffers=1 drop=true"
+        "sync=false max-buffers=2 drop=true"
     )
     mjpeg = media.v4l2_pipeline("/dev/video0", 0, 0, 0, "mjpeg", _fit(), JETSON)
     assert mjpeg.rest.startswith(

@@ -19,7 +19,7 @@ from tests.apps.test_site_config import mirrored_video
 from tests.apps.test_telemetry import Mosquitto, Subscriber, needs
 from tests.apps.test_tracking_camera import FRAMES, scene_video
 from tests.conftest import assert_user_error, run_cli
-from tests.tiny import blob_detector_bundle
+from tests.tiny import blob_detector_bundle, classifier_bundle
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +88,9 @@ def test_what_cannot_be_a_camera_s_own_output_is_one_sentence(site, tmp_path):
     for args, said in cases:
         assert_user_error(run_cli(*base, *args), said)
     assert not out.exists()
+    classifier = classifier_bundle(tmp_path / "cls")  # a camera's events output tracks
+    proc = run_cli("camera", classifier, "--source", a, "--stream-output", f"0:events://{out}")
+    assert_user_error(proc, f"--stream-output 0:events://{out} follows detected objects")
 
 
 @pytest.mark.subprocess

@@ -179,9 +179,13 @@ def decode_chain(
 
 
 def appsink(live: bool) -> str:
-    """A live source keeps only the newest frame (older ones are stale); a file loses none."""
+    """A file loses none. A live source's appsink holds two frames at most (the oldest dropped
+    beyond): the capture thread takes each at once, and one that arrives while it is busy (a
+    decoder's burst after a key frame, a thread waiting for its turn) reaches the stream's own
+    queue, whose drops are counted, instead of being dropped unseen here (measured: 8 streams of
+    1080p on 2 cores lost 2-3 % of their frames at an appsink of one, none at two)."""
     if live:
-        return "appsink name=sink sync=false max-buffers=1 drop=true"
+        return "appsink name=sink sync=false max-buffers=2 drop=true"
     return "appsink name=sink sync=false max-buffers=4 drop=false"
 
 

@@ -4,7 +4,7 @@ change to the new zone counting, and the frames lost on the cameras the change d
 ``edgert camera``'s run (``run_camera``, in this process) reads three live rendered scenes (a
 bright square circling over a dark frame, paced at ``--fps``, dropping the oldest frame when the
 pipeline is behind, as a camera does) through a real detector bundle (tests.tiny's blob
-detector on ONNX Runtime), with ``--watch-config`` on a file of its flags. ``--reloads`` times
+detector on ONNX Runtime), with ``--watch-config`` on its site file. ``--reloads`` times
 the file is rewritten: camera 0's zone replaced by another (a new name and polygon, both
 covering the picture where the square circles) and camera 2 added or removed in turn; camera 1
 never changes. Each reload waits for the new zone's first ``zone_enter`` in the events file
@@ -80,25 +80,36 @@ class Scene:
 
 
 def flags(bundle: Path, events: Path, zone: str, cameras: int, port: int) -> str:
+    """The site file of the run's flags (as ``edgert camera FLAGS --print-config`` writes it);
+    its sources are the rendered scenes' names (the loader hands the scenes themselves)."""
+    import argparse
+    import shlex
+
+    from edgert.apps.commands import camera as command
+    from edgert.apps.config import site_from_args
+
     sources = " ".join(f"--source scene{i}" for i in range(cameras))
-    return (
-        f"{bundle} {sources} --headless --conf 0.75 --events {events}\n"
-        f"--metrics 127.0.0.1:{port}\n"
-        f"--zone 0:{zone}\n--line 1:door=160,0,160,240\n"
+    text = (
+        f"{bundle} {sources} --headless --conf 0.75 --events {events} "
+        f"--metrics 127.0.0.1:{port} --zone 0:{zone} --line 1:door=160,0,160,240"
     )
+    parser = argparse.ArgumentParser()
+    command.add_parser(parser.add_subparsers())
+    return site_from_args(parser.parse_args(["camera", *shlex.split(text)])).yaml()
 
 
 def loader_of(scenes: dict):
-    """The camera command's loader (a file of flags), its sources the rendered scenes."""
-    from edgert.apps.commands.camera import load_config
+    """The camera command's loader (a site file), its sources the rendered scenes."""
+    from edgert.apps.config import load_site_text
 
     def load(text: str):
-        cfg, version = load_config(text)
+        site = load_site_text(text, name="site.yaml")
+        cfg = site.config
         for u in cfg.sources:  # a camera removed was stopped: added again, it is a new one
             if scenes[u].cancelled.is_set():
                 scenes[u] = Scene(scenes[u].fps, scenes[u].phase)
         cfg.sources = [scenes[u] for u in cfg.sources]
-        return cfg, version
+        return cfg, site.version, list(site.names)
 
     return load
 
@@ -138,12 +149,12 @@ def run(bundle: Path, folder: Path, reloads: int, fps: float, seconds: float | N
     from tests.ports import free_ports
 
     scenes = {f"scene{i}": Scene(fps, i) for i in range(3)}
-    events, config = folder / "events.jsonl", folder / "site.flags"
+    events, config = folder / "events.jsonl", folder / "site.yaml"
     port = free_ports(1)[0]
     config.write_text(flags(bundle, events, ZONES[0], 2, port))
     load = loader_of(scenes)
-    cfg, version = load(config.read_text())
-    cfg.more["reload"] = ReloadOptions(str(config), True, None, load, version)
+    cfg, version, names = load(config.read_text())
+    cfg.more["reload"] = ReloadOptions(str(config), True, None, load, version, tuple(names))
     times: list = []
     window: list = []  # camera 1's (captured, dropped) before the reloads and after them
 

@@ -206,20 +206,38 @@ def decode_yolo(
     output = np.asarray(output, dtype=np.float32)
     nc = num_classes if num_classes is not None else (len(labels) if labels else None)
     layout = yolo_layout(output.shape, nc)
-    if layout == "v8":
-        output = output.transpose(0, 2, 1)
     results = []
     for i, pred in enumerate(output):
-        # NaN and inf (an FP16 engine's overflow) go through the arithmetic silently; _finish
-        # drops every candidate they reach
-        with np.errstate(invalid="ignore", over="ignore"):
-            boxes = xywh_to_xyxy(pred[:, :4])
-            cls_scores = pred[:, 5:] * pred[:, 4:5] if layout == "v5" else pred[:, 4:]
-        classes = cls_scores.argmax(axis=1)
-        scores = cls_scores[np.arange(len(pred)), classes]
         t = transforms[i] if transforms else None
+        if layout == "v5":
+            # NaN and inf (an FP16 engine's overflow) go through the arithmetic silently;
+            # _finish drops every candidate they reach
+            with np.errstate(invalid="ignore", over="ignore"):
+                cls_scores = pred[:, 5:] * pred[:, 4:5]
+            boxes, classes = pred[:, :4], cls_scores.argmax(axis=1)
+            scores = cls_scores[np.arange(len(pred)), classes]
+        else:  # v8: the anchors under the threshold are left out before anything else
+            boxes, scores, classes = _v8_candidates(pred, layout == "v8", conf)
+        with np.errstate(invalid="ignore", over="ignore"):
+            boxes = xywh_to_xyxy(boxes)
         results.append(_finish(boxes, scores, classes, conf, iou, max_det, t, labels))
     return results
+
+
+def _v8_candidates(pred: np.ndarray, by_row: bool, conf: float) -> tuple:
+    """(boxes cx, cy, w, h, best score, its class) of the anchors of a v8 head ``pred`` ([4 + nc,
+    anchors] when ``by_row``, else [anchors, 4 + nc]) whose best class score reaches ``conf``
+    (a NaN score: none). The best score of every anchor is one contiguous reduction; boxes and
+    the class's index only for those kept (a quiet scene keeps a handful of 8,400): the same
+    candidates, in the same order, as every anchor's argmax would give."""
+    cls = pred[4:] if by_row else pred[:, 4:]
+    axis = 0 if by_row else 1
+    with np.errstate(invalid="ignore"):
+        best = cls.max(axis=axis)  # NaN propagates: under any threshold
+        keep = np.flatnonzero(best >= conf)
+    if by_row:
+        return pred[:4, keep].T, best[keep], cls[:, keep].argmax(axis=0)
+    return pred[keep, :4], best[keep], cls[keep].argmax(axis=1)
 
 
 def decode_ssd(

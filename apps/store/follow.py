@@ -19,10 +19,9 @@ FOLLOWERS = ("MqttOutput",)  # the sinks that tell others of an event
 
 
 def follows(sink) -> bool:
-    """Whether ``sink`` tells others of an event (a camera's own: its sink within)."""
-    from edgert.apps.camera.sinks.own import OneStream
-
-    if isinstance(sink, OneStream):
+    """Whether ``sink`` tells others of an event (a camera's own, ``sinks.own.OneStream``: the
+    sink within; named, not imported: the sinks' package imports the store)."""
+    if type(sink).__name__ == "OneStream":
         return follows(sink.inner)
     return type(sink).__name__ in FOLLOWERS
 

@@ -457,18 +457,24 @@ def trained(args, work: Path) -> dict:
     }
 
 
-def real(args, work: Path) -> dict:
-    from edgert.quantize import calibration
-
-    bundle = work / "real.edgert"
+def export_real(onnx: Path, work: Path) -> Path:
+    """A pretrained detector's ONNX exported as ``edgert export`` does: ``work/real.edgert``."""
     import subprocess
     import sys
 
+    bundle = work / "real.edgert"
     subprocess.run(
-        [sys.executable, "-m", "edgert.apps", "export", str(args.real), "-o", str(bundle)],
+        [sys.executable, "-m", "edgert.apps", "export", str(onnx), "-o", str(bundle)],
         check=True,
         capture_output=True,
     )
+    return bundle
+
+
+def real(args, work: Path) -> dict:
+    from edgert.quantize import calibration
+
+    bundle = export_real(args.real, work)
     render_footage(work / "footage", CALIB, seed=0)
     test = render_footage(work / "footage_test", REAL_TEST, seed=1)
     ways, sections = build_all(bundle, work / "footage", work, args)

@@ -34,12 +34,20 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
-from detector_int8 import BUILD, copy_bundle, edgert_build, modelopt, score, worktree
+from detector_int8 import (
+    BUILD,
+    _manifest,
+    copy_bundle,
+    edgert_build,
+    export_real,
+    modelopt,
+    score,
+    worktree,
+)
 from json_report import write_json
 
 VTEST = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
@@ -156,25 +164,12 @@ def build_ways(bundle: Path, calib_dir: Path, calib_frames: list, work: Path, ar
     return ways, sections, loads
 
 
-def _manifest(bundle: Path):
-    import json
-
-    from edgert.runtime.bundle import Manifest
-
-    return Manifest.from_dict(json.loads((bundle / "manifest.json").read_text()))
-
-
 def run(args, work: Path) -> dict:
     import cv2
 
     from edgert.quantize import calibration
 
-    bundle = work / "real.edgert"
-    subprocess.run(
-        [sys.executable, "-m", "edgert.apps", "export", str(args.real), "-o", str(bundle)],
-        check=True,
-        capture_output=True,
-    )
+    bundle = export_real(args.real, work)
     calib, test, plan = split_footage(args.footage, args)
     calib_dir = work / "calib"
     calib_dir.mkdir(parents=True)

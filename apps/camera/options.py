@@ -142,10 +142,9 @@ class CameraConfig:
             return f"--secondary {self.secondaries[0].bundle}"
         if t.lines or t.zones:
             return "--line" if t.lines else "--zone"
-        own = [f"--stream-output {i}:{u}" for i, u in self.stream_sinks if tracks(u)]
         uri = next((u for u in self.sinks if tracks(u)), None)
         if uri is None:  # a camera's own events output
-            return own[0]
+            return next(f"--stream-output {i}:{u}" for i, u in self.stream_sinks if tracks(u))
         entry = scheme_of(uri)
         return f"{entry.flag} {uri.split('://', 1)[-1]}" if entry.flag else f"--output {uri}"
 

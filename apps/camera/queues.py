@@ -66,6 +66,13 @@ class DropOldestQueue:
             self._cond.notify_all()
             return item
 
+    def grow(self, more: int = 1) -> None:
+        """Room for ``more`` items (a stream added to a running pipeline); a put waiting for
+        room takes it at once."""
+        with self._cond:
+            self.maxsize += more
+            self._cond.notify_all()
+
     def close(self) -> None:
         """Release puts waiting for room (they drop their item) and refuse later ones."""
         with self._cond:

@@ -460,3 +460,39 @@ def test_the_web_viewer_draws_and_encodes_at_its_own_rate():
             assert odd.picture is None and not out.wants(odd)
     finally:
         out.close()
+
+
+def test_gated_streams_hand_their_frames_on_without_waiting_for_each_other():
+    """A frame the gate skips goes from its stream's thread straight to the finishing queue:
+    with the output held, every stream still hands its frames on (room for one of each stream)
+    instead of its thread waiting behind the others' (at 16 gated camera streams, one model
+    image a batch, that waiting dropped 3-5 % of the frames with a third of the CPU idle)."""
+    n = 8
+    release = threading.Event()
+    decided: dict = {}
+
+    class Skip:  # the gate's decision: nothing to infer
+        def decide(self, frame):
+            decided[frame.stream] = decided.get(frame.stream, 0) + 1
+
+    def noop(*_):
+        return None
+
+    p = Pipeline(
+        [FrameList(3, k) for k in range(n)],
+        Steps(noop, noop, noop),
+        lambda frame: release.wait(10),  # an output that holds on
+        batch=1,
+        gates=[Skip() for _ in range(n)],
+    )
+    t = threading.Thread(target=p.run, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not all(decided.get(k, 0) >= 2 for k in range(n)):
+        time.sleep(0.01)
+    got = dict(decided)
+    release.set()
+    t.join(10)
+    assert not t.is_alive()
+    assert all(got.get(k, 0) >= 2 for k in range(n)), got
+    assert [s.processed for s in p.streams] == [3] * n  # every frame delivered

@@ -77,11 +77,14 @@ class Pipeline:
             for i, s in enumerate(sources)
         ]
         self._captures: list[threading.Thread] = []  # each stream's, by index
-        # a frame the gate skipped goes from its stream's thread straight to ``post``: room for
-        # one of each stream, or the streams' threads wait on each other (and on one shared
-        # condition: at 16 gated streams they dropped 3-5 % with a third of the CPU idle)
-        self.post = DropOldestQueue(2 + len(sources), lossless=True)  # batches
-        self.out = DropOldestQueue(2 * self.batch + len(sources), lossless=True)  # frames
+        # gated, a frame the gate skipped goes from its stream's thread straight to ``post``:
+        # room for one of each stream, or the streams' threads wait on each other (and on one
+        # shared condition: at 16 gated streams they dropped 3-5 % with a third of the CPU
+        # idle); ungated, only the batcher puts there, and the tight queues keep files' streams
+        # in step (the same files give their events in the same order, run after run)
+        room = len(sources) if gates is not None else 0
+        self.post = DropOldestQueue(2 + room, lossless=True)  # batches
+        self.out = DropOldestQueue(2 * self.batch + room, lossless=True)  # frames
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
         # bounded: a camera left on for days keeps a fixed-size reservoir and window per stage
@@ -406,9 +409,9 @@ class Pipeline:
             s.last_ready = time.monotonic()
             if self.gates is not None:
                 self.gates.append(gate)
+                self.post.grow()  # room for its frames too (see __init__)
+                self.out.grow()
             self.streams.append(s)
-            self.post.grow()  # room for its frames too (see __init__)
-            self.out.grow()
         capture, prepare = self._thread(self._capture, s), self._thread(self._prepare, s)
         self._captures.append(capture)
         capture.start()

@@ -514,13 +514,15 @@ def test_a_secondary_is_swapped_through_the_model_endpoint(scene, tmp_path):
     det, _, _ = scene
     models = tmp_path / "models"
     swapped, col = _inverse_colour_bundle(models / "col")
-    # two squares going to and fro for 2 minutes of video: their tracks live through the swap
+    # two squares going to and fro, whole periods in the clip: looped (a file runs as fast as it
+    # is read: 1,200 frames took 1.4 s, and the camera ended before the swap was asked for), the
+    # motion goes on across the loop and their tracks live through the swap
     video = tmp_path / "long.mp4"
     writer = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"mp4v"), FPS, (W, H))
     for t in range(1200):
         img = np.zeros((H, W, 3), np.uint8)
-        _square(img, 160 + 100 * np.sin(t / 20), 50, "red")
-        _square(img, 160 - 100 * np.sin(t / 25), 190, "blue")
+        _square(img, 160 + 100 * np.sin(2 * np.pi * 10 * t / 1200), 50, "red")
+        _square(img, 160 - 100 * np.sin(2 * np.pi * 8 * t / 1200), 190, "blue")
         writer.write(img)
     writer.release()
     port = free_ports(1)[0]
@@ -528,6 +530,7 @@ def test_a_secondary_is_swapped_through_the_model_endpoint(scene, tmp_path):
     app = _running(
         det,
         video,
+        "--loop",
         "--secondary",
         col,
         "--metrics",

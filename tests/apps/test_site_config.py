@@ -98,6 +98,12 @@ def events_of(path) -> list:
     return out
 
 
+def per_stream(events: list) -> list:
+    """The events stream by stream, each stream's in the order it made them (a run's own events,
+    of no stream, first)."""
+    return sorted(events, key=lambda e: e.get("stream", -1))
+
+
 def test_a_site_file_and_the_same_command_line_give_the_same_summary_and_events(site, tmp_path):
     bundle, a, b = site
     by_flags, by_file = tmp_path / "flags.jsonl", tmp_path / "file.jsonl"
@@ -115,7 +121,9 @@ def test_a_site_file_and_the_same_command_line_give_the_same_summary_and_events(
     yard = file_summary["streams"][1]["counts"]
     assert set(yard) == {"half", "pen"}  # the defaults' line and its own zone, not the door
     assert yard["pen"]["entries"] == 1 and yard["half"]["in"] + yard["half"]["out"] == 1
-    assert events_of(by_file)[1:] == events_of(by_flags)[1:]
+    # each stream's events in its order (two files' streams interleave by timing: a batch that
+    # waited its 20 ms for the other stream under load goes with one stream's frame alone)
+    assert per_stream(events_of(by_file)[1:]) == per_stream(events_of(by_flags)[1:])
     kinds = [e["event"] for e in events_of(by_file)]
     assert kinds.count("line_cross") == 3 and kinds.count("zone_enter") == 1
 

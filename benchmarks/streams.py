@@ -35,7 +35,8 @@ included), latency p50/p95 capture to result (the camera's summary, whole run: s
 included; the floor's: from the buffer's capture time, as edgert stamps it, to its sink, whole
 run too), CPU (utime + stime from /proc/PID/stat, every thread) and RSS (VmRSS) of the process,
 per stream, and edgert's CPU a frame by thread (its stages name their threads: capture-#,
-prepare-#, batcher, finish, output; GStreamer's decoding runs in its streaming threads). Held in real time, for every variant alike: drops <= 1 % and p95 <= 2 frame periods
+prepare-#, batcher, finish, output; GStreamer's decoding runs in its streaming threads). Held in
+real time, for every variant alike: drops <= 1 % and p95 <= 2 frame periods
 (``floor_n_by_drops`` in the JSON: the floor's N by its drops alone, as tables before this one).
 Prints a table and how long it took, writes JSON and a plot of the frames per second held vs N.
 
@@ -67,7 +68,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.json_report import write_json  # noqa: E402
 from benchmarks.yolo_onnx import yolov8s_bundle  # noqa: E402
 from tests.ports import free_ports  # noqa: E402
-from tests.power_plant import cpu_seconds  # noqa: E402
+from tests.power_plant import CLOCK_TICKS, cpu_seconds  # noqa: E402
 
 FPS = 15
 VTEST = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
@@ -214,7 +215,7 @@ def thread_cpu(pid: int) -> dict[str, float]:
         name = re.sub(r"\d+", "#", stat[stat.index("(") + 1 : stat.rindex(")")])
         fields = stat.rsplit(")", 1)[1].split()
         ticks = int(fields[11]) + int(fields[12])  # utime, stime
-        out[name] = out.get(name, 0.0) + ticks / os.sysconf("SC_CLK_TCK")
+        out[name] = out.get(name, 0.0) + ticks / CLOCK_TICKS
     return out
 
 

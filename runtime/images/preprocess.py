@@ -89,6 +89,12 @@ class Preprocessing:
     def channels(self) -> int:
         return 1 if self.channel_order == "GRAY" else 3
 
+    @property
+    def identity(self) -> bool:
+        """No arithmetic: the model takes the pixels as they are (scale 1, mean 0, std 1), as a
+        bundle whose graph normalises its uint8 input does (``edgert export --uint8-input``)."""
+        return self.scale == 1 and not any(self.mean) and all(s == 1 for s in self.std)
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data.pop("input_order")
@@ -169,7 +175,10 @@ class Preprocessing:
                 f"{self.dtype}"
             )
         pixels, (top, left) = self._resized(img, t)
-        work = out if out.dtype == np.float32 else np.empty(shape, np.float32)
+        # uint8 pixels that go in as they are: written straight into a uint8 tensor (a quarter
+        # of a float32 tensor's bytes, no arithmetic); anything else through float32
+        raw = self.identity and pixels.dtype == out.dtype == np.uint8 and _byte(self.pad_value)
+        work = out if raw or out.dtype == np.float32 else np.empty(shape, np.float32)
         self._normalise(pixels, work, top, left)
         if work is not out:
             np.copyto(out, work, casting="unsafe")
@@ -260,21 +269,18 @@ class Preprocessing:
             _planes(src, window)
         else:
             window = out[top : top + h, left : left + w]
-            window[...] = src
+            window[...] = _in_order(src)
         mean = np.asarray(self.mean, np.float32)
         std = np.asarray(self.std, np.float32)
-        # float32(pixel) * float32(scale): what one mixed-type multiply gave, its cast apart
-        # (numpy's uint8-to-float multiply casts in small buffers: ~1.6x the time)
-        np.multiply(window, np.float32(self.scale), out=window)
-        per_channel = (-1, 1, 1) if chw else (-1,)
-        if mean.any():
-            np.subtract(window, mean.reshape(per_channel), out=window)
-        if (std != 1).any():
-            np.divide(window, std.reshape(per_channel), out=window)
+        if not self.identity:
+            self._arithmetic(window, mean, std, chw)
         oh, ow = out.shape[1:] if chw else out.shape[:2]
         if (h, w) == (oh, ow):
             return
-        pad = (np.float32(self.pad_value) * np.float32(self.scale) - mean) / std
+        if self.identity:  # the pixel value itself (uint8: exact, see _byte)
+            pad = np.full(self.channels, self.pad_value, np.float32).astype(out.dtype)
+        else:
+            pad = (np.float32(self.pad_value) * np.float32(self.scale) - mean) / std
         pad = np.broadcast_to(pad, (self.channels,))
         for rows, cols in (
             (slice(0, top), slice(None)),
@@ -284,12 +290,39 @@ class Preprocessing:
         ):
             if chw:
                 out[:, rows, cols] = pad[:, None, None]
-            else:
-                out[rows, cols] = pad
+            else:  # one padded row, then rows of it (a 3-value broadcast goes value by value)
+                region = out[rows, cols]
+                region[...] = np.ascontiguousarray(np.broadcast_to(pad, region.shape[1:]))
+
+    def _arithmetic(self, window: np.ndarray, mean: np.ndarray, std: np.ndarray, chw: bool):
+        """``(window * scale - mean) / std`` in place (float32)."""
+        # float32(pixel) * float32(scale): what one mixed-type multiply gave, its cast apart
+        # (numpy's uint8-to-float multiply casts in small buffers: ~1.6x the time)
+        np.multiply(window, np.float32(self.scale), out=window)
+        per_channel = (-1, 1, 1) if chw else (-1,)
+        if mean.any():
+            np.subtract(window, mean.reshape(per_channel), out=window)
+        if (std != 1).any():
+            np.divide(window, std.reshape(per_channel), out=window)
+
+
+def _byte(value: float) -> bool:
+    """Whether a pad value is a uint8 pixel value (a uint8 tensor holds it exactly)."""
+    return float(value).is_integer() and 0 <= value <= 255
+
+
+def _in_order(src: np.ndarray) -> np.ndarray:
+    """``src``, a view of three uint8 channels in the other order made contiguous by OpenCV's
+    channel swap (numpy's copy of a reversed view moves a byte at a time: ~10x the time)."""
+    if src.dtype != np.uint8 or src.shape[2] != 3 or src.strides[2] != -1:
+        return src
+    import cv2
+
+    return cv2.cvtColor(np.ascontiguousarray(src[:, :, ::-1]), cv2.COLOR_BGR2RGB)
 
 
 def _planes(src: np.ndarray, window: np.ndarray) -> None:
-    """``src`` (HxWxC) cast into ``window`` (CxHxW, float32) plane by plane. Three uint8 channels
+    """``src`` (HxWxC) into ``window`` (CxHxW: float32, or uint8 as it is) plane by plane. Three uint8 channels
     are split by OpenCV first: each plane is then one contiguous cast (a strided read of every
     third byte costs more than the split)."""
     if src.dtype == np.uint8 and src.shape[2] == 3 and src.strides[2] in (1, -1):

@@ -151,6 +151,10 @@ def default_preprocessing(spec: TensorSpec, task: str) -> Preprocessing:
         channel_order="GRAY" if channels == 1 else "RGB",
         mean=(0.0,) * channels,
         std=(1.0,) * channels,
+        # the tensor the input takes: a half-precision model float16; a model that takes pixels
+        # (uint8) gets them as they are
+        dtype=spec.dtype if spec.dtype in ("float16", "uint8") else "float32",
+        **({"scale": 1.0} if spec.dtype == "uint8" else {}),
     )
 
 

@@ -86,6 +86,7 @@ def export_model(
     keypoints: str | None = None,
     embed_layer: str | None = None,
     text_tower: TextTowerArgs | None = None,
+    uint8_input: bool = False,
 ) -> ExportResult:
     """Export MODEL to a bundle folder and return its path with the parity report. Nothing is
     written unless every step (export, checks, parity) succeeds. ``task``, ``labels`` (a file),
@@ -93,12 +94,16 @@ def export_model(
     (:mod:`.embed`) describe models that bring no description of their own (an Ultralytics ONNX
     does: the options win, each difference said in ``export.described``). A model whose tracing
     fixes data-dependent control flow is refused unless ``allow_trace_warnings``. ``text_tower``:
-    a CLIP-style text tower and its tokenizer beside an encoder (:mod:`.text_tower`)."""
+    a CLIP-style text tower and its tokenizer beside an encoder (:mod:`.text_tower`).
+    ``uint8_input``: the model takes uint8 pixels and normalises them in its graph
+    (:mod:`.uint8_input`)."""
     start = time.perf_counter()
     from .zoo import zoo_exporter
 
     own = zoo_exporter(model)  # e.g. zoo:mtcnn, three networks in one bundle
     if own is not None:
+        if uint8_input:
+            raise ModelError(f"--uint8-input takes a model of one image input; {model} is several")
         path, parity = own(out, atol, rtol)
         manifest = bundle.Bundle(path).manifest.raw
         return ExportResult(path, parity, time.perf_counter() - start, manifest)
@@ -163,6 +168,8 @@ def export_model(
     export_info["described"] = [src.read_from, *notes] if src.read_from else notes
     given = {"task": task, "labels": labels, "keypoints": keypoints, **(preprocess or {})}
     _check_description(src, input_specs, output_specs, given)
+    if uint8_input:
+        onnx_model, export_info["uint8_input"] = _fold(onnx_model, src, atol, rtol)
     manifest = _manifest(src, name, onnx_model, parity, export_info)
     _set_metadata(onnx_model, manifest)
     data = onnx_model.SerializeToString()
@@ -177,6 +184,18 @@ def export_model(
     seconds = time.perf_counter() - start
     log.info("exported %s to %s in %.1f s", src.spec, target, seconds)
     return ExportResult(target, parity, seconds, manifest)
+
+
+def _fold(onnx_model, src: SourceModel, atol: float, rtol: float):
+    """(the model taking uint8 pixels, its export record); ``src`` gets its preprocessing."""
+    from .uint8_input import check_folded, fold_normalisation, folded_preprocessing
+
+    pre = src.preprocessing
+    folded = onnx_export.check_onnx(fold_normalisation(onnx_model, pre))
+    report = check_folded(onnx_model, folded, pre, atol, rtol)
+    src.preprocessing = folded_preprocessing(pre)
+    what = {"scale": pre.scale, "mean": list(pre.mean), "std": list(pre.std), "dtype": pre.dtype}
+    return folded, {"folded": what, "parity": report.to_dict()}
 
 
 def _input_shapes(src: SourceModel, input_shape) -> list:

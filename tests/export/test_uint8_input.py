@@ -60,8 +60,8 @@ def _nhwc_model(path, dtype=TensorProto.FLOAT, with_if=False):
     """[1, 32, 32, 3] in (NHWC), per-channel sums of the pixels out [1, 3] (so a mean or std
     applied on the wrong axis shows); ``with_if``: the input also read inside an If's branch."""
     nodes = [
-        helper.make_node("ReduceSum", ["x", "axes"], ["s"], keepdims=0),
-        helper.make_node("Cast", ["s"], ["sums"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceSum", ["xf", "axes"], ["sums"], keepdims=0),
     ]
     inits = [helper.make_tensor("axes", TensorProto.INT64, [2], [1, 2])]
     outputs = [helper.make_tensor_value_info("sums", TensorProto.FLOAT, [1, 3])]
@@ -223,3 +223,16 @@ def test_the_camera_finds_the_same_objects_with_a_uint8_detector(tmp_path):
         for oa, ob in zip(a["results"], b["results"], strict=True):
             np.testing.assert_allclose(ob["box"], oa["box"], atol=1e-3)
             assert abs(ob["score"] - oa["score"]) < 1e-5
+
+
+def test_a_model_that_takes_pixels_gets_them_as_they_are(tmp_path):
+    """An ONNX of uint8 input brought as it is (no edgert metadata): the default preprocessing
+    writes uint8 pixels, scale 1 (it wrote float32 x 1/255 before, which the engine refused)."""
+    src = _nhwc_model(tmp_path / "u.onnx", TensorProto.UINT8)
+    b = export_model(str(src), tmp_path / "p.edgert", preprocess={"resize": "stretch"}).bundle
+    pre = json.loads((b / "manifest.json").read_text())["preprocessing"]
+    assert (pre["dtype"], pre["scale"], pre["layout"]) == ("uint8", 1.0, "NHWC")
+    photo = load_photo("rocket")
+    x, out = _outputs(b, photo)
+    assert x.dtype == np.uint8
+    np.testing.assert_allclose(out["sums"][0], x.reshape(-1, 3).sum(0, dtype=np.float64), rtol=1e-6)

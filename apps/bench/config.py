@@ -83,6 +83,8 @@ def make_inputs(engine, batch: int) -> dict[str, np.ndarray]:
             )
         if np.dtype(spec.dtype).kind == "f":
             feeds[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
+        elif spec.dtype == "uint8":  # pixels (a model that normalises them itself)
+            feeds[spec.name] = rng.integers(0, 256, shape).astype(spec.dtype)
         else:
             feeds[spec.name] = rng.integers(0, 2, shape).astype(spec.dtype)
     return feeds

@@ -83,6 +83,13 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--rtol", type=nonneg_float, default=1e-3, help="parity relative tolerance (default 1e-3)"
     )
+    _uint8_argument(p)
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    _description_arguments(p)
+    p.set_defaults(func=run)
+
+
+def _uint8_argument(p) -> None:
     p.add_argument(
         "--uint8-input",
         action="store_true",
@@ -90,9 +97,6 @@ def add_parser(sub) -> None:
         "become its first nodes; checked against the float model on real photos): the runtime "
         "writes a quarter of the bytes a frame and does no arithmetic, the engine does it",
     )
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    _description_arguments(p)
-    p.set_defaults(func=run)
 
 
 def _description_arguments(p) -> None:

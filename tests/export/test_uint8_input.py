@@ -236,3 +236,17 @@ def test_a_model_that_takes_pixels_gets_them_as_they_are(tmp_path):
     x, out = _outputs(b, photo)
     assert x.dtype == np.uint8
     np.testing.assert_allclose(out["sums"][0], x.reshape(-1, 3).sum(0, dtype=np.float64), rtol=1e-6)
+
+
+def test_bench_feeds_a_pixel_input_pixels(tmp_path):
+    """``edgert bench``'s random inputs for a uint8 model span 0..255 (it fed 0 and 1)."""
+    from edgert.apps.bench.config import make_inputs
+
+    b = export_model(
+        str(_nhwc_model(tmp_path / "m.onnx")), tmp_path / "u.edgert", uint8_input=True,
+        preprocess={"resize": "stretch"},
+    ).bundle  # fmt: skip
+    with Engine.load(b) as engine:
+        x = make_inputs(engine, 1)["x"]
+        assert x.dtype == np.uint8 and x.min() < 16 and x.max() > 240
+        assert engine.infer(x)["sums"].shape == (1, 3)

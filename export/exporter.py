@@ -103,7 +103,7 @@ def export_model(
     own = zoo_exporter(model)  # e.g. zoo:mtcnn, three networks in one bundle
     if own is not None:
         if uint8_input:
-            raise ModelError(f"--uint8-input takes a model of one image input; {model} is several")
+            raise ModelError(f"--uint8-input takes a model of one image input; {model} has several")
         path, parity = own(out, atol, rtol)
         manifest = bundle.Bundle(path).manifest.raw
         return ExportResult(path, parity, time.perf_counter() - start, manifest)

@@ -92,7 +92,7 @@ def _image_input(model, pre: Preprocessing | None):
         kind = TensorProto.DataType.Name(elem).lower()
         raise ModelError(
             f"--uint8-input folds the normalisation in front of a float input; input "
-            f"{x.name!r} is {kind} already"
+            f"{x.name!r} is {kind}"
         )
     if len(x.type.tensor_type.shape.dim) != 4:
         raise ModelError(
@@ -202,10 +202,8 @@ def _photo_batches(shape, pre: Preprocessing):
     if pre.resize == "none":  # the model takes its own size (or any: a smaller copy)
         photos = [cv2.resize(p, (w if w > 0 else 160, h if h > 0 else 120)) for p in photos]
     fixed = shape[0] if isinstance(shape[0], int) and shape[0] > 0 else None
-    sizes = [fixed] if fixed else [1, 3]
-    photos = photos * -(-max(sizes) // len(photos))  # a fixed batch larger than the photos
-    for b in sizes:
-        for k in range(0, len(ALL_PHOTOS) - b + 1 if b == 1 else 1, b):
-            yield f"photos {k + 1}-{k + b}" if b > 1 else f"photo {k + 1}", photos[k : k + b]
-            if b > 1:
-                break  # one batch of several: the rest is the same arithmetic
+    if fixed in (None, 1):  # every photo alone
+        yield from ((f"photo {k + 1}", [p]) for k, p in enumerate(photos))
+    if fixed != 1:  # one batch of several (the photos again where the batch is larger)
+        b = fixed or 3
+        yield f"photos, batch {b}", (photos * -(-b // len(photos)))[:b]

@@ -322,9 +322,9 @@ def _in_order(src: np.ndarray) -> np.ndarray:
 
 
 def _planes(src: np.ndarray, window: np.ndarray) -> None:
-    """``src`` (HxWxC) into ``window`` (CxHxW: float32, or uint8 as it is) plane by plane. Three uint8 channels
-    are split by OpenCV first: each plane is then one contiguous cast (a strided read of every
-    third byte costs more than the split)."""
+    """``src`` (HxWxC) into ``window`` (CxHxW: float32, or uint8 as it is) plane by plane.
+    Three uint8 channels are split by OpenCV first: each plane is then one contiguous cast (a
+    strided read of every third byte costs more than the split)."""
     if src.dtype == np.uint8 and src.shape[2] == 3 and src.strides[2] in (1, -1):
         import cv2
 

@@ -168,7 +168,7 @@ def test_what_cannot_be_folded_is_refused_in_one_sentence(tmp_path):
         preprocess={"resize": "stretch"},
         uint8_input=True,
     ).bundle
-    with pytest.raises(ModelError, match="is uint8 already"):
+    with pytest.raises(ModelError, match="in front of a float input; input 'input' is uint8"):
         export_model(str(u / "model.onnx"), tmp_path / "again.edgert", uint8_input=True)
     model = onnx.load(u / "model.onnx")
     with pytest.raises(ModelError, match="no uint8 pixel value"):
@@ -177,6 +177,9 @@ def test_what_cannot_be_folded_is_refused_in_one_sentence(tmp_path):
         pre = Preprocessing(size=(8, 8), resize="letterbox", pad_value=114.5)
         u8.fold_normalisation(_float_again(model), pre)
     assert not (tmp_path / "again.edgert").exists()
+    with pytest.raises(ModelError, match="zoo:mtcnn has several"):  # three networks
+        export_model("zoo:mtcnn", tmp_path / "faces.edgert", uint8_input=True)
+    assert not (tmp_path / "faces.edgert").exists()
 
 
 def _float_again(model):

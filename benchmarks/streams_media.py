@@ -49,7 +49,7 @@ def render_scene(seconds: float, phase: int = 0) -> Path:
     return path
 
 
-def sampler_detector(path: Path, uint8: bool = False) -> Path:
+def sampler_detector(path: Path, uint8: bool = False, batched: bool = False) -> Path:
     """YOLOv8s's I/O with almost no work: [1, 3, 640, 640] in, [1, 6, 8400] out (boxes, two class
     scores) over its three strides (8, 16, 32). Each anchor's first score is the red value of the
     one pixel at its cell's centre above 0.995 (times 100): a real scene gives a few candidates at
@@ -57,7 +57,8 @@ def sampler_detector(path: Path, uint8: bool = False) -> Path:
     inference is what is measured (the model costs microseconds). ``uint8``: it takes pixels
     (0..255) and normalises the ones it samples, as an engine normalising its uint8 input on the
     GPU costs the CPU nothing (``edgert export --uint8-input`` folds the arithmetic in front of
-    the whole tensor, which ONNX Runtime on this CPU pays ~1.2 ms a 640 frame for)."""
+    the whole tensor, which ONNX Runtime on this CPU pays ~1.2 ms a 640 frame for). ``batched``:
+    any batch (["N", 3, 640, 640] in): the camera infers one frame of each stream per call."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -83,13 +84,13 @@ def sampler_detector(path: Path, uint8: bool = False) -> Path:
         boxes.append(np.stack([centre(xs).ravel(), centre(ys).ravel(), side, side]))
     box = np.concatenate(boxes, axis=1)[None].astype(np.float32)  # [1, 4, 8400]
     inits += [
-        helper.make_tensor("ends", TensorProto.INT64, [4], [1, 1, 640, 640]),
+        helper.make_tensor("ends", TensorProto.INT64, [4], [2**62, 1, 640, 640]),
         helper.make_tensor("axes", TensorProto.INT64, [4], [0, 1, 2, 3]),
-        helper.make_tensor("flat", TensorProto.INT64, [3], [1, 1, -1]),
+        helper.make_tensor("flat", TensorProto.INT64, [3], [0, 1, -1]),  # 0: the batch as it is
+        helper.make_tensor("none", TensorProto.FLOAT, [], [0.0]),
         helper.make_tensor("boxes", TensorProto.FLOAT, list(box.shape), box.ravel()),
         helper.make_tensor("bright", TensorProto.FLOAT, [], [0.995]),
         helper.make_tensor("gain", TensorProto.FLOAT, [], [100.0]),
-        helper.make_tensor("other", TensorProto.FLOAT, [1, 1, 8400], np.zeros(8400)),
     ]
     if uint8:
         inits.append(helper.make_tensor("level", TensorProto.FLOAT, [], [1 / 255]))
@@ -106,17 +107,25 @@ def sampler_detector(path: Path, uint8: bool = False) -> Path:
         helper.make_node("Sub", ["red", "bright"], ["over"]),
         helper.make_node("Relu", ["over"], ["above"]),
         helper.make_node("Mul", ["above", "gain"], ["score"]),
-        helper.make_node("Concat", ["boxes", "score", "other"], ["output0"], axis=1),
+        helper.make_node("Mul", ["score", "none"], ["other"]),  # [N, 1, 8400] zeros
+        helper.make_node("Add", ["boxes", "other"], ["boxes_n"]),  # the boxes for each image
+        helper.make_node("Concat", ["boxes_n", "score", "other"], ["output0"], axis=1),
     ]
     graph = helper.make_graph(
         nodes,
         "sampler",
         [
             helper.make_tensor_value_info(
-                "images", TensorProto.UINT8 if uint8 else TensorProto.FLOAT, [1, 3, 640, 640]
+                "images",
+                TensorProto.UINT8 if uint8 else TensorProto.FLOAT,
+                ["N" if batched else 1, 3, 640, 640],
             )
         ],
-        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 6, 8400])],
+        [
+            helper.make_tensor_value_info(
+                "output0", TensorProto.FLOAT, ["N" if batched else 1, 6, 8400]
+            )
+        ],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -125,13 +134,13 @@ def sampler_detector(path: Path, uint8: bool = False) -> Path:
     return path
 
 
-def stub_bundle(folder: Path, uint8: bool = False) -> Path:
+def stub_bundle(folder: Path, uint8: bool = False, batched: bool = False) -> Path:
     """:func:`sampler_detector` as an edgert detect bundle: letterbox to 640, two labels; 0..1
     float32 or (``uint8``) the pixels as they are."""
     from edgert.export import export_model
 
-    name = "stub640_u8" if uint8 else "stub640"
-    onnx_path = sampler_detector(folder / f"{name}.onnx", uint8)
+    name = "stub640" + ("_u8" if uint8 else "") + ("_n" if batched else "")
+    onnx_path = sampler_detector(folder / f"{name}.onnx", uint8, batched)
     labels = folder / "labels.txt"
     labels.write_text("Normal\nFall\n")
     pre = {"resize": "letterbox", "size": "640x640", "interpolation": "bilinear"}

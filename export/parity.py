@@ -53,6 +53,12 @@ class ParityReport:
     def min_cosine(self) -> float:
         return min((o.cosine for c in self.cases for o in c.outputs), default=1.0)
 
+    @property
+    def worst_failure(self) -> OutputParity | None:
+        """The failing output of the largest max abs error; None when every case passed."""
+        failed = [o for c in self.cases for o in c.outputs if not o.passed]
+        return max(failed, key=lambda o: o.max_abs, default=None)
+
     def to_dict(self) -> dict:
         return {
             "atol": self.atol,

@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from edgert.runtime.errors import ModelError, ParityError
-from edgert.runtime.images.preprocess import Preprocessing
+from edgert.runtime.images.preprocess import Preprocessing, is_pixel_value
 from edgert.runtime.sample_data import ALL_PHOTOS, load_photo
 
 from .parity import ParityCase, ParityReport, compare
@@ -107,7 +107,7 @@ def _image_input(model, pre: Preprocessing | None):
     if any(o.name == x.name for o in graph.output):
         raise ModelError(f"--uint8-input: input {x.name!r} is also an output of the model")
     pad = pre.pad_value
-    if pre.resize == "letterbox" and not (float(pad).is_integer() and 0 <= pad <= 255):
+    if pre.resize == "letterbox" and not is_pixel_value(pad):
         raise ModelError(
             f"--uint8-input: the letterbox's pad value {pad:g} is no uint8 pixel value (a whole "
             "number from 0 to 255)"
@@ -178,8 +178,8 @@ def check_folded(before, after, pre: Preprocessing, atol: float, rtol: float) ->
     report = ParityReport(
         atol, rtol, tuple(cases), title="uint8 input, normalised in the graph, vs the float model"
     )
-    if not report.passed:
-        worst = max((o for c in report.cases for o in c.outputs), key=lambda o: o.max_abs)
+    worst = report.worst_failure
+    if worst is not None:
         raise ParityError(
             f"the model with the normalisation folded in differs from the float model on real "
             f"photos: output {worst.name} max abs error {worst.max_abs:.3e} (atol {atol:g}); "

@@ -177,7 +177,11 @@ class Preprocessing:
         pixels, (top, left) = self._resized(img, t)
         # uint8 pixels that go in as they are: written straight into a uint8 tensor (a quarter
         # of a float32 tensor's bytes, no arithmetic); anything else through float32
-        raw = self.identity and pixels.dtype == out.dtype == np.uint8 and _byte(self.pad_value)
+        raw = (
+            self.identity
+            and pixels.dtype == out.dtype == np.uint8
+            and is_pixel_value(self.pad_value)
+        )
         work = out if raw or out.dtype == np.float32 else np.empty(shape, np.float32)
         self._normalise(pixels, work, top, left)
         if work is not out:
@@ -277,7 +281,7 @@ class Preprocessing:
         oh, ow = out.shape[1:] if chw else out.shape[:2]
         if (h, w) == (oh, ow):
             return
-        if self.identity:  # the pixel value itself (uint8: exact, see _byte)
+        if self.identity:  # the pixel value itself (uint8: exact, see is_pixel_value)
             pad = np.full(self.channels, self.pad_value, np.float32).astype(out.dtype)
         else:
             pad = (np.float32(self.pad_value) * np.float32(self.scale) - mean) / std
@@ -306,8 +310,9 @@ class Preprocessing:
             np.divide(window, std.reshape(per_channel), out=window)
 
 
-def _byte(value: float) -> bool:
-    """Whether a pad value is a uint8 pixel value (a uint8 tensor holds it exactly)."""
+def is_pixel_value(value: float) -> bool:
+    """Whether a value (a letterbox's pad) is a uint8 pixel value: a uint8 tensor holds it
+    exactly."""
     return float(value).is_integer() and 0 <= value <= 255
 
 

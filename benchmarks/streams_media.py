@@ -16,24 +16,28 @@ sys.path.insert(0, str(ROOT))
 from tests.ports import free_ports  # noqa: E402
 
 FPS = 15
+CYCLE_S, BUSY_S = 10, 2  # people in the picture BUSY_S seconds of every CYCLE_S
 VTEST = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "edgert-bench"
 
 
-def render_scene(seconds: float, phase: int = 0) -> Path:
+def render_scene(seconds: float, phase: int = 0, shift: int = 0) -> Path:
     """The 1080p, 15 fps clip, at least ``seconds`` long (whole minutes, cached): the photo,
     people in a window of it 2 s in 10. ``phase``: its key frames (after the first) come that
-    many frames into each second."""
+    many frames into each second; ``shift``: its people come that many frames later in each
+    10 s (a camera whose street is busy at other moments than another's)."""
     seconds = 60 * -(-int(seconds) // 60)
     # every phase rendered alike: key frames forced, none at scene cuts
-    path = CACHE / f"quiet_street_1080p{FPS}_{int(seconds)}s_k{phase}.mp4"
+    events = f"_e{shift}" if shift else ""
+    later = f"-{shift}/{FPS}" if shift else ""
+    path = CACHE / f"quiet_street_1080p{FPS}_{int(seconds)}s_k{phase}{events}.mp4"
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     photo = ROOT / "runtime" / "sample_data" / "images" / "china.jpg"
     scene = (
         "[0]scale=1920:1080,setsar=1[bg];[1]setpts=PTS-STARTPTS[fg];"
-        "[bg][fg]overlay=x=700:y=380:enable='lt(mod(t,10),2)'"
+        f"[bg][fg]overlay=x=700:y=380:enable='lt(mod(t{later},{CYCLE_S}),{BUSY_S})'"
     )
     tmp = path.with_suffix(".part.mp4")
     subprocess.run(

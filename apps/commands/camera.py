@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import textwrap
 
@@ -124,6 +125,7 @@ def run(args) -> int:
     from edgert.apps.camera.app import run_camera
     from edgert.apps.camera.summary import print_summary, problems
     from edgert.apps.config import ConfigError
+    from edgert.runtime.malloc import keep_freed_memory
 
     try:
         chosen = site(args)
@@ -141,6 +143,8 @@ def run(args) -> int:
         version=chosen.version,
         names=tuple(chosen.names),
     )
+    # a frame's arrays reuse the memory the last frame's gave back (runtime/malloc.py)
+    logging.getLogger(__name__).debug("malloc: %s", keep_freed_memory())
     summary = run_camera(cfg, say=(lambda s: None) if args.json else print)
     if args.json:
         print(json_text.dumps(summary, indent=2, default=str))

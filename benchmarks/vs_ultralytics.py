@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.json_report import write_json  # noqa: E402
-from benchmarks.streams import scrape  # noqa: E402
+from benchmarks.streams_run import scrape  # noqa: E402
 from benchmarks.yolo_onnx import yolov8s_bundle, yolov8s_onnx  # noqa: E402
 from tests.ports import free_ports  # noqa: E402
 from tests.power_plant import cpu_seconds  # noqa: E402

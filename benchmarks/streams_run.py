@@ -126,8 +126,9 @@ pipe.set_state(Gst.State.NULL)
 
 
 def floor_run(urls: list[str], warmup: float, seconds: float, chain: str = "decode") -> dict:
-    """The decoder alone on the N streams (``chain`` "scale": and scaled to 640x360 BGR):
-    frames each sink took over the window, latency p50/p95 (whole run), CPU, RSS."""
+    """The decoder alone on the N streams (``chain`` "scale": and scaled to 640x360 BGR; "pull":
+    that, pulled and copied out by a Python thread a stream): frames each sink took over the
+    window, latency p50/p95 (whole run), CPU, page faults, CPU by thread, RSS."""
     proc = subprocess.Popen(
         [sys.executable, "-c", FLOOR_CHILD, chain, *urls],
         cwd=ROOT,

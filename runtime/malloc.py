@@ -27,6 +27,7 @@ import sys
 
 M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
 MMAP_THRESHOLD = 32 << 20  # glibc's largest (HEAP_MAX_SIZE / 2 on 64-bit; 512 kB on 32-bit)
 TRIM_THRESHOLD = 64 << 20
 OWN_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
@@ -43,21 +44,30 @@ def keep_freed_memory() -> str:
     return _done
 
 
-def _decide() -> str:
-    if os.environ.get("EDGERT_MALLOC", "").strip().lower() == "system":
-        return "EDGERT_MALLOC=system"
-    if any(os.environ.get(name) for name in OWN_SETTINGS):
-        return "the user's own (MALLOC_*_ in the environment)"
+def glibc_mallopt():
+    """glibc's ``mallopt(param, value)`` (1 when it took the value), or None where the process'
+    C library is not glibc (musl has a ``mallopt`` that does nothing; macOS none)."""
     if not sys.platform.startswith("linux"):
-        return "not glibc"
+        return None
     try:
         libc = ctypes.CDLL(None)
         libc.gnu_get_libc_version  # noqa: B018 - glibc's own symbol: musl has none
         mallopt = libc.mallopt
     except (OSError, AttributeError):
-        return "not glibc"
+        return None
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
+    return mallopt
+
+
+def _decide() -> str:
+    if os.environ.get("EDGERT_MALLOC", "").strip().lower() == "system":
+        return "EDGERT_MALLOC=system"
+    if any(os.environ.get(name) for name in OWN_SETTINGS):
+        return "the user's own (MALLOC_*_ in the environment)"
+    mallopt = glibc_mallopt()
+    if mallopt is None:
+        return "not glibc"
     largest = MMAP_THRESHOLD if ctypes.sizeof(ctypes.c_void_p) == 8 else 512 << 10
     if mallopt(M_MMAP_THRESHOLD, largest) != 1 or mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) != 1:
         return "glibc refused the thresholds"

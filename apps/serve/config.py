@@ -125,10 +125,8 @@ def few_malloc_arenas(arenas: int = 2) -> None:
     where the C library is not glibc."""
     if "MALLOC_ARENA_MAX" in os.environ:
         return
-    import ctypes
+    from edgert.runtime.malloc import M_ARENA_MAX, glibc_mallopt
 
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(-8, arenas)  # M_ARENA_MAX, <malloc.h>
+    mallopt = glibc_mallopt()
+    if mallopt is not None:
+        mallopt(M_ARENA_MAX, arenas)

@@ -334,9 +334,16 @@ def _planes(src: np.ndarray, window: np.ndarray) -> None:
         import cv2
 
         reversed_ = src.strides[2] < 0  # a view in the other channel order: split its base
-        planes = cv2.split(np.ascontiguousarray(src[:, :, ::-1] if reversed_ else src))
+        order = (2, 1, 0) if reversed_ else (0, 1, 2)
+        base = np.ascontiguousarray(src[:, :, ::-1] if reversed_ else src)
+        if window.dtype == np.uint8:  # split straight into the tensor's planes (a third the time)
+            planes = cv2.split(base, [window[c] for c in order])
+        else:
+            planes = cv2.split(base)
         for c in range(3):
-            window[c] = planes[2 - c if reversed_ else c]
+            plane = planes[order[c]]
+            if plane.ctypes.data != window[c].ctypes.data:  # not written in place: copied in
+                window[c] = plane
         return
     window[...] = src.transpose(2, 0, 1)
 

@@ -62,6 +62,21 @@ def test_a_camera_frame_scaled_by_the_decoder_gives_the_same_tensor():
     assert t.source_hw == (720, 1280)
 
 
+@pytest.mark.parametrize("order", ["RGB", "BGR"])
+def test_a_portrait_frame_s_planes_go_between_the_side_pads(order):
+    """OpenCV splits the channels straight into the tensor's planes, here windows between the
+    left and right pads (rows of the window are not contiguous): the same values as the float
+    path, the pads untouched."""
+    portrait = np.ascontiguousarray(PHOTO[:, 100:226])  # 126 x 225: taller than wide
+    pre = Preprocessing(size=(96, 128), resize="letterbox", channel_order=order, scale=1.0)
+    want, _ = pre.apply(portrait)
+    got, _ = Preprocessing(
+        size=(96, 128), resize="letterbox", channel_order=order, scale=1.0, dtype="uint8"
+    ).apply(portrait)
+    np.testing.assert_array_equal(got.astype(np.float32), want)
+    assert (got[:, :, :5] == 114).all() and (got[:, :, -5:] == 114).all()
+
+
 def test_a_fractional_pad_in_a_uint8_tensor_is_cast_as_before():
     pre = Preprocessing(
         size=(64, 64), resize="letterbox", scale=1.0, dtype="uint8", pad_value=114.7

@@ -26,6 +26,10 @@ until it no longer holds), a variant stopped at its first N that fails:
     floor+pull   the same to an appsink as edgert's (max-buffers=2 drop=true), a Python thread
                  per stream pulling each frame, mapping it and copying it out once: what any
                  Python program pays to hold the frames, before doing anything with them
+    floor+model  floor+pull, each thread then running the stub8 bundle on the frame it pulled
+                 (preprocess, infer, postprocess through edgert's runtime, memory kept as the
+                 camera keeps it): the least a Python program running that model pays, with no
+                 pipeline (no queues, batching, metrics or outputs) around it
     stub         edgert camera, a 640 letterbox detector bundle whose graph is tiny (the I/O of a
                  YOLOv8 head): the pipeline around inference is what is measured
     stub+gate    the same with --gate motion
@@ -92,6 +96,7 @@ VARIANTS = (
     "floor",
     "floor+scale",
     "floor+pull",
+    "floor+model",
     "stub",
     "stub+gate",
     "stub8",
@@ -109,8 +114,10 @@ def measure(variant: str, n: int, setup: dict, a) -> dict:
     servers = list(setup["servers"].values())
     server_c0 = sum(cpu_seconds(s.proc.pid) for s in servers)
     if variant.startswith("floor"):
-        chain = {"floor+scale": "scale", "floor+pull": "pull"}.get(variant, "decode")
-        got, rss = floor_run(urls, a.warmup, a.seconds, chain)
+        chain = {"floor+scale": "scale", "floor+pull": "pull", "floor+model": "model"}
+        chain = chain.get(variant, "decode")
+        bundle = setup["stub8"] if chain == "model" else None
+        got, rss = floor_run(urls, a.warmup, a.seconds, chain, bundle)
     else:
         name, _, before = variant.partition("@")
         bundle = setup[name.partition("+")[0]]
@@ -256,7 +263,7 @@ def floor_by_drops(rows: list[dict]) -> dict:
 
 def verdicts(best: dict) -> list[str]:
     lines = []
-    for f in ("floor", "floor+scale", "floor+pull"):
+    for f in ("floor", "floor+scale", "floor+pull", "floor+model"):
         floor = best.get(f)
         if not floor or not floor["largest_n_held"]:
             continue
@@ -357,7 +364,7 @@ def main() -> None:
     setup = {"servers": {(0, 0): Server(clip)}, "clip_s": clip_s}
     if any(v.split("+")[0] == "stub" for v in a.variants):
         setup["stub"] = stub_bundle(work)
-    if any(v.split("+")[0] == "stub8" for v in a.variants):
+    if any(v.split("+")[0] == "stub8" or v == "floor+model" for v in a.variants):
         setup["stub8"] = stub_bundle(work, uint8=True)
     if any(v.startswith("stub8n") for v in a.variants):
         setup["stub8n"] = stub_bundle(work, uint8=True, batched=True)

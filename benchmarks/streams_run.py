@@ -68,14 +68,20 @@ import numpy as np
 from edgert.apps.camera import media
 Gst = media.gst()
 chain, urls = sys.argv[1], sys.argv[2:]
+model = None
+if chain == "model":  # the bundle's work in each pulling thread, as a minimal program runs it
+    from edgert.runtime.malloc import keep_freed_memory
+    from edgert.runtime.tasks import load_task_model
+    keep_freed_memory()  # as edgert camera
+    model = load_task_model(urls.pop(0), spin=False)
 have = media.elements()
 hw = media.hardware_decoder(have)
 dec = "nvv4l2decoder" if hw else "avdec_h264 thread-type=slice"
-if chain in ("scale", "pull"):  # to the model's size and BGR, as edgert's source asks for it
+if chain in ("scale", "pull", "model"):  # to the model's size and BGR, as edgert's source asks for it
     dec += (" ! nvvidconv ! video/x-raw,width=640,height=360,format=BGRx" if hw else
             " ! videoscale method=bilinear ! video/x-raw,width=640,height=360 ! videoconvert"
             " ! video/x-raw,format=BGR")
-sink = ("appsink sync=false max-buffers=2 drop=true" if chain == "pull"  # edgert's live sink
+sink = ("appsink sync=false max-buffers=2 drop=true" if chain in ("pull", "model")  # edgert's
         else "fakesink sync=false")
 pipe = Gst.parse_launch(" ".join(
     f"rtspsrc location={u} latency=100 protocols=tcp ! rtph264depay ! h264parse ! {dec} ! "
@@ -100,13 +106,16 @@ def pull(k):  # what any Python program pays to hold a frame: the pull, the map,
         buf = sample.get_buffer()
         ok, info = buf.map(Gst.MapFlags.READ)
         if ok:
-            np.frombuffer(info.data, np.uint8).copy()
+            frame = np.frombuffer(info.data, np.uint8).copy()
             buf.unmap(info)
+            if model is not None:  # 640x360 BGR of a 1080p camera: letterbox, infer, decode
+                tensor, t = model.preprocess(frame.reshape(360, 640, 3), (1080, 1920))
+                model.postprocess(model.infer(model.collate([tensor])), [t])
         age(buf)
         pulled[k] += 1
 
 for k in range(len(urls)):
-    if chain == "pull":
+    if chain in ("pull", "model"):
         threading.Thread(target=pull, args=(k,), name=f"pull-{k}", daemon=True).start()
     else:
         pad = pipe.get_by_name(f"s{k}").get_static_pad("sink")
@@ -114,7 +123,7 @@ for k in range(len(urls)):
 pipe.set_state(Gst.State.PLAYING)
 print(json.dumps({"decoder": dec.split()[0]}), flush=True)
 for line in sys.stdin:  # each line: the frames each sink has taken so far, latency so far
-    counts = list(pulled) if chain == "pull" else [
+    counts = list(pulled) if chain in ("pull", "model") else [
         pipe.get_by_name(f"s{k}").get_property("stats").get_value("rendered")
         for k in range(len(urls))]
     seen = sorted(ages)
@@ -125,12 +134,16 @@ pipe.set_state(Gst.State.NULL)
 """
 
 
-def floor_run(urls: list[str], warmup: float, seconds: float, chain: str = "decode") -> dict:
+def floor_run(
+    urls: list[str], warmup: float, seconds: float, chain: str = "decode", bundle=None
+) -> dict:
     """The decoder alone on the N streams (``chain`` "scale": and scaled to 640x360 BGR; "pull":
-    that, pulled and copied out by a Python thread a stream): frames each sink took over the
-    window, latency p50/p95 (whole run), CPU, page faults, CPU by thread, RSS."""
+    that, pulled and copied out by a Python thread a stream; "model": each pulled frame then
+    run through ``bundle`` in that thread, preprocess, infer and postprocess, nothing else):
+    frames each sink took over the window, latency p50/p95 (whole run), CPU, page faults, CPU
+    by thread, RSS."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", FLOOR_CHILD, chain, *urls],
+        [sys.executable, "-c", FLOOR_CHILD, chain, *([str(bundle)] if bundle else []), *urls],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

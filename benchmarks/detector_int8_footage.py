@@ -18,7 +18,9 @@ The ways (``benchmarks/detector_int8.py``'s): ``edgert`` (this checkout's ``edge
 --precision int8``, defaults), ``previous`` (``--previous REV``, '' to skip), ``modelopt max`` /
 ``modelopt entropy`` (NVIDIA Model Optimizer in its own environment, ``--modelopt-python``, given
 the same 100 calibration frames edgert calibrates on, preprocessed as the bundle preprocesses
-them); ``--prepare P`` adds a way: edgert's build with ``--prepare P``. Each build's seconds are
+them); ``--prepare P`` adds a way: edgert's build with ``--prepare P``; ``--gate RULES`` one with those
+gate rules; ``--fp16`` the model in half precision alone (what rounding without integers
+gives against FP32's boxes). Each build's seconds are
 measured here, with its CPU seconds and the load average (``os.getloadavg``) before and after it.
 ``--ways`` picks which of edgert's default build and Model Optimizer run; ``--add-to`` merges the
 rows of an earlier run on the same frames. Prints a table, writes JSON.
@@ -128,8 +130,17 @@ def build_ways(bundle: Path, calib_dir: Path, calib_frames: list, work: Path, ar
 
     ways: dict = {"FP32": (bundle / "model.onnx", None)}
     loads, sections = {}, {}
+    if args.fp16:  # no integer at all: how far half precision alone is from FP32's boxes
+        import onnx
+
+        from edgert.quantize.fp16 import to_fp16
+
+        path = work / "model.fp16.onnx"
+        onnx.save(to_fp16(onnx.load(str(bundle / "model.onnx"))), str(path))
+        ways["FP16"] = (path, None)
     builds = [("edgert", None, ())] if "edgert" in args.ways else []
     builds += [(f"edgert {p}", None, ("--prepare", p)) for p in args.prepare]
+    builds += [(f"edgert --gate {g}", None, ("--gate", g)) for g in args.gate]
     builds += [("previous", args.previous, ())] if args.previous else []
     for name, rev, prepare in builds:
         target = copy_bundle(bundle, work / name.replace(" ", "_") / bundle.name)
@@ -224,6 +235,19 @@ def main() -> None:
         action="append",
         default=[],
         help="one more way: edgert's build, this --prepare",
+    )
+    ap.add_argument(
+        "--gate",
+        action="append",
+        default=[],
+        help="one more way: edgert's build with these gate rules (e.g. map50_95>=0.96: the gate's "
+        "fallback keeps the most sensitive nodes out of INT8 until the hold-out meets it)",
+    )
+    ap.add_argument(
+        "--fp16",
+        action="store_true",
+        help="one more way: the FP32 model in FP16 (edgert's converter, no INT8): the agreement "
+        "with FP32's boxes that half precision alone gives",
     )
     ap.add_argument("--add-to", type=Path, help="an earlier run's JSON (same frames): its ways too")
     ap.add_argument("--keep", type=Path, help="build in this (new) folder and keep it")

@@ -77,7 +77,7 @@ if chain == "model":  # the bundle's work in each pulling thread, as a minimal p
 have = media.elements()
 hw = media.hardware_decoder(have)
 dec = "nvv4l2decoder" if hw else "avdec_h264 thread-type=slice"
-if chain in ("scale", "pull", "model"):  # to the model's size and BGR, as edgert's source asks for it
+if chain in ("scale", "pull", "model"):  # the model's size and BGR, as edgert's source asks
     dec += (" ! nvvidconv ! video/x-raw,width=640,height=360,format=BGRx" if hw else
             " ! videoscale method=bilinear ! video/x-raw,width=640,height=360 ! videoconvert"
             " ! video/x-raw,format=BGR")

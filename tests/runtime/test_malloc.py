@@ -61,7 +61,7 @@ def _letterbox(mode: str, **env) -> dict:
 
 
 @glibc
-def test_a_frame_s_tensor_stops_costing_page_faults():
+def test_a_frame_s_fresh_planes_stop_costing_page_faults():
     plain = _letterbox("plain")
     kept = _letterbox("keep")
     assert kept["said"] == "kept"

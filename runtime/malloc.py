@@ -6,9 +6,11 @@ a large allocation with a fresh ``mmap`` (128 kB or more at first, a threshold i
 blocks are freed) and gives a heap's top back to the kernel once more than its trim threshold
 lies free there (128 kB at first, then twice the other); so, frame after frame, the same memory
 went back to the kernel and came again, zeroed, a page fault every 4 kB. Measured on a 2-core
-x86 VM: a bundle's uint8 letterbox of a 640x360 frame in a loop, 605 faults and 0.61-1.22 ms a
-call, none and 0.20-0.25 ms with the thresholds below (the same tensor); the camera at 8 and 16
-streams (benchmarks/streams.py), 12-46 faults a frame, under 1 with them.
+x86 VM: a bundle's uint8 letterbox of a 640x360 frame in a loop, as it was before it split into
+the tensor's planes, 605 faults and 0.61-1.22 ms a call, none and 0.20-0.25 ms with the thresholds
+below (the same tensor; the faulting arrays were OpenCV's split's planes, ~300 a frame, which the
+float path still takes); the camera at 8 and 16 streams (benchmarks/streams.py), 12-46 faults a
+frame, under 1 with them.
 
 :func:`keep_freed_memory` sets both thresholds once (``mallopt``): blocks under 32 MB come from
 the heap (a 4K BGR frame is 25 MB), and up to 64 MB free at a heap's top is kept for the next

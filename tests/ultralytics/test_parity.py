@@ -10,16 +10,35 @@ output back to unit scale, so boxes and scores vary with the image), and the cla
 bias is set to BIAS so that a few candidates per photo clear the threshold.
 
 Runs in its own environment (`make test-ultralytics`: Ultralytics needs torchvision, which does
-not install beside the project's torch); skipped elsewhere."""
+not install beside the project's torch); skipped elsewhere.
+
+Every test here is marked ``subprocess``: Ultralytics' exporter starts processes of its own, and
+which depends on the machine — its first export under fresh settings asks `is_intel()`, which on a
+CPU that is not Intel's runs ``xpu-smi discovery`` (ultralytics 8.4.0, ``engine/exporter.py``; CI
+on an AMD EPYC failed on it, unmarked). Its settings live in a folder of this run's own
+(``YOLO_CONFIG_DIR``), so a run is the same on a fresh machine as on one that ran it before, and
+the user's ``~/.config/Ultralytics`` is neither read nor written."""
 
 from __future__ import annotations
 
+import atexit
 import glob
+import importlib.util
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+pytestmark = pytest.mark.subprocess
+
+if importlib.util.find_spec("ultralytics") is not None:
+    # set before Ultralytics is imported: it reads its settings' folder once, at import
+    _SETTINGS = tempfile.mkdtemp(prefix="edgert-ultralytics-settings-")
+    atexit.register(shutil.rmtree, _SETTINGS, True)
+    os.environ["YOLO_CONFIG_DIR"] = _SETTINGS
 
 pytest.importorskip(
     "ultralytics", reason="Ultralytics is not installed here: `make test-ultralytics` runs these"
@@ -263,7 +282,6 @@ def _same_objects(task: str, ref, got, t, photo: str, stretch: bool = False) -> 
     return len(pairs)
 
 
-@pytest.mark.subprocess
 def test_a_checkpoint_is_exported_by_ultralytics_and_runs_as_its_onnx(exported, tmp_path):
     """`edgert export best.pt --trust-pickle --size 160x160` (an instance-segmentation checkpoint
     as `model.save` writes it: FP16 weights): Ultralytics' own exporter makes the ONNX (in a

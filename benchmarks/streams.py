@@ -114,8 +114,7 @@ def measure(variant: str, n: int, setup: dict, a) -> dict:
     servers = list(setup["servers"].values())
     server_c0 = sum(cpu_seconds(s.proc.pid) for s in servers)
     if variant.startswith("floor"):
-        chain = {"floor+scale": "scale", "floor+pull": "pull", "floor+model": "model"}
-        chain = chain.get(variant, "decode")
+        chain = variant.partition("+")[2] or "decode"  # floor+scale: "scale"; floor: "decode"
         bundle = setup["stub8"] if chain == "model" else None
         got, rss = floor_run(urls, a.warmup, a.seconds, chain, bundle)
     else:

@@ -68,6 +68,7 @@ import numpy as np
 from edgert.apps.camera import media
 Gst = media.gst()
 chain, urls = sys.argv[1], sys.argv[2:]
+pulls = chain in ("pull", "model")  # a Python thread a stream takes each frame from an appsink
 model = None
 if chain == "model":  # the bundle's work in each pulling thread, as a minimal program runs it
     from edgert.runtime.malloc import keep_freed_memory
@@ -81,7 +82,7 @@ if chain in ("scale", "pull", "model"):  # the model's size and BGR, as edgert's
     dec += (" ! nvvidconv ! video/x-raw,width=640,height=360,format=BGRx" if hw else
             " ! videoscale method=bilinear ! video/x-raw,width=640,height=360 ! videoconvert"
             " ! video/x-raw,format=BGR")
-sink = ("appsink sync=false max-buffers=2 drop=true" if chain in ("pull", "model")  # edgert's
+sink = ("appsink sync=false max-buffers=2 drop=true" if pulls  # edgert's
         else "fakesink sync=false")
 pipe = Gst.parse_launch(" ".join(
     f"rtspsrc location={u} latency=100 protocols=tcp ! rtph264depay ! h264parse ! {dec} ! "
@@ -115,7 +116,7 @@ def pull(k):  # what any Python program pays to hold a frame: the pull, the map,
         pulled[k] += 1
 
 for k in range(len(urls)):
-    if chain in ("pull", "model"):
+    if pulls:
         threading.Thread(target=pull, args=(k,), name=f"pull-{k}", daemon=True).start()
     else:
         pad = pipe.get_by_name(f"s{k}").get_static_pad("sink")
@@ -123,7 +124,7 @@ for k in range(len(urls)):
 pipe.set_state(Gst.State.PLAYING)
 print(json.dumps({"decoder": dec.split()[0]}), flush=True)
 for line in sys.stdin:  # each line: the frames each sink has taken so far, latency so far
-    counts = list(pulled) if chain in ("pull", "model") else [
+    counts = list(pulled) if pulls else [
         pipe.get_by_name(f"s{k}").get_property("stats").get_value("rendered")
         for k in range(len(urls))]
     seen = sorted(ages)

@@ -58,8 +58,12 @@ def test_the_chosen_clocks_are_the_plants_optimum_and_hold_the_rate(mobilenet, t
         and _steps(spec["emc_table"], chosen["emc_mhz"], row[2] / 1e6) <= 1
     ]
     assert near, (chosen, rows[:4])
-    # not the top clocks, nor the lowest: the optimum is in the middle
-    assert 306 < chosen["gpu_mhz"] < 918, chosen
+    # not the top clocks, nor the lowest unless the plant's optimum is there: the rate is a
+    # quarter of this machine's own throughput, so the work is ~0.4 of a core (0.43 here) and the
+    # optimum in the middle (510 MHz, EMC 2133); under ~0.33 of a core 306 MHz at EMC 665.6 is
+    # the plant's least power (tests/clock_plant.py's `truth`), and choosing it is right
+    assert chosen["gpu_mhz"] < 918, chosen
+    assert chosen["gpu_mhz"] > 306 or any(row[1] == hz(306) for row in optimum), (chosen, rows[:4])
     top = next(c for c in choice["candidates"] if c["gpu_mhz"] == 918 and c["emc_mhz"] == 3199)
     mine = next(
         c
@@ -242,8 +246,21 @@ def test_camera_holds_its_frame_rate_at_the_clocks_it_measured_best(mobilenet, t
     plant.wait(timeout=10)
     assert proc.returncode == 0, err
     summary = json.loads(out)
-    chosen = summary["clock_choice"]["chosen"]
-    assert 306 < chosen["gpu_mhz"] < 918, summary["clock_choice"]
+    choice = summary["clock_choice"]
+    chosen = choice["chosen"]
+    # the point is the least energy the camera measured, and less than at the top clocks. Where
+    # it lies depends on this machine's speed, the rate being fixed: 10 inferences a second fill
+    # 8 % of this VM's time at the top clocks and the whole camera run keeps 0.23 of a core busy;
+    # under ~0.33 of a core the plant's least power is 306 MHz at EMC 665.6, and from ~0.15 up
+    # 510 MHz at 2133 is within its 1 % noise of it (tests/clock_plant.py's `truth`): this VM
+    # chose 510/2133, a CI run 306/665.6, both right. That the optimum is found in the middle of
+    # the table is the first test's, whose rate is a share of the machine's own throughput.
+    key = (chosen["gpu_mhz"], chosen["emc_mhz"])
+    rows = {(c["gpu_mhz"], c["emc_mhz"]): c for c in choice["candidates"]}
+    held = [c["mj_per_inference"] for c in rows.values() if c["holds"]]
+    assert rows[key]["holds"] and rows[key]["mj_per_inference"] == min(held), choice
+    top = rows[918, 3199]
+    assert key != (918, 3199) and rows[key]["mj_per_inference"] < top["mj_per_inference"], choice
     assert summary["clocks_set"]["gpu"]["set_max_mhz"] == chosen["gpu_mhz"]
     gate = summary["streams"][0]["gate"]
     assert gate["reasons"] == {"rate": 30} and gate["skipped"] == 60, gate  # 30 fps held to 10

@@ -32,6 +32,11 @@ def _steps(table_mhz: list, a: float, b: float) -> int:
     return abs(table_mhz.index(a) - table_mhz.index(b))
 
 
+def _measured(choice: dict) -> dict:
+    """The points a ``--clocks auto`` report measured: (gpu MHz, emc MHz) -> its row."""
+    return {(c["gpu_mhz"], c["emc_mhz"]): c for c in choice["candidates"]}
+
+
 @pytest.mark.subprocess
 def test_the_chosen_clocks_are_the_plants_optimum_and_hold_the_rate(mobilenet, tmp_path):
     base = free(mobilenet, tmp_path / "free", seconds=3.0)
@@ -64,12 +69,8 @@ def test_the_chosen_clocks_are_the_plants_optimum_and_hold_the_rate(mobilenet, t
     # the plant's least power (tests/clock_plant.py's `truth`), and choosing it is right
     assert chosen["gpu_mhz"] < 918, chosen
     assert chosen["gpu_mhz"] > 306 or any(row[1] == hz(306) for row in optimum), (chosen, rows[:4])
-    top = next(c for c in choice["candidates"] if c["gpu_mhz"] == 918 and c["emc_mhz"] == 3199)
-    mine = next(
-        c
-        for c in choice["candidates"]
-        if (c["gpu_mhz"], c["emc_mhz"]) == (chosen["gpu_mhz"], chosen["emc_mhz"])
-    )
+    measured = _measured(choice)
+    mine, top = measured[chosen["gpu_mhz"], chosen["emc_mhz"]], measured[918, 3199]
     assert mine["mj_per_inference"] < top["mj_per_inference"], (mine, top)
     # the report says what edgert set (the choice, or the last step up if the run fell behind),
     # and the files hold what they held before
@@ -255,12 +256,11 @@ def test_camera_holds_its_frame_rate_at_the_clocks_it_measured_best(mobilenet, t
     # 510 MHz at 2133 is within its 1 % noise of it (tests/clock_plant.py's `truth`): this VM
     # chose 510/2133, a CI run 306/665.6, both right. That the optimum is found in the middle of
     # the table is the first test's, whose rate is a share of the machine's own throughput.
-    key = (chosen["gpu_mhz"], chosen["emc_mhz"])
-    rows = {(c["gpu_mhz"], c["emc_mhz"]): c for c in choice["candidates"]}
-    held = [c["mj_per_inference"] for c in rows.values() if c["holds"]]
-    assert rows[key]["holds"] and rows[key]["mj_per_inference"] == min(held), choice
-    top = rows[918, 3199]
-    assert key != (918, 3199) and rows[key]["mj_per_inference"] < top["mj_per_inference"], choice
+    measured = _measured(choice)
+    mine, top = measured[chosen["gpu_mhz"], chosen["emc_mhz"]], measured[918, 3199]
+    held = [c["mj_per_inference"] for c in measured.values() if c["holds"]]
+    assert mine["holds"] and mine["mj_per_inference"] == min(held), choice
+    assert mine["mj_per_inference"] < top["mj_per_inference"], choice  # so not the top clocks
     assert summary["clocks_set"]["gpu"]["set_max_mhz"] == chosen["gpu_mhz"]
     gate = summary["streams"][0]["gate"]
     assert gate["reasons"] == {"rate": 30} and gate["skipped"] == 60, gate  # 30 fps held to 10
